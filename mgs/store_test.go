@@ -267,24 +267,24 @@ func TestParams(t *testing.T) {
 		name, value string
 		kind        errs.Kind
 	}{
-		{"fs1.OST0000.osc.max_dirty_bytes", "1", errs.Invalid},    // unknown
-		{"fs1.OST0000.osc.max_dirty_mb", "lots", errs.Invalid},    // type
-		{"fs1.OST0000.osc.max_dirty_mb", "0", errs.Invalid},       // range
-		{"fs1.OST0000.osc.max_dirty_mb", "99999", errs.Invalid},   // range
-		{"fs1.OST0000.osc.checksums", "maybe", errs.Invalid},      // bool
-		{"fs1.MDT0000.osc.max_dirty_mb", "1", errs.Invalid},       // wrong scope
-		{"fs1.OSTxyz.osc.max_dirty_mb", "1", errs.Invalid},        // bad target
-		{"fs1.OST0000.sys.timeout", "1", errs.Invalid},            // unknown as osc param
-		{"fs1.client.timeout", "1", errs.Invalid},                 // sys param on client
-		{"fs1.MDT0000.mdt.hsm_control", "on", errs.Invalid},       // enum
-		{"fs1.client.jobid_var", "a b", errs.Invalid},             // string pattern
-		{"fs1", "1", errs.Invalid},                                // not three parts
-		{"fs1.sys", "1", errs.Invalid},                            // not three parts
-		{".sys.timeout", "1", errs.Invalid},                       // empty fs
-		{"fs[.sys.timeout", "1", errs.Invalid},                    // bad glob
-		{"toolongname.sys.timeout", "1", errs.Invalid},            // fsname
-		{"nofs.sys.timeout", "100", errs.NotExist},                // fs missing
-		{"fs1.OST10000.osc.max_dirty_mb", "1", errs.Invalid},      // index too big
+		{"fs1.OST0000.osc.max_dirty_bytes", "1", errs.Invalid},  // unknown
+		{"fs1.OST0000.osc.max_dirty_mb", "lots", errs.Invalid},  // type
+		{"fs1.OST0000.osc.max_dirty_mb", "0", errs.Invalid},     // range
+		{"fs1.OST0000.osc.max_dirty_mb", "99999", errs.Invalid}, // range
+		{"fs1.OST0000.osc.checksums", "maybe", errs.Invalid},    // bool
+		{"fs1.MDT0000.osc.max_dirty_mb", "1", errs.Invalid},     // wrong scope
+		{"fs1.OSTxyz.osc.max_dirty_mb", "1", errs.Invalid},      // bad target
+		{"fs1.OST0000.sys.timeout", "1", errs.Invalid},          // unknown as osc param
+		{"fs1.client.timeout", "1", errs.Invalid},               // sys param on client
+		{"fs1.MDT0000.mdt.hsm_control", "on", errs.Invalid},     // enum
+		{"fs1.client.jobid_var", "a b", errs.Invalid},           // string pattern
+		{"fs1", "1", errs.Invalid},                              // not three parts
+		{"fs1.sys", "1", errs.Invalid},                          // not three parts
+		{".sys.timeout", "1", errs.Invalid},                     // empty fs
+		{"fs[.sys.timeout", "1", errs.Invalid},                  // bad glob
+		{"toolongname.sys.timeout", "1", errs.Invalid},          // fsname
+		{"nofs.sys.timeout", "100", errs.NotExist},              // fs missing
+		{"fs1.OST10000.osc.max_dirty_mb", "1", errs.Invalid},    // index too big
 	}
 	for _, b := range bad {
 		_, err := f.s.SetParam(ctx, b.name, b.value)

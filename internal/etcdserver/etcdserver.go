@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Member describes one embedded etcd member.
@@ -91,6 +93,19 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if ec.LogLevel == "" {
 		ec.LogLevel = "error"
 	}
+	lvl, err := zap.ParseAtomicLevel(ec.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("etcdserver: log level %q: %w", ec.LogLevel, err)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = lvl
+	zc.DisableStacktrace = true // etcd logs its own orderly shutdown as errors
+	zc.Sampling = nil
+	zl, err := zc.Build(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return quietShutdown{c} }))
+	if err != nil {
+		return nil, fmt.Errorf("etcdserver: logger: %w", err)
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zl)
 	// Keep a day of history for watchers that reconnect, then compact.
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "24h"
@@ -139,3 +154,16 @@ func FreeLoopbackURL() (string, error) {
 	defer l.Close()
 	return "http://" + l.Addr().String(), nil
 }
+
+// quietShutdown drops the errors etcd logs about its own listeners closing
+// during an orderly Close; a real failure to serve also reaches Err().
+type quietShutdown struct{ zapcore.Core }
+
+func (q quietShutdown) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == "setting up serving from embedded etcd failed." {
+		return ce
+	}
+	return q.Core.Check(e, ce)
+}
+
+func (q quietShutdown) With(f []zapcore.Field) zapcore.Core { return quietShutdown{q.Core.With(f)} }

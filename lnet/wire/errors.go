@@ -2,9 +2,11 @@ package wire
 
 import "errors"
 
-// The decoders and parsers in this package return errors that wrap exactly one
-// of these sentinels (and, for truncated input, io.ErrUnexpectedEOF as well);
-// test for them with errors.Is. The wrapping adds what was wrong and where.
+// Every error this package returns wraps one of these sentinels (ErrBadMagic
+// comes with ErrOtherEndian for a byte-swapped peer, ErrShort from a reader
+// with io.ErrUnexpectedEOF, and ReadHello passes on other read errors as they
+// are); test for them with errors.Is. The message starts with the sentinel's
+// text and goes on to say what was wrong and where.
 var (
 	// ErrBadNID reports a NID or process id that does not parse, does not
 	// decode, or names an address its net cannot carry.

@@ -299,30 +299,26 @@ func (h *Header) validate() error {
 	if !h.Type.Known() {
 		return fmt.Errorf("%w: header type %d", ErrBadType, uint32(h.Type))
 	}
-	if h.SrcNID.IsZero() || h.DstNID.IsZero() {
-		return fmt.Errorf("%w: %v header from %v to %v: source and destination must be set",
-			ErrBadNID, h.Type, h.SrcNID, h.DstNID)
+	if reason := h.SrcNID.problem(); reason != "" {
+		return fmt.Errorf("%w: %v header source %v: %s", ErrBadNID, h.Type, h.SrcNID, reason)
 	}
-	if err := h.SrcNID.Validate(); err != nil {
-		return fmt.Errorf("%v header source: %w", h.Type, err)
-	}
-	if err := h.DstNID.Validate(); err != nil {
-		return fmt.Errorf("%v header destination: %w", h.Type, err)
+	if reason := h.DstNID.problem(); reason != "" {
+		return fmt.Errorf("%w: %v header destination %v: %s", ErrBadNID, h.Type, h.DstNID, reason)
 	}
 	rule := headerRules[h.Type]
 	if h.PayloadLen > rule.maxPayload {
 		return fmt.Errorf("%w: %v header payload length %d, at most %d",
 			ErrTooLong, h.Type, h.PayloadLen, rule.maxPayload)
 	}
+	if unused := h.setFields() &^ rule.fields; unused != 0 {
+		return fmt.Errorf("%w: %v header sets %s, which %v does not use",
+			ErrBadField, h.Type, fieldName(unused), h.Type)
+	}
 	if h.SinkLength > MTU {
 		return fmt.Errorf("%w: GET sink length %d over MTU %d", ErrTooLong, h.SinkLength, MTU)
 	}
 	if h.MLength > MTU {
 		return fmt.Errorf("%w: ACK mlength %d over MTU %d", ErrTooLong, h.MLength, MTU)
-	}
-	if unused := h.setFields() &^ rule.fields; unused != 0 {
-		return fmt.Errorf("%w: %v header sets %s, which %v does not use",
-			ErrBadField, h.Type, fieldName(unused), h.Type)
 	}
 	return nil
 }

@@ -75,6 +75,19 @@ func (c ConnType) String() string {
 // Known reports whether c is one of the four connection types.
 func (c ConnType) Known() bool { return c <= ConnBulkOut }
 
+// Invert returns the type of this connection as seen from the other end:
+// ConnBulkIn and ConnBulkOut swap, the others are unchanged. A receiver
+// applies it to the type in a peer's hello (Lustre's ksocknal_invert_type).
+func (c ConnType) Invert() ConnType {
+	switch c {
+	case ConnBulkIn:
+		return ConnBulkOut
+	case ConnBulkOut:
+		return ConnBulkIn
+	}
+	return c
+}
+
 // Hello is the socklnd handshake each side sends first on a new connection
 // (Lustre's ksock_hello_msg). It tells the peer who is calling, whom it meant
 // to reach, which incarnation of each it believes it is talking to (a changed
@@ -143,14 +156,11 @@ func (h *Hello) AppendBinary(b []byte) ([]byte, error) {
 // validate applies the rules on the fixed part shared by AppendBinary and
 // ReadHello.
 func (h *Hello) validate() error {
-	if h.SrcNID.IsZero() || h.DstNID.IsZero() {
-		return fmt.Errorf("%w: hello from %v to %v: source and destination must be set", ErrBadNID, h.SrcNID, h.DstNID)
+	if reason := h.SrcNID.problem(); reason != "" {
+		return fmt.Errorf("%w: hello source %v: %s", ErrBadNID, h.SrcNID, reason)
 	}
-	if err := h.SrcNID.Validate(); err != nil {
-		return fmt.Errorf("hello source: %w", err)
-	}
-	if err := h.DstNID.Validate(); err != nil {
-		return fmt.Errorf("hello destination: %w", err)
+	if reason := h.DstNID.problem(); reason != "" {
+		return fmt.Errorf("%w: hello destination %v: %s", ErrBadNID, h.DstNID, reason)
 	}
 	if !h.ConnType.Known() {
 		return fmt.Errorf("%w: hello connection type %d", ErrBadType, uint32(h.ConnType))

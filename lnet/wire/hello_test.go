@@ -226,3 +226,16 @@ func TestConnTypeString(t *testing.T) {
 		}
 	}
 }
+
+func TestConnTypeInvert(t *testing.T) {
+	for c, want := range map[ConnType]ConnType{
+		ConnAny: ConnAny, ConnControl: ConnControl, ConnBulkIn: ConnBulkOut, ConnBulkOut: ConnBulkIn,
+	} {
+		if got := c.Invert(); got != want {
+			t.Errorf("%v.Invert() = %v, want %v", c, got, want)
+		}
+		if c.Invert().Invert() != c {
+			t.Errorf("%v.Invert() is not an involution", c)
+		}
+	}
+}

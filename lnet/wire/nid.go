@@ -83,7 +83,7 @@ func (n Net) AppendTo(b []byte) []byte {
 	switch {
 	case n == Net{}:
 		return append(b, "<?>"...)
-	case !n.Type.Known() || (n.Type == LO && n.Num != 0):
+	case n.problem() != "":
 		b = append(b, "<net type="...)
 		b = strconv.AppendUint(b, uint64(n.Type), 10)
 		b = append(b, " num="...)
@@ -100,13 +100,21 @@ func (n Net) AppendTo(b []byte) []byte {
 // Validate returns nil if n is a network this package can encode: a known
 // type, and number 0 for LO. Otherwise it returns an error wrapping ErrBadNet.
 func (n Net) Validate() error {
-	if !n.Type.Known() {
-		return fmt.Errorf("%w: unknown type %d", ErrBadNet, uint16(n.Type))
-	}
-	if n.Type == LO && n.Num != 0 {
-		return fmt.Errorf("%w: lo has no number, got %d", ErrBadNet, n.Num)
+	if reason := n.problem(); reason != "" {
+		return fmt.Errorf("%w %s: %s", ErrBadNet, n, reason)
 	}
 	return nil
+}
+
+// problem says why n is not a network, or returns "".
+func (n Net) problem() string {
+	switch {
+	case !n.Type.Known():
+		return "unknown net type " + strconv.FormatUint(uint64(n.Type), 10)
+	case n.Type == LO && n.Num != 0:
+		return "lo has no number"
+	}
+	return ""
 }
 
 // ParseNet parses a Lustre net name: a type name optionally followed by a
@@ -129,8 +137,8 @@ func parseNet(s string) (Net, string) {
 	}
 	for _, tn := range netTypeNames {
 		rest, ok := strings.CutPrefix(s, tn.name)
-		if !ok {
-			continue
+		if !ok || (rest != "" && (rest[0] < '0' || rest[0] > '9')) {
+			continue // "tcpx" is not net tcp with a bad number
 		}
 		if rest == "" {
 			return Net{Type: tn.t}, ""
@@ -144,7 +152,7 @@ func parseNet(s string) (Net, string) {
 		}
 		return Net{Type: tn.t, Num: uint16(num)}, ""
 	}
-	return Net{}, "unknown net type: want tcp, o2ib or lo"
+	return Net{}, "unknown net type in " + strconv.Quote(s) + ": want tcp, o2ib or lo"
 }
 
 // parseDecimal parses a non-empty string of ASCII digits (leading zeros
@@ -197,16 +205,21 @@ func (n NID) IsZero() bool { return n == NID{} }
 // interface addresses, which Go often hands out IPv4-mapped (use
 // netip.Addr.Unmap).
 func (n NID) Validate() error {
-	if n.IsZero() {
-		return fmt.Errorf("%w: zero NID", ErrBadNID)
-	}
-	if err := n.Net.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadNID, err)
-	}
-	if reason := addrProblem(n.Net.Type, n.Addr); reason != "" {
+	if reason := n.problem(); reason != "" {
 		return fmt.Errorf("%w %s: %s", ErrBadNID, n, reason)
 	}
 	return nil
+}
+
+// problem says why n is not a valid non-zero NID, or returns "".
+func (n NID) problem() string {
+	if n.IsZero() {
+		return "zero NID"
+	}
+	if reason := n.Net.problem(); reason != "" {
+		return reason
+	}
+	return addrProblem(n.Net.Type, n.Addr)
 }
 
 // addrProblem says why a is not an address for a net of type t, or returns "".

@@ -121,8 +121,8 @@ func (p *PingInfo) AppendBinary(b []byte) ([]byte, error) {
 }
 
 func checkNIDStatus(i int, ns NIDStatus) error {
-	if err := ns.NID.Validate(); err != nil {
-		return fmt.Errorf("ping NID %d: %w", i, err)
+	if reason := ns.NID.problem(); reason != "" {
+		return fmt.Errorf("%w: ping NID %d %v: %s", ErrBadNID, i, ns.NID, reason)
 	}
 	if !ns.Status.Known() {
 		return fmt.Errorf("%w: ping NID %d (%v) has status %v", ErrBadField, i, ns.NID, ns.Status)

@@ -1,0 +1,80 @@
+// Command nacre is Nacre's one binary: servers, the embedded cluster and the
+// tools. It only wires cobra commands and viper configuration to packages.
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "nacre:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "nacre",
+		Short:         "Nacre, a parallel distributed file system",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("config", "", "YAML config file (flags win over NACRE_* environment variables, which win over the file)")
+	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().String("log-format", "text", "log format: text or json")
+	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd())
+	return root
+}
+
+// loadConfig builds the command's viper: defaults from flag defaults, then
+// the config file, then NACRE_* variables (NACRE_GRPC_ADDR, NACRE_TLS_CERT),
+// then flags set on the command line. aliases maps flag names to nested keys.
+func loadConfig(cmd *cobra.Command, aliases map[string]string) (*viper.Viper, error) {
+	v := viper.New()
+	v.SetEnvPrefix("NACRE")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		key := f.Name
+		if k, ok := aliases[f.Name]; ok {
+			key = k
+		}
+		if err := v.BindPFlag(key, f); err != nil {
+			bindErr = err
+		}
+	})
+	if bindErr != nil {
+		return nil, bindErr
+	}
+	if file := v.GetString("config"); file != "" {
+		v.SetConfigFile(file)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config %s: %w", file, err)
+		}
+	}
+	return v, nil
+}
+
+func newLogger(v *viper.Viper) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch v.GetString("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", v.GetString("log-format"))
+}

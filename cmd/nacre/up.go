@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nacrefs/nacre/server"
+)
+
+func newUpCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a whole Nacre cluster in this process: embedded etcd, MGS, Admin API and REST gateway",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd, mgsFlagAliases)
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(v)
+			if err != nil {
+				return err
+			}
+			cfg := server.DefaultUpConfig()
+			cfg.DataDir = v.GetString("data")
+			cfg.FSName = v.GetString("fsname")
+			cfg.EtcdClientURL = v.GetString("etcd-client-url")
+			cfg.EtcdPeerURL = v.GetString("etcd-peer-url")
+			if cfg.MGS, err = mgsConfigFrom(v); err != nil {
+				return err
+			}
+			cfg.MGS.Logger = log
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			n, err := server.Up(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			abs, _ := filepath.Abs(cfg.DataDir)
+			fmt.Fprintf(out, "nacre up: filesystem %q\n", cfg.FSName)
+			fmt.Fprintf(out, "  etcd   %s (data %s)\n", cfg.EtcdClientURL, filepath.Join(abs, "etcd"))
+			fmt.Fprintf(out, "  grpc   %s (MGS, Admin, health, reflection)\n", n.MGS.GRPCAddr())
+			fmt.Fprintf(out, "  rest   http://%s/api/v1 (also /openapi.json, /healthz, /metrics)\n", n.MGS.HTTPAddr())
+			switch {
+			case n.TokenFile != "":
+				fmt.Fprintf(out, "  token  %s (role admin; send 'Authorization: Bearer <token>')\n", n.TokenFile)
+			case cfg.MGS.Auth.Disabled:
+				fmt.Fprintln(out, "  auth   disabled")
+			}
+			fmt.Fprintln(out, "ready")
+			select {
+			case <-ctx.Done():
+			case err := <-n.EtcdErr():
+				log.Error("embedded etcd failed", "err", err)
+			}
+			return shutdown(cmd, n.Close)
+		},
+	}
+	d := server.DefaultUpConfig()
+	f := cmd.Flags()
+	addMGSFlags(f)
+	f.String("data", d.DataDir, "data directory (etcd data, admin token)")
+	f.String("fsname", d.FSName, "filesystem to create on first start")
+	f.String("etcd-client-url", d.EtcdClientURL, "embedded etcd client URL")
+	f.String("etcd-peer-url", d.EtcdPeerURL, "embedded etcd peer URL")
+	return cmd
+}

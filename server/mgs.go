@@ -1,0 +1,310 @@
+// Package server assembles Nacre's servers inside one process: the MGS with
+// its gRPC services and REST gateway over an etcd cluster (`nacre mgs`), and
+// the embedded single-node cluster (`nacre up`). It wires packages together
+// and owns their lifetimes; the logic lives in the packages it wires.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/nacrefs/nacre/gateway"
+	"github.com/nacrefs/nacre/mgs"
+	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
+	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
+	"github.com/nacrefs/nacre/services/admin"
+	"github.com/nacrefs/nacre/services/auth"
+	"github.com/nacrefs/nacre/services/mgssvc"
+)
+
+// MGSConfig configures the management server process.
+type MGSConfig struct {
+	// GRPCAddr serves MGS, Admin, health and reflection.
+	GRPCAddr string
+	// HTTPAddr serves the REST gateway, /openapi.json, /healthz and /metrics.
+	HTTPAddr string
+	// EtcdEndpoints of the resource database.
+	EtcdEndpoints []string
+	// EtcdPrefix separates clusters sharing one etcd.
+	EtcdPrefix string
+	// LeaseTTL of target liveness; RequestTimeout of every etcd call.
+	LeaseTTL       time.Duration
+	RequestTimeout time.Duration
+	Auth           auth.Config
+	// TLS of the gRPC listener (mutual TLS when a client CA is set).
+	TLS auth.TLSConfig
+	// HTTPTLS of the gateway listener.
+	HTTPTLS auth.TLSConfig
+	Logger  *slog.Logger
+	// Registry receives and serves the MGS's metrics; nil makes a fresh one
+	// with Go and process collectors. (An embedded etcd serves its own
+	// metrics at its client URL: its gRPC metric names collide with ours.)
+	Registry *prometheus.Registry
+}
+
+// DefaultMGSConfig binds everything to loopback.
+func DefaultMGSConfig() MGSConfig {
+	d := mgs.DefaultConfig()
+	return MGSConfig{
+		GRPCAddr:       "127.0.0.1:9880",
+		HTTPAddr:       "127.0.0.1:9881",
+		EtcdEndpoints:  []string{"http://127.0.0.1:2379"},
+		EtcdPrefix:     d.Prefix,
+		LeaseTTL:       d.LeaseTTL,
+		RequestTimeout: d.RequestTimeout,
+	}
+}
+
+// Validate checks the configuration.
+func (c MGSConfig) Validate() error {
+	if len(c.EtcdEndpoints) == 0 {
+		return errors.New("mgs: no etcd endpoints")
+	}
+	if c.GRPCAddr == "" || c.HTTPAddr == "" {
+		return errors.New("mgs: grpc and http addresses are required")
+	}
+	if !c.Auth.Disabled && len(c.Auth.Tokens) == 0 {
+		return errors.New("mgs: no auth tokens configured; configure auth.tokens or disable auth explicitly (auth.disabled: true / --no-auth)")
+	}
+	return c.Auth.Validate()
+}
+
+// MGS is a running management server.
+type MGS struct {
+	cfg   MGSConfig
+	log   *slog.Logger
+	cli   *clientv3.Client
+	store *mgs.Store
+	grpc  *grpc.Server
+	http  *http.Server
+	gl    net.Listener
+	hl    net.Listener
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup // serving goroutines and the health prober
+}
+
+// StartMGS connects to etcd, starts the gRPC and HTTP listeners and returns
+// once both accept connections. Close stops everything it started.
+func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m := &MGS{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			m.Close(context.Background())
+		}
+	}()
+
+	m.cli, err = clientv3.New(clientv3.Config{
+		Endpoints:   cfg.EtcdEndpoints,
+		DialTimeout: 5 * time.Second,
+		Context:     context.Background(),
+		Logger:      zap.NewNop(),
+		// Fail over between members quickly when one dies.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mgs: etcd client for %v: %w", cfg.EtcdEndpoints, err)
+	}
+	scfg := mgs.DefaultConfig()
+	scfg.Client, scfg.Prefix, scfg.Logger = m.cli, cfg.EtcdPrefix, log
+	if cfg.LeaseTTL > 0 {
+		scfg.LeaseTTL = cfg.LeaseTTL
+	}
+	if cfg.RequestTimeout > 0 {
+		scfg.RequestTimeout = cfg.RequestTimeout
+	}
+	if m.store, err = mgs.New(scfg); err != nil {
+		return nil, err
+	}
+	authz, err := auth.New(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+
+	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	reg.MustRegister(srvMetrics)
+	panicked := func(ctx context.Context, p any) error {
+		log.Error("panic in gRPC handler", "panic", p)
+		return status.Errorf(codes.Internal, "internal error")
+	}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(
+			srvMetrics.UnaryServerInterceptor(),
+			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(panicked)),
+			authz.UnaryInterceptor(admin.MethodPolicy),
+		),
+		grpc.ChainStreamInterceptor(
+			srvMetrics.StreamServerInterceptor(),
+			recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(panicked)),
+			authz.StreamInterceptor(admin.MethodPolicy),
+		),
+	}
+	if cfg.TLS.Enabled() {
+		tc, err := cfg.TLS.ServerConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	m.grpc = grpc.NewServer(opts...)
+	adminSrv := admin.New(m.store, log)
+	mgsv1.RegisterMGSServer(m.grpc, mgssvc.New(m.store, log))
+	adminv1.RegisterAdminServer(m.grpc, adminSrv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(m.grpc, hs)
+	reflection.Register(m.grpc)
+	srvMetrics.InitializeMetrics(m.grpc)
+
+	gwCtx, stop := context.WithCancel(context.Background())
+	m.stop = stop
+	handler, err := gateway.New(gwCtx, gateway.Config{
+		Admin:      adminSrv,
+		Auth:       authz,
+		Healthz:    m.healthz,
+		Gatherer:   reg,
+		Registerer: reg,
+		Logger:     log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if cfg.HTTPTLS.Enabled() {
+		if m.http.TLSConfig, err = cfg.HTTPTLS.ServerConfig(); err != nil {
+			return nil, err
+		}
+	}
+
+	if m.gl, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("mgs: listen grpc %s: %w", cfg.GRPCAddr, err)
+	}
+	if m.hl, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("mgs: listen http %s: %w", cfg.HTTPAddr, err)
+	}
+	m.wg.Go(func() {
+		if err := m.grpc.Serve(m.gl); err != nil {
+			log.Error("grpc server stopped", "err", err)
+		}
+	})
+	m.wg.Go(func() {
+		var err error
+		if m.http.TLSConfig != nil {
+			err = m.http.ServeTLS(m.hl, "", "")
+		} else {
+			err = m.http.Serve(m.hl)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	})
+	m.wg.Go(func() { m.probeHealth(gwCtx, hs) })
+	log.Info("mgs started", "grpc", m.gl.Addr().String(), "http", m.hl.Addr().String(), "etcd", cfg.EtcdEndpoints, "tls", cfg.TLS.Enabled(), "auth", !cfg.Auth.Disabled)
+	return m, nil
+}
+
+// probeHealth keeps the gRPC health service in step with etcd's quorum, so
+// load balancers and `grpc_health_probe` see a MGS that can't serve.
+func (m *MGS) probeHealth(ctx context.Context, hs *health.Server) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if ok, _, _ := m.store.Health(ctx); !ok {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		for _, svc := range []string{"", mgsv1.MGS_ServiceDesc.ServiceName, adminv1.Admin_ServiceDesc.ServiceName} {
+			hs.SetServingStatus(svc, st)
+		}
+		select {
+		case <-ctx.Done():
+			hs.Shutdown()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *MGS) healthz(ctx context.Context) error {
+	if ok, _, _ := m.store.Health(ctx); !ok {
+		return errors.New("resource database has no quorum")
+	}
+	return nil
+}
+
+// GRPCAddr is the bound gRPC address.
+func (m *MGS) GRPCAddr() string { return m.gl.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (m *MGS) HTTPAddr() string { return m.hl.Addr().String() }
+
+// Store is the resource database the MGS serves.
+func (m *MGS) Store() *mgs.Store { return m.store }
+
+// Close stops serving (gracefully until ctx ends) and releases everything.
+func (m *MGS) Close(ctx context.Context) error {
+	if m.stop != nil {
+		m.stop()
+	}
+	var errs []error
+	if m.http != nil {
+		if err := m.http.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			m.http.Close()
+		}
+	}
+	if m.grpc != nil {
+		done := make(chan struct{})
+		go func() { m.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			m.grpc.Stop() // streams such as WatchConfig never end on their own
+			<-done
+		}
+	}
+	for _, l := range []net.Listener{m.gl, m.hl} {
+		if l != nil {
+			l.Close()
+		}
+	}
+	m.wg.Wait()
+	if m.cli != nil {
+		if err := m.cli.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

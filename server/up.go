@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nacrefs/nacre/internal/errs"
+	"github.com/nacrefs/nacre/internal/etcdserver"
+	"github.com/nacrefs/nacre/services/auth"
+)
+
+// UpConfig configures the embedded single-node cluster.
+type UpConfig struct {
+	// DataDir holds etcd's data and the generated admin token.
+	DataDir string
+	// FSName is the filesystem created on first start.
+	FSName string
+	// EtcdClientURL and EtcdPeerURL of the embedded etcd member.
+	EtcdClientURL string
+	EtcdPeerURL   string
+	// MGS is the management server's config; its EtcdEndpoints are ignored.
+	MGS MGSConfig
+}
+
+// DefaultUpConfig is `nacre up` without flags.
+func DefaultUpConfig() UpConfig {
+	return UpConfig{
+		DataDir:       "./nacre-data",
+		FSName:        "nacre",
+		EtcdClientURL: "http://127.0.0.1:2379",
+		EtcdPeerURL:   "http://127.0.0.1:2380",
+		MGS:           DefaultMGSConfig(),
+	}
+}
+
+// Node is a running embedded cluster.
+type Node struct {
+	MGS *MGS
+	// TokenFile holds the generated admin token, when one was generated.
+	TokenFile string
+	etcd      *etcdserver.Server
+}
+
+// TokenFileName is where Up keeps the admin token it generates.
+const TokenFileName = "admin.token"
+
+// Up starts an embedded etcd member, the MGS on top of it, and makes sure the
+// default filesystem exists. Restarting on the same DataDir keeps every
+// configuration change. When auth is on and no token is configured, Up
+// creates an admin token in DataDir/admin.token (mode 0600) on first start
+// and reuses it afterwards.
+func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("up: no data directory")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("up: data directory: %w", err)
+	}
+	n := &Node{}
+	defer func() {
+		if err != nil {
+			n.Close(context.Background())
+		}
+	}()
+	if !cfg.MGS.Auth.Disabled && len(cfg.MGS.Auth.Tokens) == 0 {
+		tok, file, err := loadOrCreateToken(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		n.TokenFile = file
+		cfg.MGS.Auth.Tokens = []auth.Token{{Name: "admin", Token: tok, Role: auth.RoleAdmin}}
+	}
+
+	ecfg := etcdserver.DefaultConfig(filepath.Join(cfg.DataDir, "etcd"))
+	ecfg.ClientURL, ecfg.PeerURL = cfg.EtcdClientURL, cfg.EtcdPeerURL
+	if n.etcd, err = etcdserver.Start(ctx, ecfg); err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	cfg.MGS.EtcdEndpoints = []string{cfg.EtcdClientURL}
+	if n.MGS, err = StartMGS(ctx, cfg.MGS); err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	if _, err := n.MGS.Store().CreateFilesystem(ctx, cfg.FSName); err != nil && !errs.Is(err, errs.Exist) {
+		return nil, fmt.Errorf("up: create filesystem %s: %w", cfg.FSName, err)
+	}
+	return n, nil
+}
+
+// EtcdErr reports a fatal error of the embedded etcd member.
+func (n *Node) EtcdErr() <-chan error { return n.etcd.Err() }
+
+// Close stops the MGS, then etcd.
+func (n *Node) Close(ctx context.Context) error {
+	var err error
+	if n.MGS != nil {
+		err = n.MGS.Close(ctx)
+	}
+	if n.etcd != nil {
+		n.etcd.Close()
+	}
+	return err
+}
+
+func loadOrCreateToken(dir string) (token, file string, err error) {
+	file = filepath.Join(dir, TokenFileName)
+	b, err := os.ReadFile(file)
+	if err == nil {
+		token = strings.TrimSpace(string(b))
+		if len(token) < 16 {
+			return "", "", fmt.Errorf("up: %s holds a token shorter than 16 characters", file)
+		}
+		return token, file, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", "", fmt.Errorf("up: read admin token: %w", err)
+	}
+	raw := make([]byte, 24)
+	rand.Read(raw)
+	token = hex.EncodeToString(raw)
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("up: write admin token: %w", err)
+	}
+	return token, file, nil
+}
