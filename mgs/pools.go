@@ -5,24 +5,25 @@ import (
 	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nacrefs/nacre/internal/errs"
 )
 
-func (s *Store) listPools(ctx context.Context, fsname string, rev int64) ([]Pool, error) {
+func (s *Store) listPools(ctx context.Context, fsname string) ([]Pool, error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	resp, err := s.cli.Get(ctx, s.poolsPrefix(fsname), opts...)
+	resp, err := s.cli.Get(ctx, s.poolsPrefix(fsname), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.etcdErr("list pools of "+fsname, err)
 	}
-	out := make([]Pool, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	return decodePools(resp.Kvs)
+}
+
+func decodePools(kvs []*mvccpb.KeyValue) ([]Pool, error) {
+	out := make([]Pool, 0, len(kvs))
+	for _, kv := range kvs {
 		p, err := decode[Pool](string(kv.Key), kv.Value)
 		if err != nil {
 			return nil, err
@@ -39,7 +40,7 @@ func (s *Store) ListPools(ctx context.Context, fsname string) ([]Pool, error) {
 	if _, err := s.GetFilesystem(ctx, fsname); err != nil {
 		return nil, err
 	}
-	return s.listPools(ctx, fsname, 0)
+	return s.listPools(ctx, fsname)
 }
 
 // CreatePool creates an empty pool (lctl pool_new). Exist if it is there.
@@ -203,16 +204,20 @@ func (s *Store) SetParam(ctx context.Context, name, value string) (Param, error)
 	if err != nil {
 		return Param{}, errs.Errorf(errs.Invalid, "set_param %s: %w", name, err)
 	}
-	if !hasMeta(pn.FS) {
-		if _, err := s.GetFilesystem(ctx, pn.FS); err != nil {
-			return Param{}, err
-		}
-	}
-	ctx, cancel := s.call(ctx)
+	// One round trip: the write happens only if the named filesystem exists
+	// at that moment (a glob names no single filesystem).
+	cctx, cancel := s.call(ctx)
 	defer cancel()
-	resp, err := s.cli.Put(ctx, s.paramKey(name), v)
+	txn := s.cli.Txn(cctx)
+	if !hasMeta(pn.FS) {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(s.fsKey(pn.FS)), ">", 0))
+	}
+	resp, err := txn.Then(clientv3.OpPut(s.paramKey(name), v)).Commit()
 	if err != nil {
 		return Param{}, s.etcdErr("set_param "+name, err)
+	}
+	if !resp.Succeeded {
+		return Param{}, errs.Errorf(errs.NotExist, "set_param %s: filesystem %q does not exist", name, pn.FS)
 	}
 	s.log.Info("param set", "param", name, "value", v)
 	return Param{Name: name, Value: v, Revision: resp.Header.Revision}, nil
@@ -260,17 +265,13 @@ func (s *Store) ListParams(ctx context.Context, pattern string) ([]Param, error)
 			return nil, err
 		}
 	}
-	return s.listParams(ctx, pattern, 0)
+	return s.listParams(ctx, pattern)
 }
 
-func (s *Store) listParams(ctx context.Context, pattern string, rev int64) ([]Param, error) {
+func (s *Store) listParams(ctx context.Context, pattern string) ([]Param, error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	resp, err := s.cli.Get(ctx, s.paramsPrefix(), opts...)
+	resp, err := s.cli.Get(ctx, s.paramsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.etcdErr("list params", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -371,7 +372,7 @@ func (s *Store) RegisterTarget(ctx context.Context, r Registration) (Target, Lea
 }
 
 func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease, error) {
-	existing, _, err := s.listTargets(ctx, r.FSName, 0)
+	existing, _, err := s.listTargets(ctx, r.FSName)
 	if err != nil {
 		return Target{}, Lease{}, err
 	}
@@ -514,39 +515,39 @@ func (s *Store) Heartbeat(ctx context.Context, fsname string, k Kind, index uint
 	return time.Duration(ka.TTL) * time.Second, nil
 }
 
-// listTargets reads a filesystem's targets with their liveness at rev (0: now).
-func (s *Store) listTargets(ctx context.Context, fsname string, rev int64) ([]Target, int64, error) {
+// listTargets reads a filesystem's targets with their liveness, both at one
+// revision (one read-only transaction).
+func (s *Store) listTargets(ctx context.Context, fsname string) ([]Target, int64, error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	resp, err := s.cli.Get(ctx, s.targetsPrefix(fsname), opts...)
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.targetsPrefix(fsname), clientv3.WithPrefix()),
+		clientv3.OpGet(s.livePrefix(fsname), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
 	if err != nil {
 		return nil, 0, s.etcdErr("list targets of "+fsname, err)
 	}
-	rev = resp.Header.Revision
-	live, err := s.cli.Get(ctx, s.livePrefix(fsname), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
-	if err != nil {
-		return nil, 0, s.etcdErr("list live targets of "+fsname, err)
-	}
-	up := make(map[string]bool, len(live.Kvs))
-	for _, kv := range live.Kvs {
+	ts, err := s.decodeTargets(fsname, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	return ts, resp.Header.Revision, err
+}
+
+func (s *Store) decodeTargets(fsname string, targets, live []*mvccpb.KeyValue) ([]Target, error) {
+	up := make(map[string]bool, len(live))
+	for _, kv := range live {
 		up[strings.TrimPrefix(string(kv.Key), s.livePrefix(fsname))] = true
 	}
-	out := make([]Target, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	out := make([]Target, 0, len(targets))
+	for _, kv := range targets {
 		t, err := decode[Target](string(kv.Key), kv.Value)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		t.Revision = kv.ModRevision
 		t.Up = up[t.Name()]
 		out = append(out, t)
 	}
 	sortTargets(out)
-	return out, rev, nil
+	return out, nil
 }
 
 // sortTargets orders MGT, MDTs, OSTs, each by index.
@@ -565,7 +566,7 @@ func (s *Store) ListTargets(ctx context.Context, fsname string) ([]Target, error
 	if _, err := s.GetFilesystem(ctx, fsname); err != nil {
 		return nil, err
 	}
-	ts, _, err := s.listTargets(ctx, fsname, 0)
+	ts, _, err := s.listTargets(ctx, fsname)
 	return ts, err
 }
 
@@ -590,32 +591,49 @@ func (s *Store) GetTarget(ctx context.Context, fsname, name string) (Target, err
 	return Target{}, errs.Errorf(errs.NotExist, "target %s is not registered", TargetLabel(fsname, k, idx))
 }
 
-// GetConfig returns a consistent snapshot of one filesystem, every part read
-// at one etcd revision, so a watcher starting at Revision+1 misses nothing.
+// GetConfig returns a consistent snapshot of one filesystem: every part is
+// read in one read-only transaction, so at one revision, and a watcher
+// starting at Revision+1 misses nothing.
 func (s *Store) GetConfig(ctx context.Context, fsname string) (FSConfig, error) {
-	fs, err := s.GetFilesystem(ctx, fsname)
-	if err != nil {
+	if err := ValidateFSName(fsname); err != nil {
 		return FSConfig{}, err
 	}
-	ts, rev, err := s.listTargets(ctx, fsname, 0)
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(cctx).Then(
+		clientv3.OpGet(s.fsKey(fsname)),
+		clientv3.OpGet(s.targetsPrefix(fsname), clientv3.WithPrefix()),
+		clientv3.OpGet(s.livePrefix(fsname), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.poolsPrefix(fsname), clientv3.WithPrefix()),
+		clientv3.OpGet(s.paramsPrefix(), clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
+		return FSConfig{}, s.etcdErr("get config of "+fsname, err)
+	}
+	r := func(i int) []*mvccpb.KeyValue { return resp.Responses[i].GetResponseRange().Kvs }
+	if len(r(0)) == 0 {
+		return FSConfig{}, errs.Errorf(errs.NotExist, "filesystem %q does not exist", fsname)
+	}
+	cfg := FSConfig{Revision: resp.Header.Revision}
+	if cfg.Filesystem, err = decode[Filesystem](s.fsKey(fsname), r(0)[0].Value); err != nil {
 		return FSConfig{}, err
 	}
-	pools, err := s.listPools(ctx, fsname, rev)
-	if err != nil {
+	cfg.Filesystem.Revision = r(0)[0].ModRevision
+	if cfg.Targets, err = s.decodeTargets(fsname, r(1), r(2)); err != nil {
 		return FSConfig{}, err
 	}
-	params, err := s.listParams(ctx, "", rev)
-	if err != nil {
+	if cfg.Pools, err = decodePools(r(3)); err != nil {
 		return FSConfig{}, err
 	}
-	params = slices.DeleteFunc(params, func(p Param) bool {
-		n, err := ParseParamName(p.Name)
-		return err != nil || !n.MatchesFS(fsname)
-	})
-	slices.SortStableFunc(params, func(a, b Param) int { return cmp.Compare(a.Revision, b.Revision) })
-	// A filesystem is never deleted, so reading it before rev is as good as at rev.
-	return FSConfig{Filesystem: fs, Targets: ts, Pools: pools, Params: params, Revision: rev}, nil
+	for _, kv := range r(4) {
+		name := strings.TrimPrefix(string(kv.Key), s.paramsPrefix())
+		if n, err := ParseParamName(name); err == nil && n.MatchesFS(fsname) {
+			cfg.Params = append(cfg.Params, Param{Name: name, Value: string(kv.Value), Revision: kv.ModRevision})
+		}
+	}
+	// Later records win, as in Lustre's configuration log: keep write order.
+	slices.SortStableFunc(cfg.Params, func(a, b Param) int { return cmp.Compare(a.Revision, b.Revision) })
+	return cfg, nil
 }
 
 // MemberHealth is one etcd endpoint's answer to a status probe.

@@ -18,7 +18,11 @@ type fixture struct {
 	cli *clientv3.Client
 }
 
-func newStore(t *testing.T, mod ...func(*Config)) fixture {
+func newStore(t *testing.T, mod ...func(*Config)) fixture { return newFixture(t, mod...) }
+
+func newBenchStore(b *testing.B) fixture { return newFixture(b) }
+
+func newFixture(t testing.TB, mod ...func(*Config)) fixture {
 	t.Helper()
 	c := etcdtest.Start(t, 1)
 	cli := c.Client()
