@@ -25,6 +25,9 @@ import (
 	"github.com/nacrefs/nacre/services/auth"
 )
 
+// MaxBodyBytes bounds a REST request body.
+const MaxBodyBytes = 1 << 20
+
 // Config wires the gateway to the services it fronts.
 type Config struct {
 	Admin adminv1.AdminServer
@@ -52,6 +55,7 @@ func New(ctx context.Context, cfg Config) (http.Handler, error) {
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
+		runtime.WithRoutingErrorHandler(routingError),
 	)
 	if err := adminv1.RegisterAdminHandlerServer(ctx, gw, cfg.Admin); err != nil {
 		return nil, fmt.Errorf("gateway: register admin handlers: %w", err)
@@ -91,6 +95,8 @@ func authorize(a *auth.Authorizer, next http.Handler, log *slog.Logger) http.Han
 			writeError(w, err)
 			return
 		}
+		// Admin requests are small; a larger body is a mistake or an attack.
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		if mutating {
 			log.Info("admin change", "method", r.Method, "path", r.URL.Path, "token", tok.Name, "remote", r.RemoteAddr)
 		}
@@ -98,14 +104,29 @@ func authorize(a *auth.Authorizer, next http.Handler, log *slog.Logger) http.Han
 	})
 }
 
+// routingError answers a known path with an unknown method with 405 (the
+// gateway's default says 501, as if the server could not do it at all).
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+	if code == http.StatusMethodNotAllowed {
+		writeErrorStatus(w, http.StatusMethodNotAllowed, codes.Unimplemented, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		return
+	}
+	runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
+}
+
 func writeError(w http.ResponseWriter, err error) {
 	st := status.Convert(err)
-	w.Header().Set("Content-Type", "application/json")
 	if st.Code() == codes.Unauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="nacre"`)
 	}
-	w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
-	json.NewEncoder(w).Encode(map[string]any{"code": int(st.Code()), "message": st.Message(), "details": []any{}})
+	writeErrorStatus(w, runtime.HTTPStatusFromCode(st.Code()), st.Code(), st.Message())
+}
+
+// writeErrorStatus writes an error in the gateway's JSON error shape.
+func writeErrorStatus(w http.ResponseWriter, httpStatus int, code codes.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus)
+	json.NewEncoder(w).Encode(map[string]any{"code": int(code), "message": msg, "details": []any{}})
 }
 
 type metrics struct {

@@ -94,6 +94,11 @@ func etcdSnapshot(t *testing.T, m *MGS) map[string]string {
 
 func sameSnapshot(t *testing.T, before, after map[string]string) {
 	t.Helper()
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			t.Fatalf("etcd changed: new key %s = %.100s", k, after[k])
+		}
+	}
 	if len(before) != len(after) {
 		t.Fatalf("etcd changed: %d keys before, %d after", len(before), len(after))
 	}

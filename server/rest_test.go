@@ -110,6 +110,8 @@ func TestREST(t *testing.T) {
 		{"destroy pool", "DELETE", "/api/v1/filesystems/fs1/pools/flash", adminToken, "", 200, nil},
 		{"health", "GET", "/api/v1/health", readonlyToken, "", 200, field("status", "ok")},
 		{"no such route", "GET", "/api/v1/nothing", adminToken, "", 404, nil},
+		{"wrong method", "DELETE", "/api/v1/filesystems", adminToken, "", 405, nil},
+		{"oversized body", "POST", "/api/v1/filesystems", adminToken, `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, 400, nil},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
