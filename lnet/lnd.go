@@ -80,8 +80,11 @@ type LND interface {
 	// waiting for the network. The LND reports the outcome exactly once with
 	// Host.Finalize: nil once the payload has left (the buffers behind
 	// msg.Payload may then be reused), or an error (see the Err* below) if it
-	// could not be sent. LNet never calls Send for more messages than the
-	// credits it was given, so the LND's own queues stay bounded.
+	// could not be sent. Finalize may be called before Send returns (a
+	// message refused at once), so LNet calls Send holding no lock; an LND
+	// must not call Host.Parse from inside Send. LNet never calls Send for
+	// more messages than the credits it was given, so the LND's own queues
+	// stay bounded.
 	Send(msg *Msg)
 	// Tunables are the settings the LND runs with after applying defaults.
 	Tunables() Tunables
@@ -106,13 +109,20 @@ type Host interface {
 	// A non-nil error means the header was refused (bad destination, no
 	// route, protocol violation); rx.Recv has then been called with no
 	// destination, so the payload was drained, and the LND may keep the
-	// connection. The error is for the LND's log and counters.
+	// connection. The error is for the LND's log and counters; drops
+	// (errors wrapping ErrDropped) are routine and logged at debug.
+	//
+	// hdr stays valid until rx.Recv returns.
 	Parse(hdr *wire.Header, from wire.NID, rx Rx) error
 	// Finalize reports the completion of a Send, once per message.
 	Finalize(msg *Msg, err error)
 	// PeerEvent tells LNet what the LND learnt about a neighbour: connected,
 	// gone, or restarted (its incarnation changed, so every message LNet is
-	// waiting on it for will never be answered).
+	// waiting on it for will never be answered). An LND reports
+	// PeerRestarted before it delivers or sends anything over a connection
+	// to the new incarnation, and fails the messages it had committed to a
+	// connection of the old one with ErrPeerRestarted; messages still queued
+	// for want of any connection go to whichever incarnation answers.
 	PeerEvent(peer wire.NID, ev PeerEvent)
 }
 
@@ -167,7 +177,8 @@ type Msg struct {
 	Sink [][]byte
 	// ReplyTo is, for a REPLY only, the Rx of the GET being answered. A
 	// socket LND ignores it; an RDMA LND uses it to write Payload straight
-	// into the sink the GET advertised.
+	// into the sink the GET advertised. It stays valid after that GET's
+	// Recv(nil, 0).
 	ReplyTo Rx
 	// Deadline is when LNet gives up on the message; an LND may use it to
 	// bound a connection attempt. Zero means no deadline.
@@ -195,8 +206,9 @@ var (
 	// ErrLocalNI: the local interface failed (e.g. the device went away).
 	// Lowers the local NI's health.
 	ErrLocalNI = errors.New("lnet: local interface error")
-	// ErrTimeout: the message could not be sent before its deadline.
-	ErrTimeout = errors.New("lnet: send timed out")
+	// ErrTimeout: the message could not be sent before its deadline, or
+	// its ACK or REPLY did not come within the transaction timeout.
+	ErrTimeout = errors.New("lnet: timed out")
 )
 
 var (

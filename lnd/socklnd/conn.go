@@ -1,0 +1,508 @@
+package socklnd
+
+// Connection management: peers, their typed connections, making them
+// (the dialer, Lustre's connd), installing them with connection-race and
+// incarnation rules (ksocknal_create_conn), and dropping them
+// (ksocknal_close_conn_locked).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+// nTypes sizes the per-type arrays of a peer, indexed by wire.ConnType
+// (ConnAny, ConnControl, ConnBulkIn, ConnBulkOut) as seen from this side.
+const nTypes = int(wire.ConnBulkOut) + 1
+
+// peer is everything this NI knows about one neighbour NID. Peers are made
+// on first contact and kept for the NI's life, so that the peer's
+// incarnation is remembered across connection losses: that is how a
+// restart is told from a reconnect.
+type peer struct {
+	nid wire.NID
+	// kick wakes the writer of each connection type after a Send; capacity
+	// 1, so a kick is never lost and never blocks.
+	kick [nTypes]chan struct{}
+	// evMu is held while events are delivered to the host, so that they
+	// arrive in the order they were decided even though they are delivered
+	// outside mu.
+	evMu sync.Mutex
+
+	mu struct {
+		sync.Mutex
+		// incarnation is the peer's incarnation as last seen in a hello;
+		// 0 until the first handshake.
+		incarnation uint64
+		// pid is the peer's pid from its last hello.
+		pid uint32
+		// conns are the established connections by type; at most one per
+		// type. A connection is here from install until it is dropped.
+		conns [nTypes]*conn
+		// txq are the messages waiting for the writer of each type's
+		// connection, each bounded by NI.qcap.
+		txq [nTypes]txQueue
+		// dialing marks a dialer goroutine that owns (re)connecting the type;
+		// it runs while the queue is non-empty and no connection exists.
+		dialing [nTypes]bool
+		// connecting marks a dial attempt (connect and hello) in progress,
+		// for race resolution; false while the dialer backs off.
+		connecting [nTypes]bool
+		// up is true from the PeerUp event until the PeerDown one.
+		up bool
+		// events are peer events decided but not yet delivered.
+		events []lnet.PeerEvent
+	}
+}
+
+func newPeer(nid wire.NID) *peer {
+	p := &peer{nid: nid}
+	for t := range p.kick {
+		p.kick[t] = make(chan struct{}, 1)
+	}
+	return p
+}
+
+// peer returns the peer of nid, making it on first use, or nil once the NI
+// is shutting down.
+func (ni *NI) peer(nid wire.NID) *peer {
+	ni.mu.Lock()
+	defer ni.mu.Unlock()
+	if ni.mu.closing {
+		return nil
+	}
+	p := ni.mu.peers[nid]
+	if p == nil {
+		p = newPeer(nid)
+		ni.mu.peers[nid] = p
+	}
+	return p
+}
+
+func (p *peer) addEventLocked(ev lnet.PeerEvent) { p.mu.events = append(p.mu.events, ev) }
+
+func (p *peer) connectedLocked() bool {
+	for _, c := range p.mu.conns {
+		if c != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// conn is one established TCP connection to a peer. Its reader goroutine
+// owns the socket's read side and its writer goroutine the write side; the
+// peer's mu guards its membership in peer.mu.conns.
+type conn struct {
+	ni     *NI
+	p      *peer
+	nc     *net.TCPConn
+	typ    wire.ConnType // as seen from this side
+	active bool          // this side dialed it
+	local  netip.AddrPort
+	remote netip.AddrPort
+	since  time.Time
+
+	// prevW is closed when the writer of the connection this one replaced
+	// has exited, so messages of one type never overtake each other across
+	// a replacement. Set at install, under p.mu, before the writer starts.
+	prevW <-chan struct{}
+	// wdone is closed when this connection's writer has exited (or, if it
+	// never started, when that is known).
+	wdone chan struct{}
+	// rxDone carries the outcome of the current message's Recv to the
+	// reader; one message is outstanding at a time, so capacity 1 never
+	// blocks.
+	rxDone chan error
+
+	once    sync.Once
+	closing chan struct{} // closed by shut
+	err     error         // set by shut before closing is closed: what in-flight sends fail with
+
+	rxHdr [wire.HeaderSize]byte // reader only
+	txHdr [wire.HeaderSize]byte // writer only
+	vec   [][]byte              // writer only: the iovec of the message being written
+}
+
+func (ni *NI) newConn(p *peer, tc *net.TCPConn, t wire.ConnType, active bool) *conn {
+	c := &conn{
+		ni:      ni,
+		p:       p,
+		nc:      tc,
+		typ:     t,
+		active:  active,
+		local:   addrPort(tc.LocalAddr()),
+		remote:  addrPort(tc.RemoteAddr()),
+		since:   time.Now(),
+		wdone:   make(chan struct{}),
+		rxDone:  make(chan error, 1),
+		closing: make(chan struct{}),
+	}
+	// Small messages must not wait for Nagle. Go turns Nagle off on every
+	// TCP socket by default and bulk connections keep that default too: a
+	// message leaves in one writev, so there is nothing to coalesce, and
+	// what seed 004 asks of typed connections is that bulk never queues in
+	// front of small messages, which separate sockets give.
+	if t == wire.ConnControl || t == wire.ConnAny {
+		tc.SetNoDelay(true)
+	}
+	return c
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+// shut closes c once, recording err as what its in-flight sends fail with.
+// It reports whether this call closed it. It takes no lock and may be
+// called from anywhere.
+func (c *conn) shut(err error) bool {
+	closed := false
+	c.once.Do(func() {
+		c.err = err
+		close(c.closing)
+		c.nc.Close()
+		closed = true
+	})
+	return closed
+}
+
+// deferred collects what a critical section under peer.mu decided must
+// happen once the lock is released: host callbacks (which may call Send)
+// and socket closes never run under the lock. NI.run carries it out.
+type deferred struct {
+	fins  []fin
+	shuts []shutReq
+}
+
+type fin struct {
+	msg *lnet.Msg
+	err error
+}
+
+type shutReq struct {
+	c   *conn
+	err error
+	why string
+}
+
+func (d *deferred) shut(c *conn, err error, why string) {
+	d.shuts = append(d.shuts, shutReq{c, err, why})
+}
+
+// run closes, finalizes and delivers events, in that order, for what a
+// critical section on p deferred.
+func (ni *NI) run(p *peer, d *deferred) {
+	for _, s := range d.shuts {
+		if s.c.shut(s.err) {
+			ni.stats.connsDropped.Add(1)
+			ni.log.Info("socklnd: connection closed", "peer", p.nid.String(), "type", s.c.typ.String(),
+				"remote", s.c.remote.String(), "reason", s.why)
+		}
+	}
+	for _, f := range d.fins {
+		ni.finalize(f.msg, f.err)
+	}
+	ni.flushEvents(p)
+}
+
+// flushEvents delivers p's pending events, in order. Events are dropped
+// once Shutdown has begun: LNet is tearing the NI down and knows.
+func (ni *NI) flushEvents(p *peer) {
+	p.evMu.Lock()
+	defer p.evMu.Unlock()
+	for {
+		p.mu.Lock()
+		evs := p.mu.events
+		p.mu.events = nil
+		p.mu.Unlock()
+		if len(evs) == 0 {
+			return
+		}
+		for _, ev := range evs {
+			if !ni.closed.Load() {
+				ni.host.PeerEvent(p.nid, ev)
+			}
+		}
+	}
+}
+
+// nidLess orders the NIDs of one net, for connection-race resolution.
+func nidLess(a, b wire.NID) bool { return a.Addr.Less(b.Addr) }
+
+// installLocked makes c, whose peer's hello h has been read, the peer's
+// connection of type c.typ, or reports why not. Both sides call it: the
+// active side once the answer hello is in (then only shutdown refuses it:
+// the passive side has already accepted the connection and may be sending
+// on it), the passive side before it answers, so it is the passive side
+// that decides every race:
+//
+//   - A connection whose hello shows a new incarnation first closes every
+//     older connection of the peer and fails the messages committed to
+//     them with lnet.ErrPeerRestarted (learnLocked).
+//   - Simultaneous connects: if this side is dialing the same type and has
+//     the higher NID, the peer's connection is refused; the dial of the
+//     higher NID wins, as in Lustre. The lower side's dial is refused in
+//     turn, and its dialer, seeing the type connected, stops.
+//   - An incoming connection of a type already connected is refused if the
+//     existing one was dialed by this side and this side has the higher
+//     NID (it is the tail of a race the peer lost); otherwise the peer
+//     evidently lost the old connection, and the new one replaces it.
+//
+// So both ends agree on which connection of a type survives, messages are
+// only ever written on a connection both ends keep, and a duplicate lives
+// only from the passive side's decision until the active side's refused
+// dial ends: it never carries a message.
+func (ni *NI) installLocked(p *peer, c *conn, h *wire.Hello, d *deferred) (ok bool, why string) {
+	if ni.closed.Load() {
+		return false, "NI shutting down"
+	}
+	ni.learnLocked(p, h, d)
+	t := c.typ
+	if !c.active && nidLess(p.nid, ni.nid) {
+		if p.mu.connecting[t] {
+			return false, "connection race: this side's connection wins (higher NID)"
+		}
+		if old := p.mu.conns[t]; old != nil && old.active {
+			return false, "already connected: this side's connection stays (higher NID)"
+		}
+	}
+	if old := p.mu.conns[t]; old != nil {
+		c.prevW = old.wdone
+		d.shut(old, lnet.ErrConnReset, "replaced by a newer connection")
+	}
+	p.mu.conns[t] = c
+	ni.stats.connsMade.Add(1)
+	if !p.mu.up {
+		p.mu.up = true
+		p.addEventLocked(lnet.PeerUp)
+	}
+	return true, ""
+}
+
+// learnLocked records what a hello says about its sender. A changed
+// incarnation means the peer restarted: every connection to the old one is
+// closed, the messages being written on them fail with
+// lnet.ErrPeerRestarted, and so do those queued while a connection to the
+// old incarnation was up, since they were meant for a process that is gone.
+// Messages queued while no connection existed wait for the new one (see
+// txItem.inc). The restart is reported as PeerRestarted, followed by PeerUp
+// once a connection to the new incarnation is installed (PeerDown is not
+// reported for the old one).
+func (ni *NI) learnLocked(p *peer, h *wire.Hello, d *deferred) {
+	p.mu.pid = h.SrcPID
+	old, inc := p.mu.incarnation, h.SrcIncarnation
+	switch {
+	case old == inc:
+		return
+	case old == 0:
+		p.mu.incarnation = inc
+		return
+	}
+	ni.log.Warn("socklnd: peer restarted", "peer", p.nid.String(), "old_incarnation", old, "incarnation", inc)
+	why := fmt.Sprintf("peer %v restarted", p.nid)
+	for t, c := range p.mu.conns {
+		if c != nil {
+			p.mu.conns[t] = nil
+			d.shut(c, lnet.ErrPeerRestarted, why)
+		}
+	}
+	stale := fmt.Errorf("socklnd: %s: %w", why, lnet.ErrPeerRestarted)
+	for t := range p.mu.txq {
+		d.fail(&p.mu.txq[t], stale, func(it *txItem) bool { return it.inc != 0 && it.inc != inc })
+	}
+	p.mu.incarnation = inc
+	p.mu.up = false
+	p.addEventLocked(lnet.PeerRestarted)
+}
+
+// startConn starts c's reader and writer; c is installed and its hellos are
+// exchanged.
+func (ni *NI) startConn(c *conn) {
+	ni.log.Debug("socklnd: connected", "peer", c.p.nid.String(), "type", c.typ.String(), "active", c.active,
+		"local", c.local.String(), "remote", c.remote.String())
+	if !ni.spawn(c.readLoop) {
+		c.shut(lnet.ErrShutdown)
+	}
+	if !ni.spawn(c.writeLoop) {
+		c.shut(lnet.ErrShutdown)
+		close(c.wdone)
+	}
+}
+
+// dropConn closes c after a failure seen on it and, if it was still
+// installed, updates its peer: PeerDown when it was the last connection,
+// and a new dialer when messages of its type are still queued. It does
+// nothing if c was already closed (whoever closed it did the accounting).
+func (ni *NI) dropConn(c *conn, level slog.Level, why string, err error) {
+	if !c.shut(lnet.ErrConnReset) {
+		return
+	}
+	ni.stats.connsDropped.Add(1)
+	ni.log.Log(context.Background(), level, "socklnd: connection dropped", "peer", c.p.nid.String(),
+		"type", c.typ.String(), "remote", c.remote.String(), "reason", why, "err", err)
+	p := c.p
+	p.mu.Lock()
+	if p.mu.conns[c.typ] == c {
+		p.mu.conns[c.typ] = nil
+		if p.mu.up && !p.connectedLocked() {
+			p.mu.up = false
+			p.addEventLocked(lnet.PeerDown)
+		}
+		if p.mu.txq[c.typ].n > 0 {
+			ni.dialLocked(p, c.typ)
+		}
+	}
+	p.mu.Unlock()
+	ni.flushEvents(p)
+}
+
+// dialLocked starts the dialer of type t unless one runs.
+func (ni *NI) dialLocked(p *peer, t wire.ConnType) {
+	if p.mu.dialing[t] || ni.closed.Load() {
+		return
+	}
+	p.mu.dialing[t] = true
+	if !ni.spawn(func() { ni.dialLoop(p, t) }) {
+		p.mu.dialing[t] = false // shutting down: Shutdown fails the queue
+	}
+}
+
+// dialLoop makes a connection of type t to p for the messages queued on
+// it, retrying with exponential backoff. It ends when a connection of the
+// type is installed (by it, or by the peer dialing in), when the queue is
+// empty (messages whose deadline passed before a connection was made are
+// finalized with lnet.ErrPeerUnreachable), or at shutdown.
+func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
+	backoff := ni.conf.BackoffMin
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		var d deferred
+		p.mu.Lock()
+		q := &p.mu.txq[t]
+		if lastErr != nil {
+			now := time.Now()
+			d.fail(q, fmt.Errorf("socklnd: no connection to %v before the message's deadline: %w (last attempt: %v)",
+				p.nid, lnet.ErrPeerUnreachable, lastErr), func(it *txItem) bool { return !it.deadline.After(now) })
+		}
+		if ni.closed.Load() || p.mu.conns[t] != nil || q.n == 0 {
+			p.mu.dialing[t] = false
+			p.mu.Unlock()
+			ni.failExpired(p, t, &d, lastErr)
+			return
+		}
+		p.mu.connecting[t] = true
+		pid, inc, deadline := p.mu.pid, p.mu.incarnation, q.earliest()
+		p.mu.Unlock()
+		ni.failExpired(p, t, &d, lastErr)
+
+		err := ni.connect(p, t, pid, inc, deadline)
+		if err == nil {
+			return
+		}
+		ni.stats.connectFailures.Add(1)
+		ni.log.Debug("socklnd: connect failed", "peer", p.nid.String(), "type", t.String(),
+			"attempt", attempt, "err", err)
+		lastErr = err
+
+		p.mu.Lock()
+		p.mu.connecting[t] = false
+		deadline = p.mu.txq[t].earliest()
+		p.mu.Unlock()
+		wait := backoff
+		if until := time.Until(deadline); until < wait {
+			wait = max(until, 0)
+		}
+		backoff = min(2*backoff, ni.conf.BackoffMax)
+		if !sleep(ni.ctx, wait) {
+			p.mu.Lock()
+			p.mu.dialing[t] = false
+			p.mu.Unlock()
+			return // Shutdown fails what is queued
+		}
+	}
+}
+
+// failExpired finalizes the messages a dialer expired, logging once.
+func (ni *NI) failExpired(p *peer, t wire.ConnType, d *deferred, lastErr error) {
+	if len(d.fins) > 0 {
+		ni.log.Warn("socklnd: peer unreachable, failing queued messages", "peer", p.nid.String(),
+			"type", t.String(), "messages", len(d.fins), "err", lastErr)
+	}
+	ni.run(p, d)
+}
+
+// sleep waits for d or ctx's end, and reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// connect makes one attempt at a connection of type t to p: dial, send our
+// hello, read and check the peer's, and install the connection. deadline,
+// the earliest deadline of the messages waiting, bounds the attempt along
+// with Config.HandshakeTimeout.
+func (ni *NI) connect(p *peer, t wire.ConnType, pid uint32, inc uint64, deadline time.Time) error {
+	end := time.Now().Add(ni.conf.HandshakeTimeout)
+	if deadline.Before(end) {
+		end = deadline
+	}
+	ctx, cancel := context.WithDeadline(ni.ctx, end)
+	defer cancel()
+	raddr := netip.AddrPortFrom(p.nid.Addr, uint16(ni.conf.Port)).String()
+	nc, err := ni.dialer.DialContext(ctx, "tcp", raddr)
+	if err != nil {
+		return err
+	}
+	tc := nc.(*net.TCPConn)
+	stop := context.AfterFunc(ni.ctx, func() { tc.Close() }) // Shutdown interrupts the hello
+	tc.SetDeadline(end)
+	h, err := ni.activeHello(tc, p.nid, t, pid, inc)
+	if !stop() {
+		err = errors.New("NI shutting down")
+	}
+	if err != nil {
+		tc.Close()
+		if isProtocolError(err) {
+			ni.stats.handshakeFailures.Add(1)
+			ni.log.Warn("socklnd: handshake failed", "peer", p.nid.String(), "remote", raddr, "err", err)
+		}
+		return err
+	}
+	tc.SetDeadline(time.Time{})
+
+	c := ni.newConn(p, tc, t, true)
+	var d deferred
+	p.mu.Lock()
+	p.mu.connecting[t] = false
+	ok, why := ni.installLocked(p, c, &h, &d)
+	if ok {
+		p.mu.dialing[t] = false // the connection's writer takes over the queue
+	}
+	p.mu.Unlock()
+	ni.run(p, &d)
+	if !ok {
+		tc.Close()
+		return errors.New(why)
+	}
+	ni.startConn(c)
+	return nil
+}

@@ -1,0 +1,116 @@
+package socklnd
+
+// Counters and the peer/connection listing behind lnetctl.
+
+import (
+	"net/netip"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+type counters struct {
+	txMsgs, txBytes, txErrors                atomic.Uint64
+	rxMsgs, rxBytes, rxRefused               atomic.Uint64
+	connsMade, connsDropped, connectFailures atomic.Uint64
+	handshakeFailures, connRaces, badHeaders atomic.Uint64
+}
+
+// Stats are one NI's counters since it started. Byte counts include the
+// message headers.
+type Stats struct {
+	TxMsgs   uint64 // messages written to a socket (finalized with nil)
+	TxBytes  uint64 // bytes of those
+	TxErrors uint64 // messages finalized with an error
+
+	RxMsgs    uint64 // messages received whole (payload placed or drained)
+	RxBytes   uint64 // bytes of those
+	RxRefused uint64 // headers LNet refused (Parse returned an error)
+
+	ConnsMade       uint64 // connections established (hellos exchanged, installed)
+	ConnsDropped    uint64 // connections closed, for any reason
+	ConnectFailures uint64 // dial attempts that did not end in a connection
+
+	HandshakeFailures uint64 // connections closed for a bad or missing hello
+	ConnRaces         uint64 // incoming connections refused by race resolution
+	BadHeaders        uint64 // connections dropped for a bad message header
+}
+
+// Stats returns a snapshot of the NI's counters; each counter is read
+// atomically, the set is not. Safe for concurrent use.
+func (ni *NI) Stats() Stats {
+	s := &ni.stats
+	return Stats{
+		TxMsgs:            s.txMsgs.Load(),
+		TxBytes:           s.txBytes.Load(),
+		TxErrors:          s.txErrors.Load(),
+		RxMsgs:            s.rxMsgs.Load(),
+		RxBytes:           s.rxBytes.Load(),
+		RxRefused:         s.rxRefused.Load(),
+		ConnsMade:         s.connsMade.Load(),
+		ConnsDropped:      s.connsDropped.Load(),
+		ConnectFailures:   s.connectFailures.Load(),
+		HandshakeFailures: s.handshakeFailures.Load(),
+		ConnRaces:         s.connRaces.Load(),
+		BadHeaders:        s.badHeaders.Load(),
+	}
+}
+
+// ConnInfo describes one established connection, for lnetctl.
+type ConnInfo struct {
+	// Type is the connection's role as this NI sees it: control, bulk_out
+	// (this NI sends bulk on it), bulk_in (the peer does), or any.
+	Type wire.ConnType
+	// Active is true if this NI dialed it.
+	Active bool
+	// Local and Remote are the socket's addresses.
+	Local, Remote netip.AddrPort
+	// Since is when it was established.
+	Since time.Time
+}
+
+// PeerInfo describes one peer and its connections, for lnetctl.
+type PeerInfo struct {
+	// NID is the peer's NID on this net.
+	NID wire.NID
+	// Incarnation is the peer's incarnation from its last hello (0: never
+	// connected).
+	Incarnation uint64
+	// Up is true while at least one connection to the peer is established.
+	Up bool
+	// Queued counts the messages waiting in the peer's tx queues.
+	Queued int
+	// Conns are the established connections, by type.
+	Conns []ConnInfo
+}
+
+// Peers lists every peer the NI has talked to, by NID, each with its
+// connections by type. Safe for concurrent use; a snapshot.
+func (ni *NI) Peers() []PeerInfo {
+	ni.mu.Lock()
+	peers := make([]*peer, 0, len(ni.mu.peers))
+	for _, p := range ni.mu.peers {
+		peers = append(peers, p)
+	}
+	ni.mu.Unlock()
+	sort.Slice(peers, func(i, j int) bool { return nidLess(peers[i].nid, peers[j].nid) })
+
+	out := make([]PeerInfo, 0, len(peers))
+	for _, p := range peers {
+		p.mu.Lock()
+		pi := PeerInfo{NID: p.nid, Incarnation: p.mu.incarnation, Up: p.mu.up}
+		for t, c := range p.mu.conns {
+			pi.Queued += p.mu.txq[t].n
+			if c != nil {
+				pi.Conns = append(pi.Conns, ConnInfo{
+					Type: c.typ, Active: c.active, Local: c.local, Remote: c.remote, Since: c.since,
+				})
+			}
+		}
+		p.mu.Unlock()
+		out = append(out, pi)
+	}
+	return out
+}

@@ -1,0 +1,28 @@
+package lnet
+
+import "errors"
+
+// Errors of the LNet API, in addition to the LND errors declared with the
+// contract (ErrShutdown, ErrTimeout, ErrPeerRestarted, ...), which also reach
+// callers as event statuses. Every error LNet returns wraps one of these or
+// a context error; test them with errors.Is.
+var (
+	// ErrNoMD: the handle names no live memory descriptor (never issued,
+	// already unlinked, or being unlinked), or the MD's threshold is used up.
+	ErrNoMD = errors.New("lnet: no such memory descriptor")
+	// ErrInvalid: an argument is out of its domain (a threshold of 0, an MD
+	// that takes neither PUT nor GET, an MD attached to a match entry used
+	// as a PUT source).
+	ErrInvalid = errors.New("lnet: invalid argument")
+	// ErrMsgSize: a PUT payload or GET sink is longer than wire.MTU.
+	ErrMsgSize = errors.New("lnet: message longer than the MTU")
+	// ErrNoRoute: the target is on no network this node is on and routing
+	// is not configured.
+	ErrNoRoute = errors.New("lnet: no route")
+	// ErrDropped wraps every error Host.Parse returns for a message it
+	// refused: no match entry, a late or stale ACK/REPLY, a message for
+	// another node or process. Drops are routine on a busy network (late
+	// replies after a timeout); LNDs should count them and log at debug
+	// level, not tear down the connection.
+	ErrDropped = errors.New("lnet: message dropped")
+)

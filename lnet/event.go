@@ -1,0 +1,155 @@
+package lnet
+
+import (
+	"strconv"
+
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+// EventType says what happened to an MD (lnet_event_kind).
+type EventType uint8
+
+// The event types.
+const (
+	// EventSend: the initiator's PUT or GET has been sent (or failed to be:
+	// see Status). The MD of a PUT may be reused once every SEND of it has
+	// been seen and no ACK is awaited.
+	EventSend EventType = iota + 1
+	// EventPut: a PUT landed in a target MD; the data is in place.
+	EventPut
+	// EventGet: a GET read from a target MD and its REPLY has been sent.
+	EventGet
+	// EventReply: the REPLY to the initiator's GET arrived; the data is in
+	// the sink MD. Status ErrTimeout, ErrPeerRestarted or a send error if it
+	// never will.
+	EventReply
+	// EventAck: the ACK to the initiator's PUT arrived (MLength is what the
+	// target took). Status ErrTimeout, ErrPeerRestarted or a send error if
+	// it never will.
+	EventAck
+	// EventUnlink: the MD is gone; it is always the MD's last event.
+	EventUnlink
+)
+
+// String returns the type's name as Lustre prints it ("SEND", "PUT", ...).
+func (t EventType) String() string {
+	switch t {
+	case EventSend:
+		return "SEND"
+	case EventPut:
+		return "PUT"
+	case EventGet:
+		return "GET"
+	case EventReply:
+		return "REPLY"
+	case EventAck:
+		return "ACK"
+	case EventUnlink:
+		return "UNLINK"
+	}
+	return "EventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Event reports one step of an operation on an MD to the MD's Handler
+// (lnet_event).
+//
+// An initiator that calls Put with AckReq sees exactly SEND then ACK; Put
+// without an ACK, exactly SEND; Get, exactly SEND then REPLY. A failure
+// anywhere shows in the Status of these events; an ACK or REPLY that will
+// never come is raised with ErrTimeout (TransactionTimeout passed),
+// ErrPeerRestarted, ErrShutdown, or the send's error. A target MD sees one
+// PUT or GET per incoming operation that matched it.
+type Event struct {
+	Type EventType // what happened
+	// Status is nil on success.
+	Status error
+	// Initiator started the operation and Target received it (as the
+	// initiator addressed it).
+	Initiator, Target wire.ProcessID
+	// Portal and MatchBits are the operation's (for an incoming operation,
+	// the initiator's match bits, not the match entry's).
+	Portal    uint32
+	MatchBits uint64
+	// RLength is the length the initiator asked for (the PUT's payload, the
+	// GET's sink); MLength is the length actually moved.
+	RLength, MLength uint32
+	// Offset is where in the target MD the operation landed (PUT, GET), or
+	// the offset the initiator asked for (SEND).
+	Offset uint32
+	// HdrData is the 64 bits the PUT's initiator sent along.
+	HdrData uint64
+	// MD is the handle of the MD this event is about.
+	MD MDHandle
+	// User is the MD's User.
+	User any
+	// Unlinked is set on the MD's last events: the one that completed its
+	// last operation after it was unlinked or used up, and EventUnlink.
+	// After it the handle is stale.
+	Unlinked bool
+}
+
+// dispatchList collects the MDs that got events under LNet.res, to run
+// their handlers once the lock is released.
+type dispatchList []*md
+
+// maxEventBacklog bounds the events waiting for one MD's busy handler:
+// past it, a receive path blocks until the handler catches up, pushing back
+// on the sender instead of growing the queue.
+const maxEventBacklog = 256
+
+// enqueueLocked queues an event for the MD's handler.
+func (ln *LNet) enqueueLocked(m *md, ev Event, d *dispatchList) {
+	if m.handler == nil {
+		return
+	}
+	m.evq = append(m.evq, ev)
+	if len(*d) == 0 || (*d)[len(*d)-1] != m {
+		*d = append(*d, m)
+	}
+}
+
+// dispatch runs the handlers of the MDs in d with no lock held. For each MD
+// exactly one goroutine at a time delivers its events, in queue order: the
+// first to find it idle delivers until the queue is empty, later ones leave
+// their events to it. With fromNet (a receive path), a caller that finds
+// the backlog over maxEventBacklog waits for the handler to catch up.
+func (ln *LNet) dispatch(d dispatchList, fromNet bool) {
+	for _, m := range d {
+		ln.runHandler(m, fromNet)
+	}
+}
+
+func (ln *LNet) runHandler(m *md, fromNet bool) {
+	ln.res.Lock()
+	if m.dispatching {
+		if fromNet {
+			for m.dispatching && len(m.evq) > maxEventBacklog {
+				ln.res.evWaiters++
+				ln.res.evCond.Wait()
+				ln.res.evWaiters--
+			}
+		}
+		ln.res.Unlock()
+		return
+	}
+	m.dispatching = true
+	for len(m.evq) > 0 {
+		ev := m.evq[0]
+		m.evq[0] = Event{}
+		m.evq = m.evq[1:]
+		if len(m.evq) == 0 {
+			m.evq = nil // let the backing array go
+		}
+		if ln.res.evWaiters > 0 && len(m.evq) <= maxEventBacklog/2 {
+			ln.res.evCond.Broadcast()
+		}
+		ln.res.Unlock()
+		m.handler(ev)
+		ln.res.Lock()
+	}
+	m.dispatching = false
+	if ln.res.evWaiters > 0 {
+		ln.res.evCond.Broadcast()
+	}
+	ln.res.Unlock()
+}

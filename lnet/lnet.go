@@ -1,0 +1,365 @@
+package lnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+// LNet is one node's LNet instance: its NIs, its portal table and MDs, its
+// peers and their credits, and the operations in flight. All methods are
+// safe for concurrent use. See the package documentation for the locking
+// order.
+type LNet struct {
+	log         *slog.Logger
+	pid         uint32
+	incarnation uint64 // also the Interface cookie of every WireHandle we hand out
+	retryCount  int
+	timeout     atomic.Int64 // TransactionTimeout in ns
+	cfg         Config
+
+	// Immutable after New.
+	nis     []*ni // nis[0] is 0@lo
+	lo      *ni
+	niByNID map[wire.NID]*ni
+
+	// res guards the resources: what incoming messages are matched against
+	// and what outgoing ones wait on (lnet_res_lock).
+	res struct {
+		sync.Mutex
+		closed     bool
+		portals    map[uint32]*portal
+		mds        map[uint64]*md  // by cookie
+		pending    map[uint64]*msg // PUTs awaiting ACK and GETs awaiting REPLY, by wire cookie
+		nextCookie uint64          // last cookie handed out (MDs and pending share the space)
+		evCond     sync.Cond       // signalled when an MD's event backlog shrinks
+		evWaiters  int             // goroutines waiting on evCond
+	}
+
+	// net guards the network state: credits, credit queues, peers
+	// (lnet_net_lock). Fields of ni, peer, peerNI and msg documented as
+	// "protected by LNet.net" are too.
+	net struct {
+		sync.Mutex
+		closed bool
+		peers  map[wire.NID]*peerNI // every peer NI, by NID
+		idle   sync.Cond            // signalled when an NI stops sending, once closed
+		selSeq uint64               // selection clock, for round robin
+	}
+
+	timer     timer
+	collector *collector
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ni is one local network interface.
+type ni struct {
+	ln         *LNet
+	nid        wire.NID
+	iface      string
+	host       *niHost
+	maxWaiting int
+
+	counters niCounters
+
+	// Protected by LNet.net.
+	lnd        LND      // nil until the driver's Startup returns
+	tun        Tunables // after defaults
+	credits    int      // send credits left; negative: that many wait on txq
+	minCredits int      // low-water mark of credits
+	txq        msgQueue // messages holding a peer credit, waiting for an NI credit
+	waiting    int      // messages of this NI waiting for any credit
+	spaceCh    chan struct{}
+	ready      []*msg // holding both credits, to hand to lnd.Send in this order
+	sending    bool   // a goroutine is handing ready messages to the LND
+	health     int
+	seq        uint64 // selection round-robin: bumped each time the NI is picked
+}
+
+// niCounters are an NI's statistics, updated without locks.
+type niCounters struct {
+	sendCount, sendBytes, sendErrors atomic.Uint64
+	recvCount, recvBytes             atomic.Uint64
+	dropCount, dropBytes             atomic.Uint64
+}
+
+// lastIncarnation makes incarnations unique within the process even when
+// several LNets start within one clock tick.
+var lastIncarnation atomic.Uint64
+
+func newIncarnation() uint64 {
+	for {
+		now := uint64(time.Now().UnixNano())
+		last := lastIncarnation.Load()
+		if now <= last {
+			now = last + 1
+		}
+		if lastIncarnation.CompareAndSwap(last, now) {
+			return now
+		}
+	}
+}
+
+// New starts an LNet: 0@lo and every NI of cfg.Networks, each through the
+// driver registered for its net type (import the drivers for their side
+// effects, as with database/sql: lnd/lolnd always, lnd/socklnd for tcp).
+// Interface names are resolved to addresses now. If any NI fails to start,
+// the ones already started are shut down and the error returned. ctx bounds
+// the startup only.
+func New(ctx context.Context, cfg Config) (*LNet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	specs, err := resolveNIs(cfg.Networks, osResolver)
+	if err != nil {
+		return nil, err
+	}
+	ln := &LNet{
+		log:         cfg.Logger.With("component", "lnet"),
+		pid:         cfg.PID,
+		incarnation: newIncarnation(),
+		retryCount:  cfg.RetryCount,
+		cfg:         cfg,
+		niByNID:     map[wire.NID]*ni{},
+	}
+	ln.timeout.Store(int64(cfg.TransactionTimeout))
+	ln.res.portals = map[uint32]*portal{}
+	ln.res.mds = map[uint64]*md{}
+	ln.res.pending = map[uint64]*msg{}
+	ln.res.evCond.L = &ln.res.Mutex
+	ln.net.peers = map[wire.NID]*peerNI{}
+	ln.net.idle.L = &ln.net.Mutex
+
+	drivers := make([]Driver, len(specs))
+	for i, s := range specs {
+		d, ok := LookupDriver(s.nid.Net.Type)
+		if !ok {
+			return nil, fmt.Errorf("%w: no LND registered for net type %v (import its driver package, e.g. lnd/lolnd or lnd/socklnd)", ErrInvalid, s.nid.Net.Type)
+		}
+		drivers[i] = d
+		n := &ni{ln: ln, nid: s.nid, iface: s.iface, health: healthMax}
+		n.host = &niHost{ln: ln, ni: n}
+		n.setTunablesLocked(s.tun.withDefaults(), cfg.MaxWaiting)
+		ln.nis = append(ln.nis, n)
+		ln.niByNID[n.nid] = n
+	}
+	ln.lo = ln.nis[0]
+	ln.timer.start(ln)
+
+	for i, s := range specs {
+		n := ln.nis[i]
+		lnd, err := drivers[i].Startup(ctx, NIConfig{
+			NID:         s.nid,
+			Interface:   s.iface,
+			PID:         ln.pid,
+			Incarnation: ln.incarnation,
+			Tunables:    s.tun,
+			Options:     s.opts,
+			Logger:      cfg.Logger.With("ni", s.nid.String()),
+		}, n.host)
+		if err != nil {
+			err = fmt.Errorf("lnet: start NI %v: %w", s.nid, err)
+			ln.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		ln.net.Lock()
+		n.lnd = lnd
+		n.setTunablesLocked(lnd.Tunables().withDefaults(), cfg.MaxWaiting)
+		ln.net.Unlock()
+		ln.drain(n) // anything an early incoming message made us send
+		ln.log.Info("NI up", "nid", n.nid, "interface", n.iface, "credits", n.tun.Credits, "peer_credits", n.tun.PeerCredits)
+	}
+	if cfg.Registerer != nil {
+		c := newCollector(ln)
+		if err := cfg.Registerer.Register(c); err != nil {
+			ln.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("lnet: register metrics: %w", err)
+		}
+		ln.collector = c
+	}
+	return ln, nil
+}
+
+// withDefaults fills zero tunables.
+func (t Tunables) withDefaults() Tunables {
+	if t.Credits <= 0 {
+		t.Credits = DefaultCredits
+	}
+	if t.PeerCredits <= 0 {
+		t.PeerCredits = DefaultPeerCredits
+	}
+	if t.PeerCredits > t.Credits {
+		t.PeerCredits = t.Credits
+	}
+	return t
+}
+
+// setTunablesLocked applies tunables, keeping the credits in use.
+func (n *ni) setTunablesLocked(t Tunables, maxWaiting int) {
+	n.credits += t.Credits - n.tun.Credits
+	n.minCredits = min(n.minCredits+t.Credits-n.tun.Credits, n.credits)
+	n.tun = t
+	n.maxWaiting = maxWaiting
+	if n.maxWaiting <= 0 {
+		n.maxWaiting = 4 * t.Credits
+	}
+}
+
+// NIDs returns the node's NIDs, 0@lo first, in configuration order.
+func (ln *LNet) NIDs() []wire.NID {
+	out := make([]wire.NID, len(ln.nis))
+	for i, n := range ln.nis {
+		out[i] = n.nid
+	}
+	return out
+}
+
+// PID returns the node's LNet process id.
+func (ln *LNet) PID() uint32 { return ln.pid }
+
+// Incarnation returns the value that identifies this start of the node to
+// its peers.
+func (ln *LNet) Incarnation() uint64 { return ln.incarnation }
+
+// Config returns the configuration LNet runs with, defaults applied and
+// the current transaction timeout.
+func (ln *LNet) Config() Config {
+	c := ln.cfg
+	c.TransactionTimeout = ln.TransactionTimeout()
+	c.Networks = slices.Clone(c.Networks)
+	return c
+}
+
+// TransactionTimeout returns the current transaction timeout.
+func (ln *LNet) TransactionTimeout() time.Duration { return time.Duration(ln.timeout.Load()) }
+
+// SetTransactionTimeout changes the transaction timeout of operations
+// started from now on (lnetctl set transaction_timeout). d <= 0 restores
+// DefaultTransactionTimeout.
+func (ln *LNet) SetTransactionTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultTransactionTimeout
+	}
+	ln.timeout.Store(int64(d))
+}
+
+// isLocal reports whether nid is one of this node's NIDs.
+func (ln *LNet) isLocal(nid wire.NID) bool {
+	_, ok := ln.niByNID[nid]
+	return ok
+}
+
+// Close shuts LNet down: new operations fail with ErrShutdown, messages
+// waiting for credits are failed with ErrShutdown, every NI is shut down
+// (its driver fails what it still holds with ErrShutdown), and every PUT or
+// GET still awaiting its ACK or REPLY gets that event with ErrShutdown. MDs
+// stay as they are and raise no more events. Close returns once the drivers
+// have stopped, or with ctx's error if they do not stop in time; later
+// calls return the first call's result.
+func (ln *LNet) Close(ctx context.Context) error {
+	ln.closeOnce.Do(func() { ln.closeErr = ln.close(ctx) })
+	return ln.closeErr
+}
+
+func (ln *LNet) close(ctx context.Context) error {
+	ln.res.Lock()
+	ln.res.closed = true
+	ln.res.Unlock()
+
+	// Stop handing messages to the LNDs and take back every message still
+	// waiting for credits.
+	ln.net.Lock()
+	ln.net.closed = true
+	for _, n := range ln.nis {
+		for n.sending {
+			ln.net.idle.Wait()
+		}
+	}
+	var failed []*msg
+	for _, n := range ln.nis {
+		for _, m := range n.ready {
+			failed = append(failed, m)
+			ln.returnCreditsLocked(m, nil)
+		}
+		n.ready = nil
+		for n.txq.n > 0 {
+			m := n.txq.head
+			ln.unqueueLocked(m, nil)
+			failed = append(failed, m)
+		}
+		if n.spaceCh != nil {
+			close(n.spaceCh)
+			n.spaceCh = nil
+		}
+	}
+	for _, lp := range ln.net.peers {
+		for lp.txq.n > 0 {
+			m := lp.txq.head
+			ln.unqueueLocked(m, nil)
+			failed = append(failed, m)
+		}
+	}
+	ln.net.Unlock()
+	for _, m := range failed {
+		ln.completeSend(m, ErrShutdown)
+	}
+
+	// Shut the NIs down, lo last.
+	var errs []error
+	for i := len(ln.nis) - 1; i >= 0; i-- {
+		n := ln.nis[i]
+		ln.net.Lock()
+		lnd := n.lnd
+		ln.net.Unlock()
+		if lnd == nil {
+			continue
+		}
+		if err := lnd.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("lnet: shut down NI %v: %w", n.nid, err))
+		}
+	}
+
+	// Nothing will answer what is still awaited.
+	var d dispatchList
+	ln.res.Lock()
+	for _, m := range ln.res.pending {
+		ln.respFailLocked(m, ErrShutdown, &d)
+	}
+	ln.res.Unlock()
+	ln.dispatch(d, false)
+
+	ln.timer.stop()
+	if ln.collector != nil {
+		ln.cfg.Registerer.Unregister(ln.collector)
+	}
+	ln.log.Info("LNet shut down")
+	return errors.Join(errs...)
+}
+
+// niHost is the Host LNet gives the driver of one NI.
+type niHost struct {
+	ln *LNet
+	ni *ni
+}
+
+var _ Host = (*niHost)(nil)
+
+// Parse implements Host.
+func (h *niHost) Parse(hdr *wire.Header, from wire.NID, rx Rx) error {
+	return h.ln.parse(h.ni, hdr, from, rx)
+}
+
+// Finalize implements Host.
+func (h *niHost) Finalize(msg *Msg, err error) { h.ln.finalize(h.ni, msg, err) }
+
+// PeerEvent implements Host.
+func (h *niHost) PeerEvent(peer wire.NID, ev PeerEvent) { h.ln.peerEvent(h.ni, peer, ev) }
