@@ -25,6 +25,27 @@ const (
 	DefaultCredits = 256
 	// DefaultPeerCredits is how many sends one peer NI has in flight at most.
 	DefaultPeerCredits = 8
+	// DefaultHealthSensitivity is how much one failure lowers the health of
+	// an NI or peer NI, out of 1000 (lnet_health_sensitivity).
+	DefaultHealthSensitivity = 100
+	// DefaultRecoveryInterval is how often NIs and peer NIs below full
+	// health are pinged to see whether they work again
+	// (lnet_recovery_interval).
+	DefaultRecoveryInterval = time.Second
+	// DefaultRouterCheckInterval is how often each gateway is pinged.
+	DefaultRouterCheckInterval = 5 * time.Second
+	// DefaultRouterPingTimeout is how long a ping (of a gateway, a
+	// recovering interface or a peer being discovered) may go unanswered
+	// before it counts as failed (router_ping_timeout).
+	DefaultRouterPingTimeout = 10 * time.Second
+	// DefaultRouterBuffers is how many MTU-size buffers a router forwards
+	// through at once (large_router_buffers).
+	DefaultRouterBuffers = 256
+	// DefaultPeerAge is how long a peer with nothing in flight stays known
+	// after its last traffic.
+	DefaultPeerAge = 10 * time.Minute
+	// DefaultMaxPeers bounds the peer table.
+	DefaultMaxPeers = 16384
 )
 
 // Config configures one LNet instance. Start from DefaultConfig.
@@ -47,6 +68,49 @@ type Config struct {
 	// it is reached, Put and Get block until a message leaves the queue or
 	// their context ends. 0 means four times the NI's credits.
 	MaxWaiting int
+	// Routes are the routes to remote networks configured at startup
+	// (Lustre's "routes=" module parameter); more can be added with
+	// (*LNet).AddRoute. Each gateway must be on a network of this node.
+	Routes []Route
+	// Routing makes this node a router: it forwards messages addressed to
+	// other nodes between its networks (Lustre's "forwarding=enabled").
+	// Without it such messages are dropped and counted.
+	Routing bool
+	// RouterBuffers is how many MTU-size buffers a router forwards payloads
+	// through; a message waits for one before its payload is read off the
+	// network, which stalls the connection it came on (back-pressure).
+	// Messages without payload need none. 0 means DefaultRouterBuffers.
+	// Buffers are allocated when first needed and kept.
+	RouterBuffers int
+	// RouterCheckInterval is how often each gateway of a route is pinged; 0
+	// means DefaultRouterCheckInterval.
+	RouterCheckInterval time.Duration
+	// RouterPingTimeout bounds every ping LNet sends on its own (gateway
+	// liveness, health recovery, automatic discovery): unanswered by then,
+	// the ping has failed. 0 means DefaultRouterPingTimeout.
+	RouterPingTimeout time.Duration
+	// HealthSensitivity is how much one failed send lowers the health of the
+	// NI or peer NI at fault, out of 1000; a success raises it back by as
+	// much. 0 means DefaultHealthSensitivity; negative turns health off
+	// (nothing is ever lowered, so nothing is recovered either).
+	HealthSensitivity int
+	// RecoveryInterval is how often NIs and peer NIs below full health are
+	// pinged, and how often the NIs' links are checked; 0 means
+	// DefaultRecoveryInterval.
+	RecoveryInterval time.Duration
+	// DisableDiscovery stops LNet from pinging a peer the first time it
+	// sends to it to learn its other NIDs (lnetctl set discovery 0).
+	// Discover still works.
+	DisableDiscovery bool
+	// PeerAge is how long a peer with nothing queued, no credits out and no
+	// traffic stays in the peer table (never less than the transaction
+	// timeout); 0 means DefaultPeerAge.
+	PeerAge time.Duration
+	// MaxPeers bounds the peer NIs LNet knows (every NID of another node it
+	// has sent to, heard from or discovered). At the bound, a message that
+	// needs a new one fails with ErrPeerTableFull (or is dropped, if it
+	// came in) until idle peers age out. 0 means DefaultMaxPeers.
+	MaxPeers int
 	// Logger receives LNet's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer, if not nil, receives LNet's metrics (see Stats); they are
@@ -74,9 +138,16 @@ type NetConfig struct {
 // DefaultConfig returns a configuration with only 0@lo and Lustre's defaults.
 func DefaultConfig() Config {
 	return Config{
-		PID:                wire.PIDLustre,
-		TransactionTimeout: DefaultTransactionTimeout,
-		RetryCount:         DefaultRetryCount,
+		PID:                 wire.PIDLustre,
+		TransactionTimeout:  DefaultTransactionTimeout,
+		RetryCount:          DefaultRetryCount,
+		RouterBuffers:       DefaultRouterBuffers,
+		RouterCheckInterval: DefaultRouterCheckInterval,
+		RouterPingTimeout:   DefaultRouterPingTimeout,
+		HealthSensitivity:   DefaultHealthSensitivity,
+		RecoveryInterval:    DefaultRecoveryInterval,
+		PeerAge:             DefaultPeerAge,
+		MaxPeers:            DefaultMaxPeers,
 	}
 }
 
@@ -88,6 +159,21 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWaiting < 0 {
 		return fmt.Errorf("%w: config: max waiting %d is negative", ErrInvalid, c.MaxWaiting)
+	}
+	switch {
+	case c.RouterBuffers < 0:
+		return fmt.Errorf("%w: config: router buffers %d is negative", ErrInvalid, c.RouterBuffers)
+	case c.MaxPeers < 0:
+		return fmt.Errorf("%w: config: max peers %d is negative", ErrInvalid, c.MaxPeers)
+	case c.HealthSensitivity > healthMax:
+		return fmt.Errorf("%w: config: health sensitivity %d over %d", ErrInvalid, c.HealthSensitivity, healthMax)
+	case c.RouterCheckInterval < 0, c.RouterPingTimeout < 0, c.RecoveryInterval < 0, c.PeerAge < 0:
+		return fmt.Errorf("%w: config: negative interval", ErrInvalid)
+	}
+	for _, r := range c.Routes {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 	}
 	seen := map[netip.Addr]wire.Net{}
 	for _, n := range c.Networks {
@@ -133,6 +219,29 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryCount < 0 {
 		c.RetryCount = 0
+	}
+	if c.RouterBuffers == 0 {
+		c.RouterBuffers = DefaultRouterBuffers
+	}
+	if c.RouterCheckInterval == 0 {
+		c.RouterCheckInterval = DefaultRouterCheckInterval
+	}
+	if c.RouterPingTimeout == 0 {
+		c.RouterPingTimeout = DefaultRouterPingTimeout
+	}
+	if c.HealthSensitivity == 0 {
+		c.HealthSensitivity = DefaultHealthSensitivity
+	} else if c.HealthSensitivity < 0 {
+		c.HealthSensitivity = -1
+	}
+	if c.RecoveryInterval == 0 {
+		c.RecoveryInterval = DefaultRecoveryInterval
+	}
+	if c.PeerAge == 0 {
+		c.PeerAge = DefaultPeerAge
+	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = DefaultMaxPeers
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -14,19 +14,26 @@
 //     receives (Event).
 //   - Peers and their peer NIs, the per-NI and per-peer-NI send credits, the
 //     bounded queues of messages waiting for credits, and path selection
-//     (by health, then credits, then round robin).
+//     (by health, then credits, then round robin) over every NI of the node
+//     and every NID of the peer (multi-rail).
+//   - Ping and discovery: every node answers GETs on PingPortal with its
+//     wire.PingInfo; Ping and Discover ask for it, and the first send to a
+//     peer discovers it in the background.
+//   - Health: of each NI and peer NI, lowered by failures, raised by
+//     traffic, and recovered by pings (one housekeeping goroutine).
+//   - Routing: the route table and its gateways' liveness (route.go), and,
+//     on a node with Config.Routing, forwarding through a bounded pool of
+//     router buffers (router.go).
 //   - Transaction timeouts, on one timer goroutine for all messages.
 //   - The Host side of the LND contract (lnd.go): Parse matches incoming
-//     messages and has the LND move payloads straight into the matched MD,
-//     Finalize returns credits and raises SEND events, PeerEvent fails the
-//     operations a restarted peer will never answer.
-//   - Statistics (Stats) and Prometheus metrics.
+//     messages and has the LND move payloads straight into the matched MD
+//     (or a router buffer), Finalize returns credits, records health and
+//     raises SEND events, PeerEvent fails the operations a restarted peer
+//     will never answer.
+//   - Statistics (Stats, Peers, Routes) and Prometheus metrics.
 //
 // It does not own sockets, connections or wire bytes (the LNDs and
-// lnet/wire do), nor what the bytes mean (PtlRPC does). Routing, peer
-// discovery and health-driven multi-rail retries build on the seams in
-// peer.go (peer with several peer NIs, selectPathLocked, pick,
-// healthLocked) and parse.go (the "not ours" case, initiatorOf).
+// lnet/wire do), nor what the bytes mean (PtlRPC does).
 //
 // # Example
 //
@@ -71,15 +78,18 @@
 //
 // # Concurrency and locking
 //
-// Every method of LNet is safe for concurrent use. Inside, three mutexes:
+// Every method of LNet is safe for concurrent use. Inside, three main
+// mutexes:
 //
 //   - LNet.res (resources): portals, match entries, MDs, the transactions
 //     awaiting ACK/REPLY, and each MD's queue of undelivered events.
 //   - LNet.net (network): NI and peer NI credits, credit queues, peers,
-//     selection state.
+//     health, discovery state, routes and gateways, selection state.
 //   - timer.mu: the deadline heap; a leaf.
 //
 // res and net are never held together; timer.mu may be taken under either.
+// Two more leaves are taken under neither: the router buffer pool's and the
+// one guarding the ping buffer's handle.
 // No lock is held while calling an LND (Send, Shutdown) or an event
 // handler. An LND may call Finalize and PeerEvent from any goroutine,
 // including from inside Send; it should call Parse from its own receive
@@ -120,9 +130,85 @@
 //
 // Each PUT with ACK and each GET is a transaction that must finish within
 // Config.TransactionTimeout; otherwise its ACK or REPLY event is raised with
-// ErrTimeout and whatever arrives later is dropped. A send that fails on the
-// connection (ErrConnReset, ErrPeerUnreachable) is retried up to
-// Config.RetryCount times within that time. When an LND reports that a peer
-// restarted, the transactions whose message already reached the old
-// instance fail at once with ErrPeerRestarted.
+// ErrTimeout and whatever arrives later is dropped. A send the LND fails
+// with ErrConnReset, ErrPeerUnreachable, ErrTimeout or ErrLocalNI lowers
+// the health of the peer NI or NI at fault (below) and is sent again, on the
+// path selection now prefers, up to Config.RetryCount times within that
+// time; ACKs and REPLYs are not resent (the initiator's timeout covers
+// them). When an LND reports that a peer restarted, the transactions whose
+// message already reached the old instance fail at once with
+// ErrPeerRestarted.
+//
+// # Multi-rail, health and discovery
+//
+// A node may have several NIs on one net (tcp(eth0,eth1)), and a peer is
+// one node known by all its NIDs. Discovery learns them: Discover pings a
+// NID (a GET of the peer's wire.PingInfo on PingPortal, answered by its
+// LNet) and records every NID the answer lists under one peer whose
+// primary NID is the one pinged; LNet does the same in the background the
+// first time it sends to a peer (at most 64 such pings at a time; off with
+// Config.DisableDiscovery), if the peer advertises multi-rail. Incoming
+// operations from a discovered peer carry its primary NID as
+// Event.Initiator, whichever rail they came by.
+//
+// Each send picks its local NI among those on the destination's net and its
+// peer NI among the peer's NIDs on that net: the healthiest, then the one
+// with the most credits, then the one picked longest ago. The header keeps
+// the NID the caller addressed; the message goes to the chosen peer NI.
+// ACKs and REPLYs go back exactly the way the request came (to the NID it
+// came from, from the NI it came in on).
+//
+// Health starts at 1000 for every NI and peer NI (Lustre's LNet health,
+// with Config.HealthSensitivity s, default 100):
+//
+//   - a send the LND completed raises its NI by s; a message received
+//     raises the NI it came in on and the peer NI it came from by s (only
+//     hearing from a peer NI proves it works);
+//   - ErrLocalNI lowers the NI by s; ErrConnReset, ErrPeerUnreachable and
+//     ErrTimeout lower the peer NI by s, and so does an ACK or REPLY that
+//     never came for a message that left (a remote timeout);
+//   - an NI whose OS interface is down (checked every
+//     Config.RecoveryInterval) ranks below all others until it is back, and
+//     our ping answers say it is down.
+//
+// NIs and peer NIs below 1000 are pinged every Config.RecoveryInterval
+// (default 1s; a local NI through a peer on its net, a peer NI on exactly
+// its NID), and climb back as the replies come in. A PeerUp or
+// PeerRestarted from the LND (a handshake went both ways) restores a peer
+// NI at once. All this runs on one housekeeping goroutine owned by LNet;
+// pings are asynchronous GETs, so it never waits on the network.
+//
+// # Routing
+//
+// A destination on a net where this node has no NI (and whose peer shows
+// no NID on one) is reached through a route (Config.Routes, AddRoute): the
+// message keeps the final destination in its header and goes to the
+// gateway, chosen among the routes to that net that are up by lowest
+// priority value, then fewest hops, then round robin. Each gateway is
+// pinged every Config.RouterCheckInterval; one that does not answer within
+// Config.RouterPingTimeout, answers that it does not route, or fails a
+// send, takes its routes down until a ping succeeds. With every route down
+// a send fails with ErrNoRoute.
+//
+// A node with Config.Routing forwards what it receives for others: the
+// payload goes into one of Config.RouterBuffers MTU-size buffers, and the
+// message goes on with its header unchanged (source and destination NID
+// and pid, cookies, match bits), directly if the router has an NI on the
+// destination's net, else through a route of its own, never back to the
+// neighbour it came from. A message that finds no buffer free waits without
+// its payload being read, which stalls the connection it came on: a
+// router's memory is bounded and a fast sender is slowed to what the far
+// side takes. A node without Routing drops such messages and counts them
+// (Stats.Router). ACKs and REPLYs find their way back because they are
+// addressed to the initiator's NID.
+//
+// # Bounded tables
+//
+// Nothing grows with load. The peer table holds at most Config.MaxPeers
+// peer NIs: a message that needs one more fails with ErrPeerTableFull (or
+// is dropped, if it came in), with a log line at most once a second; peers
+// with nothing in flight and no traffic for Config.PeerAge are dropped.
+// Routes and gateways are what the administrator configured. Credit queues
+// are bounded (Config.MaxWaiting), as are router buffers, discovery and
+// recovery pings.
 package lnet

@@ -16,9 +16,14 @@ var (
 	ErrInvalid = errors.New("lnet: invalid argument")
 	// ErrMsgSize: a PUT payload or GET sink is longer than wire.MTU.
 	ErrMsgSize = errors.New("lnet: message longer than the MTU")
-	// ErrNoRoute: the target is on no network this node is on and routing
-	// is not configured.
+	// ErrNoRoute: the target is on no network this node is on, and no
+	// route to its network is up (or none is configured); also what
+	// DelRoute returns when no route matched.
 	ErrNoRoute = errors.New("lnet: no route")
+	// ErrPeerTableFull: the message needs a peer LNet does not know yet and
+	// the peer table holds Config.MaxPeers peer NIs; idle peers age out
+	// after Config.PeerAge.
+	ErrPeerTableFull = errors.New("lnet: peer table full")
 	// ErrDropped wraps every error Host.Parse returns for a message it
 	// refused: no match entry, a late or stale ACK/REPLY, a message for
 	// another node or process. Drops are routine on a busy network (late

@@ -54,6 +54,9 @@ type fabric struct {
 	fail   []error       // errors for the next sends, in order
 	late   time.Duration // delay between delivery and the sender's Finalize
 	after  []error       // errors to finalize the next delivered PUTs with
+	// railFail fails every send to or from a NID (a broken rail) with its
+	// error, without delivering it.
+	railFail map[wire.NID]error
 }
 
 var fab = &fabric{nis: map[wire.NID]*fakeNI{}}
@@ -104,6 +107,29 @@ func (f *fabric) nextFailure() error {
 	return err
 }
 
+// setRail breaks (err != nil) or mends (nil) the rail of nid.
+func (f *fabric) setRail(nid wire.NID, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.railFail == nil {
+		f.railFail = map[wire.NID]error{}
+	}
+	if err == nil {
+		delete(f.railFail, nid)
+	} else {
+		f.railFail[nid] = err
+	}
+}
+
+func (f *fabric) railError(from, to wire.NID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.railFail[from]; err != nil {
+		return err
+	}
+	return f.railFail[to]
+}
+
 func (f *fabric) lateness() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -120,18 +146,17 @@ type fakeNI struct {
 	closed bool
 	links  map[wire.NID]*fakeLink
 	wg     sync.WaitGroup
-	peers  sync.Map // wire.NID -> uint64: incarnation last seen from a sender
+	peers  sync.Map // wire.NID -> uint64: incarnation last seen of a peer, either way
 	sends  atomic.Int64
 }
 
 type fakeLink struct {
-	from    *fakeNI
-	to      wire.NID
-	mu      sync.Mutex
-	q       []*lnet.Msg
-	closed  bool
-	wake    chan struct{}
-	peerInc uint64 // incarnation of the destination this link last saw
+	from   *fakeNI
+	to     wire.NID
+	mu     sync.Mutex
+	q      []*lnet.Msg
+	closed bool
+	wake   chan struct{}
 }
 
 func (n *fakeNI) Tunables() lnet.Tunables { return n.tun }
@@ -235,18 +260,23 @@ func (l *fakeLink) deliver(m *lnet.Msg) {
 		l.from.host.Finalize(m, err)
 		return
 	}
+	if err := fab.railError(l.from.nid, l.to); err != nil {
+		l.from.host.Finalize(m, err)
+		return
+	}
 	dst := fab.lookup(l.to)
 	if dst == nil {
 		l.from.host.Finalize(m, lnet.ErrPeerUnreachable)
 		return
 	}
-	// The "hello": report a new or restarted peer before delivering.
-	if l.peerInc != dst.inc {
+	// The "hello": report a new or restarted peer before delivering. Each
+	// NI keeps one record per peer NID, whichever direction taught it, as
+	// socklnd keeps one incarnation per peer.
+	if old, ok := l.from.peers.Swap(dst.nid, dst.inc); !ok || old.(uint64) != dst.inc {
 		ev := lnet.PeerUp
-		if l.peerInc != 0 {
+		if ok {
 			ev = lnet.PeerRestarted
 		}
-		l.peerInc = dst.inc
 		l.from.host.PeerEvent(dst.nid, ev)
 	}
 	if old, ok := dst.peers.Swap(l.from.nid, l.from.inc); ok && old.(uint64) != l.from.inc {

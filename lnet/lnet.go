@@ -29,6 +29,13 @@ type LNet struct {
 	nis     []*ni // nis[0] is 0@lo
 	lo      *ni
 	niByNID map[wire.NID]*ni
+	byNet   map[wire.Net][]*ni // the NIs of each net but lo, in configuration order
+
+	rtr rtrPool  // router buffers (router.go)
+	rec recovery // the housekeeping goroutine (recovery.go)
+
+	pingMu sync.Mutex
+	pingMD MDHandle // the MD answering pings; guarded by pingMu
 
 	// res guards the resources: what incoming messages are matched against
 	// and what outgoing ones wait on (lnet_res_lock).
@@ -39,6 +46,7 @@ type LNet struct {
 		mds        map[uint64]*md  // by cookie
 		pending    map[uint64]*msg // PUTs awaiting ACK and GETs awaiting REPLY, by wire cookie
 		nextCookie uint64          // last cookie handed out (MDs and pending share the space)
+		internal   int             // MDs LNet made for itself (ping buffer, ping sinks)
 		evCond     sync.Cond       // signalled when an MD's event backlog shrinks
 		evWaiters  int             // goroutines waiting on evCond
 	}
@@ -49,9 +57,25 @@ type LNet struct {
 	net struct {
 		sync.Mutex
 		closed bool
-		peers  map[wire.NID]*peerNI // every peer NI, by NID
+		peers  map[wire.NID]*peerNI // every peer NI, by NID; at most Config.MaxPeers
 		idle   sync.Cond            // signalled when an NI stops sending, once closed
 		selSeq uint64               // selection clock, for round robin
+		// recovery holds the peer NIs below full health, to be pinged.
+		recovery map[*peerNI]struct{}
+		// discovering counts the automatic discovery pings in flight.
+		discovering int
+		// routes are the routes by remote net; nroutes counts them.
+		routes  map[wire.Net][]*route
+		nroutes int
+		// gateways are the gateways of the routes, by NID.
+		gateways map[wire.NID]*gateway
+		// sweep numbers the passes over the peers (aging, listing), so each
+		// peer is looked at once per pass.
+		sweep uint64
+		// peersRefused counts peer NIs refused for a full table;
+		// fullLogged is when that was last logged.
+		peersRefused uint64
+		fullLogged   time.Time
 	}
 
 	timer     timer
@@ -82,6 +106,12 @@ type ni struct {
 	sending    bool   // a goroutine is handing ready messages to the LND
 	health     int
 	seq        uint64 // selection round-robin: bumped each time the NI is picked
+	// linkDown is set while the OS interface of the NI is down.
+	linkDown bool
+	// recovering is set while a recovery ping goes through the NI;
+	// nextRecovery is when the next may.
+	recovering   bool
+	nextRecovery time.Time
 }
 
 // niCounters are an NI's statistics, updated without locks.
@@ -130,7 +160,9 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 		retryCount:  cfg.RetryCount,
 		cfg:         cfg,
 		niByNID:     map[wire.NID]*ni{},
+		byNet:       map[wire.Net][]*ni{},
 	}
+	ln.rtr.max = cfg.RouterBuffers
 	ln.timeout.Store(int64(cfg.TransactionTimeout))
 	ln.res.portals = map[uint32]*portal{}
 	ln.res.mds = map[uint64]*md{}
@@ -138,6 +170,9 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 	ln.res.evCond.L = &ln.res.Mutex
 	ln.net.peers = map[wire.NID]*peerNI{}
 	ln.net.idle.L = &ln.net.Mutex
+	ln.net.recovery = map[*peerNI]struct{}{}
+	ln.net.routes = map[wire.Net][]*route{}
+	ln.net.gateways = map[wire.NID]*gateway{}
 
 	drivers := make([]Driver, len(specs))
 	for i, s := range specs {
@@ -151,6 +186,9 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 		n.setTunablesLocked(s.tun.withDefaults(), cfg.MaxWaiting)
 		ln.nis = append(ln.nis, n)
 		ln.niByNID[n.nid] = n
+		if n.nid.Net.Type != wire.LO {
+			ln.byNet[n.nid.Net] = append(ln.byNet[n.nid.Net], n)
+		}
 	}
 	ln.lo = ln.nis[0]
 	ln.timer.start(ln)
@@ -177,6 +215,25 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 		ln.net.Unlock()
 		ln.drain(n) // anything an early incoming message made us send
 		ln.log.Info("NI up", "nid", n.nid, "interface", n.iface, "credits", n.tun.Credits, "peer_credits", n.tun.PeerCredits)
+	}
+	fail := func(err error) (*LNet, error) {
+		ln.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	for _, r := range cfg.Routes {
+		if err := ln.AddRoute(r); err != nil {
+			return fail(fmt.Errorf("lnet: config: %w", err))
+		}
+	}
+	if len(ln.nis) > 1 {
+		ln.checkLinks(osLinks())
+	}
+	if err := ln.refreshPingMD(); err != nil {
+		return fail(err)
+	}
+	ln.startRecovery()
+	if cfg.Routing {
+		ln.log.Info("routing enabled", "router_buffers", cfg.RouterBuffers)
 	}
 	if cfg.Registerer != nil {
 		c := newCollector(ln)
@@ -236,6 +293,7 @@ func (ln *LNet) Config() Config {
 	c := ln.cfg
 	c.TransactionTimeout = ln.TransactionTimeout()
 	c.Networks = slices.Clone(c.Networks)
+	c.Routes = slices.Clone(c.Routes)
 	return c
 }
 
@@ -274,6 +332,17 @@ func (ln *LNet) close(ctx context.Context) error {
 	ln.res.Lock()
 	ln.res.closed = true
 	ln.res.Unlock()
+	ln.stopRecovery()
+
+	// Messages waiting for a router buffer are drained and dropped; their
+	// connections' readers are waiting for that.
+	for _, f := range ln.rtr.close() {
+		go func() {
+			defer ln.rtr.resumed.Done()
+			f.rx.Recv(nil, 0)
+			ln.forwardDrop(f, "shutting down", nil)
+		}()
+	}
 
 	// Stop handing messages to the LNDs and take back every message still
 	// waiting for credits.
@@ -337,6 +406,7 @@ func (ln *LNet) close(ctx context.Context) error {
 	ln.res.Unlock()
 	ln.dispatch(d, false)
 
+	ln.rtr.resumed.Wait()
 	ln.timer.stop()
 	if ln.collector != nil {
 		ln.cfg.Registerer.Unregister(ln.collector)

@@ -87,6 +87,18 @@ func stats(ln *lnet.LNet, nid wire.NID) lnet.NIStats {
 	return n
 }
 
+// exact adds to mod what tests that count messages need: no automatic
+// discovery pings and no health recovery pings.
+func exact(mod func(*lnet.Config)) func(*lnet.Config) {
+	return func(c *lnet.Config) {
+		c.DisableDiscovery = true
+		c.HealthSensitivity = -1
+		if mod != nil {
+			mod(c)
+		}
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -108,7 +120,7 @@ func TestBackPressure(t *testing.T) {
 		c.Networks[0].Tunables = lnet.Tunables{Credits: 4, PeerCredits: 2}
 		c.MaxWaiting = 5
 	}
-	a, b := startFake(t, tun), startFake(t, tun)
+	a, b := startFake(t, exact(tun)), startFake(t, exact(tun))
 	got := newRecorder()
 	if _, err := b.Attach(1, lnet.AnyProcess, 0, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpPut | lnet.MDManageRemote, Handler: got.handler}); err != nil {
 		t.Fatal(err)
@@ -176,7 +188,7 @@ func TestQueuedTimeout(t *testing.T) {
 	fabricUsers.Lock()
 	defer fabricUsers.Unlock()
 	tun := func(c *lnet.Config) { c.Networks[0].Tunables = lnet.Tunables{Credits: 4, PeerCredits: 1} }
-	a, b := startFake(t, tun), startFake(t, tun)
+	a, b := startFake(t, exact(tun)), startFake(t, exact(tun))
 	a.SetTransactionTimeout(100 * time.Millisecond)
 	resume := fab.pause()
 	defer resume()
@@ -285,7 +297,7 @@ func TestAnswerBeforeFailedSend(t *testing.T) {
 func TestResend(t *testing.T) {
 	fabricUsers.Lock()
 	defer fabricUsers.Unlock()
-	a, b := startFake(t, nil), startFake(t, nil)
+	a, b := startFake(t, exact(nil)), startFake(t, exact(nil))
 	got := newRecorder()
 	if _, err := b.Attach(1, lnet.AnyProcess, 0, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpPut | lnet.MDManageRemote, Handler: got.handler}); err != nil {
 		t.Fatal(err)
@@ -331,7 +343,7 @@ func TestClose(t *testing.T) {
 	fabricUsers.Lock()
 	defer fabricUsers.Unlock()
 	tun := func(c *lnet.Config) { c.Networks[0].Tunables = lnet.Tunables{Credits: 4, PeerCredits: 1} }
-	a, b := startFake(t, tun), startFake(t, tun)
+	a, b := startFake(t, exact(tun)), startFake(t, exact(tun))
 	// A GET that b never answers.
 	g := newRecorder()
 	gh, _ := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: 1, Handler: g.handler})
@@ -375,7 +387,7 @@ func TestClose(t *testing.T) {
 // TestMultiRail: two NIs on one net share the sends to a peer round robin.
 func TestMultiRail(t *testing.T) {
 	n1, n2 := newFakeNID(), newFakeNID()
-	a := startFake(t, nil, n1, n2)
+	a := startFake(t, exact(nil), n1, n2)
 	b := startFake(t, nil)
 	if got := a.NIDs(); len(got) != 3 || got[0] != wire.LoNID || got[1] != n1 || got[2] != n2 {
 		t.Fatalf("NIDs %v", got)
@@ -424,7 +436,7 @@ func TestNoRoute(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a := startFake(t, func(c *lnet.Config) { c.Registerer = reg })
+	a := startFake(t, exact(func(c *lnet.Config) { c.Registerer = reg }))
 	b := startFake(t, nil)
 	r := newRecorder()
 	h, _ := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, 100)}, Threshold: 1, Handler: r.handler})

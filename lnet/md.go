@@ -123,7 +123,8 @@ type md struct {
 	user      any
 	me        *me // nil for a bound (free-floating) MD
 	bound     bool
-	threshold int // protected by LNet.res; remaining operations or ThresholdInfinite
+	internal  bool // made by LNet for itself (ping buffer, ping sink); not in Stats.MDs
+	threshold int  // protected by LNet.res; remaining operations or ThresholdInfinite
 
 	// Protected by LNet.res.
 	offset      int     // local offset for non-MANAGE_REMOTE MDs
@@ -263,7 +264,7 @@ func checkMD(d *MD, attach bool) (int, error) {
 }
 
 // newMDLocked makes an MD live and gives it a cookie.
-func (ln *LNet) newMDLocked(d *MD, length int) *md {
+func (ln *LNet) newMDLocked(d *MD, length int, internal bool) *md {
 	ln.res.nextCookie++
 	m := &md{
 		cookie:    ln.res.nextCookie,
@@ -273,8 +274,12 @@ func (ln *LNet) newMDLocked(d *MD, length int) *md {
 		options:   d.Options,
 		handler:   d.Handler,
 		user:      d.User,
+		internal:  internal,
 	}
 	ln.res.mds[m.cookie] = m
+	if internal {
+		ln.res.internal++
+	}
 	return m
 }
 
@@ -287,6 +292,10 @@ func (ln *LNet) newMDLocked(d *MD, length int) *md {
 // with its MD. Attach is safe for concurrent use; it fails with ErrInvalid
 // for a bad MD and ErrShutdown after Close.
 func (ln *LNet) Attach(portalIndex uint32, src wire.ProcessID, match, ignore uint64, pos Position, d MD) (MDHandle, error) {
+	return ln.attach(portalIndex, src, match, ignore, pos, d, false)
+}
+
+func (ln *LNet) attach(portalIndex uint32, src wire.ProcessID, match, ignore uint64, pos Position, d MD, internal bool) (MDHandle, error) {
 	length, err := checkMD(&d, true)
 	if err != nil {
 		return MDHandle{}, err
@@ -304,7 +313,7 @@ func (ln *LNet) Attach(portalIndex uint32, src wire.ProcessID, match, ignore uin
 		p = &portal{index: portalIndex}
 		ln.res.portals[portalIndex] = p
 	}
-	m := ln.newMDLocked(&d, length)
+	m := ln.newMDLocked(&d, length, internal)
 	e := &me{src: src, match: match, ignore: ignore, md: m}
 	m.me = e
 	p.insert(e, pos)
@@ -315,7 +324,9 @@ func (ln *LNet) Attach(portalIndex uint32, src wire.ProcessID, match, ignore uin
 // its Options only MDTruncate matters: with it, a REPLY longer than the MD
 // delivers what fits instead of being dropped. Bind is safe for concurrent
 // use; it fails with ErrInvalid for a bad MD and ErrShutdown after Close.
-func (ln *LNet) Bind(d MD) (MDHandle, error) {
+func (ln *LNet) Bind(d MD) (MDHandle, error) { return ln.bind(d, false) }
+
+func (ln *LNet) bind(d MD, internal bool) (MDHandle, error) {
 	length, err := checkMD(&d, false)
 	if err != nil {
 		return MDHandle{}, err
@@ -325,7 +336,7 @@ func (ln *LNet) Bind(d MD) (MDHandle, error) {
 	if ln.res.closed {
 		return MDHandle{}, ErrShutdown
 	}
-	m := ln.newMDLocked(&d, length)
+	m := ln.newMDLocked(&d, length, internal)
 	m.bound = true
 	return m.handle(), nil
 }
@@ -361,6 +372,9 @@ func (ln *LNet) unlinkLocked(m *md, d *dispatchList) {
 	}
 	m.dead = true
 	delete(ln.res.mds, m.cookie)
+	if m.internal {
+		ln.res.internal--
+	}
 	if e := m.me; e != nil && e.portal != nil {
 		p := e.portal
 		p.remove(e)

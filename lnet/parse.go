@@ -8,41 +8,59 @@ import (
 )
 
 // parse is Host.Parse (lnet_parse): it checks the header, finds where the
-// message lands, and has the LND move the payload there.
+// message lands (or, on a router, where it goes next), and has the LND
+// move the payload there.
 func (ln *LNet) parse(via *ni, hdr *wire.Header, from wire.NID, rx Rx) error {
 	if hdr == nil {
 		return ln.drop(via, nil, rx, "no header")
 	}
 	via.counters.recvCount.Add(1)
 	via.counters.recvBytes.Add(uint64(hdr.PayloadLen))
-	ln.net.Lock()
-	if !ln.net.closed && !from.IsZero() {
-		lp := ln.peerNILocked(from, via)
-		lp.recvCount++
-		lp.recvBytes += uint64(hdr.PayloadLen)
-	}
-	ln.net.Unlock()
 
 	switch {
 	case ln.closing():
 		return ln.drop(via, hdr, rx, "shutting down")
 	case hdr.Type == wire.MsgHello || !hdr.Type.Known():
 		return ln.drop(via, hdr, rx, "not an LNet message type")
-	case !ln.isLocal(hdr.DstNID):
-		// A router would forward it; routing is not configured.
-		return ln.drop(via, hdr, rx, "destination is not one of our NIDs")
-	case hdr.DstPID != ln.pid:
-		return ln.drop(via, hdr, rx, fmt.Sprintf("destination pid %d is not ours (%d)", hdr.DstPID, ln.pid))
 	case via != ln.lo && (hdr.SrcNID.Net.Type == wire.LO || from.Net.Type == wire.LO):
 		return ln.drop(via, hdr, rx, "loopback source on a network NI")
 	case via == ln.lo && from != wire.LoNID:
 		return ln.drop(via, hdr, rx, "non-loopback neighbour on 0@lo")
 	}
+	// Hearing from a neighbour is the sure sign that it, and the NI it
+	// came in on, work.
+	ln.net.Lock()
+	src := ln.initiatorLocked(hdr)
+	if !ln.net.closed && !from.IsZero() {
+		lp, err := ln.peerNILocked(from)
+		if err != nil {
+			ln.net.Unlock()
+			return ln.drop(via, hdr, rx, err.Error())
+		}
+		lp.recvCount++
+		lp.recvBytes += uint64(hdr.PayloadLen)
+		lp.lastActive = time.Now()
+		ln.raisePeerNILocked(lp)
+		ln.raiseNILocked(via)
+	}
+	ln.net.Unlock()
+
+	if !ln.isLocal(hdr.DstNID) {
+		if !ln.cfg.Routing {
+			ln.rtr.dropped.Add(1)
+			ln.rtr.dropBytes.Add(uint64(hdr.PayloadLen))
+			return ln.drop(via, hdr, rx, "destination is not one of our NIDs, and routing is disabled")
+		}
+		return ln.forward(via, hdr, from, rx)
+	}
+	if hdr.DstPID != ln.pid && !(hdr.DstPID == wire.PIDAny && hdr.Type == wire.MsgGet && hdr.Portal == PingPortal) {
+		return ln.drop(via, hdr, rx, fmt.Sprintf("destination pid %d is not ours (%d)", hdr.DstPID, ln.pid))
+	}
 	switch hdr.Type {
 	case wire.MsgPut:
-		return ln.parsePut(via, hdr, rx)
+		return ln.parsePut(via, hdr, src, rx)
 	case wire.MsgGet:
-		return ln.parseGet(via, hdr, rx)
+		return ln.parseGet(via, hdr, src, rx)
 	case wire.MsgAck:
 		return ln.parseAck(via, hdr, rx)
 	default:
@@ -79,12 +97,19 @@ func (ln *LNet) drop(via *ni, hdr *wire.Header, rx Rx, why string) error {
 	return err
 }
 
-// initiatorOf is the process an incoming operation is attributed to for
-// matching and events. With multi-rail it becomes the peer's primary NID.
-func (ln *LNet) initiatorOf(hdr *wire.Header) wire.ProcessID { return hdr.Src() }
+// initiatorLocked is the process an incoming operation is attributed to
+// for matching and events: the sender's primary NID once discovery found
+// it multi-rail (so a match entry filtering on a peer matches whichever
+// rail its messages come by), else the source NID of the header.
+func (ln *LNet) initiatorLocked(hdr *wire.Header) wire.ProcessID {
+	src := hdr.Src()
+	if lp := ln.net.peers[src.NID]; lp != nil && lp.peer.mr {
+		src.NID = lp.peer.primary
+	}
+	return src
+}
 
-func (ln *LNet) parsePut(via *ni, hdr *wire.Header, rx Rx) error {
-	src := ln.initiatorOf(hdr)
+func (ln *LNet) parsePut(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) error {
 	ln.res.Lock()
 	m, off, mlen, ok := ln.matchLocked(wire.MsgPut, hdr.Portal, src, hdr.MatchBits, hdr.PayloadLen, hdr.Offset)
 	if !ok {
@@ -114,7 +139,7 @@ func (ln *LNet) parsePut(via *ni, hdr *wire.Header, rx Rx) error {
 	ln.opDoneLocked(m, ev, &d)
 	ln.res.Unlock()
 	if ack && err == nil {
-		a := &msg{kind: kindAck, heapIdx: -1, fixedSrc: true}
+		a := &msg{kind: kindAck, heapIdx: -1, fixedSrc: true, forceNI: via, exactDst: true}
 		a.deadline = ln.deadline()
 		a.lm = Msg{
 			Hdr: wire.Header{
@@ -130,8 +155,7 @@ func (ln *LNet) parsePut(via *ni, hdr *wire.Header, rx Rx) error {
 	return err
 }
 
-func (ln *LNet) parseGet(via *ni, hdr *wire.Header, rx Rx) error {
-	src := ln.initiatorOf(hdr)
+func (ln *LNet) parseGet(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) error {
 	ln.res.Lock()
 	m, off, mlen, ok := ln.matchLocked(wire.MsgGet, hdr.Portal, src, hdr.MatchBits, hdr.SinkLength, hdr.Offset)
 	if !ok {
@@ -142,7 +166,7 @@ func (ln *LNet) parseGet(via *ni, hdr *wire.Header, rx Rx) error {
 	if m.options&MDManageRemote == 0 {
 		m.offset += mlen
 	}
-	r := &msg{kind: kindReply, heapIdx: -1, fixedSrc: true, md: m}
+	r := &msg{kind: kindReply, heapIdx: -1, fixedSrc: true, forceNI: via, exactDst: true, md: m}
 	r.deadline = ln.deadline()
 	r.ev = Event{
 		Type: EventGet, Initiator: src, Target: hdr.Dst(), Portal: hdr.Portal, MatchBits: hdr.MatchBits,
@@ -279,7 +303,13 @@ func (ln *LNet) peerEvent(via *ni, nid wire.NID, ev PeerEvent) {
 	if lp := ln.net.peers[nid]; lp != nil {
 		lp.state = ev
 		if ev == PeerUp || ev == PeerRestarted {
+			// A handshake went both ways: the path works.
 			lp.health = healthMax
+			delete(ln.net.recovery, lp)
+		}
+		if ev == PeerRestarted && lp.peer.disc == discDone {
+			// It may have come back with other NIDs.
+			lp.peer.disc = discNone
 		}
 	}
 	nids := ln.peerNIDsLocked(nid)

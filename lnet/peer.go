@@ -2,6 +2,8 @@ package lnet
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/nacrefs/nacre/lnet/wire"
 )
@@ -11,15 +13,34 @@ import (
 // the healthiest path.
 const healthMax = 1000
 
+// discState is where a peer stands in discovery.
+type discState uint8
+
+const (
+	discNone discState = iota // not pinged yet (or the last ping failed)
+	discBusy                  // a discovery ping is in flight
+	discDone                  // pinged: nis holds what its ping listed
+)
+
 // peer is one remote node, known by one or more NIDs (Lustre's lnet_peer).
-// For now every peer has exactly one peer NI, created on first contact;
-// discovery (a ping returning the peer's NID list) will add the others,
-// and selection already picks among them.
+// A peer starts with the one peer NI it was first sent to or heard from;
+// discovery (a ping returning the peer's NID list, see ping.go) adds the
+// others, and selection then spreads sends over those on the destination's
+// net.
 //
 // Protected by LNet.net.
 type peer struct {
 	primary wire.NID
 	nis     []*peerNI
+	// mr is set once the peer's ping advertised multi-rail: its NIs are
+	// then one node, and sends spread over them.
+	mr   bool
+	disc discState
+	// discRetry is when automatic discovery may try again after a failed
+	// ping.
+	discRetry time.Time
+	// sweep is the aging pass that last looked at the peer.
+	sweep uint64
 }
 
 // peerNI is one NID of a peer (lnet_peer_ni): the unit of peer credits and
@@ -40,19 +61,96 @@ type peerNI struct {
 	sendBytes  uint64
 	recvCount  uint64
 	recvBytes  uint64
+	// lastActive is the last successful send to, or receive from, the peer
+	// NI (or when it was made); peers idle for Config.PeerAge go.
+	lastActive time.Time
+	// recovering is set while a recovery ping of the peer NI is in flight;
+	// nextRecovery is when the next may go.
+	recovering   bool
+	nextRecovery time.Time
 }
 
-// peerNILocked returns the peer NI of nid, creating it (and its peer) with
-// the peer credits of the local NI that reaches it.
-func (ln *LNet) peerNILocked(nid wire.NID, via *ni) *peerNI {
+// idleLocked reports whether nothing of the peer NI is in flight: no
+// message holds or waits for one of its credits.
+func (lp *peerNI) idleLocked() bool { return lp.credits == lp.maxCredits && lp.txq.n == 0 }
+
+// netNIs returns the local NIs on net, in configuration order (nil
+// for lo and for nets this node is not on). The table is immutable after
+// New: no lock needed.
+func (ln *LNet) netNIs(net wire.Net) []*ni { return ln.byNet[net] }
+
+// peerNILocked returns the peer NI of nid, creating it (and a peer of its
+// own) if it is new, with the peer credits of the local NI on its net (or
+// DefaultPeerCredits for a NID on a net this node reaches only through a
+// router). It fails with ErrPeerTableFull when the table holds
+// Config.MaxPeers peer NIs.
+func (ln *LNet) peerNILocked(nid wire.NID) (*peerNI, error) {
 	if lp := ln.net.peers[nid]; lp != nil {
-		return lp
+		return lp, nil
 	}
-	c := via.tun.PeerCredits
-	lp := &peerNI{nid: nid, maxCredits: c, credits: c, minCredits: c, health: healthMax}
+	if nid != wire.LoNID && len(ln.net.peers) >= ln.cfg.MaxPeers {
+		return nil, ln.peerTableFullLocked(nid)
+	}
+	lp := ln.newPeerNILocked(nid)
 	lp.peer = &peer{primary: nid, nis: []*peerNI{lp}}
+	return lp, nil
+}
+
+// newPeerNILocked makes a peer NI and enters it in the table; the caller
+// gives it its peer.
+func (ln *LNet) newPeerNILocked(nid wire.NID) *peerNI {
+	c := DefaultPeerCredits
+	if nid == wire.LoNID {
+		c = ln.lo.tun.PeerCredits
+	} else if nis := ln.netNIs(nid.Net); len(nis) > 0 {
+		c = nis[0].tun.PeerCredits
+	}
+	lp := &peerNI{nid: nid, maxCredits: c, credits: c, minCredits: c, health: healthMax, lastActive: time.Now()}
 	ln.net.peers[nid] = lp
 	return lp
+}
+
+// peerTableFullLocked builds the error for a peer NI that does not fit, and
+// logs it (at most once a second: a full table is hit by every message).
+func (ln *LNet) peerTableFullLocked(nid wire.NID) error {
+	ln.net.peersRefused++
+	if now := time.Now(); now.Sub(ln.net.fullLogged) >= time.Second {
+		ln.net.fullLogged = now
+		ln.log.Warn("peer table full: refusing a new peer", "peer", nid, "max_peers", ln.cfg.MaxPeers,
+			"refused_so_far", ln.net.peersRefused)
+	}
+	return fmt.Errorf("%w: %d peer NIs known, cannot add %v", ErrPeerTableFull, ln.cfg.MaxPeers, nid)
+}
+
+// dropPeerLocked forgets a peer and all its peer NIs.
+func (ln *LNet) dropPeerLocked(p *peer) {
+	for _, lp := range p.nis {
+		if ln.net.peers[lp.nid] == lp {
+			delete(ln.net.peers, lp.nid)
+		}
+		delete(ln.net.recovery, lp)
+	}
+	p.nis = nil
+}
+
+// movePeerNILocked makes lp one of p's peer NIs, taking it from the peer it
+// belonged to (which disappears once it has none left).
+func movePeerNILocked(lp *peerNI, p *peer) {
+	old := lp.peer
+	if old == p {
+		return
+	}
+	for i, q := range old.nis {
+		if q == lp {
+			old.nis = append(old.nis[:i], old.nis[i+1:]...)
+			break
+		}
+	}
+	if len(old.nis) > 0 && old.primary == lp.nid {
+		old.primary = old.nis[0].nid
+	}
+	lp.peer = p
+	p.nis = append(p.nis, lp)
 }
 
 // peerNIDsLocked returns every NID of the peer that has nid, or just nid if
@@ -70,49 +168,103 @@ func (ln *LNet) peerNIDsLocked(nid wire.NID) []wire.NID {
 }
 
 // selectPathLocked chooses how m reaches its destination: the local NI,
-// the peer NI and the next hop (lnet_select_pathway). Messages to one of
-// our own NIDs go through 0@lo. Otherwise the local NI is one on the
-// destination's net and the peer NI one of the peer's NIDs on that net,
-// each chosen by pick. A destination on no local net would be routed; until
-// routing exists that is ErrNoRoute.
+// the peer NI and the next hop (lnet_select_pathway).
+//
+//   - A message to one of our own NIDs goes through 0@lo.
+//   - A destination on a net of ours is sent directly: the local NI among
+//     ours on that net, the peer NI among the peer's NIDs on that net (all
+//     of them once discovery found the peer multi-rail), each chosen by
+//     pick. Responses (m.exactDst) go to exactly the NID they answer, from
+//     the NI the request came in on (m.forceNI), so they retrace the
+//     request's path.
+//   - A destination on another net whose peer discovery showed NIDs on a
+//     net of ours is sent directly to one of those.
+//   - Otherwise the message is routed: the header keeps the final
+//     destination and the next hop is the gateway of the best live route
+//     (routeLocked), reached like any peer.
+//
+// With m.fixedSrc the header's source NID is kept (responses, forwarded
+// messages); otherwise it becomes the chosen local NI's. When m.discover
+// may be set, a peer sent to for the first time is marked for automatic
+// discovery, which the caller starts once it has dropped the lock.
 func (ln *LNet) selectPathLocked(m *msg) error {
 	dst := m.lm.Hdr.DstNID
+	m.gw = nil
 	if dst.Net.Type == wire.LO || ln.isLocal(dst) {
 		if dst.Net.Type == wire.LO && dst != wire.LoNID {
 			return errNoRoute(dst)
 		}
-		m.ni = ln.lo
-		m.lpni = ln.peerNILocked(wire.LoNID, ln.lo)
+		lp, err := ln.peerNILocked(wire.LoNID)
+		if err != nil {
+			return err
+		}
+		m.ni, m.lpni = ln.lo, lp
 		m.lm.NextHop = wire.LoNID
 		if !m.fixedSrc {
 			m.lm.Hdr.SrcNID = dst
 		}
 		return nil
 	}
-	var local []*ni
-	for _, n := range ln.nis[1:] {
-		if n.nid.Net == dst.Net {
-			local = append(local, n)
+	if locals := ln.netNIs(dst.Net); len(locals) > 0 {
+		lp, err := ln.peerNILocked(dst)
+		if err != nil {
+			return err
+		}
+		ln.markDiscoveryLocked(m, lp.peer)
+		if !m.exactDst && lp.peer.mr {
+			lp = pickPeerNI(lp.peer, dst.Net)
+		}
+		return ln.setPathLocked(m, locals, lp)
+	}
+	// Another net. A multi-rail peer may have NIDs on ours.
+	if lp := ln.net.peers[dst]; lp != nil && lp.peer.mr && !m.exactDst {
+		var best *peerNI
+		for _, q := range lp.peer.nis {
+			if len(ln.netNIs(q.nid.Net)) > 0 && (best == nil || q.score().better(best.score())) {
+				best = q
+			}
+		}
+		if best != nil {
+			return ln.setPathLocked(m, ln.netNIs(best.nid.Net), best)
 		}
 	}
-	if len(local) == 0 {
-		return errNoRoute(dst)
+	gw, err := ln.routeLocked(dst.Net)
+	if err != nil {
+		return err
 	}
-	first := ln.peerNILocked(dst, local[0])
-	var remote []*peerNI
-	for _, p := range first.peer.nis {
-		if p.nid.Net == dst.Net {
-			remote = append(remote, p)
+	glp, err := ln.peerNILocked(gw.nid)
+	if err != nil {
+		return err
+	}
+	if m.discover == discoverOK {
+		// The destination's peer is tracked (for discovery and for lnetctl)
+		// even though credits are the gateway's.
+		if lp, err := ln.peerNILocked(dst); err == nil {
+			lp.lastActive = time.Now()
+			ln.markDiscoveryLocked(m, lp.peer)
 		}
 	}
-	n := local[pick(len(local), func(i int) pathScore {
-		return pathScore{health: local[i].health, credits: local[i].credits, seq: local[i].seq}
-	})]
-	lp := remote[pick(len(remote), func(i int) pathScore {
-		return pathScore{health: remote[i].health, credits: remote[i].credits, seq: remote[i].seq}
-	})]
-	n.seq = ln.nextSeqLocked()
-	lp.seq = n.seq
+	m.gw = gw
+	if glp.peer.mr {
+		glp = pickPeerNI(glp.peer, gw.nid.Net)
+	}
+	return ln.setPathLocked(m, ln.netNIs(gw.nid.Net), glp)
+}
+
+// setPathLocked picks the local NI among locals (or takes m.forceNI), and
+// records the choice of it and of the peer NI lp in m.
+func (ln *LNet) setPathLocked(m *msg, locals []*ni, lp *peerNI) error {
+	n := m.forceNI
+	if n == nil || n.nid.Net != locals[0].nid.Net {
+		n = locals[0]
+		for _, o := range locals[1:] {
+			if o.score().better(n.score()) {
+				n = o
+			}
+		}
+	}
+	seq := ln.nextSeqLocked()
+	n.seq, lp.seq = seq, seq
 	m.ni, m.lpni = n, lp
 	m.lm.NextHop = lp.nid
 	if !m.fixedSrc {
@@ -121,13 +273,35 @@ func (ln *LNet) selectPathLocked(m *msg) error {
 	return nil
 }
 
+// score is what selection weighs for n. An NI whose link is down ranks
+// below every other (Lustre's ni_fatal_error_on), whatever its health.
+func (n *ni) score() pathScore {
+	h := n.health
+	if n.linkDown {
+		h = -1
+	}
+	return pathScore{health: h, credits: n.credits, seq: n.seq}
+}
+
+func (lp *peerNI) score() pathScore {
+	return pathScore{health: lp.health, credits: lp.credits, seq: lp.seq}
+}
+
 func errNoRoute(dst wire.NID) error {
 	return &routeError{dst: dst}
 }
 
-type routeError struct{ dst wire.NID }
+type routeError struct {
+	dst wire.NID
+	why string
+}
 
-func (e *routeError) Error() string { return "lnet: no route to " + e.dst.String() }
+func (e *routeError) Error() string {
+	if e.why != "" {
+		return "lnet: no route to " + e.dst.String() + ": " + e.why
+	}
+	return "lnet: no route to " + e.dst.String()
+}
 func (e *routeError) Unwrap() error { return ErrNoRoute }
 
 // nextSeqLocked advances the selection clock.
@@ -151,37 +325,93 @@ func pick(n int, score func(i int) pathScore) int {
 	best := 0
 	bs := score(0)
 	for i := 1; i < n; i++ {
-		s := score(i)
-		switch {
-		case s.health != bs.health:
-			if s.health < bs.health {
-				continue
-			}
-		case s.credits != bs.credits:
-			if s.credits < bs.credits {
-				continue
-			}
-		case s.seq >= bs.seq:
-			continue
+		if s := score(i); s.better(bs) {
+			best, bs = i, s
 		}
-		best, bs = i, s
 	}
 	return best
 }
 
-// healthLocked records the outcome of a send on its path's health (the
-// seam for health-based selection; lnet_health_check). A failure lowers the
-// local NI or the peer NI by the kind of error; a success restores it.
+// better reports whether s beats t by pick's rules.
+func (s pathScore) better(t pathScore) bool {
+	switch {
+	case s.health != t.health:
+		return s.health > t.health
+	case s.credits != t.credits:
+		return s.credits > t.credits
+	}
+	return s.seq < t.seq
+}
+
+// pickPeerNI returns the best of p's peer NIs on net by pick's rules, or
+// nil if it has none there.
+func pickPeerNI(p *peer, net wire.Net) *peerNI {
+	var best *peerNI
+	for _, q := range p.nis {
+		if q.nid.Net == net && (best == nil || q.score().better(best.score())) {
+			best = q
+		}
+	}
+	return best
+}
+
+// The health rules (lnet_health_check), with s = Config.HealthSensitivity:
+//
+//   - A send the LND completed raises its local NI by s.
+//   - A message received raises the NI it came in on and the peer NI that
+//     handed it over by s (hearing from a peer NI is the only sure sign it
+//     works; a send that left says nothing about the far end).
+//   - A send failed with ErrLocalNI lowers the local NI by s; one failed
+//     with ErrPeerUnreachable, ErrConnReset or ErrTimeout lowers the peer NI
+//     by s; an ACK or REPLY that never came (the transaction timed out after
+//     the send left) lowers the peer NI it was sent to by s.
+//   - An NI whose OS interface is down ranks below every other NI, whatever
+//     its health, until the link comes back (see recovery.go).
+//
+// Anything below 1000 is pinged every Config.RecoveryInterval, and the
+// replies raise it back as any received message does.
+
+// healthLocked records the outcome of a send on its path's health.
 func (ln *LNet) healthLocked(m *msg, err error) {
-	const step = 100
 	switch {
 	case err == nil:
-		m.ni.health = min(healthMax, m.ni.health+1)
-		m.lpni.health = min(healthMax, m.lpni.health+1)
+		ln.raiseNILocked(m.ni)
 	case errors.Is(err, ErrLocalNI):
-		m.ni.health = max(0, m.ni.health-step)
+		ln.lowerNILocked(m.ni)
 	case errors.Is(err, ErrPeerUnreachable), errors.Is(err, ErrConnReset), errors.Is(err, ErrTimeout):
-		m.lpni.health = max(0, m.lpni.health-step)
+		ln.lowerPeerNILocked(m.lpni)
+	}
+}
+
+func (ln *LNet) raiseNILocked(n *ni) {
+	if s := ln.cfg.HealthSensitivity; s > 0 {
+		n.health = min(healthMax, n.health+s)
+	}
+}
+
+func (ln *LNet) lowerNILocked(n *ni) {
+	if s := ln.cfg.HealthSensitivity; s > 0 && n != ln.lo {
+		n.health = max(0, n.health-s)
+	}
+}
+
+func (ln *LNet) raisePeerNILocked(lp *peerNI) {
+	if s := ln.cfg.HealthSensitivity; s > 0 && lp.health < healthMax {
+		lp.health = min(healthMax, lp.health+s)
+		if lp.health == healthMax {
+			delete(ln.net.recovery, lp)
+		}
+	}
+}
+
+func (ln *LNet) lowerPeerNILocked(lp *peerNI) {
+	s := ln.cfg.HealthSensitivity
+	if s <= 0 || lp.nid == wire.LoNID {
+		return
+	}
+	lp.health = max(0, lp.health-s)
+	if ln.net.peers[lp.nid] == lp {
+		ln.net.recovery[lp] = struct{}{}
 	}
 }
 

@@ -28,6 +28,17 @@ const (
 	kindGet                      // initiator's GET
 	kindAck                      // target's ACK to a PUT
 	kindReply                    // target's REPLY to a GET
+	kindFwd                      // a router forwarding another node's message
+)
+
+// discoverMode says whether selecting a message's path may start automatic
+// discovery of its destination.
+type discoverMode uint8
+
+const (
+	discoverNo     discoverMode = iota // internal messages, responses, forwards
+	discoverOK                         // a user's PUT or GET: may start it
+	discoverMarked                     // started: the caller must ping discoverNID
 )
 
 // msg is LNet's state of one outgoing message (lnet_msg). Its Msg is what
@@ -43,7 +54,11 @@ type msg struct {
 	wantResp bool      // PUT with ACK, or GET
 	cookie   uint64    // key in LNet.res.pending when wantResp
 	deadline time.Time // when the transaction times out
-	fixedSrc bool      // keep Hdr.SrcNID (responses answer from the NID that was addressed)
+	fixedSrc bool      // keep Hdr.SrcNID (responses answer from the NID that was addressed; forwards)
+	forceNI  *ni       // send from this NI if it is on the way (responses: the NI the request came in on)
+	exactDst bool      // send to exactly Hdr.DstNID, not another NID of its peer
+	noBlock  bool      // fail with errBusy instead of waiting for room in a credit queue
+	fwdBuf   []byte    // kindFwd: the router buffer holding the payload
 
 	// Protected by LNet.net.
 	ni         *ni
@@ -55,6 +70,11 @@ type msg struct {
 	qnext      *msg
 	inLND      bool // handed to LND.Send and not finalized
 	retries    int
+	gw         *gateway // the gateway of a routed message, nil if direct
+	sentOK     bool     // the LND sent it (for the health of a response that never comes)
+	// discover and discoverNID: see discoverMode.
+	discover    discoverMode
+	discoverNID wire.NID
 
 	// Protected by LNet.res.
 	sendDone bool   // the send finished (finalized or failed locally)
@@ -65,14 +85,21 @@ type msg struct {
 	heapIdx int // index in the timer heap, -1 if not in it
 }
 
-// localSrc is the NID an operation to dst leaves from, for events.
+// localSrc is the NID an operation to dst leaves from, for events: the
+// first NI on dst's net, or on the net of the first route to it (the rail
+// actually taken may differ).
 func (ln *LNet) localSrc(dst wire.NID) wire.NID {
 	if dst.Net.Type == wire.LO || ln.isLocal(dst) {
 		return dst
 	}
-	for _, n := range ln.nis[1:] {
-		if n.nid.Net == dst.Net {
-			return n.nid
+	if nis := ln.netNIs(dst.Net); len(nis) > 0 {
+		return nis[0].nid
+	}
+	ln.net.Lock()
+	defer ln.net.Unlock()
+	if rs := ln.net.routes[dst.Net]; len(rs) > 0 {
+		if nis := ln.netNIs(rs[0].Gateway.Net); len(nis) > 0 {
+			return nis[0].nid
 		}
 	}
 	return wire.AnyNID
@@ -97,7 +124,7 @@ func (ln *LNet) Put(ctx context.Context, h MDHandle, ack Ack, target wire.Proces
 	if ack != NoAckReq && ack != AckReq {
 		return fmt.Errorf("%w: ack %d", ErrInvalid, ack)
 	}
-	m := &msg{kind: kindPut, heapIdx: -1, wantResp: ack == AckReq}
+	m := &msg{kind: kindPut, heapIdx: -1, wantResp: ack == AckReq, discover: discoverOK}
 	m.deadline = ln.deadline()
 	if err := ln.startOp(m, h, target); err != nil {
 		return err
@@ -136,8 +163,13 @@ func (ln *LNet) Get(ctx context.Context, h MDHandle, target wire.ProcessID, port
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m := &msg{kind: kindGet, heapIdx: -1, wantResp: true}
+	m := &msg{kind: kindGet, heapIdx: -1, wantResp: true, discover: discoverOK}
 	m.deadline = ln.deadline()
+	return ln.get(ctx, m, h, target, portal, match, offset)
+}
+
+// get sends the GET m, made by Get or by an internal ping.
+func (ln *LNet) get(ctx context.Context, m *msg, h MDHandle, target wire.ProcessID, portal uint32, match uint64, offset uint32) error {
 	if err := ln.startOp(m, h, target); err != nil {
 		return err
 	}
@@ -211,7 +243,8 @@ func (ln *LNet) abort(m *msg) {
 }
 
 // launch publishes an initiator's message and posts it for credits,
-// blocking while its NI's queue is full.
+// blocking while its NI's queue is full (unless m.noBlock: then it fails
+// with errBusy).
 func (ln *LNet) launch(ctx context.Context, m *msg) error {
 	ln.res.Lock()
 	ln.publishLocked(m)
@@ -223,18 +256,29 @@ func (ln *LNet) launch(ctx context.Context, m *msg) error {
 			ln.abort(m)
 			return ErrShutdown
 		}
-		if err := ln.selectPathLocked(m); err != nil {
+		err := ln.selectPathLocked(m)
+		disc := m.discover == discoverMarked
+		m.discover = discoverNo
+		if err != nil {
 			ln.net.Unlock()
+			ln.startMarked(disc, m)
 			ln.abort(m)
 			return err
 		}
 		n := m.ni
 		if n.waiting >= n.maxWaiting && wouldWaitLocked(m) {
+			if m.noBlock {
+				ln.net.Unlock()
+				ln.startMarked(disc, m)
+				ln.abort(m)
+				return errBusy
+			}
 			if n.spaceCh == nil {
 				n.spaceCh = make(chan struct{})
 			}
 			ch := n.spaceCh
 			ln.net.Unlock()
+			ln.startMarked(disc, m)
 			select {
 			case <-ch:
 				continue
@@ -246,10 +290,21 @@ func (ln *LNet) launch(ctx context.Context, m *msg) error {
 		ln.timer.add(m)
 		ready := ln.postLocked(m)
 		ln.net.Unlock()
+		ln.startMarked(disc, m)
 		if ready {
 			ln.drain(n)
 		}
 		return nil
+	}
+}
+
+// errBusy: an internal message found its NI's credit queue full.
+var errBusy = fmt.Errorf("lnet: credit queue full")
+
+// startMarked starts the discovery selectPathLocked marked m for.
+func (ln *LNet) startMarked(marked bool, m *msg) {
+	if marked {
+		ln.startDiscovery(m.discoverNID)
 	}
 }
 
@@ -329,15 +384,24 @@ func (ln *LNet) finalize(via *ni, lm *Msg, err error) {
 	n, lp := m.ni, m.lpni
 	ln.returnCreditsLocked(m, &drains)
 	ln.healthLocked(m, err)
+	if m.gw != nil {
+		ln.routeSendLocked(m, err)
+	}
 	if err == nil {
 		lp.sendCount++
 		lp.sendBytes += uint64(lm.Hdr.PayloadLen)
+		lp.lastActive = time.Now()
+		m.sentOK = true
 	}
 	resend := err != nil && ln.resendableLocked(m, err)
 	ln.net.Unlock()
 	if err == nil {
 		n.counters.sendCount.Add(1)
 		n.counters.sendBytes.Add(uint64(lm.Hdr.PayloadLen))
+		if m.kind == kindFwd {
+			ln.rtr.forwarded.Add(1)
+			ln.rtr.fwdBytes.Add(uint64(lm.Hdr.PayloadLen))
+		}
 	} else {
 		n.counters.sendErrors.Add(1)
 		ln.log.Debug("send failed", "type", lm.Hdr.Type, "to", lm.NextHop, "err", err, "resend", resend)
@@ -349,13 +413,16 @@ func (ln *LNet) finalize(via *ni, lm *Msg, err error) {
 	ln.completeSend(m, err)
 }
 
-// resendableLocked reports whether a failed send may be tried again: a PUT
-// or GET, failed on the connection, with retries and time left.
+// resendableLocked reports whether a failed send may be tried again (on
+// the path selection now prefers, which health has moved off the failed
+// one): a PUT, GET or forwarded message, failed on the connection or the
+// interface, with retries and time left.
 func (ln *LNet) resendableLocked(m *msg, err error) bool {
-	if m.kind != kindPut && m.kind != kindGet || ln.net.closed {
+	if m.kind == kindAck || m.kind == kindReply || ln.net.closed {
 		return false
 	}
-	if !errors.Is(err, ErrConnReset) && !errors.Is(err, ErrPeerUnreachable) {
+	if !errors.Is(err, ErrConnReset) && !errors.Is(err, ErrPeerUnreachable) &&
+		!errors.Is(err, ErrTimeout) && !errors.Is(err, ErrLocalNI) {
 		return false
 	}
 	return m.retries < ln.retryCount && time.Now().Before(m.deadline)
@@ -427,6 +494,17 @@ func (ln *LNet) completeSend(m *msg, err error) {
 		}
 		ln.opDoneLocked(m.md, ev, &d)
 		ln.timer.del(m)
+	case kindFwd:
+		ln.timer.del(m)
+		ln.res.Unlock()
+		if err != nil {
+			ln.rtr.dropped.Add(1)
+			ln.rtr.dropBytes.Add(uint64(m.lm.Hdr.PayloadLen))
+			ln.log.Debug("forward failed", "type", m.lm.Hdr.Type, "from", m.lm.Hdr.Src(), "to", m.lm.Hdr.Dst(),
+				"next_hop", m.lm.NextHop, "err", err)
+		}
+		ln.releaseBuf(m.fwdBuf)
+		return
 	default:
 		ln.timer.del(m)
 	}
@@ -488,10 +566,21 @@ func (ln *LNet) expire(m *msg) {
 	}
 	var d dispatchList
 	ln.res.Lock()
-	if !m.respDone {
+	timedOut := !m.respDone
+	if timedOut {
 		ln.log.Debug("transaction timed out", "type", m.lm.Hdr.Type, "to", m.lm.Hdr.Dst(), "portal", m.ev.Portal, "match", m.ev.MatchBits)
 		ln.respFailLocked(m, ErrTimeout, &d)
 	}
 	ln.res.Unlock()
+	if timedOut {
+		// The message left but nothing came back: the peer NI it went to
+		// is suspect (Lustre's remote timeout). Through a router, the
+		// gateway's pings judge instead.
+		ln.net.Lock()
+		if m.sentOK && m.gw == nil && !m.inLND {
+			ln.lowerPeerNILocked(m.lpni)
+		}
+		ln.net.Unlock()
+	}
 	ln.dispatch(d, false)
 }

@@ -14,8 +14,12 @@ type Stats struct {
 	NIs   []NIStats     // in the order of NIDs()
 	Peers []PeerNIStats // sorted by NID
 	// MDs is the number of live MDs, Pending the PUTs and GETs awaiting an
-	// ACK or REPLY.
+	// ACK or REPLY; neither counts what LNet uses for its own pings.
 	MDs, Pending int
+	// Router is this node's forwarding of other nodes' messages.
+	Router RouterStats
+	// Gateways are the gateways of this node's routes, sorted by NID.
+	Gateways []GatewayStats
 }
 
 // NIStats are the counters of one local NI.
@@ -31,6 +35,9 @@ type NIStats struct {
 	Queued, MaxWaiting int
 	// Health is 1000 when nothing has gone wrong.
 	Health int
+	// Status is wire.NIStatusDown while the NI's OS interface is down,
+	// wire.NIStatusUp otherwise.
+	Status wire.NIStatus
 	// SendCount and SendBytes count messages and payload bytes sent
 	// successfully; SendErrors the sends the LND failed.
 	SendCount, SendBytes, SendErrors uint64
@@ -65,9 +72,13 @@ func (ln *LNet) Stats() Stats {
 	var s Stats
 	ln.net.Lock()
 	for _, n := range ln.nis {
+		st := wire.NIStatusUp
+		if n.linkDown {
+			st = wire.NIStatusDown
+		}
 		s.NIs = append(s.NIs, NIStats{
 			NID: n.nid, Tunables: n.tun, Credits: n.credits, MinCredits: n.minCredits,
-			Queued: n.waiting, MaxWaiting: n.maxWaiting, Health: n.health,
+			Queued: n.waiting, MaxWaiting: n.maxWaiting, Health: n.health, Status: st,
 			SendCount:  n.counters.sendCount.Load(),
 			SendBytes:  n.counters.sendBytes.Load(),
 			SendErrors: n.counters.sendErrors.Load(),
@@ -78,26 +89,30 @@ func (ln *LNet) Stats() Stats {
 		})
 	}
 	for _, lp := range ln.net.peers {
-		s.Peers = append(s.Peers, PeerNIStats{
-			NID: lp.nid, Credits: lp.credits, MinCredits: lp.minCredits, MaxCredits: lp.maxCredits,
-			Queued: lp.txq.n, Health: lp.health, State: lp.state,
-			SendCount: lp.sendCount, SendBytes: lp.sendBytes, RecvCount: lp.recvCount, RecvBytes: lp.recvBytes,
-		})
+		s.Peers = append(s.Peers, lp.stats())
 	}
+	s.Gateways = ln.gatewayStatsLocked()
 	ln.net.Unlock()
-	slices.SortFunc(s.Peers, func(a, b PeerNIStats) int {
-		if c := int(a.NID.Net.Type) - int(b.NID.Net.Type); c != 0 {
-			return c
-		}
-		if c := int(a.NID.Net.Num) - int(b.NID.Net.Num); c != 0 {
-			return c
-		}
-		return a.NID.Addr.Compare(b.NID.Addr)
-	})
+	slices.SortFunc(s.Peers, func(a, b PeerNIStats) int { return compareNID(a.NID, b.NID) })
+	s.Router = ln.rtr.stats(ln.cfg.Routing)
 	ln.res.Lock()
-	s.MDs, s.Pending = len(ln.res.mds), len(ln.res.pending)
+	s.MDs = len(ln.res.mds) - ln.res.internal
+	for _, m := range ln.res.pending {
+		if !m.md.internal {
+			s.Pending++
+		}
+	}
 	ln.res.Unlock()
 	return s
+}
+
+// stats returns the peer NI's counters; LNet.net must be held.
+func (lp *peerNI) stats() PeerNIStats {
+	return PeerNIStats{
+		NID: lp.nid, Credits: lp.credits, MinCredits: lp.minCredits, MaxCredits: lp.maxCredits,
+		Queued: lp.txq.n, Health: lp.health, State: lp.state,
+		SendCount: lp.sendCount, SendBytes: lp.sendBytes, RecvCount: lp.recvCount, RecvBytes: lp.recvBytes,
+	}
 }
 
 // NI returns the counters of one local NI, and false if nid is not one.
@@ -126,7 +141,10 @@ type collector struct {
 	credits, minCredits, queued, health *prometheus.Desc
 	messages, bytes, sendErrors, drops  *prometheus.Desc
 	dropBytes, mds, pending, peerQueued *prometheus.Desc
-	peerCredits                         *prometheus.Desc
+	peerCredits, peerNIs                *prometheus.Desc
+	routed, routedBytes, routeDrops     *prometheus.Desc
+	rtrBuffers, rtrWaiting              *prometheus.Desc
+	gwUp, gwMessages                    *prometheus.Desc
 }
 
 func newCollector(ln *LNet) *collector {
@@ -149,13 +167,22 @@ func newCollector(ln *LNet) *collector {
 		pending:     d("pending_operations", "PUTs and GETs awaiting their ACK or REPLY.", nil),
 		peerQueued:  d("peer_queued_messages", "Messages waiting for peer credits, summed over the peers of the NI's net.", ni),
 		peerCredits: d("peer_min_credits", "Lowest peer credits over the peers of the NI's net.", ni),
+		peerNIs:     d("peer_nis", "Peer NIs known (bounded by max_peers).", nil),
+		routed:      d("route_messages_total", "Messages this router forwarded (route_count).", nil),
+		routedBytes: d("route_bytes_total", "Payload bytes this router forwarded (route_length).", nil),
+		routeDrops:  d("route_drops_total", "Messages for other nodes not forwarded (routing disabled, no route, loop, failure).", nil),
+		rtrBuffers:  d("router_buffers_in_use", "Router buffers holding a payload being forwarded.", nil),
+		rtrWaiting:  d("router_buffer_waiters", "Messages waiting for a router buffer (each stalls its connection).", nil),
+		gwUp:        d("gateway_up", "1 if routes through the gateway are up.", []string{"gateway"}),
+		gwMessages:  d("gateway_messages_total", "Messages routed through the gateway.", []string{"gateway"}),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.credits, c.minCredits, c.queued, c.health, c.messages, c.bytes,
-		c.sendErrors, c.drops, c.dropBytes, c.mds, c.pending, c.peerQueued, c.peerCredits} {
+		c.sendErrors, c.drops, c.dropBytes, c.mds, c.pending, c.peerQueued, c.peerCredits, c.peerNIs,
+		c.routed, c.routedBytes, c.routeDrops, c.rtrBuffers, c.rtrWaiting, c.gwUp, c.gwMessages} {
 		ch <- d
 	}
 }
@@ -192,4 +219,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.mds, g, float64(s.MDs))
 	ch <- prometheus.MustNewConstMetric(c.pending, g, float64(s.Pending))
+	ch <- prometheus.MustNewConstMetric(c.peerNIs, g, float64(len(s.Peers)))
+	ch <- prometheus.MustNewConstMetric(c.routed, ctr, float64(s.Router.RouteCount))
+	ch <- prometheus.MustNewConstMetric(c.routedBytes, ctr, float64(s.Router.RouteLength))
+	ch <- prometheus.MustNewConstMetric(c.routeDrops, ctr, float64(s.Router.DropCount))
+	ch <- prometheus.MustNewConstMetric(c.rtrBuffers, g, float64(s.Router.InUse))
+	ch <- prometheus.MustNewConstMetric(c.rtrWaiting, g, float64(s.Router.Waiting))
+	for _, gw := range s.Gateways {
+		up := 0.0
+		if gw.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.gwUp, g, up, gw.NID.String())
+		ch <- prometheus.MustNewConstMetric(c.gwMessages, ctr, float64(gw.SendCount), gw.NID.String())
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,7 +15,13 @@ import (
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	root := newRoot()
+	// Invoked as lnetctl (a symlink), behave as `nacre lnetctl`, as Lustre's
+	// tools are separate binaries.
+	if name := filepath.Base(os.Args[0]); name == "lnetctl" {
+		root.SetArgs(append([]string{name}, os.Args[1:]...))
+	}
+	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "nacre:", err)
 		os.Exit(1)
 	}
@@ -30,7 +37,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("config", "", "YAML config file (flags win over NACRE_* environment variables, which win over the file)")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format: text or json")
-	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd())
+	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd())
 	return root
 }
 

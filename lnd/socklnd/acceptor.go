@@ -10,6 +10,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -73,15 +74,19 @@ func (ni *NI) accept(tc *net.TCPConn) {
 		ni.log.Warn("socklnd: handshake failed, closing connection", "remote", remote, "err", err)
 		return
 	}
-	p := ni.peer(h.SrcNID)
-	if p == nil { // shutting down
+	p, err := ni.lockPeer(h.SrcNID)
+	if err != nil {
 		stop()
 		tc.Close()
+		if !errors.Is(err, lnet.ErrShutdown) {
+			// peer logged the full table, once a second at most.
+			ni.stats.handshakeFailures.Add(1)
+			ni.log.Debug("socklnd: handshake refused", "peer", h.SrcNID.String(), "remote", remote, "err", err)
+		}
 		return
 	}
 	c := ni.newConn(p, tc, h.ConnType.Invert(), false)
 	var d deferred
-	p.mu.Lock()
 	ok, why := ni.installLocked(p, c, &h, &d)
 	p.mu.Unlock()
 	ni.run(p, &d)

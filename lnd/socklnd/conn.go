@@ -24,9 +24,12 @@ import (
 const nTypes = int(wire.ConnBulkOut) + 1
 
 // peer is everything this NI knows about one neighbour NID. Peers are made
-// on first contact and kept for the NI's life, so that the peer's
-// incarnation is remembered across connection losses: that is how a
-// restart is told from a reconnect.
+// on first contact and kept while they are in use and for
+// Config.PeerIdleAge after, so that the peer's incarnation is remembered
+// across connection losses: that is how a restart is told from a
+// reconnect. An idle peer is then reaped (reap), which marks it removed
+// under its lock before taking it out of the table: whoever finds a
+// removed peer looks it up again.
 type peer struct {
 	nid wire.NID
 	// kick wakes the writer of each connection type after a Send; capacity
@@ -60,6 +63,10 @@ type peer struct {
 		up bool
 		// events are peer events decided but not yet delivered.
 		events []lnet.PeerEvent
+		// lastUsed is the last Send to the peer, or connection installed or
+		// lost; removed is set when the peer is reaped.
+		lastUsed time.Time
+		removed  bool
 	}
 }
 
@@ -68,23 +75,116 @@ func newPeer(nid wire.NID) *peer {
 	for t := range p.kick {
 		p.kick[t] = make(chan struct{}, 1)
 	}
+	p.mu.lastUsed = time.Now()
 	return p
 }
 
-// peer returns the peer of nid, making it on first use, or nil once the NI
-// is shutting down.
-func (ni *NI) peer(nid wire.NID) *peer {
+// errPeerTableFull is what a new peer beyond Config.MaxPeers gets.
+var errPeerTableFull = errors.New("socklnd: peer table full")
+
+// peer returns the peer of nid, making it on first use. It fails with
+// lnet.ErrShutdown once the NI is shutting down, and with errPeerTableFull
+// (logged, at most once a second) if nid is new and the table is full.
+func (ni *NI) peer(nid wire.NID) (*peer, error) {
 	ni.mu.Lock()
 	defer ni.mu.Unlock()
 	if ni.mu.closing {
-		return nil
+		return nil, lnet.ErrShutdown
 	}
 	p := ni.mu.peers[nid]
 	if p == nil {
+		if len(ni.mu.peers) >= ni.conf.MaxPeers {
+			ni.stats.peersRefused.Add(1)
+			if now := time.Now(); now.Sub(ni.mu.fullLogged) >= time.Second {
+				ni.mu.fullLogged = now
+				ni.log.Warn("socklnd: peer table full: refusing a new peer", "peer", nid.String(),
+					"max_peers", ni.conf.MaxPeers, "refused_so_far", ni.stats.peersRefused.Load())
+			}
+			return nil, fmt.Errorf("%w (%d peers): cannot add %v", errPeerTableFull, ni.conf.MaxPeers, nid)
+		}
 		p = newPeer(nid)
 		ni.mu.peers[nid] = p
 	}
-	return p
+	return p, nil
+}
+
+// lockPeer returns the peer of nid with its lock held, making it if need
+// be, and looking again if the one found was being reaped.
+func (ni *NI) lockPeer(nid wire.NID) (*peer, error) {
+	for {
+		p, err := ni.peer(nid)
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if !p.mu.removed {
+			return p, nil
+		}
+		p.mu.Unlock()
+	}
+}
+
+// idleLocked reports whether p has been unused for age: no connection, no
+// dial, nothing queued, no event to deliver.
+func (p *peer) idleLocked(now time.Time, age time.Duration) bool {
+	if p.mu.up || len(p.mu.events) > 0 || now.Sub(p.mu.lastUsed) < age {
+		return false
+	}
+	for t := range nTypes {
+		if p.mu.conns[t] != nil || p.mu.txq[t].n > 0 || p.mu.dialing[t] || p.mu.connecting[t] {
+			return false
+		}
+	}
+	return true
+}
+
+// reapLoop drops idle peers every half Config.PeerIdleAge (at most every
+// minute) until Shutdown.
+func (ni *NI) reapLoop() {
+	every := min(max(ni.conf.PeerIdleAge/2, 10*time.Millisecond), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ni.ctx.Done():
+			return
+		case now := <-t.C:
+			ni.reap(now)
+		}
+	}
+}
+
+// reap drops the peers idle for Config.PeerIdleAge, and returns how many.
+func (ni *NI) reap(now time.Time) int {
+	ni.mu.Lock()
+	peers := make([]*peer, 0, len(ni.mu.peers))
+	for _, p := range ni.mu.peers {
+		peers = append(peers, p)
+	}
+	ni.mu.Unlock()
+	var gone []*peer
+	for _, p := range peers {
+		p.mu.Lock()
+		if !p.mu.removed && p.idleLocked(now, ni.conf.PeerIdleAge) {
+			p.mu.removed = true
+			gone = append(gone, p)
+		}
+		p.mu.Unlock()
+	}
+	if len(gone) == 0 {
+		return 0
+	}
+	ni.mu.Lock()
+	for _, p := range gone {
+		if ni.mu.peers[p.nid] == p {
+			delete(ni.mu.peers, p.nid)
+		}
+	}
+	left := len(ni.mu.peers)
+	ni.mu.Unlock()
+	ni.stats.peersReaped.Add(uint64(len(gone)))
+	ni.log.Debug("socklnd: idle peers dropped", "peers", len(gone), "left", left)
+	return len(gone)
 }
 
 func (p *peer) addEventLocked(ev lnet.PeerEvent) { p.mu.events = append(p.mu.events, ev) }
@@ -284,6 +384,7 @@ func (ni *NI) installLocked(p *peer, c *conn, h *wire.Hello, d *deferred) (ok bo
 		d.shut(old, lnet.ErrConnReset, "replaced by a newer connection")
 	}
 	p.mu.conns[t] = c
+	p.mu.lastUsed = time.Now()
 	ni.stats.connsMade.Add(1)
 	if !p.mu.up {
 		p.mu.up = true
@@ -355,6 +456,7 @@ func (ni *NI) dropConn(c *conn, level slog.Level, why string, err error) {
 		"type", c.typ.String(), "remote", c.remote.String(), "reason", why, "err", err)
 	p := c.p
 	p.mu.Lock()
+	p.mu.lastUsed = time.Now()
 	if p.mu.conns[c.typ] == c {
 		p.mu.conns[c.typ] = nil
 		if p.mu.up && !p.connectedLocked() {

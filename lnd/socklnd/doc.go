@@ -39,6 +39,16 @@
 // connection dialed by the higher NID survives (Lustre's rule); see
 // installLocked in conn.go.
 //
+// # Peers
+//
+// The peer table holds one entry per neighbour NID: its connections, its
+// queues, and the incarnation it last showed. It is bounded: a peer with no
+// connection, nothing queued and no dial in progress is dropped once it
+// has been unused for Config.PeerIdleAge (10 minutes), forgetting its
+// incarnation; and at Config.MaxPeers (16384) a new peer is refused (a send
+// to it fails with lnet.ErrPeerUnreachable, a handshake from it is closed),
+// with a log line at most once a second, until idle ones go.
+//
 // # Data path
 //
 // Send never blocks on the network: it puts the message, with its header

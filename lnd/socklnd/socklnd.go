@@ -86,6 +86,16 @@ type Config struct {
 	// MaxHandshakes bounds the incoming connections whose hello is being
 	// read at once; more are closed at once ("max_handshakes", default 64).
 	MaxHandshakes int
+	// MaxPeers bounds the peer table ("max_peers", default 16384): beyond
+	// it a send to a new peer fails with lnet.ErrPeerUnreachable and a
+	// handshake from a new peer is refused, each with a log line, until
+	// idle peers are dropped.
+	MaxPeers int
+	// PeerIdleAge is how long a peer with no connection and nothing queued
+	// is kept after it was last used ("peer_idle_age", default 10m). Its
+	// incarnation is forgotten with it: a peer that comes back after that
+	// is a new peer, not a restarted one.
+	PeerIdleAge time.Duration
 }
 
 // DefaultConfig returns the settings socklnd uses for options not given.
@@ -103,6 +113,8 @@ func DefaultConfig() Config {
 		KeepAliveInterval: 5 * time.Second,
 		KeepAliveCount:    5,
 		MaxHandshakes:     64,
+		MaxPeers:          16384,
+		PeerIdleAge:       10 * time.Minute,
 	}
 }
 
@@ -114,7 +126,7 @@ func (c *Config) Validate() error {
 	case c.MinBulk < 1:
 		return fmt.Errorf("socklnd: min_bulk %d: want at least 1", c.MinBulk)
 	case c.ConnectTimeout <= 0, c.BackoffMin <= 0, c.HandshakeTimeout <= 0, c.Timeout <= 0,
-		c.KeepAliveIdle <= 0, c.KeepAliveInterval <= 0:
+		c.KeepAliveIdle <= 0, c.KeepAliveInterval <= 0, c.PeerIdleAge <= 0:
 		return errors.New("socklnd: timeouts and intervals must be positive")
 	case c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("socklnd: backoff_max %v is below backoff_min %v", c.BackoffMax, c.BackoffMin)
@@ -122,6 +134,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("socklnd: keepalive_count %d: want at least 1", c.KeepAliveCount)
 	case c.MaxHandshakes < 1:
 		return fmt.Errorf("socklnd: max_handshakes %d: want at least 1", c.MaxHandshakes)
+	case c.MaxPeers < 1:
+		return fmt.Errorf("socklnd: max_peers %d: want at least 1", c.MaxPeers)
 	}
 	return nil
 }
@@ -132,6 +146,8 @@ var options = map[string]func(c *Config, v string) error{
 	"min_bulk":          intOpt(func(c *Config) *int { return &c.MinBulk }),
 	"keepalive_count":   intOpt(func(c *Config) *int { return &c.KeepAliveCount }),
 	"max_handshakes":    intOpt(func(c *Config) *int { return &c.MaxHandshakes }),
+	"max_peers":         intOpt(func(c *Config) *int { return &c.MaxPeers }),
+	"peer_idle_age":     durOpt(func(c *Config) *time.Duration { return &c.PeerIdleAge }),
 	"connect_timeout":   durOpt(func(c *Config) *time.Duration { return &c.ConnectTimeout }),
 	"backoff_min":       durOpt(func(c *Config) *time.Duration { return &c.BackoffMin }),
 	"backoff_max":       durOpt(func(c *Config) *time.Duration { return &c.BackoffMax }),
@@ -236,7 +252,9 @@ type NI struct {
 	mu struct {
 		sync.Mutex
 		closing bool               // set by Shutdown: no goroutine may start
-		peers   map[wire.NID]*peer // every peer ever talked to; never shrinks
+		peers   map[wire.NID]*peer // at most Config.MaxPeers; idle ones are reaped
+		// fullLogged is when a refusal for a full table was last logged.
+		fullLogged time.Time
 	}
 }
 
@@ -313,6 +331,7 @@ func Start(ctx context.Context, cfg lnet.NIConfig, c Config, host lnet.Host) (*N
 	ni.ln = ln
 	ni.ctx, ni.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ni.spawn(ni.acceptLoop)
+	ni.spawn(ni.reapLoop)
 	ni.log.Info("socklnd: NI up", "listen", addr, "incarnation", ni.inc)
 	return ni, nil
 }

@@ -16,6 +16,7 @@ type counters struct {
 	rxMsgs, rxBytes, rxRefused               atomic.Uint64
 	connsMade, connsDropped, connectFailures atomic.Uint64
 	handshakeFailures, connRaces, badHeaders atomic.Uint64
+	peersRefused, peersReaped                atomic.Uint64
 }
 
 // Stats are one NI's counters since it started. Byte counts include the
@@ -36,6 +37,10 @@ type Stats struct {
 	HandshakeFailures uint64 // connections closed for a bad or missing hello
 	ConnRaces         uint64 // incoming connections refused by race resolution
 	BadHeaders        uint64 // connections dropped for a bad message header
+
+	Peers        int    // peers in the table now (at most Config.MaxPeers)
+	PeersRefused uint64 // new peers refused because the table was full
+	PeersReaped  uint64 // idle peers dropped (Config.PeerIdleAge)
 }
 
 // Stats returns a snapshot of the NI's counters; each counter is read
@@ -55,7 +60,16 @@ func (ni *NI) Stats() Stats {
 		HandshakeFailures: s.handshakeFailures.Load(),
 		ConnRaces:         s.connRaces.Load(),
 		BadHeaders:        s.badHeaders.Load(),
+		PeersRefused:      s.peersRefused.Load(),
+		PeersReaped:       s.peersReaped.Load(),
+		Peers:             ni.npeers(),
 	}
+}
+
+func (ni *NI) npeers() int {
+	ni.mu.Lock()
+	defer ni.mu.Unlock()
+	return len(ni.mu.peers)
 }
 
 // ConnInfo describes one established connection, for lnetctl.
@@ -86,8 +100,9 @@ type PeerInfo struct {
 	Conns []ConnInfo
 }
 
-// Peers lists every peer the NI has talked to, by NID, each with its
-// connections by type. Safe for concurrent use; a snapshot.
+// Peers lists the peers in the NI's table (those in use, and those idle
+// for less than Config.PeerIdleAge), by NID, each with its connections by
+// type. Safe for concurrent use; a snapshot.
 func (ni *NI) Peers() []PeerInfo {
 	ni.mu.Lock()
 	peers := make([]*peer, 0, len(ni.mu.peers))

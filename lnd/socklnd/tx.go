@@ -6,6 +6,7 @@ package socklnd
 // one vectored write.
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -105,8 +106,9 @@ func all(*txItem) bool { return true }
 // header and payload have been written to the socket (the payload buffers
 // may then be reused), otherwise an error wrapping
 //   - lnet.ErrPeerUnreachable: no connection could be made before
-//     msg.Deadline (Config.ConnectTimeout after Send if zero), or NextHop
-//     is not a peer on this net;
+//     msg.Deadline (Config.ConnectTimeout after Send if zero), NextHop
+//     is not a peer on this net, or NextHop is a new peer and the peer
+//     table is full (Config.MaxPeers);
 //   - lnet.ErrConnReset: the connection broke while it was being written;
 //   - lnet.ErrPeerRestarted: the message was queued behind a connection to
 //     the peer, and the peer turned out to have restarted before it was
@@ -129,23 +131,25 @@ func (ni *NI) Send(msg *lnet.Msg) {
 		ni.finalize(msg, err)
 		return
 	}
-	p := ni.peer(msg.NextHop)
-	if p == nil {
-		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: %w", msg.NextHop, lnet.ErrShutdown))
-		return
-	}
 	it.deadline = msg.Deadline
 	if it.deadline.IsZero() {
 		it.deadline = time.Now().Add(ni.conf.ConnectTimeout)
 	}
 	t := ni.txType(msg)
-
-	p.mu.Lock()
+	p, err := ni.lockPeer(msg.NextHop)
+	if err != nil {
+		if !errors.Is(err, lnet.ErrShutdown) {
+			err = fmt.Errorf("%w: %w", lnet.ErrPeerUnreachable, err)
+		}
+		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: %w", msg.NextHop, err))
+		return
+	}
 	if ni.closed.Load() {
 		p.mu.Unlock()
 		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: %w", msg.NextHop, lnet.ErrShutdown))
 		return
 	}
+	p.mu.lastUsed = time.Now()
 	connected := p.mu.conns[t] != nil
 	if connected {
 		it.inc = p.mu.incarnation

@@ -185,6 +185,32 @@ func (r *recorder) wait(t *testing.T, n int) []lnet.Event {
 	}
 }
 
+// waitProbing is wait that calls probe every interval until the events
+// come.
+func (r *recorder) waitProbing(t *testing.T, n int, interval time.Duration, probe func()) []lnet.Event {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		r.mu.Lock()
+		if len(r.evs)-r.next >= n {
+			out := append([]lnet.Event(nil), r.evs[r.next:r.next+n]...)
+			r.next += n
+			r.mu.Unlock()
+			return out
+		}
+		got := append([]lnet.Event(nil), r.evs[r.next:]...)
+		r.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %d events, got %d: %v", waitLimit, n, len(got), describe(got))
+		}
+		select {
+		case <-r.ch:
+		case <-time.After(interval):
+			probe()
+		}
+	}
+}
+
 // next returns the next event, checking its type.
 func (r *recorder) next1(t *testing.T, typ lnet.EventType) lnet.Event {
 	t.Helper()
@@ -705,9 +731,14 @@ func testMTU(e *env) {
 	t := e.t
 	const portal = 80
 	tbuf := make([]byte, wire.MTU)
-	e.attach(portal, lnet.AnyProcess, 0, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{tbuf}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpPut})
+	// The target's PUT event, not the ACK, orders the receiver's writes
+	// before our reads (the connection does not, for the race detector).
+	tr := newRecorder()
+	e.attach(portal, lnet.AnyProcess, 0, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{tbuf}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpPut, Handler: tr.handler})
 	src := pattern(wire.MTU, 4)
-	if ack := e.putDone(split(src, 4095), portal, 0, 0, 0); ack.MLength != wire.MTU || !bytes.Equal(tbuf, src) {
+	ack := e.putDone(split(src, 4095), portal, 0, 0, 0)
+	tr.next1(t, lnet.EventPut)
+	if ack.MLength != wire.MTU || !bytes.Equal(tbuf, src) {
 		t.Fatalf("MTU PUT: ACK mlength %d, data equal %v", ack.MLength, bytes.Equal(tbuf, src))
 	}
 	big := e.bind(lnet.MD{Buffers: [][]byte{make([]byte, wire.MTU), {1}}, Threshold: lnet.ThresholdInfinite})
@@ -970,7 +1001,16 @@ func testPeerRestart(e *env) {
 	tr := newRecorder()
 	e.attach(portal, lnet.AnyProcess, 2, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpPut, Handler: tr.handler})
 	sr := e.send([][]byte{pattern(8, 0)}, lnet.AckReq, portal, 2, 0, 0)
-	evs := r.wait(t, 3)
+	// That PUT may vanish: committed to a connection of the old instance
+	// before the driver saw it close, it is written into a socket whose
+	// peer is gone. Only a new connection meets the new incarnation, so
+	// probe (as a client resending would) until one does.
+	evs := r.waitProbing(t, 3, 300*time.Millisecond, func() {
+		h := e.bind(lnet.MD{Buffers: [][]byte{pattern(8, 9)}, Threshold: 1})
+		if err := e.a.Put(context.Background(), h, lnet.NoAckReq, e.target, portal, 99, 0, 0); err != nil {
+			t.Errorf("probe: %v", err)
+		}
+	})
 	for _, ev := range evs[:2] {
 		if (ev.Type != lnet.EventReply && ev.Type != lnet.EventAck) || !errors.Is(ev.Status, lnet.ErrPeerRestarted) {
 			t.Fatalf("events %v, want REPLY and ACK failing with ErrPeerRestarted", describe(evs))

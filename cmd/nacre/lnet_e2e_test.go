@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+var lnetPort atomic.Int32
+
+func init() { lnetPort.Store(27000) }
+
+// lnetNode runs `nacre lnet serve` and waits for its ready line.
+func lnetNode(t *testing.T, port int, sock string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(nacreBin, append([]string{"lnet", "serve", "--port", strconv.Itoa(port), "--socket", sock}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	deadline := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+	defer deadline.Stop()
+	for sc.Scan() {
+		if sc.Text() == "ready" {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return cmd
+		}
+	}
+	t.Fatalf("nacre lnet serve %v did not become ready", args)
+	return nil
+}
+
+// nacre runs the binary and returns its standard output, with standard
+// error appended when it fails (so error messages can be checked).
+func nacre(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command(nacreBin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out) + stderr.String(), err
+	}
+	return string(out), nil
+}
+
+func TestLNetServeLnetctlAndLst(t *testing.T) {
+	port := int(lnetPort.Add(1))
+	dir := t.TempDir()
+	sock2, sock3 := filepath.Join(dir, "n2.sock"), filepath.Join(dir, "n3.sock")
+	lnetNode(t, port, sock2, "--nid", "127.0.0.2@tcp")
+	lnetNode(t, port, sock3, "--nid", "127.0.0.3@tcp")
+
+	// net show -v: both NIs, counters, tunables, and the RDMA note.
+	out, err := nacre(t, "lnetctl", "--socket", sock2, "net", "show", "-v")
+	if err != nil {
+		t.Fatalf("net show: %v\n%s", err, out)
+	}
+	var nets struct {
+		Net []struct {
+			NetType string `yaml:"net type"`
+			NIs     []struct {
+				NID        string         `yaml:"nid"`
+				Status     string         `yaml:"status"`
+				Statistics map[string]int `yaml:"statistics"`
+				Tunables   map[string]int `yaml:"tunables"`
+			} `yaml:"local NI(s)"`
+		} `yaml:"net"`
+		RDMA string `yaml:"rdma"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &nets); err != nil {
+		t.Fatalf("net show is not YAML: %v\n%s", err, out)
+	}
+	if len(nets.Net) != 2 || nets.Net[0].NetType != "lo" || nets.Net[1].NetType != "tcp" ||
+		nets.Net[1].NIs[0].NID != "127.0.0.2@tcp" || nets.Net[1].NIs[0].Status != "up" || nets.Net[1].NIs[0].Tunables["peer_credits"] == 0 {
+		t.Fatalf("net show -v:\n%s", out)
+	}
+	if !strings.Contains(nets.RDMA, "no RDMA devices") && !strings.Contains(out, "rdma devices") {
+		t.Fatalf("net show -v says nothing about RDMA devices:\n%s", out)
+	}
+
+	// Selftest from a third process against node 2: write, read, ping.
+	for _, op := range []string{"write", "read", "ping"} {
+		out, err := nacre(t, "lst", "run", "--nid", "127.0.0.1@tcp", "--port", strconv.Itoa(port), "--peer", "127.0.0.2@tcp",
+			"--op", op, "--size", "256K", "--concurrency", "4", "--duration", "1s", "--json")
+		if err != nil {
+			t.Fatalf("lst %s: %v\n%s", op, err, out)
+		}
+		var r struct {
+			Ops    uint64  `json:"ops"`
+			Errors uint64  `json:"errors"`
+			Bytes  uint64  `json:"bytes"`
+			MBps   float64 `json:"mb_per_s"`
+			RPCps  float64 `json:"rpc_per_s"`
+			P99    float64 `json:"p99_us"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("lst %s output is not JSON: %v\n%s", op, err, out)
+		}
+		if r.Ops == 0 || r.Errors != 0 || r.RPCps <= 0 || r.P99 <= 0 || (op != "ping" && r.Bytes != r.Ops*256<<10) {
+			t.Fatalf("lst %s: %+v", op, r)
+		}
+	}
+	out, err = nacre(t, "lst", "run", "--nid", "127.0.0.1@tcp", "--port", strconv.Itoa(port), "--peer", "127.0.0.2@tcp", "--op", "write", "--size", "2M")
+	if err == nil || !strings.Contains(out, "size") {
+		t.Fatalf("lst with an over-MTU size: %v\n%s", err, out)
+	}
+
+	// ping and peer show: node 2 pings node 3 and then knows it.
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "ping", "127.0.0.3@tcp")
+	if err != nil || !strings.Contains(out, "primary nid: 127.0.0.3@tcp") {
+		t.Fatalf("ping: %v\n%s", err, out)
+	}
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "peer", "show")
+	if err != nil || !strings.Contains(out, "127.0.0.3@tcp") {
+		t.Fatalf("peer show: %v\n%s", err, out)
+	}
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "stats", "show")
+	var st struct {
+		Statistics map[string]uint64 `yaml:"statistics"`
+	}
+	if err != nil || yaml.Unmarshal([]byte(out), &st) != nil || st.Statistics["send_count"] == 0 || st.Statistics["recv_count"] == 0 {
+		t.Fatalf("stats show: %v\n%s", err, out)
+	}
+
+	// Routes: add, show, delete.
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "route", "add", "--net", "tcp9", "--gateway", "127.0.0.3@tcp", "--hop", "1"); err != nil {
+		t.Fatalf("route add: %v\n%s", err, out)
+	}
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "route", "show")
+	if err != nil || !strings.Contains(out, "net: tcp9") || !strings.Contains(out, "gateway: 127.0.0.3@tcp") {
+		t.Fatalf("route show: %v\n%s", err, out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "route", "del", "--net", "tcp9"); err != nil {
+		t.Fatalf("route del: %v\n%s", err, out)
+	}
+	out, _ = nacre(t, "lnetctl", "--socket", sock2, "route", "show")
+	if strings.Contains(out, "tcp9") {
+		t.Fatalf("route still there after del:\n%s", out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "route", "add", "--net", "nonet", "--gateway", "127.0.0.3@tcp"); err == nil {
+		t.Fatalf("route add with a bad net succeeded:\n%s", out)
+	}
+
+	// Invoked as lnetctl through a symlink.
+	link := filepath.Join(dir, "lnetctl")
+	if err := os.Symlink(nacreBin, link); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(link, "--socket", sock3, "net", "show").CombinedOutput(); err != nil || !strings.Contains(string(out), "127.0.0.3@tcp") {
+		t.Fatalf("lnetctl symlink: %v\n%s", err, out)
+	}
+
+	// No node behind the socket: a clear error, not a hang.
+	out, err = nacre(t, "lnetctl", "--socket", filepath.Join(dir, "none.sock"), "--timeout", "2s", "net", "show")
+	if err == nil || !strings.Contains(out, "none.sock") {
+		t.Fatalf("lnetctl without a node: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	lnetv1 "github.com/nacrefs/nacre/proto/nacre/lnet/v1"
+	"github.com/nacrefs/nacre/services/lnetctl"
+)
+
+// The YAML shapes below follow Lustre's lnetctl output, keys included.
+
+type yamlNI struct {
+	NID        string         `yaml:"nid"`
+	Status     string         `yaml:"status"`
+	Interfaces map[int]string `yaml:"interfaces,omitempty"`
+	Statistics *struct {
+		SendCount uint64 `yaml:"send_count"`
+		RecvCount uint64 `yaml:"recv_count"`
+		DropCount uint64 `yaml:"drop_count"`
+	} `yaml:"statistics,omitempty"`
+	Tunables *struct {
+		PeerTimeout       int32 `yaml:"peer_timeout"`
+		PeerCredits       int32 `yaml:"peer_credits"`
+		PeerBufferCredits int32 `yaml:"peer_buffer_credits"`
+		Credits           int32 `yaml:"credits"`
+	} `yaml:"tunables,omitempty"`
+	Health *struct {
+		Value int32 `yaml:"health value"`
+	} `yaml:"health stats,omitempty"`
+}
+
+type yamlNet struct {
+	NetType string   `yaml:"net type"`
+	NIs     []yamlNI `yaml:"local NI(s)"`
+}
+
+type yamlPeerNI struct {
+	NID                string `yaml:"nid"`
+	State              string `yaml:"state"`
+	MaxNITxCredits     int32  `yaml:"max_ni_tx_credits"`
+	AvailableTxCredits int32  `yaml:"available_tx_credits"`
+	MinTxCredits       int32  `yaml:"min_tx_credits"`
+	TxQNumOfBuf        int32  `yaml:"tx_q_num_of_buf"`
+	Health             int32  `yaml:"health value"`
+	SendCount          uint64 `yaml:"send_count"`
+	RecvCount          uint64 `yaml:"recv_count"`
+}
+
+type yamlPeer struct {
+	PrimaryNID string       `yaml:"primary nid"`
+	MultiRail  pyBool       `yaml:"Multi-Rail"`
+	PeerNIs    []yamlPeerNI `yaml:"peer ni"`
+}
+
+// pyBool prints True/False unquoted, as lnetctl (Python-style) does; a
+// plain string would be quoted by the encoder because YAML 1.1 reads it as
+// a boolean.
+type pyBool bool
+
+// MarshalYAML implements yaml.Marshaler.
+func (b pyBool) MarshalYAML() (any, error) {
+	v := "False"
+	if b {
+		v = "True"
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: v}, nil
+}
+
+func boolWord(b bool) pyBool { return pyBool(b) }
+
+func peerYAML(p *lnetv1.Peer) yamlPeer {
+	out := yamlPeer{PrimaryNID: p.GetPrimaryNid(), MultiRail: boolWord(p.GetMultiRail())}
+	for _, n := range p.GetPeerNis() {
+		out.PeerNIs = append(out.PeerNIs, yamlPeerNI{NID: n.GetNid(), State: n.GetState(), MaxNITxCredits: n.GetMaxNiTxCredits(),
+			AvailableTxCredits: n.GetAvailableTxCredits(), MinTxCredits: n.GetMinTxCredits(), TxQNumOfBuf: n.GetTxQNumOfBuf(),
+			Health: n.GetHealthValue(), SendCount: n.GetSendCount(), RecvCount: n.GetRecvCount()})
+	}
+	return out
+}
+
+func printYAML(w io.Writer, v any) error {
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(4)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func newLNetCtlCmd() *cobra.Command {
+	var socket string
+	var timeout time.Duration
+	client := func() (lnetv1.LNetControlClient, func(), error) {
+		cc, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		return lnetv1.NewLNetControlClient(cc), func() { cc.Close() }, nil
+	}
+	// call runs one control RPC with the timeout and a readable error.
+	call := func(cmd *cobra.Command, fn func(lnetv1.LNetControlClient) (any, error)) error {
+		c, done, err := client()
+		if err != nil {
+			return err
+		}
+		defer done()
+		out, err := fn(c)
+		if err != nil {
+			return fmt.Errorf("%s (is an LNet node serving %s?)", status.Convert(err).Message(), socket)
+		}
+		return printYAML(cmd.OutOrStdout(), out)
+	}
+	root := &cobra.Command{Use: "lnetctl", Short: "Show and change a running LNet node (Lustre's lnetctl)"}
+	root.PersistentFlags().StringVar(&socket, "socket", lnetctl.DefaultSocket, "control socket of the LNet node")
+	root.PersistentFlags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for an answer")
+
+	net := &cobra.Command{Use: "net", Short: "Local networks and NIs"}
+	var verbose bool
+	netShow := &cobra.Command{
+		Use: "show [-v]", Short: "List local NIs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				r, err := c.ShowNets(ctx, &lnetv1.ShowNetsRequest{Verbose: verbose})
+				if err != nil {
+					return nil, err
+				}
+				out := struct {
+					Net  []yamlNet        `yaml:"net"`
+					RDMA []map[string]any `yaml:"rdma devices,omitempty"`
+					Note string           `yaml:"rdma,omitempty"`
+				}{Note: r.GetRdmaNote()}
+				for _, n := range r.GetNets() {
+					yn := yamlNet{NetType: n.GetNetType()}
+					for _, ni := range n.GetLocalNis() {
+						y := yamlNI{NID: ni.GetNid(), Status: ni.GetStatus()}
+						if len(ni.GetInterfaces()) > 0 {
+							y.Interfaces = map[int]string{}
+							for i, name := range ni.GetInterfaces() {
+								y.Interfaces[i] = name
+							}
+						}
+						if verbose {
+							s, t := ni.GetStatistics(), ni.GetTunables()
+							y.Statistics = &struct {
+								SendCount uint64 `yaml:"send_count"`
+								RecvCount uint64 `yaml:"recv_count"`
+								DropCount uint64 `yaml:"drop_count"`
+							}{s.GetSendCount(), s.GetRecvCount(), s.GetDropCount()}
+							y.Tunables = &struct {
+								PeerTimeout       int32 `yaml:"peer_timeout"`
+								PeerCredits       int32 `yaml:"peer_credits"`
+								PeerBufferCredits int32 `yaml:"peer_buffer_credits"`
+								Credits           int32 `yaml:"credits"`
+							}{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}
+							y.Health = &struct {
+								Value int32 `yaml:"health value"`
+							}{ni.GetHealthValue()}
+						}
+						yn.NIs = append(yn.NIs, y)
+					}
+					out.Net = append(out.Net, yn)
+				}
+				for _, d := range r.GetRdmaDevices() {
+					out.RDMA = append(out.RDMA, map[string]any{"device": d.GetName(), "net devices": d.GetNetDevices()})
+				}
+				return out, nil
+			})
+		},
+	}
+	netShow.Flags().BoolVarP(&verbose, "verbose", "v", false, "statistics, tunables, health and RDMA devices")
+	net.AddCommand(netShow)
+
+	peer := &cobra.Command{Use: "peer", Short: "Known peers"}
+	peer.AddCommand(&cobra.Command{
+		Use: "show", Short: "List peers and their NIs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				r, err := c.ShowPeers(ctx, &lnetv1.ShowPeersRequest{})
+				if err != nil {
+					return nil, err
+				}
+				out := struct {
+					Peer []yamlPeer `yaml:"peer"`
+				}{Peer: []yamlPeer{}}
+				for _, p := range r.GetPeers() {
+					out.Peer = append(out.Peer, peerYAML(p))
+				}
+				return out, nil
+			})
+		},
+	})
+
+	type yamlRoute struct {
+		Net      string `yaml:"net"`
+		Gateway  string `yaml:"gateway"`
+		Hop      int32  `yaml:"hop"`
+		Priority uint32 `yaml:"priority"`
+		State    string `yaml:"state"`
+	}
+	route := &cobra.Command{Use: "route", Short: "Routes to remote networks"}
+	route.AddCommand(&cobra.Command{
+		Use: "show", Short: "List routes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				r, err := c.ShowRoutes(ctx, &lnetv1.ShowRoutesRequest{})
+				if err != nil {
+					return nil, err
+				}
+				out := struct {
+					Route []yamlRoute `yaml:"route"`
+				}{Route: []yamlRoute{}}
+				for _, rt := range r.GetRoutes() {
+					out.Route = append(out.Route, yamlRoute{rt.GetNet(), rt.GetGateway(), rt.GetHop(), rt.GetPriority(), rt.GetState()})
+				}
+				return out, nil
+			})
+		},
+	})
+	var rNet, rGW string
+	var rHop int32
+	var rPrio uint32
+	routeAdd := &cobra.Command{
+		Use: "add --net NET --gateway NID [--hop N] [--priority P]", Short: "Add a route", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				_, err := c.AddRoute(ctx, &lnetv1.AddRouteRequest{Route: &lnetv1.Route{Net: rNet, Gateway: rGW, Hop: rHop, Priority: rPrio}})
+				return struct{}{}, err
+			})
+		},
+	}
+	routeAdd.Flags().StringVar(&rNet, "net", "", "remote network, e.g. tcp2")
+	routeAdd.Flags().StringVar(&rGW, "gateway", "", "router NID on a local network")
+	routeAdd.Flags().Int32Var(&rHop, "hop", -1, "hop count (-1: unknown)")
+	routeAdd.Flags().Uint32Var(&rPrio, "priority", 0, "priority (lower is preferred)")
+	routeDel := &cobra.Command{
+		Use: "del --net NET [--gateway NID]", Short: "Delete routes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				_, err := c.DeleteRoute(ctx, &lnetv1.DeleteRouteRequest{Net: rNet, Gateway: rGW})
+				return struct{}{}, err
+			})
+		},
+	}
+	routeDel.Flags().StringVar(&rNet, "net", "", "remote network")
+	routeDel.Flags().StringVar(&rGW, "gateway", "", "router NID (empty: every route to the net)")
+	route.AddCommand(routeAdd, routeDel)
+
+	ping := &cobra.Command{
+		Use: "ping NID", Short: "LNet ping: a peer's NIDs and the round trip", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				r, err := c.Ping(ctx, &lnetv1.PingRequest{Nid: args[0], TimeoutMs: timeout.Milliseconds()})
+				if err != nil {
+					return nil, err
+				}
+				type pni struct {
+					NID string `yaml:"nid"`
+				}
+				p := struct {
+					Primary   string `yaml:"primary nid"`
+					MultiRail pyBool `yaml:"Multi-Rail"`
+					PeerNIs   []pni  `yaml:"peer ni"`
+					RTT       string `yaml:"rtt"`
+				}{Primary: r.GetPrimaryNid(), MultiRail: boolWord(r.GetMultiRail()), RTT: (time.Duration(r.GetRttUs()) * time.Microsecond).String()}
+				for _, n := range r.GetPeerNis() {
+					p.PeerNIs = append(p.PeerNIs, pni{n})
+				}
+				return map[string]any{"ping": []any{p}}, nil
+			})
+		},
+	}
+	discover := &cobra.Command{
+		Use: "discover NID", Short: "Discover a peer's NIDs (multi-rail)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				r, err := c.Discover(ctx, &lnetv1.DiscoverRequest{Nid: args[0], TimeoutMs: timeout.Milliseconds()})
+				if err != nil {
+					return nil, err
+				}
+				return map[string]any{"discover": []any{peerYAML(r.GetPeer())}}, nil
+			})
+		},
+	}
+	stats := &cobra.Command{Use: "stats", Short: "Global counters"}
+	stats.AddCommand(&cobra.Command{
+		Use: "show", Short: "Show global counters", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
+				ctx, cancel := contextWithTimeout(cmd, timeout)
+				defer cancel()
+				r, err := c.ShowStats(ctx, &lnetv1.ShowStatsRequest{})
+				if err != nil {
+					return nil, err
+				}
+				return struct {
+					Statistics yamlStats `yaml:"statistics"`
+				}{statsYAML(r.GetStatistics())}, nil
+			})
+		},
+	})
+	root.AddCommand(net, peer, route, ping, discover, stats)
+	return root
+}
+
+// yamlStats lists the counters in the order lnetctl prints them.
+type yamlStats struct {
+	MsgsAlloc            uint64 `yaml:"msgs_alloc"`
+	MsgsMax              uint64 `yaml:"msgs_max"`
+	Errors               uint64 `yaml:"errors"`
+	SendCount            uint64 `yaml:"send_count"`
+	ResendCount          uint64 `yaml:"resend_count"`
+	ResponseTimeoutCount uint64 `yaml:"response_timeout_count"`
+	LocalInterruptCount  uint64 `yaml:"local_interrupt_count"`
+	LocalDroppedCount    uint64 `yaml:"local_dropped_count"`
+	LocalAbortedCount    uint64 `yaml:"local_aborted_count"`
+	LocalNoRouteCount    uint64 `yaml:"local_no_route_count"`
+	LocalTimeoutCount    uint64 `yaml:"local_timeout_count"`
+	LocalErrorCount      uint64 `yaml:"local_error_count"`
+	RemoteDroppedCount   uint64 `yaml:"remote_dropped_count"`
+	RemoteErrorCount     uint64 `yaml:"remote_error_count"`
+	RemoteTimeoutCount   uint64 `yaml:"remote_timeout_count"`
+	NetworkTimeoutCount  uint64 `yaml:"network_timeout_count"`
+	RecvCount            uint64 `yaml:"recv_count"`
+	RouteCount           uint64 `yaml:"route_count"`
+	DropCount            uint64 `yaml:"drop_count"`
+	SendLength           uint64 `yaml:"send_length"`
+	RecvLength           uint64 `yaml:"recv_length"`
+	RouteLength          uint64 `yaml:"route_length"`
+	DropLength           uint64 `yaml:"drop_length"`
+}
+
+func statsYAML(s *lnetv1.Statistics) yamlStats {
+	return yamlStats{
+		MsgsAlloc: s.GetMsgsAlloc(), MsgsMax: s.GetMsgsMax(), Errors: s.GetErrors(), SendCount: s.GetSendCount(),
+		ResendCount: s.GetResendCount(), ResponseTimeoutCount: s.GetResponseTimeoutCount(),
+		LocalInterruptCount: s.GetLocalInterruptCount(), LocalDroppedCount: s.GetLocalDroppedCount(),
+		LocalAbortedCount: s.GetLocalAbortedCount(), LocalNoRouteCount: s.GetLocalNoRouteCount(),
+		LocalTimeoutCount: s.GetLocalTimeoutCount(), LocalErrorCount: s.GetLocalErrorCount(),
+		RemoteDroppedCount: s.GetRemoteDroppedCount(), RemoteErrorCount: s.GetRemoteErrorCount(),
+		RemoteTimeoutCount: s.GetRemoteTimeoutCount(), NetworkTimeoutCount: s.GetNetworkTimeoutCount(),
+		RecvCount: s.GetRecvCount(), RouteCount: s.GetRouteCount(), DropCount: s.GetDropCount(),
+		SendLength: s.GetSendLength(), RecvLength: s.GetRecvLength(), RouteLength: s.GetRouteLength(), DropLength: s.GetDropLength(),
+	}
+}
+
+func contextWithTimeout(cmd *cobra.Command, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), d)
+}
