@@ -214,6 +214,9 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 	if m.hl, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("mgs: listen http %s: %w", cfg.HTTPAddr, err)
 	}
+	// The first probe happens before serving, so a health check never finds
+	// the services unknown.
+	m.setHealth(ctx, hs)
 	m.wg.Go(func() {
 		if err := m.grpc.Serve(m.gl); err != nil {
 			log.Error("grpc server stopped", "err", err)
@@ -241,19 +244,24 @@ func (m *MGS) probeHealth(ctx context.Context, hs *health.Server) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
-		st := healthpb.HealthCheckResponse_SERVING
-		if ok, _, _ := m.store.Health(ctx); !ok {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		for _, svc := range []string{"", mgsv1.MGS_ServiceDesc.ServiceName, adminv1.Admin_ServiceDesc.ServiceName} {
-			hs.SetServingStatus(svc, st)
-		}
 		select {
 		case <-ctx.Done():
 			hs.Shutdown()
 			return
 		case <-t.C:
+			m.setHealth(ctx, hs)
 		}
+	}
+}
+
+// setHealth sets every service's gRPC health from one probe of etcd.
+func (m *MGS) setHealth(ctx context.Context, hs *health.Server) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if ok, _, _ := m.store.Health(ctx); !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for _, svc := range []string{"", mgsv1.MGS_ServiceDesc.ServiceName, adminv1.Admin_ServiceDesc.ServiceName} {
+		hs.SetServingStatus(svc, st)
 	}
 }
 
