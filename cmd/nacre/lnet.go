@@ -70,6 +70,22 @@ func lnetConfigFrom(v *viper.Viper) (lnet.Config, error) {
 	return cfg, nil
 }
 
+// lnetCommandConfig loads a command's configuration and the LNet config
+// with its logger, for every command that runs an LNet node.
+func lnetCommandConfig(cmd *cobra.Command) (*viper.Viper, lnet.Config, error) {
+	v, err := loadConfig(cmd, nil)
+	if err != nil {
+		return nil, lnet.Config{}, err
+	}
+	log, err := newLogger(v)
+	if err != nil {
+		return nil, lnet.Config{}, err
+	}
+	cfg, err := lnetConfigFrom(v)
+	cfg.Logger = log
+	return v, cfg, err
+}
+
 // parseRoute reads NET:GATEWAY[:HOPS[:PRIORITY]], e.g. tcp2:10.0.0.2@tcp1.
 func parseRoute(s string) (lnet.Route, error) {
 	parts := strings.Split(s, ":")
@@ -107,19 +123,11 @@ func newLNetCmd() *cobra.Command {
 		Short: "Run an LNet node (router, selftest target) until stopped",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd, nil)
+			v, cfg, err := lnetCommandConfig(cmd)
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(v)
-			if err != nil {
-				return err
-			}
-			cfg, err := lnetConfigFrom(v)
-			if err != nil {
-				return err
-			}
-			cfg.Logger = log
+			log := cfg.Logger
 			cfg.Routing = v.GetBool("routing")
 			if n := v.GetInt("router-buffers"); n > 0 {
 				cfg.RouterBuffers = n
@@ -184,19 +192,10 @@ func newLstCmd() *cobra.Command {
 		Short: "Drive selftest traffic at a peer and print MB/s, RPC/s and latency",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd, nil)
+			v, cfg, err := lnetCommandConfig(cmd)
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(v)
-			if err != nil {
-				return err
-			}
-			cfg, err := lnetConfigFrom(v)
-			if err != nil {
-				return err
-			}
-			cfg.Logger = log
 			peer, err := wire.ParseNID(v.GetString("peer"))
 			if err != nil {
 				return fmt.Errorf("--peer: %w", err)
