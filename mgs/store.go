@@ -516,18 +516,23 @@ func (s *Store) Heartbeat(ctx context.Context, fsname string, k Kind, index uint
 }
 
 // listTargets reads a filesystem's targets with their liveness, both at one
-// revision (one read-only transaction).
+// revision, in one read-only transaction that also checks the filesystem
+// exists (NotExist otherwise).
 func (s *Store) listTargets(ctx context.Context, fsname string) ([]Target, int64, error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.fsKey(fsname), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.targetsPrefix(fsname), clientv3.WithPrefix()),
 		clientv3.OpGet(s.livePrefix(fsname), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		return nil, 0, s.etcdErr("list targets of "+fsname, err)
 	}
-	ts, err := s.decodeTargets(fsname, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	if resp.Responses[0].GetResponseRange().Count == 0 {
+		return nil, 0, errs.Errorf(errs.NotExist, "filesystem %q does not exist", fsname)
+	}
+	ts, err := s.decodeTargets(fsname, resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs)
 	return ts, resp.Header.Revision, err
 }
 
@@ -563,7 +568,7 @@ func sortTargets(ts []Target) {
 // ListTargets returns a filesystem's targets with their state. NotExist if
 // the filesystem does not exist.
 func (s *Store) ListTargets(ctx context.Context, fsname string) ([]Target, error) {
-	if _, err := s.GetFilesystem(ctx, fsname); err != nil {
+	if err := ValidateFSName(fsname); err != nil {
 		return nil, err
 	}
 	ts, _, err := s.listTargets(ctx, fsname)

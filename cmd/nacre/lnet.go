@@ -86,6 +86,13 @@ func lnetCommandConfig(cmd *cobra.Command) (*viper.Viper, lnet.Config, error) {
 	return v, cfg, err
 }
 
+// closeLNet shuts a command's LNet node down within a bounded time.
+func closeLNet(ln *lnet.LNet) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ln.Close(ctx)
+}
+
 // parseRoute reads NET:GATEWAY[:HOPS[:PRIORITY]], e.g. tcp2:10.0.0.2@tcp1.
 func parseRoute(s string) (lnet.Route, error) {
 	parts := strings.Split(s, ":")
@@ -145,11 +152,7 @@ func newLNetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				ln.Close(cctx)
-			}()
+			defer closeLNet(ln)
 			st, err := selftest.Serve(ln)
 			if err != nil {
 				return err
@@ -215,7 +218,7 @@ func newLstCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer ln.Close(context.Background())
+			defer closeLNet(ln)
 			r, err := selftest.Run(ctx, ln, tc)
 			if v.GetBool("json") {
 				printJSON(cmd.OutOrStdout(), r)

@@ -19,24 +19,30 @@ import (
 
 // The YAML shapes below follow Lustre's lnetctl output, keys included.
 
+type yamlNIStats struct {
+	SendCount uint64 `yaml:"send_count"`
+	RecvCount uint64 `yaml:"recv_count"`
+	DropCount uint64 `yaml:"drop_count"`
+}
+
+type yamlTunables struct {
+	PeerTimeout       int32 `yaml:"peer_timeout"`
+	PeerCredits       int32 `yaml:"peer_credits"`
+	PeerBufferCredits int32 `yaml:"peer_buffer_credits"`
+	Credits           int32 `yaml:"credits"`
+}
+
+type yamlHealth struct {
+	Value int32 `yaml:"health value"`
+}
+
 type yamlNI struct {
 	NID        string         `yaml:"nid"`
 	Status     string         `yaml:"status"`
 	Interfaces map[int]string `yaml:"interfaces,omitempty"`
-	Statistics *struct {
-		SendCount uint64 `yaml:"send_count"`
-		RecvCount uint64 `yaml:"recv_count"`
-		DropCount uint64 `yaml:"drop_count"`
-	} `yaml:"statistics,omitempty"`
-	Tunables *struct {
-		PeerTimeout       int32 `yaml:"peer_timeout"`
-		PeerCredits       int32 `yaml:"peer_credits"`
-		PeerBufferCredits int32 `yaml:"peer_buffer_credits"`
-		Credits           int32 `yaml:"credits"`
-	} `yaml:"tunables,omitempty"`
-	Health *struct {
-		Value int32 `yaml:"health value"`
-	} `yaml:"health stats,omitempty"`
+	Statistics *yamlNIStats   `yaml:"statistics,omitempty"`
+	Tunables   *yamlTunables  `yaml:"tunables,omitempty"`
+	Health     *yamlHealth    `yaml:"health stats,omitempty"`
 }
 
 type yamlNet struct {
@@ -114,13 +120,15 @@ func newLNetCtlCmd() *cobra.Command {
 		return lnetv1.NewLNetControlClient(cc), func() { cc.Close() }, nil
 	}
 	// call runs one control RPC with the timeout and a readable error.
-	call := func(cmd *cobra.Command, fn func(lnetv1.LNetControlClient) (any, error)) error {
+	call := func(cmd *cobra.Command, fn func(context.Context, lnetv1.LNetControlClient) (any, error)) error {
 		c, done, err := client()
 		if err != nil {
 			return err
 		}
 		defer done()
-		out, err := fn(c)
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		out, err := fn(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%s (is an LNet node serving %s?)", status.Convert(err).Message(), socket)
 		}
@@ -135,9 +143,7 @@ func newLNetCtlCmd() *cobra.Command {
 	netShow := &cobra.Command{
 		Use: "show [-v]", Short: "List local NIs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				r, err := c.ShowNets(ctx, &lnetv1.ShowNetsRequest{Verbose: verbose})
 				if err != nil {
 					return nil, err
@@ -159,20 +165,9 @@ func newLNetCtlCmd() *cobra.Command {
 						}
 						if verbose {
 							s, t := ni.GetStatistics(), ni.GetTunables()
-							y.Statistics = &struct {
-								SendCount uint64 `yaml:"send_count"`
-								RecvCount uint64 `yaml:"recv_count"`
-								DropCount uint64 `yaml:"drop_count"`
-							}{s.GetSendCount(), s.GetRecvCount(), s.GetDropCount()}
-							y.Tunables = &struct {
-								PeerTimeout       int32 `yaml:"peer_timeout"`
-								PeerCredits       int32 `yaml:"peer_credits"`
-								PeerBufferCredits int32 `yaml:"peer_buffer_credits"`
-								Credits           int32 `yaml:"credits"`
-							}{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}
-							y.Health = &struct {
-								Value int32 `yaml:"health value"`
-							}{ni.GetHealthValue()}
+							y.Statistics = &yamlNIStats{s.GetSendCount(), s.GetRecvCount(), s.GetDropCount()}
+							y.Tunables = &yamlTunables{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}
+							y.Health = &yamlHealth{ni.GetHealthValue()}
 						}
 						yn.NIs = append(yn.NIs, y)
 					}
@@ -192,9 +187,7 @@ func newLNetCtlCmd() *cobra.Command {
 	peer.AddCommand(&cobra.Command{
 		Use: "show", Short: "List peers and their NIs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				r, err := c.ShowPeers(ctx, &lnetv1.ShowPeersRequest{})
 				if err != nil {
 					return nil, err
@@ -221,9 +214,7 @@ func newLNetCtlCmd() *cobra.Command {
 	route.AddCommand(&cobra.Command{
 		Use: "show", Short: "List routes", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				r, err := c.ShowRoutes(ctx, &lnetv1.ShowRoutesRequest{})
 				if err != nil {
 					return nil, err
@@ -244,9 +235,7 @@ func newLNetCtlCmd() *cobra.Command {
 	routeAdd := &cobra.Command{
 		Use: "add --net NET --gateway NID [--hop N] [--priority P]", Short: "Add a route", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				_, err := c.AddRoute(ctx, &lnetv1.AddRouteRequest{Route: &lnetv1.Route{Net: rNet, Gateway: rGW, Hop: rHop, Priority: rPrio}})
 				return struct{}{}, err
 			})
@@ -259,9 +248,7 @@ func newLNetCtlCmd() *cobra.Command {
 	routeDel := &cobra.Command{
 		Use: "del --net NET [--gateway NID]", Short: "Delete routes", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				_, err := c.DeleteRoute(ctx, &lnetv1.DeleteRouteRequest{Net: rNet, Gateway: rGW})
 				return struct{}{}, err
 			})
@@ -274,9 +261,7 @@ func newLNetCtlCmd() *cobra.Command {
 	ping := &cobra.Command{
 		Use: "ping NID", Short: "LNet ping: a peer's NIDs and the round trip", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				r, err := c.Ping(ctx, &lnetv1.PingRequest{Nid: args[0], TimeoutMs: timeout.Milliseconds()})
 				if err != nil {
 					return nil, err
@@ -300,9 +285,7 @@ func newLNetCtlCmd() *cobra.Command {
 	discover := &cobra.Command{
 		Use: "discover NID", Short: "Discover a peer's NIDs (multi-rail)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				r, err := c.Discover(ctx, &lnetv1.DiscoverRequest{Nid: args[0], TimeoutMs: timeout.Milliseconds()})
 				if err != nil {
 					return nil, err
@@ -315,9 +298,7 @@ func newLNetCtlCmd() *cobra.Command {
 	stats.AddCommand(&cobra.Command{
 		Use: "show", Short: "Show global counters", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, func(c lnetv1.LNetControlClient) (any, error) {
-				ctx, cancel := contextWithTimeout(cmd, timeout)
-				defer cancel()
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
 				r, err := c.ShowStats(ctx, &lnetv1.ShowStatsRequest{})
 				if err != nil {
 					return nil, err
@@ -371,8 +352,4 @@ func statsYAML(s *lnetv1.Statistics) yamlStats {
 		RecvCount: s.GetRecvCount(), RouteCount: s.GetRouteCount(), DropCount: s.GetDropCount(),
 		SendLength: s.GetSendLength(), RecvLength: s.GetRecvLength(), RouteLength: s.GetRouteLength(), DropLength: s.GetDropLength(),
 	}
-}
-
-func contextWithTimeout(cmd *cobra.Command, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(cmd.Context(), d)
 }

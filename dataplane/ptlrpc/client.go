@@ -146,11 +146,17 @@ func (c *Client) start(ctx context.Context, call Call) (*pending, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		h.Timeout = uint32(max(time.Until(dl)/time.Second, 1))
 	}
-	msg := make([]byte, wire.HeaderSize+len(call.Body))
-	if err := h.Marshal(msg); err != nil {
+	hdr := make([]byte, wire.HeaderSize)
+	if err := h.Marshal(hdr); err != nil {
 		return nil, err
 	}
-	copy(msg[wire.HeaderSize:], call.Body)
+	// Header and body go out as one iovec: the body is sent from the
+	// caller's buffer, which Call does not return before the reply (so
+	// after the bytes have left).
+	msg := [][]byte{hdr}
+	if len(call.Body) > 0 {
+		msg = append(msg, call.Body)
+	}
 
 	bp := replyBufs.Get().(*[]byte)
 	rmd, err := c.ln.Attach(c.cfg.ReplyPortal, lnet.AnyProcess, p.xid, 0, lnet.InsertLast, lnet.MD{
@@ -162,7 +168,7 @@ func (c *Client) start(ctx context.Context, call Call) (*pending, error) {
 		return nil, fmt.Errorf("ptlrpc: post reply MD: %w", err)
 	}
 	p.reply = rmd
-	smd, err := c.ln.Bind(lnet.MD{Buffers: [][]byte{msg}, Threshold: 1, Handler: func(ev lnet.Event) {
+	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Handler: func(ev lnet.Event) {
 		if ev.Type == lnet.EventSend && ev.Status != nil {
 			p.done <- Result{Err: fmt.Errorf("ptlrpc: send xid %d to %v: %w", p.xid, call.Target, ev.Status)}
 		}

@@ -363,13 +363,16 @@ func (s *Service) replyDone(req *Request, body []byte, status int32) {
 		h.Type, h.Status, body = wire.TypeError, status, nil
 	}
 	h.BodyLen = uint32(len(body))
-	msg := make([]byte, wire.HeaderSize+len(body))
-	if err := h.Marshal(msg); err != nil {
+	hdr := make([]byte, wire.HeaderSize)
+	if err := h.Marshal(hdr); err != nil {
 		s.log.Error("ptlrpc: marshal reply", "err", err)
 		return
 	}
-	copy(msg[wire.HeaderSize:], body)
-	md, err := s.ln.Bind(lnet.MD{Buffers: [][]byte{msg}, Threshold: 1})
+	msg := [][]byte{hdr} // header and body as one iovec, the body not copied
+	if len(body) > 0 {
+		msg = append(msg, body)
+	}
+	md, err := s.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), replySendTimeout)
 		err = s.ln.Put(ctx, md, lnet.NoAckReq, req.Peer, req.replyPortal, req.Header.XID, 0, 0)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	_ "github.com/nacrefs/nacre/lnd/lolnd"
-	"github.com/nacrefs/nacre/lnd/socklnd"
+	_ "github.com/nacrefs/nacre/lnd/socklnd" // the driver under test
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
@@ -26,8 +26,6 @@ import (
 var benchPort atomic.Int32
 
 func init() { benchPort.Store(26000) }
-
-var _ = socklnd.DefaultConfig // the driver under test registers itself
 
 func benchNode(b *testing.B, addr string, port int) *lnet.LNet {
 	b.Helper()
