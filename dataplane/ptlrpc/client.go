@@ -4,26 +4,85 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 )
 
-// replyBufSize is the size of a reply MD.
-const replyBufSize = wire.HeaderSize + wire.MaxBodySize
+// Portals of Nacre's clients and services, Lustre's numbers
+// (lustre_idl.h) so that a Lustre engineer can read a trace.
+const (
+	ConnMgrRequestPortal  uint32 = 1  // CONNMGR_REQUEST_PORTAL
+	ConnMgrReplyPortal    uint32 = 2  // CONNMGR_REPLY_PORTAL
+	OSCReplyPortal        uint32 = 4  // OSC_REPLY_PORTAL: replies to OST requests
+	OSTIOPortal           uint32 = 6  // OST_IO_PORTAL: OST_READ, OST_WRITE, ...
+	OSTCreatePortal       uint32 = 7  // OST_CREATE_PORTAL: precreate from the MDS
+	OSTBulkPortal         uint32 = 8  // OST_BULK_PORTAL: clients' bulk buffers for OST I/O
+	MDCReplyPortal        uint32 = 10 // MDC_REPLY_PORTAL
+	MDSRequestPortal      uint32 = 12 // MDS_REQUEST_PORTAL
+	MDSBulkPortal         uint32 = 14 // MDS_BULK_PORTAL: readdir pages
+	LDLMCBRequestPortal   uint32 = 15 // LDLM_CB_REQUEST_PORTAL: ASTs to clients
+	LDLMCBReplyPortal     uint32 = 16 // LDLM_CB_REPLY_PORTAL
+	LDLMCancelReqPortal   uint32 = 17 // LDLM_CANCEL_REQUEST_PORTAL
+	LDLMCancelReplyPortal uint32 = 18 // LDLM_CANCEL_REPLY_PORTAL
+	MGSRequestPortal      uint32 = 26 // MGS_REQUEST_PORTAL
+)
 
-// replyBufs recycles reply buffers; a buffer goes back only after its MD's
-// EventUnlink, when LNet no longer touches it.
-var replyBufs = sync.Pool{New: func() any { b := make([]byte, replyBufSize); return &b }}
+// Reply offsets in the client's reply MD (MANAGE_REMOTE): early replies land
+// at 0 and the final reply after room for one early reply, so a late early
+// reply never overwrites the reply being decoded (Lustre keeps them apart
+// the same way).
+const (
+	earlyReplyOffset = 0
+	replyOffset      = wire.HeaderSize
+)
 
-// RemoteError is a TypeError reply: the service could not or would not
-// perform the request. errors.Is(err, syscall.EAGAIN) and the like work on
-// it.
+// DefaultReplyCap is the largest reply body a request expects unless it
+// says otherwise (Req.ReplyCap).
+const DefaultReplyCap = 64 << 10
+
+// replyPools recycle reply buffers in two sizes; a buffer goes back only
+// after its MD's EventUnlink, when LNet no longer touches it.
+var replyPools = [2]sync.Pool{
+	{New: func() any { b := make([]byte, replyOffset+wire.HeaderSize+DefaultReplyCap); return &b }},
+	{New: func() any { b := make([]byte, replyOffset+wire.HeaderSize+wire.MaxBodySize); return &b }},
+}
+
+func replyPool(replyCap int) *sync.Pool {
+	if replyCap <= DefaultReplyCap {
+		return &replyPools[0]
+	}
+	return &replyPools[1]
+}
+
+// lastXID is the node's XID counter, shared by every client in the process
+// (Lustre's ptlrpc_last_xid): XIDs are unique per node, so clients sharing
+// an LNet and its bulk portal never match each other's bulk MDs. XIDs step
+// by maxFragments: a bulk's fragment i uses match bits XID+i.
+var lastXID atomic.Uint64
+
+func init() { lastXID.Store(uint64(time.Now().UnixNano()) &^ (maxFragments - 1)) }
+
+// nextXID returns a fresh XID, a non-zero multiple of maxFragments.
+func nextXID() uint64 {
+	for {
+		if x := lastXID.Add(maxFragments); x != 0 {
+			return x
+		}
+	}
+}
+
+// RemoteError is a reply with a non-zero status: a TypeError (the service
+// could not process the request) or a TypeReply whose operation failed.
+// errors.Is(err, syscall.EAGAIN) and the like work on it.
 type RemoteError struct {
 	// Status is the negative network errno the service sent.
 	Status int32
@@ -37,197 +96,559 @@ func (e *RemoteError) Error() string {
 // Unwrap returns the status as a syscall.Errno.
 func (e *RemoteError) Unwrap() error { return syscall.Errno(-e.Status) }
 
-// ErrBadReply is wrapped by the error of a call whose reply did not decode
-// or did not fit its MD.
-var ErrBadReply = errors.New("ptlrpc: bad reply")
+// Errors a call may return besides a *RemoteError and ctx's error.
+var (
+	// ErrBadReply: the reply did not decode or did not fit its buffer.
+	ErrBadReply = errors.New("ptlrpc: bad reply")
+	// ErrTimeout: no reply came within the request's (adaptive) timeout.
+	// Import calls resend instead of returning it.
+	ErrTimeout = errors.New("ptlrpc: request timed out")
+	// ErrEvicted: the server evicted the import while the request was in
+	// flight or waiting; the request's effect is unknown.
+	ErrEvicted = errors.New("ptlrpc: evicted by the server")
+	// ErrClosed: the import or client is closed.
+	ErrClosed = errors.New("ptlrpc: closed")
+)
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
 	// ReplyPortal is the portal replies are posted on. Several clients of
-	// one LNet may share it: XIDs are unique per client and seeded from
-	// time, and each reply MD matches its XID only.
+	// one LNet may share it: XIDs are unique per node and each reply MD
+	// matches its XID only.
 	ReplyPortal uint32
+	// BulkPortal is the portal the client's bulk buffers are posted on; 0
+	// means OSTBulkPortal.
+	BulkPortal uint32
+	// UUID names the client to servers across reconnections; "" means a
+	// random one.
+	UUID string
+	// Faults are the client's armed fault-injection points; nil means none.
+	Faults *Faults
+	// Logger receives the client's logs; nil means slog.Default().
+	Logger *slog.Logger
 }
 
-// Client sends requests and waits for their replies. It is safe for
-// concurrent use.
+// ClientStats are a snapshot of a Client's counters, summed over its
+// imports.
+type ClientStats struct {
+	// Sent counts request messages sent, resends included.
+	Sent uint64
+	// Resent counts resends (same XID, MSG_RESENT).
+	Resent uint64
+	// Timeouts counts requests whose timeout passed without a reply.
+	Timeouts uint64
+	// EarlyReplies counts early replies received.
+	EarlyReplies uint64
+	// BulkChecksumErrors counts bulk reads whose data did not match the
+	// server's checksum.
+	BulkChecksumErrors uint64
+	// Reconnects counts successful CONNECTs after the first, per import.
+	Reconnects uint64
+	// Evictions counts the times an import found itself evicted.
+	Evictions uint64
+	// DroppedReplies counts replies ignored by fault injection.
+	DroppedReplies uint64
+}
+
+// Client sends PtlRPC requests from one LNet: connectionless calls (Call,
+// Do, CallSet) and, through imports (NewImport), connected ones. It is safe
+// for concurrent use.
 type Client struct {
-	ln  *lnet.LNet
-	cfg ClientConfig
-	xid atomic.Uint64
+	ln   *lnet.LNet
+	cfg  ClientConfig
+	log  *slog.Logger
+	uuid string
+
+	sent, resent, timeouts, early, cksumErrs, reconnects, evictions, droppedReplies atomic.Uint64
 }
 
 // NewClient returns a client sending through ln.
 func NewClient(ln *lnet.LNet, cfg ClientConfig) *Client {
-	c := &Client{ln: ln, cfg: cfg}
-	c.xid.Store(uint64(time.Now().UnixNano()))
-	return c
+	if cfg.BulkPortal == 0 {
+		cfg.BulkPortal = OSTBulkPortal
+	}
+	if cfg.UUID == "" {
+		cfg.UUID = uuid.NewString()
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	return &Client{ln: ln, cfg: cfg, log: lg, uuid: cfg.UUID}
 }
 
-// nextXID returns a fresh XID, never 0.
-func (c *Client) nextXID() uint64 {
-	for {
-		if x := c.xid.Add(1); x != 0 {
-			return x
-		}
+// UUID returns the client's uuid.
+func (c *Client) UUID() string { return c.uuid }
+
+// Stats returns a snapshot of the client's counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{
+		Sent: c.sent.Load(), Resent: c.resent.Load(), Timeouts: c.timeouts.Load(), EarlyReplies: c.early.Load(),
+		BulkChecksumErrors: c.cksumErrs.Load(), Reconnects: c.reconnects.Load(), Evictions: c.evictions.Load(),
+		DroppedReplies: c.droppedReplies.Load(),
 	}
 }
 
-// Call is one request of a request set.
+// Req is one request.
+type Req struct {
+	// Opcode and Body are the request. The body is sent from this buffer
+	// without copying; the caller must not change it until the call
+	// returns.
+	Opcode wire.Opcode
+	Body   []byte
+	// Bulk, if not nil, is the request's bulk buffer, which the server
+	// GETs from or PUTs into before it replies.
+	Bulk *Bulk
+	// JobID names the job the request is for (NRS TBF rules, job stats);
+	// at most wire.JobIDSize printable bytes.
+	JobID string
+	// ReplyCap is the largest reply body expected; 0 means
+	// DefaultReplyCap. A longer reply fails the call with ErrBadReply.
+	ReplyCap int
+}
+
+// Call sends body as a request for op to the service on target's portal and
+// waits for the reply or for ctx to end, without a connection: no export,
+// no resend. A reply with a non-zero status is returned with a
+// *RemoteError (and its body, if any). When ctx ends first, ctx's error is
+// returned once LNet no longer touches body.
+func (c *Client) Call(ctx context.Context, target lwire.ProcessID, portal uint32, op wire.Opcode, body []byte) ([]byte, error) {
+	return c.Do(ctx, target, portal, &Req{Opcode: op, Body: body})
+}
+
+// Do is Call for a full Req, with bulk. A bulk read whose checksum does not
+// match is sent again, up to three times, before ErrBulkChecksum.
+func (c *Client) Do(ctx context.Context, target lwire.ProcessID, portal uint32, req *Req) ([]byte, error) {
+	r, err := c.newRPC(req, target)
+	if err != nil {
+		return nil, err
+	}
+	defer r.finish()
+	for try := 1; ; try++ {
+		h := r.header(0, 0, 0, try > 1)
+		timeout := time.Duration(0)
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+		m, err := r.attempt(ctx, target, portal, h, timeout, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.checkBulkReply(&m.hdr); err != nil {
+			if errors.Is(err, errCksumRetry) && try < bulkVerifyTries {
+				continue
+			}
+			return nil, err
+		}
+		return m.result()
+	}
+}
+
+// Call is one connectionless request of a request set.
 type Call struct {
 	// Target is the service's process; Portal its request portal.
 	Target lwire.ProcessID
 	Portal uint32
-	// Opcode and Body are the request.
+	// Opcode and Body are the request; Req, if not nil, replaces them.
 	Opcode wire.Opcode
 	Body   []byte
+	Req    *Req
 }
 
-// Result is the outcome of one Call of a request set.
+// Result is the outcome of one request of a request set.
 type Result struct {
-	// Reply is the reply body when Err is nil.
+	// Reply is the reply body (also with a *RemoteError when the service
+	// sent a body with a failed status).
 	Reply []byte
-	// Err is the call's error: a *RemoteError, a send error, or ctx's error.
+	// Err is the call's error: a *RemoteError, a send error, ErrEvicted,
+	// or ctx's error.
 	Err error
-}
-
-// pending is one request in flight.
-type pending struct {
-	c     *Client
-	xid   uint64
-	reply lnet.MDHandle
-	done  chan Result // capacity 2: the reply and a send failure
-}
-
-// Call sends body as a request for op to the service on target's portal and
-// waits for the reply or for ctx to end. A TypeError reply is returned as a
-// *RemoteError. When ctx ends first the reply MD is unlinked and ctx's error
-// returned.
-func (c *Client) Call(ctx context.Context, target lwire.ProcessID, portal uint32, op wire.Opcode, body []byte) ([]byte, error) {
-	p, err := c.start(ctx, Call{Target: target, Portal: portal, Opcode: op, Body: body})
-	if err != nil {
-		return nil, err
-	}
-	r := p.wait(ctx)
-	return r.Reply, r.Err
 }
 
 // CallSet sends every call without waiting, then collects their replies,
 // all under ctx's one deadline. Results are in the order of calls.
 func (c *Client) CallSet(ctx context.Context, calls []Call) []Result {
 	res := make([]Result, len(calls))
-	ps := make([]*pending, len(calls))
+	rs := make([]*rpc, len(calls))
+	timeout := time.Duration(0)
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
 	for i, call := range calls {
-		p, err := c.start(ctx, call)
+		req := call.Req
+		if req == nil {
+			req = &Req{Opcode: call.Opcode, Body: call.Body}
+		}
+		r, err := c.newRPC(req, call.Target)
+		if err == nil {
+			err = r.send(ctx, call.Target, call.Portal, r.header(0, 0, 0, false), timeout)
+			if err != nil {
+				r.finish()
+			}
+		}
 		if err != nil {
 			res[i].Err = err
 			continue
 		}
-		ps[i] = p
+		rs[i] = r
 	}
-	for i, p := range ps {
-		if p != nil {
-			res[i] = p.wait(ctx)
+	for i, r := range rs {
+		if r == nil {
+			continue
 		}
+		m, err := r.wait(ctx, timeout, nil)
+		if err == nil {
+			if err = r.checkBulkReply(&m.hdr); err == nil {
+				res[i].Reply, res[i].Err = m.result()
+			}
+		}
+		if err != nil {
+			res[i].Err = err
+		}
+		r.finish()
 	}
 	return res
 }
 
-// start posts the reply MD and sends the request.
-func (c *Client) start(ctx context.Context, call Call) (*pending, error) {
+// rpc is one request in flight from the client's side (Lustre's
+// ptlrpc_request): its XID, its reply MD and its bulk MDs, which stay
+// posted across resends and are unlinked by finish.
+type rpc struct {
+	c      *Client
+	req    *Req
+	xid    uint64
+	jobID  [wire.JobIDSize]byte
+	hasJob bool
+
+	rmd     lnet.MDHandle
+	bp      *[]byte
+	pool    *sync.Pool
+	bulkMDs []lnet.MDHandle
+	bulkLen int
+	// bulkGone gets one value per bulk MD unlinked.
+	bulkGone chan struct{}
+
+	// final gets the final reply (or its decoding error); early the
+	// extension of an early reply; sendDone the outcome of each send.
+	final    chan replyMsg
+	early    chan time.Duration
+	sendDone chan error
+	sends    int // sends not yet completed; owned by the caller's goroutine
+	nsent    int // sends in all
+	gotReply bool
+	sentAt   time.Time
+}
+
+// replyMsg is a decoded final reply, with its body copied out of the
+// reply buffer (RPC metadata, never file data), or a decoding error.
+type replyMsg struct {
+	hdr  wire.Header
+	body []byte
+	err  error
+}
+
+// result turns a reply into what the caller sees.
+func (m replyMsg) result() ([]byte, error) {
+	if m.hdr.Status != 0 {
+		return m.body, &RemoteError{Status: m.hdr.Status}
+	}
+	return m.body, nil
+}
+
+// newRPC gives req an XID and posts its reply MD and bulk MDs. The caller
+// must call finish.
+func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
+	if len(req.Body) > wire.MaxBodySize || wire.HeaderSize+len(req.Body) > maxMessage {
+		return nil, fmt.Errorf("ptlrpc: %v request body of %d bytes, at most %d", req.Opcode, len(req.Body), maxMessage-wire.HeaderSize)
+	}
+	replyCap := req.ReplyCap
+	if replyCap <= 0 {
+		replyCap = DefaultReplyCap
+	}
+	if replyCap > wire.MaxBodySize {
+		return nil, fmt.Errorf("ptlrpc: %v reply cap %d over %d", req.Opcode, replyCap, wire.MaxBodySize)
+	}
+	r := &rpc{
+		c: c, req: req, xid: nextXID(),
+		final: make(chan replyMsg, 1), early: make(chan time.Duration, 1), sendDone: make(chan error, 4),
+	}
+	if req.JobID != "" {
+		var h wire.Header
+		if err := h.SetJobID(req.JobID); err != nil {
+			return nil, fmt.Errorf("ptlrpc: %v: %w", req.Opcode, err)
+		}
+		r.hasJob = true
+		copy(r.jobID[:], req.JobID)
+	}
+	if b := req.Bulk; b != nil {
+		if b.Op != BulkRead && b.Op != BulkWrite {
+			return nil, fmt.Errorf("ptlrpc: %v: bulk op %d", req.Opcode, b.Op)
+		}
+		r.bulkLen = iovLen(b.Buffers)
+		if r.bulkLen == 0 || r.bulkLen > wire.MaxBulkSize {
+			return nil, fmt.Errorf("ptlrpc: %v: bulk of %d bytes, want 1 to %d", req.Opcode, r.bulkLen, wire.MaxBulkSize)
+		}
+	}
+	r.pool = replyPool(replyCap)
+	r.bp = r.pool.Get().(*[]byte)
+	buf := *r.bp
+	rmd, err := c.ln.Attach(c.cfg.ReplyPortal, server, r.xid, 0, lnet.InsertLast, lnet.MD{
+		Buffers: [][]byte{buf}, Threshold: lnet.ThresholdInfinite,
+		Options: lnet.MDOpPut | lnet.MDManageRemote | lnet.MDTruncate,
+		Handler: func(ev lnet.Event) { r.replyEvent(ev, buf) },
+	})
+	if err != nil {
+		r.pool.Put(r.bp)
+		return nil, fmt.Errorf("ptlrpc: post reply MD: %w", err)
+	}
+	r.rmd = rmd
+	if req.Bulk != nil {
+		r.bulkGone = make(chan struct{}, maxFragments)
+		mds, err := req.Bulk.register(c.ln, c.cfg.BulkPortal, server, r.xid, r.bulkGone)
+		if err != nil {
+			c.ln.Unlink(rmd)
+			return nil, err
+		}
+		r.bulkMDs = mds
+	}
+	return r, nil
+}
+
+// header builds the request header for one send of r.
+func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend bool) *wire.Header {
+	h := &wire.Header{
+		Type: wire.TypeRequest, Opcode: r.req.Opcode, XID: r.xid, BodyLen: uint32(len(r.req.Body)),
+		Handle: handle, ConnCount: connCount, LastXID: lastXID,
+	}
+	if resend {
+		h.Flags |= wire.MsgResent
+	}
+	if r.hasJob {
+		h.SetJobID(string(r.jobID[:len(r.req.JobID)]))
+	}
+	if b := r.req.Bulk; b != nil {
+		h.BulkLen = uint32(r.bulkLen)
+		if b.Checksum && b.Op == BulkWrite {
+			h.Flags |= wire.MsgBulkCksum
+			h.BulkCksum = Checksum(b.Buffers)
+		} else if b.Checksum {
+			h.Flags |= wire.MsgBulkCksum // ask the server for one
+		}
+	}
+	return h
+}
+
+// send PUTs the request to target's portal. timeout, if positive, is what
+// the header tells the server the client will wait.
+func (r *rpc) send(ctx context.Context, target lwire.ProcessID, portal uint32, h *wire.Header, timeout time.Duration) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	if wire.HeaderSize+len(call.Body) > maxMessage || len(call.Body) > wire.MaxBodySize {
-		return nil, fmt.Errorf("ptlrpc: request body of %d bytes, at most %d", len(call.Body), maxMessage-wire.HeaderSize)
-	}
-	p := &pending{c: c, xid: c.nextXID(), done: make(chan Result, 2)}
-	h := wire.Header{Type: wire.TypeRequest, Opcode: call.Opcode, XID: p.xid, BodyLen: uint32(len(call.Body))}
-	if dl, ok := ctx.Deadline(); ok {
-		h.Timeout = uint32(max(time.Until(dl)/time.Second, 1))
+	if timeout > 0 {
+		h.Timeout = uint32(min(max(timeout/time.Millisecond, 1), 1<<31))
 	}
 	hdr := make([]byte, wire.HeaderSize)
 	if err := h.Marshal(hdr); err != nil {
-		return nil, err
+		return fmt.Errorf("ptlrpc: %v xid %d: %w", h.Opcode, h.XID, err)
 	}
-	// Header and body go out as one iovec: the body is sent from the
-	// caller's buffer, which Call does not return before the reply (so
-	// after the bytes have left).
 	msg := [][]byte{hdr}
-	if len(call.Body) > 0 {
-		msg = append(msg, call.Body)
+	if len(r.req.Body) > 0 {
+		msg = append(msg, r.req.Body)
 	}
-
-	bp := replyBufs.Get().(*[]byte)
-	rmd, err := c.ln.Attach(c.cfg.ReplyPortal, lnet.AnyProcess, p.xid, 0, lnet.InsertLast, lnet.MD{
-		Buffers: [][]byte{*bp}, Threshold: 1, Options: lnet.MDOpPut | lnet.MDTruncate,
-		Handler: func(ev lnet.Event) { p.replyEvent(ev, *bp, bp) },
-	})
-	if err != nil {
-		replyBufs.Put(bp)
-		return nil, fmt.Errorf("ptlrpc: post reply MD: %w", err)
-	}
-	p.reply = rmd
+	c := r.c
 	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Handler: func(ev lnet.Event) {
-		if ev.Type == lnet.EventSend && ev.Status != nil {
-			p.done <- Result{Err: fmt.Errorf("ptlrpc: send xid %d to %v: %w", p.xid, call.Target, ev.Status)}
+		if ev.Type == lnet.EventSend {
+			r.sendDone <- ev.Status
 		}
 	}})
 	if err == nil {
-		err = c.ln.Put(ctx, smd, lnet.NoAckReq, call.Target, call.Portal, p.xid, 0, uint64(c.cfg.ReplyPortal))
-		if err != nil {
+		r.sends++
+		r.nsent++
+		r.sentAt = time.Now()
+		hdrData := uint64(c.cfg.BulkPortal)<<32 | uint64(c.cfg.ReplyPortal)
+		if err = c.ln.Put(ctx, smd, lnet.NoAckReq, target, portal, r.xid, 0, hdrData); err != nil {
+			// The MD was never used: no SEND event will come.
+			r.sends--
+			r.nsent--
 			c.ln.Unlink(smd)
 		}
 	}
 	if err != nil {
-		c.ln.Unlink(rmd)
-		return nil, fmt.Errorf("ptlrpc: send xid %d to %v: %w", p.xid, call.Target, err)
+		return fmt.Errorf("ptlrpc: send %v xid %d to %v: %w", h.Opcode, r.xid, target, err)
 	}
-	return p, nil
+	c.sent.Add(1)
+	if h.Flags&wire.MsgResent != 0 {
+		c.resent.Add(1)
+	}
+	return nil
 }
 
-// replyEvent decodes the reply that landed in the reply MD.
-func (p *pending) replyEvent(ev lnet.Event, buf []byte, bp *[]byte) {
+// attempt sends r once and waits for its final reply; see wait.
+func (r *rpc) attempt(ctx context.Context, target lwire.ProcessID, portal uint32, h *wire.Header, timeout time.Duration, abort <-chan struct{}) (replyMsg, error) {
+	if err := r.send(ctx, target, portal, h, timeout); err != nil {
+		return replyMsg{}, err
+	}
+	return r.wait(ctx, timeout, abort)
+}
+
+// errSendFailed wraps a send that LNet reported failed after Put returned.
+var errSendFailed = errors.New("ptlrpc: send failed")
+
+// wait waits for r's final reply. timeout, if positive, is how long to
+// wait from the last send; each early reply moves the deadline to its
+// extension from now. It returns ErrTimeout when the deadline passes, an
+// error wrapping errSendFailed when LNet could not send the request, ctx's
+// error, ErrEvicted when abort closes, or the reply (whose decoding may
+// have failed: then the error wraps ErrBadReply).
+func (r *rpc) wait(ctx context.Context, timeout time.Duration, abort <-chan struct{}) (replyMsg, error) {
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(time.Until(r.sentAt.Add(timeout)))
+		defer t.Stop()
+		timer = t.C
+		for {
+			select {
+			case m := <-r.final:
+				r.gotReply = true
+				return m, m.err
+			case ext := <-r.early:
+				r.c.early.Add(1)
+				t.Reset(ext)
+			case err := <-r.sendDone:
+				r.sends--
+				if err != nil {
+					return replyMsg{}, fmt.Errorf("%w: xid %d: %w", errSendFailed, r.xid, err)
+				}
+			case <-timer:
+				r.c.timeouts.Add(1)
+				return replyMsg{}, fmt.Errorf("%w: %v xid %d after %v", ErrTimeout, r.req.Opcode, r.xid, timeout)
+			case <-abort:
+				return replyMsg{}, ErrEvicted
+			case <-ctx.Done():
+				return replyMsg{}, ctx.Err()
+			}
+		}
+	}
+	for {
+		select {
+		case m := <-r.final:
+			r.gotReply = true
+			return m, m.err
+		case <-r.early:
+			r.c.early.Add(1)
+		case err := <-r.sendDone:
+			r.sends--
+			if err != nil {
+				return replyMsg{}, fmt.Errorf("%w: xid %d: %w", errSendFailed, r.xid, err)
+			}
+		case <-abort:
+			return replyMsg{}, ErrEvicted
+		case <-ctx.Done():
+			return replyMsg{}, ctx.Err()
+		}
+	}
+}
+
+// errCksumRetry says a bulk read's data did not match its checksum and the
+// request should be sent again.
+var errCksumRetry = errors.New("ptlrpc: bulk read checksum mismatch")
+
+// checkBulkReply verifies a successful bulk read against the checksum the
+// server sent. A mismatch is counted, logged and returned as an error
+// wrapping errCksumRetry and ErrBulkChecksum.
+func (r *rpc) checkBulkReply(h *wire.Header) error {
+	b := r.req.Bulk
+	if b == nil || b.Op != BulkRead || !b.Checksum || h.Status != 0 || h.Type != wire.TypeReply {
+		return nil
+	}
+	if h.Flags&wire.MsgBulkCksum == 0 || int(h.BulkLen) > r.bulkLen {
+		return fmt.Errorf("%w: %v xid %d: bulk read of %d bytes without a checksum", ErrBadReply, r.req.Opcode, r.xid, h.BulkLen)
+	}
+	got := Checksum(iovSlice(b.Buffers, 0, int(h.BulkLen)))
+	if got == h.BulkCksum {
+		return nil
+	}
+	r.c.cksumErrs.Add(1)
+	r.c.log.Warn("ptlrpc: bulk read checksum mismatch", "op", r.req.Opcode, "xid", r.xid, "len", h.BulkLen,
+		"server_cksum", fmt.Sprintf("%#08x", h.BulkCksum), "client_cksum", fmt.Sprintf("%#08x", got))
+	return fmt.Errorf("%w: %w: %v xid %d", ErrBulkChecksum, errCksumRetry, r.req.Opcode, r.xid)
+}
+
+// replyEvent decodes what landed in the reply MD. It runs on LNet's event
+// path, serialized for the MD.
+func (r *rpc) replyEvent(ev lnet.Event, buf []byte) {
 	switch ev.Type {
 	case lnet.EventUnlink:
-		replyBufs.Put(bp)
+		r.pool.Put(r.bp)
 		return
 	case lnet.EventPut:
+		if ev.Status != nil {
+			return
+		}
 	default:
 		return
 	}
 	data := buf[ev.Offset : ev.Offset+ev.MLength]
 	var h wire.Header
 	if err := h.Unmarshal(data); err != nil {
-		p.done <- Result{Err: fmt.Errorf("%w: xid %d: %w", ErrBadReply, p.xid, err)}
+		r.deliver(replyMsg{err: fmt.Errorf("%w: xid %d: %w", ErrBadReply, r.xid, err)})
 		return
 	}
 	switch {
-	case h.XID != p.xid:
-		p.done <- Result{Err: fmt.Errorf("%w: xid %d in the reply to xid %d", ErrBadReply, h.XID, p.xid)}
-	case h.Type == wire.TypeError:
-		p.done <- Result{Err: &RemoteError{Status: h.Status}}
-	case h.Type != wire.TypeReply || h.IsEarlyReply():
-		p.done <- Result{Err: fmt.Errorf("%w: xid %d: unexpected %v", ErrBadReply, p.xid, h.Type)}
+	case h.XID != r.xid:
+		r.deliver(replyMsg{err: fmt.Errorf("%w: xid %d in the reply to xid %d", ErrBadReply, h.XID, r.xid)})
+	case h.IsEarlyReply():
+		ext := time.Duration(h.Timeout) * time.Millisecond
+		select { // keep only the latest extension
+		case <-r.early:
+		default:
+		}
+		r.early <- ext
+	case h.Type != wire.TypeReply && h.Type != wire.TypeError:
+		r.deliver(replyMsg{err: fmt.Errorf("%w: xid %d: unexpected %v", ErrBadReply, r.xid, h.Type)})
 	case ev.MLength < ev.RLength || int(h.BodyLen) > len(data)-wire.HeaderSize:
-		p.done <- Result{Err: fmt.Errorf("%w: xid %d: body of %d bytes truncated", ErrBadReply, p.xid, h.BodyLen)}
+		r.deliver(replyMsg{hdr: h, err: fmt.Errorf("%w: xid %d: body of %d bytes truncated", ErrBadReply, r.xid, h.BodyLen)})
 	default:
-		body := make([]byte, h.BodyLen)
-		copy(body, data[wire.HeaderSize:])
-		p.done <- Result{Reply: body}
+		if r.c.cfg.Faults.check(FailClientDropReply) {
+			r.c.droppedReplies.Add(1)
+			return
+		}
+		var body []byte
+		if h.BodyLen > 0 {
+			body = make([]byte, h.BodyLen)
+			copy(body, data[wire.HeaderSize:])
+		}
+		r.deliver(replyMsg{hdr: h, body: body})
 	}
 }
 
-// wait waits for the reply or ctx, unlinking the reply MD if ctx wins.
-func (p *pending) wait(ctx context.Context) Result {
+// deliver hands a final reply to the waiter, dropping it if one is already
+// waiting to be read (a duplicate reply to a resent request).
+func (r *rpc) deliver(m replyMsg) {
 	select {
-	case r := <-p.done:
-		if r.Reply == nil && r.Err != nil {
-			p.c.ln.Unlink(p.reply) // a send failure: no reply will come
-		}
-		return r
-	case <-ctx.Done():
-		p.c.ln.Unlink(p.reply)
-		return Result{Err: ctx.Err()}
+	case r.final <- m:
+	default:
+	}
+}
+
+// finish unlinks r's MDs and returns once LNet no longer touches the
+// caller's body and bulk buffers.
+func (r *rpc) finish() {
+	ln := r.c.ln
+	ln.Unlink(r.rmd) // its buffer goes back to the pool on EventUnlink
+	for _, h := range r.bulkMDs {
+		ln.Unlink(h)
+	}
+	for range r.bulkMDs {
+		<-r.bulkGone
+	}
+	// A reply to the only send means the server has the whole request, so
+	// nothing reads the body any more. Otherwise a send may still be in
+	// progress: LNet ends it at worst after its transaction timeout.
+	if r.gotReply && r.nsent == 1 {
+		return
+	}
+	for ; r.sends > 0; r.sends-- {
+		<-r.sendDone
 	}
 }

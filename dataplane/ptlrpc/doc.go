@@ -1,48 +1,80 @@
-// Package ptlrpc is Nacre's PtlRPC request/reply core over LNet (DESIGN.md
-// §4): services that take requests on a portal and run them on a fixed pool
-// of handler goroutines, and a client that sends requests and waits for
-// their replies, one at a time (Client.Call) or as a request set
-// (Client.CallSet). Bodies are opaque bytes; marshalling them (protobuf) is
-// the caller's business. Headers are dataplane/ptlrpc/wire.
+// Package ptlrpc is Nacre's PtlRPC layer over LNet (DESIGN.md §4, seed 000
+// §3.3–3.5): services that take requests on a portal and run them on a pool
+// of handler goroutines in the order an NRS policy picks; targets and their
+// exports (the server side of connections); a client with connectionless
+// calls and imports (the client side of connections); server-driven bulk
+// transfers; adaptive timeouts, early replies, resend and reply
+// reconstruction; and the transno/last_committed bookkeeping replay will
+// build on. Bodies are opaque bytes (protobuf, marshalled by the layers
+// above); headers are dataplane/ptlrpc/wire. It must not know what an
+// opcode means beyond CONNECT, DISCONNECT and OBD_PING.
 //
-// # Protocol
+// # Request and reply
 //
-// A request is one LNet PUT of a wire.Header followed by the body to the
-// service's request portal, with the request's XID as match bits and the
-// client's reply portal in the PUT's hdr data. The client posts its reply
-// MD before sending: attached on its reply portal, match bits = XID,
-// threshold 1, room for wire.HeaderSize+wire.MaxBodySize bytes. The service
-// answers with a PUT of a header (TypeReply, or TypeError with a negative
-// errno) and the reply body to the requester's process id on that reply
-// portal, with the XID as match bits. A request and a reply are each at most
-// one LNet message (lnet/wire.MTU bytes, header included).
+// A request is one LNet PUT of a wire.Header and its body to the service's
+// request portal, with the XID as match bits and hdr data carrying the
+// client's reply portal (low 32 bits) and bulk portal (high 32 bits). Before
+// sending, the client posts a reply MD (MANAGE_REMOTE, matched by the XID)
+// that stays posted across resends until the call ends: early replies land
+// at offset 0, the final reply at wire.HeaderSize. A handler's status goes
+// back in a TypeReply with its body; TypeError means the service could not
+// process the request at all (-EAGAIN when its queue is full, -EOPNOTSUPP,
+// -EMSGSIZE, -ENOTCONN, -EPROTO).
 //
-// # Request buffers
+// # Request buffers and handlers
 //
-// A Service posts ServiceConfig.Buffers request buffers of BufferSize bytes
-// on its request portal. They are not MANAGE_REMOTE: each request lands at
-// the buffer's own advancing offset, so one buffer holds many small
-// requests. Once the free space left in a buffer is below the largest
-// request the service accepts (HeaderSize + ServiceConfig.MaxBodySize), the
-// buffer is unlinked, so every acceptable request always fits whole in some
-// posted buffer; when every request that landed in it has been handled, the
-// same memory is posted again. Buffers have MDTruncate, so a request that
-// is too big lands truncated and is answered with -EMSGSIZE instead of being
-// dropped silently by LNet.
+// A Service posts ServiceConfig.Buffers request buffers on its portal; each
+// request lands at the buffer's advancing offset. When the space left is
+// below the largest acceptable request the buffer is unlinked, and once
+// every request in it has been handled the memory is posted again. Requests
+// go through the NRS head (dataplane/nrs: FIFO or TBF, bounded at
+// MaxQueued; past it -EAGAIN) to between MinThreads and MaxThreads handler
+// goroutines. The handler table maps opcodes to a function, flags
+// (Modifying, HasBulk, NoExport) and a fault-injection id.
 //
-// # Back-pressure and errors
+// # Bulk
 //
-// Requests go through a bounded queue (Threads*8) to the handler
-// goroutines; when it is full a request is answered at once with -EAGAIN. A
-// request for an opcode with no handler gets -EOPNOTSUPP. A request whose
-// header does not decode is dropped, logged and counted (without a valid
-// XID no reply can reach the client).
+// Server-driven, as in Lustre: the client registers its buffers as MDs on
+// its bulk portal, one per 1 MiB fragment with match bits XID+i (XIDs step
+// by 16, so fragments never meet another request's), and states the bulk
+// length (and, for a write with checksums, the CRC-32C) in the header; the
+// body carries the remote niobufs. The handler calls Request.BulkGet (a
+// write: the server GETs every fragment at once, straight into the
+// handler's buffers) or Request.BulkPut (a read: PUTs straight from them)
+// and replies after the transfer. A write whose data does not match the
+// client's checksum is fetched again (three tries, counted) and then
+// refused with -EBADMSG; a read's checksum travels in the reply and a
+// mismatch makes the client send the request again (three tries, counted).
 //
-// # Not built yet
+// # Connections
 //
-// Bulk transfers (niobufs, bulk MDs, server-driven GET/PUT), imports and
-// exports (CONNECT, connection handles and counts, eviction), adaptive
-// timeouts and early replies, resend with the same XID and reply
-// reconstruction, replay and transno/last_committed tracking, and NRS
-// policies (requests are served FIFO).
+// A service with ServiceConfig.Targets serves CONNECT, DISCONNECT and
+// OBD_PING itself and refuses other requests (-ENOTCONN) unless they name a
+// live export in their handle. A Target keeps one export per client uuid,
+// evicts clients silent for EvictTimeout, and numbers the requests of
+// Modifying handlers with transnos. An Import connects by itself, pings
+// when idle, and after a timeout, a lost connection or -ENOTCONN
+// reconnects and resends its outstanding requests with the same XID and
+// MSG_RESENT: the export answers a resend whose original already ran from
+// the reply it kept (pruned by the client's last_xid) and drops one whose
+// original is still running. After a reconnect that finds the export gone
+// the import is EVICTED: outstanding requests fail with ErrEvicted and
+// ImportConfig.OnEvict runs before new requests go out.
+//
+// # Timeouts
+//
+// Each import estimates the service time (from replies' service time) and
+// the network latency, each the worst value of a sliding window
+// (estimator), and sets a request's timeout from them; the header tells the
+// server that timeout in milliseconds. The server sends an early reply to a
+// request still queued or running when a quarter of its timeout is left,
+// extending the client's deadline, up to 10 minutes in all.
+//
+// # Commit
+//
+// Replies to Modifying requests carry the transno, and every reply the
+// target's last_committed; an import keeps each such request (opcode, body,
+// transno) until last_committed covers it, bounded by MaxUncommitted (past
+// it new requests wait and ping). Replaying them to a restarted server in
+// transno order is the job of recovery, which builds on this list.
 package ptlrpc

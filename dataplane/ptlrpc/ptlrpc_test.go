@@ -24,7 +24,7 @@ import (
 )
 
 const (
-	opEcho    = wire.OBDPing
+	opEcho    = wire.OSTGetattr
 	opBlock   = wire.MDSGetattr
 	reqPortal = 23
 	rplPortal = 24
@@ -111,7 +111,7 @@ func block(ctx context.Context, _ *Request) ([]byte, int32) {
 
 func startService(t testing.TB, ln *lnet.LNet, portal uint32) *Service {
 	s, err := NewService(ln, ServiceConfig{Name: "test" + strconv.Itoa(int(portal)), RequestPortal: portal, Logger: quiet,
-		Handlers: map[wire.Opcode]Handler{opEcho: echo, opBlock: block}})
+		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}, opBlock: {Fn: block}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +250,8 @@ func testMalformed(t *testing.T, e env) {
 func TestBusy(t *testing.T) {
 	e := loEnv(t)
 	release := make(chan struct{})
-	s, err := NewService(e.srv, ServiceConfig{Name: "busy", RequestPortal: reqPortal, Threads: 1, Logger: quiet,
-		Handlers: map[wire.Opcode]Handler{opBlock: func(context.Context, *Request) ([]byte, int32) { <-release; return nil, 0 }}})
+	s, err := NewService(e.srv, ServiceConfig{Name: "busy", RequestPortal: reqPortal, MinThreads: 1, MaxThreads: 1, MaxQueued: 8, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{opBlock: {Fn: func(context.Context, *Request) ([]byte, int32) { <-release; return nil, 0 }}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,8 +292,8 @@ func BenchmarkNullRPC(b *testing.B) {
 		b.Run(fmt.Sprint(inflight), func(b *testing.B) {
 			e := loEnv(b)
 			// 8 threads: a queue of 64, so 64 in flight never see -EAGAIN.
-			s, err := NewService(e.srv, ServiceConfig{Name: "bench", RequestPortal: reqPortal, Threads: 8, Logger: quiet,
-				Handlers: map[wire.Opcode]Handler{opEcho: echo}})
+			s, err := NewService(e.srv, ServiceConfig{Name: "bench", RequestPortal: reqPortal, MinThreads: 8, Logger: quiet,
+				Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -323,7 +323,7 @@ func BenchmarkNullRPC(b *testing.B) {
 func TestRepostAndOversize(t *testing.T) {
 	e := loEnv(t)
 	s, err := NewService(e.srv, ServiceConfig{Name: "small", RequestPortal: reqPortal, Logger: quiet,
-		BufferSize: 16 << 10, Buffers: 2, MaxBodySize: 4096, Handlers: map[wire.Opcode]Handler{opEcho: echo}})
+		BufferSize: 16 << 10, Buffers: 2, MaxBodySize: 4096, Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}})
 	if err != nil {
 		t.Fatal(err)
 	}

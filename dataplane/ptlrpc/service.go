@@ -1,6 +1,7 @@
 package ptlrpc
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nacrefs/nacre/dataplane/nrs"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -29,11 +31,39 @@ const maxMessage = lwire.MTU
 const replySendTimeout = 5 * time.Second
 
 // Handler serves one opcode. It returns the reply body and a status: 0, or
-// an errno (negative, or positive and then negated) sent back as a
-// TypeError reply without a body. ctx ends when the service closes.
-// req.Body stays valid after the handler returns only if the handler copied
-// it; the buffer is reused.
+// an errno (negative, or positive and then negated) sent back in the
+// reply's status with the body. ctx ends when the service closes.
+// req.Body stays valid only until the handler returns; the buffer is
+// reused.
 type Handler func(ctx context.Context, req *Request) (body []byte, status int32)
+
+// HandlerFlags qualify a handler (Lustre's tgt_handler th_flags).
+type HandlerFlags uint32
+
+// The handler flags.
+const (
+	// Modifying handlers change persistent state: their requests get a
+	// transno, and their replies are kept per export so a resent request is
+	// answered from the kept reply instead of running twice.
+	Modifying HandlerFlags = 1 << iota
+	// HasBulk handlers may move bulk data (Request.BulkGet, BulkPut); a
+	// request with a bulk buffer for a handler without it is refused.
+	HasBulk
+	// NoExport handlers serve requests that need no connection (selftest,
+	// callbacks); the request's handle is not looked at.
+	NoExport
+)
+
+// HandlerSpec is one entry of a service's handler table.
+type HandlerSpec struct {
+	// Fn serves the requests.
+	Fn Handler
+	// Flags qualify the handler.
+	Flags HandlerFlags
+	// FailID, if armed in ServiceConfig.Faults, makes the service drop the
+	// handler's requests without running it.
+	FailID FailID
+}
 
 // Request is one incoming request as a Handler sees it.
 type Request struct {
@@ -46,20 +76,54 @@ type Request struct {
 	// Arrived is when the request landed.
 	Arrived time.Time
 
+	svc         *Service
+	spec        *HandlerSpec
 	replyPortal uint32
+	bulkPortal  uint32
 	buf         *rqbd
+	exp         *Export
+	admitted    bool // exp.admit accepted it: exp.finish must follow
+	transno     uint64
+
+	// Bulk results for the reply.
+	bulkMoved  uint32
+	replyCksum uint32
+	cksumSet   bool
+
+	// Early replies, guarded by svc.erMu.
+	erDeadline time.Time // when the client gives up, as far as it told us
+	erNext     time.Time // when to send the next early reply
+	erIdx      int       // index in svc.erHeap, -1 if not in it
+	erTimeout  time.Duration
 }
+
+// Export returns the export the request came through, nil for NoExport
+// handlers and connectionless services.
+func (r *Request) Export() *Export { return r.exp }
+
+// Transno returns the transno the service gave a Modifying request, 0
+// otherwise.
+func (r *Request) Transno() uint64 { return r.transno }
 
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
-	// Name names the service in logs.
+	// Name names the service in logs ("ost_io").
 	Name string
 	// RequestPortal is the LNet portal requests arrive on.
 	RequestPortal uint32
 	// Handlers serve the opcodes the service knows.
-	Handlers map[wire.Opcode]Handler
-	// Threads is the number of handler goroutines; 0 means 4.
-	Threads int
+	Handlers map[wire.Opcode]HandlerSpec
+	// Targets, if not nil, makes the service connection-oriented: it
+	// serves ConnectOp, DisconnectOp and OBD_PING itself, and every other
+	// request (unless its handler has NoExport) must name a live export of
+	// one of these targets in its handle.
+	Targets *TargetSet
+	// ConnectOp and DisconnectOp are the service's connection opcodes
+	// (OST_CONNECT, MDS_CONNECT, ...); 0 means OSTConnect and OSTDisconnect.
+	ConnectOp, DisconnectOp wire.Opcode
+	// MinThreads handler goroutines always run; up to MaxThreads when
+	// requests wait. 0 means 2 and 16.
+	MinThreads, MaxThreads int
 	// BufferSize is the size of each request buffer; 0 means 1 MiB. It is
 	// raised to HeaderSize+MaxBodySize if smaller.
 	BufferSize int
@@ -68,9 +132,24 @@ type ServiceConfig struct {
 	// MaxBodySize is the largest request body accepted; 0 means 64 KiB. It
 	// is capped so that header and body fit one LNet message.
 	MaxBodySize int
+	// MaxBulkSize is the largest bulk a request may carry; 0 means
+	// DefaultMaxBulk. At most wire.MaxBulkSize.
+	MaxBulkSize int
+	// MaxQueued bounds the requests waiting for a handler; past it requests
+	// get -EAGAIN. 0 means 1024.
+	MaxQueued int
+	// NRSPolicy is the initial NRS policy, "fifo" (default) or "tbf".
+	NRSPolicy string
+	// Clock drives NRS; nil means real time. Tests inject a fake one.
+	Clock nrs.Clock
+	// Faults are the armed fault-injection points; nil means none.
+	Faults *Faults
 	// Logger receives the service's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultMaxBulk is the default largest bulk RPC, 4 MiB.
+const DefaultMaxBulk = 4 << 20
 
 // OpStats are the counters of one opcode.
 type OpStats struct {
@@ -78,8 +157,11 @@ type OpStats struct {
 	Count uint64
 	// Errors is how many of them got a non-zero status.
 	Errors uint64
-	// ServiceTime is the total time spent in the handler.
-	ServiceTime time.Duration
+	// ServiceTime is the total time spent in the handler; MaxServiceTime
+	// the longest.
+	ServiceTime, MaxServiceTime time.Duration
+	// QueueTime is the total time requests waited for a handler.
+	QueueTime time.Duration
 }
 
 // ServiceStats are a snapshot of a Service's counters.
@@ -92,12 +174,33 @@ type ServiceStats struct {
 	Busy uint64
 	// Unsupported counts requests for opcodes without a handler.
 	Unsupported uint64
-	// Oversize counts requests answered -EMSGSIZE.
+	// Oversize counts requests answered -EMSGSIZE (body or bulk too big).
 	Oversize uint64
+	// NotConnected counts requests refused with -ENOTCONN.
+	NotConnected uint64
+	// Stale counts requests dropped as duplicates or from old connections.
+	Stale uint64
+	// Reconstructed counts resent requests answered from a kept reply.
+	Reconstructed uint64
+	// EarlyReplies counts early replies sent.
+	EarlyReplies uint64
+	// Dropped counts requests and replies dropped by fault injection.
+	Dropped uint64
+	// BulkChecksumErrors counts bulk writes whose data did not match the
+	// client's checksum.
+	BulkChecksumErrors uint64
+	// BulkBytes counts bulk bytes moved.
+	BulkBytes uint64
 	// ReplyErrors counts replies LNet refused to send.
 	ReplyErrors uint64
 	// Reposts counts request buffers posted again after filling up.
 	Reposts uint64
+	// Threads is the number of handler goroutines running now.
+	Threads int
+	// Queued is the number of requests waiting for a handler.
+	Queued int
+	// ServiceEstimate is the adaptive service time estimate.
+	ServiceEstimate time.Duration
 	// Ops are the per-opcode counters of handled requests.
 	Ops map[wire.Opcode]OpStats
 }
@@ -114,14 +217,18 @@ type rqbd struct {
 // Service serves requests on one portal. Its methods are safe for
 // concurrent use.
 type Service struct {
-	ln      *lnet.LNet
-	cfg     ServiceConfig
-	log     *slog.Logger
-	maxReq  int
-	ctx     context.Context
-	cancel  context.CancelFunc
-	queue   chan *Request
-	workers sync.WaitGroup
+	ln       *lnet.LNet
+	cfg      ServiceConfig
+	handlers map[wire.Opcode]*HandlerSpec
+	log      *slog.Logger
+	maxReq   int
+	ctx      context.Context
+	cancel   context.CancelFunc
+	nrs      *nrs.Head
+	at       *estimator
+	workers  sync.WaitGroup
+	threads  atomic.Int32 // handler goroutines running
+	idle     atomic.Int32 // handler goroutines waiting for work
 
 	mu      sync.Mutex // guards bufs, closed, ops and the rqbds
 	bufs    []*rqbd
@@ -129,14 +236,28 @@ type Service struct {
 	ops     map[wire.Opcode]OpStats
 	allGone chan struct{} // closed when every rqbd is unlinked after Close
 
-	received, malformed, busy, unsupported, oversize, replyErrors, reposts atomic.Uint64
+	erMu    sync.Mutex // guards erHeap and the requests' er* fields
+	erHeap  erHeap
+	erWake  chan struct{}
+	erDone  chan struct{}
+	erTimer *time.Timer
+
+	received, malformed, busy, unsupported, oversize, notConn, stale     atomic.Uint64
+	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors   atomic.Uint64
+	reposts                                                            atomic.Uint64
 }
 
 // NewService starts a service: it posts the request buffers and starts the
 // handler goroutines. Close stops it.
 func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
-	if cfg.Threads <= 0 {
-		cfg.Threads = 4
+	if cfg.MinThreads <= 0 {
+		cfg.MinThreads = 2
+	}
+	if cfg.MaxThreads <= 0 {
+		cfg.MaxThreads = max(16, cfg.MinThreads)
+	}
+	if cfg.MaxThreads < cfg.MinThreads {
+		return nil, fmt.Errorf("ptlrpc %s: MaxThreads %d below MinThreads %d", cfg.Name, cfg.MaxThreads, cfg.MinThreads)
 	}
 	if cfg.BufferSize <= 0 {
 		cfg.BufferSize = 1 << 20
@@ -147,6 +268,18 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 	if cfg.MaxBodySize <= 0 {
 		cfg.MaxBodySize = 64 << 10
 	}
+	if cfg.MaxBulkSize <= 0 {
+		cfg.MaxBulkSize = DefaultMaxBulk
+	}
+	if cfg.MaxBulkSize > wire.MaxBulkSize {
+		return nil, fmt.Errorf("ptlrpc %s: MaxBulkSize %d over %d", cfg.Name, cfg.MaxBulkSize, wire.MaxBulkSize)
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = 1024
+	}
+	if cfg.ConnectOp == 0 {
+		cfg.ConnectOp, cfg.DisconnectOp = wire.OSTConnect, wire.OSTDisconnect
+	}
 	cfg.MaxBodySize = min(cfg.MaxBodySize, wire.MaxBodySize, maxMessage-wire.HeaderSize)
 	maxReq := wire.HeaderSize + cfg.MaxBodySize
 	cfg.BufferSize = max(cfg.BufferSize, maxReq)
@@ -154,25 +287,48 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
+	head, err := nrs.NewHead(nrs.Config{MaxQueued: cfg.MaxQueued, Clock: cfg.Clock, Policy: cfg.NRSPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("ptlrpc %s: %w", cfg.Name, err)
+	}
+	handlers := make(map[wire.Opcode]*HandlerSpec, len(cfg.Handlers)+3)
+	for op, spec := range cfg.Handlers {
+		if spec.Fn == nil {
+			return nil, fmt.Errorf("ptlrpc %s: handler for %v has no function", cfg.Name, op)
+		}
+		handlers[op] = &spec
+	}
+	if ts := cfg.Targets; ts != nil {
+		handlers[cfg.ConnectOp] = &HandlerSpec{Flags: NoExport, Fn: func(_ context.Context, r *Request) ([]byte, int32) { return ts.connect(r) }}
+		handlers[cfg.DisconnectOp] = &HandlerSpec{Fn: func(_ context.Context, r *Request) ([]byte, int32) { return ts.disconnect(r) }}
+		handlers[wire.OBDPing] = &HandlerSpec{Fn: func(context.Context, *Request) ([]byte, int32) { return nil, 0 }}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
-		ln: ln, cfg: cfg, log: lg.With("service", cfg.Name), maxReq: maxReq,
-		ctx: ctx, cancel: cancel, queue: make(chan *Request, cfg.Threads*8),
+		ln: ln, cfg: cfg, handlers: handlers, log: lg.With("service", cfg.Name), maxReq: maxReq,
+		ctx: ctx, cancel: cancel, nrs: head, at: newEstimator(0, 0),
 		ops: make(map[wire.Opcode]OpStats), allGone: make(chan struct{}),
+		erWake: make(chan struct{}, 1), erDone: make(chan struct{}),
 	}
 	for range cfg.Buffers {
 		b := &rqbd{mem: make([]byte, cfg.BufferSize)}
 		s.bufs = append(s.bufs, b)
 		if err := s.post(b); err != nil {
+			go s.earlyReplier()
 			s.Close(context.Background())
 			return nil, err
 		}
 	}
-	for range cfg.Threads {
-		s.workers.Go(s.worker)
+	for range cfg.MinThreads {
+		s.startWorker(false)
 	}
+	go s.earlyReplier()
 	return s, nil
 }
+
+// NRS returns the service's request scheduler, to change its policy and
+// TBF rules at run time.
+func (s *Service) NRS() *nrs.Head { return s.nrs }
 
 // post attaches b to the request portal, accepting any match bits.
 func (s *Service) post(b *rqbd) error {
@@ -297,85 +453,242 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 		s.release(b)
 		return
 	}
-	req := &Request{Header: h, Peer: ev.Initiator, Arrived: time.Now(), replyPortal: uint32(ev.HdrData), buf: b}
+	req := &Request{
+		Header: h, Peer: ev.Initiator, Arrived: time.Now(), svc: s, buf: b, erIdx: -1,
+		replyPortal: uint32(ev.HdrData), bulkPortal: uint32(ev.HdrData >> 32),
+	}
+	if s.cfg.Faults.check(FailDropRequest) {
+		s.dropped.Add(1)
+		s.log.Debug("ptlrpc: fault injection: dropping request", "xid", h.XID, "op", h.Opcode)
+		s.release(b)
+		return
+	}
 	if ev.MLength < ev.RLength || int(h.BodyLen) > len(data)-wire.HeaderSize || int(h.BodyLen) > s.cfg.MaxBodySize {
 		s.oversize.Add(1)
-		s.replyDone(req, nil, -errnoEMSGSIZE)
+		s.log.Warn("ptlrpc: request too big", "from", ev.Initiator, "xid", h.XID, "op", h.Opcode, "len", ev.RLength)
+		s.errorReply(req, -errnoEMSGSIZE)
 		return
 	}
 	req.Body = data[wire.HeaderSize : wire.HeaderSize+int(h.BodyLen) : wire.HeaderSize+int(h.BodyLen)]
-	if _, ok := s.cfg.Handlers[h.Opcode]; !ok {
+	spec := s.handlers[h.Opcode]
+	if spec == nil {
 		s.unsupported.Add(1)
-		s.replyDone(req, nil, -errnoEOPNOTSUPP)
+		s.log.Warn("ptlrpc: no handler", "from", ev.Initiator, "xid", h.XID, "op", h.Opcode)
+		s.errorReply(req, -errnoEOPNOTSUPP)
 		return
 	}
-	s.mu.Lock()
-	queued := false
-	if !s.closed {
-		select {
-		case s.queue <- req:
-			queued = true
-		default:
-		}
+	req.spec = spec
+	if int(h.BulkLen) > s.cfg.MaxBulkSize {
+		s.oversize.Add(1)
+		s.log.Warn("ptlrpc: bulk too big", "from", ev.Initiator, "xid", h.XID, "op", h.Opcode, "bulk", h.BulkLen, "max", s.cfg.MaxBulkSize)
+		s.errorReply(req, -errnoEMSGSIZE)
+		return
 	}
-	s.mu.Unlock()
-	if !queued {
+	if h.BulkLen > 0 && spec.Flags&HasBulk == 0 {
+		s.log.Warn("ptlrpc: bulk for a handler without bulk", "from", ev.Initiator, "xid", h.XID, "op", h.Opcode)
+		s.errorReply(req, -errnoEPROTO)
+		return
+	}
+	if s.cfg.Targets != nil && spec.Flags&NoExport == 0 {
+		e := s.cfg.Targets.lookup(h.Handle)
+		if e == nil || e.Peer().NID != req.Peer.NID {
+			s.notConn.Add(1)
+			s.log.Info("ptlrpc: request without a live export", "from", ev.Initiator, "xid", h.XID, "op", h.Opcode, "handle", h.Handle)
+			s.errorReply(req, -errnoENOTCONN)
+			return
+		}
+		saved, ok, why := e.admit(&h)
+		switch {
+		case saved != nil:
+			s.reconstructed.Add(1)
+			s.log.Info("ptlrpc: reconstructing reply of resent request", "client", e.uuid, "xid", h.XID, "op", h.Opcode)
+			hdr := saved.hdr
+			hdr.LastCommitted = e.target.LastCommitted()
+			s.sendReply(req, &hdr, saved.body, replyOffset)
+			s.release(b)
+			return
+		case !ok:
+			s.stale.Add(1)
+			s.log.Debug("ptlrpc: dropping request", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "why", why)
+			s.release(b)
+			return
+		}
+		req.exp, req.admitted = e, true
+	}
+	// Watch before queueing: a handler may take the request at once, and
+	// its unwatch must find it watched.
+	s.watchEarly(req)
+	if !s.nrs.Enqueue(&nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}) {
 		s.busy.Add(1)
-		s.replyDone(req, nil, -errnoEAGAIN)
+		s.unwatchEarly(req)
+		req.finishExport(nil)
+		s.errorReply(req, -errnoEAGAIN)
+		return
+	}
+	if s.idle.Load() == 0 && int(s.threads.Load()) < s.cfg.MaxThreads {
+		s.startWorker(true)
 	}
 }
 
-// worker runs handlers until the queue is closed.
-func (s *Service) worker() {
-	for req := range s.queue {
-		t0 := time.Now()
-		body, status := s.cfg.Handlers[req.Header.Opcode](s.ctx, req)
-		d := time.Since(t0)
-		s.mu.Lock()
-		st := s.ops[req.Header.Opcode]
-		st.Count++
-		st.ServiceTime += d
-		if status != 0 {
-			st.Errors++
+// startWorker starts a handler goroutine; an extra one (beyond MinThreads)
+// exits after a while without work.
+func (s *Service) startWorker(extra bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if extra && int(s.threads.Load()) >= s.cfg.MaxThreads {
+		return
+	}
+	s.threads.Add(1)
+	s.workers.Go(func() { s.worker(extra) })
+}
+
+// workerIdle is how long an extra handler goroutine waits for work before
+// it exits.
+const workerIdle = 10 * time.Second
+
+// worker runs handlers until the service closes.
+func (s *Service) worker(extra bool) {
+	defer s.threads.Add(-1)
+	for {
+		ctx, cancel := s.ctx, context.CancelFunc(func() {})
+		if extra {
+			ctx, cancel = context.WithTimeout(s.ctx, workerIdle)
 		}
-		s.ops[req.Header.Opcode] = st
-		s.mu.Unlock()
-		s.replyDone(req, body, status)
+		s.idle.Add(1)
+		it, err := s.nrs.Get(ctx)
+		s.idle.Add(-1)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil && s.threads.Load() > int32(s.cfg.MinThreads) {
+				return
+			}
+			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil {
+				continue
+			}
+			return
+		}
+		s.handle(it.Value.(*Request))
 	}
 }
 
-// replyDone sends the reply to req and releases its buffer.
-func (s *Service) replyDone(req *Request, body []byte, status int32) {
-	defer s.release(req.buf)
+// handle runs one request's handler and replies.
+func (s *Service) handle(req *Request) {
+	t0 := time.Now()
+	h := &req.Header
+	if s.cfg.Faults.check(req.spec.FailID) {
+		s.dropped.Add(1)
+		s.log.Debug("ptlrpc: fault injection: dropping request", "xid", h.XID, "op", h.Opcode, "fail_id", req.spec.FailID)
+		s.unwatchEarly(req)
+		req.finishExport(nil)
+		s.release(req.buf)
+		return
+	}
+	if req.spec.Flags&Modifying != 0 && req.exp != nil {
+		req.transno = req.exp.target.NextTransno()
+	}
+	body, status := req.spec.Fn(s.ctx, req)
+	d := time.Since(t0)
+	s.at.add(t0, time.Since(req.Arrived))
+	s.mu.Lock()
+	st := s.ops[h.Opcode]
+	st.Count++
+	st.ServiceTime += d
+	st.MaxServiceTime = max(st.MaxServiceTime, d)
+	st.QueueTime += t0.Sub(req.Arrived)
+	if status != 0 {
+		st.Errors++
+	}
+	s.ops[h.Opcode] = st
+	s.mu.Unlock()
+
 	if status > 0 {
 		status = -status
 	}
-	if status != 0 && !wire.ErrnoValid(status) {
+	if !wire.ErrnoValid(status) {
 		status = -errnoEIO
 	}
-	if status == 0 && wire.HeaderSize+len(body) > maxMessage {
-		s.log.Error("ptlrpc: reply body too big", "op", req.Header.Opcode, "len", len(body))
+	if wire.HeaderSize+len(body) > maxMessage {
+		s.log.Error("ptlrpc: reply body too big", "op", h.Opcode, "len", len(body))
 		status, body = -errnoEMSGSIZE, nil
 	}
-	h := wire.Header{Type: wire.TypeReply, Opcode: req.Header.Opcode, XID: req.Header.XID,
-		ServiceTime: uint32(time.Since(req.Arrived) / time.Second)}
-	if status != 0 {
-		h.Type, h.Status, body = wire.TypeError, status, nil
+	rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, Status: status, BodyLen: uint32(len(body))}
+	if status == 0 && req.transno != 0 {
+		rh.Transno = req.transno
 	}
-	h.BodyLen = uint32(len(body))
+	if req.bulkMoved > 0 {
+		rh.BulkLen = req.bulkMoved
+		if req.cksumSet {
+			rh.Flags |= wire.MsgBulkCksum
+			rh.BulkCksum = req.replyCksum
+		}
+	}
+	var save *savedReply
+	if e := req.exp; e != nil {
+		rh.Handle = e.handle
+		if req.transno != 0 && e.target.cfg.AutoCommit {
+			e.target.Committed(req.transno)
+		}
+		rh.LastCommitted = e.target.LastCommitted()
+		if req.spec.Flags&Modifying != 0 {
+			save = &savedReply{hdr: rh, body: append([]byte(nil), body...)}
+		}
+	}
+	s.unwatchEarly(req)
+	if s.cfg.Faults.check(FailDropReply) {
+		s.dropped.Add(1)
+		s.log.Debug("ptlrpc: fault injection: dropping reply", "xid", h.XID, "op", h.Opcode)
+	} else {
+		s.sendReply(req, &rh, body, replyOffset)
+	}
+	req.finishExport(save)
+	s.release(req.buf)
+}
+
+// finishExport ends an admitted request on its export, keeping save for
+// reconstruction if it is not nil.
+func (req *Request) finishExport(save *savedReply) {
+	if req.admitted {
+		req.admitted = false
+		req.exp.finish(req.Header.XID, save)
+	}
+}
+
+// errorReply answers req with a TypeError and releases its buffer.
+func (s *Service) errorReply(req *Request, status int32) {
+	defer s.release(req.buf)
+	rh := wire.Header{Type: wire.TypeError, Opcode: req.Header.Opcode, XID: req.Header.XID, Status: status}
+	if req.exp != nil {
+		rh.LastCommitted = req.exp.target.LastCommitted()
+	}
+	s.sendReply(req, &rh, nil, replyOffset)
+}
+
+// sendReply PUTs a reply header and body to the requester at off in its
+// reply MD. The body is sent from the handler's buffer without copying.
+func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint32) {
+	rh.ServiceTime = uint32(min(time.Since(req.Arrived)/time.Millisecond, 1<<31))
+	if rh.Timeout == 0 {
+		rh.Timeout = uint32(min(s.at.current()/time.Millisecond, 1<<31))
+	}
+	if rh.Type == wire.TypeReply && rh.Flags&wire.MsgEarlyReply == 0 {
+		rh.BodyLen = uint32(len(body))
+	}
 	hdr := make([]byte, wire.HeaderSize)
-	if err := h.Marshal(hdr); err != nil {
-		s.log.Error("ptlrpc: marshal reply", "err", err)
+	if err := rh.Marshal(hdr); err != nil {
+		s.log.Error("ptlrpc: marshal reply", "xid", rh.XID, "err", err)
 		return
 	}
-	msg := [][]byte{hdr} // header and body as one iovec, the body not copied
+	msg := [][]byte{hdr}
 	if len(body) > 0 {
 		msg = append(msg, body)
 	}
 	md, err := s.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), replySendTimeout)
-		err = s.ln.Put(ctx, md, lnet.NoAckReq, req.Peer, req.replyPortal, req.Header.XID, 0, 0)
+		err = s.ln.Put(ctx, md, lnet.NoAckReq, req.Peer, req.replyPortal, req.Header.XID, off, 0)
 		cancel()
 		if err != nil {
 			s.ln.Unlink(md)
@@ -391,8 +704,11 @@ func (s *Service) replyDone(req *Request, body []byte, status int32) {
 func (s *Service) Stats() ServiceStats {
 	st := ServiceStats{
 		Received: s.received.Load(), Malformed: s.malformed.Load(), Busy: s.busy.Load(),
-		Unsupported: s.unsupported.Load(), Oversize: s.oversize.Load(),
+		Unsupported: s.unsupported.Load(), Oversize: s.oversize.Load(), NotConnected: s.notConn.Load(),
+		Stale: s.stale.Load(), Reconstructed: s.reconstructed.Load(), EarlyReplies: s.early.Load(),
+		Dropped: s.dropped.Load(), BulkChecksumErrors: s.cksumErrs.Load(), BulkBytes: s.bulkBytes.Load(),
 		ReplyErrors: s.replyErrors.Load(), Reposts: s.reposts.Load(),
+		Threads: int(s.threads.Load()), Queued: s.nrs.Len(), ServiceEstimate: s.at.current(),
 		Ops: make(map[wire.Opcode]OpStats),
 	}
 	s.mu.Lock()
@@ -404,8 +720,9 @@ func (s *Service) Stats() ServiceStats {
 }
 
 // Close unlinks the request buffers and waits for the handlers to finish
-// the requests already queued and for the buffers to be released. If ctx
-// ends first, it cancels the handlers' context and returns ctx's error.
+// the request they are running and for the buffers to be released; queued
+// requests are dropped. If ctx ends first, it cancels the handlers' context
+// and returns ctx's error.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -413,7 +730,6 @@ func (s *Service) Close(ctx context.Context) error {
 		return errors.New("ptlrpc: service already closed")
 	}
 	s.closed = true
-	close(s.queue)
 	var mds []lnet.MDHandle
 	for _, b := range s.bufs {
 		if !b.md.IsZero() && !b.unlinked {
@@ -422,12 +738,25 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.checkGoneLocked()
 	s.mu.Unlock()
+	s.nrs.Close()
+	close(s.erDone)
 	for _, h := range mds {
 		s.ln.Unlink(h)
 	}
 	done := make(chan struct{})
 	go func() {
 		s.workers.Wait()
+		// Requests still queued are dropped: their buffers go back.
+		for {
+			it, ok := s.nrs.TryGet()
+			if !ok {
+				break
+			}
+			req := it.Value.(*Request)
+			s.unwatchEarly(req)
+			req.finishExport(nil)
+			s.release(req.buf)
+		}
 		<-s.allGone
 		close(done)
 	}()
@@ -438,4 +767,131 @@ func (s *Service) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Early replies (Lustre's ptlrpc_at_send_early_reply): a request that is
+// still queued or running when the client's deadline nears gets a
+// header-only reply telling the client to wait longer.
+
+// earlyMargin returns how long before the client's deadline to send the
+// early reply for a request with timeout t: a quarter of it, so a slow
+// network still gets it there in time.
+func earlyMargin(t time.Duration) time.Duration { return t / 4 }
+
+// maxEarlyExtension caps the total time early replies may extend a request,
+// as Lustre's at_max.
+const maxEarlyExtension = 10 * time.Minute
+
+type erHeap []*Request
+
+func (h erHeap) Len() int           { return len(h) }
+func (h erHeap) Less(i, j int) bool { return h[i].erNext.Before(h[j].erNext) }
+func (h erHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].erIdx, h[j].erIdx = i, j
+}
+func (h *erHeap) Push(x any) { r := x.(*Request); r.erIdx = len(*h); *h = append(*h, r) }
+func (h *erHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	r.erIdx = -1
+	return r
+}
+
+// watchEarly starts watching req for early replies, if its client told a
+// timeout. The heap holds at most MaxQueued+MaxThreads requests.
+func (s *Service) watchEarly(req *Request) {
+	if req.Header.Timeout == 0 {
+		return
+	}
+	t := time.Duration(req.Header.Timeout) * time.Millisecond
+	s.erMu.Lock()
+	req.erTimeout = t
+	req.erDeadline = req.Arrived.Add(t)
+	req.erNext = req.erDeadline.Add(-earlyMargin(t))
+	heap.Push(&s.erHeap, req)
+	first := s.erHeap[0] == req
+	s.erMu.Unlock()
+	if first {
+		select {
+		case s.erWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// unwatchEarly stops watching req; after it no early reply is sent for it.
+func (s *Service) unwatchEarly(req *Request) {
+	s.erMu.Lock()
+	if req.erIdx >= 0 {
+		heap.Remove(&s.erHeap, req.erIdx)
+	}
+	s.erMu.Unlock()
+}
+
+// earlyReplier sends early replies when they fall due.
+func (s *Service) earlyReplier() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.erMu.Lock()
+		var due []*Request
+		now := time.Now()
+		for len(s.erHeap) > 0 && !s.erHeap[0].erNext.After(now) {
+			r := s.erHeap[0]
+			if ext := s.extendLocked(r, now); ext > 0 {
+				due = append(due, r)
+				heap.Fix(&s.erHeap, 0)
+			} else {
+				heap.Pop(&s.erHeap)
+			}
+		}
+		wait := time.Hour
+		if len(s.erHeap) > 0 {
+			wait = max(time.Until(s.erHeap[0].erNext), time.Millisecond)
+		}
+		// Send under erMu so that no early reply follows the final one
+		// (handle unwatches before it replies).
+		for _, r := range due {
+			s.sendEarly(r)
+		}
+		s.erMu.Unlock()
+		timer.Reset(wait)
+		select {
+		case <-s.erDone:
+			return
+		case <-s.erWake:
+		case <-timer.C:
+		}
+	}
+}
+
+// extendLocked moves r's deadline out and returns by how much from now, or
+// 0 if it may not be extended any more.
+func (s *Service) extendLocked(r *Request, now time.Time) time.Duration {
+	if now.Sub(r.Arrived) > maxEarlyExtension {
+		return 0
+	}
+	ext := max(r.erTimeout, s.at.current()*5/4)
+	r.erDeadline = now.Add(ext)
+	r.erNext = r.erDeadline.Add(-earlyMargin(ext))
+	r.erTimeout = ext
+	return ext
+}
+
+// sendEarly sends r an early reply extending its deadline by r.erTimeout.
+func (s *Service) sendEarly(r *Request) {
+	if s.cfg.Faults.check(FailDropEarlyReply) {
+		return
+	}
+	rh := wire.Header{Type: wire.TypeReply, Flags: wire.MsgEarlyReply, Opcode: r.Header.Opcode, XID: r.Header.XID,
+		Timeout: uint32(min(r.erTimeout/time.Millisecond, 1<<31))}
+	if r.exp != nil {
+		rh.Handle = r.exp.handle
+		rh.LastCommitted = r.exp.target.LastCommitted()
+	}
+	s.early.Add(1)
+	s.sendReply(r, &rh, nil, earlyReplyOffset)
 }

@@ -32,7 +32,7 @@
 //
 // # Sizes
 //
-//	HeaderSize  112 bytes  (see HeaderSize for the layout)
+//	HeaderSize  120 bytes  (see HeaderSize for the layout)
 //	NiobufSize   16 bytes  per remote niobuf (offset u64, length u32, flags u32)
 //	MaxBodySize   1 MiB    largest body after a header
 //	MaxBulkSize  16 MiB    largest sum of niobuf lengths in one vector

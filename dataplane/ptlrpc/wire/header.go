@@ -104,12 +104,19 @@ const (
 	// follows with the same XID. Nacre's own flag: Lustre tells early
 	// replies apart by their offset in the reply buffer. Replies only.
 	MsgEarlyReply MsgFlags = 0x100
+	// MsgBulkCksum says BulkCksum holds the CRC-32C (Castagnoli) of the
+	// bulk data the sender offers: on a request, of the bytes the server
+	// will GET (a write); on a reply, of the bytes the server PUT (a read).
+	// The receiver verifies it and never accepts data that does not match.
+	// Nacre's own flag (Lustre carries o_cksum in the obdo). Requests and
+	// replies, not early replies.
+	MsgBulkCksum MsgFlags = 0x200
 )
 
 // Flags each message type may carry.
 const (
-	requestFlags = MsgLastReplay | MsgResent | MsgReplay | MsgReqReplayDone | MsgLockReplayDone
-	replyFlags   = MsgEarlyReply
+	requestFlags = MsgLastReplay | MsgResent | MsgReplay | MsgReqReplayDone | MsgLockReplayDone | MsgBulkCksum
+	replyFlags   = MsgEarlyReply | MsgBulkCksum
 	errorFlags   = MsgFlags(0)
 )
 
@@ -123,6 +130,7 @@ var flagNames = [...]struct {
 	{MsgReqReplayDone, "REQ_REPLAY_DONE"},
 	{MsgLockReplayDone, "LOCK_REPLAY_DONE"},
 	{MsgEarlyReply, "EARLY_REPLY"},
+	{MsgBulkCksum, "BULK_CKSUM"},
 }
 
 // String lists the set flags by Lustre's names joined with "|"
@@ -167,11 +175,13 @@ func ErrnoValid(e int32) bool { return e <= 0 && e >= -4095 }
 //	    48    8 last_xid
 //	    56    8 connection handle cookie
 //	    64    4 connection count
-//	    68    4 timeout, seconds
-//	    72    4 service time, seconds
+//	    68    4 timeout, milliseconds
+//	    72    4 service time, milliseconds
 //	    76    4 body length
-//	    80   32 job id, printable ASCII, NUL-padded
-const HeaderSize = 112
+//	    80    4 bulk length
+//	    84    4 bulk checksum (CRC-32C)
+//	    88   32 job id, printable ASCII, NUL-padded
+const HeaderSize = 120
 
 // Byte offsets of the header fields; see HeaderSize.
 const (
@@ -190,7 +200,9 @@ const (
 	offTimeout       = 68
 	offServiceTime   = 72
 	offBodyLen       = 76
-	offJobID         = 80
+	offBulkLen       = 80
+	offBulkCksum     = 84
+	offJobID         = 88
 )
 
 // Header is the fixed header at the front of every PtlRPC request and reply.
@@ -229,16 +241,27 @@ type Header struct {
 	// ConnCount counts the import's (re)connections, so a server can drop
 	// messages of an older connection.
 	ConnCount uint32
-	// Timeout is, on a request, how many seconds the client will wait for
-	// the reply; on a reply, the server's current estimate for the service
-	// (on an early reply, the extended deadline).
+	// Timeout is, on a request, how many milliseconds the client will wait
+	// for the reply from the moment it sent it; on a reply, the server's
+	// current estimate of the service time (on an early reply, how much
+	// longer from now the client should wait). Milliseconds, not Lustre's
+	// seconds: Nacre's services answer in microseconds and its tests run
+	// timeouts well under a second.
 	Timeout uint32
-	// ServiceTime is how many seconds the server spent on the request, for
-	// the client's adaptive timeout estimates. Replies and errors only.
+	// ServiceTime is how many milliseconds the server spent on the request,
+	// for the client's adaptive timeout estimates. Replies and errors only.
 	ServiceTime uint32
 	// BodyLen is the number of body bytes after the header, at most
 	// MaxBodySize; 0 on early replies.
 	BodyLen uint32
+	// BulkLen is, on a request, the length of the bulk buffer the client
+	// registered for the server to GET from or PUT into (0: no bulk); on a
+	// reply, how many bulk bytes the server moved. At most MaxBulkSize; 0 on
+	// errors and early replies.
+	BulkLen uint32
+	// BulkCksum is the CRC-32C of the bulk data when MsgBulkCksum is set,
+	// and 0 otherwise.
+	BulkCksum uint32
 	// jobID is the job the request was sent for, printable ASCII padded
 	// with NULs (Lustre's pb_jobid), for NRS TBF rules and job stats.
 	// Requests only. Kept unexported so that it is always valid.
@@ -308,6 +331,8 @@ func (h *Header) Marshal(b []byte) error {
 	le.PutUint32(b[offTimeout:], h.Timeout)
 	le.PutUint32(b[offServiceTime:], h.ServiceTime)
 	le.PutUint32(b[offBodyLen:], h.BodyLen)
+	le.PutUint32(b[offBulkLen:], h.BulkLen)
+	le.PutUint32(b[offBulkCksum:], h.BulkCksum)
 	copy(b[offJobID:offJobID+JobIDSize], h.jobID[:])
 	return nil
 }
@@ -358,6 +383,8 @@ func (h *Header) Unmarshal(b []byte) error {
 		Timeout:       le.Uint32(b[offTimeout:]),
 		ServiceTime:   le.Uint32(b[offServiceTime:]),
 		BodyLen:       le.Uint32(b[offBodyLen:]),
+		BulkLen:       le.Uint32(b[offBulkLen:]),
+		BulkCksum:     le.Uint32(b[offBulkCksum:]),
 	}
 	copy(d.jobID[:], b[offJobID:offJobID+JobIDSize])
 	if err := d.validate(); err != nil {
@@ -386,6 +413,10 @@ func (h *Header) validate() error {
 		return fmt.Errorf("%w: %v %v xid %d: body length %d, at most %d",
 			ErrTooLong, h.Type, h.Opcode, h.XID, h.BodyLen, MaxBodySize)
 	}
+	if h.BulkLen > MaxBulkSize {
+		return fmt.Errorf("%w: %v %v xid %d: bulk length %d, at most %d",
+			ErrTooLong, h.Type, h.Opcode, h.XID, h.BulkLen, MaxBulkSize)
+	}
 	if reason := h.problem(allowed); reason != "" {
 		return fmt.Errorf("%w: %v %v xid %d: %s", ErrBadField, h.Type, h.Opcode, h.XID, reason)
 	}
@@ -410,6 +441,12 @@ func (h *Header) problem(allowed MsgFlags) string {
 	if reason := jobIDProblem(&h.jobID); reason != "" {
 		return reason
 	}
+	if h.Flags&MsgBulkCksum == 0 && h.BulkCksum != 0 {
+		return "bulk checksum without BULK_CKSUM"
+	}
+	if h.Flags&MsgBulkCksum != 0 && h.BulkLen == 0 {
+		return "BULK_CKSUM without bulk"
+	}
 	switch h.Type {
 	case TypeRequest:
 		switch {
@@ -432,12 +469,16 @@ func (h *Header) problem(allowed MsgFlags) string {
 			return "error with status 0"
 		case h.Type == TypeError && h.Transno != 0:
 			return "transno on an error"
+		case h.Type == TypeError && h.BulkLen != 0:
+			return "bulk length on an error"
 		case h.Flags&MsgEarlyReply != 0 && h.Status != 0:
 			return "early reply with non-zero status"
 		case h.Flags&MsgEarlyReply != 0 && h.Transno != 0:
 			return "transno on an early reply"
 		case h.Flags&MsgEarlyReply != 0 && h.BodyLen != 0:
 			return "body on an early reply"
+		case h.Flags&MsgEarlyReply != 0 && h.BulkLen != 0:
+			return "bulk length on an early reply"
 		}
 	}
 	return ""

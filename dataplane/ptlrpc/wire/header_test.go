@@ -24,13 +24,15 @@ func sampleHeaders() map[string]Header {
 	req := Header{
 		Type:      TypeRequest,
 		Opcode:    OSTWrite,
-		Flags:     MsgResent,
+		Flags:     MsgResent | MsgBulkCksum,
 		XID:       0x0102030405060708,
 		LastXID:   0x0102030405060700,
 		Handle:    0xa1a2a3a4a5a6a7a8,
 		ConnCount: 3,
 		Timeout:   100,
 		BodyLen:   0x1234,
+		BulkLen:   0x400000,
+		BulkCksum: 0xc1c2c3c4,
 	}
 	if err := req.SetJobID("dd.1000"); err != nil {
 		panic(err)
@@ -64,6 +66,7 @@ func sampleHeaders() map[string]Header {
 		Timeout:       45,
 		ServiceTime:   7,
 		BodyLen:       MaxBodySize,
+		BulkLen:       MaxBulkSize,
 	}
 
 	early := Header{
@@ -134,6 +137,7 @@ type rawHeader struct {
 	ConnCount            uint32
 	Timeout, ServiceTime uint32
 	BodyLen              uint32
+	BulkLen, BulkCksum   uint32
 	JobID                [JobIDSize]byte
 }
 
@@ -143,7 +147,7 @@ func toRaw(h Header) rawHeader {
 		Status: h.Status, Flags: uint32(h.Flags), XID: h.XID, Transno: h.Transno,
 		LastCommitted: h.LastCommitted, LastXID: h.LastXID, Handle: h.Handle,
 		ConnCount: h.ConnCount, Timeout: h.Timeout, ServiceTime: h.ServiceTime,
-		BodyLen: h.BodyLen, JobID: h.jobID,
+		BodyLen: h.BodyLen, BulkLen: h.BulkLen, BulkCksum: h.BulkCksum, JobID: h.jobID,
 	}
 }
 
@@ -188,7 +192,7 @@ func TestHeaderGoldenOffsets(t *testing.T) {
 		{sError, errb, "opcode", 12, []byte{0x0f, 0x27, 0, 0}},
 		{sRequest, req, "status", 16, []byte{0, 0, 0, 0}},
 		{sReply, rep, "status", 16, []byte{0xe4, 0xff, 0xff, 0xff}}, // -28
-		{sRequest, req, "flags", 20, []byte{2, 0, 0, 0}},
+		{sRequest, req, "flags", 20, []byte{2, 2, 0, 0}},
 		{sReplay, replay, "flags", 20, []byte{5, 0, 0, 0}},
 		{sEarlyReply, early, "flags", 20, []byte{0, 1, 0, 0}},
 		{sRequest, req, "xid", 24, []byte{8, 7, 6, 5, 4, 3, 2, 1}},
@@ -201,16 +205,19 @@ func TestHeaderGoldenOffsets(t *testing.T) {
 		{sReply, rep, "service time", 72, []byte{7, 0, 0, 0}},
 		{sRequest, req, "body length", 76, []byte{0x34, 0x12, 0, 0}},
 		{sReply, rep, "body length", 76, []byte{0, 0, 0x10, 0}},
-		{sRequest, req, "job id", 80, jobid("dd.1000")},
-		{sReplay, replay, "job id", 80, bytes.Repeat([]byte("j"), JobIDSize)},
-		{sReply, rep, "job id", 80, make([]byte, JobIDSize)},
+		{sRequest, req, "bulk length", 80, []byte{0, 0, 0x40, 0}},
+		{sReply, rep, "bulk length", 80, []byte{0, 0, 0, 1}},
+		{sRequest, req, "bulk checksum", 84, []byte{0xc4, 0xc3, 0xc2, 0xc1}},
+		{sRequest, req, "job id", 88, jobid("dd.1000")},
+		{sReplay, replay, "job id", 88, bytes.Repeat([]byte("j"), JobIDSize)},
+		{sReply, rep, "job id", 88, make([]byte, JobIDSize)},
 	}
 	for _, tt := range tests {
 		if got := tt.b[tt.off : tt.off+len(tt.want)]; !bytes.Equal(got, tt.want) {
 			t.Errorf("%s: %s at %d = % x, want % x", tt.msg, tt.field, tt.off, got, tt.want)
 		}
 	}
-	if len(req) != 112 || 80+JobIDSize != HeaderSize {
+	if len(req) != 120 || 88+JobIDSize != HeaderSize {
 		t.Errorf("job id does not end the %d-byte header", HeaderSize)
 	}
 }
@@ -368,18 +375,24 @@ func TestHeaderRejects(t *testing.T) {
 		{"request service time", sRequest, put32(72, 1), []error{ErrBadField}},
 		{"reply last_xid", sReply, put64(48, 1), []error{ErrBadField}},
 		{"error last_xid", sError, put64(48, 1), []error{ErrBadField}},
-		{"reply job id", sReply, func(b []byte) []byte { b[80] = 'x'; return b }, []error{ErrBadField}},
-		{"error job id", sError, func(b []byte) []byte { b[80] = 'x'; return b }, []error{ErrBadField}},
+		{"reply job id", sReply, func(b []byte) []byte { b[88] = 'x'; return b }, []error{ErrBadField}},
+		{"error job id", sError, func(b []byte) []byte { b[88] = 'x'; return b }, []error{ErrBadField}},
 		{"error transno", sError, put64(32, 1), []error{ErrBadField}},
 		{"early reply status", sEarlyReply, put32(16, 0xffffffff), []error{ErrBadField}},
 		{"early reply transno", sEarlyReply, put64(32, 1), []error{ErrBadField}},
 		{"early reply body", sEarlyReply, put32(76, 1), []error{ErrBadField}},
-		{"job id non-printable", sRequest, func(b []byte) []byte { b[81] = 0x1f; return b }, []error{ErrBadField}},
-		{"job id high bit", sRequest, func(b []byte) []byte { b[80] = 0xc3; return b }, []error{ErrBadField}},
-		{"job id DEL", sRequest, func(b []byte) []byte { b[80] = 0x7f; return b }, []error{ErrBadField}},
+		{"bulk over max", sRequest, put32(80, MaxBulkSize+1), []error{ErrTooLong}},
+		{"checksum without flag", sReply, put32(84, 1), []error{ErrBadField}},
+		{"checksum flag without bulk", sRequest, put32(80, 0), []error{ErrBadField}},
+		{"error bulk length", sError, put32(80, 1), []error{ErrBadField}},
+		{"early reply bulk length", sEarlyReply, put32(80, 1), []error{ErrBadField}},
+		{"early reply checksum flag", sEarlyReply, put32(20, uint32(MsgEarlyReply|MsgBulkCksum)), []error{ErrBadField}},
+		{"job id non-printable", sRequest, func(b []byte) []byte { b[89] = 0x1f; return b }, []error{ErrBadField}},
+		{"job id high bit", sRequest, func(b []byte) []byte { b[88] = 0xc3; return b }, []error{ErrBadField}},
+		{"job id DEL", sRequest, func(b []byte) []byte { b[88] = 0x7f; return b }, []error{ErrBadField}},
 		{"job id bytes after NUL", sRequest, func(b []byte) []byte { b[HeaderSize-1] = 'x'; return b }, []error{ErrBadField}},
-		{"job id embedded NUL", sReplay, func(b []byte) []byte { b[90] = 0; return b }, []error{ErrBadField}},
-		{"job id leading NUL", sRequest, func(b []byte) []byte { b[80] = 0; return b }, []error{ErrBadField}},
+		{"job id embedded NUL", sReplay, func(b []byte) []byte { b[98] = 0; return b }, []error{ErrBadField}},
+		{"job id leading NUL", sRequest, func(b []byte) []byte { b[88] = 0; return b }, []error{ErrBadField}},
 	}
 	for _, tt := range tests {
 		orig := sampleHeaders()[tt.base]
@@ -416,7 +429,8 @@ func TestHeaderAccepts(t *testing.T) {
 	}{
 		{"unknown opcode", sRequest, func(h *Header) { h.Opcode = 0xffffffff }},
 		{"opcode 0", sReply, func(h *Header) { h.Opcode = 0 }},
-		{"all request flags", sReplay, func(h *Header) { h.Flags = requestFlags }},
+		{"all request flags", sReplay, func(h *Header) { h.Flags, h.BulkLen = requestFlags, 1 }},
+		{"reply checksum", sReply, func(h *Header) { h.Flags, h.BulkLen, h.BulkCksum = MsgBulkCksum, 4096, 0 }},
 		{"status -4095", sReply, func(h *Header) { h.Status = -4095 }},
 		{"status -1 error", sError, func(h *Header) { h.Status = -1 }},
 		{"body at max", sRequest, func(h *Header) { h.BodyLen = MaxBodySize }},
@@ -449,7 +463,7 @@ func TestHeaderMarshalRejects(t *testing.T) {
 		{"unknown type", sRequest, func(h *Header) { h.Type = 1 }, ErrBadType},
 		{"body over max", sRequest, func(h *Header) { h.BodyLen = MaxBodySize + 1 }, ErrTooLong},
 		{"xid 0", sRequest, func(h *Header) { h.XID = 0 }, ErrBadField},
-		{"unknown flag", sRequest, func(h *Header) { h.Flags |= 0x200 }, ErrBadField},
+		{"unknown flag", sRequest, func(h *Header) { h.Flags |= 0x400 }, ErrBadField},
 		{"early reply on request", sRequest, func(h *Header) { h.Flags |= MsgEarlyReply }, ErrBadField},
 		{"request status", sRequest, func(h *Header) { h.Status = -1 }, ErrBadField},
 		{"positive status", sReply, func(h *Header) { h.Status = 1 }, ErrBadField},

@@ -1,0 +1,296 @@
+package ptlrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+
+	"github.com/nacrefs/nacre/lnet"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+)
+
+// Bulk transfers (Lustre's ptlrpc_bulk_desc), server-driven: the client
+// registers its buffers as MDs on its bulk portal before sending the
+// request, one MD per bulkFragment bytes, with match bits XID+i for
+// fragment i; the server GETs from them (a write) or PUTs into them (a
+// read), every fragment at once, and only then replies. XIDs step by
+// maxFragments so that the match bits of one request never meet another's.
+
+// bulkFragment is the size of one bulk LNet message: LNet's MTU.
+const bulkFragment = lwire.MTU
+
+// maxFragments is the most fragments one bulk has: wire.MaxBulkSize /
+// bulkFragment.
+const maxFragments = 16
+
+// bulkVerifyTries is how many times a server GETs bulk data whose checksum
+// does not match before it gives up and answers -EBADMSG.
+const bulkVerifyTries = 3
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC-32C of the bytes of bufs taken in order, the
+// checksum bulk transfers carry.
+func Checksum(bufs [][]byte) uint32 {
+	var c uint32
+	for _, b := range bufs {
+		c = crc32.Update(c, castagnoli, b)
+	}
+	return c
+}
+
+// Errors of bulk transfers on the server side. Errno maps them to the
+// status a handler returns.
+var (
+	// ErrBulkRange: the handler asked to move more than the client
+	// registered (a niobuf past the end of the bulk), or nothing.
+	ErrBulkRange = errors.New("ptlrpc: bulk range outside the client's buffer")
+	// ErrBulkChecksum: the data did not match its checksum after every
+	// retry.
+	ErrBulkChecksum = errors.New("ptlrpc: bulk checksum mismatch")
+	// ErrNoBulk: the request has no bulk or its handler lacks HasBulk.
+	ErrNoBulk = errors.New("ptlrpc: request has no bulk")
+)
+
+// Errno returns the status a handler should reply with for err: -EPROTO
+// for ErrBulkRange and ErrNoBulk, -EBADMSG for ErrBulkChecksum, -EIO for
+// anything else, 0 for nil.
+func Errno(err error) int32 {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrBulkRange), errors.Is(err, ErrNoBulk):
+		return -errnoEPROTO
+	case errors.Is(err, ErrBulkChecksum):
+		return -errnoEBADMSG
+	}
+	return -errnoEIO
+}
+
+// iovLen returns the total length of bufs.
+func iovLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// iovSlice returns views of bufs covering [off, off+n), without copying.
+func iovSlice(bufs [][]byte, off, n int) [][]byte {
+	var out [][]byte
+	for _, b := range bufs {
+		if n == 0 {
+			break
+		}
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		k := min(len(b)-off, n)
+		out = append(out, b[off:off+k:off+k])
+		n -= k
+		off = 0
+	}
+	return out
+}
+
+// checkBulk validates a handler's bulk call against the request.
+func (r *Request) checkBulk(bufs [][]byte) (int, error) {
+	if r.spec == nil || r.spec.Flags&HasBulk == 0 || r.Header.BulkLen == 0 {
+		return 0, fmt.Errorf("%w: %v xid %d", ErrNoBulk, r.Header.Opcode, r.Header.XID)
+	}
+	n := iovLen(bufs)
+	if n == 0 || n > int(r.Header.BulkLen) {
+		return 0, fmt.Errorf("%w: %v xid %d: %d bytes, the client registered %d",
+			ErrBulkRange, r.Header.Opcode, r.Header.XID, n, r.Header.BulkLen)
+	}
+	return n, nil
+}
+
+// BulkGet fills dst, in order, with the first len(dst) bytes of the
+// client's bulk buffer (a write), moving every fragment at once. If the
+// client sent a checksum, dst must cover the whole bulk, and data that does
+// not match is fetched again up to three times before ErrBulkChecksum. It
+// returns only when LNet no longer touches dst.
+func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
+	n, err := r.checkBulk(dst)
+	if err != nil {
+		return 0, err
+	}
+	s := r.svc
+	want := r.Header.Flags&wire.MsgBulkCksum != 0
+	if want && n != int(r.Header.BulkLen) {
+		return 0, fmt.Errorf("%w: %v xid %d: checksummed bulk of %d bytes, only %d fetched",
+			ErrBulkRange, r.Header.Opcode, r.Header.XID, r.Header.BulkLen, n)
+	}
+	for try := 1; ; try++ {
+		if err := r.transfer(ctx, dst, n, false); err != nil {
+			return 0, err
+		}
+		if !want {
+			break
+		}
+		if s.cfg.Faults.check(FailBulkWriteCorrupt) {
+			dst[0][0] ^= 0x01
+		}
+		got := Checksum(dst)
+		if got == r.Header.BulkCksum {
+			break
+		}
+		s.cksumErrs.Add(1)
+		s.log.Warn("ptlrpc: bulk write checksum mismatch", "from", r.Peer, "xid", r.Header.XID, "op", r.Header.Opcode,
+			"client_cksum", fmt.Sprintf("%#08x", r.Header.BulkCksum), "server_cksum", fmt.Sprintf("%#08x", got), "try", try)
+		if try == bulkVerifyTries {
+			return 0, fmt.Errorf("%w: %v xid %d from %v after %d tries", ErrBulkChecksum, r.Header.Opcode, r.Header.XID, r.Peer, try)
+		}
+	}
+	r.bulkMoved = uint32(n)
+	s.bulkBytes.Add(uint64(n))
+	return n, nil
+}
+
+// BulkPut sends src, in order, into the start of the client's bulk buffer
+// (a read), every fragment at once, and waits until the client's LNet has
+// acknowledged all of it. If the client asked for a checksum, the reply
+// carries the CRC-32C of src.
+func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
+	n, err := r.checkBulk(src)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.transfer(ctx, src, n, true); err != nil {
+		return 0, err
+	}
+	r.bulkMoved = uint32(n)
+	if r.Header.Flags&wire.MsgBulkCksum != 0 { // the client wants one
+		r.replyCksum, r.cksumSet = Checksum(src), true
+		if r.svc.cfg.Faults.check(FailBulkReadCorrupt) {
+			r.replyCksum ^= 0x01
+		}
+	}
+	r.svc.bulkBytes.Add(uint64(n))
+	return n, nil
+}
+
+// transfer moves n bytes of bufs from or to the client's fragments, all in
+// flight at once, and waits for every one to finish.
+func (r *Request) transfer(ctx context.Context, bufs [][]byte, n int, put bool) error {
+	s := r.svc
+	frags := (n + bulkFragment - 1) / bulkFragment
+	done := make(chan error, frags)
+	launched := 0
+	var firstErr error
+	for i := range frags {
+		off := i * bulkFragment
+		view := iovSlice(bufs, off, min(bulkFragment, n-off))
+		md, err := s.ln.Bind(lnet.MD{Buffers: view, Threshold: 1, Handler: func(ev lnet.Event) {
+			switch {
+			case put && ev.Type == lnet.EventAck, !put && ev.Type == lnet.EventReply:
+				err := ev.Status
+				if err == nil && int(ev.MLength) != iovLen(view) {
+					err = fmt.Errorf("%w: fragment %d moved %d of %d bytes", ErrBulkRange, i, ev.MLength, iovLen(view))
+				}
+				done <- err
+			case ev.Type == lnet.EventSend && ev.Status != nil:
+				done <- ev.Status
+			}
+		}})
+		if err == nil {
+			match := r.Header.XID + uint64(i)
+			if put {
+				err = s.ln.Put(ctx, md, lnet.AckReq, r.Peer, r.bulkPortal, match, 0, 0)
+			} else {
+				err = s.ln.Get(ctx, md, r.Peer, r.bulkPortal, match, 0)
+			}
+			if err != nil {
+				s.ln.Unlink(md)
+			}
+		}
+		if err != nil {
+			firstErr = err
+			break
+		}
+		launched++
+	}
+	// Wait for everything launched: LNet always ends an operation with an
+	// event (at worst after its transaction timeout), and until then it may
+	// still touch bufs.
+	for range launched {
+		if err := <-done; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		dir := "GET"
+		if put {
+			dir = "PUT"
+		}
+		return fmt.Errorf("ptlrpc: bulk %s of %d bytes with %v, xid %d: %w", dir, n, r.Peer, r.Header.XID, firstErr)
+	}
+	return nil
+}
+
+// BulkOp is the direction of a client's bulk buffer.
+type BulkOp uint8
+
+// The bulk directions.
+const (
+	// BulkWrite: the server GETs from the buffer (OST_WRITE).
+	BulkWrite BulkOp = iota + 1
+	// BulkRead: the server PUTs into the buffer (OST_READ, MDS_READPAGE).
+	BulkRead
+)
+
+// Bulk is a client's bulk buffer for one request.
+type Bulk struct {
+	// Op says which way the data goes.
+	Op BulkOp
+	// Buffers are the client's memory, in niobuf order, at most the
+	// import's (or wire.MaxBulkSize) bulk size in all. LNet reads or
+	// writes them in place; the caller must not touch them until the call
+	// returns.
+	Buffers [][]byte
+	// Checksum asks for CRC-32C protection: for a write the client sends
+	// the checksum and the server verifies it; for a read the server sends
+	// it and the client verifies it. A mismatch is retried and counted.
+	Checksum bool
+}
+
+// register posts the fragments of b for xid on portal, accepting operations
+// only from server. Each fragment's MD sends a value on gone when it is
+// unlinked.
+func (b *Bulk) register(ln *lnet.LNet, portal uint32, server lwire.ProcessID, xid uint64, gone chan struct{}) ([]lnet.MDHandle, error) {
+	n := iovLen(b.Buffers)
+	opts := lnet.MDManageRemote | lnet.MDOpGet
+	if b.Op == BulkRead {
+		opts = lnet.MDManageRemote | lnet.MDOpPut
+	}
+	var mds []lnet.MDHandle
+	for off, i := 0, 0; off < n; off, i = off+bulkFragment, i+1 {
+		h, err := ln.Attach(portal, server, xid+uint64(i), 0, lnet.InsertLast, lnet.MD{
+			Buffers:   iovSlice(b.Buffers, off, min(bulkFragment, n-off)),
+			Threshold: lnet.ThresholdInfinite,
+			Options:   opts,
+			Handler: func(ev lnet.Event) {
+				if ev.Type == lnet.EventUnlink {
+					gone <- struct{}{}
+				}
+			},
+		})
+		if err != nil {
+			for _, m := range mds {
+				ln.Unlink(m)
+			}
+			for range mds {
+				<-gone
+			}
+			return nil, fmt.Errorf("ptlrpc: post bulk fragment %d for xid %d: %w", i, xid, err)
+		}
+		mds = append(mds, h)
+	}
+	return mds, nil
+}

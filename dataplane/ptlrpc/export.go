@@ -1,0 +1,517 @@
+package ptlrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	ptlrpcv1 "github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1"
+)
+
+// Errnos of the connection layer (Linux values).
+const (
+	errnoENODEV    = 19
+	errnoENOTCONN  = 107
+	errnoEPROTO    = 71
+	errnoEINVAL    = 22
+	errnoEBADMSG   = 74
+	errnoESHUTDOWN = 108
+	errnoEUSERS    = 87
+)
+
+// Defaults of a Target.
+const (
+	// DefaultEvictTimeout is how long a target waits without hearing from
+	// a client before evicting it: a little over two ping intervals, as
+	// Lustre's ping evictor waits PING_EVICT_TIMEOUT.
+	DefaultEvictTimeout = 3 * DefaultPingInterval
+	// DefaultMaxExports bounds the exports of one target.
+	DefaultMaxExports = 4096
+	// maxSavedReplies bounds the replies one export keeps for
+	// reconstruction: more than any client keeps modifying requests in
+	// flight, so pruning by last_xid always runs first.
+	maxSavedReplies = 1024
+)
+
+var targetNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// TargetConfig configures a Target.
+type TargetConfig struct {
+	// Name is the target's name, as clients ask for it in CONNECT
+	// ("nacre-OST0000").
+	Name string
+	// UUID is the target's uuid; "" means Name+"_UUID".
+	UUID string
+	// Features are the OBD_CONNECT_* feature bits the target supports.
+	Features uint64
+	// EvictTimeout is how long an export may stay silent before the target
+	// evicts it; 0 means DefaultEvictTimeout.
+	EvictTimeout time.Duration
+	// MaxExports bounds the number of exports; 0 means DefaultMaxExports.
+	MaxExports int
+	// AutoCommit makes every transno committed as soon as its reply is
+	// sent, for targets without stable storage of their own. Otherwise the
+	// storage layer reports commits with Target.Committed.
+	AutoCommit bool
+	// OnGone, if not nil, is called once for each export that goes away,
+	// with evicted set when the target evicted it (not a DISCONNECT), so
+	// the layers above drop its locks and state.
+	OnGone func(e *Export, evicted bool)
+	// Logger receives the target's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Target is the server side of one storage target's connections (an obd
+// device's export list): it hands out exports at CONNECT, numbers modifying
+// requests with transnos, tracks what is committed, and evicts clients
+// that stop talking. Services reach targets through a TargetSet. Safe for
+// concurrent use.
+type Target struct {
+	cfg      TargetConfig
+	log      *slog.Logger
+	set      *TargetSet
+	instance uint64
+
+	transno   atomic.Uint64 // last transno given out
+	committed atomic.Uint64 // last transno committed
+
+	mu      sync.Mutex // guards exports, closed
+	exports map[string]*Export
+	closed  bool
+
+	evictions atomic.Uint64
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// TargetSet holds the targets one server process serves, and finds exports
+// by handle for its services. Safe for concurrent use.
+type TargetSet struct {
+	mu       sync.Mutex // guards targets, byHandle
+	targets  map[string]*Target
+	byHandle map[uint64]*Export
+}
+
+// NewTargetSet returns an empty set.
+func NewTargetSet() *TargetSet {
+	return &TargetSet{targets: make(map[string]*Target), byHandle: make(map[uint64]*Export)}
+}
+
+// NewTarget creates a target in ts and starts its evictor. Close stops it.
+func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
+	if !targetNameRE.MatchString(cfg.Name) {
+		return nil, fmt.Errorf("ptlrpc: target name %q: want 1-64 of [A-Za-z0-9_.-]", cfg.Name)
+	}
+	if cfg.UUID == "" {
+		cfg.UUID = cfg.Name + "_UUID"
+	}
+	if cfg.EvictTimeout <= 0 {
+		cfg.EvictTimeout = DefaultEvictTimeout
+	}
+	if cfg.MaxExports <= 0 {
+		cfg.MaxExports = DefaultMaxExports
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	t := &Target{
+		cfg: cfg, log: lg.With("target", cfg.Name), set: ts, instance: rand.Uint64() | 1,
+		exports: make(map[string]*Export), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	ts.mu.Lock()
+	if _, dup := ts.targets[cfg.Name]; dup {
+		ts.mu.Unlock()
+		return nil, fmt.Errorf("ptlrpc: target %s already exists", cfg.Name)
+	}
+	ts.targets[cfg.Name] = t
+	ts.mu.Unlock()
+	go t.evictor()
+	return t, nil
+}
+
+// Name returns the target's name.
+func (t *Target) Name() string { return t.cfg.Name }
+
+// NextTransno gives out the next transaction number. Services call it for
+// modifying requests; a storage layer numbering its own transactions may
+// call it too.
+func (t *Target) NextTransno() uint64 { return t.transno.Add(1) }
+
+// Committed records that every transno up to n is on stable storage; replies
+// from then on carry it as last_committed.
+func (t *Target) Committed(n uint64) {
+	for {
+		c := t.committed.Load()
+		if n <= c || t.committed.CompareAndSwap(c, n) {
+			return
+		}
+	}
+}
+
+// LastCommitted returns the highest committed transno.
+func (t *Target) LastCommitted() uint64 { return t.committed.Load() }
+
+// LastTransno returns the last transno given out.
+func (t *Target) LastTransno() uint64 { return t.transno.Load() }
+
+// Evictions counts the exports the target has evicted.
+func (t *Target) Evictions() uint64 { return t.evictions.Load() }
+
+// ExportInfo describes one export, for administration.
+type ExportInfo struct {
+	Handle    uint64
+	UUID      string
+	Peer      lwire.ProcessID
+	ConnCount uint32
+	LastSeen  time.Time
+	Saved     int // replies kept for reconstruction
+}
+
+// Exports lists the target's exports sorted by client uuid.
+func (t *Target) Exports() []ExportInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]ExportInfo, 0, len(t.exports))
+	for _, e := range t.exports {
+		e.mu.Lock()
+		out = append(out, ExportInfo{Handle: e.handle, UUID: e.uuid, Peer: e.peer, ConnCount: e.connCount,
+			LastSeen: time.Unix(0, e.lastSeen.Load()), Saved: len(e.saved)})
+		e.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
+	return out
+}
+
+// Evict evicts the export of the client with uuid, as `lctl evict_client`:
+// its later requests get -ENOTCONN and its next CONNECT learns it was
+// evicted.
+func (t *Target) Evict(uuid string) error {
+	t.mu.Lock()
+	e := t.exports[uuid]
+	t.mu.Unlock()
+	if e == nil {
+		return fmt.Errorf("ptlrpc: target %s: no export for client %s", t.cfg.Name, uuid)
+	}
+	t.drop(e, true, "evicted by request")
+	return nil
+}
+
+// drop removes e; evicted says whether it is an eviction.
+func (t *Target) drop(e *Export, evicted bool, why string) {
+	t.mu.Lock()
+	if t.exports[e.uuid] == e {
+		delete(t.exports, e.uuid)
+	}
+	t.mu.Unlock()
+	t.set.mu.Lock()
+	if t.set.byHandle[e.handle] == e {
+		delete(t.set.byHandle, e.handle)
+	}
+	t.set.mu.Unlock()
+	e.mu.Lock()
+	already := e.gone
+	e.gone = true
+	e.saved = nil
+	e.mu.Unlock()
+	if already {
+		return
+	}
+	if evicted {
+		t.evictions.Add(1)
+		t.log.Warn("ptlrpc: evicting client", "client", e.uuid, "peer", e.peer, "why", why)
+	} else {
+		t.log.Info("ptlrpc: client disconnected", "client", e.uuid, "peer", e.peer)
+	}
+	if t.cfg.OnGone != nil {
+		t.cfg.OnGone(e, evicted)
+	}
+}
+
+// evictor evicts exports that have been silent for EvictTimeout (Lustre's
+// ping evictor).
+func (t *Target) evictor() {
+	defer close(t.done)
+	tick := time.NewTicker(max(t.cfg.EvictTimeout/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tick.C:
+			var stale []*Export
+			t.mu.Lock()
+			for _, e := range t.exports {
+				if now.Sub(time.Unix(0, e.lastSeen.Load())) > t.cfg.EvictTimeout && e.busy.Load() == 0 {
+					stale = append(stale, e)
+				}
+			}
+			t.mu.Unlock()
+			for _, e := range stale {
+				t.drop(e, true, fmt.Sprintf("silent for more than %v", t.cfg.EvictTimeout))
+			}
+		}
+	}
+}
+
+// Close stops the evictor, drops every export (as a disconnect) and removes
+// the target from its set. Later CONNECTs get -ENODEV.
+func (t *Target) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return errors.New("ptlrpc: target already closed")
+	}
+	t.closed = true
+	var all []*Export
+	for _, e := range t.exports {
+		all = append(all, e)
+	}
+	t.mu.Unlock()
+	t.set.mu.Lock()
+	delete(t.set.targets, t.cfg.Name)
+	t.set.mu.Unlock()
+	close(t.stop)
+	for _, e := range all {
+		t.drop(e, false, "")
+	}
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Export is the server side of one client's connection to one target. Its
+// methods are safe for concurrent use.
+type Export struct {
+	target   *Target
+	handle   uint64
+	uuid     string
+	features uint64
+	lastSeen atomic.Int64 // unix nanoseconds of the last request
+	busy     atomic.Int32 // requests being handled: a busy client is not silent
+	private  atomic.Value
+
+	mu        sync.Mutex // guards the fields below
+	peer      lwire.ProcessID
+	connCount uint32
+	gone      bool
+	saved     map[uint64]savedReply // xid -> reply of a modifying request
+	inflight  map[uint64]struct{}   // xids queued or being handled
+}
+
+// savedReply is a reply kept for reconstruction.
+type savedReply struct {
+	hdr  wire.Header
+	body []byte
+}
+
+// Target returns the export's target.
+func (e *Export) Target() *Target { return e.target }
+
+// Handle returns the export's handle cookie.
+func (e *Export) Handle() uint64 { return e.handle }
+
+// ClientUUID returns the client's uuid.
+func (e *Export) ClientUUID() string { return e.uuid }
+
+// Peer returns the client's process id on its latest connection.
+func (e *Export) Peer() lwire.ProcessID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.peer
+}
+
+// Features returns the negotiated feature bits.
+func (e *Export) Features() uint64 { return e.features }
+
+// SetPrivate attaches the layer above's state (an LDLM export, ...).
+func (e *Export) SetPrivate(v any) { e.private.Store(&v) }
+
+// Private returns what SetPrivate stored, or nil.
+func (e *Export) Private() any {
+	if p, ok := e.private.Load().(*any); ok {
+		return *p
+	}
+	return nil
+}
+
+// Gone reports whether the export was evicted or disconnected.
+func (e *Export) Gone() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gone
+}
+
+// lookup finds the live export for a request's handle.
+func (ts *TargetSet) lookup(handle uint64) *Export {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.byHandle[handle]
+}
+
+// connect serves CONNECT: it creates or revives the client's export on the
+// named target.
+func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
+	var cr ptlrpcv1.ConnectRequest
+	if err := proto.Unmarshal(req.Body, &cr); err != nil {
+		return nil, -errnoEPROTO
+	}
+	if cr.ClientUuid == "" || len(cr.ClientUuid) > 128 {
+		return nil, -errnoEINVAL
+	}
+	if cr.Version>>16 != uint32(wire.VersionMajor) {
+		return nil, -errnoEPROTO
+	}
+	ts.mu.Lock()
+	t := ts.targets[cr.Target]
+	ts.mu.Unlock()
+	if t == nil {
+		return nil, -errnoENODEV
+	}
+	reply := &ptlrpcv1.ConnectReply{
+		Features: cr.Features & t.cfg.Features, Version: wire.Version,
+		Instance: t.instance, TargetUuid: t.cfg.UUID,
+	}
+	now := time.Now().UnixNano()
+
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, -errnoENODEV
+	}
+	old := t.exports[cr.ClientUuid]
+	if old != nil && cr.Handle != 0 && old.handle == cr.Handle {
+		// A reconnect to the export the client had: keep it, with its saved
+		// replies.
+		old.mu.Lock()
+		old.peer = req.Peer
+		old.connCount = max(old.connCount, cr.ConnCount)
+		old.mu.Unlock()
+		old.lastSeen.Store(now)
+		t.mu.Unlock()
+		reply.Handle, reply.Reconnected = old.handle, true
+		req.exp = old
+		t.log.Info("ptlrpc: client reconnected", "client", cr.ClientUuid, "peer", req.Peer, "conn", cr.ConnCount)
+		return marshalReply(reply)
+	}
+	if old == nil && len(t.exports) >= t.cfg.MaxExports {
+		t.mu.Unlock()
+		return nil, -errnoEUSERS
+	}
+	t.mu.Unlock()
+	if old != nil {
+		// The client has lost its handle (it restarted) or names another:
+		// its old export goes, as Lustre's "already connected" case does.
+		t.drop(old, true, "client reconnected with a new handle")
+	}
+	e := &Export{
+		target: t, uuid: cr.ClientUuid, features: reply.Features, peer: req.Peer, connCount: cr.ConnCount,
+		saved: make(map[uint64]savedReply), inflight: make(map[uint64]struct{}),
+	}
+	e.lastSeen.Store(now)
+	ts.mu.Lock()
+	for {
+		e.handle = rand.Uint64()
+		if _, dup := ts.byHandle[e.handle]; !dup && e.handle != 0 {
+			break
+		}
+	}
+	ts.byHandle[e.handle] = e
+	ts.mu.Unlock()
+	t.mu.Lock()
+	t.exports[e.uuid] = e
+	t.mu.Unlock()
+	reply.Handle = e.handle
+	reply.Evicted = cr.Handle != 0
+	req.exp = e
+	t.log.Info("ptlrpc: client connected", "client", cr.ClientUuid, "peer", req.Peer, "evicted_before", reply.Evicted)
+	return marshalReply(reply)
+}
+
+// disconnect serves DISCONNECT.
+func (ts *TargetSet) disconnect(req *Request) ([]byte, int32) {
+	if req.exp == nil {
+		return nil, -errnoENOTCONN
+	}
+	req.exp.target.drop(req.exp, false, "")
+	return nil, 0
+}
+
+func marshalReply(m proto.Message) ([]byte, int32) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, -errnoEIO
+	}
+	return b, 0
+}
+
+// admit checks a request against its export before it is queued: it
+// reports whether the request should go on, and otherwise answers it (a
+// saved reply for a resend) or drops it. Called by the service for every
+// request naming an export.
+func (e *Export) admit(h *wire.Header) (saved *savedReply, ok bool, why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.gone:
+		return nil, false, "export gone"
+	case h.ConnCount < e.connCount:
+		return nil, false, "request from an older connection"
+	}
+	if h.LastXID != 0 {
+		for xid := range e.saved {
+			if xid <= h.LastXID {
+				delete(e.saved, xid)
+			}
+		}
+	}
+	if _, busy := e.inflight[h.XID]; busy {
+		// The original is queued or running; its reply will answer the
+		// resend too (the client keeps its reply buffer posted).
+		return nil, false, "original still in progress"
+	}
+	if h.Flags&wire.MsgResent != 0 {
+		if r, ok := e.saved[h.XID]; ok {
+			return &r, false, ""
+		}
+	}
+	e.inflight[h.XID] = struct{}{}
+	e.busy.Add(1)
+	return nil, true, ""
+}
+
+// finish ends a request admitted by admit, saving its reply if it is to be
+// reconstructable.
+func (e *Export) finish(xid uint64, save *savedReply) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.inflight, xid)
+	e.busy.Add(-1)
+	e.lastSeen.Store(time.Now().UnixNano())
+	if save == nil || e.gone {
+		return
+	}
+	if len(e.saved) >= maxSavedReplies {
+		// The client is not reporting last_xid; forget the oldest.
+		var oldest uint64 = ^uint64(0)
+		for x := range e.saved {
+			oldest = min(oldest, x)
+		}
+		delete(e.saved, oldest)
+	}
+	e.saved[xid] = *save
+}

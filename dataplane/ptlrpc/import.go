@@ -1,0 +1,886 @@
+package ptlrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/lnet"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	ptlrpcv1 "github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1"
+)
+
+// ImportState is the state of an import (Lustre's LUSTRE_IMP_*).
+type ImportState int32
+
+// The import states. An import starts DISCONN and connects by itself;
+// a failed request (timeout, lost connection, -ENOTCONN) takes it back to
+// DISCONN and it reconnects. After a reconnect that kept the export it is
+// RECOVER until every request sent on the old connection has been resent,
+// then FULL; after one that found the export gone it is EVICTED while it
+// fails the old requests and tells its owner, then FULL on the new export.
+const (
+	StateDisconn ImportState = iota + 1
+	StateConnecting
+	StateFull
+	StateRecover
+	StateEvicted
+	StateClosed
+)
+
+var stateNames = [...]string{StateDisconn: "DISCONN", StateConnecting: "CONNECTING", StateFull: "FULL",
+	StateRecover: "RECOVER", StateEvicted: "EVICTED", StateClosed: "CLOSED"}
+
+// String returns Lustre's name of the state.
+func (s ImportState) String() string {
+	if s > 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("ImportState(%d)", int32(s))
+}
+
+// Defaults of an ImportConfig.
+const (
+	// DefaultPingInterval is how often an idle import pings its target
+	// (Lustre: obd_timeout/4).
+	DefaultPingInterval = 25 * time.Second
+	// DefaultInitialTimeout is the service time assumed before any reply
+	// has been measured.
+	DefaultInitialTimeout = 5 * time.Second
+	// DefaultMinTimeout is the least time a request waits for its reply
+	// (Lustre's at_min plus its fixed 5 s margin, scaled to Nacre's
+	// microsecond services).
+	DefaultMinTimeout = time.Second
+	// DefaultMaxTimeout caps adaptive timeouts (Lustre's at_max).
+	DefaultMaxTimeout = 600 * time.Second
+	// DefaultMaxUncommitted bounds the modifying requests an import keeps
+	// until the server commits them; past it new requests wait.
+	DefaultMaxUncommitted = 8192
+)
+
+// ImportConfig configures an Import.
+type ImportConfig struct {
+	// Target is the target's name ("nacre-OST0000").
+	Target string
+	// Servers are the processes that serve the target, the primary first;
+	// a failed connect moves on to the next (failover).
+	Servers []lwire.ProcessID
+	// Portal is the target service's request portal.
+	Portal uint32
+	// ConnectOp and DisconnectOp are the target's connection opcodes; 0
+	// means OSTConnect and OSTDisconnect.
+	ConnectOp, DisconnectOp wire.Opcode
+	// Features are the OBD_CONNECT_* bits the client supports.
+	Features uint64
+	// PingInterval is how often an idle import pings; 0 means
+	// DefaultPingInterval, negative never.
+	PingInterval time.Duration
+	// InitialTimeout, MinTimeout and MaxTimeout bound the adaptive request
+	// timeout; 0 means the Default values.
+	InitialTimeout, MinTimeout, MaxTimeout time.Duration
+	// MaxUncommitted bounds the uncommitted modifying requests kept for
+	// replay; 0 means DefaultMaxUncommitted.
+	MaxUncommitted int
+	// OnEvict, if not nil, is called on the import's goroutine when the
+	// import learns it was evicted, after the requests of the old export
+	// have failed and before any request goes out on the new one: the
+	// layers above drop their locks and cached state there.
+	OnEvict func(imp *Import)
+	// OnState, if not nil, is called on every state change with the
+	// import's lock held; it must not call the import.
+	OnState func(from, to ImportState)
+}
+
+// connInfo is one connection of an import: the export handle the server
+// gave, the connection count, and a channel closed when the connection
+// fails so that the requests waiting on it resend.
+type connInfo struct {
+	handle uint64
+	count  uint32
+	server lwire.ProcessID
+	down   chan struct{}
+	isDown bool // guarded by Import.mu
+}
+
+// Import is the client side of one client–target connection (Lustre's
+// obd_import): it connects, keeps the connection alive with pings,
+// reconnects after failures, resends requests with their XID, estimates
+// timeouts from the server's service times, and keeps modifying requests
+// until the server reports them committed. Safe for concurrent use.
+type Import struct {
+	c       *Client
+	cfg     ImportConfig
+	log     *slog.Logger
+	replySrc lwire.ProcessID // reply and bulk MDs accept this process
+	svcAT   *estimator       // service time, from replies
+	netAT   *estimator       // network latency: round trip minus service time
+	kick    chan struct{}    // wakes run (capacity 1)
+	ctx     context.Context  // ends at Close: stops run and its RPCs
+	cancel  context.CancelFunc
+	done    chan struct{}    // closed when run returns
+	lastUse atomic.Int64 // unix nanoseconds of the last reply
+
+	mu struct {
+		sync.Mutex
+		state    ImportState
+		closed   bool
+		conn     *connInfo // current or last connection; nil before the first
+		server   int       // index into cfg.Servers to connect to
+		features uint64
+		instance uint64
+		// gen counts evictions; a request of an older generation fails
+		// with ErrEvicted.
+		gen uint64
+		// changed is closed and replaced on every state change.
+		changed chan struct{}
+		// inflight holds the requests between begin and end, by XID.
+		inflight map[uint64]*icall
+		// recover counts requests of an older connection still to be
+		// resent before RECOVER becomes FULL.
+		recover int
+		// replay holds the uncommitted modifying requests by transno.
+		replay        []replayReq
+		lastCommitted uint64
+		// lastReplied is the highest XID that finished, for last_xid when
+		// nothing is in flight.
+		lastReplied uint64
+		// committed is closed and replaced when replay shrinks.
+		committed chan struct{}
+	}
+}
+
+// icall is an import request between begin and end.
+type icall struct {
+	r         *rpc
+	gen       uint64
+	conn      *connInfo // connection of the last send; nil before it
+	timeout   time.Duration
+	needSend  bool
+	tries     int
+	recovered bool // counted in mu.recover and not yet resent
+}
+
+// replayReq is a modifying request kept until it is committed (Lustre's
+// imp_replay_list), enough to replay it to a restarted server.
+type replayReq struct {
+	transno uint64
+	xid     uint64
+	op      wire.Opcode
+	body    []byte
+}
+
+// NewImport starts an import of c to cfg.Target; it connects in the
+// background (Connect waits for it). Close stops it.
+func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
+	if !targetNameRE.MatchString(cfg.Target) {
+		return nil, fmt.Errorf("ptlrpc: import: target name %q: want 1-64 of [A-Za-z0-9_.-]", cfg.Target)
+	}
+	if len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("ptlrpc: import %s: no servers", cfg.Target)
+	}
+	if cfg.ConnectOp == 0 {
+		cfg.ConnectOp, cfg.DisconnectOp = wire.OSTConnect, wire.OSTDisconnect
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.InitialTimeout <= 0 {
+		cfg.InitialTimeout = DefaultInitialTimeout
+	}
+	if cfg.MinTimeout <= 0 {
+		cfg.MinTimeout = DefaultMinTimeout
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.MaxTimeout < cfg.MinTimeout {
+		return nil, fmt.Errorf("ptlrpc: import %s: MaxTimeout %v below MinTimeout %v", cfg.Target, cfg.MaxTimeout, cfg.MinTimeout)
+	}
+	if cfg.MaxUncommitted <= 0 {
+		cfg.MaxUncommitted = DefaultMaxUncommitted
+	}
+	imp := &Import{
+		c: c, cfg: cfg, log: c.log.With("import", cfg.Target), replySrc: cfg.Servers[0],
+		svcAT: newEstimator(cfg.InitialTimeout, 0), netAT: newEstimator(0, 0),
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	imp.ctx, imp.cancel = context.WithCancel(context.Background())
+	if len(cfg.Servers) > 1 {
+		imp.replySrc = lnet.AnyProcess
+	}
+	imp.mu.state = StateDisconn
+	imp.mu.changed = make(chan struct{})
+	imp.mu.committed = make(chan struct{})
+	imp.mu.inflight = make(map[uint64]*icall)
+	go imp.run()
+	return imp, nil
+}
+
+// Target returns the target's name.
+func (imp *Import) Target() string { return imp.cfg.Target }
+
+// State returns the import's state.
+func (imp *Import) State() ImportState {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	return imp.mu.state
+}
+
+// ConnInfo describes an import's connection, for administration.
+type ConnInfo struct {
+	State         ImportState
+	Server        lwire.ProcessID
+	Handle        uint64
+	ConnCount     uint32
+	Features      uint64
+	Instance      uint64
+	Uncommitted   int
+	LastCommitted uint64
+	// Timeout is the current adaptive request timeout; ServiceEstimate
+	// and NetLatency its parts.
+	Timeout, ServiceEstimate, NetLatency time.Duration
+}
+
+// Info returns the import's connection state.
+func (imp *Import) Info() ConnInfo {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	ci := ConnInfo{State: imp.mu.state, Features: imp.mu.features, Instance: imp.mu.instance,
+		Uncommitted: len(imp.mu.replay), LastCommitted: imp.mu.lastCommitted,
+		Timeout: imp.timeout(), ServiceEstimate: imp.svcAT.current(), NetLatency: imp.netAT.current()}
+	if cn := imp.mu.conn; cn != nil {
+		ci.Server, ci.Handle, ci.ConnCount = cn.server, cn.handle, cn.count
+	}
+	return ci
+}
+
+// setStateLocked moves the import to st.
+func (imp *Import) setStateLocked(st ImportState) {
+	from := imp.mu.state
+	if from == st {
+		return
+	}
+	imp.mu.state = st
+	close(imp.mu.changed)
+	imp.mu.changed = make(chan struct{})
+	if imp.cfg.OnState != nil {
+		imp.cfg.OnState(from, st)
+	}
+	imp.log.Debug("ptlrpc: import state", "from", from, "to", st)
+}
+
+// timeout is the adaptive request timeout (Lustre's
+// ptlrpc_at_set_req_timeout): the service estimate with a quarter more,
+// twice the network latency, and MinTimeout of margin, within MaxTimeout.
+func (imp *Import) timeout() time.Duration {
+	t := imp.svcAT.current()*5/4 + 2*imp.netAT.current() + imp.cfg.MinTimeout
+	return min(t, imp.cfg.MaxTimeout)
+}
+
+// Connect waits until the import is connected (FULL), ctx ends, or the
+// import closes.
+func (imp *Import) Connect(ctx context.Context) error {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	for {
+		switch {
+		case imp.mu.closed:
+			return fmt.Errorf("ptlrpc: import %s: %w", imp.cfg.Target, ErrClosed)
+		case imp.mu.state == StateFull:
+			return nil
+		}
+		ch := imp.mu.changed
+		imp.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			imp.mu.Lock()
+			return ctx.Err()
+		}
+		imp.mu.Lock()
+	}
+}
+
+// run connects, reconnects and pings until Close.
+func (imp *Import) run() {
+	defer close(imp.done)
+	var backoff time.Duration
+	ping := time.NewTimer(time.Hour)
+	defer ping.Stop()
+	for {
+		imp.mu.Lock()
+		st := imp.mu.state
+		imp.mu.Unlock()
+		if st == StateClosed {
+			return
+		}
+		if st == StateDisconn {
+			if err := imp.connect(); err != nil {
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				backoff = min(max(2*backoff, 50*time.Millisecond), max(imp.cfg.PingInterval, time.Second))
+				imp.log.Info("ptlrpc: connect failed", "err", err, "retry_in", backoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-imp.ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				continue
+			}
+			backoff = 0
+		}
+		wait := time.Hour
+		if imp.cfg.PingInterval > 0 {
+			wait = imp.cfg.PingInterval - time.Since(time.Unix(0, imp.lastUse.Load()))
+		}
+		if wait <= 0 {
+			imp.pingOnce()
+			continue
+		}
+		ping.Reset(wait)
+		select {
+		case <-imp.ctx.Done():
+			return
+		case <-imp.kick:
+		case <-ping.C:
+		}
+	}
+}
+
+// failConn marks cn failed, if it is still the import's connection, so that
+// the import reconnects and the requests sent on it resend.
+func (imp *Import) failConn(cn *connInfo, why error) {
+	if cn == nil {
+		return
+	}
+	imp.mu.Lock()
+	if cn.isDown || imp.mu.conn != cn {
+		imp.mu.Unlock()
+		return
+	}
+	cn.isDown = true
+	close(cn.down)
+	if st := imp.mu.state; st == StateFull || st == StateRecover {
+		imp.setStateLocked(StateDisconn)
+	}
+	imp.mu.Unlock()
+	imp.log.Info("ptlrpc: connection lost", "server", cn.server, "conn", cn.count, "why", why)
+	select {
+	case imp.kick <- struct{}{}:
+	default:
+	}
+}
+
+// connect sends CONNECT to the current server and installs the
+// connection it gets.
+func (imp *Import) connect() error {
+	imp.mu.Lock()
+	if imp.mu.closed {
+		imp.mu.Unlock()
+		return ErrClosed
+	}
+	imp.setStateLocked(StateConnecting)
+	server := imp.cfg.Servers[imp.mu.server%len(imp.cfg.Servers)]
+	var prev *connInfo = imp.mu.conn
+	cr := &ptlrpcv1.ConnectRequest{Target: imp.cfg.Target, ClientUuid: imp.c.uuid, Features: imp.cfg.Features,
+		Version: wire.Version, ConnCount: 1}
+	if prev != nil {
+		cr.Handle, cr.ConnCount = prev.handle, prev.count+1
+	}
+	timeout := imp.timeout()
+	imp.mu.Unlock()
+
+	rep, err := imp.connectRPC(server, cr, timeout)
+	if err != nil {
+		imp.mu.Lock()
+		imp.mu.server++ // fail over to the next server
+		if !imp.mu.closed {
+			imp.setStateLocked(StateDisconn)
+		}
+		imp.mu.Unlock()
+		return fmt.Errorf("ptlrpc: connect to %s at %v: %w", imp.cfg.Target, server, err)
+	}
+
+	imp.mu.Lock()
+	if imp.mu.closed {
+		imp.mu.Unlock()
+		return ErrClosed
+	}
+	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{})}
+	imp.mu.conn = cn
+	imp.mu.features = rep.Features
+	restarted := imp.mu.instance != 0 && rep.Instance != imp.mu.instance
+	imp.mu.instance = rep.Instance
+	evicted := prev != nil && (rep.Evicted || !rep.Reconnected)
+	if prev != nil {
+		imp.c.reconnects.Add(1)
+	}
+	if evicted {
+		imp.mu.gen++
+		lost := len(imp.mu.replay)
+		imp.mu.replay = nil
+		imp.mu.recover = 0
+		for _, ic := range imp.mu.inflight {
+			ic.recovered = false
+		}
+		imp.setStateLocked(StateEvicted)
+		imp.mu.Unlock()
+		imp.c.evictions.Add(1)
+		imp.log.Warn("ptlrpc: evicted by the server", "server", server, "restarted", restarted, "uncommitted_lost", lost)
+		if imp.cfg.OnEvict != nil {
+			imp.cfg.OnEvict(imp)
+		}
+		imp.mu.Lock()
+		if imp.mu.state == StateEvicted {
+			imp.setStateLocked(StateFull)
+		}
+		imp.mu.Unlock()
+		return nil
+	}
+	// Every request sent on an older connection is resent before new ones
+	// go out (Lustre's RECOVER: resend).
+	n := 0
+	for _, ic := range imp.mu.inflight {
+		if ic.conn != nil && ic.conn != cn && ic.gen == imp.mu.gen && !ic.recovered {
+			ic.recovered = true
+			n++
+		}
+	}
+	imp.mu.recover = n
+	if n > 0 {
+		imp.setStateLocked(StateRecover)
+	} else {
+		imp.setStateLocked(StateFull)
+	}
+	imp.mu.Unlock()
+	imp.lastUse.Store(time.Now().UnixNano())
+	if prev != nil {
+		imp.log.Info("ptlrpc: reconnected", "server", server, "conn", cn.count, "resend", n)
+	}
+	return nil
+}
+
+// connectRPC sends one CONNECT.
+func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectRequest, timeout time.Duration) (*ptlrpcv1.ConnectReply, error) {
+	body, err := proto.Marshal(cr)
+	if err != nil {
+		return nil, err
+	}
+	r, err := imp.c.newRPC(&Req{Opcode: imp.cfg.ConnectOp, Body: body}, imp.replySrc)
+	if err != nil {
+		return nil, err
+	}
+	defer r.finish()
+	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
+	defer cancel()
+	m, err := r.attempt(ctx, server, imp.cfg.Portal, r.header(0, 0, 0, false), timeout, nil)
+	if err != nil {
+		return nil, err
+	}
+	imp.measure(r, &m.hdr)
+	if _, err := m.result(); err != nil {
+		return nil, err
+	}
+	var rep ptlrpcv1.ConnectReply
+	if err := proto.Unmarshal(m.body, &rep); err != nil {
+		return nil, fmt.Errorf("%w: connect reply: %w", ErrBadReply, err)
+	}
+	if rep.Handle == 0 {
+		return nil, fmt.Errorf("%w: connect reply without a handle", ErrBadReply)
+	}
+	return &rep, nil
+}
+
+// pingOnce sends one OBD_PING on the current connection, without resend:
+// a failure fails the connection.
+func (imp *Import) pingOnce() {
+	imp.mu.Lock()
+	cn := imp.mu.conn
+	ok := imp.mu.state == StateFull && cn != nil
+	imp.mu.Unlock()
+	imp.lastUse.Store(time.Now().UnixNano()) // one ping per interval, answered or not
+	if !ok {
+		return
+	}
+	r, err := imp.c.newRPC(&Req{Opcode: wire.OBDPing}, imp.replySrc)
+	if err != nil {
+		imp.log.Warn("ptlrpc: ping", "err", err)
+		return
+	}
+	defer r.finish()
+	timeout := imp.timeout()
+	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
+	defer cancel()
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, r.header(cn.handle, cn.count, imp.lastXID(), false), timeout, cn.down)
+	if err == nil {
+		imp.measure(r, &m.hdr)
+		if m.hdr.Status == -errnoENOTCONN {
+			err = &RemoteError{Status: m.hdr.Status}
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		imp.failConn(cn, fmt.Errorf("ping: %w", err))
+	}
+}
+
+// measure feeds a reply's service time and round trip to the adaptive
+// timeouts and its last_committed to the replay list.
+func (imp *Import) measure(r *rpc, h *wire.Header) {
+	now := time.Now()
+	svc := time.Duration(h.ServiceTime) * time.Millisecond
+	imp.svcAT.add(now, svc)
+	imp.netAT.add(now, now.Sub(r.sentAt)-svc)
+	imp.lastUse.Store(now.UnixNano())
+	if h.LastCommitted != 0 {
+		imp.committedUpTo(h.LastCommitted)
+	}
+}
+
+// committedUpTo drops the replay requests the server has committed.
+func (imp *Import) committedUpTo(n uint64) {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	if n <= imp.mu.lastCommitted {
+		return
+	}
+	imp.mu.lastCommitted = n
+	i := sort.Search(len(imp.mu.replay), func(i int) bool { return imp.mu.replay[i].transno > n })
+	if i == 0 {
+		return
+	}
+	clear(imp.mu.replay[:i])
+	imp.mu.replay = imp.mu.replay[i:]
+	close(imp.mu.committed)
+	imp.mu.committed = make(chan struct{})
+}
+
+// keep records a modifying request the server has not committed yet.
+func (imp *Import) keep(r *rpc, transno uint64) {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	if transno <= imp.mu.lastCommitted {
+		return
+	}
+	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), r.req.Body...)}
+	i := sort.Search(len(imp.mu.replay), func(i int) bool { return imp.mu.replay[i].transno > transno })
+	imp.mu.replay = append(imp.mu.replay, replayReq{})
+	copy(imp.mu.replay[i+1:], imp.mu.replay[i:])
+	imp.mu.replay[i] = rq
+}
+
+// Uncommitted returns the transnos of the modifying requests the import
+// keeps because the server has not reported them committed, in order.
+func (imp *Import) Uncommitted() []uint64 {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	out := make([]uint64, len(imp.mu.replay))
+	for i, r := range imp.mu.replay {
+		out[i] = r.transno
+	}
+	return out
+}
+
+// lastXID returns the XID below which every request of the import has
+// finished, for the server to forget their saved replies (Lustre's
+// known replied XID).
+func (imp *Import) lastXID() uint64 {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	low := uint64(0)
+	for x := range imp.mu.inflight {
+		if low == 0 || x < low {
+			low = x
+		}
+	}
+	if low == 0 {
+		return imp.mu.lastReplied
+	}
+	return low - 1
+}
+
+// waitRoom waits until the replay list has room, pinging to learn what the
+// server committed.
+func (imp *Import) waitRoom(ctx context.Context) error {
+	for {
+		imp.mu.Lock()
+		full := len(imp.mu.replay) >= imp.cfg.MaxUncommitted
+		ch := imp.mu.committed
+		imp.mu.Unlock()
+		if !full {
+			return nil
+		}
+		if _, err := imp.Do(ctx, &Req{Opcode: wire.OBDPing}); err != nil {
+			return err
+		}
+		t := time.NewTimer(imp.cfg.MinTimeout)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// waitConn waits until ic may be sent: the import is FULL, or RECOVER and
+// ic is one of the requests to resend.
+func (imp *Import) waitConn(ctx context.Context, ic *icall) (*connInfo, error) {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	for {
+		switch {
+		case imp.mu.closed:
+			return nil, fmt.Errorf("ptlrpc: import %s: %w", imp.cfg.Target, ErrClosed)
+		case ic.gen != imp.mu.gen:
+			return nil, fmt.Errorf("ptlrpc: import %s: %v xid %d: %w", imp.cfg.Target, ic.r.req.Opcode, ic.r.xid, ErrEvicted)
+		case imp.mu.state == StateFull, imp.mu.state == StateRecover && ic.recovered:
+			return imp.mu.conn, nil
+		}
+		ch := imp.mu.changed
+		imp.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			imp.mu.Lock()
+			return nil, ctx.Err()
+		}
+		imp.mu.Lock()
+	}
+}
+
+// doneRecoveringLocked takes ic out of the RECOVER count.
+func (imp *Import) doneRecoveringLocked(ic *icall) {
+	if !ic.recovered {
+		return
+	}
+	ic.recovered = false
+	imp.mu.recover--
+	if imp.mu.recover == 0 && imp.mu.state == StateRecover {
+		imp.setStateLocked(StateFull)
+	}
+}
+
+// begin posts req's buffers and sends it once the import is connected.
+func (imp *Import) begin(ctx context.Context, req *Req) (*icall, error) {
+	if req.Opcode != wire.OBDPing {
+		if err := imp.waitRoom(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r, err := imp.c.newRPC(req, imp.replySrc)
+	if err != nil {
+		return nil, err
+	}
+	imp.mu.Lock()
+	ic := &icall{r: r, gen: imp.mu.gen, needSend: true}
+	imp.mu.inflight[r.xid] = ic
+	imp.mu.Unlock()
+	if err := imp.sendNext(ctx, ic); err != nil && ctx.Err() != nil {
+		imp.end(ic)
+		return nil, err
+	}
+	return ic, nil
+}
+
+// sendNext sends ic on the current connection, waiting for one. An error
+// that is not the caller's (ctx) or final (eviction, close) leaves
+// needSend set for collect to try again.
+func (imp *Import) sendNext(ctx context.Context, ic *icall) error {
+	cn, err := imp.waitConn(ctx, ic)
+	if err != nil {
+		return err
+	}
+	timeout := imp.timeout()
+	imp.mu.Lock()
+	imp.doneRecoveringLocked(ic)
+	ic.conn = cn
+	imp.mu.Unlock()
+	resend := ic.r.nsent > 0
+	h := ic.r.header(cn.handle, cn.count, imp.lastXID(), resend)
+	ic.timeout = timeout
+	if err := ic.r.send(ctx, cn.server, imp.cfg.Portal, h, timeout); err != nil {
+		if ctx.Err() == nil {
+			imp.failConn(cn, err)
+		}
+		return err
+	}
+	ic.needSend = false
+	return nil
+}
+
+// collect waits for ic's reply, resending it after timeouts, lost
+// connections and bulk read checksum mismatches.
+func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
+	for {
+		if ic.needSend {
+			if err := imp.sendNext(ctx, ic); err != nil {
+				if ctx.Err() != nil || errors.Is(err, ErrEvicted) || errors.Is(err, ErrClosed) {
+					return nil, err
+				}
+				continue
+			}
+		}
+		r := ic.r
+		m, err := r.wait(ctx, ic.timeout, ic.conn.down)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, ErrBadReply):
+			return nil, err
+		case errors.Is(err, ErrEvicted): // the connection went down
+			ic.needSend = true
+			continue
+		default: // timeout or send failure
+			if errors.Is(err, ErrTimeout) {
+				imp.log.Info("ptlrpc: request timed out", "op", r.req.Opcode, "xid", r.xid, "timeout", ic.timeout, "server", ic.conn.server)
+			}
+			imp.failConn(ic.conn, err)
+			ic.needSend = true
+			continue
+		}
+		imp.measure(r, &m.hdr)
+		if m.hdr.Status == -errnoENOTCONN {
+			// The server has no export for us: reconnect, which tells
+			// whether we were evicted.
+			imp.failConn(ic.conn, &RemoteError{Status: m.hdr.Status})
+			ic.needSend = true
+			continue
+		}
+		if err := r.checkBulkReply(&m.hdr); err != nil {
+			ic.tries++
+			if errors.Is(err, errCksumRetry) && ic.tries < bulkVerifyTries {
+				ic.needSend = true
+				continue
+			}
+			return nil, err
+		}
+		if m.hdr.Transno != 0 && m.hdr.Status == 0 {
+			imp.keep(r, m.hdr.Transno)
+		}
+		return m.result()
+	}
+}
+
+// end releases ic.
+func (imp *Import) end(ic *icall) {
+	imp.mu.Lock()
+	delete(imp.mu.inflight, ic.r.xid)
+	imp.doneRecoveringLocked(ic)
+	imp.mu.lastReplied = max(imp.mu.lastReplied, ic.r.xid)
+	imp.mu.Unlock()
+	ic.r.finish()
+}
+
+// Do sends req to the target and waits for the reply or for ctx to end.
+// It waits for the import to be connected first; after a timeout or a
+// lost connection it reconnects and resends req with the same XID (marked
+// RESENT), so a modifying request runs once on the server however often
+// it is sent. A reply with a non-zero status returns a *RemoteError with
+// the reply's body. ErrEvicted means the server evicted the client while
+// req was outstanding: whether it ran is unknown. A successful reply with
+// a transno keeps req until the server reports it committed.
+func (imp *Import) Do(ctx context.Context, req *Req) ([]byte, error) {
+	ic, err := imp.begin(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer imp.end(ic)
+	return imp.collect(ctx, ic)
+}
+
+// Ping sends an OBD_PING and waits for its reply.
+func (imp *Import) Ping(ctx context.Context) error {
+	_, err := imp.Do(ctx, &Req{Opcode: wire.OBDPing})
+	return err
+}
+
+// SetCall is one request of a request set across imports.
+type SetCall struct {
+	Import *Import
+	Req    *Req
+}
+
+// DoSet sends every request without waiting for replies, then collects
+// them, resending as Do does, all under ctx's one deadline (Lustre's
+// ptlrpc_set_wait). Results are in the order of calls.
+func DoSet(ctx context.Context, calls []SetCall) []Result {
+	res := make([]Result, len(calls))
+	ics := make([]*icall, len(calls))
+	for i, sc := range calls {
+		ics[i], res[i].Err = sc.Import.begin(ctx, sc.Req)
+	}
+	for i, ic := range ics {
+		if ic == nil {
+			continue
+		}
+		res[i].Reply, res[i].Err = calls[i].Import.collect(ctx, ic)
+		calls[i].Import.end(ic)
+	}
+	return res
+}
+
+// Close disconnects (DISCONNECT, best effort within ctx), fails the
+// requests still waiting with ErrClosed, and stops the import.
+func (imp *Import) Close(ctx context.Context) error {
+	imp.mu.Lock()
+	if imp.mu.closed {
+		imp.mu.Unlock()
+		return fmt.Errorf("ptlrpc: import %s: %w", imp.cfg.Target, ErrClosed)
+	}
+	cn, st := imp.mu.conn, imp.mu.state
+	imp.mu.Unlock()
+	if cn != nil && (st == StateFull || st == StateRecover) {
+		if err := imp.disconnect(ctx, cn); err != nil {
+			imp.log.Info("ptlrpc: disconnect", "err", err)
+		}
+	}
+	imp.mu.Lock()
+	imp.mu.closed = true
+	if cn != nil && !cn.isDown {
+		cn.isDown = true
+		close(cn.down)
+	}
+	imp.setStateLocked(StateClosed)
+	imp.mu.Unlock()
+	imp.cancel()
+	select {
+	case <-imp.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// disconnect sends one DISCONNECT on cn.
+func (imp *Import) disconnect(ctx context.Context, cn *connInfo) error {
+	r, err := imp.c.newRPC(&Req{Opcode: imp.cfg.DisconnectOp}, imp.replySrc)
+	if err != nil {
+		return err
+	}
+	defer r.finish()
+	timeout := imp.timeout()
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, r.header(cn.handle, cn.count, imp.lastXID(), false), timeout, nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.result()
+	if errors.Is(err, syscall.ENOTCONN) {
+		return nil // already gone
+	}
+	return err
+}

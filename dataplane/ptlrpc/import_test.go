@@ -1,0 +1,468 @@
+package ptlrpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+)
+
+const (
+	opInc  = wire.OSTSetattr // modifying: counts its runs, replies with the count
+	opSlow = wire.OSTPunch   // modifying: sleeps for the milliseconds in its body, then counts
+)
+
+// tgtEnv is a connection-oriented service with one target, and a client.
+type tgtEnv struct {
+	env
+	svc    *Service
+	ts     *TargetSet
+	tgt    *Target
+	faults *Faults
+	runs   atomic.Int64 // modifying handler runs
+	gone   chan bool    // OnGone's evicted flag
+	c      *Client
+}
+
+func newTgtEnv(t *testing.T, mk func(testing.TB) env, tcfg TargetConfig) *tgtEnv {
+	te := &tgtEnv{env: mk(t), ts: NewTargetSet(), faults: &Faults{}, gone: make(chan bool, 16)}
+	if tcfg.Name == "" {
+		tcfg.Name = "nacre-OST0000"
+	}
+	tcfg.Logger = quiet
+	tcfg.OnGone = func(_ *Export, evicted bool) { te.gone <- evicted }
+	tgt, err := te.ts.NewTarget(tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	te.tgt = tgt
+	inc := func(context.Context, *Request) ([]byte, int32) {
+		return binary.LittleEndian.AppendUint64(nil, uint64(te.runs.Add(1))), 0
+	}
+	slow := func(ctx context.Context, r *Request) ([]byte, int32) {
+		d := time.Duration(binary.LittleEndian.Uint64(r.Body)) * time.Millisecond
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		return inc(ctx, r)
+	}
+	te.svc, err = NewService(te.srv, ServiceConfig{Name: "ost", RequestPortal: reqPortal, Targets: te.ts, Logger: quiet,
+		Faults: te.faults, Handlers: map[wire.Opcode]HandlerSpec{
+			opEcho: {Fn: echo},
+			opInc:  {Fn: inc, Flags: Modifying},
+			opSlow: {Fn: slow, Flags: Modifying},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	te.c = NewClient(te.cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		te.svc.Close(ctx)
+		tgt.Close(ctx)
+	})
+	return te
+}
+
+// importCfg is a fast-timeout import configuration for tests.
+func (te *tgtEnv) importCfg() ImportConfig {
+	return ImportConfig{Target: te.tgt.Name(), Servers: []lwire.ProcessID{te.target}, Portal: reqPortal,
+		MinTimeout: 150 * time.Millisecond, InitialTimeout: 100 * time.Millisecond, PingInterval: -1}
+}
+
+func (te *tgtEnv) newImport(t *testing.T, cfg ImportConfig) *Import {
+	imp, err := te.c.NewImport(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		imp.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := imp.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return imp
+}
+
+func count(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
+func ms(d time.Duration) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(d/time.Millisecond)) }
+
+func runImports(t *testing.T, mk func(testing.TB) env) {
+	t.Run("connect", func(t *testing.T) { testConnect(t, mk) })
+	t.Run("lost-request", func(t *testing.T) { testLostRequest(t, mk) })
+	t.Run("lost-reply", func(t *testing.T) { testLostReply(t, mk) })
+	t.Run("slow-early-reply", func(t *testing.T) { testSlowServer(t, mk) })
+	t.Run("slow-no-early-reply", func(t *testing.T) { testSlowNoEarly(t, mk) })
+	t.Run("evict-silent", func(t *testing.T) { testEvictSilent(t, mk) })
+	t.Run("evict-admin", func(t *testing.T) { testEvictAdmin(t, mk) })
+	t.Run("commit", func(t *testing.T) { testCommit(t, mk) })
+	t.Run("set", func(t *testing.T) { testImportSet(t, mk) })
+	t.Run("not-connected", func(t *testing.T) { testNotConnected(t, mk) })
+}
+
+func TestImportLolnd(t *testing.T)   { runImports(t, loEnv) }
+func TestImportSocklnd(t *testing.T) { runImports(t, sockEnv) }
+
+func testConnect(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true, Features: 0b1010})
+	var mu sync.Mutex
+	var states []ImportState
+	cfg := te.importCfg()
+	cfg.Features = 0b0110
+	cfg.PingInterval = 50 * time.Millisecond
+	cfg.OnState = func(_, to ImportState) { mu.Lock(); states = append(states, to); mu.Unlock() }
+	imp := te.newImport(t, cfg)
+	info := imp.Info()
+	if info.State != StateFull || info.Handle == 0 || info.ConnCount != 1 || info.Features != 0b0010 {
+		t.Fatalf("info %+v", info)
+	}
+	exps := te.tgt.Exports()
+	if len(exps) != 1 || exps[0].UUID != te.c.UUID() || exps[0].Handle != info.Handle {
+		t.Fatalf("exports %+v", exps)
+	}
+	// Pings keep an idle export alive and count on the server.
+	deadline := time.Now().Add(5 * time.Second)
+	for te.svc.Stats().Ops[wire.OBDPing].Count < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pings: %+v", te.svc.Stats().Ops[wire.OBDPing])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	body := pattern(3000, 4)
+	if got, err := imp.Do(ctx, &Req{Opcode: opEcho, Body: body}); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("echo: %v: got %d bytes % x", err, len(got), got[:min(len(got), 16)])
+	}
+	if err := imp.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if evicted := <-te.gone; evicted {
+		t.Fatal("a DISCONNECT counted as an eviction")
+	}
+	if n := len(te.tgt.Exports()); n != 0 {
+		t.Fatalf("%d exports after disconnect", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []ImportState{StateConnecting, StateFull, StateClosed}
+	if !slices.Equal(states, want) {
+		t.Fatalf("states %v, want %v", states, want)
+	}
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+}
+
+// testLostRequest: the server loses a modifying request; the client times
+// out, reconnects, resends, and the handler runs once.
+func testLostRequest(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	te.faults.Arm(FailDropRequest, 1)
+	got, err := imp.Do(ctx, &Req{Opcode: opInc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(got) != 1 || te.runs.Load() != 1 {
+		t.Fatalf("reply count %d, handler ran %d times", count(got), te.runs.Load())
+	}
+	st := te.c.Stats()
+	if st.Timeouts < 1 || st.Resent < 1 || st.Reconnects < 1 {
+		t.Fatalf("client stats %+v", st)
+	}
+	if imp.State() != StateFull || imp.Info().ConnCount < 2 {
+		t.Fatalf("import %+v", imp.Info())
+	}
+}
+
+// testLostReply: the server runs a modifying request but its reply is lost;
+// the resend is answered from the saved reply, not run again.
+func testLostReply(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	te.faults.Arm(FailDropReply, 1)
+	got, err := imp.Do(ctx, &Req{Opcode: opInc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(got) != 1 || te.runs.Load() != 1 {
+		t.Fatalf("reply count %d, handler ran %d times", count(got), te.runs.Load())
+	}
+	if st := te.svc.Stats(); st.Reconstructed != 1 || st.Dropped != 1 {
+		t.Fatalf("service stats %+v", st)
+	}
+	if st := te.c.Stats(); st.Resent < 1 {
+		t.Fatalf("client stats %+v", st)
+	}
+	// The next request's last_xid lets the server forget the saved reply.
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); err != nil {
+		t.Fatal(err)
+	}
+	if n := te.tgt.Exports()[0].Saved; n != 0 {
+		t.Fatalf("%d saved replies after last_xid moved past them", n)
+	}
+}
+
+// testSlowServer: a handler takes several times the client's timeout;
+// early replies keep the client waiting, with no resend.
+func testSlowServer(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	timeout := imp.Info().Timeout
+	got, err := imp.Do(ctx, &Req{Opcode: opSlow, Body: ms(3 * timeout)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(got) != 1 || te.runs.Load() != 1 {
+		t.Fatalf("reply count %d, handler ran %d times", count(got), te.runs.Load())
+	}
+	st := te.c.Stats()
+	if st.EarlyReplies < 1 || st.Resent != 0 || st.Timeouts != 0 {
+		t.Fatalf("client stats %+v (timeout %v)", st, timeout)
+	}
+	if te.svc.Stats().EarlyReplies < 1 {
+		t.Fatalf("service stats %+v", te.svc.Stats())
+	}
+	// The slow service raised the adaptive estimate.
+	if imp.Info().Timeout <= timeout {
+		t.Fatalf("timeout %v after a slow request, was %v", imp.Info().Timeout, timeout)
+	}
+}
+
+// testSlowNoEarly: a slow handler whose early replies are lost: the client
+// times out and resends; the server drops the resend of a request still
+// running, and the original's reply ends the call. The handler runs once.
+func testSlowNoEarly(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	te.faults.Arm(FailDropEarlyReply, -1)
+	got, err := imp.Do(ctx, &Req{Opcode: opSlow, Body: ms(3 * imp.Info().Timeout)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(got) != 1 || te.runs.Load() != 1 {
+		t.Fatalf("reply count %d, handler ran %d times", count(got), te.runs.Load())
+	}
+	if st := te.c.Stats(); st.Resent < 1 || st.Timeouts < 1 {
+		t.Fatalf("client stats %+v", st)
+	}
+	if st := te.svc.Stats(); st.Stale < 1 {
+		t.Fatalf("service stats %+v", st)
+	}
+}
+
+// testEvictSilent: a client that stops talking is evicted by the target's
+// evictor; its next request fails with ErrEvicted, the owner's hook runs,
+// and the import carries on with a new export.
+func testEvictSilent(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true, EvictTimeout: 200 * time.Millisecond})
+	evicted := make(chan struct{}, 4)
+	cfg := te.importCfg()
+	cfg.OnEvict = func(*Import) { evicted <- struct{}{} }
+	imp := te.newImport(t, cfg) // PingInterval -1: the client stays silent
+	old := imp.Info().Handle
+	select {
+	case ev := <-te.gone:
+		if !ev {
+			t.Fatal("export gone, but not evicted")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("silent client not evicted")
+	}
+	if te.tgt.Evictions() != 1 {
+		t.Fatalf("evictions %d", te.tgt.Evictions())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := imp.Do(ctx, &Req{Opcode: opInc})
+	if !errors.Is(err, ErrEvicted) {
+		t.Fatalf("request after eviction: %v", err)
+	}
+	select {
+	case <-evicted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnEvict not called")
+	}
+	got, err := imp.Do(ctx, &Req{Opcode: opInc})
+	if err != nil {
+		t.Fatalf("request on the new export: %v", err)
+	}
+	if count(got) != 1 {
+		t.Fatalf("count %d: the request refused with ENOTCONN ran", count(got))
+	}
+	if info := imp.Info(); info.Handle == old || info.State != StateFull {
+		t.Fatalf("import %+v, old handle %x", info, old)
+	}
+	if st := te.c.Stats(); st.Evictions != 1 {
+		t.Fatalf("client stats %+v", st)
+	}
+}
+
+// testEvictAdmin: an administrator evicts a busy client.
+func testEvictAdmin(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.tgt.Evict("no-such-client"); err == nil {
+		t.Fatal("evicting an unknown client succeeded")
+	}
+	if err := te.tgt.Evict(te.c.UUID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); !errors.Is(err, ErrEvicted) {
+		t.Fatalf("after eviction: %v", err)
+	}
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); err != nil {
+		t.Fatalf("after reconnecting: %v", err)
+	}
+}
+
+// testCommit: replies of modifying requests carry transnos; the client
+// keeps the requests until last_committed covers them.
+func testCommit(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := imp.Do(ctx, &Req{Opcode: opInc}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); err != nil {
+		t.Fatal(err)
+	}
+	un := imp.Uncommitted()
+	if len(un) != 3 || un[0] == 0 || un[1] != un[0]+1 || un[2] != un[1]+1 || te.tgt.LastTransno() != un[2] {
+		t.Fatalf("uncommitted %v, last transno %d", un, te.tgt.LastTransno())
+	}
+	te.tgt.Committed(un[1])
+	if err := imp.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := imp.Uncommitted(); !slices.Equal(got, un[2:]) {
+		t.Fatalf("after commit of %d: %v", un[1], got)
+	}
+	if imp.Info().LastCommitted != un[1] {
+		t.Fatalf("last committed %d", imp.Info().LastCommitted)
+	}
+	te.tgt.Committed(un[2])
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); err != nil {
+		t.Fatal(err)
+	}
+	if got := imp.Uncommitted(); len(got) != 0 {
+		t.Fatalf("after commit of everything: %v", got)
+	}
+}
+
+// testImportSet sends 64 requests to 4 targets on 4 services as one set.
+func testImportSet(t *testing.T, mk func(testing.TB) env) {
+	e := mk(t)
+	ts := NewTargetSet()
+	c := NewClient(e.cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
+	var imps []*Import
+	for i := range 4 {
+		name := fmt.Sprintf("nacre-OST%04x", i)
+		if _, err := ts.NewTarget(TargetConfig{Name: name, AutoCommit: true, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewService(e.srv, ServiceConfig{Name: name, RequestPortal: reqPortal + 10 + uint32(i), Targets: ts,
+			Logger: quiet, Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		imp, err := c.NewImport(ImportConfig{Target: name, Servers: []lwire.ProcessID{e.target}, Portal: reqPortal + 10 + uint32(i), PingInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { imp.Close(context.Background()) })
+		imps = append(imps, imp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calls := make([]SetCall, 64)
+	for i := range calls {
+		calls[i] = SetCall{Import: imps[i%4], Req: &Req{Opcode: opEcho, Body: pattern(100+i*37, i)}}
+	}
+	for i, r := range DoSet(ctx, calls) {
+		if r.Err != nil {
+			t.Fatalf("call %d: %v", i, r.Err)
+		}
+		if !bytes.Equal(r.Reply, calls[i].Req.Body) {
+			t.Fatalf("call %d: wrong reply", i)
+		}
+	}
+}
+
+// testNotConnected: requests naming no live export are refused with
+// ENOTCONN, and CONNECTs that make no sense are refused, all without
+// disturbing the service.
+func testNotConnected(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := te.c.Call(ctx, te.target, reqPortal, opInc, nil); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("request without export: %v", err)
+	}
+	imp, err := te.c.NewImport(ImportConfig{Target: "nacre-OST00ff", Servers: []lwire.ProcessID{te.target}, Portal: reqPortal,
+		PingInterval: -1, MinTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if err := imp.Connect(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("connect to a missing target: %v", err)
+	}
+	if st := imp.State(); st != StateDisconn && st != StateConnecting {
+		t.Fatalf("state %v", st)
+	}
+	imp.Close(ctx)
+	for _, body := range [][]byte{[]byte("\xff\xff garbage"), nil} {
+		if _, err := te.c.Call(ctx, te.target, reqPortal, wire.OSTConnect, body); !errors.Is(err, syscall.EPROTO) && !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("connect with body %q: %v", body, err)
+		}
+	}
+	if te.runs.Load() != 0 || len(te.tgt.Exports()) != 0 {
+		t.Fatal("a refused request had an effect")
+	}
+	if got, err := te.c.Call(ctx, te.target, reqPortal, opEcho, []byte("x")); !errors.Is(err, syscall.ENOTCONN) || got != nil {
+		t.Fatalf("echo without export: %v", err)
+	}
+}
