@@ -1,0 +1,55 @@
+// Package ldlm is the core of Nacre's distributed lock manager, after
+// Lustre's LDLM: the server-side lock tables that keep every client's cache
+// coherent.
+//
+// # What it owns
+//
+// A Namespace (one per target: each MDT, each OST, the MGS) holds
+// resources, named by a ResID (a FID, packed as ResIDOfFID does) and a
+// Type. Each resource has a granted queue, a waiting queue and a lock value
+// block (LVB). Locks have a Mode (EX, PW, PR, CW, CR, NL, and GROUP on
+// extents) checked against Lustre's compatibility matrix, and type-specific
+// policy data:
+//
+//   - TypePlain: the mode alone.
+//   - TypeExtent: a byte range; conflicts need overlapping ranges. The
+//     server grows a granted extent to the largest range that conflicts
+//     with nothing (see grow in extent.go for the exact rule and its caps).
+//     GROUP locks of one group id share the object; they exclude every
+//     other mode but NL whatever the ranges, and are never called back.
+//   - TypeIBits: a set of inode bits; conflicts need a common bit. Convert
+//     drops bits, as a client does to keep the rest of its lock.
+//   - TypeFlock: POSIX record locks of a process (Policy.FlockOwner) on a
+//     client: merged, trimmed and split per owner, unlocked by an NL
+//     request, with deadlock detection across owners and resources.
+//
+// # Decisions, not actions
+//
+// The package is pure code: no I/O, no goroutines, no clock, no logging.
+// Every operation returns what the caller must do:
+//
+//   - Enqueue grants at once, or queues the lock and names the granted
+//     locks whose owners must get a blocking AST (Effects.Blocking), each at
+//     most once per lock. Waiting locks that conflict are marked
+//     CallbackPending instead; their completion AST carries the request to
+//     cancel after use (Lustre's LDLM_FL_AST_SENT on a completion AST).
+//   - Cancel, Convert and DropOwner (eviction) return the waiting locks
+//     that became granted (Effects.Granted, completion ASTs), in queue
+//     order.
+//   - Fairness: a request is granted only if it conflicts with no granted
+//     lock and with no lock waiting ahead of it, so a stream of readers
+//     cannot starve a writer. FLOCK locks, like POSIX locks everywhere,
+//     only look at granted locks.
+//   - Locks are named by Handle, never by pointer; handles count up from
+//     Config.HandleSeed, are never 0 and are never reused.
+//
+// # What it must not touch
+//
+// The lock daemon (PtlRPC services for enqueue, cancel and callbacks;
+// callback timers; evicting clients that do not answer a blocking AST) and
+// the client side (lock cache, LRU, early cancel) come later, in ldlm
+// subpackages or files built on this core. This package imports no
+// transport and no other Nacre layer but internal/errs. A Namespace is not
+// safe for concurrent use: the daemon serializes calls, and performs the
+// returned Effects after releasing its mutex.
+package ldlm
