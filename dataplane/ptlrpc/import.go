@@ -117,17 +117,17 @@ type connInfo struct {
 // timeouts from the server's service times, and keeps modifying requests
 // until the server reports them committed. Safe for concurrent use.
 type Import struct {
-	c       *Client
-	cfg     ImportConfig
-	log     *slog.Logger
+	c        *Client
+	cfg      ImportConfig
+	log      *slog.Logger
 	replySrc lwire.ProcessID // reply and bulk MDs accept this process
-	svcAT   *estimator       // service time, from replies
-	netAT   *estimator       // network latency: round trip minus service time
-	kick    chan struct{}    // wakes run (capacity 1)
-	ctx     context.Context  // ends at Close: stops run and its RPCs
-	cancel  context.CancelFunc
-	done    chan struct{}    // closed when run returns
-	lastUse atomic.Int64 // unix nanoseconds of the last reply
+	svcAT    *estimator      // service time, from replies
+	netAT    *estimator      // network latency: round trip minus service time
+	kick     chan struct{}   // wakes run (capacity 1)
+	ctx      context.Context // ends at Close: stops run and its RPCs
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when run returns
+	lastUse  atomic.Int64  // unix nanoseconds of the last reply
 
 	mu struct {
 		sync.Mutex

@@ -107,7 +107,9 @@ func count(b []byte) uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
-func ms(d time.Duration) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(d/time.Millisecond)) }
+func ms(d time.Duration) []byte {
+	return binary.LittleEndian.AppendUint64(nil, uint64(d/time.Millisecond))
+}
 
 func runImports(t *testing.T, mk func(testing.TB) env) {
 	t.Run("connect", func(t *testing.T) { testConnect(t, mk) })

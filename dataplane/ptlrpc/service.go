@@ -242,9 +242,9 @@ type Service struct {
 	erDone  chan struct{}
 	erTimer *time.Timer
 
-	received, malformed, busy, unsupported, oversize, notConn, stale     atomic.Uint64
-	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors   atomic.Uint64
-	reposts                                                            atomic.Uint64
+	received, malformed, busy, unsupported, oversize, notConn, stale atomic.Uint64
+	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors atomic.Uint64
+	reposts                                                          atomic.Uint64
 }
 
 // NewService starts a service: it posts the request buffers and starts the
