@@ -43,13 +43,37 @@
 //   - Locks are named by Handle, never by pointer; handles count up from
 //     Config.HandleSeed, are never 0 and are never reused.
 //
+// # The daemon and the client (lockd.go, client.go)
+//
+// Server is the lock daemon of one target: it serves LDLM_ENQUEUE (with
+// early cancels riding along, glimpse enqueues, and intents handed to the
+// target's IntentPolicy), LDLM_CONVERT and LDLM_CANCEL on the target's
+// connection-oriented PtlRPC service, owner = the export. It calls the
+// core under one mutex and performs the returned Effects after releasing
+// it: blocking and completion ASTs go to the holders' callback portal
+// (ptlrpc.LDLMCBRequestPortal) through a bounded queue and a few sender
+// goroutines; each blocking AST starts a callback timer, and a holder that
+// has not cancelled when it fires, or whose callback fails, is evicted
+// (ServerConfig.Evict, then ExportGone drops its locks and grants the
+// waiters). Glimpse asks the holders of write locks for their view of a
+// resource's LVB.
+//
+// Client is the other side for every target of a process: Enqueue matches
+// a granted lock that covers the need before asking the server, waits for
+// the completion AST of a lock that has to wait, and hands out locks with
+// a reference; Release puts an unused lock in its target's LRU (lru_size,
+// lru_max_age), from which trimmed locks are given back on a worker that
+// first runs the owner's Hooks.Blocking (flush and invalidate), and whose
+// handles ride on the next enqueue to the target (early lock cancel) or, if
+// none comes within CancelDelay, go in a CANCEL of their own. A blocking
+// AST marks a lock callback-pending: it is given back as soon as its last
+// user releases it. LockAhead takes a write extent before the I/O without
+// waiting or calling anybody back.
+//
 // # What it must not touch
 //
-// The lock daemon (PtlRPC services for enqueue, cancel and callbacks;
-// callback timers; evicting clients that do not answer a blocking AST) and
-// the client side (lock cache, LRU, early cancel) come later, in ldlm
-// subpackages or files built on this core. This package imports no
-// transport and no other Nacre layer but internal/errs. A Namespace is not
-// safe for concurrent use: the daemon serializes calls, and performs the
-// returned Effects after releasing its mutex.
+// The core imports no transport and no other Nacre layer but internal/errs;
+// the daemon and the client add only dataplane/ptlrpc and the wire
+// messages in proto/nacre/ldlm/v1. A Namespace is not safe for concurrent
+// use: the daemon serializes calls.
 package ldlm

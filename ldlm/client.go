@@ -1,0 +1,789 @@
+package ldlm
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
+)
+
+// Defaults of a ClientConfig.
+const (
+	// DefaultLRUSize is how many unused locks a client keeps per target
+	// (Lustre's lru_size).
+	DefaultLRUSize = 128
+	// DefaultLRUMaxAge is how long an unused lock is kept (Lustre's
+	// lru_max_age, 3900 s).
+	DefaultLRUMaxAge = 3900 * time.Second
+	// DefaultCancelDelay is how long a lock cancelled to trim the LRU waits
+	// to ride on the next enqueue to its target (early lock cancel) before
+	// it gets a CANCEL of its own.
+	DefaultCancelDelay = 100 * time.Millisecond
+	// DefaultCancelBatch bounds the handles in one cancel or enqueue.
+	DefaultCancelBatch = 64
+	// cancelWorkers run the flush hooks of locks being given back.
+	cancelWorkers = 2
+)
+
+// ErrLockFailed wraps the errno of a waiting lock the server would not
+// grant (EDEADLK for a POSIX lock in a deadlock).
+var ErrLockFailed = errors.New("ldlm: lock failed")
+
+// Hooks are what the layer above a lock does when the lock's server needs
+// it: the OSC writes back dirty pages of the lock's extent and drops its
+// cached pages there; the MDC drops cached attributes, entries and layouts.
+type Hooks struct {
+	// Blocking runs before the lock is given back (a blocking AST, LRU
+	// trimming, eviction): flush what the lock protects and drop it from
+	// caches. ctx ends when the client closes. evicted says the server has
+	// already dropped the lock: drop caches, flushing is pointless.
+	Blocking func(ctx context.Context, l *ClientLock, evicted bool)
+	// Glimpse returns the holder's view of the resource (size, times) for
+	// a glimpse AST; nil means the LVB the lock was granted with.
+	Glimpse func(l *ClientLock) LVB
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// LRUSize bounds the unused locks kept per target; 0 means
+	// DefaultLRUSize.
+	LRUSize int
+	// LRUMaxAge is how long an unused lock is kept; 0 means
+	// DefaultLRUMaxAge.
+	LRUMaxAge time.Duration
+	// CancelDelay and CancelBatch tune early lock cancel; 0 means the
+	// defaults.
+	CancelDelay time.Duration
+	CancelBatch int
+	// Logger receives the client's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ClientStats are a Client's counters.
+type ClientStats struct {
+	// Locks counts the locks the client knows; Unused those in LRUs.
+	Locks, Unused int
+	// Enqueues counts enqueue RPCs; Matches enqueues served from a cached
+	// lock without an RPC.
+	Enqueues, Matches uint64
+	// CancelRPCs counts LDLM_CANCEL requests; EarlyCancels the handles
+	// carried inside enqueues instead.
+	CancelRPCs, EarlyCancels uint64
+	// BlockingASTs, CompletionASTs and GlimpseASTs count callbacks served.
+	BlockingASTs, CompletionASTs, GlimpseASTs uint64
+}
+
+// Client is the client side of the lock manager for every target a
+// process talks to: it enqueues locks through imports, matches new needs
+// against granted locks, keeps unused locks in an LRU per target, gives
+// locks back early (inside the next enqueue), and serves the server's
+// callbacks (Handlers, on the client's LDLM_CB_REQUEST_PORTAL service).
+// Safe for concurrent use.
+type Client struct {
+	cfg    ClientConfig
+	log    *slog.Logger
+	ctx    context.Context
+	stop   func()
+	wg     sync.WaitGroup
+	cancel chan *ClientLock // locks whose hooks and CANCEL are due
+	kick   chan struct{}
+
+	mu struct {
+		sync.Mutex
+		next   uint64
+		locks  map[uint64]*ClientLock // by client handle
+		ns     map[*ptlrpc.Import]*clientNS
+		closed bool
+	}
+
+	enqueues, matches, cancelRPCs, earlyCancels, blASTs, cpASTs, glASTs atomic.Uint64
+}
+
+// clientNS is a client's view of one target's namespace.
+type clientNS struct {
+	imp   *ptlrpc.Import
+	byRes map[Resource]map[*ClientLock]struct{}
+	lru   list.List // unused granted locks, least recently used first
+	// pending are server handles given back locally and not yet told to
+	// the server; since is when the oldest was added, urgent says one of
+	// them answers a blocking AST.
+	pending []Handle
+	since   time.Time
+	urgent  bool
+}
+
+// lockState is where a client lock is in its life.
+type lockState uint8
+
+const (
+	lockWaiting lockState = iota
+	lockGranted
+	lockCancelling
+	lockGone
+)
+
+// ClientLock is a lock as its client holds it. Its fields are read-only
+// to callers.
+type ClientLock struct {
+	c      *Client
+	ns     *clientNS
+	handle uint64
+	hooks  Hooks
+	// Resource is the lock's resource.
+	Resource Resource
+	done     chan struct{} // closed when granted or failed
+
+	// Guarded by c.mu.
+	remote    Handle
+	mode      Mode
+	policy    Policy
+	lvb       LVB
+	state     lockState
+	users     int
+	cbPending bool
+	err       error
+	lru       *list.Element
+	lastUsed  time.Time
+}
+
+// NewClient starts a lock client. Close stops it.
+func NewClient(cfg ClientConfig) *Client {
+	if cfg.LRUSize <= 0 {
+		cfg.LRUSize = DefaultLRUSize
+	}
+	if cfg.LRUMaxAge <= 0 {
+		cfg.LRUMaxAge = DefaultLRUMaxAge
+	}
+	if cfg.CancelDelay <= 0 {
+		cfg.CancelDelay = DefaultCancelDelay
+	}
+	if cfg.CancelBatch <= 0 {
+		cfg.CancelBatch = DefaultCancelBatch
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	c := &Client{cfg: cfg, log: lg, cancel: make(chan *ClientLock, 1024), kick: make(chan struct{}, 1)}
+	c.mu.locks = make(map[uint64]*ClientLock)
+	c.mu.ns = make(map[*ptlrpc.Import]*clientNS)
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	for range cancelWorkers {
+		c.wg.Go(c.cancelWorker)
+	}
+	c.wg.Go(c.flusher)
+	return c
+}
+
+// Handlers returns the callback handlers, for the client's service on
+// ptlrpc.LDLMCBRequestPortal.
+func (c *Client) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
+	return map[wire.Opcode]ptlrpc.HandlerSpec{
+		wire.LDLMBlCallback: {Fn: c.handleBlocking, Flags: ptlrpc.NoExport},
+		wire.LDLMCpCallback: {Fn: c.handleCompletion, Flags: ptlrpc.NoExport},
+		wire.LDLMGlCallback: {Fn: c.handleGlimpse, Flags: ptlrpc.NoExport},
+	}
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats {
+	c.mu.Lock()
+	st := ClientStats{Locks: len(c.mu.locks)}
+	for _, ns := range c.mu.ns {
+		st.Unused += ns.lru.Len()
+	}
+	c.mu.Unlock()
+	st.Enqueues, st.Matches = c.enqueues.Load(), c.matches.Load()
+	st.CancelRPCs, st.EarlyCancels = c.cancelRPCs.Load(), c.earlyCancels.Load()
+	st.BlockingASTs, st.CompletionASTs, st.GlimpseASTs = c.blASTs.Load(), c.cpASTs.Load(), c.glASTs.Load()
+	return st
+}
+
+// Mode returns the lock's mode as granted.
+func (l *ClientLock) Mode() Mode {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.mode
+}
+
+// Policy returns the lock's policy as granted (the grown extent).
+func (l *ClientLock) Policy() Policy {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.policy
+}
+
+// LVB returns the LVB the lock was granted with.
+func (l *ClientLock) LVB() LVB {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.lvb
+}
+
+// Handle returns the server's handle of the lock.
+func (l *ClientLock) Handle() Handle {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.remote
+}
+
+// Import returns the import the lock was taken through.
+func (l *ClientLock) Import() *ptlrpc.Import { return l.ns.imp }
+
+// Enqueue is a lock request from a client.
+type Enqueue struct {
+	Resource Resource
+	Mode     Mode
+	Policy   Policy
+	// Flags are BlockNoWait and NoExpansion.
+	Flags Flags
+	// Intent, if not nil, is an operation for the target to run with the
+	// enqueue; its answer is returned with the lock. Intents never match a
+	// cached lock.
+	Intent []byte
+	// Hooks are the lock's flush and glimpse hooks.
+	Hooks Hooks
+}
+
+// nsLocked returns imp's namespace view.
+func (c *Client) nsLocked(imp *ptlrpc.Import) *clientNS {
+	ns := c.mu.ns[imp]
+	if ns == nil {
+		ns = &clientNS{imp: imp, byRes: make(map[Resource]map[*ClientLock]struct{})}
+		c.mu.ns[imp] = ns
+	}
+	return ns
+}
+
+// serves reports whether a granted lock of mode have and policy hp serves
+// a need of mode want and policy wp (Lustre's ldlm_lock_match).
+func serves(t Type, have Mode, hp Policy, want Mode, wp Policy) bool {
+	switch want {
+	case EX:
+		if have != EX {
+			return false
+		}
+	case PW:
+		if have != PW && have != EX {
+			return false
+		}
+	case PR:
+		if have != PR && have != PW && have != EX {
+			return false
+		}
+	case CW:
+		if have != CW && have != PW && have != EX {
+			return false
+		}
+	case CR:
+		if have == NL || have == GROUP {
+			return false
+		}
+	case GROUP:
+		if have != GROUP || hp.GID != wp.GID {
+			return false
+		}
+	}
+	switch t {
+	case TypeExtent:
+		return hp.Extent.Start <= wp.Extent.Start && wp.Extent.End <= hp.Extent.End
+	case TypeIBits:
+		return wp.Bits&^hp.Bits == 0
+	case TypeFlock:
+		return false
+	}
+	return true
+}
+
+// matchLocked finds a granted lock that serves e and takes a reference.
+func (c *Client) matchLocked(ns *clientNS, e *Enqueue) *ClientLock {
+	for l := range ns.byRes[e.Resource] {
+		if l.state != lockGranted || l.cbPending || !serves(e.Resource.Type, l.mode, l.policy, e.Mode, e.Policy) {
+			continue
+		}
+		l.users++
+		if l.lru != nil {
+			ns.lru.Remove(l.lru)
+			l.lru = nil
+		}
+		return l
+	}
+	return nil
+}
+
+// Enqueue gets a lock through imp: a cached lock that covers the need, or
+// a new one from the server (waiting for its grant if it conflicts). The
+// lock comes with a reference; Release it after use. With BlockNoWait a
+// conflict returns an error wrapping ErrWouldBlock. intentReply and
+// intentStatus are the target's answer to e.Intent; with an intent the
+// server may grant no lock (nil).
+func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l *ClientLock, intentReply []byte, intentStatus int32, err error) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil, nil, 0, fmt.Errorf("ldlm: client closed")
+	}
+	ns := c.nsLocked(imp)
+	if e.Intent == nil && e.Resource.Type != TypeFlock {
+		if l := c.matchLocked(ns, &e); l != nil {
+			c.mu.Unlock()
+			c.matches.Add(1)
+			return l, nil, 0, nil
+		}
+	}
+	c.mu.next++
+	l = &ClientLock{c: c, ns: ns, handle: c.mu.next, hooks: e.Hooks, Resource: e.Resource, mode: e.Mode, policy: e.Policy,
+		users: 1, done: make(chan struct{})}
+	c.mu.locks[l.handle] = l
+	set := ns.byRes[e.Resource]
+	if set == nil {
+		set = make(map[*ClientLock]struct{})
+		ns.byRes[e.Resource] = set
+	}
+	set[l] = struct{}{}
+	// Early lock cancel: what waits to be given back rides along.
+	n := min(len(ns.pending), c.cfg.CancelBatch)
+	cancels := make([]uint64, n)
+	for i, h := range ns.pending[:n] {
+		cancels[i] = uint64(h)
+	}
+	ns.pending = ns.pending[n:]
+	if len(ns.pending) == 0 {
+		ns.urgent = false
+	}
+	c.mu.Unlock()
+	c.earlyCancels.Add(uint64(n))
+
+	flags := uint32(e.Flags)
+	body, err := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
+		Policy: policyToWire(e.Policy), Flags: flags, ClientHandle: l.handle, Cancels: cancels, Intent: e.Intent})
+	if err != nil {
+		c.forget(l)
+		return nil, nil, 0, err
+	}
+	c.enqueues.Add(1)
+	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+	if err != nil {
+		c.forget(l)
+		return nil, nil, 0, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
+	}
+	var rep ldlmv1.EnqueueReply
+	if err := proto.Unmarshal(repBody, &rep); err != nil {
+		c.forget(l)
+		return nil, nil, 0, fmt.Errorf("ldlm: enqueue reply from %s: %w", imp.Target(), err)
+	}
+	if rep.Handle == 0 {
+		c.forget(l)
+		return nil, rep.IntentReply, rep.IntentStatus, nil
+	}
+	c.mu.Lock()
+	l.remote = Handle(rep.Handle)
+	if l.state == lockWaiting && rep.Granted {
+		l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
+	}
+	c.mu.Unlock()
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		// Give the waiting lock back; the server's completion AST will find
+		// it gone.
+		l.Release()
+		return nil, nil, 0, ctx.Err()
+	}
+	c.mu.Lock()
+	err = l.err
+	c.mu.Unlock()
+	if err != nil {
+		c.forget(l)
+		return nil, nil, 0, err
+	}
+	return l, rep.IntentReply, rep.IntentStatus, nil
+}
+
+// Glimpse asks the server of imp for res's attributes as the holders of
+// write locks see them, without taking a lock.
+func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) (LVB, error) {
+	body, err := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(PR),
+		Policy: policyToWire(Policy{Extent: Whole}), Flags: wireGlimpse})
+	if err != nil {
+		return LVB{}, err
+	}
+	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+	if err != nil {
+		return LVB{}, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
+	}
+	var rep ldlmv1.EnqueueReply
+	if err := proto.Unmarshal(repBody, &rep); err != nil {
+		return LVB{}, fmt.Errorf("ldlm: glimpse reply from %s: %w", imp.Target(), err)
+	}
+	return lvbFromWire(rep.Lvb), nil
+}
+
+// LockAhead asks for a write lock on ext of res before any I/O (Lustre's
+// lockahead), exactly that extent, without waiting: a conflict fails with
+// ErrWouldBlock rather than calling anybody back. The lock is kept unused
+// in the LRU for the I/O to match.
+func (c *Client) LockAhead(ctx context.Context, imp *ptlrpc.Import, res Resource, ext Extent, hooks Hooks) error {
+	l, _, _, err := c.Enqueue(ctx, imp, Enqueue{Resource: res, Mode: PW, Policy: Policy{Extent: ext},
+		Flags: BlockNoWait | NoExpansion, Hooks: hooks})
+	if err != nil {
+		return err
+	}
+	l.Release()
+	return nil
+}
+
+// grantLocked records a grant.
+func (l *ClientLock) grantLocked(m Mode, p Policy, lvb LVB, cbPending bool) {
+	if l.state != lockWaiting {
+		return
+	}
+	l.state, l.mode, l.policy, l.lvb = lockGranted, m, p, lvb
+	l.cbPending = l.cbPending || cbPending
+	close(l.done)
+}
+
+// forget drops a lock the server does not hold (refused, failed, or never
+// made).
+func (c *Client) forget(l *ClientLock) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unlinkLocked(l)
+}
+
+// unlinkLocked removes l from every table.
+func (c *Client) unlinkLocked(l *ClientLock) {
+	delete(c.mu.locks, l.handle)
+	if set := l.ns.byRes[l.Resource]; set != nil {
+		delete(set, l)
+		if len(set) == 0 {
+			delete(l.ns.byRes, l.Resource)
+		}
+	}
+	if l.lru != nil {
+		l.ns.lru.Remove(l.lru)
+		l.lru = nil
+	}
+	if l.state == lockWaiting {
+		close(l.done)
+	}
+	l.state = lockGone
+}
+
+// Release drops a reference. A lock nobody uses goes to the LRU, or, if
+// the server wants it back, is given back now.
+func (l *ClientLock) Release() {
+	c := l.c
+	c.mu.Lock()
+	l.users--
+	if l.users > 0 {
+		c.mu.Unlock()
+		return
+	}
+	if l.state == lockWaiting || l.cbPending || c.mu.closed {
+		// A wait abandoned, or the server asked for it back.
+		l.state = lockCancelling
+		c.mu.Unlock()
+		c.queueCancel(l)
+		return
+	}
+	if l.state != lockGranted {
+		c.mu.Unlock()
+		return
+	}
+	l.lastUsed = time.Now()
+	l.lru = l.ns.lru.PushBack(l)
+	trim := c.trimLocked(l.ns, time.Now())
+	c.mu.Unlock()
+	for _, t := range trim {
+		c.queueCancel(t)
+	}
+}
+
+// Cancel gives the lock back now: it drops the caller's reference, runs
+// the lock's flush hook and tells the server, all before returning. The
+// caller must hold the only reference. A lock the server no longer has is
+// not an error.
+func (l *ClientLock) Cancel(ctx context.Context) error {
+	c := l.c
+	c.mu.Lock()
+	if l.users != 1 || l.state != lockGranted {
+		c.mu.Unlock()
+		return fmt.Errorf("ldlm: cancel of lock %v (%d users, state %d)", l.remote, l.users, l.state)
+	}
+	l.users = 0
+	l.state = lockCancelling
+	c.mu.Unlock()
+	if l.hooks.Blocking != nil {
+		l.hooks.Blocking(ctx, l, false)
+	}
+	c.mu.Lock()
+	h := l.remote
+	c.unlinkLocked(l)
+	c.mu.Unlock()
+	body, err := proto.Marshal(&ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}})
+	if err != nil {
+		return err
+	}
+	c.cancelRPCs.Add(1)
+	if _, err := l.ns.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body}); err != nil && !errors.Is(err, syscall.ESTALE) {
+		return fmt.Errorf("ldlm: cancel %v on %s: %w", h, l.ns.imp.Target(), err)
+	}
+	return nil
+}
+
+// trimLocked takes the locks over lru_size and older than lru_max_age out
+// of ns's LRU, to be given back.
+func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
+	var out []*ClientLock
+	for e := ns.lru.Front(); e != nil; e = ns.lru.Front() {
+		l := e.Value.(*ClientLock)
+		if ns.lru.Len() <= c.cfg.LRUSize && now.Sub(l.lastUsed) < c.cfg.LRUMaxAge {
+			break
+		}
+		ns.lru.Remove(e)
+		l.lru = nil
+		l.state = lockCancelling
+		out = append(out, l)
+	}
+	return out
+}
+
+// queueCancel hands l to the cancel workers, which run its hook and queue
+// its handle for the server.
+func (c *Client) queueCancel(l *ClientLock) {
+	select {
+	case c.cancel <- l:
+	case <-c.ctx.Done():
+	}
+}
+
+// cancelWorker runs the flush hooks of locks given back, then queues their
+// handles: urgently for a blocking AST (the server waits), lazily for LRU
+// trimming (to ride on the next enqueue).
+func (c *Client) cancelWorker() {
+	for {
+		var l *ClientLock
+		select {
+		case <-c.ctx.Done():
+			return
+		case l = <-c.cancel:
+		}
+		if l.hooks.Blocking != nil {
+			l.hooks.Blocking(c.ctx, l, false)
+		}
+		c.mu.Lock()
+		ns, h, urgent := l.ns, l.remote, l.cbPending
+		wasGranted := l.state == lockCancelling && h != 0
+		c.unlinkLocked(l)
+		if wasGranted {
+			if len(ns.pending) == 0 {
+				ns.since = time.Now()
+			}
+			ns.pending = append(ns.pending, h)
+			ns.urgent = ns.urgent || urgent
+		}
+		c.mu.Unlock()
+		if urgent {
+			select {
+			case c.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// flusher sends the CANCELs nobody's enqueue carried: at once when the
+// server waits for one, after CancelDelay otherwise, and trims aged locks.
+func (c *Client) flusher() {
+	t := time.NewTicker(max(c.cfg.CancelDelay/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick:
+		case <-t.C:
+		}
+		now := time.Now()
+		type batch struct {
+			imp     *ptlrpc.Import
+			handles []uint64
+		}
+		var batches []batch
+		var trim []*ClientLock
+		c.mu.Lock()
+		for _, ns := range c.mu.ns {
+			trim = append(trim, c.trimLocked(ns, now)...)
+			if len(ns.pending) == 0 || !(ns.urgent || now.Sub(ns.since) >= c.cfg.CancelDelay || len(ns.pending) >= c.cfg.CancelBatch) {
+				continue
+			}
+			n := min(len(ns.pending), c.cfg.CancelBatch)
+			b := batch{imp: ns.imp, handles: make([]uint64, n)}
+			for i, h := range ns.pending[:n] {
+				b.handles[i] = uint64(h)
+			}
+			ns.pending = ns.pending[n:]
+			ns.urgent = ns.urgent && len(ns.pending) > 0
+			ns.since = now
+			batches = append(batches, b)
+		}
+		c.mu.Unlock()
+		for _, l := range trim {
+			c.queueCancel(l)
+		}
+		for _, b := range batches {
+			body, _ := proto.Marshal(&ldlmv1.CancelRequest{Handles: b.handles})
+			ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+			_, err := b.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
+			cancel()
+			c.cancelRPCs.Add(1)
+			if err != nil && c.ctx.Err() == nil {
+				// The server forgets locks of an evicted client by itself,
+				// and cancels one the client no longer knows at its next
+				// blocking AST.
+				c.log.Info("ldlm: cancel", "target", b.imp.Target(), "locks", len(b.handles), "err", err)
+			}
+		}
+	}
+}
+
+// lookupAST finds the lock a callback names.
+func (c *Client) lookupAST(clientHandle uint64, h Handle) *ClientLock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.mu.locks[clientHandle]
+	if l == nil || (l.remote != 0 && h != 0 && l.remote != h) {
+		return nil
+	}
+	return l
+}
+
+func (c *Client) handleBlocking(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var ast ldlmv1.BlockingAST
+	if err := proto.Unmarshal(r.Body, &ast); err != nil {
+		return nil, -int32(syscall.EPROTO)
+	}
+	c.blASTs.Add(1)
+	l := c.lookupAST(ast.ClientHandle, Handle(ast.Handle))
+	if l == nil {
+		return nil, -int32(syscall.ESTALE) // the server cancels it itself
+	}
+	c.mu.Lock()
+	l.cbPending = true
+	cancelNow := l.state == lockGranted && l.users == 0
+	if cancelNow {
+		if l.lru != nil {
+			l.ns.lru.Remove(l.lru)
+			l.lru = nil
+		}
+		l.state = lockCancelling
+	}
+	c.mu.Unlock()
+	if cancelNow {
+		// The flush and the cancel follow on a worker; the reply goes now.
+		c.queueCancel(l)
+	}
+	return nil, 0
+}
+
+func (c *Client) handleCompletion(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var ast ldlmv1.CompletionAST
+	if err := proto.Unmarshal(r.Body, &ast); err != nil {
+		return nil, -int32(syscall.EPROTO)
+	}
+	c.cpASTs.Add(1)
+	l := c.lookupAST(ast.ClientHandle, Handle(ast.Handle))
+	if l == nil {
+		return nil, -int32(syscall.ESTALE)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.remote == 0 {
+		l.remote = Handle(ast.Handle)
+	}
+	if ast.Status != 0 {
+		if l.state == lockWaiting {
+			l.err = fmt.Errorf("%w: %v on %v: %w", ErrLockFailed, l.mode, l.Resource, syscall.Errno(-ast.Status))
+			l.state = lockGone
+			close(l.done)
+		}
+		return nil, 0
+	}
+	m, err := modeFromWire(ast.Mode)
+	if err != nil {
+		return nil, -int32(syscall.EPROTO)
+	}
+	l.grantLocked(m, policyFromWire(ast.Policy), lvbFromWire(ast.Lvb), ast.CallbackPending)
+	return nil, 0
+}
+
+func (c *Client) handleGlimpse(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var ast ldlmv1.GlimpseAST
+	if err := proto.Unmarshal(r.Body, &ast); err != nil {
+		return nil, -int32(syscall.EPROTO)
+	}
+	c.glASTs.Add(1)
+	l := c.lookupAST(ast.ClientHandle, Handle(ast.Handle))
+	if l == nil {
+		return nil, -int32(syscall.ESTALE)
+	}
+	lvb := l.LVB()
+	if l.hooks.Glimpse != nil {
+		lvb = l.hooks.Glimpse(l)
+	}
+	return marshal(&ldlmv1.GlimpseReply{Lvb: lvbToWire(lvb)})
+}
+
+// ImportEvicted drops every lock taken through imp after the server
+// evicted the client: their hooks run with evicted set (drop caches, do not
+// flush), waiters fail. Call it from the import's OnEvict.
+func (c *Client) ImportEvicted(imp *ptlrpc.Import) {
+	c.mu.Lock()
+	ns := c.mu.ns[imp]
+	var all []*ClientLock
+	if ns != nil {
+		for _, set := range ns.byRes {
+			for l := range set {
+				all = append(all, l)
+			}
+		}
+		ns.pending, ns.urgent = nil, false
+	}
+	for _, l := range all {
+		if l.state == lockWaiting {
+			l.err = fmt.Errorf("ldlm: %v on %v: %w", l.mode, l.Resource, ptlrpc.ErrEvicted)
+		}
+		c.unlinkLocked(l)
+	}
+	c.mu.Unlock()
+	for _, l := range all {
+		if l.hooks.Blocking != nil {
+			l.hooks.Blocking(c.ctx, l, true)
+		}
+	}
+	if len(all) > 0 {
+		c.log.Warn("ldlm: evicted: dropped locks", "target", imp.Target(), "locks", len(all))
+	}
+}
+
+// Close stops the client's workers; locks are not given back (close the
+// imports, which disconnects, for that).
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.mu.closed = true
+	c.mu.Unlock()
+	c.stop()
+	c.wg.Wait()
+}

@@ -1,0 +1,623 @@
+package ldlm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
+)
+
+// Defaults of a ServerConfig.
+const (
+	// DefaultCallbackTimeout is how long a client has to give a lock back
+	// after a blocking AST before it is evicted (Lustre's ldlm_timeout
+	// stretched by adaptive timeouts; here fixed).
+	DefaultCallbackTimeout = 20 * time.Second
+	// DefaultASTWorkers send callbacks; DefaultASTQueue bounds the
+	// callbacks waiting for one.
+	DefaultASTWorkers = 4
+	DefaultASTQueue   = 1024
+)
+
+// IntentResult is what a target's intent policy decided for an enqueue
+// carrying an intent (Lustre's mdt_intent_policy).
+type IntentResult struct {
+	// Lock, if not nil, is the lock to enqueue instead of the one the
+	// client asked for (a lock on the child a lookup found, say); Owner is
+	// filled in by the server. Skip means no lock at all.
+	Lock *Request
+	Skip bool
+	// Reply is the intent's answer body, Status its errno (negative).
+	Reply  []byte
+	Status int32
+}
+
+// IntentPolicy runs the intent of an enqueue. req is the PtlRPC request
+// (for its export and transno); lock is the lock the client asked for.
+type IntentPolicy func(ctx context.Context, req *ptlrpc.Request, lock Request, intent []byte) IntentResult
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Namespace configures the lock table; its HandleSeed 0 means a random
+	// seed, so handles of an earlier incarnation never alias new locks.
+	Namespace Config
+	// Client sends the callbacks (ASTs) to lock holders.
+	Client *ptlrpc.Client
+	// CallbackPortal is where clients serve callbacks; 0 means
+	// ptlrpc.LDLMCBRequestPortal.
+	CallbackPortal uint32
+	// CallbackTimeout is how long a holder has to cancel a lock after a
+	// blocking AST, and the timeout of each callback RPC; 0 means
+	// DefaultCallbackTimeout.
+	CallbackTimeout time.Duration
+	// ASTWorkers and ASTQueue size the callback senders; 0 means the
+	// defaults.
+	ASTWorkers, ASTQueue int
+	// Intent, if not nil, runs the intents of enqueues; without it an
+	// enqueue with an intent is refused with EOPNOTSUPP.
+	Intent IntentPolicy
+	// LVBInit, if not nil, gives a new resource its LVB (an OST reads the
+	// object's size): Lustre's lvbo_init.
+	LVBInit func(res Resource) (LVB, error)
+	// Evict evicts a client that failed a callback (its export's target
+	// drops it, which calls ExportGone). Nil means ExportGone directly.
+	Evict func(exp *ptlrpc.Export)
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ServerStats are a Server's counters.
+type ServerStats struct {
+	Namespace Stats
+	// Enqueues, Cancels and Converts count requests served; EarlyCancels
+	// the locks given back inside enqueues.
+	Enqueues, Cancels, Converts, EarlyCancels uint64
+	// BlockingASTs, CompletionASTs and GlimpseASTs count callbacks sent;
+	// ASTErrors the ones that failed.
+	BlockingASTs, CompletionASTs, GlimpseASTs, ASTErrors uint64
+	// CallbackTimeouts counts locks not given back in time (each evicts
+	// its holder).
+	CallbackTimeouts uint64
+	// BadRequests counts requests refused as malformed or invalid.
+	BadRequests uint64
+}
+
+// Server is the lock daemon of one target (Lustre's ldlm_lockd for one
+// namespace): it serves LDLM_ENQUEUE, LDLM_CONVERT and LDLM_CANCEL on the
+// target's PtlRPC service, sends blocking, completion and glimpse ASTs to
+// holders, and evicts a holder that does not give a lock back in time. Safe
+// for concurrent use.
+type Server struct {
+	cfg ServerConfig
+	log *slog.Logger
+	ast chan astWork
+	ctx context.Context
+	// stop ends the AST workers and the context.
+	stop func()
+	wg   sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		ns *Namespace
+		// remote maps a lock to its client's handle for callbacks.
+		remote map[Handle]uint64
+		// timers are the callback timers of locks sent a blocking AST.
+		timers map[Handle]*time.Timer
+		// owners maps an owner to its export, for callbacks and eviction;
+		// bounded by the target's exports.
+		owners map[Owner]*ptlrpc.Export
+		closed bool
+	}
+
+	enqueues, cancels, converts, earlyCancels           atomic.Uint64
+	blASTs, cpASTs, glASTs, astErrs, cbTimeouts, badReq atomic.Uint64
+}
+
+// astWork is one callback to send.
+type astWork struct {
+	exp  *ptlrpc.Export
+	op   wire.Opcode
+	body proto.Message
+	lock Handle
+}
+
+// NewServer starts a lock server. Register its Handlers on the target's
+// service, call ExportGone from the target's OnGone, and Close it after
+// the service.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("ldlm: server needs a PtlRPC client for callbacks")
+	}
+	if cfg.Namespace.HandleSeed == 0 {
+		cfg.Namespace.HandleSeed = rand.Uint64() >> 1
+	}
+	if cfg.Namespace.PageSize == 0 {
+		cfg.Namespace.PageSize = DefaultConfig().PageSize
+	}
+	ns, err := New(cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CallbackPortal == 0 {
+		cfg.CallbackPortal = ptlrpc.LDLMCBRequestPortal
+	}
+	if cfg.CallbackTimeout <= 0 {
+		cfg.CallbackTimeout = DefaultCallbackTimeout
+	}
+	if cfg.ASTWorkers <= 0 {
+		cfg.ASTWorkers = DefaultASTWorkers
+	}
+	if cfg.ASTQueue <= 0 {
+		cfg.ASTQueue = DefaultASTQueue
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: lg.With("ldlm", ns.Name()), ast: make(chan astWork, cfg.ASTQueue)}
+	s.mu.ns = ns
+	s.mu.remote = make(map[Handle]uint64)
+	s.mu.timers = make(map[Handle]*time.Timer)
+	s.mu.owners = make(map[Owner]*ptlrpc.Export)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.ctx = ctx
+	s.stop = cancel
+	for range cfg.ASTWorkers {
+		s.wg.Go(s.astWorker)
+	}
+	return s, nil
+}
+
+// Handlers returns the handler table entries of the lock requests, to add
+// to the target's connection-oriented service.
+func (s *Server) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
+	return map[wire.Opcode]ptlrpc.HandlerSpec{
+		wire.LDLMEnqueue: {Fn: s.handleEnqueue},
+		wire.LDLMCancel:  {Fn: s.handleCancel},
+		wire.LDLMConvert: {Fn: s.handleConvert},
+	}
+}
+
+// ownerOf names an export's locks: the export handle, unique per
+// connection, so a client evicted and reconnected never inherits locks.
+func ownerOf(exp *ptlrpc.Export) Owner { return Owner(strconv.FormatUint(exp.Handle(), 16)) }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() ServerStats {
+	s.mu.Lock()
+	ns := s.mu.ns.Stats()
+	s.mu.Unlock()
+	return ServerStats{Namespace: ns,
+		Enqueues: s.enqueues.Load(), Cancels: s.cancels.Load(), Converts: s.converts.Load(), EarlyCancels: s.earlyCancels.Load(),
+		BlockingASTs: s.blASTs.Load(), CompletionASTs: s.cpASTs.Load(), GlimpseASTs: s.glASTs.Load(), ASTErrors: s.astErrs.Load(),
+		CallbackTimeouts: s.cbTimeouts.Load(), BadRequests: s.badReq.Load()}
+}
+
+// Locks returns the locks on a resource, for administration and tests.
+func (s *Server) Locks(res Resource) []Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.ns.Locks(res)
+}
+
+// bad counts and logs a refused request and returns its status.
+func (s *Server) bad(r *ptlrpc.Request, err error) ([]byte, int32) {
+	s.badReq.Add(1)
+	s.log.Info("ldlm: refusing request", "op", r.Header.Opcode, "from", r.Peer, "err", err)
+	return nil, -int32(Errno(err))
+}
+
+func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	exp := r.Export()
+	if exp == nil {
+		return nil, -int32(syscall.ENOTCONN)
+	}
+	var er ldlmv1.EnqueueRequest
+	if err := proto.Unmarshal(r.Body, &er); err != nil {
+		return s.bad(r, fmt.Errorf("%w: enqueue body: %v", ErrInvalid, err))
+	}
+	s.enqueues.Add(1)
+	owner := ownerOf(exp)
+	if len(er.Cancels) > 0 {
+		s.cancelHandles(owner, er.Cancels, true)
+	}
+	res, err := resourceFromWire(er.Resource)
+	if err != nil {
+		return s.bad(r, err)
+	}
+	mode, err := modeFromWire(er.Mode)
+	if err != nil {
+		return s.bad(r, err)
+	}
+	if er.Flags&^wireFlags != 0 {
+		return s.bad(r, fmt.Errorf("%w: enqueue flags %#x", ErrInvalid, er.Flags))
+	}
+	req := Request{Resource: res, Mode: mode, Owner: owner, Policy: policyFromWire(er.Policy), Flags: Flags(er.Flags & (wireBlockNoWait | wireNoExpansion))}
+	if er.Flags&wireGlimpse != 0 {
+		lvb, err := s.Glimpse(ctx, res)
+		if err != nil {
+			return s.bad(r, err)
+		}
+		return marshal(&ldlmv1.EnqueueReply{Lvb: lvbToWire(lvb)})
+	}
+	rep := &ldlmv1.EnqueueReply{}
+	if len(er.Intent) > 0 {
+		if s.cfg.Intent == nil {
+			return nil, -int32(syscall.EOPNOTSUPP)
+		}
+		ir := s.cfg.Intent(ctx, r, req, er.Intent)
+		rep.IntentReply, rep.IntentStatus = ir.Reply, ir.Status
+		if ir.Skip {
+			return marshal(rep)
+		}
+		if ir.Lock != nil {
+			req = *ir.Lock
+			req.Owner = owner
+		}
+	}
+
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil, -int32(syscall.ESHUTDOWN)
+	}
+	s.mu.owners[owner] = exp
+	result, err := s.mu.ns.Enqueue(req)
+	if err != nil {
+		s.mu.Unlock()
+		if errors.Is(err, ErrWouldBlock) || errors.Is(err, ErrDeadlock) {
+			return nil, -int32(Errno(err)) // an answer, not bad input
+		}
+		return s.bad(r, err)
+	}
+	if result.NewResource && s.cfg.LVBInit != nil {
+		lvb, err := s.cfg.LVBInit(res)
+		if err != nil {
+			s.log.Warn("ldlm: lvb init", "resource", res, "err", err)
+		} else if err := s.mu.ns.SetLVB(result.Lock.Resource, lvb); err != nil {
+			s.log.Warn("ldlm: set lvb", "resource", res, "err", err)
+		}
+	}
+	l := result.Lock
+	if l.Handle != 0 {
+		s.mu.remote[l.Handle] = er.ClientHandle
+	}
+	lvb, _ := s.mu.ns.LVB(l.Resource)
+	work := s.effectsLocked(result.Effects)
+	s.mu.Unlock()
+	s.dispatch(work)
+
+	rep.Handle = uint64(l.Handle)
+	rep.Granted = l.State == Granted
+	rep.Mode = uint32(l.Mode)
+	rep.Policy = policyToWire(l.Policy)
+	rep.NoTimeout = result.NoTimeout
+	rep.CallbackPending = l.CallbackPending
+	rep.Lvb = lvbToWire(lvb)
+	return marshal(rep)
+}
+
+// cancelHandles cancels locks of owner. Early cancels (inside an enqueue)
+// are best effort; an explicit CANCEL is all or nothing: a handle that is
+// unknown or not the owner's refuses the whole request.
+func (s *Server) cancelHandles(owner Owner, handles []uint64, early bool) error {
+	s.mu.Lock()
+	if !early {
+		for _, h := range handles {
+			l, err := s.mu.ns.Lookup(Handle(h))
+			if err != nil {
+				s.mu.Unlock()
+				return err
+			}
+			if l.Owner != owner {
+				s.mu.Unlock()
+				return fmt.Errorf("%w: lock %v", ErrNotOwner, Handle(h))
+			}
+		}
+	}
+	var work []astWork
+	for _, h := range handles {
+		eff, err := s.mu.ns.Cancel(Handle(h), owner)
+		if err != nil {
+			s.log.Debug("ldlm: early cancel", "lock", Handle(h), "err", err)
+			continue
+		}
+		if early {
+			s.earlyCancels.Add(1)
+		}
+		s.forgetLocked(Handle(h))
+		work = append(work, s.effectsLocked(eff)...)
+	}
+	s.mu.Unlock()
+	s.dispatch(work)
+	return nil
+}
+
+func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	exp := r.Export()
+	if exp == nil {
+		return nil, -int32(syscall.ENOTCONN)
+	}
+	var cr ldlmv1.CancelRequest
+	if err := proto.Unmarshal(r.Body, &cr); err != nil {
+		return s.bad(r, fmt.Errorf("%w: cancel body: %v", ErrInvalid, err))
+	}
+	if len(cr.Handles) == 0 {
+		return s.bad(r, fmt.Errorf("%w: cancel of no lock", ErrInvalid))
+	}
+	s.cancels.Add(1)
+	if err := s.cancelHandles(ownerOf(exp), cr.Handles, false); err != nil {
+		return s.bad(r, err)
+	}
+	return nil, 0
+}
+
+func (s *Server) handleConvert(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	exp := r.Export()
+	if exp == nil {
+		return nil, -int32(syscall.ENOTCONN)
+	}
+	var cr ldlmv1.ConvertRequest
+	if err := proto.Unmarshal(r.Body, &cr); err != nil {
+		return s.bad(r, fmt.Errorf("%w: convert body: %v", ErrInvalid, err))
+	}
+	var to Conversion
+	if cr.Mode != 0 {
+		m, err := modeFromWire(cr.Mode)
+		if err != nil {
+			return s.bad(r, err)
+		}
+		to.Mode = m
+	}
+	to.Bits = Bits(cr.Bits)
+	s.converts.Add(1)
+	s.mu.Lock()
+	res, err := s.mu.ns.Convert(Handle(cr.Handle), ownerOf(exp), to)
+	if err != nil {
+		s.mu.Unlock()
+		return s.bad(r, err)
+	}
+	if !res.Lock.CallbackPending {
+		s.stopTimerLocked(res.Lock.Handle)
+	}
+	work := s.effectsLocked(res.Effects)
+	s.mu.Unlock()
+	s.dispatch(work)
+	return marshal(&ldlmv1.ConvertReply{Mode: uint32(res.Lock.Mode), Policy: policyToWire(res.Lock.Policy)})
+}
+
+func marshal(m proto.Message) ([]byte, int32) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, -int32(syscall.EIO)
+	}
+	return b, 0
+}
+
+// forgetLocked drops what the server keeps about a lock that is gone.
+func (s *Server) forgetLocked(h Handle) {
+	s.stopTimerLocked(h)
+	delete(s.mu.remote, h)
+}
+
+func (s *Server) stopTimerLocked(h Handle) {
+	if t := s.mu.timers[h]; t != nil {
+		t.Stop()
+		delete(s.mu.timers, h)
+	}
+}
+
+// effectsLocked turns a core decision into callbacks to send and callback
+// timers.
+func (s *Server) effectsLocked(eff Effects) []astWork {
+	var work []astWork
+	for _, h := range eff.Removed {
+		s.forgetLocked(h)
+	}
+	for _, b := range eff.Blocking {
+		exp := s.mu.owners[b.Lock.Owner]
+		if exp == nil {
+			continue
+		}
+		h, owner := b.Lock.Handle, b.Lock.Owner
+		work = append(work, astWork{exp: exp, op: wire.LDLMBlCallback, lock: h, body: &ldlmv1.BlockingAST{
+			Handle: uint64(h), ClientHandle: s.mu.remote[h], ConflictMode: uint32(b.By.Mode), ConflictPolicy: policyToWire(b.By.Policy)}})
+		if s.mu.timers[h] == nil {
+			s.mu.timers[h] = time.AfterFunc(s.cfg.CallbackTimeout, func() { s.callbackExpired(h, owner) })
+		}
+	}
+	for _, g := range eff.Granted {
+		exp := s.mu.owners[g.Owner]
+		if exp == nil {
+			continue
+		}
+		lvb, _ := s.mu.ns.LVB(g.Resource)
+		work = append(work, astWork{exp: exp, op: wire.LDLMCpCallback, lock: g.Handle, body: &ldlmv1.CompletionAST{
+			Handle: uint64(g.Handle), ClientHandle: s.mu.remote[g.Handle], Mode: uint32(g.Mode), Policy: policyToWire(g.Policy),
+			Lvb: lvbToWire(lvb), CallbackPending: g.CallbackPending}})
+	}
+	for _, f := range eff.Failed {
+		exp := s.mu.owners[f.Lock.Owner]
+		if exp != nil {
+			work = append(work, astWork{exp: exp, op: wire.LDLMCpCallback, lock: f.Lock.Handle, body: &ldlmv1.CompletionAST{
+				Handle: uint64(f.Lock.Handle), ClientHandle: s.mu.remote[f.Lock.Handle], Status: -int32(Errno(f.Err))}})
+		}
+		s.forgetLocked(f.Lock.Handle)
+	}
+	return work
+}
+
+// dispatch queues callbacks for the AST workers, waiting for room (a
+// bounded queue: back-pressure on the handlers that cause callbacks).
+func (s *Server) dispatch(work []astWork) {
+	for _, w := range work {
+		select {
+		case s.ast <- w:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// astWorker sends callbacks until Close.
+func (s *Server) astWorker() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case w := <-s.ast:
+			s.sendAST(w)
+		}
+	}
+}
+
+// sendAST sends one blocking or completion AST. A holder that cannot be
+// reached, or fails the callback, is evicted; one that no longer knows the
+// lock (it cancelled it meanwhile) is not.
+func (s *Server) sendAST(w astWork) {
+	switch w.op {
+	case wire.LDLMBlCallback:
+		s.blASTs.Add(1)
+	case wire.LDLMCpCallback:
+		s.cpASTs.Add(1)
+	}
+	body, err := proto.Marshal(w.body)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.CallbackTimeout)
+		_, err = s.cfg.Client.Call(ctx, w.exp.Peer(), s.cfg.CallbackPortal, w.op, body)
+		cancel()
+	}
+	if err == nil || s.ctx.Err() != nil || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EINVAL) {
+		return
+	}
+	s.astErrs.Add(1)
+	s.log.Warn("ldlm: callback failed, evicting the client", "op", w.op, "lock", w.lock, "client", w.exp.ClientUUID(), "peer", w.exp.Peer(), "err", err)
+	s.evict(w.exp)
+}
+
+// callbackExpired evicts the holder of a lock it did not give back within
+// the callback timeout after a blocking AST.
+func (s *Server) callbackExpired(h Handle, owner Owner) {
+	s.mu.Lock()
+	delete(s.mu.timers, h)
+	l, err := s.mu.ns.Lookup(h)
+	exp := s.mu.owners[owner]
+	s.mu.Unlock()
+	if err != nil || l.Owner != owner || exp == nil {
+		return // cancelled meanwhile
+	}
+	s.cbTimeouts.Add(1)
+	s.log.Warn("ldlm: lock callback timer expired, evicting the client", "lock", h, "resource", l.Resource, "mode", l.Mode,
+		"client", exp.ClientUUID(), "peer", exp.Peer(), "timeout", s.cfg.CallbackTimeout)
+	s.evict(exp)
+}
+
+func (s *Server) evict(exp *ptlrpc.Export) {
+	if s.cfg.Evict != nil {
+		s.cfg.Evict(exp)
+		return
+	}
+	s.ExportGone(exp)
+}
+
+// ExportGone drops every lock of a client that disconnected or was evicted
+// and grants what waited behind them. Call it from the target's OnGone.
+func (s *Server) ExportGone(exp *ptlrpc.Export) {
+	owner := ownerOf(exp)
+	s.mu.Lock()
+	if _, ok := s.mu.owners[owner]; !ok {
+		s.mu.Unlock()
+		return
+	}
+	eff := s.mu.ns.DropOwner(owner)
+	delete(s.mu.owners, owner)
+	work := s.effectsLocked(eff)
+	s.mu.Unlock()
+	if n := len(eff.Removed); n > 0 {
+		s.log.Info("ldlm: dropped the locks of a departed client", "client", exp.ClientUUID(), "locks", n)
+	}
+	s.dispatch(work)
+}
+
+// Glimpse returns what the holders of write locks on res know of its
+// attributes (their cached size can be ahead of the server's object),
+// merged with the resource's LVB, by a glimpse AST to each (Lustre's
+// ldlm_glimpse_locks). Holders that do not answer are left out.
+func (s *Server) Glimpse(ctx context.Context, res Resource) (LVB, error) {
+	s.mu.Lock()
+	lvb, _ := s.mu.ns.LVB(res)
+	var calls []ptlrpc.Call
+	for _, l := range s.mu.ns.Locks(res) {
+		if l.State != Granted || (l.Mode != PW && l.Mode != EX && l.Mode != GROUP) {
+			continue
+		}
+		exp := s.mu.owners[l.Owner]
+		if exp == nil {
+			continue
+		}
+		body, err := proto.Marshal(&ldlmv1.GlimpseAST{Handle: uint64(l.Handle), ClientHandle: s.mu.remote[l.Handle]})
+		if err != nil {
+			s.mu.Unlock()
+			return LVB{}, err
+		}
+		calls = append(calls, ptlrpc.Call{Target: exp.Peer(), Portal: s.cfg.CallbackPortal, Opcode: wire.LDLMGlCallback, Body: body})
+	}
+	s.mu.Unlock()
+	if len(calls) == 0 {
+		return lvb, nil
+	}
+	s.glASTs.Add(uint64(len(calls)))
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallbackTimeout)
+	defer cancel()
+	for i, r := range s.cfg.Client.CallSet(ctx, calls) {
+		var gr ldlmv1.GlimpseReply
+		if r.Err == nil {
+			r.Err = proto.Unmarshal(r.Reply, &gr)
+		}
+		if r.Err != nil {
+			s.astErrs.Add(1)
+			s.log.Info("ldlm: glimpse failed", "resource", res, "peer", calls[i].Target, "err", r.Err)
+			continue
+		}
+		lvb = mergeLVB(lvb, lvbFromWire(gr.Lvb))
+	}
+	s.mu.Lock()
+	if old, ok := s.mu.ns.LVB(res); ok {
+		s.mu.ns.SetLVB(res, mergeLVB(old, lvb))
+	}
+	s.mu.Unlock()
+	return lvb, nil
+}
+
+// SetLVB updates a resource's LVB (an OST after a write or truncate).
+func (s *Server) SetLVB(res Resource, v LVB) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.ns.SetLVB(res, v)
+}
+
+// Close stops the callback senders and the callback timers. Call it after
+// the service that runs the handlers is closed.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.mu.closed = true
+	for h, t := range s.mu.timers {
+		t.Stop()
+		delete(s.mu.timers, h)
+	}
+	s.mu.Unlock()
+	s.stop()
+	s.wg.Wait()
+}

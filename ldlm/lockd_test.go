@@ -1,0 +1,586 @@
+package ldlm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/lnet"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
+
+	_ "github.com/nacrefs/nacre/lnd/lolnd"
+	_ "github.com/nacrefs/nacre/lnd/socklnd"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+const (
+	svcPortal = ptlrpc.OSTIOPortal
+	objSize   = 64 << 10
+)
+
+var nextPort atomic.Int32
+
+func init() { nextPort.Store(29400) }
+
+// freePort finds a port free on every address.
+func freePort(t testing.TB, addrs ...string) int {
+	for range 200 {
+		port := int(nextPort.Add(1))
+		ok := true
+		for _, a := range addrs {
+			l, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+func startLNet(t testing.TB, addr string, port int) *lnet.LNet {
+	cfg := lnet.DefaultConfig()
+	cfg.Logger = quiet
+	cfg.TransactionTimeout = 5 * time.Second
+	nc, err := lnet.ParseNetworks("tcp(" + addr + ")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range nc {
+		nc[i].Options = map[string]string{"port": strconv.Itoa(port)}
+	}
+	cfg.Networks = nc
+	ln, err := lnet.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ln.Close(ctx)
+	})
+	return ln
+}
+
+// lockCluster is an OST-like target with a lock server and a one-object
+// store served by bulk RPCs, and clients on their own LNets.
+type lockCluster struct {
+	t       testing.TB
+	port    int
+	srv     *lnet.LNet
+	srvID   lwire.ProcessID
+	tgt     *ptlrpc.Target
+	lockd   *Server
+	svc     *ptlrpc.Service
+	evicted chan string
+
+	mu   sync.Mutex
+	data []byte // the object
+}
+
+func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCluster {
+	addrs := []string{"127.0.0.2"}
+	for i := range nclients {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 10+i))
+	}
+	lc := &lockCluster{t: t, port: freePort(t, addrs...), data: make([]byte, objSize), evicted: make(chan string, 16)}
+	lc.srv = startLNet(t, "127.0.0.2", lc.port)
+	lc.srvID = lwire.ProcessID{NID: lc.srv.NIDs()[len(lc.srv.NIDs())-1], PID: lc.srv.PID()}
+	ts := ptlrpc.NewTargetSet()
+	var err error
+	lc.lockd, err = NewServer(ServerConfig{Namespace: Config{Name: "nacre-OST0000"}, Client: ptlrpc.NewClient(lc.srv, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.LDLMCBReplyPortal, Logger: quiet}),
+		CallbackTimeout: cbTimeout, Logger: quiet,
+		Evict: func(exp *ptlrpc.Export) { lc.tgt.Evict(exp.ClientUUID()) },
+		LVBInit: func(Resource) (LVB, error) {
+			lc.mu.Lock()
+			defer lc.mu.Unlock()
+			return LVB{Size: uint64(binary.LittleEndian.Uint64(lc.data[objSize-8:]))}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc.tgt, err = ts.NewTarget(ptlrpc.TargetConfig{Name: "nacre-OST0000", AutoCommit: true, Logger: quiet,
+		OnGone: func(e *ptlrpc.Export, evicted bool) {
+			lc.lockd.ExportGone(e)
+			if evicted {
+				lc.evicted <- e.ClientUUID()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handlers := lc.lockd.Handlers()
+	handlers[wire.OSTWrite] = ptlrpc.HandlerSpec{Flags: ptlrpc.HasBulk, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+		buf := make([]byte, objSize)
+		if _, err := r.BulkGet(ctx, [][]byte{buf}); err != nil {
+			return nil, ptlrpc.Errno(err)
+		}
+		lc.mu.Lock()
+		copy(lc.data, buf)
+		lc.mu.Unlock()
+		return nil, 0
+	}}
+	handlers[wire.OSTRead] = ptlrpc.HandlerSpec{Flags: ptlrpc.HasBulk, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+		lc.mu.Lock()
+		buf := bytes.Clone(lc.data)
+		lc.mu.Unlock()
+		_, err := r.BulkPut(ctx, [][]byte{buf})
+		return nil, ptlrpc.Errno(err)
+	}}
+	lc.svc, err = ptlrpc.NewService(lc.srv, ptlrpc.ServiceConfig{Name: "ost", RequestPortal: svcPortal, Targets: ts,
+		Handlers: handlers, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		lc.svc.Close(ctx)
+		lc.lockd.Close()
+		lc.tgt.Close(ctx)
+	})
+	return lc
+}
+
+// lockNode is one client: its LNet, a callback service, a lock client, an
+// import, and a cache of the object kept only under a lock.
+type lockNode struct {
+	t     testing.TB
+	pc    *ptlrpc.Client
+	lc    *Client
+	imp   *ptlrpc.Import
+	mu    sync.Mutex
+	cache []byte // nil: not cached
+	dirty bool
+	// stall makes the flush hook hang until the client closes, as a
+	// client that ignores blocking ASTs.
+	stall atomic.Bool
+	// size is what the glimpse hook reports.
+	size    atomic.Uint64
+	flushes atomic.Int64
+}
+
+func (lc *lockCluster) node(i int, cfg ClientConfig) *lockNode {
+	t := lc.t
+	ln := startLNet(t, fmt.Sprintf("127.0.0.%d", 10+i), lc.port)
+	n := &lockNode{t: t}
+	n.pc = ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: fmt.Sprintf("client-%d", i)})
+	cfg.Logger = quiet
+	n.lc = NewClient(cfg)
+	cb, err := ptlrpc.NewService(ln, ptlrpc.ServiceConfig{Name: "ldlm_cb", RequestPortal: ptlrpc.LDLMCBRequestPortal,
+		Handlers: n.lc.Handlers(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.imp, err = n.pc.NewImport(ptlrpc.ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{lc.srvID}, Portal: svcPortal,
+		PingInterval: -1, MinTimeout: 200 * time.Millisecond, OnEvict: func(imp *ptlrpc.Import) { n.lc.ImportEvicted(imp) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n.lc.Close()
+		n.imp.Close(ctx)
+		cb.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.imp.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var objRes = Resource{ID: ResIDOfFID(0x100000000, 1, 0), Type: TypeExtent}
+
+// hooks flush the node's dirty cache to the server and drop it: what the
+// OSC does when it loses a lock.
+func (n *lockNode) hooks() Hooks {
+	return Hooks{
+		Blocking: func(ctx context.Context, l *ClientLock, evicted bool) {
+			if n.stall.Load() {
+				<-ctx.Done()
+				return
+			}
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if n.dirty && !evicted {
+				if _, err := n.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTWrite, Bulk: &ptlrpc.Bulk{Op: ptlrpc.BulkWrite, Buffers: [][]byte{n.cache}}}); err != nil {
+					n.t.Errorf("flush: %v", err)
+				}
+				n.flushes.Add(1)
+			}
+			n.cache, n.dirty = nil, false
+		},
+		Glimpse: func(*ClientLock) LVB { return LVB{Size: n.size.Load()} },
+	}
+}
+
+// access runs fn on the cached object under a lock of mode m, filling the
+// cache from the server first if needed.
+func (n *lockNode) access(ctx context.Context, m Mode, fn func(obj []byte) bool) error {
+	l, _, _, err := n.lc.Enqueue(ctx, n.imp, Enqueue{Resource: objRes, Mode: m, Policy: Policy{Extent: Whole}, Hooks: n.hooks()})
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cache == nil {
+		buf := make([]byte, objSize)
+		if _, err := n.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTRead, Bulk: &ptlrpc.Bulk{Op: ptlrpc.BulkRead, Buffers: [][]byte{buf}}}); err != nil {
+			return err
+		}
+		n.cache = buf
+	}
+	if fn(n.cache) {
+		n.dirty = true
+	}
+	return nil
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestCoherence: two clients write overlapping ranges under PW extent
+// locks; each sees the other's data after the lock moves, and concurrent
+// read-modify-writes serialize (no lost update).
+func TestCoherence(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 30*time.Second)
+	write := func(n *lockNode, off int, s string) {
+		if err := n.access(ctx, PW, func(obj []byte) bool { copy(obj[off:], s); return true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(n *lockNode, off, ln int) string {
+		var got string
+		if err := n.access(ctx, PR, func(obj []byte) bool { got = string(obj[off : off+ln]); return false }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	write(a, 0, "AAAAAAAAAA")
+	if got := read(b, 0, 10); got != "AAAAAAAAAA" {
+		t.Fatalf("b read %q after a's write", got)
+	}
+	write(b, 5, "BBBBBBBBBB")
+	if got := read(a, 0, 15); got != "AAAAABBBBBBBBBB" {
+		t.Fatalf("a read %q after b's write", got)
+	}
+	if a.flushes.Load() < 1 || b.flushes.Load() < 1 {
+		t.Fatalf("flushes a=%d b=%d", a.flushes.Load(), b.flushes.Load())
+	}
+
+	// Read-modify-write of one counter from both clients at once.
+	const rounds = 40
+	var wg sync.WaitGroup
+	for _, n := range []*lockNode{a, b} {
+		wg.Go(func() {
+			for range rounds {
+				err := n.access(ctx, PW, func(obj []byte) bool {
+					binary.LittleEndian.PutUint64(obj[100:], binary.LittleEndian.Uint64(obj[100:])+1)
+					return true
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var got uint64
+	if err := a.access(ctx, PR, func(obj []byte) bool { got = binary.LittleEndian.Uint64(obj[100:]); return false }); err != nil {
+		t.Fatal(err)
+	}
+	if got != 2*rounds {
+		t.Fatalf("counter %d after %d increments from each client", got, rounds)
+	}
+	if st := lc.lockd.Stats(); st.BlockingASTs == 0 || st.CallbackTimeouts != 0 {
+		t.Fatalf("server stats %+v", st)
+	}
+}
+
+// TestIgnoredBlockingAST: a client that never gives a lock back is evicted
+// within the callback timeout, and the waiter is granted.
+func TestIgnoredBlockingAST(t *testing.T) {
+	const cbTimeout = 300 * time.Millisecond
+	lc := newLockCluster(t, 2, cbTimeout)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	a.stall.Store(true)
+	if err := a.access(ctx, PW, func(obj []byte) bool { copy(obj, "lost"); return true }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var got string
+	if err := b.access(ctx, PR, func(obj []byte) bool { got = string(obj[:4]); return false }); err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(start)
+	if waited < cbTimeout || waited > cbTimeout+3*time.Second {
+		t.Fatalf("waiter granted after %v, callback timeout %v", waited, cbTimeout)
+	}
+	select {
+	case uuid := <-lc.evicted:
+		if uuid != "client-0" {
+			t.Fatalf("evicted %s", uuid)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no eviction")
+	}
+	if got == "lost" {
+		t.Fatal("unflushed data of the evicted client reached the server")
+	}
+	if st := lc.lockd.Stats(); st.CallbackTimeouts != 1 {
+		t.Fatalf("server stats %+v", st)
+	}
+	// The evicted client finds out, drops its locks, and works again.
+	a.stall.Store(false)
+	err := a.access(ctx, PR, func([]byte) bool { return false })
+	if err != nil && !errors.Is(err, ptlrpc.ErrEvicted) {
+		t.Fatal(err)
+	}
+	if err := a.access(ctx, PR, func([]byte) bool { return false }); err != nil {
+		t.Fatalf("after eviction: %v", err)
+	}
+}
+
+// TestGlimpse: a glimpse returns the size the writer's cache holds.
+func TestGlimpse(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	lvb, err := b.lc.Glimpse(ctx, b.imp, objRes)
+	if err != nil || lvb.Size != 0 {
+		t.Fatalf("glimpse with no lock: %+v %v", lvb, err)
+	}
+	a.size.Store(123457)
+	l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lvb, err = b.lc.Glimpse(ctx, b.imp, objRes)
+	if err != nil || lvb.Size != 123457 {
+		t.Fatalf("glimpse: %+v %v, want size 123457", lvb, err)
+	}
+	if a.lc.Stats().GlimpseASTs != 1 {
+		t.Fatalf("glimpse ASTs %d", a.lc.Stats().GlimpseASTs)
+	}
+	// The glimpse did not take the writer's lock away.
+	if got := lc.lockd.Locks(objRes); len(got) != 1 || got[0].Owner == "" || got[0].State != Granted {
+		t.Fatalf("locks after glimpse: %+v", got)
+	}
+	l.Release()
+}
+
+func resN(i int) Resource { return Resource{ID: ResIDOfFID(0x200000400, uint32(i+1), 0), Type: TypeIBits} }
+
+// TestLRU: unused locks beyond lru_size are given back; the server's
+// granted locks follow.
+func TestLRU(t *testing.T) {
+	lc := newLockCluster(t, 1, 5*time.Second)
+	a := lc.node(0, ClientConfig{LRUSize: 4, CancelDelay: 20 * time.Millisecond})
+	ctx := ctxT(t, 10*time.Second)
+	for i := range 10 {
+		l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: resN(i), Mode: PR, Policy: Policy{Bits: BitLookup | BitUpdate}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for lc.lockd.Stats().Namespace.Granted != 4 || a.lc.Stats().Unused != 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("server %+v, client %+v", lc.lockd.Stats().Namespace, a.lc.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The four most recent are the ones kept, and match without an RPC.
+	before := a.lc.Stats().Enqueues
+	for i := 6; i < 10; i++ {
+		l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: resN(i), Mode: PR, Policy: Policy{Bits: BitLookup}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+	}
+	if st := a.lc.Stats(); st.Enqueues != before || st.Matches != 4 {
+		t.Fatalf("client stats %+v (enqueues before %d)", st, before)
+	}
+}
+
+// TestEarlyCancel: locks trimmed from the LRU ride on the next enqueue
+// instead of a CANCEL of their own.
+func TestEarlyCancel(t *testing.T) {
+	lc := newLockCluster(t, 1, 5*time.Second)
+	a := lc.node(0, ClientConfig{LRUSize: 1, CancelDelay: time.Hour})
+	ctx := ctxT(t, 10*time.Second)
+	for i := range 3 {
+		l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: resN(i), Mode: PR, Policy: Policy{Bits: BitLookup}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		time.Sleep(20 * time.Millisecond) // the cancel worker queues the trimmed lock
+	}
+	st, cst := lc.lockd.Stats(), a.lc.Stats()
+	if st.EarlyCancels != 1 || st.Cancels != 0 || cst.CancelRPCs != 0 || cst.EarlyCancels != 1 {
+		t.Fatalf("server %+v, client %+v", st, cst)
+	}
+	if st.Namespace.Granted != 2 {
+		t.Fatalf("granted %d, want 2 (one pending in the client)", st.Namespace.Granted)
+	}
+}
+
+// TestLockAhead: a lock-ahead extent is granted exactly, kept, matched by
+// later I/O, and refused rather than calling back a conflicting holder.
+func TestLockAhead(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	if err := a.lc.LockAhead(ctx, a.imp, objRes, Extent{Start: 0, End: 1<<20 - 1}, Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	locks := lc.lockd.Locks(objRes)
+	if len(locks) != 1 || locks[0].Policy.Extent != (Extent{0, 1<<20 - 1}) {
+		t.Fatalf("lock ahead granted %+v", locks)
+	}
+	l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Extent{4096, 8191}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if st := a.lc.Stats(); st.Matches != 1 || st.Enqueues != 1 {
+		t.Fatalf("client stats %+v", st)
+	}
+	err = b.lc.LockAhead(ctx, b.imp, objRes, Extent{Start: 1 << 19, End: 1<<21 - 1}, Hooks{})
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("conflicting lock ahead: %v", err)
+	}
+	if st := lc.lockd.Stats(); st.BlockingASTs != 0 {
+		t.Fatalf("a lock ahead called back a holder: %+v", st)
+	}
+	if err := b.lc.LockAhead(ctx, b.imp, objRes, Extent{Start: 1 << 20, End: 1<<21 - 1}, Hooks{}); err != nil {
+		t.Fatalf("disjoint lock ahead: %v", err)
+	}
+}
+
+// TestFlockDeadlock: POSIX locks across two clients that would deadlock
+// get EDEADLK.
+func TestFlockDeadlock(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	fres := Resource{ID: objRes.ID, Type: TypeFlock}
+	flock := func(n *lockNode, start, end uint64) (*ClientLock, error) {
+		l, _, _, err := n.lc.Enqueue(ctx, n.imp, Enqueue{Resource: fres, Mode: PW, Policy: Policy{Extent: Extent{start, end}, FlockOwner: 1, PID: 1}})
+		return l, err
+	}
+	if _, err := flock(a, 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flock(b, 10, 19); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { _, err := flock(a, 10, 19); waited <- err }() // a waits for b
+	deadline := time.Now().Add(5 * time.Second)
+	for len(lc.lockd.Locks(fres)) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("a's request never queued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := flock(b, 0, 9); !errors.Is(err, syscall.EDEADLK) {
+		t.Fatalf("b closing the cycle: %v, want EDEADLK", err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("a's wait ended: %v", err)
+	default:
+	}
+}
+
+// TestBadInput: requests that make no sense get an error reply and change
+// nothing; the server keeps running.
+func TestBadInput(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PR, Policy: Policy{Extent: Whole}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := lc.lockd.Locks(objRes)
+	enq := func(er *ldlmv1.EnqueueRequest) []byte { b, _ := proto.Marshal(er); return b }
+	cancel := func(hs ...uint64) []byte { b, _ := proto.Marshal(&ldlmv1.CancelRequest{Handles: hs}); return b }
+	res := resourceToWire(objRes)
+	tests := []struct {
+		name string
+		op   wire.Opcode
+		body []byte
+		want syscall.Errno
+	}{
+		{"cancel of an unknown handle", wire.LDLMCancel, cancel(0xdeadbeef), syscall.ESTALE},
+		{"cancel of someone else's lock", wire.LDLMCancel, cancel(uint64(l.Handle())), syscall.EPERM},
+		{"cancel of nothing", wire.LDLMCancel, cancel(), syscall.EINVAL},
+		{"garbage cancel", wire.LDLMCancel, []byte{0xff, 0xff}, syscall.EINVAL},
+		{"mode that is no mode", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: res, Mode: 3, Policy: policyToWire(Policy{Extent: Whole})}), syscall.EINVAL},
+		{"GROUP on ibits", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: resourceToWire(resN(1)), Mode: uint32(GROUP), Policy: policyToWire(Policy{Bits: BitLookup, GID: 1})}), syscall.EINVAL},
+		{"extent backwards", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: res, Mode: uint32(PW), Policy: policyToWire(Policy{Extent: Extent{10, 5}})}), syscall.EINVAL},
+		{"unknown type", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: &ldlmv1.Resource{Id: res.Id, Type: 99}, Mode: uint32(PR)}), syscall.EINVAL},
+		{"short resource id", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: &ldlmv1.Resource{Id: []uint64{1}, Type: uint32(TypeExtent)}, Mode: uint32(PR)}), syscall.EINVAL},
+		{"unknown flags", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: res, Mode: uint32(PR), Flags: 1 << 20, Policy: policyToWire(Policy{Extent: Whole})}), syscall.EINVAL},
+		{"intent without a policy", wire.LDLMEnqueue, enq(&ldlmv1.EnqueueRequest{Resource: res, Mode: uint32(PR), Intent: []byte("open"), Policy: policyToWire(Policy{Extent: Whole})}), syscall.EOPNOTSUPP},
+		{"convert of an unknown handle", wire.LDLMConvert, func() []byte { b, _ := proto.Marshal(&ldlmv1.ConvertRequest{Handle: 77, Mode: uint32(PR)}); return b }(), syscall.ESTALE},
+	}
+	for _, tt := range tests {
+		_, err := b.imp.Do(ctx, &ptlrpc.Req{Opcode: tt.op, Body: tt.body})
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	after := lc.lockd.Locks(objRes)
+	if len(after) != len(before) || after[0] != before[0] {
+		t.Fatalf("locks changed: %+v -> %+v", before, after)
+	}
+	if st := lc.lockd.Stats(); st.BadRequests < uint64(len(tests)-1) {
+		t.Fatalf("bad requests %d", st.BadRequests)
+	}
+	// Still serving.
+	l2, _, _, err := b.lc.Enqueue(ctx, b.imp, Enqueue{Resource: objRes, Mode: PR, Policy: Policy{Extent: Whole}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Release()
+	l.Release()
+}
