@@ -402,7 +402,9 @@ func TestGlimpse(t *testing.T) {
 	l.Release()
 }
 
-func resN(i int) Resource { return Resource{ID: ResIDOfFID(0x200000400, uint32(i+1), 0), Type: TypeIBits} }
+func resN(i int) Resource {
+	return Resource{ID: ResIDOfFID(0x200000400, uint32(i+1), 0), Type: TypeIBits}
+}
 
 // TestLRU: unused locks beyond lru_size are given back; the server's
 // granted locks follow.
