@@ -62,8 +62,8 @@ type ServerConfig struct {
 	// blocking AST, and the timeout of each callback RPC; 0 means
 	// DefaultCallbackTimeout.
 	CallbackTimeout time.Duration
-	// ASTWorkers and ASTQueue size the callback senders; 0 means the
-	// defaults.
+	// ASTWorkers and ASTQueue size the callback senders (ASTQueue counts
+	// batches: the callbacks one request caused); 0 means the defaults.
 	ASTWorkers, ASTQueue int
 	// Intent, if not nil, runs the intents of enqueues; without it an
 	// enqueue with an intent is refused with EOPNOTSUPP.
@@ -102,7 +102,7 @@ type ServerStats struct {
 type Server struct {
 	cfg ServerConfig
 	log *slog.Logger
-	ast chan astWork
+	ast chan []astWork
 	ctx context.Context
 	// stop ends the AST workers and the context.
 	stop func()
@@ -166,7 +166,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: lg.With("ldlm", ns.Name()), ast: make(chan astWork, cfg.ASTQueue)}
+	s := &Server{cfg: cfg, log: lg.With("ldlm", ns.Name()), ast: make(chan []astWork, cfg.ASTQueue)}
 	s.mu.ns = ns
 	s.mu.remote = make(map[Handle]uint64)
 	s.mu.timers = make(map[Handle]*time.Timer)
@@ -231,7 +231,8 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	s.enqueues.Add(1)
 	owner := ownerOf(exp)
 	if len(er.Cancels) > 0 {
-		s.cancelHandles(owner, er.Cancels, true)
+		n, _ := s.cancelHandles(owner, er.Cancels, false)
+		s.earlyCancels.Add(uint64(n))
 	}
 	res, err := resourceFromWire(er.Resource)
 	if err != nil {
@@ -309,40 +310,40 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	return marshal(rep)
 }
 
-// cancelHandles cancels locks of owner. Early cancels (inside an enqueue)
-// are best effort; an explicit CANCEL is all or nothing: a handle that is
-// unknown or not the owner's refuses the whole request.
-func (s *Server) cancelHandles(owner Owner, handles []uint64, early bool) error {
+// cancelHandles cancels locks of owner and returns how many it cancelled.
+// Early cancels (inside an enqueue) are best effort; an explicit CANCEL is
+// strict, all or nothing: a handle that is unknown or not the owner's
+// refuses the whole request.
+func (s *Server) cancelHandles(owner Owner, handles []uint64, strict bool) (int, error) {
 	s.mu.Lock()
-	if !early {
+	if strict {
 		for _, h := range handles {
 			l, err := s.mu.ns.Lookup(Handle(h))
 			if err != nil {
 				s.mu.Unlock()
-				return err
+				return 0, err
 			}
 			if l.Owner != owner {
 				s.mu.Unlock()
-				return fmt.Errorf("%w: lock %v", ErrNotOwner, Handle(h))
+				return 0, fmt.Errorf("%w: lock %v", ErrNotOwner, Handle(h))
 			}
 		}
 	}
 	var work []astWork
+	n := 0
 	for _, h := range handles {
 		eff, err := s.mu.ns.Cancel(Handle(h), owner)
 		if err != nil {
-			s.log.Debug("ldlm: early cancel", "lock", Handle(h), "err", err)
+			s.log.Debug("ldlm: cancel", "lock", Handle(h), "err", err)
 			continue
 		}
-		if early {
-			s.earlyCancels.Add(1)
-		}
+		n++
 		s.forgetLocked(Handle(h))
 		work = append(work, s.effectsLocked(eff)...)
 	}
 	s.mu.Unlock()
 	s.dispatch(work)
-	return nil
+	return n, nil
 }
 
 func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
@@ -358,7 +359,7 @@ func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int
 		return s.bad(r, fmt.Errorf("%w: cancel of no lock", ErrInvalid))
 	}
 	s.cancels.Add(1)
-	if err := s.cancelHandles(ownerOf(exp), cr.Handles, false); err != nil {
+	if _, err := s.cancelHandles(ownerOf(exp), cr.Handles, true); err != nil {
 		return s.bad(r, err)
 	}
 	return nil, 0
@@ -459,52 +460,70 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 	return work
 }
 
-// dispatch queues callbacks for the AST workers, waiting for room (a
-// bounded queue: back-pressure on the handlers that cause callbacks).
+// dispatch queues the callbacks one call decided as one batch for the
+// AST workers, waiting for room (a bounded queue: back-pressure on the
+// handlers that cause callbacks).
 func (s *Server) dispatch(work []astWork) {
-	for _, w := range work {
-		select {
-		case s.ast <- w:
-		case <-s.ctx.Done():
-			return
-		}
+	if len(work) == 0 {
+		return
+	}
+	select {
+	case s.ast <- work:
+	case <-s.ctx.Done():
 	}
 }
 
-// astWorker sends callbacks until Close.
+// astWorker sends callback batches until Close.
 func (s *Server) astWorker() {
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case w := <-s.ast:
-			s.sendAST(w)
+			s.sendASTs(w)
 		}
 	}
 }
 
-// sendAST sends one blocking or completion AST. A holder that cannot be
-// reached, or fails the callback, is evicted; one that no longer knows the
-// lock (it cancelled it meanwhile) is not.
-func (s *Server) sendAST(w astWork) {
-	switch w.op {
-	case wire.LDLMBlCallback:
-		s.blASTs.Add(1)
-	case wire.LDLMCpCallback:
-		s.cpASTs.Add(1)
+// sendASTs sends a batch of blocking and completion ASTs as one request
+// set. A holder that cannot be reached, or fails the callback, is evicted.
+// One that no longer knows the lock (it cancelled it meanwhile, or lost
+// track of it) answers ESTALE: the lock is cancelled on its behalf.
+func (s *Server) sendASTs(work []astWork) {
+	calls := make([]ptlrpc.Call, 0, len(work))
+	sent := work[:0:0]
+	for _, w := range work {
+		body, err := proto.Marshal(w.body)
+		if err != nil {
+			s.log.Error("ldlm: marshal callback", "op", w.op, "err", err)
+			continue
+		}
+		switch w.op {
+		case wire.LDLMBlCallback:
+			s.blASTs.Add(1)
+		case wire.LDLMCpCallback:
+			s.cpASTs.Add(1)
+		}
+		calls = append(calls, ptlrpc.Call{Target: w.exp.Peer(), Portal: s.cfg.CallbackPortal, Opcode: w.op, Body: body})
+		sent = append(sent, w)
 	}
-	body, err := proto.Marshal(w.body)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.CallbackTimeout)
-		_, err = s.cfg.Client.Call(ctx, w.exp.Peer(), s.cfg.CallbackPortal, w.op, body)
-		cancel()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.CallbackTimeout)
+	defer cancel()
+	for i, r := range s.cfg.Client.CallSet(ctx, calls) {
+		w, err := sent[i], r.Err
+		switch {
+		case err == nil || s.ctx.Err() != nil:
+		case errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EINVAL):
+			if w.op == wire.LDLMBlCallback {
+				s.log.Info("ldlm: holder does not know the lock, cancelling it", "lock", w.lock, "client", w.exp.ClientUUID())
+				s.cancelHandles(ownerOf(w.exp), []uint64{uint64(w.lock)}, false)
+			}
+		default:
+			s.astErrs.Add(1)
+			s.log.Warn("ldlm: callback failed, evicting the client", "op", w.op, "lock", w.lock, "client", w.exp.ClientUUID(), "peer", w.exp.Peer(), "err", err)
+			s.evict(w.exp)
+		}
 	}
-	if err == nil || s.ctx.Err() != nil || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EINVAL) {
-		return
-	}
-	s.astErrs.Add(1)
-	s.log.Warn("ldlm: callback failed, evicting the client", "op", w.op, "lock", w.lock, "client", w.exp.ClientUUID(), "peer", w.exp.Peer(), "err", err)
-	s.evict(w.exp)
 }
 
 // callbackExpired evicts the holder of a lock it did not give back within
