@@ -64,6 +64,10 @@ type TargetConfig struct {
 	// sent, for targets without stable storage of their own. Otherwise the
 	// storage layer reports commits with Target.Committed.
 	AutoCommit bool
+	// OnConnect, if not nil, is called for each new or revived export; what
+	// it returns goes to the client in ConnectReply.target_data (an OST's
+	// first grant, say).
+	OnConnect func(e *Export) []byte
 	// OnGone, if not nil, is called once for each export that goes away,
 	// with evicted set when the target evicted it (not a DISCONNECT), so
 	// the layers above drop its locks and state.
@@ -83,6 +87,7 @@ type Target struct {
 	set      *TargetSet
 	instance uint64
 
+	tmu       sync.Mutex    // serializes AssignTransno
 	transno   atomic.Uint64 // last transno given out
 	committed atomic.Uint64 // last transno committed
 
@@ -405,6 +410,9 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		t.mu.Unlock()
 		reply.Handle, reply.Reconnected = old.handle, true
 		req.exp = old
+		if t.cfg.OnConnect != nil {
+			reply.TargetData = t.cfg.OnConnect(old)
+		}
 		t.log.Info("ptlrpc: client reconnected", "client", cr.ClientUuid, "peer", req.Peer, "conn", cr.ConnCount)
 		return marshalReply(reply)
 	}
@@ -438,6 +446,9 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	reply.Handle = e.handle
 	reply.Evicted = cr.Handle != 0
 	req.exp = e
+	if t.cfg.OnConnect != nil {
+		reply.TargetData = t.cfg.OnConnect(e)
+	}
 	t.log.Info("ptlrpc: client connected", "client", cr.ClientUuid, "peer", req.Peer, "evicted_before", reply.Evicted)
 	return marshalReply(reply)
 }

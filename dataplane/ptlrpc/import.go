@@ -137,6 +137,8 @@ type Import struct {
 		server   int       // index into cfg.Servers to connect to
 		features uint64
 		instance uint64
+		// targetData is what the target sent with the last CONNECT.
+		targetData []byte
 		// gen counts evictions; a request of an older generation fails
 		// with ErrEvicted.
 		gen uint64
@@ -237,12 +239,14 @@ func (imp *Import) State() ImportState {
 
 // ConnInfo describes an import's connection, for administration.
 type ConnInfo struct {
-	State         ImportState
-	Server        lwire.ProcessID
-	Handle        uint64
-	ConnCount     uint32
-	Features      uint64
-	Instance      uint64
+	State     ImportState
+	Server    lwire.ProcessID
+	Handle    uint64
+	ConnCount uint32
+	Features  uint64
+	Instance  uint64
+	// TargetData is what the target sent with the last CONNECT.
+	TargetData    []byte
 	Uncommitted   int
 	LastCommitted uint64
 	// Timeout is the current adaptive request timeout; ServiceEstimate
@@ -254,7 +258,7 @@ type ConnInfo struct {
 func (imp *Import) Info() ConnInfo {
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
-	ci := ConnInfo{State: imp.mu.state, Features: imp.mu.features, Instance: imp.mu.instance,
+	ci := ConnInfo{State: imp.mu.state, Features: imp.mu.features, Instance: imp.mu.instance, TargetData: imp.mu.targetData,
 		Uncommitted: len(imp.mu.replay), LastCommitted: imp.mu.lastCommitted,
 		Timeout: imp.timeout(), ServiceEstimate: imp.svcAT.current(), NetLatency: imp.netAT.current()}
 	if cn := imp.mu.conn; cn != nil {
@@ -421,6 +425,7 @@ func (imp *Import) connect() error {
 	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{})}
 	imp.mu.conn = cn
 	imp.mu.features = rep.Features
+	imp.mu.targetData = rep.TargetData
 	restarted := imp.mu.instance != 0 && rep.Instance != imp.mu.instance
 	imp.mu.instance = rep.Instance
 	evicted := prev != nil && (rep.Evicted || !rep.Reconnected)

@@ -101,9 +101,32 @@ type Request struct {
 // handlers and connectionless services.
 func (r *Request) Export() *Export { return r.exp }
 
-// Transno returns the transno the service gave a Modifying request, 0
-// otherwise.
+// Transno returns the transno the request's change was given, 0 if none
+// (yet).
 func (r *Request) Transno() uint64 { return r.transno }
+
+// AssignTransno gives a Modifying request on an export its transno, once,
+// and calls fn with it while no other request of the target can get one,
+// so a storage layer tags its transactions in transno order (an OSD's
+// LastCommitted relies on it). It returns the transno, or 0 for a request
+// without an export or a handler without Modifying. A Modifying handler
+// that does not call it gets a transno after it returns successfully.
+func (r *Request) AssignTransno(fn func(transno uint64)) uint64 {
+	if r.exp == nil || r.spec == nil || r.spec.Flags&Modifying == 0 {
+		return 0
+	}
+	if r.transno != 0 {
+		return r.transno
+	}
+	t := r.exp.target
+	t.tmu.Lock()
+	defer t.tmu.Unlock()
+	r.transno = t.NextTransno()
+	if fn != nil {
+		fn(r.transno)
+	}
+	return r.transno
+}
 
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
@@ -586,10 +609,11 @@ func (s *Service) handle(req *Request) {
 		s.release(req.buf)
 		return
 	}
-	if req.spec.Flags&Modifying != 0 && req.exp != nil {
+	body, status := req.spec.Fn(s.ctx, req)
+	if req.spec.Flags&Modifying != 0 && req.exp != nil && req.transno == 0 && status == 0 {
+		// The handler did not number its change itself (AssignTransno).
 		req.transno = req.exp.target.NextTransno()
 	}
-	body, status := req.spec.Fn(s.ctx, req)
 	d := time.Since(t0)
 	s.at.add(t0, time.Since(req.Arrived))
 	s.mu.Lock()

@@ -24,6 +24,7 @@ const (
 	OSTPunch       Opcode = 10  // OST_PUNCH: truncate or punch a hole in an object
 	OSTStatfs      Opcode = 13  // OST_STATFS: OST space and object counts
 	OSTSync        Opcode = 16  // OST_SYNC: commit an object's data to stable storage
+	OSTLadvise     Opcode = 21  // OST_LADVISE: advice on an object's ranges (willneed, dontneed)
 	MDSGetattr     Opcode = 33  // MDS_GETATTR: file attributes by FID
 	MDSClose       Opcode = 35  // MDS_CLOSE: close an open file handle
 	MDSReint       Opcode = 36  // MDS_REINT: a namespace change (create, unlink, rename, setattr, ...)
@@ -54,6 +55,7 @@ var opcodeNames = map[Opcode]string{
 	OSTPunch:       "OST_PUNCH",
 	OSTStatfs:      "OST_STATFS",
 	OSTSync:        "OST_SYNC",
+	OSTLadvise:     "OST_LADVISE",
 	MDSGetattr:     "MDS_GETATTR",
 	MDSClose:       "MDS_CLOSE",
 	MDSReint:       "MDS_REINT",

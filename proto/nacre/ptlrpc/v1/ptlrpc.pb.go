@@ -141,7 +141,10 @@ type ConnectReply struct {
 	// server restarts, so a client can tell a restart from a reconnect.
 	Instance uint64 `protobuf:"varint,6,opt,name=instance,proto3" json:"instance,omitempty"`
 	// TargetUUID is the target's uuid from its label.
-	TargetUuid    string `protobuf:"bytes,7,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
+	TargetUuid string `protobuf:"bytes,7,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
+	// TargetData is what the target adds for its clients (an OST's first
+	// grant), in the target's own encoding.
+	TargetData    []byte `protobuf:"bytes,8,opt,name=target_data,json=targetData,proto3" json:"target_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +228,13 @@ func (x *ConnectReply) GetTargetUuid() string {
 	return ""
 }
 
+func (x *ConnectReply) GetTargetData() []byte {
+	if x != nil {
+		return x.TargetData
+	}
+	return nil
+}
+
 var File_nacre_ptlrpc_v1_ptlrpc_proto protoreflect.FileDescriptor
 
 const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
@@ -238,7 +248,7 @@ const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\rR\aversion\x12\x16\n" +
 	"\x06handle\x18\x05 \x01(\x04R\x06handle\x12\x1d\n" +
 	"\n" +
-	"conn_count\x18\x06 \x01(\rR\tconnCount\"\xd5\x01\n" +
+	"conn_count\x18\x06 \x01(\rR\tconnCount\"\xf6\x01\n" +
 	"\fConnectReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x1a\n" +
 	"\bfeatures\x18\x02 \x01(\x04R\bfeatures\x12\x18\n" +
@@ -247,7 +257,9 @@ const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\aevicted\x18\x05 \x01(\bR\aevicted\x12\x1a\n" +
 	"\binstance\x18\x06 \x01(\x04R\binstance\x12\x1f\n" +
 	"\vtarget_uuid\x18\a \x01(\tR\n" +
-	"targetUuidB9Z7github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1;ptlrpcv1b\x06proto3"
+	"targetUuid\x12\x1f\n" +
+	"\vtarget_data\x18\b \x01(\fR\n" +
+	"targetDataB9Z7github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1;ptlrpcv1b\x06proto3"
 
 var (
 	file_nacre_ptlrpc_v1_ptlrpc_proto_rawDescOnce sync.Once

@@ -1,0 +1,313 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mgs"
+	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
+)
+
+// TargetFile is the file mkfs writes at the top of a target directory: the
+// target's identity (Lustre's mountdata / CONFIGS).
+const TargetFile = "nacre-target.json"
+
+// DefaultMGSPort is the MGS's gRPC port when an --mgsnode names only a NID.
+const DefaultMGSPort = 9880
+
+// TargetIdentity is a formatted target: what `nacre mkfs` writes and
+// `nacre server` reads back.
+type TargetIdentity struct {
+	FSName string   `json:"fsname"`
+	Kind   mgs.Kind `json:"kind"`
+	Index  uint32   `json:"index"`
+	// Label is NAME-OSTnnnn / NAME-MDTnnnn.
+	Label string `json:"label"`
+	// UUID identifies the target to the MGS across restarts and moves.
+	UUID string `json:"uuid"`
+	// MGSNodes are the MGS's gRPC addresses (host:port).
+	MGSNodes []string `json:"mgsnodes"`
+	// Backend names the OSD backend ("file").
+	Backend string    `json:"backend"`
+	Created time.Time `json:"created"`
+}
+
+// ParseMGSNode turns an --mgsnode value into a gRPC address: a NID
+// ("192.168.1.5@tcp", port DefaultMGSPort), a NID with a port
+// ("192.168.1.5@tcp:9999"), or a plain host:port.
+func ParseMGSNode(s string) (string, error) {
+	nid, port := s, strconv.Itoa(DefaultMGSPort)
+	if at := strings.IndexByte(s, '@'); at >= 0 {
+		if c := strings.LastIndexByte(s, ':'); c > at {
+			nid, port = s[:c], s[c+1:]
+		}
+		n, err := lwire.ParseNID(nid)
+		if err != nil {
+			return "", fmt.Errorf("mgsnode %q: %w", s, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return "", fmt.Errorf("mgsnode %q: port %q", s, port)
+		}
+		return net.JoinHostPort(n.Addr.String(), port), nil
+	}
+	host, p, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return "", fmt.Errorf("mgsnode %q: want NID[:port] or host:port", s)
+	}
+	if _, err := strconv.ParseUint(p, 10, 16); err != nil {
+		return "", fmt.Errorf("mgsnode %q: port %q", s, p)
+	}
+	return s, nil
+}
+
+// Mkfs formats dir as a target: it writes the identity file (refusing a
+// directory that already holds one, or that is not empty) and leaves the
+// rest to the backend, which formats itself on first open.
+func Mkfs(dir string, id TargetIdentity) (TargetIdentity, error) {
+	if err := mgs.ValidateFSName(id.FSName); err != nil {
+		return id, err
+	}
+	if id.Kind != mgs.KindOST && id.Kind != mgs.KindMDT {
+		return id, fmt.Errorf("mkfs: kind %v: want OST or MDT", id.Kind)
+	}
+	if id.Index > mgs.MaxIndex {
+		return id, fmt.Errorf("mkfs: index %d over %d", id.Index, mgs.MaxIndex)
+	}
+	if len(id.MGSNodes) == 0 {
+		return id, errors.New("mkfs: no --mgsnode")
+	}
+	for i, n := range id.MGSNodes {
+		a, err := ParseMGSNode(n)
+		if err != nil {
+			return id, fmt.Errorf("mkfs: %w", err)
+		}
+		id.MGSNodes[i] = a
+	}
+	if id.Backend == "" {
+		id.Backend = "file"
+	}
+	id.Label = mgs.TargetLabel(id.FSName, id.Kind, id.Index)
+	id.UUID = uuid.NewString()
+	id.Created = time.Now().UTC().Truncate(time.Second)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	if len(ents) > 0 {
+		return id, fmt.Errorf("mkfs %s: directory is not empty (already a target? %s)", dir, TargetFile)
+	}
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return id, err
+	}
+	tmp := filepath.Join(dir, TargetFile+".tmp")
+	if err := writeSync(tmp, append(b, '\n')); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, TargetFile)); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	return id, syncDir(dir)
+}
+
+// ReadTarget reads a formatted target's identity.
+func ReadTarget(dir string) (TargetIdentity, error) {
+	var id TargetIdentity
+	b, err := os.ReadFile(filepath.Join(dir, TargetFile))
+	if err != nil {
+		return id, fmt.Errorf("target %s: %w (format it with nacre mkfs)", dir, err)
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		return id, fmt.Errorf("target %s: %s: %w", dir, TargetFile, err)
+	}
+	if err := mgs.ValidateFSName(id.FSName); err != nil || id.UUID == "" || id.Label != mgs.TargetLabel(id.FSName, id.Kind, id.Index) {
+		return id, fmt.Errorf("target %s: %s is damaged (fsname %q, label %q, uuid %q)", dir, TargetFile, id.FSName, id.Label, id.UUID)
+	}
+	return id, nil
+}
+
+func writeSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Registrar keeps one target registered with the MGS: it registers at
+// start, renews the lease every third of its TTL, and registers again if
+// the lease was lost (an MGS or etcd outage longer than the TTL), trying
+// each MGS node in turn. Close stops it; the lease then expires and the
+// target shows down.
+type Registrar struct {
+	id     TargetIdentity
+	nids   []string
+	path   string
+	log    *slog.Logger
+	conns  []*grpc.ClientConn // one per MGS node
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex // guards cur, lease, ttl, config
+	cur    int        // the MGS node that answered last
+	lease  int64
+	ttl    time.Duration
+	config *mgsv1.ClientConfig
+}
+
+// Register registers the target at the MGS and keeps it registered.
+func Register(ctx context.Context, id TargetIdentity, nids []string, path string, log *slog.Logger) (*Registrar, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if len(id.MGSNodes) == 0 {
+		return nil, fmt.Errorf("register %s: no MGS node", id.Label)
+	}
+	r := &Registrar{id: id, nids: nids, path: path, log: log.With("target", id.Label), done: make(chan struct{})}
+	for _, a := range id.MGSNodes {
+		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			r.closeConns()
+			return nil, fmt.Errorf("register %s: MGS %s: %w", id.Label, a, err)
+		}
+		r.conns = append(r.conns, conn)
+	}
+	if err := r.register(ctx); err != nil {
+		r.closeConns()
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.heartbeat(hctx)
+	return r, nil
+}
+
+func (r *Registrar) closeConns() {
+	for _, c := range r.conns {
+		c.Close()
+	}
+}
+
+// client returns the MGS client of the node that answered last.
+func (r *Registrar) client() (mgsv1.MGSClient, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return mgsv1.NewMGSClient(r.conns[r.cur]), r.cur
+}
+
+// Config returns the filesystem configuration the MGS sent at the last
+// registration.
+func (r *Registrar) Config() *mgsv1.ClientConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.config
+}
+
+func (r *Registrar) register(ctx context.Context) error {
+	idx := r.id.Index
+	req := &mgsv1.RegisterTargetRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind),
+		Index: &idx, Nids: r.nids, Path: r.path, Uuid: r.id.UUID}
+	_, start := r.client()
+	var errs []error
+	for i := range r.conns {
+		n := (start + i) % len(r.conns)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := mgsv1.NewMGSClient(r.conns[n]).RegisterTarget(cctx, req)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.id.MGSNodes[n], err))
+			if c := status.Code(err); c == codes.AlreadyExists || c == codes.InvalidArgument {
+				break // the MGS refused us; another node would too
+			}
+			continue
+		}
+		r.mu.Lock()
+		r.cur, r.lease, r.ttl, r.config = n, resp.LeaseId, time.Duration(resp.LeaseTtlSeconds)*time.Second, resp.Config
+		r.mu.Unlock()
+		r.log.Info("registered with the MGS", "mgs", r.id.MGSNodes[n], "nids", r.nids, "lease_ttl", r.ttl)
+		return nil
+	}
+	return fmt.Errorf("register %s with the MGS: %w", r.id.Label, errors.Join(errs...))
+}
+
+func (r *Registrar) heartbeat(ctx context.Context) {
+	defer close(r.done)
+	for {
+		r.mu.Lock()
+		every := max(r.ttl/3, 100*time.Millisecond)
+		lease := r.lease
+		r.mu.Unlock()
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		cli, n := r.client()
+		hctx, cancel := context.WithTimeout(ctx, every)
+		_, err := cli.Heartbeat(hctx, &mgsv1.HeartbeatRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind), Index: r.id.Index, LeaseId: lease})
+		cancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case status.Code(err) == codes.NotFound:
+			r.log.Warn("lease lost, registering again", "mgs", r.id.MGSNodes[n], "err", err)
+			if err := r.register(ctx); err != nil {
+				r.log.Warn("register again", "err", err)
+			}
+		default:
+			r.log.Warn("heartbeat", "mgs", r.id.MGSNodes[n], "err", err)
+			if len(r.conns) > 1 {
+				r.mu.Lock()
+				r.cur = (r.cur + 1) % len(r.conns)
+				r.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Close stops the heartbeats.
+func (r *Registrar) Close() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+	}
+	r.closeConns()
+}
