@@ -252,8 +252,8 @@ func TestOpcodeString(t *testing.T) {
 			t.Errorf("Opcode(%d).Known() = %v", uint32(op), got)
 		}
 	}
-	if n := len(opcodeNames); n != 26 {
-		t.Errorf("%d named opcodes, the test covers 26", n)
+	if n := len(opcodeNames); n != 27 {
+		t.Errorf("%d named opcodes, the test covers 27", n)
 	}
 }
 
