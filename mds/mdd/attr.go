@@ -1,0 +1,493 @@
+package mdd
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+// SetAttr bits: which fields of a SetAttr to apply (Lustre's LA_* / the
+// VFS's ATTR_*).
+const (
+	AttrMode     uint32 = 1 << 0
+	AttrUID      uint32 = 1 << 1
+	AttrGID      uint32 = 1 << 2
+	AttrSize     uint32 = 1 << 3 // truncate: the LSOM size (and Blocks with AttrBlocks)
+	AttrAtime    uint32 = 1 << 4 // an explicit atime
+	AttrMtime    uint32 = 1 << 5 // an explicit mtime
+	AttrCtime    uint32 = 1 << 6 // an explicit ctime (the client's clock)
+	AttrAtimeNow uint32 = 1 << 7 // atime to the request's time (utimes(NULL))
+	AttrMtimeNow uint32 = 1 << 8 // mtime to the request's time
+	AttrFlags    uint32 = 1 << 9 // inode flags (chattr)
+	AttrBlocks   uint32 = 1 << 10
+	// AttrOpenWrite says the caller holds the file open for write, so a
+	// truncate needs no write permission now (ftruncate on an fd opened
+	// before a chmod; Lustre's MDS_OPEN_OWNEROVERRIDE).
+	AttrOpenWrite uint32 = 1 << 11
+)
+
+// Inode flags that need CapLinuxImmutable (FS_IMMUTABLE_FL, FS_APPEND_FL).
+const (
+	FlagImmutable uint32 = 0x10
+	FlagAppend    uint32 = 0x20
+)
+
+// SetAttr is a setattr request: Valid says which fields apply.
+type SetAttr struct {
+	Valid  uint32
+	Mode   uint32 // PermMask bits; the type cannot change
+	UID    uint32
+	GID    uint32
+	Size   uint64
+	Blocks uint64
+	Atime  int64
+	Mtime  int64
+	Ctime  int64
+	Flags  uint32
+}
+
+// Setattr changes f's attributes with Linux's rules (setattr_prepare):
+//
+//   - chmod: only the owner or CapFowner (EPERM); setgid is dropped when
+//     the caller is not in the file's group and lacks CapFsetid; an access
+//     ACL follows the new mode.
+//   - chown: changing the uid needs CapChown; changing the gid needs
+//     CapChown, or ownership and membership of the new group (EPERM); it
+//     clears setuid, and setgid when group-executable, on non-directories.
+//   - times: explicit times need ownership or CapFowner (EPERM); "now"
+//     needs ownership or write permission (EACCES).
+//   - size: needs write permission (EACCES) unless AttrOpenWrite; EISDIR
+//     on a directory, EINVAL on other non-regular files. It sets the LSOM
+//     size.
+//   - flags: owner or CapFowner; the immutable and append-only flags need
+//     CapLinuxImmutable (EPERM).
+//
+// ctime becomes the request's time (or Ctime with AttrCtime). The result
+// is the new attributes; ENOENT if f does not exist; nothing changes on
+// error. A TRUNC changelog record is written for a size change, SATTR
+// otherwise.
+func (s *Store) Setattr(r Req, f fid.FID, sa SetAttr) (Attr, error) {
+	t := s.begin(&r)
+	a, err := t.setattr(f, sa)
+	if err = t.finish(err); err != nil {
+		return Attr{}, err
+	}
+	return a, nil
+}
+
+func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
+	c := &t.r.Cred
+	n, err := t.inode(f)
+	if err != nil {
+		return Attr{}, err
+	}
+	mode := n.Mode
+	if sa.Valid&(AttrUID|AttrGID) != 0 {
+		uid, gid := n.UID, n.GID
+		if sa.Valid&AttrUID != 0 {
+			uid = sa.UID
+		}
+		if sa.Valid&AttrGID != 0 {
+			gid = sa.GID
+		}
+		if uid != n.UID && !c.Has(CapChown) {
+			return Attr{}, fail(syscall.EPERM, "chown %v to uid %d by uid %d", f, uid, c.UID)
+		}
+		if gid != n.GID && !c.Has(CapChown) && !(c.UID == n.UID && c.InGroup(gid)) {
+			return Attr{}, fail(syscall.EPERM, "chgrp %v to gid %d by uid %d", f, gid, c.UID)
+		}
+		if uid == n.UID && gid == n.GID && !c.Has(CapChown) && c.UID != n.UID {
+			return Attr{}, fail(syscall.EPERM, "chown %v by uid %d: not the owner", f, c.UID)
+		}
+		if !isDir(mode) {
+			mode &^= S_ISUID
+			if mode&0o010 != 0 {
+				mode &^= S_ISGID
+			}
+		}
+		n.UID, n.GID = uid, gid
+	}
+	if sa.Valid&AttrMode != 0 {
+		if !t.owner(n) {
+			return Attr{}, fail(syscall.EPERM, "chmod %v by uid %d: not the owner", f, c.UID)
+		}
+		mode = mode&S_IFMT | sa.Mode&PermMask
+		if mode&S_ISGID != 0 && !c.InGroup(n.GID) && !c.Has(CapFsetid) {
+			mode &^= S_ISGID
+		}
+	}
+	if mode&0o777 != n.Mode&0o777 && n.iflags&inoACL != 0 {
+		a, err := t.acl(n, XattrACLAccess)
+		if err != nil {
+			return Attr{}, err
+		}
+		if a != nil {
+			t.b.Set(xattrKey(f, XattrACLAccess), a.chmod(mode).Marshal(), nil)
+		}
+	}
+	if sa.Valid&(AttrAtime|AttrMtime) != 0 && !t.owner(n) {
+		return Attr{}, fail(syscall.EPERM, "utimes %v by uid %d: not the owner", f, c.UID)
+	}
+	if sa.Valid&(AttrAtimeNow|AttrMtimeNow) != 0 && !t.owner(n) {
+		if err := t.may(n, MayWrite); err != nil {
+			return Attr{}, err
+		}
+	}
+	if sa.Valid&AttrFlags != 0 {
+		if !t.owner(n) {
+			return Attr{}, fail(syscall.EPERM, "chattr %v by uid %d: not the owner", f, c.UID)
+		}
+		if (sa.Flags^n.Flags)&(FlagImmutable|FlagAppend) != 0 && !c.Has(CapLinuxImmutable) {
+			return Attr{}, fail(syscall.EPERM, "chattr %v: immutable or append-only without CAP_LINUX_IMMUTABLE", f)
+		}
+		n.Flags = sa.Flags
+	}
+	var som *LSOM
+	if sa.Valid&AttrSize != 0 {
+		switch {
+		case isDir(n.Mode):
+			return Attr{}, fail(syscall.EISDIR, "truncate %v", f)
+		case n.Mode&S_IFMT != S_IFREG:
+			return Attr{}, fail(syscall.EINVAL, "truncate %v: not a regular file", f)
+		}
+		if sa.Valid&AttrOpenWrite == 0 {
+			if err := t.may(n, MayWrite); err != nil {
+				return Attr{}, err
+			}
+		}
+		old, _, err := t.s.lsom(f)
+		if err != nil {
+			return Attr{}, err
+		}
+		som = &LSOM{Size: sa.Size, Blocks: old.Blocks, Flags: SOMLazy}
+		if sa.Valid&AttrBlocks != 0 {
+			som.Blocks = sa.Blocks
+		}
+		t.b.Set(fidKey(pfxLSOM, f), som.marshal(), nil)
+	}
+	switch {
+	case sa.Valid&AttrAtime != 0:
+		n.Atime = sa.Atime
+	case sa.Valid&AttrAtimeNow != 0:
+		n.Atime = t.now
+	}
+	switch {
+	case sa.Valid&AttrMtime != 0:
+		n.Mtime = sa.Mtime
+	case sa.Valid&AttrMtimeNow != 0:
+		n.Mtime = t.now
+	}
+	n.Ctime = t.now
+	if sa.Valid&AttrCtime != 0 {
+		n.Ctime = sa.Ctime
+	}
+	n.Mode = mode
+	t.touch(n)
+	typ := CLSetattr
+	if sa.Valid&AttrSize != 0 {
+		typ = CLTrunc
+	}
+	t.changelog(ChangelogRecord{Type: typ, TFID: f})
+	if som == nil && n.Mode&S_IFMT == S_IFREG {
+		if old, ok, err := t.s.lsom(f); err != nil {
+			return Attr{}, err
+		} else if ok {
+			som = &old
+		}
+	}
+	return n.attr(som), nil
+}
+
+// lsom returns f's LSOM record, ok false if it has none.
+func (s *Store) lsom(f fid.FID) (LSOM, bool, error) {
+	v, err := s.get(fidKey(pfxLSOM, f))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return LSOM{}, false, nil
+	}
+	if err != nil {
+		return LSOM{}, false, ioError(err, "lsom of %v", f)
+	}
+	l, err := decodeLSOM(v)
+	return l, err == nil, ioError(err, "lsom of %v", f)
+}
+
+// GetLSOM returns the lazy size of f; ok is false if it has none.
+func (s *Store) GetLSOM(f fid.FID) (l LSOM, ok bool, err error) { return s.lsom(f) }
+
+// Open flags the store looks at (Linux's O_* values, as the MDS open
+// carries them; Lustre's MDS_OPEN_OWNEROVERRIDE).
+const (
+	OpenReadOnly      uint64 = 0
+	OpenWriteOnly     uint64 = 1
+	OpenReadWrite     uint64 = 2
+	OpenAccMode       uint64 = 3
+	OpenTrunc         uint64 = 0o1000
+	OpenOwnerOverride uint64 = 0x200000000000 // the owner may open regardless of mode (after create)
+)
+
+// OpenFile checks that the caller may open f with flags and counts the open,
+// so that an Unlink of its last link keeps it as an orphan until CloseFile.
+// Open counts live in memory: after a restart, recovery reopens files
+// (replayed opens) and then DestroyOrphans removes the rest. Outcomes: f's
+// attributes; ENOENT (no f, or f unlinked), EISDIR (a directory for
+// write), ELOOP (a symlink), EACCES.
+func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
+	t := s.begin(&r)
+	defer t.abort()
+	n, err := t.inode(f)
+	if err != nil {
+		return Attr{}, err
+	}
+	if n.Nlink == 0 {
+		return Attr{}, fail(syscall.ENOENT, "open %v: unlinked", f)
+	}
+	var want uint16
+	switch flags & OpenAccMode {
+	case OpenReadOnly:
+		want = MayRead
+	case OpenWriteOnly:
+		want = MayWrite
+	default:
+		want = MayRead | MayWrite
+	}
+	if flags&OpenTrunc != 0 {
+		want |= MayWrite
+	}
+	switch n.Mode & S_IFMT {
+	case S_IFDIR:
+		if want&MayWrite != 0 {
+			return Attr{}, fail(syscall.EISDIR, "open %v for write", f)
+		}
+	case S_IFLNK:
+		return Attr{}, fail(syscall.ELOOP, "open %v: a symlink", f)
+	}
+	if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
+		if err := t.may(n, want); err != nil {
+			return Attr{}, err
+		}
+	}
+	s.mu.opens[f]++
+	som, _, err := s.lsom(f)
+	if err != nil {
+		return Attr{}, err
+	}
+	if n.Mode&S_IFMT == S_IFREG {
+		return n.attr(&som), nil
+	}
+	return n.attr(nil), nil
+}
+
+// CloseInfo is what a client reports on its last close of a file.
+type CloseInfo struct {
+	// Write: the file was open for write; a CLOSE changelog record is
+	// written.
+	Write bool
+	// LSOM, if set, becomes the file's lazy size (the client's size and
+	// blocks at close).
+	LSOM *LSOM
+}
+
+// CloseFile ends one OpenFile of f. When it was the last open of an orphan, the
+// orphan is destroyed (and its objects queued in the destroy log): the
+// Removal says so. EBADF if f has no open.
+func (s *Store) CloseFile(r Req, f fid.FID, ci CloseInfo) (Removal, error) {
+	t := s.begin(&r)
+	if s.mu.opens[f] == 0 {
+		t.abort()
+		return Removal{}, fail(syscall.EBADF, "close %v: not open", f)
+	}
+	rm, err := t.close(f, ci)
+	if err = t.finish(err); err != nil {
+		return Removal{}, err
+	}
+	if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
+		delete(s.mu.opens, f)
+	}
+	rm.fill(t)
+	return rm, nil
+}
+
+func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
+	n, err := t.inode(f)
+	if err != nil {
+		return Removal{}, err
+	}
+	dt, _ := dtype(n.Mode)
+	rm := Removal{FID: f, Type: dt, Nlink: n.Nlink}
+	if n.Nlink == 0 && t.s.mu.opens[f] == 1 {
+		rm.Last = true
+		if err := t.destroy(n, &rm); err != nil {
+			return Removal{}, err
+		}
+	} else if ci.LSOM != nil && n.Mode&S_IFMT == S_IFREG {
+		som := *ci.LSOM
+		som.Flags |= SOMLazy
+		t.b.Set(fidKey(pfxLSOM, f), som.marshal(), nil)
+	}
+	if ci.Write {
+		t.changelog(ChangelogRecord{Type: CLClose, TFID: f})
+	}
+	return rm, nil
+}
+
+// OpenCount returns how many opens of f are outstanding.
+func (s *Store) OpenCount(f fid.FID) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mu.opens[f]
+}
+
+// Orphans lists the orphans: inodes whose last link went while open.
+func (s *Store) Orphans() ([]fid.FID, error) {
+	var out []fid.FID
+	err := s.scan([]byte{pfxOrphan}, func(k, _ []byte) error {
+		if len(k) != 1+fidLen {
+			return errors.New("bad orphan key")
+		}
+		out = append(out, getFID(k[1:]))
+		return nil
+	})
+	return out, ioError(err, "orphans")
+}
+
+// DestroyOrphans destroys every orphan that is not open now: after a
+// restart, once recovery has replayed the opens that survive. It returns
+// the Removals (with their destroy log records).
+func (s *Store) DestroyOrphans(r Req) ([]Removal, error) {
+	orphans, err := s.Orphans()
+	if err != nil {
+		return nil, err
+	}
+	var out []Removal
+	for _, f := range orphans {
+		t := s.begin(&r)
+		if s.mu.opens[f] > 0 {
+			t.abort()
+			continue
+		}
+		n, err := t.inode(f)
+		if err != nil {
+			t.abort()
+			return out, err
+		}
+		dt, _ := dtype(n.Mode)
+		rm := Removal{FID: f, Type: dt, Last: true}
+		err = t.destroy(n, &rm)
+		if err = t.finish(err); err != nil {
+			return out, err
+		}
+		rm.fill(t)
+		out = append(out, rm)
+	}
+	return out, nil
+}
+
+// GetLayout returns f's layout (for a directory, its default layout);
+// ENODATA if it has none, ENOENT if f does not exist.
+func (s *Store) GetLayout(f fid.FID) (layout.Layout, error) {
+	t := s.read(&Req{})
+	defer t.done()
+	if _, err := t.inode(f); err != nil {
+		return layout.Layout{}, err
+	}
+	l, err := t.layoutOf(f)
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	if l == nil {
+		return layout.Layout{}, fail(syscall.ENODATA, "layout of %v", f)
+	}
+	return *l, nil
+}
+
+// SetLayout sets f's layout: a regular file's (instantiating components,
+// lfs setstripe on an empty file) or a directory's default layout (a
+// template). The stored generation is one more than the old layout's
+// (Gen of l is ignored). The caller needs write permission on f. EINVAL
+// for an invalid layout or another file type, EACCES, ENOENT. A LYOUT
+// changelog record is written. Returns the stored layout.
+func (s *Store) SetLayout(r Req, f fid.FID, l layout.Layout) (layout.Layout, error) {
+	t := s.begin(&r)
+	out, err := t.setLayout(f, l)
+	if err = t.finish(err); err != nil {
+		return layout.Layout{}, err
+	}
+	return out, nil
+}
+
+func (t *tx) setLayout(f fid.FID, l layout.Layout) (layout.Layout, error) {
+	n, err := t.inode(f)
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	if t := n.Mode & S_IFMT; t != S_IFREG && t != S_IFDIR {
+		return layout.Layout{}, fail(syscall.EINVAL, "set layout of %v: not a file or directory", f)
+	}
+	if err := t.may(n, MayWrite); err != nil {
+		return layout.Layout{}, err
+	}
+	old, err := t.layoutOf(f)
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	l = l.Clone()
+	l.Gen = 0
+	if old != nil {
+		l.Gen = old.Gen + 1
+	}
+	b, err := l.Marshal()
+	if err != nil {
+		return layout.Layout{}, fail(syscall.EINVAL, "set layout of %v: %v", f, err)
+	}
+	t.b.Set(fidKey(pfxLayout, f), b, nil)
+	n.Ctime = t.now
+	t.touch(n)
+	t.changelog(ChangelogRecord{Type: CLLayout, TFID: f})
+	return l, nil
+}
+
+// GetHSM returns f's HSM attributes (zero if never set); ENOENT if f does
+// not exist.
+func (s *Store) GetHSM(f fid.FID) (HSM, error) {
+	t := s.read(&Req{})
+	defer t.done()
+	if _, err := t.inode(f); err != nil {
+		return HSM{}, err
+	}
+	v, err := s.get(fidKey(pfxHSM, f))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return HSM{}, nil
+	}
+	if err != nil {
+		return HSM{}, ioError(err, "hsm of %v", f)
+	}
+	h, err := decodeHSM(v)
+	return h, ioError(err, "hsm of %v", f)
+}
+
+// SetHSM stores f's HSM attributes. The owner or CapFowner may set them
+// (EPERM); EINVAL for unknown flags or a non-regular file; ENOENT. An HSM
+// changelog record is written.
+func (s *Store) SetHSM(r Req, f fid.FID, h HSM) error {
+	if h.Flags&^hsmAll != 0 {
+		return fail(syscall.EINVAL, "hsm flags %#x", h.Flags)
+	}
+	t := s.begin(&r)
+	n, err := t.inode(f)
+	if err == nil {
+		switch {
+		case n.Mode&S_IFMT != S_IFREG:
+			err = fail(syscall.EINVAL, "hsm state of %v: not a regular file", f)
+		case !t.owner(n):
+			err = fail(syscall.EPERM, "hsm state of %v by uid %d", f, r.Cred.UID)
+		default:
+			t.b.Set(fidKey(pfxHSM, f), h.marshal(), nil)
+			t.changelog(ChangelogRecord{Type: CLHSM, TFID: f})
+		}
+	}
+	return t.finish(err)
+}

@@ -1,0 +1,71 @@
+package mdd
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/nacrefs/nacre/internal/fid"
+)
+
+// BenchmarkNamespace measures Create, Getattr and Unlink in one directory,
+// each reported as ops/s; batches are applied without fsync, with a Sync
+// every 1000 operations as the background syncer would.
+func BenchmarkNamespace(b *testing.B) {
+	s, err := Open(testConfig(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	d, _ := s.Mkdir(root, RootFID, "d", Spec{Mode: 0o755})
+	u := user(1000, 1000)
+	s.Setattr(root, d.FID, SetAttr{Valid: AttrMode, Mode: 0o777})
+	b.Run("Create", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, err := s.Create(u, d.FID, fmt.Sprintf("c%d", i), Spec{Mode: 0o644, Layout: striped(uint32(i))}); err != nil {
+				b.Fatal(err)
+			}
+			if i++; i%1000 == 0 {
+				s.Sync()
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "creates/s")
+	})
+	var fids []fid.FID
+	for i := range 10000 {
+		a, _ := s.Create(u, d.FID, fmt.Sprintf("g%d", i), Spec{Mode: 0o644})
+		fids = append(fids, a.FID)
+	}
+	b.Run("Getattr", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, err := s.Getattr(fids[i%len(fids)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "getattrs/s")
+	})
+	b.Run("Lookup", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, err := s.Lookup(u, d.FID, fmt.Sprintf("g%d", i%len(fids))); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
+	})
+	b.Run("Unlink", func(b *testing.B) {
+		for i := 0; i < b.N; i++ { // make what to unlink, outside the timing
+			b.StopTimer()
+			name := fmt.Sprintf("u%d", i)
+			s.Create(u, d.FID, name, Spec{Mode: 0o644, Layout: striped(uint32(i))})
+			b.StartTimer()
+			if _, err := s.Unlink(u, d.FID, name); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "unlinks/s")
+	})
+}

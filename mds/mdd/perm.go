@@ -1,0 +1,105 @@
+package mdd
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// acl returns n's ACL of the given xattr name, nil if it has none.
+func (t *tx) acl(n *inode, name string) (ACL, error) {
+	bit := inoACL
+	if name == XattrACLDefault {
+		bit = inoDefaultACL
+	}
+	if n.iflags&bit == 0 {
+		return nil, nil
+	}
+	v, err := t.s.get(xattrKey(n.FID, name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, ioError(err, "%s of %v", name, n.FID)
+	}
+	a, err := ParseACL(v)
+	if err != nil {
+		return nil, ioError(err, "%s of %v", name, n.FID)
+	}
+	return a, nil
+}
+
+// may checks that the caller may access n with want (MayRead, MayWrite,
+// MayExec bits), as Linux's generic_permission does: the owner's bits for
+// the owner, else the access ACL if there is one, else the group's bits for
+// a member of the owning group, else the others'; then the DAC override
+// capabilities. EACCES if denied.
+func (t *tx) may(n *inode, want uint16) error {
+	c := &t.r.Cred
+	mode := n.Mode
+	ok := false
+	switch {
+	case c.UID == n.UID:
+		ok = uint16(mode>>6)&want == want
+	case n.iflags&inoACL != 0:
+		a, err := t.acl(n, XattrACLAccess)
+		if err != nil {
+			return err
+		}
+		if a != nil {
+			ok = a.permits(c, n.UID, n.GID, want)
+			break
+		}
+		fallthrough
+	default:
+		if c.InGroup(n.GID) {
+			ok = uint16(mode>>3)&want == want
+		} else {
+			ok = uint16(mode)&want == want
+		}
+	}
+	if ok {
+		return nil
+	}
+	if isDir(mode) {
+		if c.Has(CapDacOverride) || want&MayWrite == 0 && c.Has(CapDacReadSearch) {
+			return nil
+		}
+	} else {
+		if c.Has(CapDacOverride) && (want&MayExec == 0 || mode&0o111 != 0) {
+			return nil
+		}
+		if want == MayRead && c.Has(CapDacReadSearch) {
+			return nil
+		}
+	}
+	return fail(syscall.EACCES, "%v: access %s denied to uid %d", n.FID, perms(want), c.UID)
+}
+
+func perms(want uint16) string {
+	b := []byte("---")
+	if want&MayRead != 0 {
+		b[0] = 'r'
+	}
+	if want&MayWrite != 0 {
+		b[1] = 'w'
+	}
+	if want&MayExec != 0 {
+		b[2] = 'x'
+	}
+	return string(b)
+}
+
+// owner reports whether the caller owns n or acts as its owner
+// (inode_owner_or_capable).
+func (t *tx) owner(n *inode) bool { return t.r.Cred.UID == n.UID || t.r.Cred.Has(CapFowner) }
+
+// sticky refuses (EPERM) removing or renaming child from a sticky dir by a
+// caller that owns neither (check_sticky).
+func (t *tx) sticky(dir, child *inode) error {
+	if dir.Mode&S_ISVTX == 0 || t.r.Cred.UID == child.UID || t.r.Cred.UID == dir.UID || t.r.Cred.Has(CapFowner) {
+		return nil
+	}
+	return fail(syscall.EPERM, "%v: sticky directory %v: uid %d owns neither", child.FID, dir.FID, t.r.Cred.UID)
+}

@@ -1,0 +1,64 @@
+package mdd
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestXattrs(t *testing.T) {
+	s := newStore(t)
+	pub := mkdir(t, s, root, RootFID, "pub", 0o777)
+	tmp := mkdir(t, s, root, RootFID, "tmp", 0o1777)
+	owner, other := user(1000, 1000), user(1001, 1001)
+	f := create(t, s, owner, pub, "f", 0o644)
+	fifo, _ := s.Mknod(owner, pub, "fifo", Spec{Mode: S_IFIFO | 0o666})
+	tests := []struct {
+		name string
+		op   func() error
+		want syscall.Errno
+	}{
+		{"set user", func() error { return s.Setxattr(owner, f, "user.a", []byte("1"), 0) }, 0},
+		{"create existing", func() error { return s.Setxattr(owner, f, "user.a", []byte("2"), XattrCreate) }, syscall.EEXIST},
+		{"replace missing", func() error { return s.Setxattr(owner, f, "user.b", []byte("2"), XattrReplace) }, syscall.ENODATA},
+		{"replace", func() error { return s.Setxattr(owner, f, "user.a", []byte("3"), XattrReplace) }, 0},
+		{"other sets user without write", func() error { return s.Setxattr(other, f, "user.c", nil, 0) }, syscall.EACCES},
+		{"other reads user", func() error { return errOf(s.Getxattr(other, f, "user.a")) }, 0},
+		{"user on a fifo", func() error { return s.Setxattr(owner, fifo.FID, "user.a", nil, 0) }, syscall.EPERM},
+		{"user read on a fifo", func() error { return errOf(s.Getxattr(owner, fifo.FID, "user.a")) }, syscall.ENODATA},
+		{"user on someone's sticky dir", func() error { return s.Setxattr(other, tmp, "user.a", nil, 0) }, syscall.EPERM},
+		{"trusted by user", func() error { return s.Setxattr(owner, f, "trusted.t", []byte("x"), 0) }, syscall.EPERM},
+		{"trusted by root", func() error { return s.Setxattr(root, f, "trusted.t", []byte("x"), 0) }, 0},
+		{"trusted read by user", func() error { return errOf(s.Getxattr(owner, f, "trusted.t")) }, syscall.ENODATA},
+		{"security by user", func() error { return s.Setxattr(owner, f, "security.s", nil, 0) }, syscall.EPERM},
+		{"unknown namespace", func() error { return s.Setxattr(root, f, "lustre.x", nil, 0) }, syscall.EOPNOTSUPP},
+		{"bare prefix", func() error { return s.Setxattr(root, f, "user.", nil, 0) }, syscall.EINVAL},
+		{"long name", func() error { return s.Setxattr(root, f, "user."+strings.Repeat("n", 251), nil, 0) }, syscall.ERANGE},
+		{"big value", func() error { return s.Setxattr(root, f, "user.big", make([]byte, MaxXattrValue+1), 0) }, syscall.E2BIG},
+		{"max value", func() error { return s.Setxattr(root, f, "user.big", make([]byte, MaxXattrValue), 0) }, 0},
+		{"bad flags", func() error { return s.Setxattr(root, f, "user.a", nil, 3) }, syscall.EINVAL},
+		{"get missing", func() error { return errOf(s.Getxattr(owner, f, "user.zz")) }, syscall.ENODATA},
+		{"remove missing", func() error { return s.Removexattr(owner, f, "user.zz") }, syscall.ENODATA},
+		{"remove", func() error { return s.Removexattr(owner, f, "user.big") }, 0},
+	}
+	for _, tt := range tests {
+		wantErrno(t, tt.name, tt.op(), tt.want)
+	}
+	v, err := s.Getxattr(owner, f, "user.a")
+	if err != nil || !bytes.Equal(v, []byte("3")) {
+		t.Fatalf("user.a = %q, %v", v, err)
+	}
+	names, err := s.Listxattr(owner, f)
+	if err != nil || !reflect.DeepEqual(names, []string{"user.a"}) {
+		t.Fatalf("list as user = %v, %v", names, err)
+	}
+	names, _ = s.Listxattr(root, f)
+	if !reflect.DeepEqual(names, []string{"trusted.t", "user.a"}) {
+		t.Fatalf("list as root = %v", names)
+	}
+	// Xattrs go with the inode.
+	s.Unlink(owner, pub, "f")
+	check(t, s)
+}
