@@ -12,6 +12,7 @@ import (
 
 	"github.com/nacrefs/nacre/internal/errs"
 	"github.com/nacrefs/nacre/internal/etcdserver"
+	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/services/auth"
 )
 
@@ -26,6 +27,11 @@ type UpConfig struct {
 	EtcdPeerURL   string
 	// MGS is the management server's config; its EtcdEndpoints are ignored.
 	MGS MGSConfig
+	// OSTs is how many OSTs to serve (formatted under DataDir/ostN on first
+	// start); 0 runs the control plane only.
+	OSTs int
+	// LNet configures the data plane's LNet when OSTs > 0.
+	LNet lnet.Config
 }
 
 // DefaultUpConfig is `nacre up` without flags.
@@ -36,12 +42,28 @@ func DefaultUpConfig() UpConfig {
 		EtcdClientURL: "http://127.0.0.1:2379",
 		EtcdPeerURL:   "http://127.0.0.1:2380",
 		MGS:           DefaultMGSConfig(),
+		OSTs:          4,
+		LNet:          defaultUpLNet(),
 	}
+}
+
+// defaultUpLNet is the embedded cluster's LNet: 127.0.0.1@tcp on the
+// socklnd port 988.
+func defaultUpLNet() lnet.Config {
+	cfg := lnet.DefaultConfig()
+	nets, err := lnet.ParseNetworks("tcp(127.0.0.1)")
+	if err != nil {
+		panic(err) // a constant
+	}
+	cfg.Networks = nets
+	return cfg
 }
 
 // Node is a running embedded cluster.
 type Node struct {
 	MGS *MGS
+	// Storage serves the OSTs, when there are any.
+	Storage *Storage
 	// TokenFile holds the generated admin token, when one was generated.
 	TokenFile string
 	etcd      *etcdserver.Server
@@ -89,17 +111,36 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	if _, err := n.MGS.Store().CreateFilesystem(ctx, cfg.FSName); err != nil && !errs.Is(err, errs.Exist) {
 		return nil, fmt.Errorf("up: create filesystem %s: %w", cfg.FSName, err)
 	}
+	if cfg.OSTs > 0 {
+		var dirs []string
+		for i := range cfg.OSTs {
+			dir := filepath.Join(cfg.DataDir, fmt.Sprintf("ost%d", i))
+			if _, err := os.Stat(filepath.Join(dir, TargetFile)); errors.Is(err, os.ErrNotExist) {
+				id := TargetIdentity{FSName: cfg.FSName, Index: uint32(i), MGSNodes: []string{n.MGS.GRPCAddr()}}
+				if _, err := FormatOST(ctx, dir, id); err != nil {
+					return nil, fmt.Errorf("up: %w", err)
+				}
+			}
+			dirs = append(dirs, dir)
+		}
+		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger}); err != nil {
+			return nil, fmt.Errorf("up: %w", err)
+		}
+	}
 	return n, nil
 }
 
 // EtcdErr reports a fatal error of the embedded etcd member.
 func (n *Node) EtcdErr() <-chan error { return n.etcd.Err() }
 
-// Close stops the MGS, then etcd.
+// Close stops the servers, the MGS, then etcd.
 func (n *Node) Close(ctx context.Context) error {
 	var err error
+	if n.Storage != nil {
+		err = n.Storage.Close(ctx)
+	}
 	if n.MGS != nil {
-		err = n.MGS.Close(ctx)
+		err = errors.Join(err, n.MGS.Close(ctx))
 	}
 	if n.etcd != nil {
 		n.etcd.Close()

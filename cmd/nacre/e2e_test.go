@@ -60,9 +60,10 @@ func freeAddr(t *testing.T) string {
 // startUp runs `nacre up` and waits for its "ready" line.
 func startUp(t *testing.T, data string, ports [4]string, extra ...string) *upProc {
 	t.Helper()
+	_, lport, _ := strings.Cut(freeAddr(t), ":")
 	args := append([]string{"up", "--data", data,
 		"--etcd-client-url", "http://" + ports[0], "--etcd-peer-url", "http://" + ports[1],
-		"--grpc-addr", ports[2], "--http-addr", ports[3]}, extra...)
+		"--grpc-addr", ports[2], "--http-addr", ports[3], "--port", lport}, extra...)
 	cmd := exec.Command(nacreBin, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -132,7 +133,8 @@ func TestUpEndToEnd(t *testing.T) {
 	data := t.TempDir()
 	ports := [4]string{freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)}
 	p := startUp(t, data, ports, "--fsname", "e2efs")
-	for _, want := range []string{`filesystem "e2efs"`, "grpc   " + ports[2], "rest   http://" + ports[3], "admin.token"} {
+	for _, want := range []string{`filesystem "e2efs"`, "grpc   " + ports[2], "rest   http://" + ports[3], "admin.token",
+		"ost    e2efs-OST0000", "ost    e2efs-OST0003"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("startup output lacks %q:\n%s", want, p.out)
 		}
@@ -183,6 +185,10 @@ func TestUpEndToEnd(t *testing.T) {
 	code, body := httpDo(t, "GET", base+"/api/v1/filesystems/e2efs/targets", token, "")
 	if code != 200 || !strings.Contains(body, reg.GetTarget().GetUuid()) {
 		t.Fatalf("target after restart: %d %s", code, body)
+	}
+	// The embedded OSTs kept their identity and registered again, up.
+	if reg.GetTarget().GetIndex() != 4 || strings.Count(body, `"state":"TARGET_STATE_UP"`) < 4 || !strings.Contains(body, "e2efs-OST0003") {
+		t.Fatalf("embedded OSTs after restart (registered %s): %s", reg.GetTarget().GetName(), body)
 	}
 	if code, body := httpDo(t, "GET", base+"/api/v1/filesystems/e2efs/pools", token, ""); code != 200 || !strings.Contains(body, `"name":"fast"`) {
 		t.Fatalf("pool after restart: %d %s", code, body)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -35,6 +36,18 @@ func newUpCmd() *cobra.Command {
 				return err
 			}
 			cfg.MGS.Logger = log
+			cfg.OSTs = v.GetInt("osts")
+			if cfg.OSTs > 0 {
+				if cfg.LNet, err = lnetConfigFrom(v); err != nil {
+					return err
+				}
+				if len(cfg.LNet.Networks) == 0 {
+					cfg.LNet.Networks = server.DefaultUpConfig().LNet.Networks
+					for i := range cfg.LNet.Networks {
+						cfg.LNet.Networks[i].Options = map[string]string{"port": strconv.Itoa(v.GetInt("port"))}
+					}
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			n, err := server.Up(ctx, cfg)
@@ -47,6 +60,11 @@ func newUpCmd() *cobra.Command {
 			fmt.Fprintf(out, "  etcd   %s (data %s)\n", cfg.EtcdClientURL, filepath.Join(abs, "etcd"))
 			fmt.Fprintf(out, "  grpc   %s (MGS, Admin, health, reflection)\n", n.MGS.GRPCAddr())
 			fmt.Fprintf(out, "  rest   http://%s/api/v1 (also /openapi.json, /healthz, /metrics)\n", n.MGS.HTTPAddr())
+			if n.Storage != nil {
+				for _, o := range n.Storage.OSS.OSTs() {
+					fmt.Fprintf(out, "  ost    %s on %v\n", o.Target().Name(), n.Storage.LNet.NIDs())
+				}
+			}
 			switch {
 			case n.TokenFile != "":
 				fmt.Fprintf(out, "  token  %s (role admin; send 'Authorization: Bearer <token>')\n", n.TokenFile)
@@ -69,5 +87,7 @@ func newUpCmd() *cobra.Command {
 	f.String("fsname", d.FSName, "filesystem to create on first start")
 	f.String("etcd-client-url", d.EtcdClientURL, "embedded etcd client URL")
 	f.String("etcd-peer-url", d.EtcdPeerURL, "embedded etcd peer URL")
+	f.Int("osts", d.OSTs, "OSTs to serve (formatted under DATA/ostN on first start)")
+	addLNetFlags(f)
 	return cmd
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nacrefs/nacre/server"
+	"github.com/nacrefs/nacre/services/lnetctl"
+)
+
+func newMkfsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mkfs --ost|--mdt --fsname NAME --index N --mgsnode NID[,NID] DIR",
+		Short: "Format a directory as a storage target (its identity, label and store)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := cmd.Flags()
+			ost, _ := f.GetBool("ost")
+			mdt, _ := f.GetBool("mdt")
+			if ost == mdt {
+				return fmt.Errorf("mkfs: give exactly one of --ost and --mdt")
+			}
+			fsname, _ := f.GetString("fsname")
+			index, _ := f.GetUint32("index")
+			nodes, _ := f.GetStringSlice("mgsnode")
+			backend, _ := f.GetString("backend")
+			id := server.TargetIdentity{FSName: fsname, Index: index, MGSNodes: nodes, Backend: backend}
+			if mdt {
+				return fmt.Errorf("mkfs --mdt: the MDS is not built yet")
+			}
+			id, err := server.FormatOST(cmd.Context(), args[0], id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "formatted %s as %s (uuid %s, mgs %s)\n", args[0], id.Label, id.UUID, strings.Join(id.MGSNodes, ","))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Bool("ost", false, "format an object storage target")
+	f.Bool("mdt", false, "format a metadata target")
+	f.String("fsname", "nacre", "filesystem name (1-8 of [A-Za-z0-9_-])")
+	f.Uint32("index", 0, "target index")
+	f.StringSlice("mgsnode", nil, "MGS NID or host:port (repeat or comma-separate for failover partners)")
+	f.String("backend", "file", "OSD backend")
+	return cmd
+}
+
+func newServerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server DIR... [--nid NID | --networks SPEC]",
+		Short: "Serve formatted targets on LNet and register them with the MGS",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, lcfg, err := lnetCommandConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if len(lcfg.Networks) == 0 {
+				return fmt.Errorf("server: give the NIDs to serve on (--nid 192.168.1.5@tcp or --networks)")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			st, err := server.StartServer(ctx, server.ServerConfig{Dirs: args, LNet: lcfg, Logger: lcfg.Logger,
+				CallbackTimeout: v.GetDuration("ldlm-timeout"), EvictTimeout: v.GetDuration("evict-timeout")})
+			if err != nil {
+				return err
+			}
+			sock := v.GetString("socket")
+			ctl, err := lnetctl.Listen(sock, lnetctl.New(st.LNet), lcfg.Logger)
+			if err != nil {
+				st.Close(context.Background())
+				return err
+			}
+			defer ctl.Close()
+			var names []string
+			for _, o := range st.OSS.OSTs() {
+				names = append(names, o.Target().Name())
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "nacre server: %s on %v\nready\n", strings.Join(names, ", "), st.LNet.NIDs())
+			<-ctx.Done()
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return st.Close(cctx)
+		},
+	}
+	f := cmd.Flags()
+	addLNetFlags(f)
+	f.Duration("ldlm-timeout", 0, "how long a client has to give a lock back before eviction (0: default)")
+	f.Duration("evict-timeout", 0, "how long a silent client keeps its export (0: default)")
+	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
+	return cmd
+}

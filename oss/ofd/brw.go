@@ -1,0 +1,278 @@
+package ofd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/oss/osd"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
+)
+
+// bulkBufs recycles the server's bulk buffers (Lustre's page pool): bulk
+// data lands in one by LNet GET and goes to the device from it by pwritev,
+// or comes from the device into one and leaves by LNet PUT — the one copy
+// between the network and the disk that cannot be avoided.
+var bulkBufs = sync.Pool{New: func() any { b := make([]byte, 4<<20); return &b }}
+
+// brw is a decoded bulk request.
+type brw struct {
+	f    fid.FID
+	req  ostv1.BRWRequest
+	nbs  []wire.Niobuf
+	size int
+}
+
+func (o *OFD) parseBRW(r *ptlrpc.Request) (*brw, error) {
+	b := &brw{}
+	if err := proto.Unmarshal(r.Body, &b.req); err != nil {
+		return nil, fmt.Errorf("%w: brw body: %v", errBadRequest, err)
+	}
+	var err error
+	if b.f, err = fidFromWire(b.req.Fid); err != nil {
+		return nil, err
+	}
+	if b.nbs, err = wire.ParseNiobufs(b.req.Niobufs, MaxNiobufs); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	if len(b.nbs) == 0 {
+		return nil, fmt.Errorf("%w: brw without niobufs", errBadRequest)
+	}
+	for _, nb := range b.nbs {
+		b.size += int(nb.Len)
+	}
+	if end := b.nbs[len(b.nbs)-1].End(); end > osd.MaxObjectSize {
+		return nil, fmt.Errorf("%w: %v [%d,%d) past the largest object", osd.ErrTooLarge, b.f, b.nbs[len(b.nbs)-1].Offset, end)
+	}
+	if b.size != int(r.Header.BulkLen) {
+		return nil, fmt.Errorf("%w: niobufs of %d bytes for a bulk of %d", errBadRequest, b.size, r.Header.BulkLen)
+	}
+	return b, nil
+}
+
+// buffers returns a bulk buffer cut into one view per niobuf, and a
+// function to give it back.
+func (b *brw) buffers() ([][]byte, func()) {
+	var buf []byte
+	var bp *[]byte
+	if b.size <= 4<<20 {
+		bp = bulkBufs.Get().(*[]byte)
+		buf = *bp
+	} else {
+		buf = make([]byte, b.size)
+	}
+	views := make([][]byte, len(b.nbs))
+	off := 0
+	for i, nb := range b.nbs {
+		views[i] = buf[off : off+int(nb.Len) : off+int(nb.Len)]
+		off += int(nb.Len)
+	}
+	return views, func() {
+		if bp != nil {
+			bulkBufs.Put(bp)
+		}
+	}
+}
+
+// write serves OST_WRITE: check the object and the space, GET the data into
+// a bulk buffer, write it in one transaction numbered with the request's
+// transno, and hand out grant.
+func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	b, err := o.parseBRW(r)
+	if err != nil {
+		return o.refuse(r, "write: %w", err)
+	}
+	if _, err := o.dev.GetAttr(ctx, b.f); err != nil {
+		return o.refuse(r, "write %v: %w", b.f, err)
+	}
+	exp := r.Export()
+	if err := o.consumeGrant(ctx, exp, uint64(b.size), b.req.FromGrant); err != nil {
+		return o.refuse(r, "write %v of %d bytes: %w", b.f, b.size, err)
+	}
+	views, release := b.buffers()
+	defer release()
+	if _, err := r.BulkGet(ctx, views); err != nil {
+		// Nothing was written; the space goes back.
+		o.returnSpace(exp, uint64(b.size), b.req.FromGrant)
+		return nil, ptlrpc.Errno(err)
+	}
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	for i, nb := range b.nbs {
+		if err := tx.WriteAt(b.f, views[i:i+1], int64(nb.Offset)); err != nil {
+			return o.refuse(r, "write %v: %w", b.f, err)
+		}
+	}
+	if b.req.Mtime != 0 {
+		if err := tx.SetAttr(b.f, osd.Attr{Mtime: fromNS(b.req.Mtime), Ctime: fromNS(b.req.Mtime), Valid: osd.AttrMtime | osd.AttrCtime}); err != nil {
+			return nil, errno(err)
+		}
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		if st := errno(err); st == -int32(syscall.ENOSPC) {
+			o.gmu.Lock()
+			o.gmu.noSpace++
+			o.gmu.Unlock()
+		}
+		return o.refuse(r, "write %v: %w", b.f, err)
+	}
+	after, err := o.updateLVB(ctx, b.f)
+	if err != nil {
+		return nil, errno(err)
+	}
+	grant := o.moreGrant(ctx, exp, b.req.GrantWant)
+	return marshal(&ostv1.BRWReply{Attr: AttrToWire(after), Grant: grant})
+}
+
+// read serves OST_READ: read every extent into a bulk buffer (holes and
+// bytes past the end read as zeros) and PUT it to the client.
+func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	b, err := o.parseBRW(r)
+	if err != nil {
+		return o.refuse(r, "read: %w", err)
+	}
+	a, err := o.dev.GetAttr(ctx, b.f)
+	if err != nil {
+		return o.refuse(r, "read %v: %w", b.f, err)
+	}
+	views, release := b.buffers()
+	defer release()
+	for i, nb := range b.nbs {
+		n, err := o.dev.ReadAt(ctx, b.f, views[i:i+1], int64(nb.Offset))
+		if err != nil {
+			return o.refuse(r, "read %v: %w", b.f, err)
+		}
+		clear(views[i][n:]) // past the end of the object
+	}
+	if _, err := r.BulkPut(ctx, views); err != nil {
+		return nil, ptlrpc.Errno(err)
+	}
+	return marshal(&ostv1.BRWReply{Attr: AttrToWire(a), Grant: o.grantOf(r.Export())})
+}
+
+// Grants (Lustre's tgt_grant): a client may cache dirty data up to its
+// grant, because the space for it is set aside. The target never grants
+// more than the space left over what is already granted; as it fills,
+// grants shrink.
+
+// spaceLocked returns the free space not already granted, refreshing the
+// statfs if it is old.
+func (o *OFD) spaceLocked(ctx context.Context) uint64 {
+	if time.Since(o.gmu.sfsAt) > statfsAge {
+		sfs, err := o.dev.Statfs(ctx)
+		if err != nil {
+			o.log.Warn("ofd: statfs", "err", err)
+		} else {
+			o.gmu.sfs, o.gmu.sfsAt = sfs, time.Now()
+		}
+	}
+	avail := o.gmu.sfs.BAvail * uint64(o.gmu.sfs.BSize)
+	// Keep a reserve for the device's own metadata: 1/64 of the target,
+	// at least 1 MiB.
+	reserve := max(o.gmu.sfs.Blocks*uint64(o.gmu.sfs.BSize)/64, 1<<20)
+	if avail <= reserve+o.gmu.total {
+		return 0
+	}
+	return avail - reserve - o.gmu.total
+}
+
+// connectGrant gives a new export its first grant, returned to the client
+// in the CONNECT reply.
+func (o *OFD) connectGrant(e *ptlrpc.Export) []byte {
+	o.gmu.Lock()
+	g, ok := o.gmu.byExp[e]
+	if !ok {
+		g = min(o.cfg.InitialGrant, o.spaceLocked(context.Background())/8) &^ (grantUnit - 1)
+		o.gmu.byExp[e] = g
+		o.gmu.total += g
+	}
+	o.gmu.Unlock()
+	b, _ := proto.Marshal(&ostv1.ConnectData{Grant: g})
+	return b
+}
+
+func (o *OFD) dropGrant(e *ptlrpc.Export) {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	o.gmu.total -= o.gmu.byExp[e]
+	delete(o.gmu.byExp, e)
+}
+
+func (o *OFD) grantOf(e *ptlrpc.Export) uint64 {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	return o.gmu.byExp[e]
+}
+
+// consumeGrant accounts for a write of n bytes: from the client's grant
+// if it says so (as far as the grant goes), the rest from free space,
+// failing with ENOSPC if there is not enough.
+func (o *OFD) consumeGrant(ctx context.Context, e *ptlrpc.Export, n uint64, fromGrant bool) error {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	g := o.gmu.byExp[e]
+	use := uint64(0)
+	if fromGrant {
+		use = min(g, n)
+	}
+	if rest := n - use; rest > 0 && o.spaceLocked(ctx) < rest {
+		o.gmu.noSpace++
+		return fmt.Errorf("%w: %d bytes not covered by grant (%d held), too little space", osd.ErrNoSpace, rest, g)
+	}
+	if _, ok := o.gmu.byExp[e]; ok {
+		o.gmu.byExp[e] = g - use
+	}
+	o.gmu.total -= use
+	return nil
+}
+
+// returnSpace undoes consumeGrant for a write that did not happen.
+func (o *OFD) returnSpace(e *ptlrpc.Export, n uint64, fromGrant bool) {
+	if !fromGrant {
+		return
+	}
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	if g, ok := o.gmu.byExp[e]; ok {
+		o.gmu.byExp[e] = g + n
+		o.gmu.total += n
+	}
+}
+
+// moreGrant gives e up to want more grant, as space allows, and shrinks
+// its grant to its share when the target is nearly full. It returns the
+// export's grant.
+func (o *OFD) moreGrant(ctx context.Context, e *ptlrpc.Export, want uint64) uint64 {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	g, ok := o.gmu.byExp[e]
+	if !ok {
+		return 0
+	}
+	spare := o.spaceLocked(ctx)
+	if want > 0 {
+		add := min(want, spare/4) &^ (grantUnit - 1)
+		g += add
+		o.gmu.total += add
+		spare -= add
+	}
+	// Nearly full: no export keeps more than an equal share of what is
+	// left, so the last bytes go to whoever writes them.
+	if share := (spare + o.gmu.total) / uint64(len(o.gmu.byExp)+1); spare < o.gmu.total && g > share {
+		shrink := (g - share) &^ (grantUnit - 1)
+		g -= shrink
+		o.gmu.total -= shrink
+	}
+	o.gmu.byExp[e] = g
+	return g
+}

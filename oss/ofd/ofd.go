@@ -1,0 +1,577 @@
+// Package ofd is the object service of one OST (Lustre's OFD): it serves
+// the OST requests — create (precreate), destroy, getattr, setattr, punch,
+// bulk read and write, sync, statfs, ladvise — over an OSD device, numbers
+// every change with a transno in order with the device's transactions,
+// keeps clients' space grants, and runs the target's lock server (extent
+// locks with the object's size and times in the lock value block).
+//
+// It owns the target's bookkeeping (LAST_ID per sequence, kept in the
+// device through journaled records) and the grant accounting; it does not
+// own the transport (dataplane/ptlrpc serves it, oss assembles the
+// service), the storage (oss/osd) or the locks' rules (ldlm).
+package ofd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/ldlm"
+	"github.com/nacrefs/nacre/oss/osd"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
+)
+
+// Limits and defaults.
+const (
+	// MaxPrecreate bounds the objects one OST_CREATE makes (Lustre's
+	// OST_MAX_PRECREATE).
+	MaxPrecreate = 20000
+	// MaxNiobufs bounds the niobufs of one BRW.
+	MaxNiobufs = 256
+	// DefaultInitialGrant is the grant a client gets at connect: enough for
+	// two full RPCs in flight of 4 MiB each... times the in-flight default,
+	// before the target's space caps it.
+	DefaultInitialGrant = 64 << 20
+	// grantUnit rounds grants.
+	grantUnit = 4096
+	// statfsAge is how long a statfs is reused for grant decisions.
+	statfsAge = 100 * time.Millisecond
+	// commitPoll is how often the device's last committed transno is
+	// passed to the target.
+	commitPoll = 10 * time.Millisecond
+)
+
+// Config configures an OFD.
+type Config struct {
+	// Device is the OST's store; the OFD does not close it.
+	Device osd.Device
+	// Targets is the set the OST's target joins; Name is its label and
+	// UUID its identity.
+	Targets *ptlrpc.TargetSet
+	Name    string
+	UUID    string
+	// Client sends lock callbacks to clients.
+	Client *ptlrpc.Client
+	// CallbackTimeout and EvictTimeout: 0 means the ldlm and ptlrpc
+	// defaults.
+	CallbackTimeout, EvictTimeout time.Duration
+	// InitialGrant is a new client's grant before the space caps it; 0
+	// means DefaultInitialGrant.
+	InitialGrant uint64
+	// Logger receives the OFD's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats are an OFD's counters.
+type Stats struct {
+	// Granted is the space clients hold as grant; Exports how many hold
+	// some.
+	Granted uint64
+	Exports int
+	// NoSpace counts writes refused with ENOSPC.
+	NoSpace uint64
+	// Precreated counts objects made by OST_CREATE.
+	Precreated uint64
+}
+
+// OFD serves one OST. Safe for concurrent use.
+type OFD struct {
+	cfg   Config
+	dev   osd.Device
+	tgt   *ptlrpc.Target
+	lockd *ldlm.Server
+	log   *slog.Logger
+	stop  chan struct{}
+	done  chan struct{}
+
+	// seqMu serializes precreate per target; lastID caches LAST_ID.
+	seqMu  sync.Mutex
+	lastID map[uint64]uint32
+
+	gmu struct {
+		sync.Mutex
+		byExp     map[*ptlrpc.Export]uint64
+		total     uint64
+		sfs       osd.Statfs
+		sfsAt     time.Time
+		noSpace   uint64
+		precreate uint64
+	}
+}
+
+// New starts the OFD of one OST: its target in cfg.Targets, its lock
+// server, and the goroutine that reports commits. Close stops them.
+func New(cfg Config) (*OFD, error) {
+	if cfg.Device == nil || cfg.Targets == nil || cfg.Client == nil {
+		return nil, errors.New("ofd: Device, Targets and Client are required")
+	}
+	if cfg.Name == "" {
+		cfg.Name = cfg.Device.Label()
+	}
+	if cfg.InitialGrant == 0 {
+		cfg.InitialGrant = DefaultInitialGrant
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	o := &OFD{cfg: cfg, dev: cfg.Device, log: lg.With("ost", cfg.Name), lastID: make(map[uint64]uint32),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	o.gmu.byExp = make(map[*ptlrpc.Export]uint64)
+	var err error
+	o.lockd, err = ldlm.NewServer(ldlm.ServerConfig{
+		Namespace: ldlm.Config{Name: cfg.Name}, Client: cfg.Client, CallbackTimeout: cfg.CallbackTimeout, Logger: lg,
+		LVBInit: o.lvbInit,
+		Evict: func(exp *ptlrpc.Export) {
+			if err := o.tgt.Evict(exp.ClientUUID()); err != nil {
+				o.log.Info("ofd: evict", "client", exp.ClientUUID(), "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	o.tgt, err = cfg.Targets.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
+		OnConnect: o.connectGrant,
+		OnGone: func(e *ptlrpc.Export, _ bool) {
+			o.lockd.ExportGone(e)
+			o.dropGrant(e)
+		}})
+	if err != nil {
+		o.lockd.Close()
+		return nil, err
+	}
+	o.tgt.Committed(o.dev.LastCommitted())
+	go o.committer()
+	return o, nil
+}
+
+// Target returns the OST's PtlRPC target.
+func (o *OFD) Target() *ptlrpc.Target { return o.tgt }
+
+// LockServer returns the OST's lock server.
+func (o *OFD) LockServer() *ldlm.Server { return o.lockd }
+
+// Stats returns the OFD's counters.
+func (o *OFD) Stats() Stats {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	return Stats{Granted: o.gmu.total, Exports: len(o.gmu.byExp), NoSpace: o.gmu.noSpace, Precreated: o.gmu.precreate}
+}
+
+// committer passes the device's durable transno to the target, so replies
+// carry it as last_committed.
+func (o *OFD) committer() {
+	defer close(o.done)
+	t := time.NewTicker(commitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+			o.tgt.Committed(o.dev.LastCommitted())
+		}
+	}
+}
+
+// Close stops the lock server and the target (its exports go) and the
+// committer. The device stays open for its owner to close.
+func (o *OFD) Close(ctx context.Context) error {
+	close(o.stop)
+	<-o.done
+	err := o.tgt.Close(ctx)
+	o.lockd.Close()
+	return err
+}
+
+// Flags are the handler flags of every opcode an OFD serves, for the
+// service that routes requests to OFDs (oss).
+var Flags = map[wire.Opcode]ptlrpc.HandlerFlags{
+	wire.OSTCreate: ptlrpc.Modifying, wire.OSTDestroy: ptlrpc.Modifying, wire.OSTGetattr: 0,
+	wire.OSTSetattr: ptlrpc.Modifying, wire.OSTPunch: ptlrpc.Modifying, wire.OSTWrite: ptlrpc.Modifying | ptlrpc.HasBulk,
+	wire.OSTRead: ptlrpc.HasBulk, wire.OSTSync: 0, wire.OSTStatfs: 0, wire.OSTLadvise: 0,
+	wire.LDLMEnqueue: 0, wire.LDLMCancel: 0, wire.LDLMConvert: 0,
+}
+
+// Handlers returns the OST's request handlers (lock requests included),
+// with the flags in Flags, for a connection-oriented service that routes
+// each request to the OFD of its export's target.
+func (o *OFD) Handlers() map[wire.Opcode]ptlrpc.Handler {
+	h := map[wire.Opcode]ptlrpc.Handler{
+		wire.OSTCreate: o.create, wire.OSTDestroy: o.destroy, wire.OSTGetattr: o.getattr, wire.OSTSetattr: o.setattr,
+		wire.OSTPunch: o.punch, wire.OSTWrite: o.write, wire.OSTRead: o.read, wire.OSTSync: o.sync,
+		wire.OSTStatfs: o.statfs, wire.OSTLadvise: o.ladvise,
+	}
+	for op, spec := range o.lockd.Handlers() {
+		h[op] = spec.Fn
+	}
+	return h
+}
+
+// Errors to errnos.
+
+func errno(err error) int32 {
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, errBadRequest) {
+		return -int32(syscall.EINVAL)
+	}
+	return -int32(osd.Errno(err))
+}
+
+// errBadRequest marks requests that make no sense.
+var errBadRequest = errors.New("ofd: bad request")
+
+func (o *OFD) refuse(r *ptlrpc.Request, format string, args ...any) ([]byte, int32) {
+	err := fmt.Errorf(format, args...)
+	o.log.Info("ofd: refusing request", "op", r.Header.Opcode, "from", r.Peer, "err", err)
+	if st := errno(err); st != 0 && !errors.Is(err, errBadRequest) {
+		return nil, st
+	}
+	return nil, -int32(syscall.EINVAL)
+}
+
+func marshal(m proto.Message) ([]byte, int32) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, -int32(syscall.EIO)
+	}
+	return b, 0
+}
+
+func fidFromWire(w *ostv1.FID) (fid.FID, error) {
+	if w == nil {
+		return fid.FID{}, fmt.Errorf("%w: no fid", errBadRequest)
+	}
+	f := fid.FID{Seq: w.Seq, Oid: w.Oid, Ver: w.Ver}
+	if f.IsZero() || f.Oid == 0 {
+		return f, fmt.Errorf("%w: fid %v", errBadRequest, f)
+	}
+	return f, nil
+}
+
+// FIDToWire converts a FID for an OST request.
+func FIDToWire(f fid.FID) *ostv1.FID { return &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver} }
+
+func nsTime(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNS(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// AttrToWire converts attributes for a reply.
+func AttrToWire(a osd.Attr) *ostv1.Attr {
+	return &ostv1.Attr{Size: a.Size, Blocks: a.Blocks, Mtime: nsTime(a.Mtime), Atime: nsTime(a.Atime), Ctime: nsTime(a.Ctime),
+		Mode: a.Mode, Uid: a.UID, Gid: a.GID, Parent: FIDToWire(a.ParentFID), StripeIndex: a.StripeIndex,
+		LayoutVersion: a.LayoutVersion, Valid: uint32(a.Valid)}
+}
+
+// attrFromWire takes what a client may set: everything but size (punch
+// truncates) and blocks.
+func attrFromWire(w *ostv1.Attr) osd.Attr {
+	if w == nil {
+		return osd.Attr{}
+	}
+	a := osd.Attr{Size: w.Size, Mtime: fromNS(w.Mtime), Atime: fromNS(w.Atime), Ctime: fromNS(w.Ctime), Mode: w.Mode,
+		UID: w.Uid, GID: w.Gid, StripeIndex: w.StripeIndex, LayoutVersion: w.LayoutVersion, Valid: osd.AttrMask(w.Valid) &^ osd.AttrBlocks}
+	if w.Parent != nil {
+		a.ParentFID = fid.FID{Seq: w.Parent.Seq, Oid: w.Parent.Oid, Ver: w.Parent.Ver}
+	}
+	return a
+}
+
+// resOf names an object's extent lock resource.
+func resOf(f fid.FID) ldlm.Resource {
+	return ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeExtent}
+}
+
+// lvbInit gives a new lock resource the object's attributes.
+func (o *OFD) lvbInit(res ldlm.Resource) (ldlm.LVB, error) {
+	f := fid.FID{Seq: res.ID[0], Oid: uint32(res.ID[1]), Ver: uint32(res.ID[1] >> 32)}
+	a, err := o.dev.GetAttr(context.Background(), f)
+	if errors.Is(err, osd.ErrNotExist) {
+		return ldlm.LVB{}, nil
+	}
+	if err != nil {
+		return ldlm.LVB{}, err
+	}
+	return lvbOf(a), nil
+}
+
+func lvbOf(a osd.Attr) ldlm.LVB {
+	return ldlm.LVB{Size: a.Size, Blocks: a.Blocks, MTime: nsTime(a.Mtime), ATime: nsTime(a.Atime), CTime: nsTime(a.Ctime)}
+}
+
+// updateLVB refreshes the LVB of f's lock resource after a change, if the
+// resource has locks.
+func (o *OFD) updateLVB(ctx context.Context, f fid.FID) (osd.Attr, error) {
+	a, err := o.dev.GetAttr(ctx, f)
+	if err != nil {
+		return a, err
+	}
+	if err := o.lockd.SetLVB(resOf(f), lvbOf(a)); err != nil && !errors.Is(err, ldlm.ErrUnknownResource) {
+		o.log.Debug("ofd: set lvb", "fid", f, "err", err)
+	}
+	return a, nil
+}
+
+// commit numbers tx with the request's transno (in order with every other
+// change of the target) and commits it.
+func (o *OFD) commit(ctx context.Context, r *ptlrpc.Request, tx osd.Tx) error {
+	r.AssignTransno(tx.SetTransno)
+	return tx.Commit(ctx)
+}
+
+// lastIDFID is the bookkeeping object holding a sequence's LAST_ID.
+func lastIDFID(seq uint64) fid.FID { return fid.FID{Seq: seq} }
+
+// create serves OST_CREATE: precreate count objects in a sequence.
+func (o *OFD) create(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var cr ostv1.CreateRequest
+	if err := proto.Unmarshal(r.Body, &cr); err != nil {
+		return o.refuse(r, "%w: create body: %v", errBadRequest, err)
+	}
+	if cr.Seq == 0 || cr.Count == 0 || cr.Count > MaxPrecreate {
+		return o.refuse(r, "%w: precreate of %d objects in sequence %#x (1 to %d)", errBadRequest, cr.Count, cr.Seq, MaxPrecreate)
+	}
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	last, known := o.lastID[cr.Seq]
+	if !known {
+		var err error
+		if last, err = o.readLastID(ctx, cr.Seq); err != nil {
+			return o.refuse(r, "read LAST_ID of %#x: %w", cr.Seq, err)
+		}
+	}
+	if uint64(last)+uint64(cr.Count) > math.MaxUint32 {
+		return nil, -int32(syscall.EOVERFLOW)
+	}
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	lf := lastIDFID(cr.Seq)
+	if last == 0 {
+		if _, err := o.dev.GetAttr(ctx, lf); errors.Is(err, osd.ErrNotExist) {
+			if err := tx.Create(lf, osd.Attr{}); err != nil {
+				return nil, errno(err)
+			}
+		}
+	}
+	for i := uint32(1); i <= cr.Count; i++ {
+		if err := tx.Create(fid.FID{Seq: cr.Seq, Oid: last + i}, osd.Attr{}); err != nil {
+			return nil, errno(err)
+		}
+	}
+	rec := binary.LittleEndian.AppendUint32(nil, last+cr.Count)
+	if err := tx.WriteRecord(lf, rec, 0); err != nil {
+		return nil, errno(err)
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		return o.refuse(r, "precreate %d in %#x: %w", cr.Count, cr.Seq, err)
+	}
+	o.lastID[cr.Seq] = last + cr.Count
+	o.gmu.Lock()
+	o.gmu.precreate += uint64(cr.Count)
+	o.gmu.Unlock()
+	return marshal(&ostv1.CreateReply{Seq: cr.Seq, First: last + 1, Count: cr.Count})
+}
+
+func (o *OFD) readLastID(ctx context.Context, seq uint64) (uint32, error) {
+	var b [4]byte
+	n, err := o.dev.ReadAt(ctx, lastIDFID(seq), [][]byte{b[:]}, 0)
+	if errors.Is(err, osd.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n != 4 {
+		return 0, fmt.Errorf("%w: LAST_ID of %#x has %d bytes", osd.ErrCorrupt, seq, n)
+	}
+	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+func (o *OFD) objectRequest(r *ptlrpc.Request) (fid.FID, *ostv1.ObjectRequest, error) {
+	var or ostv1.ObjectRequest
+	if err := proto.Unmarshal(r.Body, &or); err != nil {
+		return fid.FID{}, nil, fmt.Errorf("%w: body: %v", errBadRequest, err)
+	}
+	f, err := fidFromWire(or.Fid)
+	return f, &or, err
+}
+
+func (o *OFD) destroy(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	f, _, err := o.objectRequest(r)
+	if err != nil {
+		return o.refuse(r, "destroy: %w", err)
+	}
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	if err := tx.Destroy(f); err != nil {
+		return nil, errno(err)
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		return nil, errno(err)
+	}
+	return nil, 0
+}
+
+func (o *OFD) getattr(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	f, _, err := o.objectRequest(r)
+	if err != nil {
+		return o.refuse(r, "getattr: %w", err)
+	}
+	a, err := o.dev.GetAttr(ctx, f)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(a)})
+}
+
+func (o *OFD) setattr(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	f, or, err := o.objectRequest(r)
+	if err != nil {
+		return o.refuse(r, "setattr: %w", err)
+	}
+	a := attrFromWire(or.Attr)
+	if a.Valid&^osd.AttrAll != 0 {
+		return o.refuse(r, "%w: setattr valid bits %#x", errBadRequest, uint32(a.Valid))
+	}
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	if err := tx.SetAttr(f, a); err != nil {
+		return nil, errno(err)
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		return nil, errno(err)
+	}
+	after, err := o.updateLVB(ctx, f)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(after)})
+}
+
+func (o *OFD) punch(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var pr ostv1.PunchRequest
+	if err := proto.Unmarshal(r.Body, &pr); err != nil {
+		return o.refuse(r, "%w: punch body: %v", errBadRequest, err)
+	}
+	f, err := fidFromWire(pr.Fid)
+	if err != nil {
+		return o.refuse(r, "punch: %w", err)
+	}
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	if err := tx.Punch(f, pr.Start, pr.End); err != nil {
+		return o.refuse(r, "punch %v [%d,%d): %w", f, pr.Start, pr.End, err)
+	}
+	if pr.Mtime != 0 || pr.Ctime != 0 {
+		a := osd.Attr{Mtime: fromNS(pr.Mtime), Ctime: fromNS(pr.Ctime)}
+		if pr.Mtime != 0 {
+			a.Valid |= osd.AttrMtime
+		}
+		if pr.Ctime != 0 {
+			a.Valid |= osd.AttrCtime
+		}
+		if err := tx.SetAttr(f, a); err != nil {
+			return nil, errno(err)
+		}
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		return nil, errno(err)
+	}
+	after, err := o.updateLVB(ctx, f)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(after)})
+}
+
+func (o *OFD) sync(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	if err := o.dev.Sync(ctx); err != nil {
+		return nil, errno(err)
+	}
+	o.tgt.Committed(o.dev.LastCommitted())
+	return nil, 0
+}
+
+func (o *OFD) statfs(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	sfs, err := o.dev.Statfs(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	o.gmu.Lock()
+	granted := o.gmu.total
+	o.gmu.sfs, o.gmu.sfsAt = sfs, time.Now()
+	o.gmu.Unlock()
+	return marshal(&ostv1.StatfsReply{Blocks: sfs.Blocks, Bfree: sfs.BFree, Bavail: sfs.BAvail, Files: sfs.Files, Ffree: sfs.FFree,
+		Bsize: sfs.BSize, Namelen: sfs.NameLen, Maxbytes: sfs.MaxBytes, Granted: granted, Readonly: sfs.ReadOnly})
+}
+
+// Advisor is what a device implements to take ladvise hints.
+type Advisor interface {
+	Advise(ctx context.Context, f fid.FID, willNeed bool, start, end uint64) error
+}
+
+func (o *OFD) ladvise(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var lr ostv1.LadviseRequest
+	if err := proto.Unmarshal(r.Body, &lr); err != nil {
+		return o.refuse(r, "%w: ladvise body: %v", errBadRequest, err)
+	}
+	f, err := fidFromWire(lr.Fid)
+	if err != nil {
+		return o.refuse(r, "ladvise: %w", err)
+	}
+	if len(lr.Advice) == 0 || len(lr.Advice) > MaxNiobufs {
+		return o.refuse(r, "%w: %d pieces of advice", errBadRequest, len(lr.Advice))
+	}
+	if _, err := o.dev.GetAttr(ctx, f); err != nil {
+		return nil, errno(err)
+	}
+	adv, ok := o.dev.(Advisor)
+	for _, a := range lr.Advice {
+		if a.Start > a.End || (a.Kind != ostv1.Advice_KIND_WILLNEED && a.Kind != ostv1.Advice_KIND_DONTNEED) {
+			return o.refuse(r, "%w: advice %v [%d,%d)", errBadRequest, a.Kind, a.Start, a.End)
+		}
+		if !ok {
+			continue // advice, not a command: a device without a cache ignores it
+		}
+		if err := adv.Advise(ctx, f, a.Kind == ostv1.Advice_KIND_WILLNEED, a.Start, a.End); err != nil {
+			return nil, errno(err)
+		}
+	}
+	return nil, 0
+}

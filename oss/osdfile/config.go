@@ -1,0 +1,283 @@
+package osdfile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nacrefs/nacre/oss/osd"
+)
+
+// Names inside a target directory.
+const (
+	confName    = "nacre-osd.json" // the target's identity, written last by Format
+	journalName = "journal"        // the preallocated journal
+	objectsDir  = "O"              // object files: O/<seq hex>/d<oid%32>/<oid hex>
+	confMagic   = "nacre-osd-file"
+	confVersion = 1
+)
+
+// Journal size bounds and default.
+const (
+	MinJournalSize     = 1 << 20
+	MaxJournalSize     = 4 << 30
+	DefaultJournalSize = 64 << 20
+)
+
+// FormatConfig is what Format writes into a new target.
+type FormatConfig struct {
+	// Label names the target ("nacre-OST0000"): 1 to 64 bytes of letters,
+	// digits, '-', '_' and '.'.
+	Label string
+	// JournalSize is the size of the preallocated journal file, between
+	// MinJournalSize and MaxJournalSize, or 0 to size it after the store
+	// as mkfs.ext4 does: 1/32 of the file system under the target, at
+	// least MinJournalSize and at most DefaultJournalSize. A commit never
+	// needs more space than the journal holds, so a full store cannot stop
+	// the journal; a larger journal means rarer checkpoints and longer
+	// replays.
+	JournalSize int64
+}
+
+// DefaultFormatConfig returns the defaults for a target named label: the
+// journal sized after the store.
+func DefaultFormatConfig(label string) FormatConfig {
+	return FormatConfig{Label: label}
+}
+
+// autoJournalSize sizes a journal after the file system under dir.
+func autoJournalSize(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	bsize := st.Frsize
+	if bsize == 0 {
+		bsize = st.Bsize
+	}
+	size := int64(st.Blocks) * bsize / 32 &^ (1<<20 - 1)
+	return min(max(size, MinJournalSize), DefaultJournalSize), nil
+}
+
+// Validate reports what is wrong with c, wrapping osd.ErrInvalid.
+func (c FormatConfig) Validate() error {
+	if len(c.Label) == 0 || len(c.Label) > 64 {
+		return fmt.Errorf("%w: label %q: want 1 to 64 bytes", osd.ErrInvalid, c.Label)
+	}
+	for _, r := range c.Label {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("%w: label %q: only letters, digits, '-', '_' and '.'", osd.ErrInvalid, c.Label)
+		}
+	}
+	if c.JournalSize != 0 && (c.JournalSize < MinJournalSize || c.JournalSize > MaxJournalSize) {
+		return fmt.Errorf("%w: journal size %d: want %d to %d bytes", osd.ErrInvalid, c.JournalSize, MinJournalSize, MaxJournalSize)
+	}
+	return nil
+}
+
+// Config tunes an open device.
+type Config struct {
+	// MaxCachedObjects bounds the objects kept open in memory (each holds
+	// a file descriptor) when nobody uses them. Objects in use or with
+	// changes not yet applied to their files do not count against it.
+	MaxCachedObjects int
+	// SyncWorkers is how many data files the committer fsyncs at once.
+	SyncWorkers int
+	// Logger receives the device's log lines; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{MaxCachedObjects: 4096, SyncWorkers: 8}
+}
+
+// Validate reports what is wrong with c, wrapping osd.ErrInvalid.
+func (c Config) Validate() error {
+	if c.MaxCachedObjects < 1 {
+		return fmt.Errorf("%w: MaxCachedObjects %d: want at least 1", osd.ErrInvalid, c.MaxCachedObjects)
+	}
+	if c.SyncWorkers < 1 || c.SyncWorkers > 256 {
+		return fmt.Errorf("%w: SyncWorkers %d: want 1 to 256", osd.ErrInvalid, c.SyncWorkers)
+	}
+	return nil
+}
+
+// targetConf is the target's identity file, JSON so an administrator can read
+// it.
+type targetConf struct {
+	Magic       string `json:"magic"`
+	Version     int    `json:"version"`
+	Label       string `json:"label"`
+	JournalSize int64  `json:"journal_size"`
+	// Xattr is the extended attribute holding each object's identity
+	// and attributes: user.nacre.lma where the store allows user
+	// xattrs, else trusted.nacre.lma (root only).
+	Xattr string `json:"xattr"`
+}
+
+var xattrCandidates = []string{"user.nacre.lma", "trusted.nacre.lma"}
+
+// Format makes dir a new, empty osd-file target. dir must be an empty
+// directory (it is created if missing) on a file system that supports
+// extended attributes, sparse files and fallocate. On error dir may hold a
+// partial format, never mistaken for a target: the identity file is
+// written last.
+func Format(ctx context.Context, dir string, cfg FormatConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("osd-file format %s: %w", dir, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wrap := func(what string, err error) error {
+		return fmt.Errorf("osd-file format %s: %s: %w", dir, what, ioErr(err))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return wrap("create directory", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return wrap("read directory", err)
+	}
+	if len(ents) != 0 {
+		return fmt.Errorf("osd-file format %s: %w: directory is not empty (%d entries, first %q)", dir, osd.ErrInvalid, len(ents), ents[0].Name())
+	}
+	if cfg.JournalSize == 0 {
+		if cfg.JournalSize, err = autoJournalSize(dir); err != nil {
+			return wrap("size the journal", err)
+		}
+	}
+	xattr, err := probeXattr(dir)
+	if err != nil {
+		return wrap("probe extended attributes", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, objectsDir), 0o755); err != nil {
+		return wrap("create "+objectsDir, err)
+	}
+	if err := createJournal(filepath.Join(dir, journalName), cfg.JournalSize); err != nil {
+		return wrap("create journal", err)
+	}
+	conf, err := json.MarshalIndent(targetConf{
+		Magic: confMagic, Version: confVersion, Label: cfg.Label, JournalSize: cfg.JournalSize, Xattr: xattr,
+	}, "", "  ")
+	if err != nil {
+		return wrap("encode identity", err)
+	}
+	if err := writeFileSync(filepath.Join(dir, confName), append(conf, '\n')); err != nil {
+		return wrap("write identity", err)
+	}
+	if err := fsyncDir(dir); err != nil {
+		return wrap("sync directory", err)
+	}
+	return nil
+}
+
+// probeXattr finds which lma attribute name the file system under dir takes.
+func probeXattr(dir string) (string, error) {
+	p := filepath.Join(dir, ".xattr-probe")
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(p)
+	defer f.Close()
+	var errs []error
+	for _, name := range xattrCandidates {
+		err := unix.Fsetxattr(int(f.Fd()), name, make([]byte, lmaSize), 0)
+		if err == nil {
+			return name, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", name, err))
+	}
+	return "", fmt.Errorf("the file system takes neither extended attribute: %w", errors.Join(errs...))
+}
+
+func createJournal(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := ignoreEINTR(func() error { return unix.Fallocate(fd, 0, 0, size) }); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			return err
+		}
+		// No fallocate: write the zeros, so the blocks are there.
+		zero := make([]byte, 1<<20)
+		for off := int64(0); off < size; off += int64(len(zero)) {
+			if err := pwriteFull(fd, zero[:min(int64(len(zero)), size-off)], off); err != nil {
+				return err
+			}
+		}
+	}
+	h := jheader{gen: 1, startLSN: 1, size: uint64(size)}
+	if err := pwriteFull(fd, h.encode(), 0); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func fsyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return ignoreEINTR(func() error { return unix.Fsync(fd) })
+}
+
+func readConf(dir string) (targetConf, error) {
+	var c targetConf
+	b, err := os.ReadFile(filepath.Join(dir, confName))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return c, fmt.Errorf("%w: %s is not an osd-file target (no %s; run Format first)", osd.ErrInvalid, dir, confName)
+		}
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: %s: %v", osd.ErrCorrupt, confName, err)
+	}
+	if c.Magic != confMagic || c.Version != confVersion {
+		return c, fmt.Errorf("%w: %s: magic %q version %d, want %q version %d", osd.ErrCorrupt, confName, c.Magic, c.Version, confMagic, confVersion)
+	}
+	fc := FormatConfig{Label: c.Label, JournalSize: c.JournalSize}
+	if err := fc.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %s: %v", osd.ErrCorrupt, confName, err)
+	}
+	if c.JournalSize == 0 {
+		return c, fmt.Errorf("%w: %s: no journal size", osd.ErrCorrupt, confName)
+	}
+	if c.Xattr != xattrCandidates[0] && c.Xattr != xattrCandidates[1] {
+		return c, fmt.Errorf("%w: %s: xattr %q", osd.ErrCorrupt, confName, c.Xattr)
+	}
+	return c, nil
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/selftest"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mgs"
+	"github.com/nacrefs/nacre/oss"
+	"github.com/nacrefs/nacre/oss/osd"
+
+	// The backends a target directory may name.
+	_ "github.com/nacrefs/nacre/oss/osdfile"
+)
+
+// osdDir is where a target's OSD backend keeps its store, under the target
+// directory.
+const osdDir = "osd"
+
+// FormatOST formats dir as an OST (identity and store).
+func FormatOST(ctx context.Context, dir string, id TargetIdentity) (TargetIdentity, error) {
+	id.Kind = mgs.KindOST
+	id, err := Mkfs(dir, id)
+	if err != nil {
+		return id, err
+	}
+	store := filepath.Join(dir, osdDir)
+	if err := os.Mkdir(store, 0o755); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	if err := osd.Format(ctx, id.Backend, store, osd.FormatOptions{Label: id.Label}); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	return id, nil
+}
+
+// ServerConfig configures the storage targets one `nacre server` process
+// serves.
+type ServerConfig struct {
+	// Dirs are the formatted target directories.
+	Dirs []string
+	// LNet configures the process's LNet; its NIDs are what the targets
+	// register with the MGS.
+	LNet lnet.Config
+	// CallbackTimeout and EvictTimeout tune the lock servers and exports;
+	// 0 means the defaults.
+	CallbackTimeout, EvictTimeout time.Duration
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Storage is a running `nacre server`: an LNet, the OSS serving its OSTs
+// (MDTs come with the MDS), the devices and their registrations.
+type Storage struct {
+	LNet *lnet.LNet
+	OSS  *oss.OSS
+	log  *slog.Logger
+	devs []osd.Device
+	regs []*Registrar
+	st   *selftest.Server
+}
+
+// StartServer opens every target in cfg.Dirs, serves them on LNet and
+// registers them with the MGS named in their identities.
+func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) {
+	if len(cfg.Dirs) == 0 {
+		return nil, errors.New("server: no target directories")
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	s := &Storage{log: lg}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.Close(cctx)
+		}
+	}()
+	ids := make([]TargetIdentity, len(cfg.Dirs))
+	for i, dir := range cfg.Dirs {
+		if ids[i], err = ReadTarget(dir); err != nil {
+			return nil, err
+		}
+		if ids[i].Kind != mgs.KindOST {
+			return nil, fmt.Errorf("server: %s is %s %s; this server runs OSTs", dir, ids[i].Kind, ids[i].Label)
+		}
+	}
+	cfg.LNet.Logger = lg
+	if s.LNet, err = lnet.New(ctx, cfg.LNet); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	// Every Nacre server answers lnet_selftest.
+	if s.st, err = selftest.Serve(s.LNet); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if s.OSS, err = oss.New(oss.Config{LNet: s.LNet, CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, Logger: lg}); err != nil {
+		return nil, err
+	}
+	var nids []string
+	for _, n := range s.LNet.NIDs() {
+		if n.Net.Type != lwire.LO {
+			nids = append(nids, n.String())
+		}
+	}
+	for i, dir := range cfg.Dirs {
+		dev, err := osd.Open(ctx, ids[i].Backend, filepath.Join(dir, osdDir), osd.OpenOptions{Logger: lg})
+		if err != nil {
+			return nil, fmt.Errorf("server: %s: %w", dir, err)
+		}
+		s.devs = append(s.devs, dev)
+		if _, err := s.OSS.AddOST(dev, ids[i].Label, ids[i].UUID); err != nil {
+			return nil, err
+		}
+		abs, _ := filepath.Abs(dir)
+		reg, err := Register(ctx, ids[i], nids, abs, lg)
+		if err != nil {
+			return nil, err
+		}
+		s.regs = append(s.regs, reg)
+		lg.Info("serving", "target", ids[i].Label, "dir", dir, "nids", nids)
+	}
+	return s, nil
+}
+
+// Close stops the registrations, the service, the devices and LNet.
+func (s *Storage) Close(ctx context.Context) error {
+	var err error
+	for _, r := range s.regs {
+		r.Close()
+	}
+	if s.OSS != nil {
+		err = errors.Join(err, s.OSS.Close(ctx))
+	}
+	for _, d := range s.devs {
+		err = errors.Join(err, d.Close())
+	}
+	if s.st != nil {
+		s.st.Close()
+	}
+	if s.LNet != nil {
+		err = errors.Join(err, s.LNet.Close(ctx))
+	}
+	return err
+}
