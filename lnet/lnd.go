@@ -93,6 +93,21 @@ type LND interface {
 	Shutdown(ctx context.Context) error
 }
 
+// BatchLND is an LND that can be handed several messages at once. LNet
+// hands one NI's messages to its LND from one goroutine at a time, in
+// order; the messages that became ready while an earlier Send was in
+// progress are handed over with one SendBatch, so that the LND can move
+// those for one peer together (socklnd writes them with one writev).
+// Implementing it is optional: LNet calls Send for each message of an LND
+// that does not.
+type BatchLND interface {
+	LND
+	// SendBatch is Send for each of msgs, in order, with the same
+	// contract for each message. LNet reuses the slice once SendBatch
+	// returns: the LND keeps the messages, not msgs.
+	SendBatch(msgs []*Msg)
+}
+
 // Host is what LNet offers an LND. All methods are safe for concurrent use
 // and never block on the network.
 type Host interface {

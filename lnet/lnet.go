@@ -104,6 +104,8 @@ type ni struct {
 	spaceCh    chan struct{}
 	ready      []*msg // holding both credits, to hand to lnd.Send in this order
 	sending    bool   // a goroutine is handing ready messages to the LND
+	batch      []*Msg // drain's SendBatch argument, used by the goroutine that set sending
+	handed     []*msg // the messages of batch, likewise
 	health     int
 	seq        uint64 // selection round-robin: bumped each time the NI is picked
 	// linkDown is set while the OS interface of the NI is down.

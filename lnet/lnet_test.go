@@ -396,13 +396,17 @@ func TestMultiRail(t *testing.T) {
 	if _, err := b.Attach(1, lnet.AnyProcess, 0, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpPut | lnet.MDManageRemote, Handler: r.handler}); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: lnet.ThresholdInfinite})
+	// Each PUT's SEND is awaited too: until then the PUT holds a credit of
+	// its NI, and selection rightly prefers the other one.
+	sent := newRecorder()
+	h, _ := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: lnet.ThresholdInfinite, Handler: sent.handler})
 	from := map[wire.NID]int{}
 	for range 10 {
 		if err := a.Put(context.Background(), h, lnet.NoAckReq, target(b), 1, 0, 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		from[r.expect(t, lnet.EventPut, nil).Initiator.NID]++
+		sent.expect(t, lnet.EventSend, nil)
 	}
 	if from[n1] != 5 || from[n2] != 5 {
 		t.Fatalf("PUTs by source NID %v, want 5 each", from)

@@ -76,6 +76,13 @@ type msg struct {
 	discover    discoverMode
 	discoverNID wire.NID
 
+	// handing is set while drain is in the LND's Send for m; finished and
+	// finErr hold a completion that came meanwhile, which drain runs once
+	// it has stopped sending (see drain). Protected by LNet.net.
+	handing  bool
+	finished bool
+	finErr   error
+
 	// Protected by LNet.res.
 	sendDone bool   // the send finished (finalized or failed locally)
 	respDone bool   // the ACK/REPLY arrived or will never come
@@ -334,7 +341,14 @@ func (ln *LNet) launchResponse(m *msg) {
 
 // drain hands n's ready messages to its LND, in the order they got their
 // credits. One goroutine at a time does it per NI, so concurrent grants
-// never reorder the messages of a peer.
+// never reorder the messages of a peer. The messages that piled up while
+// it was in the LND go in one SendBatch to an LND that takes batches.
+//
+// An LND may finalize a message inside Send (socklnd writes a small
+// message there). Its credits come back at once, but its completion (the
+// SEND event and its handler) waits until drain has stopped sending: a
+// handler must not hold up every send of the NI, nor wait, in Put, for
+// room that only the messages queued behind it can make.
 func (ln *LNet) drain(n *ni) {
 	ln.net.Lock()
 	if n.sending || n.lnd == nil || len(n.ready) == 0 || ln.net.closed {
@@ -343,14 +357,47 @@ func (ln *LNet) drain(n *ni) {
 	}
 	n.sending = true
 	lnd := n.lnd
+	batcher, _ := lnd.(BatchLND)
+	var buf [8]*msg
+	done := buf[:0] // completed while handed over
+	handed := func(m *msg) {
+		m.handing = false
+		if m.finished {
+			m.finished = false
+			done = append(done, m)
+		}
+	}
 	for len(n.ready) > 0 {
-		m := n.ready[0]
-		n.ready[0] = nil
-		n.ready = n.ready[1:]
-		m.inLND = true
+		if batcher == nil || len(n.ready) == 1 {
+			m := n.ready[0]
+			n.ready[0] = nil
+			n.ready = n.ready[1:]
+			m.inLND, m.handing = true, true
+			ln.net.Unlock()
+			lnd.Send(&m.lm)
+			ln.net.Lock()
+			handed(m)
+			continue
+		}
+		// n.batch and n.handed are only used here, by the one goroutine
+		// that has set n.sending.
+		batch, ms := n.batch[:0], n.handed[:0]
+		for i, m := range n.ready {
+			n.ready[i] = nil
+			m.inLND, m.handing = true, true
+			batch, ms = append(batch, &m.lm), append(ms, m)
+		}
+		n.ready = n.ready[:0]
 		ln.net.Unlock()
-		lnd.Send(&m.lm)
+		batcher.SendBatch(batch)
+		clear(batch)
+		n.batch = batch[:0]
 		ln.net.Lock()
+		for _, m := range ms {
+			handed(m)
+		}
+		clear(ms)
+		n.handed = ms[:0]
 	}
 	n.ready = nil
 	n.sending = false
@@ -358,6 +405,11 @@ func (ln *LNet) drain(n *ni) {
 		ln.net.idle.Broadcast()
 	}
 	ln.net.Unlock()
+	for _, m := range done {
+		err := m.finErr
+		m.finErr = nil
+		ln.completeSend(m, err)
+	}
 }
 
 func (ln *LNet) drainAll(drains []*ni) {
@@ -410,6 +462,13 @@ func (ln *LNet) finalize(via *ni, lm *Msg, err error) {
 	if resend && ln.resend(m) {
 		return
 	}
+	ln.net.Lock()
+	if m.handing { // finalized inside drain's Send: drain completes it
+		m.finished, m.finErr = true, err
+		ln.net.Unlock()
+		return
+	}
+	ln.net.Unlock()
 	ln.completeSend(m, err)
 }
 

@@ -14,17 +14,25 @@ import (
 type timer struct {
 	// mu is a leaf lock: it may be taken with LNet.res or LNet.net held, and
 	// nothing is called with it held.
-	mu   sync.Mutex
-	h    msgHeap // protected by mu
-	kick chan struct{}
-	quit chan struct{}
-	done chan struct{}
+	mu sync.Mutex
+	h  msgHeap // protected by mu
+	// armed is when run will next look at the heap (protected by mu). add
+	// wakes run only for a deadline before it: messages are mostly added
+	// in deadline order, and a wake per message would cost a goroutine
+	// switch on every send. When the message armed for completes first,
+	// run wakes at its deadline for nothing and rearms: once per timeout,
+	// not once per message.
+	armed time.Time
+	kick  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
 }
 
 func (t *timer) start(ln *LNet) {
 	t.kick = make(chan struct{}, 1)
 	t.quit = make(chan struct{})
 	t.done = make(chan struct{})
+	t.armed = time.Now().Add(time.Hour) // run's first wait
 	go t.run(ln)
 }
 
@@ -37,7 +45,7 @@ func (t *timer) stop() {
 func (t *timer) add(m *msg) {
 	t.mu.Lock()
 	heap.Push(&t.h, m)
-	first := m.heapIdx == 0
+	first := m.heapIdx == 0 && m.deadline.Before(t.armed)
 	t.mu.Unlock()
 	if first {
 		select {
@@ -77,6 +85,7 @@ func (t *timer) run(ln *LNet) {
 		if len(t.h) > 0 {
 			next = t.h[0].deadline.Sub(now)
 		}
+		t.armed = now.Add(next)
 		t.mu.Unlock()
 		for _, m := range expired {
 			ln.expire(m)

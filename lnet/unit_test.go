@@ -2,6 +2,7 @@ package lnet
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -333,5 +334,104 @@ func TestTimerHeap(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, []int{1, 2, 3, 5}) {
 		t.Fatalf("order %v", got)
+	}
+}
+
+// drainLND records how drain hands messages over; its first Send blocks
+// until release is closed, so that more become ready meanwhile.
+type drainLND struct {
+	started chan struct{}
+	release chan struct{}
+	calls   [][]uint64 // match bits, one slice per Send or SendBatch
+}
+
+func (d *drainLND) Send(m *Msg) {
+	d.calls = append(d.calls, []uint64{m.Hdr.MatchBits})
+	if len(d.calls) == 1 {
+		close(d.started)
+		<-d.release
+	}
+}
+
+func (d *drainLND) Tunables() Tunables                 { return Tunables{} }
+func (d *drainLND) Shutdown(ctx context.Context) error { return nil }
+
+type drainBatchLND struct{ *drainLND }
+
+func (d drainBatchLND) SendBatch(ms []*Msg) {
+	var bits []uint64
+	for _, m := range ms {
+		bits = append(bits, m.Hdr.MatchBits)
+	}
+	d.calls = append(d.calls, bits)
+}
+
+// TestDrainBatches: the messages that become ready while drain is in the
+// LND go, in order, in one SendBatch to an LND that takes batches, one
+// Send each to one that does not.
+func TestDrainBatches(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		d := &drainLND{started: make(chan struct{}), release: make(chan struct{})}
+		var lnd LND = d
+		if batch {
+			lnd = drainBatchLND{d}
+		}
+		ln := &LNet{}
+		n := &ni{lnd: lnd}
+		ready := func(bits ...uint64) {
+			ln.net.Lock()
+			for _, b := range bits {
+				n.ready = append(n.ready, &msg{lm: Msg{Hdr: wire.Header{MatchBits: b}}})
+			}
+			ln.net.Unlock()
+		}
+		ready(0)
+		done := make(chan struct{})
+		go func() {
+			ln.drain(n)
+			close(done)
+		}()
+		<-d.started
+		ready(1, 2, 3)
+		ln.drain(n) // another sender: drain is busy, it leaves them
+		ready(4)
+		close(d.release)
+		<-done
+		want := [][]uint64{{0}, {1}, {2}, {3}, {4}}
+		if batch {
+			want = [][]uint64{{0}, {1, 2, 3, 4}}
+		}
+		if !reflect.DeepEqual(d.calls, want) || n.sending || len(n.ready) != 0 {
+			t.Fatalf("batch %v: calls %v, sending %v, ready %d", batch, d.calls, n.sending, len(n.ready))
+		}
+	}
+}
+
+// TestTimerKick: add wakes the timer goroutine only for a deadline before
+// the one it is armed for, not for every message that tops the heap.
+func TestTimerKick(t *testing.T) {
+	base := time.Unix(1000, 0)
+	h := timer{kick: make(chan struct{}, 1), armed: base.Add(10 * time.Second)}
+	kicked := func() bool {
+		select {
+		case <-h.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	late := &msg{heapIdx: -1, deadline: base.Add(20 * time.Second)}
+	h.add(late) // tops the empty heap, but the timer wakes before it anyway
+	if kicked() {
+		t.Fatal("kicked for a deadline after the armed one")
+	}
+	early := &msg{heapIdx: -1, deadline: base.Add(5 * time.Second)}
+	h.add(early)
+	if !kicked() {
+		t.Fatal("not kicked for a deadline before the armed one")
+	}
+	h.add(&msg{heapIdx: -1, deadline: base.Add(6 * time.Second)}) // not first
+	if kicked() {
+		t.Fatal("kicked for a message that is not first")
 	}
 }

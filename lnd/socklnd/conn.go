@@ -32,9 +32,6 @@ const nTypes = int(wire.ConnBulkOut) + 1
 // removed peer looks it up again.
 type peer struct {
 	nid wire.NID
-	// kick wakes the writer of each connection type after a Send; capacity
-	// 1, so a kick is never lost and never blocks.
-	kick [nTypes]chan struct{}
 	// evMu is held while events are delivered to the host, so that they
 	// arrive in the order they were decided even though they are delivered
 	// outside mu.
@@ -51,7 +48,7 @@ type peer struct {
 		// type. A connection is here from install until it is dropped.
 		conns [nTypes]*conn
 		// txq are the messages waiting for the writer of each type's
-		// connection, each bounded by NI.qcap.
+		// connection, each bounded by NI.qcap (with those being written).
 		txq [nTypes]txQueue
 		// dialing marks a dialer goroutine that owns (re)connecting the type;
 		// it runs while the queue is non-empty and no connection exists.
@@ -72,9 +69,6 @@ type peer struct {
 
 func newPeer(nid wire.NID) *peer {
 	p := &peer{nid: nid}
-	for t := range p.kick {
-		p.kick[t] = make(chan struct{}, 1)
-	}
 	p.mu.lastUsed = time.Now()
 	return p
 }
@@ -131,7 +125,7 @@ func (p *peer) idleLocked(now time.Time, age time.Duration) bool {
 		return false
 	}
 	for t := range nTypes {
-		if p.mu.conns[t] != nil || p.mu.txq[t].n > 0 || p.mu.dialing[t] || p.mu.connecting[t] {
+		if p.mu.conns[t] != nil || p.mu.txq[t].n > 0 || p.mu.txq[t].out > 0 || p.mu.dialing[t] || p.mu.connecting[t] {
 			return false
 		}
 	}
@@ -199,8 +193,9 @@ func (p *peer) connectedLocked() bool {
 }
 
 // conn is one established TCP connection to a peer. Its reader goroutine
-// owns the socket's read side and its writer goroutine the write side; the
-// peer's mu guards its membership in peer.mu.conns.
+// owns the socket's read side; its write side belongs to its writer
+// goroutine or, for one small message at a time, to a Send writing inline
+// (see busy). The peer's mu guards its membership in peer.mu.conns.
 type conn struct {
 	ni     *NI
 	p      *peer
@@ -215,9 +210,14 @@ type conn struct {
 	// has exited, so messages of one type never overtake each other across
 	// a replacement. Set at install, under p.mu, before the writer starts.
 	prevW <-chan struct{}
-	// wdone is closed when this connection's writer has exited (or, if it
-	// never started, when that is known).
+	// wdone is closed when this connection's writer has exited, and with
+	// it every write on the socket (or, if it never started, when that is
+	// known).
 	wdone chan struct{}
+	// kick wakes the writer: a message was queued, or an inline write
+	// ended that the writer is waiting for. Capacity 1, so a kick is never
+	// lost and never blocks.
+	kick chan struct{}
 	// rxDone carries the outcome of the current message's Recv to the
 	// reader; one message is outstanding at a time, so capacity 1 never
 	// blocks.
@@ -227,9 +227,27 @@ type conn struct {
 	closing chan struct{} // closed by shut
 	err     error         // set by shut before closing is closed: what in-flight sends fail with
 
-	rxHdr [wire.HeaderSize]byte // reader only
-	txHdr [wire.HeaderSize]byte // writer only
-	vec   [][]byte              // writer only: the iovec of the message being written
+	// Guarded by p.mu: who may write on the socket.
+	//
+	// writable is set by the writer once it may write (the connection c
+	// replaced is done writing, the hellos are exchanged) and cleared when
+	// a write fails or the writer exits: only then may a Send write inline.
+	writable bool
+	// busy is set while the writer or an inline Send is writing.
+	busy bool
+	// exiting is set by an exiting writer that waits for an inline write
+	// to end: the inline writer then kicks it.
+	exiting bool
+	// rest is a message an inline write left half written (rest.sent
+	// bytes are out): the writer finishes it before anything else.
+	rest txItem
+
+	// Write side: used only by the goroutine that set busy.
+	vec   [][]byte // the iovec being written
+	batch []txItem // the messages being written
+	nbw   nbWriter // non-blocking writes, for inline ones
+
+	rb rxBuf // reader only, and Recv while the reader waits for it
 }
 
 func (ni *NI) newConn(p *peer, tc *net.TCPConn, t wire.ConnType, active bool) *conn {
@@ -243,9 +261,12 @@ func (ni *NI) newConn(p *peer, tc *net.TCPConn, t wire.ConnType, active bool) *c
 		remote:  addrPort(tc.RemoteAddr()),
 		since:   time.Now(),
 		wdone:   make(chan struct{}),
+		kick:    make(chan struct{}, 1),
 		rxDone:  make(chan error, 1),
 		closing: make(chan struct{}),
 	}
+	c.nbw.init(tc)
+	c.rb.init(t)
 	// Small messages must not wait for Nagle. Go turns Nagle off on every
 	// TCP socket by default and bulk connections keep that default too: a
 	// message leaves in one writev, so there is nothing to coalesce, and

@@ -51,22 +51,52 @@
 //
 // # Data path
 //
-// Send never blocks on the network: it puts the message, with its header
-// marshalled, on the peer's queue for its connection type, and the
-// connection's writer goroutine sends header and payload views with one
-// writev, straight from LNet's buffers. Each connection's reader goroutine
-// reads a header into a per-connection buffer, decodes it (a bad header
-// drops that connection, logged with the peer and the reason; the NI keeps
-// serving everyone else) and calls Host.Parse; the payload then goes from
-// the socket straight into the views LNet passes to Rx.Recv, and the reader
-// reads nothing more until Recv has run, so a slow consumer pushes back on
-// its sender through TCP.
+// Send never blocks on the network. A small message (payload under
+// Config.MinBulk) whose connection is up and idle is written by Send
+// itself, header and payload views in one non-blocking writev straight
+// from LNet's buffers, and finalized before Send returns: a small round
+// trip then costs one write and one read on each side, and no goroutine
+// hand-off. Otherwise the message, with its header marshalled, goes on the
+// peer's queue for its connection type, and the connection's writer
+// goroutine sends it, together with whatever queued behind it (up to 64
+// messages or 64 KiB to one writev), again straight from LNet's buffers. An
+// inline write that the socket takes only part of is finished by the
+// writer, before anything queued after it; an inline write never waits for
+// socket space, since Send may run on a reader goroutine answering a
+// message, and two readers blocked writing to each other would deadlock.
+// LNet hands over, with one SendBatch, the messages that became ready while
+// an earlier Send was in progress; those for one connection leave in one
+// writev.
+//
+// Each connection's reader reads whatever the socket holds into a
+// per-connection buffer (4 KiB), takes the next header out of it, decodes
+// it (a bad header drops that connection, logged with the peer and the
+// reason; the NI keeps serving everyone else) and calls Host.Parse. Rx.Recv
+// then moves the payload into the views LNet passes: the bytes that came
+// in the buffer are copied, the rest are read from the socket straight
+// into the views. The reader reads nothing more until Recv has run, so a
+// slow consumer pushes back on its sender through TCP.
+//
+// That copy is the one exception to "no copies of payloads", and it is
+// bounded and kept off bulk data: a small message arrives with its header
+// in one read, and one memory copy of it (the messages on control
+// connections are RPC headers and bodies, under MinBulk) is cheaper than
+// the second system call that reading the header alone would cost. At
+// most 4 KiB minus a header of any one payload is copied: a PUT or GET
+// under MinBulk that travels on the control connection has only its first
+// bytes copied and the rest read straight into its MD. Bulk
+// connections, which carry every payload of MinBulk and more, read exactly
+// one header at a time, so bulk data always goes from the socket straight
+// into the matched MD. (Without typed connections, the single connection
+// reads as a control one does: up to 4 KiB of a bulk payload may then be
+// copied.)
 //
 // # Concurrency
 //
 // Every NI method is safe for concurrent use. Each goroutine (the acceptor,
 // one per handshake, one dialer per peer and connection type while one is
 // needed, one reader and one writer per connection) belongs to the NI and
-// ends by Shutdown. Host callbacks are never made with a socklnd lock held,
-// and a message refused at once is finalized before Send returns.
+// ends by Shutdown. Host callbacks are never made with a socklnd lock held.
+// A message refused at once, or written whole inline, is finalized before
+// Send returns, on the caller's goroutine.
 package socklnd

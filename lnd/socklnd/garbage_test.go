@@ -198,6 +198,20 @@ func FuzzIncoming(f *testing.F) {
 	f.Add(true, goodBytes[:200])
 	f.Add(true, over)
 	f.Add(true, append(bytes.Clone(goodBytes), pattern(2, 50)...))
+	// Several messages in one read of the connection's buffer, the last
+	// one cut in its header or its payload; a payload that outgrows the
+	// buffer.
+	f.Add(true, bytes.Repeat(goodBytes, 3))
+	f.Add(true, append(bytes.Repeat(goodBytes, 2), goodBytes[:wire.HeaderSize/2]...))
+	f.Add(true, append(bytes.Repeat(goodBytes, 2), goodBytes[:wire.HeaderSize+100]...))
+	big := put(wire.MustParseNID("127.0.0.10@tcp"), wire.MustParseNID("127.0.0.2@tcp"), 8, pattern(8, 3*rxBufSize))
+	bigBytes := make([]byte, wire.HeaderSize, wire.HeaderSize+3*rxBufSize)
+	if err := big.Hdr.Marshal(bigBytes); err != nil {
+		f.Fatal(err)
+	}
+	bigBytes = append(bigBytes, big.Payload[0]...)
+	f.Add(true, append(bytes.Clone(goodBytes), bigBytes...))
+	f.Add(true, append(bytes.Clone(bigBytes), over...))
 	f.Fuzz(func(t *testing.T, handshake bool, data []byte) {
 		port := testPort(t, "127.0.0.2")
 		b := startNode(t, "127.0.0.2", port, map[string]string{"handshake_timeout": "200ms"})

@@ -27,7 +27,7 @@ var benchPort atomic.Int32
 
 func init() { benchPort.Store(26000) }
 
-func benchNode(b *testing.B, addr string, port int) *lnet.LNet {
+func benchNode(b testing.TB, addr string, port int) *lnet.LNet {
 	b.Helper()
 	cfg := lnet.DefaultConfig()
 	cfg.Networks = []lnet.NetConfig{{
@@ -47,7 +47,7 @@ func benchNode(b *testing.B, addr string, port int) *lnet.LNet {
 }
 
 // pair starts two nodes on 127.0.0.1 and 127.0.0.2 sharing a fresh port.
-func pair(b *testing.B) (a, t *lnet.LNet, target wire.ProcessID) {
+func pair(b testing.TB) (a, t *lnet.LNet, target wire.ProcessID) {
 	port := int(benchPort.Add(1))
 	a = benchNode(b, "127.0.0.1", port)
 	t = benchNode(b, "127.0.0.2", port)

@@ -1,9 +1,9 @@
 package socklnd
 
 // The receive path (the rx half of Lustre's socklnd_cb.c): a connection's
-// reader reads each fixed header into the connection's buffer, hands it to
-// LNet with Host.Parse, and waits until LNet has had the payload moved with
-// Rx.Recv before it reads the next header.
+// reader takes each fixed header out of the connection's read buffer, hands
+// it to LNet with Host.Parse, and waits until LNet has had the payload moved
+// with Rx.Recv before it reads on.
 
 import (
 	"errors"
@@ -19,9 +19,10 @@ import (
 	"github.com/nacrefs/nacre/lnet/wire"
 )
 
-// rx is one received message whose payload is still in the socket: socklnd's
-// lnet.Rx. It carries its decoded header, so the header LNet was handed
-// stays valid for as long as LNet keeps the rx.
+// rx is one received message whose payload is still in the socket (or the
+// connection's read buffer): socklnd's lnet.Rx. It carries its decoded
+// header, so the header LNet was handed stays valid for as long as LNet
+// keeps the rx.
 type rx struct {
 	hdr  wire.Header
 	c    *conn
@@ -35,8 +36,9 @@ type rx struct {
 func (c *conn) readLoop() {
 	ni, from := c.ni, c.p.nid
 	for {
-		if n, err := io.ReadFull(c.nc, c.rxHdr[:]); err != nil {
-			if n == 0 && errors.Is(err, io.EOF) {
+		b, err := c.rb.next(c.nc, wire.HeaderSize)
+		if err != nil {
+			if errors.Is(err, io.EOF) { // nothing of a header read: a clean close
 				ni.dropConn(c, slog.LevelInfo, "closed by peer", err)
 			} else {
 				c.readFailed("reading header", err)
@@ -44,7 +46,7 @@ func (c *conn) readLoop() {
 			return
 		}
 		r := &rx{c: c}
-		if err := r.hdr.Unmarshal(c.rxHdr[:]); err != nil {
+		if err := r.hdr.Unmarshal(b); err != nil {
 			ni.stats.badHeaders.Add(1)
 			ni.dropConn(c, slog.LevelWarn, "bad header", err)
 			return
@@ -87,13 +89,15 @@ func (c *conn) readFailed(what string, err error) {
 }
 
 // Recv moves the payload: the first mlen bytes into dst in order, the rest
-// read and dropped, reading straight from the socket into dst (no staging
-// buffer). It may be called from any goroutine, once; the connection's
-// reader waits for it. It returns nil when the bytes are in place; an error
-// wrapping lnet.ErrConnReset when the connection failed (it is then
-// dropped); or, for a call that breaks the contract (a second call, mlen
-// beyond the payload or beyond dst), an error saying so, after draining the
-// whole payload so the connection stays usable.
+// read and dropped. Payload bytes that came in the same read as the header
+// (on a control connection: see rxBuf) are copied from the read buffer;
+// the rest are read from the socket straight into dst (no staging buffer).
+// It may be called from any goroutine, once; the connection's reader waits
+// for it. It returns nil when the bytes are in place; an error wrapping
+// lnet.ErrConnReset when the connection failed (it is then dropped); or,
+// for a call that breaks the contract (a second call, mlen beyond the
+// payload or beyond dst), an error saying so, after draining the whole
+// payload so the connection stays usable.
 func (r *rx) Recv(dst [][]byte, mlen int) error {
 	if !r.used.CompareAndSwap(false, true) {
 		return fmt.Errorf("socklnd: Recv called twice for one %v from %v", r.hdr.Type, r.c.p.nid)
@@ -109,22 +113,19 @@ func (r *rx) recv(dst [][]byte, mlen int) error {
 		misuse = fmt.Errorf("socklnd: Recv of %d bytes into %d from a %d-byte payload: draining it all", mlen, space, n)
 		mlen = 0
 	}
-	var err error
-	if n > 0 {
+	// The deadline bounds the socket reads only: a payload already in the
+	// buffer costs no system call at all.
+	deadline := n > c.rb.buffered()
+	if deadline {
 		c.nc.SetReadDeadline(time.Now().Add(c.ni.conf.Timeout))
-		err = readInto(c.nc, dst, mlen)
-		if err == nil && n > mlen {
-			_, err = io.CopyN(io.Discard, c.nc, int64(n-mlen)) // io.Discard reads in pooled 8 KiB chunks
-		}
-		if err == nil {
-			c.nc.SetReadDeadline(time.Time{})
-		}
+	}
+	err := c.rb.payload(c.nc, dst, mlen, n)
+	if deadline && err == nil {
+		c.nc.SetReadDeadline(time.Time{})
 	}
 	if err == nil {
 		c.ni.stats.rxMsgs.Add(1)
 		c.ni.stats.rxBytes.Add(uint64(wire.HeaderSize + n))
-	} else if errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF // the header promised more
 	}
 	c.rxDone <- err
 	if err != nil {
@@ -133,19 +134,140 @@ func (r *rx) recv(dst [][]byte, mlen int) error {
 	return misuse
 }
 
-// readInto fills the first mlen bytes of dst, in order, from r.
-func readInto(r io.Reader, dst [][]byte, mlen int) error {
-	for _, d := range dst {
-		if mlen == 0 {
-			break
+// rxBufSize is the read buffer of a control (or untyped) connection: one
+// read takes in whatever the socket holds up to that, which for small
+// messages is several headers and their payloads at once.
+const rxBufSize = 4 << 10
+
+// rxBuf is a connection's read buffer. The reader reads into it whatever
+// the socket has, up to its size, and takes headers out of it; Recv copies
+// out the payload bytes that came along and reads the rest of a payload
+// from the socket straight into the MD.
+//
+// So at most rxBufSize-HeaderSize bytes of any payload are ever copied,
+// and only on the connections that carry small messages: what is copied
+// is the start of a payload that arrived in the same read as its header,
+// which is the price of reading a small message in one system call
+// instead of two (the kernel copies all of it either way). A bulk-in
+// connection's buffer holds exactly one header, so its payloads, the
+// bulk data, always go from the socket straight into the MD.
+type rxBuf struct {
+	b    []byte
+	r, w int // b[r:w] has been read from the socket and not consumed
+}
+
+func (rb *rxBuf) init(t wire.ConnType) {
+	size := rxBufSize
+	if t == wire.ConnBulkIn {
+		size = wire.HeaderSize
+	}
+	rb.b = make([]byte, size)
+}
+
+// buffered is how many bytes were read and not consumed yet.
+func (rb *rxBuf) buffered() int { return rb.w - rb.r }
+
+// next consumes and returns the next n bytes (n at most the buffer size),
+// reading from src once or more if fewer are buffered. The bytes are valid
+// until the next call. It fails with io.EOF if src ends before any of them
+// came, io.ErrUnexpectedEOF if it ends after some, or src's error.
+func (rb *rxBuf) next(src io.Reader, n int) ([]byte, error) {
+	if rb.r == rb.w {
+		rb.r, rb.w = 0, 0
+	}
+	if rb.w-rb.r < n {
+		if len(rb.b)-rb.r < n {
+			rb.w = copy(rb.b, rb.b[rb.r:rb.w])
+			rb.r = 0
 		}
-		k := min(len(d), mlen)
-		if _, err := io.ReadFull(r, d[:k]); err != nil {
-			return err
+		for empty := 0; rb.w-rb.r < n; {
+			k, err := src.Read(rb.b[rb.w:])
+			rb.w += k
+			if rb.w-rb.r >= n {
+				break // an error comes back on the next read
+			}
+			switch {
+			case errors.Is(err, io.EOF) && rb.w > rb.r:
+				return nil, io.ErrUnexpectedEOF
+			case err != nil:
+				return nil, err
+			case k == 0:
+				if empty++; empty == 100 {
+					return nil, io.ErrNoProgress
+				}
+			}
 		}
-		mlen -= k
+	}
+	b := rb.b[rb.r : rb.r+n]
+	rb.r += n
+	return b, nil
+}
+
+// payload moves the next n bytes of the stream: the first mlen into dst
+// (which has room for them), in order, and the rest are dropped. Buffered
+// bytes are copied; the others are read from src straight into dst.
+func (rb *rxBuf) payload(src io.Reader, dst [][]byte, mlen, n int) error {
+	k := min(rb.buffered(), n)
+	in := rb.b[rb.r : rb.r+k]
+	rb.r += k
+	cur := cursor{v: dst}
+	cur.copyFrom(in[:min(k, mlen)])
+	if want := mlen - k; want > 0 {
+		if err := cur.readFrom(src, want); err != nil {
+			return unexpected(err)
+		}
+	}
+	if drop := n - max(k, mlen); drop > 0 {
+		if _, err := io.CopyN(io.Discard, src, int64(drop)); err != nil { // io.Discard reads in pooled 8 KiB chunks
+			return unexpected(err)
+		}
 	}
 	return nil
+}
+
+// unexpected turns an EOF in the middle of a payload, which the header
+// promised, into io.ErrUnexpectedEOF.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// cursor is a position in a list of views, for filling them in order.
+type cursor struct {
+	v   [][]byte
+	off int // into v[0]
+}
+
+// copyFrom copies b to the cursor, which has room for it, and moves on.
+func (c *cursor) copyFrom(b []byte) {
+	for len(b) > 0 {
+		k := copy(c.v[0][c.off:], b)
+		b = b[k:]
+		c.advance(k)
+	}
+}
+
+// readFrom reads exactly n bytes from r to the cursor, which has room for
+// them, and moves on.
+func (c *cursor) readFrom(r io.Reader, n int) error {
+	for n > 0 {
+		k := min(len(c.v[0])-c.off, n)
+		if _, err := io.ReadFull(r, c.v[0][c.off:c.off+k]); err != nil {
+			return err
+		}
+		n -= k
+		c.advance(k)
+	}
+	return nil
+}
+
+func (c *cursor) advance(k int) {
+	c.off += k
+	for len(c.v) > 0 && c.off == len(c.v[0]) {
+		c.v, c.off = c.v[1:], 0
+	}
 }
 
 func bufsLen(b [][]byte) int {

@@ -58,6 +58,8 @@ type Config struct {
 	Port int
 	// MinBulk is the payload size from which a message goes on the bulk
 	// connection instead of the control one ("min_bulk", default 64 KiB).
+	// Smaller messages may be written by Send itself, and read through
+	// the connection's read buffer (see the package doc, Data path).
 	MinBulk int
 	// TypedConns selects one control and two bulk connections per peer
 	// ("typed_conns", default true); false uses a single connection of type
