@@ -387,8 +387,34 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		c.forget(l)
 		return nil, rep.IntentReply, rep.IntentStatus, nil
 	}
+	var moved *Resource
+	if rep.Resource != nil {
+		r, err := resourceFromWire(rep.Resource)
+		if err != nil || r.Type != e.Resource.Type {
+			c.forget(l)
+			return nil, nil, 0, fmt.Errorf("ldlm: enqueue reply from %s: granted resource %v: %w", imp.Target(), rep.Resource, ErrInvalid)
+		}
+		moved = &r
+	}
 	c.mu.Lock()
 	l.remote = Handle(rep.Handle)
+	if moved != nil && *moved != l.Resource {
+		// The target's intent policy granted a lock on another resource
+		// (the child a lookup found): file it there.
+		if set := ns.byRes[l.Resource]; set != nil {
+			delete(set, l)
+			if len(set) == 0 {
+				delete(ns.byRes, l.Resource)
+			}
+		}
+		l.Resource = *moved
+		set := ns.byRes[l.Resource]
+		if set == nil {
+			set = make(map[*ClientLock]struct{})
+			ns.byRes[l.Resource] = set
+		}
+		set[l] = struct{}{}
+	}
 	if l.state == lockWaiting && rep.Granted {
 		l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
 	}

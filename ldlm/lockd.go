@@ -39,6 +39,11 @@ type IntentResult struct {
 	// filled in by the server. Skip means no lock at all.
 	Lock *Request
 	Skip bool
+	// Granted, if not nil, is a lock the policy already took for the
+	// client with Server.IntentLock (so that it read what the lock
+	// protects under it): the reply grants it as it is. Lock is then
+	// ignored.
+	Granted *Lock
 	// Reply is the intent's answer body, Status its errno (negative).
 	Reply  []byte
 	Status int32
@@ -46,7 +51,13 @@ type IntentResult struct {
 
 // IntentPolicy runs the intent of an enqueue. req is the PtlRPC request
 // (for its export and transno); lock is the lock the client asked for.
+// ctx is the one to pass to Server.IntentLock.
 type IntentPolicy func(ctx context.Context, req *ptlrpc.Request, lock Request, intent []byte) IntentResult
+
+// LocalOwner owns the locks a target takes for itself (LockLocal): they
+// conflict with clients' locks, whose holders get blocking ASTs, and with
+// each other, and are never called back themselves.
+const LocalOwner Owner = "local"
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
@@ -118,7 +129,11 @@ type Server struct {
 		// owners maps an owner to its export, for callbacks and eviction;
 		// bounded by the target's exports.
 		owners map[Owner]*ptlrpc.Export
-		closed bool
+		// waiters are the waiting locks a server goroutine waits on
+		// (LockLocal, IntentLock): their grant or failure goes to the
+		// channel (buffered) instead of a completion AST.
+		waiters map[Handle]chan error
+		closed  bool
 	}
 
 	enqueues, cancels, converts, earlyCancels           atomic.Uint64
@@ -171,6 +186,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mu.remote = make(map[Handle]uint64)
 	s.mu.timers = make(map[Handle]*time.Timer)
 	s.mu.owners = make(map[Owner]*ptlrpc.Export)
+	s.mu.waiters = make(map[Handle]chan error)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.ctx = ctx
 	s.stop = cancel
@@ -258,14 +274,28 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		if s.cfg.Intent == nil {
 			return nil, -int32(syscall.EOPNOTSUPP)
 		}
-		ir := s.cfg.Intent(ctx, r, req, er.Intent)
+		ir := s.cfg.Intent(context.WithValue(ctx, clientHandleKey{}, er.ClientHandle), r, req, er.Intent)
 		rep.IntentReply, rep.IntentStatus = ir.Reply, ir.Status
+		if g := ir.Granted; g != nil {
+			s.mu.Lock()
+			lvb, _ := s.mu.ns.LVB(g.Resource)
+			s.mu.Unlock()
+			rep.Handle, rep.Granted, rep.Mode, rep.Policy = uint64(g.Handle), true, uint32(g.Mode), policyToWire(g.Policy)
+			rep.CallbackPending, rep.Lvb = g.CallbackPending, lvbToWire(lvb)
+			if g.Resource != res {
+				rep.Resource = resourceToWire(g.Resource)
+			}
+			return marshal(rep)
+		}
 		if ir.Skip {
 			return marshal(rep)
 		}
 		if ir.Lock != nil {
 			req = *ir.Lock
 			req.Owner = owner
+			if req.Resource != res {
+				rep.Resource = resourceToWire(req.Resource)
+			}
 		}
 	}
 
@@ -426,6 +456,10 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 	var work []astWork
 	for _, h := range eff.Removed {
 		s.forgetLocked(h)
+		if ch := s.mu.waiters[h]; ch != nil {
+			delete(s.mu.waiters, h)
+			ch <- fmt.Errorf("%w: lock %v dropped while waiting", ErrUnknownHandle, h)
+		}
 	}
 	for _, b := range eff.Blocking {
 		exp := s.mu.owners[b.Lock.Owner]
@@ -440,6 +474,11 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 		}
 	}
 	for _, g := range eff.Granted {
+		if ch := s.mu.waiters[g.Handle]; ch != nil {
+			delete(s.mu.waiters, g.Handle)
+			ch <- nil // the waiting goroutine answers for the grant
+			continue
+		}
 		exp := s.mu.owners[g.Owner]
 		if exp == nil {
 			continue
@@ -450,6 +489,12 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 			Lvb: lvbToWire(lvb), CallbackPending: g.CallbackPending}})
 	}
 	for _, f := range eff.Failed {
+		if ch := s.mu.waiters[f.Lock.Handle]; ch != nil {
+			delete(s.mu.waiters, f.Lock.Handle)
+			ch <- f.Err
+			s.forgetLocked(f.Lock.Handle)
+			continue
+		}
 		exp := s.mu.owners[f.Lock.Owner]
 		if exp != nil {
 			work = append(work, astWork{exp: exp, op: wire.LDLMCpCallback, lock: f.Lock.Handle, body: &ldlmv1.CompletionAST{
@@ -627,6 +672,123 @@ func (s *Server) SetLVB(res Resource, v LVB) error {
 	return s.mu.ns.SetLVB(res, v)
 }
 
+// clientHandleKey carries an intent enqueue's client handle in the ctx the
+// IntentPolicy gets, for IntentLock.
+type clientHandleKey struct{}
+
+// LockLocal takes a lock for the target itself (owner LocalOwner), as
+// Lustre's MDT locks the objects a reint changes: it enqueues req, sends
+// blocking ASTs to the holders of conflicting client locks, and waits
+// until it is granted. The caller calls release once the change is done,
+// which grants what waited behind. Take several locks in a fixed order
+// (by resource) so that two callers never wait on each other. It fails
+// with ctx's error (nothing held), ESHUTDOWN after Close, or an error
+// wrapping ErrInvalid for a malformed request. Safe for concurrent use.
+func (s *Server) LockLocal(ctx context.Context, req Request) (release func(), err error) {
+	req.Owner = LocalOwner
+	l, err := s.enqueueWait(ctx, req, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.cancelLocal(l.Handle, LocalOwner) }) }, nil
+}
+
+// IntentLock, called by an IntentPolicy with the ctx and request it was
+// given, enqueues req for the client that sent the intent and waits until
+// it is granted (blocking ASTs go to the holders of conflicting locks), so
+// that the policy reads what the lock protects under it and returns it in
+// IntentResult.Granted (Lustre's mdt_object_lock in an intent). A policy
+// that does not return the lock after all gives it back with
+// CancelIntentLock. It fails with ctx's error (nothing held), ESHUTDOWN,
+// or ErrInvalid for a malformed request.
+func (s *Server) IntentLock(ctx context.Context, r *ptlrpc.Request, req Request) (Lock, error) {
+	exp := r.Export()
+	if exp == nil {
+		return Lock{}, fmt.Errorf("%w: intent lock without an export", ErrInvalid)
+	}
+	ch, _ := ctx.Value(clientHandleKey{}).(uint64)
+	req.Owner = ownerOf(exp)
+	return s.enqueueWait(ctx, req, exp, ch)
+}
+
+// CancelIntentLock gives back a lock IntentLock took that the policy does
+// not return after all.
+func (s *Server) CancelIntentLock(r *ptlrpc.Request, l Lock) {
+	if exp := r.Export(); exp != nil {
+		s.cancelLocal(l.Handle, ownerOf(exp))
+	}
+}
+
+// enqueueWait enqueues req and waits for its grant. exp, if not nil, is
+// the client owning it, whose handle clientHandle names it in callbacks.
+func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Export, clientHandle uint64) (Lock, error) {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return Lock{}, fmt.Errorf("ldlm: %s: %w", s.mu.ns.Name(), syscall.ESHUTDOWN)
+	}
+	if exp != nil {
+		s.mu.owners[req.Owner] = exp
+	}
+	result, err := s.mu.ns.Enqueue(req)
+	if err != nil {
+		s.mu.Unlock()
+		return Lock{}, err
+	}
+	l := result.Lock
+	if exp != nil {
+		s.mu.remote[l.Handle] = clientHandle
+	}
+	var wait chan error
+	if l.State != Granted {
+		wait = make(chan error, 1)
+		s.mu.waiters[l.Handle] = wait
+	}
+	work := s.effectsLocked(result.Effects)
+	s.mu.Unlock()
+	s.dispatch(work)
+	if wait == nil {
+		return l, nil
+	}
+	select {
+	case err := <-wait:
+		if err != nil {
+			return Lock{}, err
+		}
+	case <-ctx.Done():
+		s.mu.Lock()
+		if s.mu.waiters[l.Handle] == wait {
+			delete(s.mu.waiters, l.Handle)
+		}
+		s.mu.Unlock()
+		s.cancelLocal(l.Handle, req.Owner) // granted meanwhile or not
+		return Lock{}, ctx.Err()
+	}
+	s.mu.Lock()
+	g, err := s.mu.ns.Lookup(l.Handle)
+	s.mu.Unlock()
+	if err != nil {
+		return Lock{}, err // dropped meanwhile (its client was evicted)
+	}
+	return g, nil
+}
+
+// cancelLocal cancels one lock on the server's own behalf and performs
+// what that decides.
+func (s *Server) cancelLocal(h Handle, owner Owner) {
+	s.mu.Lock()
+	eff, err := s.mu.ns.Cancel(h, owner)
+	if err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.forgetLocked(h)
+	work := s.effectsLocked(eff)
+	s.mu.Unlock()
+	s.dispatch(work)
+}
+
 // Close stops the callback senders and the callback timers. Call it after
 // the service that runs the handlers is closed.
 func (s *Server) Close() {
@@ -635,6 +797,10 @@ func (s *Server) Close() {
 	for h, t := range s.mu.timers {
 		t.Stop()
 		delete(s.mu.timers, h)
+	}
+	for h, ch := range s.mu.waiters {
+		delete(s.mu.waiters, h)
+		ch <- fmt.Errorf("ldlm: %s: %w", s.mu.ns.Name(), syscall.ESHUTDOWN)
 	}
 	s.mu.Unlock()
 	s.stop()

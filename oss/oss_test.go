@@ -669,3 +669,62 @@ func TestLadvise(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteOrphans: the MDS's orphan cleanup destroys the precreated
+// objects after the last one it used, recreates lost ones up to it, and
+// precreate continues right after it; bad cleanups change nothing.
+func TestDeleteOrphans(t *testing.T) {
+	e := newOSSEnv(t, 1, 1)
+	oc := e.client(0)
+	ctx := ctxT(t, 30*time.Second)
+	objs := oc.precreate(ctx, 0, 50) // oids 1..50
+	cleanup := func(lastUsed uint32) (*ostv1.CreateReply, error) {
+		rep, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: testSeq, DeleteOrphans: true, LastUsed: lastUsed})})
+		if err != nil {
+			return nil, err
+		}
+		var cr ostv1.CreateReply
+		return &cr, proto.Unmarshal(rep, &cr)
+	}
+	cr, err := cleanup(20)
+	if err != nil || cr.First != 21 || cr.Count != 0 {
+		t.Fatalf("cleanup to 20: %+v %v", cr, err)
+	}
+	for i, f := range objs {
+		_, err := oc.getattr(ctx, 0, f)
+		if (i < 20) != (err == nil) || (err != nil && !errors.Is(err, syscall.ENOENT)) {
+			t.Fatalf("%v after cleanup to 20: %v", f, err)
+		}
+	}
+	if next := oc.precreate(ctx, 0, 5); next[0].Oid != 21 {
+		t.Fatalf("precreate after cleanup starts at %v", next[0])
+	}
+	// The MDS used objects up to 30 but the OST has only up to 25 (lost in
+	// a crash): they are created again.
+	if cr, err := cleanup(30); err != nil || cr.First != 31 {
+		t.Fatalf("cleanup to 30: %+v %v", cr, err)
+	}
+	for oid := uint32(21); oid <= 30; oid++ {
+		if _, err := oc.getattr(ctx, 0, fid.FID{Seq: testSeq, Oid: oid}); err != nil {
+			t.Fatalf("oid %d after cleanup to 30: %v", oid, err)
+		}
+	}
+	// A cleanup of a sequence the OST never saw makes it known.
+	rep, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body(t, &ostv1.CreateRequest{Seq: testSeq + 1, DeleteOrphans: true})})
+	if err != nil {
+		t.Fatalf("cleanup of a new sequence: %v %x", err, rep)
+	}
+	for _, bad := range []*ostv1.CreateRequest{
+		{Seq: testSeq, DeleteOrphans: true, Count: 3, LastUsed: 5},
+		{Seq: 0, DeleteOrphans: true},
+		{Seq: testSeq, DeleteOrphans: true, LastUsed: 30 + ofd.MaxPrecreate + 1},
+	} {
+		if _, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body(t, bad)}); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("cleanup %+v: %v", bad, err)
+		}
+	}
+	if _, err := oc.getattr(ctx, 0, fid.FID{Seq: testSeq, Oid: 30}); err != nil {
+		t.Fatalf("a refused cleanup changed the objects: %v", err)
+	}
+}

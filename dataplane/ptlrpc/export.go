@@ -64,6 +64,12 @@ type TargetConfig struct {
 	// sent, for targets without stable storage of their own. Otherwise the
 	// storage layer reports commits with Target.Committed.
 	AutoCommit bool
+	// LastTransno is the highest transno the target's storage has used
+	// before this start (Lustre's last_rcvd lsd_last_transno): transnos
+	// continue after it, and it is taken as committed, so that replies
+	// after a restart never carry a transno a client already saw
+	// committed. 0 for a new target.
+	LastTransno uint64
 	// OnConnect, if not nil, is called for each new or revived export; what
 	// it returns goes to the client in ConnectReply.target_data (an OST's
 	// first grant, say).
@@ -135,6 +141,8 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 		cfg: cfg, log: lg.With("target", cfg.Name), set: ts, instance: rand.Uint64() | 1,
 		exports: make(map[string]*Export), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	t.transno.Store(cfg.LastTransno)
+	t.committed.Store(cfg.LastTransno)
 	ts.mu.Lock()
 	if _, dup := ts.targets[cfg.Name]; dup {
 		ts.mu.Unlock()

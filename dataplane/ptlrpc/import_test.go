@@ -120,6 +120,7 @@ func runImports(t *testing.T, mk func(testing.TB) env) {
 	t.Run("evict-silent", func(t *testing.T) { testEvictSilent(t, mk) })
 	t.Run("evict-admin", func(t *testing.T) { testEvictAdmin(t, mk) })
 	t.Run("commit", func(t *testing.T) { testCommit(t, mk) })
+	t.Run("last-transno", func(t *testing.T) { testLastTransno(t, mk) })
 	t.Run("set", func(t *testing.T) { testImportSet(t, mk) })
 	t.Run("not-connected", func(t *testing.T) { testNotConnected(t, mk) })
 }
@@ -389,6 +390,25 @@ func testCommit(t *testing.T, mk func(testing.TB) env) {
 	}
 	if got := imp.Uncommitted(); len(got) != 0 {
 		t.Fatalf("after commit of everything: %v", got)
+	}
+}
+
+// testLastTransno: a target restarted on storage that used transnos up to
+// 500 numbers new changes after it and reports 500 committed, so a reply
+// never carries a transno the client would take as already durable.
+func testLastTransno(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{LastTransno: 500})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := imp.Do(ctx, &Req{Opcode: opInc}); err != nil {
+		t.Fatal(err)
+	}
+	if un := imp.Uncommitted(); len(un) != 1 || un[0] != 501 || te.tgt.LastCommitted() != 500 {
+		t.Fatalf("uncommitted %v, last committed %d", un, te.tgt.LastCommitted())
+	}
+	if imp.Info().LastCommitted != 500 {
+		t.Fatalf("the client saw last committed %d", imp.Info().LastCommitted)
 	}
 }
 

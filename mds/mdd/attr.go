@@ -411,15 +411,26 @@ func (s *Store) GetLayout(f fid.FID) (layout.Layout, error) {
 // for an invalid layout or another file type, EACCES, ENOENT. A LYOUT
 // changelog record is written. Returns the stored layout.
 func (s *Store) SetLayout(r Req, f fid.FID, l layout.Layout) (layout.Layout, error) {
+	return s.SetLayoutAlloc(r, f, func(*layout.Layout) (layout.Layout, error) { return l, nil })
+}
+
+// SetLayoutAlloc sets f's layout to what alloc returns, as SetLayout does,
+// calling alloc with the store's lock held once the permission checks
+// passed, with f's current layout (nil if none): so that the objects of a
+// layout instantiated later (lfs setstripe on a file created without
+// objects) are taken from the MDT's pools in apply order, as Spec.Alloc
+// explains. alloc must not block; its error fails the change with nothing
+// changed.
+func (s *Store) SetLayoutAlloc(r Req, f fid.FID, alloc func(cur *layout.Layout) (layout.Layout, error)) (layout.Layout, error) {
 	t := s.begin(&r)
-	out, err := t.setLayout(f, l)
+	out, err := t.setLayout(f, alloc)
 	if err = t.finish(err); err != nil {
 		return layout.Layout{}, err
 	}
 	return out, nil
 }
 
-func (t *tx) setLayout(f fid.FID, l layout.Layout) (layout.Layout, error) {
+func (t *tx) setLayout(f fid.FID, alloc func(cur *layout.Layout) (layout.Layout, error)) (layout.Layout, error) {
 	n, err := t.inode(f)
 	if err != nil {
 		return layout.Layout{}, err
@@ -434,6 +445,10 @@ func (t *tx) setLayout(f fid.FID, l layout.Layout) (layout.Layout, error) {
 	if err != nil {
 		return layout.Layout{}, err
 	}
+	l, err := alloc(old)
+	if err != nil {
+		return layout.Layout{}, err
+	}
 	l = l.Clone()
 	l.Gen = 0
 	if old != nil {
@@ -444,6 +459,7 @@ func (t *tx) setLayout(f fid.FID, l layout.Layout) (layout.Layout, error) {
 		return layout.Layout{}, fail(syscall.EINVAL, "set layout of %v: %v", f, err)
 	}
 	t.b.Set(fidKey(pfxLayout, f), b, nil)
+	t.noteObjects(&l)
 	n.Ctime = t.now
 	t.touch(n)
 	t.changelog(ChangelogRecord{Type: CLLayout, TFID: f})

@@ -26,7 +26,9 @@ import (
 //   - inodes with no links are exactly the registered orphans;
 //   - the ACL flags of inodes match their ACL xattrs, which parse;
 //   - the inode, changelog and destroy counters agree with the records,
-//     and the FLD ranges are sorted and disjoint.
+//     and the FLD ranges are sorted and disjoint;
+//   - no object of a layout or destroy record comes after its OST's last
+//     object (LastObjects), so the orphan cleanup never destroys one.
 //
 // It holds the store's read lock throughout: writers wait. Meant for
 // tests, the crash test and an offline check; it reads everything.
@@ -51,6 +53,13 @@ func (s *Store) Check() error {
 	orphans := map[fid.FID]bool{}
 	parents := map[fid.FID]fid.FID{}
 	owned := map[byte][]fid.FID{}
+	lastObj := map[uint32]fid.FID{}
+	var objects []layout.Object
+	noteObjects := func(l layout.Layout) {
+		for _, c := range l.Components {
+			objects = append(objects, c.Objects...)
+		}
+	}
 	err := s.scan(nil, func(k, v []byte) error {
 		switch k[0] {
 		case pfxInode:
@@ -92,7 +101,9 @@ func (s *Store) Check() error {
 			var err error
 			switch k[0] {
 			case pfxLayout:
-				_, err = layout.Unmarshal(v)
+				var l layout.Layout
+				l, err = layout.Unmarshal(v)
+				noteObjects(l)
 			case pfxLSOM:
 				_, err = decodeLSOM(v)
 			case pfxHSM:
@@ -122,9 +133,17 @@ func (s *Store) Check() error {
 			}
 		case pfxDestroy:
 			id := binary.BigEndian.Uint64(k[1:])
-			if _, err := decodeDestroy(id, v); err != nil || id >= s.mu.destroyNext {
+			d, err := decodeDestroy(id, v)
+			if err != nil || id >= s.mu.destroyNext {
 				bad("destroy record %d: %v", id, err)
 			}
+			noteObjects(d.Layout)
+		case pfxLastObj:
+			ost, f, err := decodeLastObj(k, v)
+			if err != nil || s.mu.lastObj[ost] != f {
+				bad("last object record %x: %v (in memory %v)", k, err, s.mu.lastObj[ost])
+			}
+			lastObj[ost] = f
 		}
 		return nil
 	})
@@ -200,6 +219,14 @@ func (s *Store) Check() error {
 	}
 	if inodes[RootFID] == nil {
 		bad("no root")
+	}
+	for _, o := range objects {
+		if last := lastObj[o.OSTIndex]; fid.Compare(o.Object, last) > 0 {
+			bad("object %v on OST%04x is after the OST's last object %v", o.Object, o.OSTIndex, last)
+		}
+	}
+	if len(lastObj) != len(s.mu.lastObj) {
+		bad("%d last object records, %d in memory", len(lastObj), len(s.mu.lastObj))
 	}
 	if uint64(len(inodes)) != s.mu.inodes {
 		bad("%d inodes, counter says %d", len(inodes), s.mu.inodes)

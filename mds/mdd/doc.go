@@ -43,6 +43,9 @@
 //	y id                      destroy log record: FID and layout of a file
 //	                          whose objects must be destroyed
 //	f seqStart                FLD range: end, target index and type
+//	v ostIndex                the last OST object a layout named there
+//	                          (lov_objid): raised in the batch of every
+//	                          layout with objects, for the orphan cleanup
 //	m name                    format, transno, inode count, next changelog
 //	                          index and user id, next destroy id, sequence
 //	                          controller and server state
@@ -80,6 +83,7 @@
 //
 // No networking, no LDLM, no per-client reply data (the PtlRPC layer
 // keeps last replies in memory), no OST object allocation (the caller
-// allocates objects and passes the layout). It imports Pebble,
+// allocates objects and passes the layout, or takes them from its pools
+// in Spec.Alloc, under the store's lock, in apply order). It imports Pebble,
 // internal/errs, internal/fid and internal/layout.
 package mdd

@@ -23,6 +23,7 @@ const (
 	pfxDestroy = 'y' // y id → destroy record
 	pfxFLD     = 'f' // f start → FLD record
 	pfxMeta    = 'm' // m name → counters and state
+	pfxLastObj = 'v' // v ostIndex → last object used there (objects.go)
 )
 
 // Meta keys.

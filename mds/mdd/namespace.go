@@ -51,6 +51,14 @@ type Spec struct {
 	// Layout is the layout of a new regular file (Create), validated and
 	// stored as the layout EA; nil for none yet.
 	Layout *layout.Layout
+	// Alloc, if set (and Layout nil), gives a new regular file its layout
+	// with objects: it is called once the create is sure to be applied,
+	// with the store's lock held, so that objects are taken from the
+	// MDT's precreated pools in the order creates are applied and the
+	// OSTs' last objects (LastObjects) stay exact. It must not block. An
+	// error fails the create with nothing changed; an invalid layout fails
+	// it with EINVAL.
+	Alloc func() (layout.Layout, error)
 }
 
 // Create makes a regular file name in directory parent and returns its
@@ -130,10 +138,31 @@ func (s *Store) create(r *Req, parent fid.FID, name string, sp Spec, target stri
 	}
 	t := s.begin(r)
 	n, err := t.create(parent, name, sp, target, lb, cl)
+	if err == nil && sp.Layout != nil {
+		t.noteObjects(sp.Layout)
+	}
+	if err == nil && sp.Layout == nil && sp.Alloc != nil && n.Mode&S_IFMT == S_IFREG {
+		err = t.alloc(n.FID, sp.Alloc)
+	}
 	if err = t.finish(err); err != nil {
 		return Attr{}, err
 	}
 	return n.attr(nil), nil
+}
+
+// alloc stores the layout alloc gives the new file f.
+func (t *tx) alloc(f fid.FID, alloc func() (layout.Layout, error)) error {
+	l, err := alloc()
+	if err != nil {
+		return err
+	}
+	b, err := l.Marshal()
+	if err != nil {
+		return fail(syscall.EINVAL, "layout of %v: %v", f, err)
+	}
+	t.b.Set(fidKey(pfxLayout, f), b, nil)
+	t.noteObjects(&l)
+	return nil
 }
 
 func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []byte, cl ChangelogType) (*inode, error) {

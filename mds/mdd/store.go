@@ -30,6 +30,10 @@ const (
 	DefaultSuperWidth = 1 << 30
 )
 
+// cacheEntries bounds the records the value cache keeps (about 100 bytes
+// each).
+const cacheEntries = 1 << 18
+
 // RootFID is the root directory's FID on MDT0 ([0x200000007:0x1:0x0]).
 var RootFID = fid.FID{Seq: fid.SeqRoot, Oid: 1}
 
@@ -113,8 +117,10 @@ type Store struct {
 		srv         seqServer                 // this MDT's sequence server
 		fld         []FLDEntry                // the FLD, sorted by Start
 		alloc       struct{ seq, oid uint64 } // the store's own FID minting
+		lastObj     map[uint32]fid.FID        // OST index → last object used (objects.go)
 	}
 
+	cache     *valueCache   // hot records (cache.go)
 	syncMu    sync.Mutex    // one Sync at a time, so OnCommit calls are ordered
 	committed atomic.Uint64 // LastCommitted
 	closed    atomic.Bool
@@ -158,9 +164,10 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, ioError(err, "open %s", cfg.Dir)
 	}
-	s := &Store{cfg: cfg, db: db, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{cfg: cfg, db: db, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), cache: newValueCache(cacheEntries)}
 	s.mu.clUsers = map[uint32]uint64{}
 	s.mu.opens = map[fid.FID]int{}
+	s.mu.lastObj = map[uint32]fid.FID{}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -232,6 +239,9 @@ func (s *Store) load() error {
 	if s.mu.srv, err = s.loadSeqServer(); err != nil {
 		return ioError(err, "open: sequence server")
 	}
+	if err := s.loadLastObjects(); err != nil {
+		return ioError(err, "open: last objects")
+	}
 	return nil
 }
 
@@ -278,6 +288,28 @@ func (s *Store) scan(pfx []byte, fn func(k, v []byte) error) error {
 
 // get returns a copy of key's value, or pebble.ErrNotFound.
 func (s *Store) get(key []byte) ([]byte, error) {
+	if !cachedKey(key) {
+		return s.dbGet(key)
+	}
+	if v, found, hit := s.cache.lookup(key); hit {
+		if !found {
+			return nil, pebble.ErrNotFound
+		}
+		return v, nil
+	}
+	g := s.cache.gen.Load()
+	v, err := s.dbGet(key)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		s.cache.fill(key, nil, false, g)
+	case err == nil:
+		s.cache.fill(key, append([]byte(nil), v...), true, g)
+	}
+	return v, err
+}
+
+// dbGet reads a record from Pebble, bypassing the cache.
+func (s *Store) dbGet(key []byte) ([]byte, error) {
 	v, c, err := s.db.Get(key)
 	if err != nil {
 		return nil, err

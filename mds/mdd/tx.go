@@ -26,7 +26,8 @@ type tx struct {
 
 	inodeDelta int64
 	destroys   []DestroyRecord
-	orphansOff []fid.FID // orphans destroyed: forget their open counts
+	orphansOff []fid.FID          // orphans destroyed: forget their open counts
+	lastObj    map[uint32]fid.FID // OSTs' last objects raised by this tx
 }
 
 // begin takes the store's write lock and starts a tx; the caller must end
@@ -109,10 +110,15 @@ func (t *tx) commit() error {
 		t.b.Set(keyTransno, u64Val(tn), nil)
 	}
 	if err := t.b.Commit(pebble.NoSync); err != nil {
+		s.cache.reset() // the batch may or may not be in
 		return ioError(err, "commit")
 	}
+	s.cache.applied(t.b)
 	s.mu.clNext, s.mu.destroyNext, s.mu.inodes = clNext, destroyNext, inodes
 	s.mu.transno = max(s.mu.transno, tn)
+	for ost, f := range t.lastObj {
+		s.mu.lastObj[ost] = f
+	}
 	for _, f := range t.orphansOff {
 		delete(s.mu.opens, f)
 	}

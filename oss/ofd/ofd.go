@@ -352,6 +352,9 @@ func (o *OFD) create(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err := proto.Unmarshal(r.Body, &cr); err != nil {
 		return o.refuse(r, "%w: create body: %v", errBadRequest, err)
 	}
+	if cr.DeleteOrphans {
+		return o.deleteOrphans(ctx, r, &cr)
+	}
 	if cr.Seq == 0 || cr.Count == 0 || cr.Count > MaxPrecreate {
 		return o.refuse(r, "%w: precreate of %d objects in sequence %#x (1 to %d)", errBadRequest, cr.Count, cr.Seq, MaxPrecreate)
 	}
@@ -397,6 +400,75 @@ func (o *OFD) create(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	o.gmu.precreate += uint64(cr.Count)
 	o.gmu.Unlock()
 	return marshal(&ostv1.CreateReply{Seq: cr.Seq, First: last + 1, Count: cr.Count})
+}
+
+// deleteOrphans serves OST_CREATE with DeleteOrphans: the MDS's orphan
+// cleanup (Lustre's ofd_orphans_destroy). Objects of the sequence after the
+// last one the MDS used were precreated and never given to a file: they
+// are destroyed. Objects up to it that the OST lost (a crash before their
+// precreate was committed) are created again, at most MaxPrecreate. LAST_ID
+// becomes last_used either way, so precreate continues right after it.
+func (o *OFD) deleteOrphans(ctx context.Context, r *ptlrpc.Request, cr *ostv1.CreateRequest) ([]byte, int32) {
+	if cr.Seq == 0 || cr.Count != 0 {
+		return o.refuse(r, "%w: orphan cleanup of sequence %#x with count %d", errBadRequest, cr.Seq, cr.Count)
+	}
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	last, known := o.lastID[cr.Seq]
+	if !known {
+		var err error
+		if last, err = o.readLastID(ctx, cr.Seq); err != nil {
+			return o.refuse(r, "read LAST_ID of %#x: %w", cr.Seq, err)
+		}
+	}
+	want := cr.LastUsed
+	if want > last && want-last > MaxPrecreate {
+		return o.refuse(r, "%w: orphan cleanup of %#x: %d objects up to %d missing (LAST_ID %d)", errBadRequest, cr.Seq, want-last, want, last)
+	}
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	lf := lastIDFID(cr.Seq)
+	if _, err := o.dev.GetAttr(ctx, lf); errors.Is(err, osd.ErrNotExist) {
+		if err := tx.Create(lf, osd.Attr{}); err != nil {
+			return nil, errno(err)
+		}
+	} else if err != nil {
+		return nil, errno(err)
+	}
+	destroyed, created := 0, 0
+	for oid := uint64(want) + 1; oid <= uint64(last); oid++ {
+		f := fid.FID{Seq: cr.Seq, Oid: uint32(oid)}
+		if _, err := o.dev.GetAttr(ctx, f); errors.Is(err, osd.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, errno(err)
+		}
+		if err := tx.Destroy(f); err != nil {
+			return nil, errno(err)
+		}
+		destroyed++
+	}
+	for oid := uint64(last) + 1; oid <= uint64(want); oid++ {
+		if err := tx.Create(fid.FID{Seq: cr.Seq, Oid: uint32(oid)}, osd.Attr{}); err != nil {
+			return nil, errno(err)
+		}
+		created++
+	}
+	if err := tx.WriteRecord(lf, binary.LittleEndian.AppendUint32(nil, want), 0); err != nil {
+		return nil, errno(err)
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		return o.refuse(r, "orphan cleanup of %#x to %d: %w", cr.Seq, want, err)
+	}
+	o.lastID[cr.Seq] = want
+	if destroyed > 0 || created > 0 {
+		o.log.Info("ofd: orphan cleanup", "seq", fmt.Sprintf("%#x", cr.Seq), "last_used", want, "last_id", last,
+			"destroyed", destroyed, "recreated", created, "from", r.Peer)
+	}
+	return marshal(&ostv1.CreateReply{Seq: cr.Seq, First: want + 1})
 }
 
 func (o *OFD) readLastID(ctx context.Context, seq uint64) (uint32, error) {

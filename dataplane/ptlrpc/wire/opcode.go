@@ -26,12 +26,17 @@ const (
 	OSTSync        Opcode = 16  // OST_SYNC: commit an object's data to stable storage
 	OSTLadvise     Opcode = 21  // OST_LADVISE: advice on an object's ranges (willneed, dontneed)
 	MDSGetattr     Opcode = 33  // MDS_GETATTR: file attributes by FID
+	MDSGetattrName Opcode = 34  // MDS_GETATTR_NAME: look a name up in a directory
 	MDSClose       Opcode = 35  // MDS_CLOSE: close an open file handle
 	MDSReint       Opcode = 36  // MDS_REINT: a namespace change (create, unlink, rename, setattr, ...)
-	MDSReadpage    Opcode = 37  // MDS_READPAGE: directory pages, by bulk
+	MDSReadpage    Opcode = 37  // MDS_READPAGE: a page of directory entries from a cookie
 	MDSConnect     Opcode = 38  // MDS_CONNECT: create an export on an MDT
 	MDSDisconnect  Opcode = 39  // MDS_DISCONNECT: drop the export on an MDT
+	MDSGetRoot     Opcode = 40  // MDS_GET_ROOT: the root directory's FID
 	MDSStatfs      Opcode = 41  // MDS_STATFS: MDT space and inode counts
+	MDSSync        Opcode = 44  // MDS_SYNC: commit the MDT's changes to stable storage
+	MDSGetxattr    Opcode = 49  // MDS_GETXATTR: an extended attribute, or the list of names
+	MDSGetInfo     Opcode = 53  // MDS_GET_INFO: keyed queries (fid2path)
 	LDLMEnqueue    Opcode = 101 // LDLM_ENQUEUE: ask for a lock
 	LDLMConvert    Opcode = 102 // LDLM_CONVERT: change a granted lock's mode
 	LDLMCancel     Opcode = 103 // LDLM_CANCEL: give locks back
@@ -40,6 +45,8 @@ const (
 	LDLMGlCallback Opcode = 106 // LDLM_GL_CALLBACK: server asks a holder for its view (size, mtime)
 	MGSConnect     Opcode = 250 // MGS_CONNECT: connect to the MGS
 	OBDPing        Opcode = 400 // OBD_PING: liveness and last_committed exchange
+	SEQQuery       Opcode = 700 // SEQ_QUERY: grant a FID sequence
+	FLDQuery       Opcode = 900 // FLD_QUERY: which target a FID sequence lives on
 )
 
 // opcodeNames holds Lustre's name for each known opcode.
@@ -57,12 +64,17 @@ var opcodeNames = map[Opcode]string{
 	OSTSync:        "OST_SYNC",
 	OSTLadvise:     "OST_LADVISE",
 	MDSGetattr:     "MDS_GETATTR",
+	MDSGetattrName: "MDS_GETATTR_NAME",
 	MDSClose:       "MDS_CLOSE",
 	MDSReint:       "MDS_REINT",
 	MDSReadpage:    "MDS_READPAGE",
 	MDSConnect:     "MDS_CONNECT",
 	MDSDisconnect:  "MDS_DISCONNECT",
+	MDSGetRoot:     "MDS_GET_ROOT",
 	MDSStatfs:      "MDS_STATFS",
+	MDSSync:        "MDS_SYNC",
+	MDSGetxattr:    "MDS_GETXATTR",
+	MDSGetInfo:     "MDS_GET_INFO",
 	LDLMEnqueue:    "LDLM_ENQUEUE",
 	LDLMConvert:    "LDLM_CONVERT",
 	LDLMCancel:     "LDLM_CANCEL",
@@ -71,6 +83,8 @@ var opcodeNames = map[Opcode]string{
 	LDLMGlCallback: "LDLM_GL_CALLBACK",
 	MGSConnect:     "MGS_CONNECT",
 	OBDPing:        "OBD_PING",
+	SEQQuery:       "SEQ_QUERY",
+	FLDQuery:       "FLD_QUERY",
 }
 
 // String returns Lustre's name for a known opcode ("OST_WRITE",

@@ -384,7 +384,12 @@ type EnqueueReply struct {
 	IntentReply []byte `protobuf:"bytes,8,opt,name=intent_reply,json=intentReply,proto3" json:"intent_reply,omitempty"`
 	// IntentStatus is the intent's errno (negative), separate from the
 	// enqueue's own status.
-	IntentStatus  int32 `protobuf:"varint,9,opt,name=intent_status,json=intentStatus,proto3" json:"intent_status,omitempty"`
+	IntentStatus int32 `protobuf:"varint,9,opt,name=intent_status,json=intentStatus,proto3" json:"intent_status,omitempty"`
+	// Resource is the resource of the lock granted when the target's intent
+	// policy gave a lock on another resource than the one asked for (a
+	// lookup asked on the parent directory is granted on the child found:
+	// Lustre's ELDLM_LOCK_REPLACED); absent otherwise.
+	Resource      *Resource `protobuf:"bytes,10,opt,name=resource,proto3" json:"resource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -480,6 +485,13 @@ func (x *EnqueueReply) GetIntentStatus() int32 {
 		return x.IntentStatus
 	}
 	return 0
+}
+
+func (x *EnqueueReply) GetResource() *Resource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
 }
 
 // ConvertRequest downgrades a granted lock (LDLM_CONVERT).
@@ -983,7 +995,7 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\x12#\n" +
 	"\rclient_handle\x18\x05 \x01(\x04R\fclientHandle\x12\x18\n" +
 	"\acancels\x18\x06 \x03(\x04R\acancels\x12\x16\n" +
-	"\x06intent\x18\a \x01(\fR\x06intent\"\xbb\x02\n" +
+	"\x06intent\x18\a \x01(\fR\x06intent\"\xf0\x02\n" +
 	"\fEnqueueReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\bR\agranted\x12\x12\n" +
@@ -994,7 +1006,9 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\x10callback_pending\x18\x06 \x01(\bR\x0fcallbackPending\x12$\n" +
 	"\x03lvb\x18\a \x01(\v2\x12.nacre.ldlm.v1.LVBR\x03lvb\x12!\n" +
 	"\fintent_reply\x18\b \x01(\fR\vintentReply\x12#\n" +
-	"\rintent_status\x18\t \x01(\x05R\fintentStatus\"P\n" +
+	"\rintent_status\x18\t \x01(\x05R\fintentStatus\x123\n" +
+	"\bresource\x18\n" +
+	" \x01(\v2\x17.nacre.ldlm.v1.ResourceR\bresource\"P\n" +
 	"\x0eConvertRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
@@ -1055,20 +1069,21 @@ var file_nacre_ldlm_v1_ldlm_proto_goTypes = []any{
 	(*GlimpseReply)(nil),   // 12: nacre.ldlm.v1.GlimpseReply
 }
 var file_nacre_ldlm_v1_ldlm_proto_depIdxs = []int32{
-	0, // 0: nacre.ldlm.v1.EnqueueRequest.resource:type_name -> nacre.ldlm.v1.Resource
-	1, // 1: nacre.ldlm.v1.EnqueueRequest.policy:type_name -> nacre.ldlm.v1.Policy
-	1, // 2: nacre.ldlm.v1.EnqueueReply.policy:type_name -> nacre.ldlm.v1.Policy
-	2, // 3: nacre.ldlm.v1.EnqueueReply.lvb:type_name -> nacre.ldlm.v1.LVB
-	1, // 4: nacre.ldlm.v1.ConvertReply.policy:type_name -> nacre.ldlm.v1.Policy
-	1, // 5: nacre.ldlm.v1.BlockingAST.conflict_policy:type_name -> nacre.ldlm.v1.Policy
-	1, // 6: nacre.ldlm.v1.CompletionAST.policy:type_name -> nacre.ldlm.v1.Policy
-	2, // 7: nacre.ldlm.v1.CompletionAST.lvb:type_name -> nacre.ldlm.v1.LVB
-	2, // 8: nacre.ldlm.v1.GlimpseReply.lvb:type_name -> nacre.ldlm.v1.LVB
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: nacre.ldlm.v1.EnqueueRequest.resource:type_name -> nacre.ldlm.v1.Resource
+	1,  // 1: nacre.ldlm.v1.EnqueueRequest.policy:type_name -> nacre.ldlm.v1.Policy
+	1,  // 2: nacre.ldlm.v1.EnqueueReply.policy:type_name -> nacre.ldlm.v1.Policy
+	2,  // 3: nacre.ldlm.v1.EnqueueReply.lvb:type_name -> nacre.ldlm.v1.LVB
+	0,  // 4: nacre.ldlm.v1.EnqueueReply.resource:type_name -> nacre.ldlm.v1.Resource
+	1,  // 5: nacre.ldlm.v1.ConvertReply.policy:type_name -> nacre.ldlm.v1.Policy
+	1,  // 6: nacre.ldlm.v1.BlockingAST.conflict_policy:type_name -> nacre.ldlm.v1.Policy
+	1,  // 7: nacre.ldlm.v1.CompletionAST.policy:type_name -> nacre.ldlm.v1.Policy
+	2,  // 8: nacre.ldlm.v1.CompletionAST.lvb:type_name -> nacre.ldlm.v1.LVB
+	2,  // 9: nacre.ldlm.v1.GlimpseReply.lvb:type_name -> nacre.ldlm.v1.LVB
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_nacre_ldlm_v1_ldlm_proto_init() }

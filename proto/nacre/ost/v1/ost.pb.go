@@ -372,9 +372,16 @@ func (x *ObjectReply) GetAttr() *Attr {
 // CreateRequest asks for count new objects in sequence seq (precreate:
 // the MDS keeps a pool of them so a file create never waits for an OST).
 type CreateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"fixed64,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"fixed64,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Count uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// DeleteOrphans (Lustre's OBD_FL_DELORPHAN), with count 0, is the MDS's
+	// orphan cleanup when it connects: last_used is the last object of seq
+	// a file took. The OST destroys the precreated objects after it, and
+	// creates again the ones up to it that it lost in a crash, so that
+	// LAST_ID becomes last_used; the reply's first is last_used + 1.
+	DeleteOrphans bool   `protobuf:"varint,3,opt,name=delete_orphans,json=deleteOrphans,proto3" json:"delete_orphans,omitempty"`
+	LastUsed      uint32 `protobuf:"varint,4,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +426,20 @@ func (x *CreateRequest) GetSeq() uint64 {
 func (x *CreateRequest) GetCount() uint32 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *CreateRequest) GetDeleteOrphans() bool {
+	if x != nil {
+		return x.DeleteOrphans
+	}
+	return false
+}
+
+func (x *CreateRequest) GetLastUsed() uint32 {
+	if x != nil {
+		return x.LastUsed
 	}
 	return 0
 }
@@ -1053,10 +1074,12 @@ const file_nacre_ost_v1_ost_proto_rawDesc = "" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\x12&\n" +
 	"\x04attr\x18\x02 \x01(\v2\x12.nacre.ost.v1.AttrR\x04attr\"5\n" +
 	"\vObjectReply\x12&\n" +
-	"\x04attr\x18\x01 \x01(\v2\x12.nacre.ost.v1.AttrR\x04attr\"7\n" +
+	"\x04attr\x18\x01 \x01(\v2\x12.nacre.ost.v1.AttrR\x04attr\"{\n" +
 	"\rCreateRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x06R\x03seq\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\rR\x05count\"K\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12%\n" +
+	"\x0edelete_orphans\x18\x03 \x01(\bR\rdeleteOrphans\x12\x1b\n" +
+	"\tlast_used\x18\x04 \x01(\rR\blastUsed\"K\n" +
 	"\vCreateReply\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x06R\x03seq\x12\x14\n" +
 	"\x05first\x18\x02 \x01(\rR\x05first\x12\x14\n" +

@@ -1,0 +1,452 @@
+package lov
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+
+	"github.com/nacrefs/nacre/client/osc"
+	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
+)
+
+// Targets finds the OSC of an OST by index (Lustre's lov_tgts). The
+// client's configuration (the MGS's OST list) fills it.
+type Targets interface {
+	OSC(idx uint32) (*osc.Client, error)
+}
+
+// TargetMap is a fixed table of OSCs by OST index.
+type TargetMap map[uint32]*osc.Client
+
+// OSC implements Targets.
+func (m TargetMap) OSC(idx uint32) (*osc.Client, error) {
+	if c := m[idx]; c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("lov: no OSC for OST%04x", idx)
+}
+
+var _ Targets = TargetMap(nil)
+
+// File is a file's data as its layout spreads it over OST objects
+// (Lustre's lov_object): reads, writes, appends, truncates, size and sync
+// of the file, each split by the layout into per-object work that goes to
+// the objects' OSCs, all of them at once. Safe for concurrent use; the
+// OSCs keep the file's cache coherent with other clients through extent
+// locks.
+type File struct {
+	l layout.Layout
+	// objs holds each instantiated component's objects by stripe; nil for
+	// a component without objects.
+	objs [][]*osc.Object
+	once sync.Once
+}
+
+// Open returns the file with layout l, opening its objects on the OSCs t
+// gives. Components not instantiated yet read as holes; writing to them
+// fails with an error wrapping layout.ErrUninstantiated (the caller asks
+// the MDS to instantiate them and opens the new layout).
+func Open(l layout.Layout, t Targets) (*File, error) {
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("lov: open: %w", err)
+	}
+	f := &File{l: l.Clone(), objs: make([][]*osc.Object, len(l.Components))}
+	for ci := range f.l.Components {
+		c := &f.l.Components[ci]
+		if !c.Instantiated() {
+			continue
+		}
+		objs := make([]*osc.Object, len(c.Objects))
+		for k, ob := range c.Objects {
+			cl, err := t.OSC(ob.OSTIndex)
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("lov: open %v: %w", ob.Object, err)
+			}
+			objs[k] = cl.Open(ob.Object)
+		}
+		f.objs[ci] = objs
+	}
+	return f, nil
+}
+
+// Layout returns the file's layout (a copy).
+func (f *File) Layout() layout.Layout { return f.l.Clone() }
+
+// Close lets go of the file's objects. Their cached pages and locks stay
+// in the client's cache; dirty data is written back as usual.
+func (f *File) Close() {
+	f.once.Do(func() {
+		for _, objs := range f.objs {
+			for _, o := range objs {
+				if o != nil {
+					o.Close()
+				}
+			}
+		}
+	})
+}
+
+// piece is the part of a file I/O that falls on one object.
+type piece struct {
+	obj     *osc.Object
+	comp    int
+	stripe  int
+	objOff  uint64
+	fileOff uint64
+	buf     []byte
+	done    int
+	err     error
+}
+
+// split maps [off, off+len(p)) to pieces in file order. Ranges in
+// components without objects are zero-filled in p for a read and refused
+// for a write.
+func (f *File) split(p []byte, off uint64, write bool) ([]*piece, error) {
+	end := off + uint64(len(p))
+	var out []*piece
+	for pos := off; pos < end; {
+		ci := f.l.ComponentAt(pos)
+		if ci < 0 {
+			if write {
+				return nil, fmt.Errorf("lov: write at %d: %w", pos, layout.ErrBeyondLayout)
+			}
+			clear(p[pos-off:])
+			break
+		}
+		c := &f.l.Components[ci]
+		stop := end
+		if c.End != layout.EOF {
+			stop = min(end, c.End)
+		}
+		if f.objs[ci] == nil {
+			if write {
+				return nil, fmt.Errorf("lov: write [%d,%d): component %d: %w", pos, stop, ci, layout.ErrUninstantiated)
+			}
+			clear(p[pos-off : stop-off])
+			pos = stop
+			continue
+		}
+		chunks, err := f.l.Map(pos, stop-pos)
+		if err != nil {
+			return nil, fmt.Errorf("lov: %w", err)
+		}
+		for _, ch := range chunks {
+			out = append(out, &piece{obj: f.objs[ch.Component][ch.Stripe], comp: ch.Component, stripe: ch.Stripe,
+				objOff: ch.ObjOffset, fileOff: ch.FileOffset, buf: p[ch.FileOffset-off : ch.FileOffset-off+ch.Len]})
+		}
+		pos = stop
+	}
+	return out, nil
+}
+
+// run does each piece with fn, the pieces of one object in order and the
+// objects at once (one goroutine per object, so at most the stripe count
+// of each component). It returns how many bytes from the start were done
+// before the first failed piece, and that piece's error.
+func run(pieces []*piece, fn func(pc *piece) (int, error)) (int, error) {
+	byObj := make(map[*osc.Object][]*piece)
+	var order []*osc.Object
+	for _, pc := range pieces {
+		if byObj[pc.obj] == nil {
+			order = append(order, pc.obj)
+		}
+		byObj[pc.obj] = append(byObj[pc.obj], pc)
+	}
+	work := func(ps []*piece) {
+		for _, pc := range ps {
+			pc.done, pc.err = fn(pc)
+			if pc.err != nil {
+				return
+			}
+		}
+	}
+	if len(order) == 1 {
+		work(byObj[order[0]])
+	} else {
+		var wg sync.WaitGroup
+		for _, o := range order {
+			wg.Go(func() { work(byObj[o]) })
+		}
+		wg.Wait()
+	}
+	n := 0
+	for _, pc := range pieces {
+		n += pc.done
+		if pc.err != nil {
+			return n, pc.err
+		}
+		if pc.done < len(pc.buf) {
+			return n, fmt.Errorf("lov: short I/O on %v at %d", pc.obj.FID(), pc.objOff+uint64(pc.done))
+		}
+	}
+	return n, nil
+}
+
+// each runs fn on every object of the file at once and returns the first
+// error in layout order.
+func (f *File) each(fn func(ci, k int, o *osc.Object) error) error {
+	n := 0
+	for _, objs := range f.objs {
+		n += len(objs)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	i := 0
+	for ci, objs := range f.objs {
+		for k, o := range objs {
+			e := &errs[i]
+			i++
+			wg.Go(func() { *e = fn(ci, k, o) })
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRange validates an I/O range.
+func checkRange(off int64, n int) (uint64, error) {
+	if off < 0 || uint64(off)+uint64(n) < uint64(off) {
+		return 0, fmt.Errorf("lov: I/O at offset %d of %d bytes: %w", off, n, syscall.EINVAL)
+	}
+	return uint64(off), nil
+}
+
+// WriteAt writes p at file offset off: each stripe's bytes go to its
+// object's OSC (into the page cache, under the object's PW lock), every
+// object at once. It returns len(p), or the bytes written from off before
+// the first error.
+func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	uoff, err := checkRange(off, len(p))
+	if err != nil || len(p) == 0 {
+		return 0, err
+	}
+	pieces, err := f.split(p, uoff, true)
+	if err != nil {
+		return 0, err
+	}
+	return run(pieces, func(pc *piece) (int, error) { return pc.obj.WriteAt(ctx, pc.buf, pc.objOff) })
+}
+
+// ReadAt reads into p from file offset off, as io.ReaderAt: it returns
+// len(p) bytes, or fewer and io.EOF at the end of the file. Holes read as
+// zeros. The file size comes from what the client's locks tell, or, when
+// the read reaches past that, from a glimpse of every object.
+func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	uoff, err := checkRange(off, len(p))
+	if err != nil || len(p) == 0 {
+		return 0, err
+	}
+	end := uoff + uint64(len(p))
+	eof := false
+	if known := f.KnownSize(); end > known {
+		size, err := f.Size(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if uoff >= uint64(size) {
+			return 0, io.EOF
+		}
+		if end > uint64(size) {
+			end, eof = uint64(size), true
+		}
+	}
+	p = p[:end-uoff]
+	pieces, err := f.split(p, uoff, false)
+	if err != nil {
+		return 0, err
+	}
+	n, err := run(pieces, func(pc *piece) (int, error) { return pc.obj.ReadAt(ctx, pc.buf, pc.objOff) })
+	if err == nil && eof {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// sizes returns the table layout.FileSize takes, filled by fn.
+func (f *File) sizes(fn func(ci, k int, o *osc.Object) (uint64, error)) ([][]uint64, error) {
+	tab := make([][]uint64, len(f.objs))
+	for ci, objs := range f.objs {
+		tab[ci] = make([]uint64, len(objs))
+	}
+	err := f.each(func(ci, k int, o *osc.Object) error {
+		s, err := fn(ci, k, o)
+		tab[ci][k] = s
+		return err
+	})
+	return tab, err
+}
+
+// KnownSize returns the size the client knows the file has at least from
+// the locks it holds, without an RPC.
+func (f *File) KnownSize() uint64 {
+	tab := make([][]uint64, len(f.objs))
+	for ci, objs := range f.objs {
+		tab[ci] = make([]uint64, len(objs))
+		for k, o := range objs {
+			tab[ci][k] = o.KnownSize()
+		}
+	}
+	size, _ := f.l.FileSize(tab)
+	return size
+}
+
+// Size returns the file's size (Lustre's glimpse of every stripe merged by
+// lov_merge_lvb_kms): every object's size at once, known from the
+// client's locks or by a glimpse, combined by the layout.
+func (f *File) Size(ctx context.Context) (int64, error) {
+	tab, err := f.sizes(func(_, _ int, o *osc.Object) (uint64, error) { return o.Size(ctx) })
+	if err != nil {
+		return 0, err
+	}
+	size, err := f.l.FileSize(tab)
+	return int64(size), err
+}
+
+// Truncate sets the file's size: every object that holds bytes at or past
+// size is cut (or extended) to what the layout says it holds below it,
+// each with a punch under a PW lock on [its new size, EOF], all at once.
+func (f *File) Truncate(ctx context.Context, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("lov: truncate to %d: %w", size, syscall.EINVAL)
+	}
+	objs, err := f.l.Truncate(uint64(size))
+	if err != nil {
+		return fmt.Errorf("lov: truncate to %d: %w", size, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(objs))
+	for i, os := range objs {
+		o := f.objs[os.Component][os.Stripe]
+		wg.Go(func() { errs[i] = o.Truncate(ctx, os.Size) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Sync makes the file's data durable (fsync): every object writes back its
+// dirty pages and has its OST commit them, all at once. It reports the
+// errors of earlier async writes too (ENOSPC, data lost to an eviction).
+func (f *File) Sync(ctx context.Context) error {
+	return f.each(func(_, _ int, o *osc.Object) error { return o.Sync(ctx) })
+}
+
+// Flush writes back the file's dirty pages and waits for the OSTs to
+// acknowledge them, without making them durable.
+func (f *File) Flush(ctx context.Context) error {
+	return f.each(func(_, _ int, o *osc.Object) error { return o.Flush(ctx) })
+}
+
+// Append writes p at the end of the file, atomically with respect to
+// other appenders and truncates on any client (O_APPEND), and returns the
+// offset it was written at.
+//
+// The approach (Lustre takes PW [0, EOF] on every stripe; this takes
+// less): glimpse the size S; take a PW lock on [StripeObjectSize(k, S),
+// EOF] of every object of every component that reaches past S, in layout
+// order (so appenders never deadlock); those locks cover every byte at or
+// past S, so nobody else can write there or truncate, and the size cannot
+// change while they are held, unless it is already below S. Under them the
+// size is exact if every locked object's known size reaches its lock's
+// start; otherwise a glimpse says it (and if it fell below S, a truncate
+// came in between: start over from the new size). Then p is written at the
+// size under the held locks, and the locks are released.
+func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
+	size, err := f.Size(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for {
+		s := uint64(size)
+		locks, exact, err := f.lockTail(ctx, s)
+		if err != nil {
+			return 0, err
+		}
+		at := s
+		if exact {
+			at = max(s, f.KnownSize())
+		} else {
+			sz, err := f.Size(ctx)
+			if err != nil {
+				releaseAll(locks)
+				return 0, err
+			}
+			if uint64(sz) < s {
+				releaseAll(locks)
+				size = sz
+				continue
+			}
+			at = uint64(sz)
+		}
+		off, err := f.writeLocked(ctx, locks, p, at)
+		releaseAll(locks)
+		return off, err
+	}
+}
+
+// tailLocks are the locks of lockTail, by component and stripe.
+type tailLocks map[[2]int]*osc.Lock
+
+func releaseAll(locks tailLocks) {
+	for _, l := range locks {
+		l.Release()
+	}
+}
+
+// lockTail takes PW locks covering every byte at or past s on every
+// object, in layout order, and reports whether they make the size exact.
+func (f *File) lockTail(ctx context.Context, s uint64) (tailLocks, bool, error) {
+	locks := make(tailLocks)
+	exact := true
+	for ci := range f.l.Components {
+		c := &f.l.Components[ci]
+		if c.End != layout.EOF && c.End <= s {
+			continue
+		}
+		if f.objs[ci] == nil {
+			releaseAll(locks)
+			return nil, false, fmt.Errorf("lov: append at %d: component %d: %w", s, ci, layout.ErrUninstantiated)
+		}
+		for k, o := range f.objs[ci] {
+			start := c.StripeObjectSize(k, s)
+			l, err := o.Lock(ctx, true, start, ldlm.EOF)
+			if err != nil {
+				releaseAll(locks)
+				return nil, false, err
+			}
+			locks[[2]int{ci, k}] = l
+			if o.KnownSize() < start {
+				exact = false
+			}
+		}
+	}
+	return locks, exact, nil
+}
+
+// writeLocked writes p at file offset at under locks, which cover it.
+func (f *File) writeLocked(ctx context.Context, locks tailLocks, p []byte, at uint64) (int64, error) {
+	if len(p) == 0 {
+		return int64(at), nil
+	}
+	pieces, err := f.split(p, at, true)
+	if err != nil {
+		return 0, err
+	}
+	_, err = run(pieces, func(pc *piece) (int, error) {
+		l := locks[[2]int{pc.comp, pc.stripe}]
+		if l == nil {
+			return 0, fmt.Errorf("lov: append: %v not locked", pc.obj.FID())
+		}
+		return l.WriteAt(ctx, pc.buf, pc.objOff)
+	})
+	return int64(at), err
+}

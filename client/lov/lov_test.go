@@ -1,0 +1,490 @@
+package lov_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client/internal/clienttest"
+	"github.com/nacrefs/nacre/client/lov"
+	"github.com/nacrefs/nacre/client/osc"
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+const portBase = 30200
+
+func startCluster(t testing.TB, opts clienttest.Options) *clienttest.Cluster {
+	t.Helper()
+	if opts.PortBase == 0 {
+		opts.PortBase = portBase
+	}
+	c, err := clienttest.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newNode(t testing.TB, c *clienttest.Cluster, i int, cfg osc.Config) *clienttest.Node {
+	t.Helper()
+	n, err := c.NewNode(i, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openFile(t testing.TB, l layout.Layout, n *clienttest.Node) *lov.File {
+	t.Helper()
+	f, err := lov.Open(l, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+func fill(b []byte, r *rand.Rand) {
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+// model is the file as it should be.
+type model struct{ b []byte }
+
+func (m *model) write(p []byte, off int) {
+	if end := off + len(p); end > len(m.b) {
+		m.b = append(m.b, make([]byte, end-len(m.b))...)
+	}
+	copy(m.b[off:], p)
+}
+
+func (m *model) truncate(size int) {
+	if size <= len(m.b) {
+		m.b = m.b[:size]
+		return
+	}
+	m.b = append(m.b, make([]byte, size-len(m.b))...)
+}
+
+// check reads [off, off+n) through f and compares it with the model,
+// including the short read and io.EOF at the end.
+func (m *model) check(ctx context.Context, f *lov.File, off, n int) error {
+	got := make([]byte, n)
+	k, err := f.ReadAt(ctx, got, int64(off))
+	want := 0
+	if off < len(m.b) {
+		want = min(n, len(m.b)-off)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read [%d,+%d): %v", off, n, err)
+	}
+	if k != want || (want < n) != errors.Is(err, io.EOF) {
+		return fmt.Errorf("read [%d,+%d) of a %d-byte file: %d bytes, %v; want %d", off, n, len(m.b), k, err, want)
+	}
+	if !bytes.Equal(got[:k], m.b[off:off+k]) {
+		i := 0
+		for i < k && got[i] == m.b[off+i] {
+			i++
+		}
+		return fmt.Errorf("read [%d,+%d): differs from the model at file offset %d: got %#x want %#x", off, n, off+i, got[i], m.b[off+i])
+	}
+	return nil
+}
+
+// fsx runs ops random operations on f (through node a) against a model,
+// in the style of fsx: writes, reads, appends, truncates, size checks and
+// syncs, at random offsets and lengths, some page-aligned and most not.
+// Every so often other (a second node's view of the same file) reads a
+// range, which calls back a's locks (a writes back its dirty pages and
+// drops its cache) and checks the OST's copy.
+func fsx(t *testing.T, f, other *lov.File, seed uint64, ops, maxLen int) {
+	ctx := ctxT(t, 30*time.Minute)
+	r := rand.New(rand.NewPCG(seed, 42))
+	m := &model{}
+	buf := make([]byte, 512<<10)
+	randLen := func() int {
+		switch r.IntN(10) {
+		case 0, 1, 2:
+			return 1 + r.IntN(100)
+		case 3:
+			return 4096 * (1 + r.IntN(16))
+		case 4:
+			return 1 + r.IntN(300<<10)
+		}
+		return 1 + r.IntN(64<<10)
+	}
+	randOff := func(limit int) int {
+		off := r.IntN(limit)
+		if r.IntN(4) == 0 {
+			off &^= 4095
+		}
+		return off
+	}
+	counts := map[string]int{}
+	for i := range ops {
+		op := r.IntN(100)
+		var err error
+		switch {
+		case op < 30: // read
+			if len(m.b) == 0 {
+				continue
+			}
+			counts["read"]++
+			off := randOff(len(m.b) + 4096)
+			err = m.check(ctx, f, off, randLen())
+		case op < 60: // write
+			counts["write"]++
+			n, off := randLen(), randOff(maxLen)
+			p := buf[:n]
+			fill(p, r)
+			var k int
+			if k, err = f.WriteAt(ctx, p, int64(off)); err == nil && k != n {
+				err = fmt.Errorf("short write %d of %d", k, n)
+			}
+			m.write(p, off)
+		case op < 68: // append
+			if len(m.b) > maxLen {
+				continue
+			}
+			counts["append"]++
+			p := buf[:randLen()]
+			fill(p, r)
+			var at int64
+			if at, err = f.Append(ctx, p); err == nil && at != int64(len(m.b)) {
+				err = fmt.Errorf("append at %d, file was %d bytes", at, len(m.b))
+			}
+			m.write(p, len(m.b))
+		case op < 78: // truncate
+			counts["truncate"]++
+			size := r.IntN(maxLen)
+			if r.IntN(3) == 0 {
+				size = r.IntN(len(m.b) + 1)
+			}
+			err = f.Truncate(ctx, int64(size))
+			m.truncate(size)
+		case op < 86: // size
+			counts["size"]++
+			var sz int64
+			if sz, err = f.Size(ctx); err == nil && sz != int64(len(m.b)) {
+				err = fmt.Errorf("size %d, want %d", sz, len(m.b))
+			}
+		case op < 90: // sync
+			counts["sync"]++
+			err = f.Sync(ctx)
+		case op < 95: // the other node reads: a's locks are called back
+			if len(m.b) == 0 {
+				continue
+			}
+			counts["remote read"]++
+			err = m.check(ctx, other, randOff(len(m.b)), randLen())
+		default: // the other node writes
+			counts["remote write"]++
+			n, off := randLen(), randOff(maxLen)
+			p := buf[:n]
+			fill(p, r)
+			if _, err = other.WriteAt(ctx, p, int64(off)); err == nil {
+				m.write(p, off)
+			}
+		}
+		if err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		if i%2000 == 1999 {
+			if err := m.check(ctx, f, 0, len(m.b)+1); err != nil {
+				t.Fatalf("op %d: whole file: %v", i, err)
+			}
+		}
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.check(ctx, other, 0, len(m.b)+100); err != nil {
+		t.Fatalf("at the end, from the other node: %v", err)
+	}
+	t.Logf("%d ops %v, final size %d", ops, counts, len(m.b))
+}
+
+func fsxOps(def int) int {
+	if s := os.Getenv("NACRE_FSX_OPS"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// TestFSX: 20,000 random operations on a file striped over 4 OSTs, byte
+// for byte against a model (NACRE_FSX_OPS=100000 for a longer run).
+func TestFSX(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsx(t, openFile(t, l, a), openFile(t, l, b), 1, fsxOps(20000), 1<<20)
+	for i, o := range a.OSCs {
+		t.Logf("ost%d: %+v", i, o.Stats())
+	}
+}
+
+// TestFSXComposite: the same over a progressive layout: 1 stripe of
+// 64 KiB up to 256 KiB, then 4 stripes of 128 KiB; small RPCs and cache.
+func TestFSXComposite(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	cfg := osc.DefaultConfig()
+	cfg.MaxPagesPerRPC, cfg.MaxRPCsInFlight, cfg.MaxDirtyMB, cfg.MaxCachedMB, cfg.MaxReadAheadMB = 16, 2, 1, 4, 1
+	a := newNode(t, c, 0, cfg)
+	b := newNode(t, c, 1, cfg)
+	ctx := ctxT(t, time.Minute)
+	s1, err := c.Striping(ctx, 1, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := c.Striping(ctx, 4, 128<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := layout.Layout{Composite: true, Components: []layout.Component{
+		{ID: 1, Pattern: layout.PatternRAID0, Start: 0, End: 256 << 10, RAID0: s1},
+		{ID: 2, Pattern: layout.PatternRAID0, Start: 256 << 10, End: layout.EOF, RAID0: s2},
+	}}
+	fsx(t, openFile(t, l, a), openFile(t, l, b), 2, fsxOps(5000), 2<<20)
+}
+
+// TestTwoClientsSeeEachOther: whatever one client wrote (and got back from
+// WriteAt), the other reads right after, whichever way, without a sync:
+// the lock moves, the writer's blocking hook writes its dirty pages back,
+// the reader's cache of the range is dropped.
+func TestTwoClientsSeeEachOther(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []*lov.File{openFile(t, l, a), openFile(t, l, b)}
+	m := &model{}
+	r := rand.New(rand.NewPCG(3, 3))
+	for i := range 300 {
+		w := files[i%2]
+		rd := files[(i+1)%2]
+		n, off := 1+r.IntN(200<<10), r.IntN(1<<20)
+		p := make([]byte, n)
+		fill(p, r)
+		if _, err := w.WriteAt(ctx, p, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		m.write(p, off)
+		// The reader looks at the whole file: every byte is the latest.
+		if err := m.check(ctx, rd, 0, len(m.b)+10); err != nil {
+			t.Fatalf("round %d: client %d after client %d wrote [%d,+%d): %v", i, (i+1)%2, i%2, off, n, err)
+		}
+		if i%50 == 0 { // and a truncate from one shows on the other
+			size := r.IntN(len(m.b))
+			if err := rd.Truncate(ctx, int64(size)); err != nil {
+				t.Fatal(err)
+			}
+			m.truncate(size)
+			if err := m.check(ctx, w, 0, len(m.b)+10); err != nil {
+				t.Fatalf("round %d: after a truncate to %d on the other client: %v", i, size, err)
+			}
+		}
+	}
+}
+
+// TestReaderNeverStale: one client rewrites random runs of sectors of a
+// region over and over, stamping a new version number in every 512-byte
+// sector it writes, and publishes each sector's version once WriteAt
+// returns; another client reads the whole region at the same time. Every
+// sector it reads carries a version at least as new as the one published
+// when its read began (it never sees stale cached data), and no sector is
+// torn.
+func TestReaderNeverStale(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 2*time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openFile(t, l, a), openFile(t, l, b)
+	const region, sector = 512 << 10, 512
+	const sectors = region / sector
+	stamp := func(p []byte, v uint64, s int) {
+		for j := 0; j < sector; j += 8 {
+			x := v<<32 | uint64(s)
+			for k := range 8 {
+				p[j+k] = byte(x >> (8 * k))
+			}
+		}
+	}
+	all := make([]byte, region)
+	for s := range sectors {
+		stamp(all[s*sector:], 1, s)
+	}
+	if _, err := fa.WriteAt(ctx, all, 0); err != nil {
+		t.Fatal(err)
+	}
+	published := make([]atomic.Uint64, sectors)
+	for s := range published {
+		published[s].Store(1)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	versions := 1
+	go func() {
+		r := rand.New(rand.NewPCG(5, 5))
+		for v := uint64(2); ; v++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			s0 := r.IntN(sectors)
+			s1 := s0 + 1 + r.IntN(min(sectors-s0, 300))
+			p := make([]byte, (s1-s0)*sector)
+			for s := s0; s < s1; s++ {
+				stamp(p[(s-s0)*sector:], v, s)
+			}
+			if _, err := fa.WriteAt(ctx, p, int64(s0*sector)); err != nil {
+				done <- err
+				return
+			}
+			for s := s0; s < s1; s++ {
+				published[s].Store(v)
+			}
+			versions = int(v)
+		}
+	}()
+	buf := make([]byte, region)
+	floor := make([]uint64, sectors)
+	want := make([]byte, sector)
+	const reads = 150
+	for i := range reads {
+		for s := range floor {
+			floor[s] = published[s].Load()
+		}
+		if _, err := fb.ReadAt(ctx, buf, 0); err != nil {
+			close(stop)
+			t.Fatal(err)
+		}
+		for s := range sectors {
+			x := uint64(0)
+			for k := range 8 {
+				x |= uint64(buf[s*sector+k]) << (8 * k)
+			}
+			v, idx := x>>32, x&0xffffffff
+			stamp(want, v, s)
+			if idx != uint64(s) || v < floor[s] || !bytes.Equal(buf[s*sector:(s+1)*sector], want) {
+				close(stop)
+				t.Fatalf("read %d: sector %d holds version %d (index %d), published was %d", i, s, v, idx, floor[s])
+			}
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d reads while %d versions were written", reads, versions)
+}
+
+// TestAppendsInterleave: two clients append records to one file at once
+// (each record names its writer and sequence number); no record is lost
+// or overlaps another, and each sits at the offset Append returned.
+func TestAppendsInterleave(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	nodes := []*clienttest.Node{newNode(t, c, 0, osc.DefaultConfig()), newNode(t, c, 1, osc.DefaultConfig())}
+	ctx := ctxT(t, 2*time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perClient = 150
+	type rec struct {
+		at   int64
+		data []byte
+	}
+	recs := make([][]rec, 2)
+	errs := make(chan error, 2)
+	for w, n := range nodes {
+		f := openFile(t, l, n)
+		go func() {
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := range perClient {
+				size := 16 + r.IntN(20<<10)
+				p := make([]byte, size)
+				fill(p, r)
+				copy(p, fmt.Sprintf("%d:%06d|", w, i))
+				at, err := f.Append(ctx, p)
+				if err != nil {
+					errs <- err
+					return
+				}
+				recs[w] = append(recs[w], rec{at, p})
+			}
+			errs <- nil
+		}()
+	}
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := openFile(t, l, nodes[0])
+	size, err := f.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := make([]byte, size)
+	if _, err := f.ReadAt(ctx, content, 0); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	covered := make([]bool, size)
+	for w := range recs {
+		for i, rc := range recs[w] {
+			total += int64(len(rc.data))
+			if rc.at+int64(len(rc.data)) > size {
+				t.Fatalf("client %d record %d at %d past the end %d", w, i, rc.at, size)
+			}
+			if !bytes.Equal(content[rc.at:rc.at+int64(len(rc.data))], rc.data) {
+				t.Fatalf("client %d record %d at %d: overwritten or lost", w, i, rc.at)
+			}
+			for j := rc.at; j < rc.at+int64(len(rc.data)); j++ {
+				if covered[j] {
+					t.Fatalf("client %d record %d at %d overlaps another", w, i, rc.at)
+				}
+				covered[j] = true
+			}
+		}
+	}
+	if total != size {
+		t.Fatalf("records hold %d bytes, the file is %d", total, size)
+	}
+}
+

@@ -1,0 +1,101 @@
+package mdc_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/ldlm"
+	"github.com/nacrefs/nacre/lnet"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mds/mdd"
+	"github.com/nacrefs/nacre/mds/mdt"
+)
+
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// loopback starts an MDT with sequences of width seqWidth and a client of
+// it on one LNet's loopback.
+func loopback(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlrpc.Client) {
+	ctx := context.Background()
+	lcfg := lnet.DefaultConfig()
+	lcfg.Logger = quiet
+	ln, err := lnet.New(ctx, lcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close(ctx) })
+	srv, err := mdt.NewServer(mdt.ServerConfig{LNet: ln, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(ctx) })
+	m, err := srv.AddMDT(mdt.Config{Name: "nacre-MDT0000", Store: mdd.Config{Dir: filepath.Join(t.TempDir(), "mdt"), SeqWidth: seqWidth}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.MDCReplyPortal, Logger: quiet})
+	icfg := mdc.ImportConfig("nacre-MDT0000", lwire.ProcessID{NID: lwire.LoNID, PID: ln.PID()})
+	icfg.PingInterval = -1
+	imp, err := c.NewImport(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { imp.Close(ctx) })
+	return mdc.New(imp, nil), m, c
+}
+
+// TestFIDAllocator: FIDs come from the granted sequence, object ids 1 to
+// its width, then a new sequence by SEQ_QUERY; creates use them.
+func TestFIDAllocator(t *testing.T) {
+	c, m, _ := loopback(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seen := map[fid.FID]bool{}
+	seqs := map[uint64]bool{}
+	for range 10 {
+		f, err := c.NewFID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[f] || f.Oid < 1 || f.Oid > 4 || !f.IsNormal() {
+			t.Fatalf("FID %v (seen %v)", f, seen[f])
+		}
+		seen[f] = true
+		seqs[f.Seq] = true
+	}
+	if len(seqs) != 3 {
+		t.Fatalf("10 FIDs of width 4 from %d sequences", len(seqs))
+	}
+	root, err := c.GetRoot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := c.Create(ctx, mdc.Root(), root, "f", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen[a.FID] || !a.FID.IsNormal() {
+		t.Fatalf("create took FID %v", a.FID)
+	}
+	if got, err := m.Store().Getattr(a.FID); err != nil || got.FID != a.FID {
+		t.Fatalf("the MDT has %+v: %v", got, err)
+	}
+	// The MDT checks the FID is from a sequence it granted.
+	e, err := c.FLDQuery(ctx, a.FID.Seq)
+	if err != nil || e.Type != 0 {
+		t.Fatalf("fld %+v %v", e, err)
+	}
+	if _, err := c.Enqueue(ctx, mdc.Root(), mdc.Intent{Op: mdc.ItLookup, Parent: root, Name: "f"}, ldlm.Hooks{}); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Fatalf("intent without a lock client: %v", err)
+	}
+}

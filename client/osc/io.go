@@ -1,0 +1,553 @@
+package osc
+
+import (
+	"context"
+	"syscall"
+	"time"
+)
+
+// ReadAt reads len(p) bytes of the object at offset off into p, under a
+// PR lock it takes for the range (or a write lock it already holds).
+// Cached pages are copied out; missing ones are read from the OST in RPCs
+// of up to max_pages_per_rpc pages, and sequential or strided patterns
+// are read ahead. Holes and bytes past the end of the object read as
+// zeros (the file layer clips reads to the file size). It returns len(p),
+// or fewer with an error.
+func (o *Object) ReadAt(ctx context.Context, p []byte, off uint64) (int, error) {
+	return o.readAt(ctx, nil, p, off)
+}
+
+// WriteAt writes p at object offset off, under a PW lock it takes for the
+// range (Lustre's cl_io write): the bytes are copied into cached pages
+// that become dirty within the OST's grant and max_dirty_mb, and the
+// writeback engine sends them later. Pages that cannot get grant (the OST
+// is filling up) are written at once without it, and an OST out of space
+// then fails the write with ENOSPC. It returns len(p), or the bytes
+// written before an error.
+func (o *Object) WriteAt(ctx context.Context, p []byte, off uint64) (int, error) {
+	return o.writeAt(ctx, nil, p, off)
+}
+
+// window returns the bytes of [off, end) one pass of I/O takes: up to a
+// full RPC of pages.
+func (o *Object) window(off, end uint64) uint64 {
+	return min(end, pageFloor(off)+uint64(o.c.cfg.rpcPages())*PageSize)
+}
+
+func (o *Object) writeAt(ctx context.Context, lk *Lock, p []byte, off uint64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := off + uint64(len(p))
+	if end < off || end > MaxObjectSize {
+		return 0, o.errorf("write [%d,+%d): %w", off, len(p), syscall.EFBIG)
+	}
+	if lk == nil {
+		l, err := o.Lock(ctx, true, pageFloor(off), pageCeil(end)-1)
+		if err != nil {
+			return 0, err
+		}
+		defer l.Release()
+	} else if !lk.covers(true, off, end) {
+		return 0, o.errorf("write [%d,%d) under %v %v: %w", off, end, lk.info.mode, lk.info.ext, ErrLockRange)
+	}
+	done := 0
+	for done < len(p) {
+		woff := off + uint64(done)
+		wend := o.window(woff, end)
+		n, err := o.writeWindow(ctx, p[done:done+int(wend-woff)], woff)
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// pageSpan returns the part of page i that the I/O [off, end) covers.
+func pageSpan(i, off, end uint64) span {
+	s := wholePage
+	if i == off/PageSize {
+		s.from = int(off % PageSize)
+	}
+	if i == (end-1)/PageSize {
+		s.to = int((end-1)%PageSize) + 1
+	}
+	return s
+}
+
+// writeWindow writes buf, at most a full RPC of pages, at off.
+func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, error) {
+	c := o.c
+	end := off + uint64(len(buf))
+	first, last := off/PageSize, (end-1)/PageSize
+	for {
+		o.mu.Lock()
+		busy, flushFirst := o.mu.truncating > 0, false
+		need := 0
+		for i := first; i <= last && !busy; i++ {
+			p := o.mu.pages[i]
+			switch {
+			case p == nil:
+				need++
+			case p.state != pageIdle:
+				busy = true
+			case p.clean():
+				need++
+			case !p.uptodate() && !p.valid.touches(pageSpan(i, off, end)):
+				// A dirty piece the new bytes do not join: send it first,
+				// as a page holds one piece of partial data.
+				flushFirst = true
+			}
+		}
+		if busy {
+			ch := o.mu.changed
+			o.mu.Unlock()
+			if err := o.wait(ctx, ch); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if flushFirst {
+			o.mu.Unlock()
+			if err := o.flushPages(ctx, first, last); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		ok, wait := c.charge(need)
+		if !ok && wait {
+			o.mu.Unlock()
+			if err := c.waitRoom(ctx); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		charged := 0
+		if ok {
+			charged = need
+		}
+		var fresh []*page
+		full := false
+		for i := first; i <= last; i++ {
+			if o.mu.pages[i] != nil {
+				continue
+			}
+			b := c.cache.allocLocked(o)
+			if b == nil {
+				full = true
+				break
+			}
+			fresh = append(fresh, &page{obj: o, idx: i, data: b})
+		}
+		if full {
+			c.cache.release(fresh)
+			o.mu.Unlock()
+			c.uncharge(charged)
+			if err := c.cache.waitSpace(ctx); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		for _, p := range fresh {
+			o.mu.pages[p.idx] = p
+		}
+		n, sync := o.applyWriteLocked(buf, off, ok)
+		o.mu.Unlock()
+		if sync == nil {
+			return n, nil
+		}
+		c.st.syncWrites.Add(1)
+		c.startWrite(sync)
+		if err := c.finishWrite(ctx, sync); err != nil {
+			return n, err
+		}
+		return len(buf), nil
+	}
+}
+
+// applyWriteLocked copies buf into the window's pages, which are all
+// cached and idle. With charged, every page that was clean becomes dirty
+// within the grant; without, the first such page and every page after it
+// go into a write RPC the caller sends now (pages of earlier writes among
+// them give their charge back: the RPC is not from grant). It returns the
+// bytes of buf before that RPC's first page, and the RPC.
+func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *brwRPC) {
+	c := o.c
+	end := off + uint64(len(buf))
+	first, last := off/PageSize, (end-1)/PageSize
+	exact, esize := o.exactSizeLocked()
+	now := time.Now().UnixNano()
+	var sync *brwRPC
+	n := len(buf)
+	pulled, added := 0, false
+	lru := make([]*page, 0, last-first+1)
+	for i := first; i <= last; i++ {
+		p := o.mu.pages[i]
+		ws := pageSpan(i, off, end)
+		wasClean := p.clean()
+		if p.valid.empty() || (wasClean && !p.uptodate() && !p.valid.touches(ws)) {
+			p.valid = span{}
+			if exact && p.off(0) >= esize {
+				// Past the end of the object: zeros around what is written.
+				clear(p.data[:ws.from])
+				clear(p.data[ws.to:])
+				p.valid = wholePage
+			}
+		}
+		at := int(p.off(ws.from) - off)
+		copy(p.data[ws.from:ws.to], buf[at:at+ws.to-ws.from])
+		p.valid = p.valid.union(ws)
+		p.dirty = p.dirty.union(ws)
+		lru = append(lru, p)
+		if sync == nil && wasClean && !charged {
+			sync = &brwRPC{obj: o, write: true, sync: true, mtime: now}
+			n = at
+		}
+		switch {
+		case sync != nil:
+			if p.charged {
+				pulled++
+				o.undirtyLocked(p)
+			}
+			p.state = pageWriteback
+			o.mu.busy++
+			sync.add(p, p.dirty) // one extent: the window is contiguous
+		case wasClean:
+			p.charged = true
+			o.addDirtyLocked(p)
+			added = true
+		}
+	}
+	if sync != nil {
+		sync.pulled = pulled
+	}
+	o.mu.sizeSeen = max(o.mu.sizeSeen, end)
+	o.mu.mtime = now
+	c.cache.lruUpdate(lru)
+	if pulled > 0 {
+		c.uncharge(pulled)
+	}
+	if added {
+		full := len(o.mu.dirtyIdx) >= c.cfg.rpcPages()
+		c.mu.Lock()
+		c.queueLocked(o)
+		full = full || c.mu.dirty*2 >= c.cfg.dirtyPages()
+		c.mu.Unlock()
+		if full {
+			c.kickWriteback(false)
+		}
+	}
+	return n, sync
+}
+
+func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := off + uint64(len(p))
+	if end < off {
+		return 0, o.errorf("read [%d,+%d): %w", off, len(p), syscall.EINVAL)
+	}
+	if lk == nil {
+		l, err := o.Lock(ctx, false, pageFloor(off), pageCeil(end)-1)
+		if err != nil {
+			return 0, err
+		}
+		defer l.Release()
+		lk = l
+	} else if !lk.covers(false, off, end) {
+		return 0, o.errorf("read [%d,%d) under %v %v: %w", off, end, lk.info.mode, lk.info.ext, ErrLockRange)
+	}
+	c := o.c
+	o.mu.Lock()
+	exts := o.mu.ra.access(off, uint64(len(p)), c.raWindow(), uint64(c.cfg.rpcPages())*PageSize)
+	limit := pageCeil(o.kmsLocked())
+	o.mu.Unlock()
+	if lk.info.ext.End != ^uint64(0) {
+		limit = min(limit, lk.info.ext.End+1)
+	}
+	exts = clipExtents(exts, limit)
+	ra := func() {
+		if len(exts) > 0 {
+			o.readAhead(exts)
+		}
+	}
+	done := 0
+	for done < len(p) {
+		woff := off + uint64(done)
+		wend := o.window(woff, end)
+		if err := o.readWindow(ctx, p[done:done+int(wend-woff)], woff, &ra); err != nil {
+			return done, err
+		}
+		done += int(wend - woff)
+	}
+	return done, nil
+}
+
+// raWindow is the most one object reads ahead: an eighth of the client's
+// budget (a file striped over several OSTs reads ahead on each), at least
+// two RPCs so that one is in flight while the reader takes the other.
+func (c *Client) raWindow() uint64 {
+	if c.cfg.MaxReadAheadMB == 0 {
+		return 0
+	}
+	rpc := uint64(c.cfg.rpcPages()) * PageSize
+	budget := uint64(c.cfg.raPages()) * PageSize
+	return min(budget, max(budget/8, 2*rpc))
+}
+
+// clipExtents cuts exts at limit.
+func clipExtents(exts []extent, limit uint64) []extent {
+	out := exts[:0]
+	for _, e := range exts {
+		e.end = min(e.end, limit)
+		if e.start < e.end {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// readWindow reads buf, at most a full RPC of pages, at off: it copies out
+// what is cached and valid, waits for pages other RPCs are filling, and
+// fills the rest with one read RPC. *ra starts read-ahead once, after the
+// window's own RPC is built (so that it goes first) or once the window is
+// served from the cache.
+func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *func()) error {
+	c := o.c
+	end := off + uint64(len(buf))
+	first, last := off/PageSize, (end-1)/PageSize
+	startRA := func() {
+		if f := *ra; f != nil {
+			*ra = nil
+			f()
+		}
+	}
+	var missing []uint64
+	var mine []*page
+	defer func() {
+		if len(mine) == 0 {
+			return
+		}
+		// Pages filled for this read and not copied out (an error) may be
+		// evicted again.
+		o.mu.Lock()
+		var lru []*page
+		for _, p := range mine {
+			if p.held && o.mu.pages[p.idx] == p {
+				p.held = false
+				lru = append(lru, p)
+			}
+		}
+		c.cache.lruUpdate(lru)
+		o.mu.Unlock()
+	}()
+	for {
+		o.mu.Lock()
+		missing = missing[:0]
+		wait := false
+		for i := first; i <= last; i++ {
+			p := o.mu.pages[i]
+			switch {
+			case p == nil:
+				missing = append(missing, i)
+			case p.state == pageFilling:
+				wait = true
+			case p.valid.covers(pageSpan(i, off, end)):
+			case p.state == pageWriteback:
+				wait = true
+			default:
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) == 0 && !wait {
+			lru := make([]*page, 0, last-first+1)
+			hits := 0
+			for i := first; i <= last; i++ {
+				p := o.mu.pages[i]
+				s := pageSpan(i, off, end)
+				at := int(p.off(s.from) - off)
+				copy(buf[at:at+s.to-s.from], p.data[s.from:s.to])
+				if p.ra {
+					p.ra = false
+					hits++
+				}
+				p.held = false
+				lru = append(lru, p)
+			}
+			c.cache.lruUpdate(lru)
+			o.mu.Unlock()
+			mine = nil
+			c.cache.raUsed(hits)
+			c.st.raHits.Add(uint64(hits))
+			c.st.hits.Add(uint64(len(lru)))
+			startRA()
+			return nil
+		}
+		if len(missing) == 0 {
+			ch := o.mu.changed
+			o.mu.Unlock()
+			if err := o.wait(ctx, ch); err != nil {
+				return err
+			}
+			continue
+		}
+		r := &brwRPC{obj: o}
+		exact, esize := o.exactSizeLocked()
+		full, filling := false, 0
+		var zeroed []*page
+		for _, i := range missing {
+			p := o.mu.pages[i]
+			if p == nil {
+				b := c.cache.allocLocked(o)
+				if b == nil {
+					full = true
+					break
+				}
+				p = &page{obj: o, idx: i, data: b}
+				o.mu.pages[i] = p
+				if exact && p.off(0) >= esize {
+					clear(b)
+					p.valid = wholePage
+					zeroed = append(zeroed, p)
+					continue
+				}
+			}
+			n := len(r.nbs)
+			ok := true
+			if p.valid.empty() {
+				ok = r.add(p, wholePage)
+			} else {
+				if p.valid.from > 0 {
+					ok = r.add(p, span{0, p.valid.from})
+				}
+				if ok && p.valid.to < PageSize {
+					ok = r.add(p, span{p.valid.to, PageSize})
+				}
+			}
+			if !ok {
+				// Out of niobufs: undo this page's ranges, the rest next time.
+				r.nbs = r.nbs[:n]
+				for len(r.segs) > 0 && r.segs[len(r.segs)-1].p == p {
+					r.bytes -= r.segs[len(r.segs)-1].s.to - r.segs[len(r.segs)-1].s.from
+					r.segs = r.segs[:len(r.segs)-1]
+				}
+				r.bufs = rebuildBufs(r.segs)
+				if p.valid.empty() {
+					delete(o.mu.pages, i)
+					c.cache.release([]*page{p})
+				}
+				break
+			}
+			p.state = pageFilling
+			p.held = true
+			o.mu.busy++
+			mine = append(mine, p)
+			filling++
+		}
+		c.cache.lruUpdate(zeroed)
+		o.mu.Unlock()
+		c.st.misses.Add(uint64(filling + len(zeroed)))
+		if len(r.segs) > 0 {
+			startRA()
+			var err error
+			select {
+			case c.rslots <- struct{}{}:
+				_, err = c.brw(ctx, r)
+				<-c.rslots
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			o.fillDone(r, err)
+			if err != nil {
+				return err
+			}
+		}
+		if full {
+			if err := c.cache.waitSpace(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// rebuildBufs recomputes the bulk buffers of segs.
+func rebuildBufs(segs []seg) [][]byte {
+	var r brwRPC
+	for _, s := range segs {
+		r.add(s.p, s.s)
+	}
+	return r.bufs
+}
+
+// readAhead reads the extents ahead asynchronously, in RPCs of up to
+// max_pages_per_rpc pages of what is not cached, as long as read RPC
+// slots (keeping one for readers), read-ahead budget and cache space last.
+func (o *Object) readAhead(exts []extent) {
+	c := o.c
+	rpc := uint64(c.cfg.rpcPages()) * PageSize
+	for _, e := range exts {
+		for start := e.start; start < e.end; {
+			stop := min(e.end, (start/rpc+1)*rpc) // RPCs on RPC boundaries
+			if len(c.rslots) >= cap(c.rslots)-1 {
+				return
+			}
+			select {
+			case c.rslots <- struct{}{}:
+			default:
+				return
+			}
+			r := &brwRPC{obj: o}
+			o.mu.Lock()
+			absent := 0
+			for i := start / PageSize; i < stop/PageSize; i++ {
+				if o.mu.pages[i] == nil {
+					absent++
+				}
+			}
+			budget := c.cache.raCharge(absent)
+			exhausted := budget < absent
+			for i := start / PageSize; i < stop/PageSize && budget > 0; i++ {
+				if o.mu.pages[i] != nil {
+					continue
+				}
+				b := c.cache.allocLocked(o)
+				if b == nil {
+					exhausted = true
+					break
+				}
+				p := &page{obj: o, idx: i, data: b, state: pageFilling}
+				if !r.add(p, wholePage) {
+					c.cache.release([]*page{p})
+					exhausted = true
+					break
+				}
+				p.ra = true
+				o.mu.pages[i] = p
+				o.mu.busy++
+				budget--
+			}
+			o.mu.Unlock()
+			c.cache.raUsed(budget)
+			if len(r.segs) == 0 {
+				<-c.rslots
+				if exhausted {
+					return
+				}
+				start = stop
+				continue
+			}
+			c.st.raPages.Add(uint64(len(r.segs)))
+			c.wg.Go(func() {
+				_, err := c.brw(c.ctx, r)
+				<-c.rslots
+				o.fillDone(r, err)
+			})
+			if exhausted {
+				return
+			}
+			start = stop
+		}
+	}
+}

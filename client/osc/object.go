@@ -1,0 +1,700 @@
+package osc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/ldlm"
+)
+
+// ErrLockRange is returned by I/O through a Lock whose extent or mode
+// does not cover it.
+var ErrLockRange = errors.New("osc: I/O outside the lock")
+
+// lockInfo is what an object remembers of a lock it holds.
+type lockInfo struct {
+	mode ldlm.Mode
+	ext  ldlm.Extent
+}
+
+// Object is one OST object as a client sees it (Lustre's osc_object): its
+// cached pages, the extent locks the client holds on it, and what the
+// client knows of its size. Reads and writes of the object go through the
+// page cache under extent locks; the OSC's writeback engine sends its
+// dirty pages. Safe for concurrent use; I/O of different objects never
+// waits for each other except for RPC slots, grant and cache space.
+type Object struct {
+	c     *Client
+	fid   fid.FID
+	res   ldlm.Resource
+	hooks ldlm.Hooks
+
+	// Guarded by Client.mu: references from Open, and whether the object
+	// is on the writeback queue.
+	refs   int
+	queued bool
+
+	mu struct {
+		sync.Mutex
+		// pages are the cached pages by index.
+		pages map[uint64]*page
+		// dirtyIdx holds the indexes of the charged dirty pages not yet
+		// in an RPC, sorted; dirtySince is when the oldest became dirty.
+		dirtyIdx   []uint64
+		dirtySince time.Time
+		// busy counts pages in an RPC; changed is closed and replaced
+		// whenever a page stops being busy or leaves the cache.
+		busy    int
+		changed chan struct{}
+		// locks are the granted locks whose hooks have not run.
+		locks map[*ldlm.ClientLock]lockInfo
+		// sizeSeen is the largest size learnt from lock grants and local
+		// writes, as set by local truncates; see kmsLocked.
+		sizeSeen uint64
+		// mtime is when the client last wrote, for glimpses.
+		mtime int64
+		// err is the first error of an async write since the last Sync.
+		err error
+		// truncating counts truncates in progress: writes wait for them.
+		truncating int
+		ra         raState
+	}
+}
+
+func newObject(c *Client, f fid.FID) *Object {
+	o := &Object{c: c, fid: f, res: ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeExtent}}
+	o.hooks = ldlm.Hooks{Blocking: o.blocking, Glimpse: o.glimpse}
+	o.mu.pages = make(map[uint64]*page)
+	o.mu.locks = make(map[*ldlm.ClientLock]lockInfo)
+	o.mu.changed = make(chan struct{})
+	return o
+}
+
+// FID returns the object's FID.
+func (o *Object) FID() fid.FID { return o.fid }
+
+// Close drops the reference Open gave. Cached pages and locks stay (they
+// are the client's cache) until the locks go.
+func (o *Object) Close() {
+	c := o.c
+	c.mu.Lock()
+	o.refs--
+	last := o.refs == 0
+	c.mu.Unlock()
+	if last {
+		c.tryForget(o)
+	}
+}
+
+func (o *Object) errorf(format string, args ...any) error {
+	return fmt.Errorf("osc: ost%04x: %v: "+format, append([]any{o.c.index, o.fid}, args...)...)
+}
+
+// broadcastLocked wakes everyone waiting for a page of o.
+func (o *Object) broadcastLocked() {
+	close(o.mu.changed)
+	o.mu.changed = make(chan struct{})
+}
+
+// wait waits for ch (an o.mu.changed taken under o.mu) or ctx.
+func (o *Object) wait(ctx context.Context, ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// kmsLocked returns the known minimum size (Lustre's kms): the object is
+// at least this long as long as the client holds its locks. Nobody can cut
+// the object below the end of a lock the client holds without that lock
+// being called back first, so the largest size seen counts only up to the
+// end of the held locks; with no lock, nothing is known.
+func (o *Object) kmsLocked() uint64 {
+	var end uint64
+	for _, li := range o.mu.locks {
+		if li.ext.End == ldlm.EOF {
+			return o.mu.sizeSeen
+		}
+		end = max(end, li.ext.End+1)
+	}
+	return min(o.mu.sizeSeen, end)
+}
+
+// exactSizeLocked returns the object's size if the client knows it
+// exactly: it holds a lock reaching EOF that starts at or below the known
+// size, so no other client can change the size.
+func (o *Object) exactSizeLocked() (bool, uint64) {
+	kms := o.kmsLocked()
+	for _, li := range o.mu.locks {
+		if li.ext.End == ldlm.EOF && li.ext.Start <= kms {
+			return true, kms
+		}
+	}
+	return false, 0
+}
+
+// KnownSize returns the size the client knows the object has at least,
+// without an RPC (0 without a lock).
+func (o *Object) KnownSize() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.kmsLocked()
+}
+
+// Size returns the object's size: known locally when the client holds a
+// lock that settles it, otherwise by a glimpse to the OST's lock server,
+// which asks the holders of write locks for their view.
+func (o *Object) Size(ctx context.Context) (uint64, error) {
+	o.mu.Lock()
+	exact, s := o.exactSizeLocked()
+	o.mu.Unlock()
+	if exact {
+		return s, nil
+	}
+	c := o.c
+	lvb, err := c.locks.Glimpse(ctx, c.imp, o.res)
+	if err != nil {
+		return 0, o.errorf("glimpse: %w", err)
+	}
+	size := lvb.Size
+	if lvb.Size == 0 && lvb.Blocks == 0 && lvb.MTime == 0 {
+		// A resource nobody holds a lock on has no LVB on the lock server
+		// (ldlm drops it with the last lock): without locks there is no
+		// cached data anywhere, so the object's attributes are the truth.
+		a, err := c.getattr(ctx, o.fid)
+		if err != nil {
+			return 0, err
+		}
+		size = a.GetSize()
+	}
+	o.mu.Lock()
+	size = max(size, o.kmsLocked())
+	o.mu.Unlock()
+	return size, nil
+}
+
+// Lock is an extent lock on an object that the caller holds, for I/O
+// that must happen under one lock (an append) or many locks at once.
+// Release it when done; while held it cannot be called back.
+type Lock struct {
+	obj  *Object
+	l    *ldlm.ClientLock
+	info lockInfo
+	once sync.Once
+}
+
+// Lock takes a lock on [start, end] of the object (inclusive; end
+// ldlm.EOF for the rest of the object): PW to write, PR to read. A lock the
+// client already holds that covers the range serves without an RPC;
+// otherwise the OST's lock server grants one (calling back conflicting
+// locks of other clients, which flush and drop their caches first),
+// possibly larger than asked.
+func (o *Object) Lock(ctx context.Context, write bool, start, end uint64) (*Lock, error) {
+	mode := ldlm.PR
+	if write {
+		mode = ldlm.PW
+	}
+	l, info, err := o.enqueue(ctx, mode, ldlm.Extent{Start: start, End: end}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{obj: o, l: l, info: info}, nil
+}
+
+// LockAhead takes a PW lock on exactly [start, end] before any I/O
+// (Lustre's lockahead, lfs ladvise -a lockahead), so that clients writing
+// disjoint parts of a file each hold their own part instead of bouncing
+// one grown lock. It neither waits nor calls anybody back: a conflict
+// fails with an error wrapping ldlm.ErrWouldBlock. The lock stays in the
+// lock cache for later I/O to use.
+func (o *Object) LockAhead(ctx context.Context, start, end uint64) error {
+	l, _, err := o.enqueue(ctx, ldlm.PW, ldlm.Extent{Start: start, End: end}, ldlm.BlockNoWait|ldlm.NoExpansion)
+	if err != nil {
+		return err
+	}
+	l.Release()
+	return nil
+}
+
+// enqueue takes a lock and records it in the object: its extent for the
+// hooks, and the size its LVB tells the first time the object sees it.
+func (o *Object) enqueue(ctx context.Context, mode ldlm.Mode, ext ldlm.Extent, flags ldlm.Flags) (*ldlm.ClientLock, lockInfo, error) {
+	c := o.c
+	l, _, _, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: o.res, Mode: mode,
+		Policy: ldlm.Policy{Extent: ext}, Flags: flags, Hooks: o.hooks})
+	if err != nil {
+		return nil, lockInfo{}, o.errorf("lock %v %v: %w", mode, ext, err)
+	}
+	info := lockInfo{mode: l.Mode(), ext: l.Policy().Extent}
+	o.mu.Lock()
+	if _, ok := o.mu.locks[l]; !ok {
+		o.mu.locks[l] = info
+		o.mu.sizeSeen = max(o.mu.sizeSeen, l.LVB().Size)
+	}
+	o.mu.Unlock()
+	return l, info, nil
+}
+
+// Mode returns the lock's mode as granted (a cached PW lock may serve a
+// read).
+func (l *Lock) Mode() ldlm.Mode { return l.info.mode }
+
+// Extent returns the lock's extent as granted.
+func (l *Lock) Extent() ldlm.Extent { return l.info.ext }
+
+// Release gives the lock back to the lock client's cache; calling it
+// again does nothing.
+func (l *Lock) Release() { l.once.Do(l.l.Release) }
+
+// ReadAt reads into p from object offset off under the lock, which must
+// cover the range.
+func (l *Lock) ReadAt(ctx context.Context, p []byte, off uint64) (int, error) {
+	return l.obj.readAt(ctx, l, p, off)
+}
+
+// WriteAt writes p at object offset off under the lock, which must be a
+// write lock covering the range.
+func (l *Lock) WriteAt(ctx context.Context, p []byte, off uint64) (int, error) {
+	return l.obj.writeAt(ctx, l, p, off)
+}
+
+// covers reports whether the lock allows the I/O on the pages of
+// [off, end).
+func (l *Lock) covers(write bool, off, end uint64) bool {
+	if write && l.info.mode != ldlm.PW && l.info.mode != ldlm.EX && l.info.mode != ldlm.GROUP {
+		return false
+	}
+	return l.info.ext.Start <= pageFloor(off) && pageCeil(end)-1 <= l.info.ext.End
+}
+
+// glimpse is the lock's glimpse hook: the client's view of the size,
+// which its dirty pages may put ahead of the OST's.
+func (o *Object) glimpse(*ldlm.ClientLock) ldlm.LVB {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return ldlm.LVB{Size: o.kmsLocked(), MTime: o.mu.mtime}
+}
+
+// blocking is the lock's blocking hook (Lustre's osc_ldlm_blocking_ast):
+// before the lock goes, write back exactly the dirty pages in its extent
+// and wait for the OST to have them, then drop every cached page there.
+// After an eviction the lock is already gone on the OST: dirty pages are
+// lost, which the next Sync reports.
+func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool) {
+	o.mu.Lock()
+	info, ok := o.mu.locks[l]
+	delete(o.mu.locks, l)
+	o.mu.Unlock()
+	if !ok {
+		info = lockInfo{mode: l.Mode(), ext: l.Policy().Extent}
+	}
+	first, last := info.ext.Start/PageSize, info.ext.End/PageSize
+	var lost error
+	if evicted {
+		lost = o.errorf("lock %v %v: evicted: dirty data lost", info.mode, info.ext)
+	} else if err := o.flushPages(ctx, first, last); err != nil {
+		lost = o.errorf("flush for lock %v %v: %w", info.mode, info.ext, err)
+	}
+	o.dropPages(ctx, first, last, lost)
+	o.c.tryForget(o)
+}
+
+// dropPages removes the pages in [first, last] from the cache once no RPC
+// uses them, and lowers the known size to what the remaining locks cover.
+// Dirty pages there (only after an eviction or a failed flush) are lost:
+// lost is recorded for Sync.
+func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error) {
+	c := o.c
+	for {
+		o.mu.Lock()
+		ps := o.pagesInLocked(first, last)
+		busy := false
+		for _, p := range ps {
+			if p.state != pageIdle {
+				busy = true
+				break
+			}
+		}
+		if busy {
+			ch := o.mu.changed
+			o.mu.Unlock()
+			if o.wait(ctx, ch) == nil {
+				continue
+			}
+			o.mu.Lock() // give up waiting: drop what is idle
+			ps = slices.DeleteFunc(o.pagesInLocked(first, last), func(p *page) bool { return p.state != pageIdle })
+		}
+		uncharged, dirty := 0, 0
+		for _, p := range ps {
+			if !p.clean() {
+				dirty++
+				if p.charged {
+					uncharged++
+					o.undirtyLocked(p)
+				}
+			}
+			delete(o.mu.pages, p.idx)
+		}
+		if dirty > 0 {
+			c.st.lostPages.Add(uint64(dirty))
+			if lost == nil {
+				lost = o.errorf("%d dirty pages dropped", dirty)
+			}
+			if o.mu.err == nil {
+				o.mu.err = lost
+			}
+		}
+		o.mu.sizeSeen = min(o.mu.sizeSeen, o.kmsLocked())
+		c.cache.release(ps)
+		o.broadcastLocked()
+		o.mu.Unlock()
+		c.uncharge(uncharged)
+		return
+	}
+}
+
+// discardAll drops every page, waiting a while for RPCs in flight (after
+// an eviction they fail soon). err, if not nil, is recorded for Sync when
+// dirty pages go.
+func (o *Object) discardAll(err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o.dropPages(ctx, 0, ^uint64(0), err)
+}
+
+// pagesInLocked returns the cached pages with index in [first, last].
+func (o *Object) pagesInLocked(first, last uint64) []*page {
+	var out []*page
+	if last-first < uint64(len(o.mu.pages)) {
+		for i := first; ; i++ {
+			if p := o.mu.pages[i]; p != nil {
+				out = append(out, p)
+			}
+			if i == last {
+				break
+			}
+		}
+		return out
+	}
+	for _, p := range o.mu.pages {
+		if p.idx >= first && p.idx <= last {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// evictLocked takes a clean idle page out of the object for the cache's
+// evictor, which holds o.mu and the cache's lock.
+func (o *Object) evictLocked(p *page) {
+	if o.mu.pages[p.idx] == p {
+		delete(o.mu.pages, p.idx)
+	}
+}
+
+// addDirtyLocked records a newly charged dirty page.
+func (o *Object) addDirtyLocked(p *page) {
+	idx := o.mu.dirtyIdx
+	if len(idx) == 0 {
+		o.mu.dirtySince = time.Now()
+	}
+	if n := len(idx); n == 0 || idx[n-1] < p.idx {
+		o.mu.dirtyIdx = append(idx, p.idx)
+		return
+	}
+	i := sort.Search(len(idx), func(k int) bool { return idx[k] >= p.idx })
+	o.mu.dirtyIdx = slices.Insert(idx, i, p.idx)
+}
+
+// undirtyLocked takes an unsent charged page off the dirty list; the
+// caller gives its charge back.
+func (o *Object) undirtyLocked(p *page) {
+	idx := o.mu.dirtyIdx
+	i := sort.Search(len(idx), func(k int) bool { return idx[k] >= p.idx })
+	if i < len(idx) && idx[i] == p.idx {
+		o.mu.dirtyIdx = slices.Delete(idx, i, i+1)
+	}
+	p.charged = false
+}
+
+// gatherLocked builds a write RPC from the unsent dirty pages with index
+// in [first, last], in order, up to a full RPC (max_pages_per_rpc pages,
+// maxNiobufs extents), and marks them in writeback. It returns nil if
+// there is nothing to send.
+func (o *Object) gatherLocked(first, last uint64) *brwRPC {
+	idx := o.mu.dirtyIdx
+	i := sort.Search(len(idx), func(k int) bool { return idx[k] >= first })
+	r := &brwRPC{obj: o, write: true, mtime: o.mu.mtime}
+	j := i
+	for ; j < len(idx) && idx[j] <= last && len(r.segs) < o.c.cfg.rpcPages(); j++ {
+		p := o.mu.pages[idx[j]]
+		if p.state != pageIdle {
+			continue // being filled: next time
+		}
+		if !r.add(p, p.dirty) {
+			break
+		}
+		p.state = pageWriteback
+		o.mu.busy++
+		r.charged++
+	}
+	if len(r.segs) == 0 {
+		return nil
+	}
+	w := i
+	for k := i; k < j; k++ {
+		if o.mu.pages[idx[k]].state != pageWriteback {
+			idx[w] = idx[k]
+			w++
+		}
+	}
+	o.mu.dirtyIdx = append(idx[:w], idx[j:]...)
+	if len(o.mu.dirtyIdx) == 0 {
+		o.mu.dirtySince = time.Time{}
+	}
+	var lru []*page
+	for _, s := range r.segs {
+		lru = append(lru, s.p)
+	}
+	o.c.cache.lruUpdate(lru)
+	return r
+}
+
+// writeDone records the outcome of a write RPC: its pages are clean, or,
+// if it failed, dropped (their data never reached the OST and the cache
+// must not pretend otherwise) with the error kept for Sync when sticky.
+func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var freed, lru []*page
+	for _, s := range r.segs {
+		p := s.p
+		p.state = pageIdle
+		o.mu.busy--
+		p.charged = false
+		if err == nil {
+			p.dirty = span{}
+			lru = append(lru, p)
+			continue
+		}
+		if o.mu.pages[p.idx] == p {
+			delete(o.mu.pages, p.idx)
+		}
+		freed = append(freed, p)
+	}
+	if err != nil {
+		o.c.st.lostPages.Add(uint64(len(freed)))
+		if sticky && o.mu.err == nil {
+			o.mu.err = err
+		}
+	}
+	o.c.cache.lruUpdate(lru)
+	o.c.cache.release(freed)
+	o.broadcastLocked()
+}
+
+// fillDone records the outcome of a read RPC: its pages are valid, or, if
+// it failed, pages without dirty data go and the others stay as they were.
+func (o *Object) fillDone(r *brwRPC, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var freed, lru []*page
+	for _, s := range r.segs {
+		p := s.p
+		if p.state != pageFilling {
+			continue // a page with two ranges in the RPC
+		}
+		p.state = pageIdle
+		o.mu.busy--
+		if err == nil {
+			p.valid = wholePage
+			lru = append(lru, p)
+			continue
+		}
+		p.held = false
+		if p.clean() {
+			if o.mu.pages[p.idx] == p {
+				delete(o.mu.pages, p.idx)
+			}
+			freed = append(freed, p)
+		} else {
+			lru = append(lru, p)
+		}
+	}
+	o.c.cache.lruUpdate(lru)
+	o.c.cache.release(freed)
+	o.broadcastLocked()
+}
+
+// flushPages writes back the dirty pages with index in [first, last] and
+// waits until the OST has acknowledged every page of the range that was in
+// writeback, keeping within max_rpcs_in_flight. Failed writes are kept for
+// Sync; flushPages itself fails only when ctx ends.
+func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
+	c := o.c
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case c.wslots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		o.mu.Lock()
+		r := o.gatherLocked(first, last)
+		if r == nil {
+			busy := false
+			if o.mu.busy > 0 {
+				for _, p := range o.pagesInLocked(first, last) {
+					if p.state == pageWriteback || (p.state == pageFilling && !p.clean()) {
+						busy = true
+						break
+					}
+				}
+			}
+			ch := o.mu.changed
+			o.mu.Unlock()
+			<-c.wslots
+			if !busy {
+				return nil
+			}
+			if err := o.wait(ctx, ch); err != nil {
+				return err
+			}
+			continue
+		}
+		o.mu.Unlock()
+		c.startWrite(r)
+		wg.Go(func() {
+			defer func() { <-c.wslots; c.kickWriteback(false) }()
+			c.finishWrite(ctx, r)
+		})
+	}
+}
+
+// Flush writes back the object's dirty pages and waits for the OST to
+// acknowledge them (not for them to be durable: see Sync).
+func (o *Object) Flush(ctx context.Context) error {
+	return o.flushPages(ctx, 0, ^uint64(0))
+}
+
+// Sync makes everything written to the object so far durable on the OST
+// (fsync): it writes back the dirty pages, sends OST_SYNC, and waits for
+// the OST's last_committed to cover the writes. It returns the first error
+// of an async write of the object since the last Sync (ENOSPC, EIO after
+// an eviction, ...), or of its own RPCs.
+func (o *Object) Sync(ctx context.Context) error {
+	if err := o.Flush(ctx); err != nil {
+		return err
+	}
+	err := o.c.syncOST(ctx, o.fid)
+	o.mu.Lock()
+	if o.mu.err != nil {
+		err = o.mu.err
+		o.mu.err = nil
+	}
+	o.mu.Unlock()
+	return err
+}
+
+// Truncate sets the object's size (shrinking or extending it) with
+// OST_PUNCH under a PW lock on [size, EOF], as Lustre's osc_punch: cached
+// pages past the new size go (dirty ones unsent, their grant back), the
+// page holding the new end is cut, and writes of the object wait until
+// the OST has done it.
+func (o *Object) Truncate(ctx context.Context, size uint64) error {
+	if size > MaxObjectSize {
+		return o.errorf("truncate to %d: %w", size, syscall.EFBIG)
+	}
+	lk, err := o.Lock(ctx, true, size, ldlm.EOF)
+	if err != nil {
+		return err
+	}
+	defer lk.Release()
+	o.mu.Lock()
+	o.mu.truncating++
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.mu.truncating--
+		o.broadcastLocked()
+		o.mu.Unlock()
+	}()
+	c := o.c
+	cut, cutOff := size/PageSize, int(size%PageSize)
+	for {
+		o.mu.Lock()
+		ps := o.pagesInLocked(cut, ^uint64(0))
+		busy := false
+		for _, p := range ps {
+			if p.state != pageIdle {
+				busy = true
+				break
+			}
+		}
+		if busy {
+			ch := o.mu.changed
+			o.mu.Unlock()
+			if err := o.wait(ctx, ch); err != nil {
+				return err
+			}
+			continue
+		}
+		var freed, lru []*page
+		uncharged := 0
+		for _, p := range ps {
+			if p.idx == cut && cutOff > 0 {
+				clear(p.data[cutOff:])
+				switch {
+				case p.uptodate():
+				case p.valid.to >= cutOff:
+					p.valid = span{min(p.valid.from, cutOff), PageSize}
+				default:
+					// valid bytes end before the cut; what follows is
+					// zeros now but cannot join them
+				}
+				if p.dirty.to > cutOff {
+					p.dirty.to = cutOff
+				}
+				if p.dirty.empty() {
+					p.dirty = span{}
+					if p.charged {
+						uncharged++
+						o.undirtyLocked(p)
+					}
+				}
+				lru = append(lru, p)
+				continue
+			}
+			if p.charged {
+				uncharged++
+				o.undirtyLocked(p)
+			}
+			delete(o.mu.pages, p.idx)
+			freed = append(freed, p)
+		}
+		c.cache.lruUpdate(lru)
+		c.cache.release(freed)
+		o.broadcastLocked()
+		o.mu.Unlock()
+		c.uncharge(uncharged)
+		break
+	}
+	if err := c.punch(ctx, o.fid, size, ^uint64(0)); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.mu.sizeSeen = size
+	o.mu.mtime = time.Now().UnixNano()
+	o.mu.Unlock()
+	return nil
+}

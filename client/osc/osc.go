@@ -1,0 +1,538 @@
+package osc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/ldlm"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
+)
+
+// ClientConfig is what New needs: the connection to the OST and the
+// client-wide parts an OSC shares with the others (the PtlRPC client, the
+// lock client, the page cache and its tunables).
+type ClientConfig struct {
+	// Index is the OST's index, for logs and errors.
+	Index uint32
+	// Import describes the connection: Target, Servers, and optionally
+	// timeouts and ping interval. Portal 0 means ptlrpc.OSTIOPortal. The
+	// OSC adds its own OnEvict (dropping locks, cache and grant) before
+	// calling the one given here, if any.
+	Import ptlrpc.ImportConfig
+	// RPC sends the requests; Locks takes the extent locks (its callback
+	// service must be running); Cache holds the pages and the tunables.
+	RPC   *ptlrpc.Client
+	Locks *ldlm.Client
+	Cache *Cache
+}
+
+// Client is one OSC: the client's data path to one OST (Lustre's osc
+// obd and its client_obd). It owns the import to the OST, the objects of
+// that OST the client has open or cached, their pages in the shared
+// Cache, the grant the OST gave, and the writeback engine that turns dirty
+// pages into full bulk RPCs. Safe for concurrent use.
+type Client struct {
+	cfg   Config
+	cache *Cache
+	index uint32
+	imp   *ptlrpc.Import
+	locks *ldlm.Client
+	log   *slog.Logger
+
+	ctx  context.Context // ends at Close: the engine and async RPCs stop
+	stop context.CancelFunc
+	wg   sync.WaitGroup // the engine and every async RPC goroutine
+	kick chan struct{}  // wakes the engine (capacity 1)
+
+	wslots chan struct{} // write RPCs in flight (max_rpcs_in_flight)
+	rslots chan struct{} // read RPCs in flight (max_rpcs_in_flight)
+
+	mu struct {
+		sync.Mutex
+		// objs are the objects open, cached or locked, by FID; an object
+		// with none of those leaves the table.
+		objs map[fid.FID]*Object
+		// queue holds the objects with unsent dirty pages, each once
+		// (Object.queued), oldest first.
+		queue []*Object
+		// dirty counts charged pages: dirty, or sent and not yet
+		// acknowledged (max_dirty_mb bounds it).
+		dirty int
+		grant grant
+		// grantKnown: the grant of the current connection has been read.
+		grantKnown bool
+		// grantWrites counts from-grant write RPCs in flight.
+		grantWrites int
+		// waiters counts writers waiting for grant or dirty room; changed
+		// is closed and replaced when either may have grown.
+		waiters int
+		changed chan struct{}
+		// urgent asks the engine to send whatever is dirty.
+		urgent bool
+		closed bool
+	}
+
+	st stats
+}
+
+// stats are the OSC's counters.
+type stats struct {
+	readRPCs, writeRPCs, syncWrites    atomic.Uint64
+	readBytes, writeBytes              atomic.Uint64
+	hits, misses, raPages, raHits      atomic.Uint64
+	writeErrors, grantWaits, lostPages atomic.Uint64
+}
+
+// New starts an OSC: it creates the import (which connects in the
+// background; Connect waits for it) and the writeback engine. Close stops
+// them.
+func New(cfg ClientConfig) (*Client, error) {
+	if cfg.RPC == nil || cfg.Locks == nil || cfg.Cache == nil {
+		return nil, errors.New("osc: RPC, Locks and Cache are required")
+	}
+	c := &Client{cfg: cfg.Cache.cfg, cache: cfg.Cache, index: cfg.Index, locks: cfg.Locks,
+		kick: make(chan struct{}, 1), wslots: make(chan struct{}, cfg.Cache.cfg.MaxRPCsInFlight),
+		rslots: make(chan struct{}, cfg.Cache.cfg.MaxRPCsInFlight)}
+	lg := cfg.Cache.log
+	c.log = lg.With("osc", cfg.Import.Target)
+	c.mu.objs = make(map[fid.FID]*Object)
+	c.mu.changed = make(chan struct{})
+	ic := cfg.Import
+	if ic.Portal == 0 {
+		ic.Portal = ptlrpc.OSTIOPortal
+	}
+	userEvict := ic.OnEvict
+	ic.OnEvict = func(imp *ptlrpc.Import) {
+		c.evicted(imp)
+		if userEvict != nil {
+			userEvict(imp)
+		}
+	}
+	imp, err := cfg.RPC.NewImport(ic)
+	if err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: %w", cfg.Index, err)
+	}
+	c.imp = imp
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.cache.register(c)
+	c.wg.Go(c.engine)
+	return c, nil
+}
+
+// Index returns the OST index.
+func (c *Client) Index() uint32 { return c.index }
+
+// Import returns the OSC's import, for administration (lctl dl, stats).
+func (c *Client) Import() *ptlrpc.Import { return c.imp }
+
+// Connect waits until the import is connected and the OST's grant known.
+func (c *Client) Connect(ctx context.Context) error {
+	if err := c.imp.Connect(ctx); err != nil {
+		return fmt.Errorf("osc: ost%04x: connect: %w", c.index, err)
+	}
+	c.mu.Lock()
+	c.learnGrantLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+// learnGrantLocked reads the grant the OST sent at CONNECT, once per
+// connection.
+func (c *Client) learnGrantLocked() {
+	if c.mu.grantKnown {
+		return
+	}
+	info := c.imp.Info()
+	if info.State != ptlrpc.StateFull {
+		return
+	}
+	var cd ostv1.ConnectData
+	if err := proto.Unmarshal(info.TargetData, &cd); err != nil {
+		c.log.Warn("osc: bad connect data", "err", err)
+	}
+	c.mu.grant.reset(cd.Grant)
+	c.mu.grantKnown = true
+}
+
+// evicted runs when the OST evicted the client: every lock taken through
+// the import is dropped (their hooks drop the cached pages, dirty ones
+// lost), and the grant starts over from the new connection's.
+func (c *Client) evicted(imp *ptlrpc.Import) {
+	c.log.Warn("osc: evicted: dropping locks and cached pages")
+	c.locks.ImportEvicted(imp)
+	c.mu.Lock()
+	objs := make([]*Object, 0, len(c.mu.objs))
+	for _, o := range c.mu.objs {
+		objs = append(objs, o)
+	}
+	c.mu.Unlock()
+	for _, o := range objs {
+		o.discardAll(fmt.Errorf("osc: ost%04x: %v: %w", c.index, o.fid, ptlrpc.ErrEvicted))
+	}
+	c.mu.Lock()
+	c.mu.grantKnown = false
+	c.mu.grant.unsent = 0
+	c.learnGrantLocked()
+	c.broadcastLocked()
+	c.mu.Unlock()
+}
+
+// Stats are a snapshot of an OSC's counters (lctl get_param osc.*.stats,
+// osc.*.cur_grant_bytes, osc.*.cur_dirty_bytes, llite.*.read_ahead_stats).
+type Stats struct {
+	// ReadRPCs and WriteRPCs count bulk RPCs that succeeded; ReadBytes and
+	// WriteBytes the bulk bytes they moved. SyncWrites counts the write
+	// RPCs sent in the writer's context without grant.
+	ReadRPCs, WriteRPCs, SyncWrites uint64
+	ReadBytes, WriteBytes           uint64
+	// Grant is the grant the OST reported last; AvailGrant what the OSC
+	// may still charge for new dirty pages; GrantWaits how often a writer
+	// waited for grant or dirty room.
+	Grant      uint64
+	AvailGrant int64
+	GrantWaits uint64
+	// DirtyBytes is the dirty data charged: cached, or sent and not yet
+	// acknowledged (Lustre's cur_dirty_bytes); it never exceeds
+	// max_dirty_mb. UnsentBytes is the part not yet in an RPC: it never
+	// exceeds the grant.
+	DirtyBytes, UnsentBytes int64
+	// CacheHits and CacheMisses count pages a read found cached or had to
+	// fetch; ReadAheadPages counts pages read ahead, ReadAheadHits those a
+	// reader used.
+	CacheHits, CacheMisses        uint64
+	ReadAheadPages, ReadAheadHits uint64
+	// WriteErrors counts write RPCs that failed; LostPages the dirty pages
+	// dropped without reaching the OST (after a failed write, an eviction).
+	WriteErrors, LostPages uint64
+	// Objects is how many objects the OSC tracks.
+	Objects int
+}
+
+// Stats returns the OSC's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	s := Stats{Grant: c.mu.grant.total, AvailGrant: c.mu.grant.avail, DirtyBytes: int64(c.mu.dirty) * PageSize,
+		UnsentBytes: c.mu.grant.unsent, Objects: len(c.mu.objs)}
+	c.mu.Unlock()
+	s.ReadRPCs, s.WriteRPCs, s.SyncWrites = c.st.readRPCs.Load(), c.st.writeRPCs.Load(), c.st.syncWrites.Load()
+	s.ReadBytes, s.WriteBytes = c.st.readBytes.Load(), c.st.writeBytes.Load()
+	s.CacheHits, s.CacheMisses = c.st.hits.Load(), c.st.misses.Load()
+	s.ReadAheadPages, s.ReadAheadHits = c.st.raPages.Load(), c.st.raHits.Load()
+	s.WriteErrors, s.GrantWaits, s.LostPages = c.st.writeErrors.Load(), c.st.grantWaits.Load(), c.st.lostPages.Load()
+	return s
+}
+
+// Open returns the object f of this OST, with a reference: Close it when
+// done. Objects are shared: opening f twice gives the same Object.
+func (c *Client) Open(f fid.FID) *Object {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.mu.objs[f]
+	if o == nil {
+		o = newObject(c, f)
+		c.mu.objs[f] = o
+	}
+	o.refs++
+	return o
+}
+
+// tryForget removes o from the table if nothing refers to it: no
+// reference, no page, no lock.
+func (c *Client) tryForget(o *Object) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.mu.pages) > 0 || len(o.mu.locks) > 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o.refs == 0 && !o.queued && c.mu.objs[o.fid] == o {
+		delete(c.mu.objs, o.fid)
+	}
+}
+
+// broadcastLocked wakes the writers waiting for grant or dirty room.
+func (c *Client) broadcastLocked() {
+	close(c.mu.changed)
+	c.mu.changed = make(chan struct{})
+}
+
+// kickWriteback wakes the engine; urgent makes it send whatever is dirty.
+func (c *Client) kickWriteback(urgent bool) {
+	if urgent {
+		c.mu.Lock()
+		c.mu.urgent = true
+		c.mu.Unlock()
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// queueLocked puts o on the writeback queue if it is not there.
+func (c *Client) queueLocked(o *Object) {
+	if !o.queued {
+		o.queued = true
+		c.mu.queue = append(c.mu.queue, o)
+	}
+}
+
+// charge takes grant and dirty room for n new dirty pages, all or none.
+// If it cannot, wait says whether waiting may help (RPCs in flight or
+// dirty pages to send will bring grant back or free dirty room); if not,
+// the pages must be written synchronously without grant.
+func (c *Client) charge(n int) (ok, wait bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.learnGrantLocked()
+	if n == 0 {
+		return true, false
+	}
+	if c.mu.dirty+n > c.cfg.dirtyPages() {
+		return false, true
+	}
+	if c.mu.grantKnown && c.mu.grant.charge(int64(n)*PageSize) {
+		c.mu.dirty += n
+		return true, false
+	}
+	return false, c.mu.grant.unsent > 0 || c.mu.grant.inflight() > 0 || c.mu.grantWrites > 0
+}
+
+// uncharge gives back the grant and dirty room of n dirty pages dropped
+// before being sent.
+func (c *Client) uncharge(n int) {
+	if n == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.mu.grant.uncharge(int64(n) * PageSize)
+	c.mu.dirty -= n
+	c.broadcastLocked()
+	c.mu.Unlock()
+}
+
+// waitRoom waits for grant or dirty room to change after charge said to,
+// having asked the engine to send what is dirty.
+func (c *Client) waitRoom(ctx context.Context) error {
+	c.st.grantWaits.Add(1)
+	c.mu.Lock()
+	c.mu.waiters++
+	c.mu.urgent = true
+	ch := c.mu.changed
+	c.mu.Unlock()
+	c.kickWriteback(false)
+	defer func() {
+		c.mu.Lock()
+		c.mu.waiters--
+		c.mu.Unlock()
+	}()
+	t := time.NewTimer(c.cfg.DirtyExpire)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C: // look again: grant may come from elsewhere
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return fmt.Errorf("osc: ost%04x: %w", c.index, ptlrpc.ErrClosed)
+	}
+	return nil
+}
+
+// grantTarget is how much grant the OSC asks to hold: its dirty limit and
+// a full pipeline of RPCs on top.
+func (c *Client) grantTarget() int64 {
+	return int64(c.cfg.MaxDirtyMB)<<20 + int64(c.cfg.MaxRPCsInFlight*c.cfg.rpcPages())*PageSize
+}
+
+// lowSpaceLocked reports whether the grant is too small for a pipeline of
+// RPCs: the OST is filling up, and write RPCs go one at a time so that
+// each reply's grant is exact (see grant.go).
+func (c *Client) lowSpaceLocked() bool {
+	return c.mu.grant.total < uint64(c.cfg.MaxRPCsInFlight*c.cfg.rpcPages())*PageSize
+}
+
+// engine is the writeback engine: it sends dirty pages as write RPCs when
+// an object has a full RPC of them, when dirty data or grant or the cache
+// are under pressure, and when dirty data is older than DirtyExpire; and
+// it forgets objects nothing refers to.
+func (c *Client) engine() {
+	tick := time.NewTicker(max(c.cfg.DirtyExpire/4, 10*time.Millisecond))
+	defer tick.Stop()
+	sweeps := 0
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick:
+		case <-tick.C:
+			if sweeps++; sweeps%4 == 0 {
+				c.sweep()
+			}
+		}
+		c.writebackPass()
+	}
+}
+
+// sweep forgets idle objects (evicted pages leave objects empty without
+// the evictor being able to take the table's lock).
+func (c *Client) sweep() {
+	c.mu.Lock()
+	objs := make([]*Object, 0, len(c.mu.objs))
+	for _, o := range c.mu.objs {
+		if o.refs == 0 {
+			objs = append(objs, o)
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range objs {
+		c.tryForget(o)
+	}
+}
+
+// writebackPass sends what the policy says should go now, as long as
+// write RPC slots are free; completions kick the engine again.
+func (c *Client) writebackPass() {
+	pressure := c.cache.underPressure()
+	now := time.Now()
+	c.mu.Lock()
+	pressure = pressure || c.mu.urgent || c.mu.waiters > 0 || c.mu.dirty*2 >= c.cfg.dirtyPages() ||
+		(c.mu.grantKnown && c.mu.grant.avail < int64(c.cfg.rpcPages())*PageSize)
+	c.mu.urgent = false
+	budget := len(c.mu.queue) + c.cfg.MaxRPCsInFlight
+	c.mu.Unlock()
+	for ; budget > 0; budget-- {
+		select {
+		case c.wslots <- struct{}{}:
+		default:
+			return
+		}
+		c.mu.Lock()
+		if (c.lowSpaceLocked() && c.mu.grantWrites > 0) || len(c.mu.queue) == 0 {
+			c.mu.Unlock()
+			<-c.wslots
+			return
+		}
+		o := c.mu.queue[0]
+		c.mu.queue[0] = nil
+		c.mu.queue = c.mu.queue[1:]
+		o.queued = false
+		c.mu.Unlock()
+
+		o.mu.Lock()
+		var r *brwRPC
+		n := len(o.mu.dirtyIdx)
+		if n >= c.cfg.rpcPages() || (n > 0 && (pressure || now.Sub(o.mu.dirtySince) >= c.cfg.DirtyExpire)) {
+			r = o.gatherLocked(0, ^uint64(0))
+		}
+		if len(o.mu.dirtyIdx) > 0 {
+			c.mu.Lock()
+			c.queueLocked(o)
+			c.mu.Unlock()
+		}
+		o.mu.Unlock()
+		if r == nil {
+			<-c.wslots
+			continue
+		}
+		c.startWrite(r)
+		c.wg.Go(func() {
+			defer func() { <-c.wslots; c.kickWriteback(false) }()
+			c.finishWrite(c.ctx, r)
+		})
+	}
+}
+
+// startWrite moves r's charged pages from unsent to in flight in the grant
+// and asks for more grant.
+func (c *Client) startWrite(r *brwRPC) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.ticket = c.mu.grant.send(int64(r.charged) * PageSize)
+	if r.charged > 0 {
+		r.fromGrant = true
+		c.mu.grantWrites++
+	}
+	r.want = c.mu.grant.want(c.grantTarget())
+}
+
+// finishWrite sends a write RPC and records its outcome in the object and
+// the grant.
+func (c *Client) finishWrite(ctx context.Context, r *brwRPC) error {
+	rep, err := c.brw(ctx, r)
+	r.obj.writeDone(r, err, !r.sync || r.pulled > 0)
+	c.mu.Lock()
+	if r.fromGrant {
+		c.mu.grantWrites--
+	}
+	c.mu.dirty -= r.charged
+	if err == nil {
+		c.mu.grant.reply(r.ticket, rep.GetGrant())
+	} else {
+		c.mu.grant.failed(r.ticket, isNoSpace(err))
+	}
+	c.broadcastLocked()
+	c.mu.Unlock()
+	return err
+}
+
+// Flush writes back every dirty page of the OSC and waits for the OST to
+// acknowledge them. Errors of the writes are kept for each object's Sync;
+// Flush returns ctx's error, or nil.
+func (c *Client) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	objs := make([]*Object, 0, len(c.mu.objs))
+	for _, o := range c.mu.objs {
+		objs = append(objs, o)
+	}
+	c.mu.Unlock()
+	for _, o := range objs {
+		if err := o.flushPages(ctx, 0, ^uint64(0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close flushes what is dirty (within ctx), stops the engine, disconnects
+// from the OST and drops the OSC's locks and pages. Objects still open
+// must not be used afterwards.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("osc: ost%04x: %w", c.index, ptlrpc.ErrClosed)
+	}
+	c.mu.closed = true
+	c.mu.Unlock()
+	err := c.Flush(ctx)
+	c.stop()
+	c.wg.Wait()
+	if cerr := c.imp.Close(ctx); cerr != nil && !errors.Is(cerr, ptlrpc.ErrClosed) {
+		err = errors.Join(err, cerr)
+	}
+	// The OST dropped our locks with the export; the lock client forgets
+	// them (their hooks drop the pages).
+	c.locks.ImportEvicted(c.imp)
+	c.mu.Lock()
+	objs := make([]*Object, 0, len(c.mu.objs))
+	for _, o := range c.mu.objs {
+		objs = append(objs, o)
+	}
+	c.mu.Unlock()
+	for _, o := range objs {
+		o.discardAll(nil)
+	}
+	c.cache.unregister(c)
+	return err
+}

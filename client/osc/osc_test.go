@@ -1,0 +1,423 @@
+package osc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client/internal/clienttest"
+	"github.com/nacrefs/nacre/client/osc"
+	"github.com/nacrefs/nacre/internal/fid"
+)
+
+const portBase = 29800
+
+func startCluster(t testing.TB, opts clienttest.Options) *clienttest.Cluster {
+	t.Helper()
+	if opts.PortBase == 0 {
+		opts.PortBase = portBase
+	}
+	c, err := clienttest.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newNode(t testing.TB, c *clienttest.Cluster, i int, cfg osc.Config) *clienttest.Node {
+	t.Helper()
+	n, err := c.NewNode(i, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func pattern(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(seed, seed*7+1))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func precreate(t testing.TB, c *clienttest.Cluster, ost int) fid.FID {
+	t.Helper()
+	fs, err := c.Precreate(ctxT(t, 10*time.Second), ost, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs[0]
+}
+
+// TestWriteReadBack: data written through the cache reads back from the
+// cache, and from the OST on another client after the lock moves.
+func TestWriteReadBack(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 30*time.Second)
+	f := precreate(t, c, 0)
+	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	defer oa.Close()
+	defer ob.Close()
+
+	data := pattern(3<<20+123, 1)
+	if n, err := oa.WriteAt(ctx, data, 1000); err != nil || n != len(data) {
+		t.Fatalf("write: %d %v", n, err)
+	}
+	got := make([]byte, len(data))
+	if _, err := oa.ReadAt(ctx, got, 1000); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back from the cache: %v (equal %v)", err, bytes.Equal(got, data))
+	}
+	if st := a.OSCs[0].Stats(); st.CacheMisses != 0 || st.WriteRPCs != 0 {
+		t.Logf("stats after cached write and read: %+v", st)
+	}
+	clear(got)
+	if _, err := ob.ReadAt(ctx, got, 1000); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read on the other client: %v (equal %v)", err, bytes.Equal(got, data))
+	}
+	if sz, err := ob.Size(ctx); err != nil || sz != uint64(1000+len(data)) {
+		t.Fatalf("size %d %v, want %d", sz, err, 1000+len(data))
+	}
+	head := make([]byte, 1000)
+	if _, err := ob.ReadAt(ctx, head, 0); err != nil || !bytes.Equal(head, make([]byte, 1000)) {
+		t.Fatalf("hole before the data: %v", err)
+	}
+	if err := oa.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a: %+v", a.OSCs[0].Stats())
+	t.Logf("b: %+v", b.OSCs[0].Stats())
+}
+
+// mountTmpfs mounts a tmpfs of size bytes for a small OST.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts a tmpfs: run it as root (CI does)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// checkGrant checks the grant invariants of an OSC's stats.
+func checkGrant(t *testing.T, st osc.Stats, cfg osc.Config) {
+	t.Helper()
+	if st.AvailGrant < 0 || st.UnsentBytes < 0 || st.DirtyBytes < st.UnsentBytes {
+		t.Fatalf("grant accounting off: %+v", st)
+	}
+	if st.DirtyBytes > int64(cfg.MaxDirtyMB)<<20 {
+		t.Fatalf("dirty %d past max_dirty_mb %d", st.DirtyBytes, cfg.MaxDirtyMB)
+	}
+	if st.UnsentBytes > int64(st.Grant) {
+		t.Fatalf("cached dirty data %d exceeds the grant %d", st.UnsentBytes, st.Grant)
+	}
+}
+
+// TestGrantENOSPC: on a 24 MiB OST, a client writes 1 MiB at a time with
+// a Sync every few writes until the OST is full. Cached dirty data never
+// exceeds the grant the OST gave; as the OST fills the grant shrinks, the
+// writes go synchronously, and ENOSPC comes back from a write or the Sync
+// that carries it; everything written before the last successful Sync
+// reads back on another client; and after a truncate frees space the
+// client writes again.
+func TestGrantENOSPC(t *testing.T) {
+	dir := mountTmpfs(t, "24m")
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2, Dirs: []string{dir}})
+	cfg := osc.DefaultConfig()
+	a := newNode(t, c, 0, cfg)
+	b := newNode(t, c, 1, cfg)
+	ctx := ctxT(t, 2*time.Minute)
+	f := precreate(t, c, 0)
+	o := a.OSCs[0].Open(f)
+	defer o.Close()
+	if st := a.OSCs[0].Stats(); st.Grant == 0 || st.Grant > 24<<20 {
+		t.Fatalf("connect grant %d on a 24 MiB OST", st.Grant)
+	}
+	var off, acked int
+	var failed error
+	from := ""
+	chunk := 1 << 20
+	for i := 0; off < 64<<20; i++ {
+		p := pattern(chunk, uint64(i))
+		n, err := o.WriteAt(ctx, p, uint64(off))
+		checkGrant(t, a.OSCs[0].Stats(), cfg)
+		if err != nil {
+			failed, from = err, "write"
+			break
+		}
+		off += n
+		if i%4 == 3 {
+			if err := o.Sync(ctx); err != nil {
+				failed, from = err, "sync"
+				break
+			}
+			acked = off
+		}
+	}
+	if failed == nil {
+		failed, from = o.Sync(ctx), "last sync"
+	}
+	if !errors.Is(failed, syscall.ENOSPC) {
+		t.Fatalf("filling a 24 MiB OST with %d MiB: %s: %v", off>>20, from, failed)
+	}
+	t.Logf("ENOSPC from %s after %d MiB written, %d MiB synced: %+v", from, off>>20, acked>>20, a.OSCs[0].Stats())
+	// Out of grant and of space: the next write goes synchronously, and
+	// the OST's ENOSPC comes back from the write itself.
+	before := a.OSCs[0].Stats().SyncWrites
+	if _, err := o.WriteAt(ctx, pattern(chunk, 1000), uint64(off)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write to a full OST: %v", err)
+	}
+	if st := a.OSCs[0].Stats(); st.SyncWrites == before || st.UnsentBytes != 0 {
+		t.Fatalf("the write on a full OST did not go synchronously: %+v", st)
+	}
+	if err := o.Sync(ctx); err != nil {
+		t.Fatalf("a sync write's error is the write's, not the next Sync's: %v", err)
+	}
+	ob := b.OSCs[0].Open(f)
+	defer ob.Close()
+	got := make([]byte, chunk)
+	for k := 0; k < acked; k += chunk {
+		if _, err := ob.ReadAt(ctx, got, uint64(k)); err != nil || !bytes.Equal(got, pattern(chunk, uint64(k/chunk))) {
+			t.Fatalf("synced MiB %d reads back wrong (%v)", k>>20, err)
+		}
+	}
+	// Space comes back: the client writes and syncs again.
+	if err := o.Truncate(ctx, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	// The OST looks at its free space at most every 100 ms.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := o.WriteAt(ctx, pattern(chunk, 99), 1<<20)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ENOSPC) || time.Now().After(deadline) {
+			t.Fatalf("write after freeing space: %v", err)
+		}
+	}
+	if err := o.Sync(ctx); err != nil {
+		t.Fatalf("sync after freeing space: %v", err)
+	}
+	if _, err := ob.ReadAt(ctx, got, 1<<20); err != nil || !bytes.Equal(got, pattern(chunk, 99)) {
+		t.Fatalf("write after freeing space reads back wrong (%v)", err)
+	}
+}
+
+// TestFullRPCs: 1 MiB sequential writes leave the client as full 4 MiB
+// RPCs (max_pages_per_rpc), and a sequential read comes back in full RPCs
+// too, read ahead so that most pages are there before the reader asks.
+func TestFullRPCs(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	f := precreate(t, c, 0)
+	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	defer oa.Close()
+	defer ob.Close()
+	const total, chunk = 64 << 20, 1 << 20
+	for off := 0; off < total; off += chunk {
+		if _, err := oa.WriteAt(ctx, pattern(chunk, uint64(off/chunk)), uint64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := oa.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := a.OSCs[0].Stats()
+	if st.WriteBytes != total || st.WriteRPCs != total/(4<<20) {
+		t.Fatalf("64 MiB written in %d RPCs of %d bytes, want 16 of 4 MiB", st.WriteRPCs, st.WriteBytes)
+	}
+	got := make([]byte, chunk)
+	for off := 0; off < total; off += chunk {
+		if _, err := ob.ReadAt(ctx, got, uint64(off)); err != nil || !bytes.Equal(got, pattern(chunk, uint64(off/chunk))) {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+	st = b.OSCs[0].Stats()
+	t.Logf("reader: %+v", st)
+	if st.ReadBytes < total || st.ReadBytes > total+8<<20 || st.ReadRPCs > total/(4<<20)+4 {
+		t.Fatalf("64 MiB read sequentially in %d RPCs of %d bytes", st.ReadRPCs, st.ReadBytes)
+	}
+	if st.ReadAheadHits*2 < total/osc.PageSize {
+		t.Fatalf("only %d of %d pages read ahead before the reader got there", st.ReadAheadHits, total/osc.PageSize)
+	}
+}
+
+// TestCacheBound: with a small max_cached_mb, writing and reading far more
+// than fits keeps the cache within its bound (clean pages are evicted
+// least recently used first; dirty ones wait for writeback) and the data
+// right.
+func TestCacheBound(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 2, Nodes: 1})
+	cfg := osc.DefaultConfig()
+	cfg.MaxPagesPerRPC, cfg.MaxDirtyMB, cfg.MaxReadAheadMB, cfg.MaxCachedMB = 256, 2, 2, 6
+	a := newNode(t, c, 0, cfg)
+	ctx := ctxT(t, time.Minute)
+	objs := []*osc.Object{a.OSCs[0].Open(precreate(t, c, 0)), a.OSCs[1].Open(precreate(t, c, 1))}
+	const size, chunk = 24 << 20, 300 << 10
+	check := func() {
+		if st := a.Cache.Stats(); st.Pages > st.MaxPages {
+			t.Fatalf("cache holds %d pages, bound %d", st.Pages, st.MaxPages)
+		}
+	}
+	for off := 0; off < size; off += chunk {
+		for i, o := range objs {
+			if _, err := o.WriteAt(ctx, pattern(chunk, uint64(off+i)), uint64(off)); err != nil {
+				t.Fatal(err)
+			}
+			check()
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	got := make([]byte, chunk)
+	for range 100 {
+		off := r.IntN(size/chunk) * chunk
+		i := r.IntN(2)
+		if _, err := objs[i].ReadAt(ctx, got, uint64(off)); err != nil || !bytes.Equal(got, pattern(chunk, uint64(off+i))) {
+			t.Fatalf("read object %d at %d: %v", i, off, err)
+		}
+		check()
+	}
+	st := a.Cache.Stats()
+	if st.Evictions == 0 {
+		t.Fatalf("no eviction: %v", st)
+	}
+	t.Logf("cache: %v", st)
+}
+
+// TestBlockingHookFlushesItsExtent: a client holds two write locks on one
+// object (taken ahead, exactly) with dirty pages under each; another
+// client reading under one of them makes the first write back exactly the
+// pages of that lock: the others stay dirty in its cache.
+func TestBlockingHookFlushesItsExtent(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	f := precreate(t, c, 0)
+	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	defer oa.Close()
+	defer ob.Close()
+	const mib = 1 << 20
+	if err := oa.LockAhead(ctx, 0, mib-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := oa.LockAhead(ctx, 4*mib, 5*mib-1); err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := pattern(64<<10, 1), pattern(64<<10, 2)
+	if _, err := oa.WriteAt(ctx, lo, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oa.WriteAt(ctx, hi, 4*mib); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.OSCs[0].Stats(); st.UnsentBytes != 128<<10 || a.Locks.Stats().Enqueues != 2 {
+		t.Fatalf("after two writes under two locks taken ahead: %+v, %+v", st, a.Locks.Stats())
+	}
+	got := make([]byte, 64<<10)
+	if _, err := ob.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, lo) {
+		t.Fatalf("reading the first lock's range on the other client: %v", err)
+	}
+	if st := a.OSCs[0].Stats(); st.UnsentBytes != 64<<10 || st.WriteBytes != 64<<10 {
+		t.Fatalf("the first lock's blocking hook wrote %d bytes, left %d dirty; want 64 KiB each", st.WriteBytes, st.UnsentBytes)
+	}
+	if _, err := ob.ReadAt(ctx, got, 4*mib); err != nil || !bytes.Equal(got, hi) {
+		t.Fatalf("reading the second lock's range: %v", err)
+	}
+	if st := a.OSCs[0].Stats(); st.UnsentBytes != 0 || st.WriteBytes != 128<<10 {
+		t.Fatalf("after the second lock went: %+v", st)
+	}
+}
+
+// TestSyncIsDurable: once Sync returns, the OST has committed every write
+// the client sent: nothing is left for replay.
+func TestSyncIsDurable(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 1})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	o := a.OSCs[0].Open(precreate(t, c, 0))
+	defer o.Close()
+	for i := range 10 {
+		if _, err := o.WriteAt(ctx, pattern(300<<10, uint64(i)), uint64(i)*1000000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	imp := a.OSCs[0].Import()
+	if u := imp.Uncommitted(); len(u) != 0 {
+		t.Fatalf("after Sync, transnos %v are not committed (last_committed %d)", u, imp.Info().LastCommitted)
+	}
+	if st := a.OSCs[0].Stats(); st.WriteRPCs == 0 || st.DirtyBytes != 0 {
+		t.Fatalf("after Sync: %+v", st)
+	}
+}
+
+// TestEvictionDropsDirtyData: an OST evicts a client holding dirty pages:
+// they are lost, the next Sync says so, and the client carries on.
+func TestEvictionDropsDirtyData(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	f := precreate(t, c, 0)
+	o := a.OSCs[0].Open(f)
+	defer o.Close()
+	if _, err := o.WriteAt(ctx, pattern(1<<20, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.WriteAt(ctx, pattern(1<<20, 2), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.OSS.OSTs()[0].Target().Evict("client-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Sync(ctx); err == nil {
+		t.Fatal("Sync after an eviction with dirty data lost: no error")
+	}
+	if st := a.OSCs[0].Stats(); st.LostPages == 0 || st.DirtyBytes != 0 {
+		t.Fatalf("after the eviction: %+v", st)
+	}
+	got := make([]byte, 1<<20)
+	ob := b.OSCs[0].Open(f)
+	defer ob.Close()
+	if _, err := ob.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, pattern(1<<20, 1)) {
+		t.Fatalf("the synced data after the eviction: %v", err)
+	}
+	if _, err := o.WriteAt(ctx, pattern(1<<20, 3), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Sync(ctx); err != nil {
+		t.Fatalf("Sync after recovering from the eviction: %v", err)
+	}
+	if _, err := ob.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, pattern(1<<20, 3)) {
+		t.Fatalf("data written after the eviction: %v", err)
+	}
+}

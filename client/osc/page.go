@@ -1,0 +1,81 @@
+package osc
+
+// pageState says whether an RPC is using a page.
+type pageState uint8
+
+const (
+	// pageIdle: no RPC uses the page.
+	pageIdle pageState = iota
+	// pageFilling: a read RPC is filling the page; nobody else touches it.
+	pageFilling
+	// pageWriteback: a write RPC is sending the page's dirty bytes; it may
+	// be read, not written, until the RPC ends (LNet reads it in place and
+	// the checksum covers it).
+	pageWriteback
+)
+
+// span is a byte range of a page, [from, to); from == to is empty.
+type span struct{ from, to int }
+
+func (s span) empty() bool { return s.from >= s.to }
+
+// covers reports whether s holds all of o.
+func (s span) covers(o span) bool { return o.empty() || (s.from <= o.from && o.to <= s.to) }
+
+// touches reports whether s and o overlap or meet, so their union is one
+// span.
+func (s span) touches(o span) bool { return s.from <= o.to && o.from <= s.to }
+
+// union returns the smallest span holding s and o.
+func (s span) union(o span) span {
+	switch {
+	case s.empty():
+		return o
+	case o.empty():
+		return s
+	}
+	return span{min(s.from, o.from), max(s.to, o.to)}
+}
+
+var wholePage = span{0, PageSize}
+
+// page is one PageSize piece of an object in the cache (Lustre's
+// osc_page over a VM page). Its bytes are the object's where valid says
+// so; dirty bytes were written by the application and not yet acknowledged
+// by the OST. A page that is not wholly valid holds exactly what was
+// written into it (valid equals or contains dirty), so a partial write
+// needs no read first; a read of the rest fills it from the OST.
+type page struct {
+	obj  *Object
+	idx  uint64 // page index in the object
+	data []byte // PageSize bytes; nil once freed
+
+	// Guarded by obj.mu.
+	valid, dirty span
+	state        pageState
+	// charged: the page is dirty within the grant and counts against
+	// max_dirty_mb until the OST acknowledges it.
+	charged bool
+	// ra: read ahead and not used yet (counts against max_read_ahead_mb).
+	ra bool
+	// held: a reader filled the page and has yet to copy it out; it is
+	// kept off the LRU until then.
+	held bool
+
+	// Guarded by Cache.mu.
+	prev, next *page
+	inLRU      bool
+}
+
+// uptodate reports whether every byte of the page is the object's.
+func (p *page) uptodate() bool { return p.valid == wholePage }
+
+// clean reports whether the page has no dirty bytes.
+func (p *page) clean() bool { return p.dirty.empty() }
+
+// evictable reports whether the page may go on the LRU: clean, idle and
+// not waited for.
+func (p *page) evictable() bool { return p.clean() && p.state == pageIdle && !p.held }
+
+// off returns the object offset of byte i of the page.
+func (p *page) off(i int) uint64 { return p.idx*PageSize + uint64(i) }

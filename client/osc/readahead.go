@@ -1,0 +1,129 @@
+package osc
+
+// Read-ahead detection (Lustre's ll_readahead_state and ras_update), pure
+// logic, kept per object: a striped file read sequentially reads each of
+// its objects sequentially, so per-object state sees the pattern whatever
+// the striping.
+//
+// Two patterns are recognised:
+//
+//   - Sequential: each read starts inside or right at the end of the one
+//     before. From the second such read on, the object is read ahead by a
+//     window that starts at four times the read (at least raMinWindow) and
+//     doubles each time more is read ahead, up to the per-object maximum.
+//     More is read ahead when less than half the window is left ahead of the
+//     reader, so read-ahead goes out in pieces of at least half a window.
+//   - Strided: reads of one length whose starts are a fixed distance apart
+//     (a process reading its column of a matrix). From the third read with
+//     the same length and stride on, the next chunks are read ahead, as many
+//     as fit in the window.
+//
+// Anything else resets the state.
+
+// raMinWindow is the smallest read-ahead window.
+const raMinWindow = 1 << 20
+
+// extent is a byte range of an object, [start, end).
+type extent struct{ start, end uint64 }
+
+// raState is the read-ahead state of one object.
+type raState struct {
+	lastOff, lastEnd uint64 // the previous read
+	seqHits          int    // consecutive sequential reads after the first
+	window           uint64 // bytes to keep read ahead
+	next             uint64 // first byte not read ahead yet (sequential) or next chunk start (strided)
+	stride, chunk    uint64 // strided: distance between starts, read length
+	strideHits       int
+	started          bool
+}
+
+// access records a read of [off, off+n) and returns what to read ahead now,
+// page-aligned and in order. maxWindow bounds the window (0: no
+// read-ahead); sequential read-ahead ends on a multiple of align (the RPC
+// size, so that read-ahead goes out in full RPCs).
+func (r *raState) access(off, n, maxWindow, align uint64) []extent {
+	if n == 0 {
+		return nil
+	}
+	end := off + n
+	defer func() { r.lastOff, r.lastEnd, r.started = off, end, true }()
+	if maxWindow == 0 {
+		r.reset()
+		return nil
+	}
+	if r.started && off >= r.lastOff && off <= r.lastEnd {
+		r.stride, r.chunk, r.strideHits = 0, 0, 0
+		r.seqHits++
+		if r.window == 0 {
+			r.window = max(4*n, raMinWindow)
+		}
+		r.window = min(r.window, maxWindow)
+		from := max(r.next, pageCeil(end))
+		if r.next >= end && r.next-end >= r.window/2 {
+			return nil // enough ahead already
+		}
+		to := pageCeil(end + r.window)
+		if align > PageSize && to <= ^uint64(0)-align {
+			to = (to + align - 1) / align * align
+		}
+		if to <= from {
+			return nil
+		}
+		r.next = to
+		r.window = min(2*r.window, maxWindow)
+		return []extent{{from, to}}
+	}
+	// Not sequential: a stride?
+	r.seqHits, r.next = 0, 0
+	if r.started && off > r.lastOff {
+		d := off - r.lastOff
+		if d == r.stride && n == r.chunk {
+			r.strideHits++
+		} else {
+			r.stride, r.chunk, r.strideHits, r.window = d, n, 0, 0
+		}
+	} else {
+		r.stride, r.chunk, r.strideHits, r.window = 0, 0, 0, 0
+	}
+	if r.strideHits < 1 || r.stride <= r.chunk {
+		return nil
+	}
+	if r.window == 0 {
+		r.window = max(4*n, raMinWindow)
+	}
+	r.window = min(r.window, maxWindow)
+	k := max(r.window/r.chunk, 1)
+	first := off + r.stride
+	if r.next > first {
+		first = r.next
+	}
+	var out []extent
+	limit := off + k*r.stride
+	for s := first; s <= limit; s += r.stride {
+		e := extent{pageFloor(s), pageCeil(s + r.chunk)}
+		if len(out) > 0 && out[len(out)-1].end >= e.start {
+			out[len(out)-1].end = e.end
+		} else {
+			out = append(out, e)
+		}
+		r.next = s + r.stride
+	}
+	r.window = min(2*r.window, maxWindow)
+	return out
+}
+
+// reset forgets every pattern.
+func (r *raState) reset() {
+	*r = raState{lastOff: r.lastOff, lastEnd: r.lastEnd, started: r.started}
+}
+
+// pageFloor rounds x down to a page boundary.
+func pageFloor(x uint64) uint64 { return x &^ (PageSize - 1) }
+
+// pageCeil rounds x up to a page boundary (saturating near 2^64).
+func pageCeil(x uint64) uint64 {
+	if x > ^uint64(0)-PageSize {
+		return pageFloor(^uint64(0))
+	}
+	return (x + PageSize - 1) &^ (PageSize - 1)
+}

@@ -1,0 +1,89 @@
+package osc
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestReadAheadPatterns(t *testing.T) {
+	const mib = 1 << 20
+	type read struct {
+		off, n uint64
+		want   string // the extents read ahead, as fmt prints them
+	}
+	tests := []struct {
+		name   string
+		max    uint64
+		reads  []read
+		window uint64 // after the last read
+	}{
+		{"first read reads nothing ahead", 16 * mib, []read{{0, 4096, "[]"}}, 0},
+		{"sequential from the second read, window doubling", 16 * mib, []read{
+			{0, mib, "[]"},
+			{mib, mib, "[{2097152 6291456}]"},       // 4 MiB ahead
+			{2 * mib, mib, "[{6291456 11534336}]"},  // 3 MiB ahead, under half the 8 MiB window
+			{3 * mib, mib, "[{11534336 20971520}]"}, // 7 MiB ahead, under half of 16 MiB
+			{4 * mib, mib, "[]"},                    // 15 MiB ahead: enough
+		}, 16 * mib},
+		{"small sequential reads within a page", 16 * mib, []read{
+			{0, 100, "[]"}, {100, 100, "[{4096 1052672}]"}, {200, 100, "[]"},
+		}, 2 * mib},
+		{"random reads reset", 16 * mib, []read{
+			{0, mib, "[]"}, {mib, mib, "[{2097152 6291456}]"}, {50 * mib, 4096, "[]"}, {10 * mib, 4096, "[]"},
+		}, 0},
+		{"the window stops at the maximum", 2 * mib, []read{
+			{0, mib, "[]"}, {mib, mib, "[{2097152 4194304}]"}, {2 * mib, mib, "[]"}, {3 * mib, mib, "[{4194304 6291456}]"},
+		}, 2 * mib},
+		{"strided: 64 KiB every 1 MiB, from the third read", 16 * mib, []read{
+			{0, 64 << 10, "[]"}, {mib, 64 << 10, "[]"},
+			{2 * mib, 64 << 10, "[{3145728 3211264} {4194304 4259840} {5242880 5308416} {6291456 6356992} {7340032 7405568} {8388608 8454144} {9437184 9502720} {10485760 10551296} {11534336 11599872} {12582912 12648448} {13631488 13697024} {14680064 14745600} {15728640 15794176} {16777216 16842752} {17825792 17891328} {18874368 18939904}]"},
+		}, 2 * mib},
+		{"no read-ahead when off", 0, []read{{0, mib, "[]"}, {mib, mib, "[]"}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r raState
+			for i, rd := range tt.reads {
+				got := fmt.Sprint(r.access(rd.off, rd.n, tt.max, PageSize))
+				if got != rd.want {
+					t.Fatalf("read %d [%d,+%d): read ahead %s, want %s", i, rd.off, rd.n, got, rd.want)
+				}
+			}
+			if r.window != tt.window {
+				t.Fatalf("window %d, want %d", r.window, tt.window)
+			}
+		})
+	}
+}
+
+func TestClipExtents(t *testing.T) {
+	got := fmt.Sprint(clipExtents([]extent{{0, 10}, {20, 30}, {40, 50}}, 25))
+	if got != "[{0 10} {20 25}]" {
+		t.Fatal(got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"RPC of no pages", func(c *Config) { c.MaxPagesPerRPC = 0 }},
+		{"RPC past 16 MiB", func(c *Config) { c.MaxPagesPerRPC = 4097 }},
+		{"no RPC in flight", func(c *Config) { c.MaxRPCsInFlight = 0 }},
+		{"no dirty data", func(c *Config) { c.MaxDirtyMB = 0 }},
+		{"dirty below one RPC", func(c *Config) { c.MaxDirtyMB = 2 }},
+		{"negative read-ahead", func(c *Config) { c.MaxReadAheadMB = -1 }},
+		{"cache below the read-ahead", func(c *Config) { c.MaxCachedMB = 64 }},
+		{"no expiry", func(c *Config) { c.DirtyExpire = 0 }},
+	} {
+		c := DefaultConfig()
+		tt.mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: no error", tt.name)
+		}
+	}
+}

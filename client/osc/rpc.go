@@ -1,0 +1,202 @@
+package osc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/fid"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
+)
+
+// maxNiobufs bounds the niobufs of one RPC: the OST refuses more
+// (oss/ofd MaxNiobufs).
+const maxNiobufs = 256
+
+// MaxObjectSize is the largest object an OST keeps (oss/osd
+// MaxObjectSize, ext4's limit for 4 KiB blocks): writes past it fail with
+// EFBIG before they reach the cache.
+const MaxObjectSize = 1<<44 - 1<<12
+
+// seg is a byte range of one page that an RPC moves.
+type seg struct {
+	p *page
+	s span
+}
+
+// brwRPC is one bulk RPC of one object (Lustre's osc_brw_async_args):
+// the pages' byte ranges in object order, the niobufs that describe them
+// (contiguous ranges merged) and the bulk buffers that are the pages
+// themselves (ranges adjacent in memory merged).
+type brwRPC struct {
+	obj   *Object
+	write bool
+	segs  []seg
+	nbs   []wire.Niobuf
+	bufs  [][]byte
+	bytes int
+	// charged pages (and grant) the RPC carries; fromGrant marks the
+	// write OBD_BRW_FROM_GRANT; want is the grant asked for.
+	charged   int
+	fromGrant bool
+	want      uint64
+	ticket    grantTicket
+	mtime     int64
+	// sync marks a write sent in the writer's context without grant;
+	// pulled counts the pages of earlier writes it carries.
+	sync   bool
+	pulled int
+}
+
+// add appends a range of p, which comes after every range already added.
+// It returns false, adding nothing, if the range would need a niobuf more
+// than the RPC may carry.
+func (r *brwRPC) add(p *page, s span) bool {
+	off := p.off(s.from)
+	n := s.to - s.from
+	if k := len(r.nbs) - 1; k >= 0 && r.nbs[k].End() == off {
+		r.nbs[k].Len += uint32(n)
+	} else {
+		if len(r.nbs) == maxNiobufs {
+			return false
+		}
+		r.nbs = append(r.nbs, wire.Niobuf{Offset: off, Len: uint32(n)})
+	}
+	b := p.data[s.from:s.to]
+	if k := len(r.bufs) - 1; k >= 0 && adjacent(r.bufs[k], b) {
+		r.bufs[k] = r.bufs[k][:len(r.bufs[k])+n]
+	} else {
+		r.bufs = append(r.bufs, b)
+	}
+	r.segs = append(r.segs, seg{p, s})
+	r.bytes += n
+	return true
+}
+
+// adjacent reports whether b starts in memory right where a ends, within
+// a's capacity (pages of one slab), so that a can be extended over b.
+func adjacent(a, b []byte) bool {
+	if len(b) == 0 || cap(a)-len(a) < len(b) {
+		return false
+	}
+	return &a[:len(a)+1][len(a)] == &b[0]
+}
+
+// isNoSpace reports whether err is the OST saying it is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// fidToWire converts a FID for an OST request.
+func fidToWire(f fid.FID) *ostv1.FID { return &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver} }
+
+// brw sends r as OST_WRITE or OST_READ with its pages as the bulk buffer
+// and returns the reply.
+func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
+	nbs, err := wire.AppendNiobufs(nil, r.nbs)
+	if err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: %v: %w", c.index, r.obj.fid, err)
+	}
+	req := &ostv1.BRWRequest{Fid: fidToWire(r.obj.fid), Niobufs: nbs, FromGrant: r.fromGrant, GrantWant: r.want, Mtime: r.mtime}
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	op, bop := wire.OSTRead, ptlrpc.BulkRead
+	if r.write {
+		op, bop = wire.OSTWrite, ptlrpc.BulkWrite
+	}
+	repBody, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: op, Body: body,
+		Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.cfg.Checksums}})
+	if err != nil {
+		what := "read"
+		if r.write {
+			what = "write"
+			c.st.writeErrors.Add(1)
+		}
+		first, last := r.nbs[0].Offset, r.nbs[len(r.nbs)-1].End()
+		return nil, fmt.Errorf("osc: ost%04x: %s %v [%d,%d): %w", c.index, what, r.obj.fid, first, last, err)
+	}
+	var rep ostv1.BRWReply
+	if err := proto.Unmarshal(repBody, &rep); err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: %v: bad reply: %w", c.index, r.obj.fid, err)
+	}
+	if r.write {
+		c.st.writeRPCs.Add(1)
+		c.st.writeBytes.Add(uint64(r.bytes))
+	} else {
+		c.st.readRPCs.Add(1)
+		c.st.readBytes.Add(uint64(r.bytes))
+	}
+	return &rep, nil
+}
+
+// punch sends OST_PUNCH for [start, end) of f (end = ^0: truncate at start).
+func (c *Client) punch(ctx context.Context, f fid.FID, start, end uint64) error {
+	now := time.Now().UnixNano()
+	body, err := proto.Marshal(&ostv1.PunchRequest{Fid: fidToWire(f), Start: start, End: end, Mtime: now, Ctime: now})
+	if err != nil {
+		return err
+	}
+	if _, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTPunch, Body: body}); err != nil {
+		return fmt.Errorf("osc: ost%04x: punch %v [%d,%d): %w", c.index, f, start, end, err)
+	}
+	return nil
+}
+
+// getattr returns f's attributes as the OST has them.
+func (c *Client) getattr(ctx context.Context, f fid.FID) (*ostv1.Attr, error) {
+	body, err := proto.Marshal(&ostv1.ObjectRequest{Fid: fidToWire(f)})
+	if err != nil {
+		return nil, err
+	}
+	rep, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTGetattr, Body: body})
+	if err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: getattr %v: %w", c.index, f, err)
+	}
+	var or ostv1.ObjectReply
+	if err := proto.Unmarshal(rep, &or); err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: getattr %v: bad reply: %w", c.index, f, err)
+	}
+	return or.Attr, nil
+}
+
+// syncOST sends OST_SYNC for f and waits until the OST reports committed
+// every change the import keeps for replay, so that whatever the client
+// wrote before is durable.
+func (c *Client) syncOST(ctx context.Context, f fid.FID) error {
+	var upTo uint64
+	if u := c.imp.Uncommitted(); len(u) > 0 {
+		upTo = u[len(u)-1]
+	}
+	body, err := proto.Marshal(&ostv1.SyncRequest{Fid: fidToWire(f)})
+	if err != nil {
+		return err
+	}
+	if _, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSync, Body: body}); err != nil {
+		return fmt.Errorf("osc: ost%04x: sync %v: %w", c.index, f, err)
+	}
+	for wait := time.Millisecond; c.imp.Info().LastCommitted < upTo; wait = min(2*wait, 100*time.Millisecond) {
+		// The OST commits in the background and tells on every reply.
+		if err := c.imp.Ping(ctx); err != nil {
+			return fmt.Errorf("osc: ost%04x: sync %v: %w", c.index, f, err)
+		}
+		if c.imp.Info().LastCommitted >= upTo {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	return nil
+}

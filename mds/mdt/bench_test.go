@@ -1,0 +1,152 @@
+package mdt
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/internal/fid"
+)
+
+// run runs op(worker, i) for i in [0, n) over k workers and returns the
+// time taken.
+func run(b *testing.B, n, k int, op func(w, i int) error) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range k {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := op(w, i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// BenchmarkMDTest is mdtest over socklnd: files created, stat'ed
+// (lookup) and unlinked per second, in one shared directory and in a
+// directory per thread, by 1, 4 and 16 client threads, each against
+// PtlRPC null RPCs (OBD_PING on the same import) at the same concurrency
+// in the same run (goals: stat ≥ 0.8, create ≥ 0.5 x-vs-nullrpc). With
+// osts=4 each file gets one object from the precreated pools of an OSS
+// with 4 osd-file OSTs in the same process, the pools warmed up for the
+// run (so that creates measure the MDS, not how fast the OSTs precreate);
+// with osts=0 files get no objects.
+func BenchmarkMDTest(b *testing.B) {
+	for _, osts := range []int{0, 4} {
+		b.Run(fmt.Sprintf("osts=%d", osts), func(b *testing.B) { benchMDTest(b, osts) })
+	}
+}
+
+// warmPools waits until every OST's pool holds need objects (at most its
+// aim).
+func warmPools(b *testing.B, m *MDT, need int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		full := true
+		m.ospMu.Lock()
+		for _, p := range m.osps {
+			p.mu.Lock()
+			if p.availLocked() < min(need, int(p.mu.high)) {
+				full = false
+			}
+			p.mu.Unlock()
+			p.wake()
+		}
+		m.ospMu.Unlock()
+		if full {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the pools do not fill up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func benchMDTest(b *testing.B, nOSTs int) {
+	c := newCluster(b, nOSTs, func(cfg *Config) { cfg.PrecreateMin, cfg.PrecreateMax = 8192, 8192 })
+	n := c.client()
+	ctx := context.Background()
+	m := n.mdc
+	for _, shared := range []bool{true, false} {
+		mode := "private"
+		if shared {
+			mode = "shared"
+		}
+		for _, k := range []int{1, 4, 16} {
+			dirs := make([]fid.FID, k)
+			setup := func(tag string) {
+				for w := range k {
+					if w > 0 && shared {
+						dirs[w] = dirs[0]
+						continue
+					}
+					d, err := m.Mkdir(ctx, root, n.root, fmt.Sprintf("%s-%s-%d-%d-%d", mode, tag, k, w, time.Now().UnixNano()), 0o755)
+					if err != nil {
+						b.Fatal(err)
+					}
+					dirs[w] = d.FID
+				}
+			}
+			name := func(i int) string { return fmt.Sprintf("file.%d", i) }
+			create := func(w, i int) error { _, _, err := m.Create(ctx, root, dirs[w], name(i), 0o644, nil); return err }
+			stat := func(w, i int) error { _, err := m.Lookup(ctx, root, dirs[w], name(i)); return err }
+			unlink := func(w, i int) error { return m.Unlink(ctx, root, dirs[w], name(i)) }
+			ping := func(int, int) error { return n.imp.Ping(ctx) }
+			// In a private directory each thread finds the files it made:
+			// file i of a phase belongs to thread i%k.
+			byOwner := func(op func(w, i int) error) func(w, i int) error {
+				if shared {
+					return op
+				}
+				return func(_, i int) error { return op(i%k, i) }
+			}
+			report := func(b *testing.B, el time.Duration) {
+				null := run(b, b.N, k, ping)
+				rate, nullRate := float64(b.N)/el.Seconds(), float64(b.N)/null.Seconds()
+				b.ReportMetric(rate, "ops/s")
+				b.ReportMetric(nullRate, "nullrpc-ops/s")
+				b.ReportMetric(rate/nullRate, "x-vs-nullrpc")
+			}
+			b.Run(fmt.Sprintf("%s/create/threads=%d", mode, k), func(b *testing.B) {
+				setup("c")
+				warmPools(b, c.mdt, b.N/max(nOSTs, 1)+64)
+				b.ResetTimer()
+				el := run(b, b.N, k, byOwner(create))
+				b.StopTimer()
+				report(b, el)
+			})
+			b.Run(fmt.Sprintf("%s/stat/threads=%d", mode, k), func(b *testing.B) {
+				b.StopTimer()
+				setup("s")
+				run(b, b.N, k, byOwner(create))
+				b.StartTimer()
+				el := run(b, b.N, k, byOwner(stat))
+				b.StopTimer()
+				report(b, el)
+			})
+			b.Run(fmt.Sprintf("%s/unlink/threads=%d", mode, k), func(b *testing.B) {
+				b.StopTimer()
+				setup("u")
+				run(b, b.N, k, byOwner(create))
+				b.StartTimer()
+				el := run(b, b.N, k, byOwner(unlink))
+				b.StopTimer()
+				report(b, el)
+			})
+		}
+	}
+}

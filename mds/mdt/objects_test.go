@@ -1,0 +1,369 @@
+package mdt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+)
+
+// ostImports connects node n to every OST of the cluster's OSS, as a
+// client's OSCs do.
+func (c *cluster) ostImports(n *node) []*ptlrpc.Import {
+	var out []*ptlrpc.Import
+	for i := range c.oss.devs {
+		imp, err := n.pc.NewImport(ptlrpc.ImportConfig{Target: ostLabel(i), Servers: []lwire.ProcessID{c.oss.id}, Portal: ptlrpc.OSTIOPortal,
+			PingInterval: -1, MinTimeout: 2 * time.Second})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() { imp.Close(context.Background()) })
+		out = append(out, imp)
+	}
+	return out
+}
+
+func stripes(count int32, size uint32, offset int32, pool string) *layout.Layout {
+	l := layout.Plain(layout.RAID0{StripeCount: count, StripeSize: size, StripeOffset: offset, Pool: pool})
+	return &l
+}
+
+// objectsOf lists a layout's objects.
+func objectsOf(l *layout.Layout) []layout.Object {
+	if l == nil {
+		return nil
+	}
+	var out []layout.Object
+	for _, c := range l.Components {
+		out = append(out, c.Objects...)
+	}
+	return out
+}
+
+// waitGone waits until every object is gone from its OST (OST_GETATTR
+// answers ENOENT): the destroy log is worked in the background.
+func waitGone(t testing.TB, ctx context.Context, imps []*ptlrpc.Import, objs []layout.Object) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, o := range objs {
+		for {
+			err := ostGetattr(ctx, imps[o.OSTIndex], o.Object)
+			if errors.Is(err, syscall.ENOENT) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("getattr %v: %v", o.Object, err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("object %v on OST%d still exists", o.Object, o.OSTIndex)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestObjects: creates allocate objects on the OSTs as the layout says
+// (stripe count 1, 4 and -1 over 4 OSTs, offsets, pools, directory
+// defaults), from the precreated pools, and unlinks destroy them.
+func TestObjects(t *testing.T) {
+	c := newCluster(t, 4, func(cfg *Config) { cfg.StatfsInterval = 100 * time.Millisecond })
+	n := c.client()
+	imps := c.ostImports(n)
+	ctx := ctxT(t, time.Minute)
+	m := n.mdc
+	r := n.root
+
+	check := func(name string, l *layout.Layout, want int) []layout.Object {
+		t.Helper()
+		objs := objectsOf(l)
+		if len(objs) != want {
+			t.Fatalf("%s: %d objects, want %d (%v)", name, len(objs), want, l)
+		}
+		seen := map[uint32]bool{}
+		for _, o := range objs {
+			if seen[o.OSTIndex] {
+				t.Fatalf("%s: two stripes on OST%d: %v", name, o.OSTIndex, l)
+			}
+			seen[o.OSTIndex] = true
+			if err := ostGetattr(ctx, imps[o.OSTIndex], o.Object); err != nil {
+				t.Fatalf("%s: object %v on OST%d: %v", name, o.Object, o.OSTIndex, err)
+			}
+		}
+		return objs
+	}
+	for _, tc := range []struct {
+		name  string
+		l     *layout.Layout
+		count int
+	}{
+		{"default", nil, 1},
+		{"c1", stripes(1, 1<<20, -1, ""), 1},
+		{"c4", stripes(4, 1<<20, -1, ""), 4},
+		{"c-1", stripes(-1, 4<<20, -1, ""), 4},
+		{"c8", stripes(8, 1<<20, -1, ""), 4},
+	} {
+		a, l, err := m.Create(ctx, root, r, tc.name, 0o644, &mdc.CreateOptions{Layout: tc.l})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		check(tc.name, l, tc.count)
+		// The layout is the file's, as getattr returns it.
+		_, got, err := m.GetattrLayout(ctx, root, a.FID)
+		if err != nil || got == nil || fmt.Sprint(*got) != fmt.Sprint(*l) {
+			t.Fatalf("%s: stored layout %v, created %v: %v", tc.name, got, l, err)
+		}
+	}
+	// Round robin: files of one stripe go to every OST in turn.
+	perOST := map[uint32]int{}
+	for i := range 8 {
+		_, l, err := m.Create(ctx, root, r, fmt.Sprintf("rr%d", i), 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perOST[check("rr", l, 1)[0].OSTIndex]++
+	}
+	if len(perOST) != 4 {
+		t.Fatalf("round robin over 4 OSTs used %v", perOST)
+	}
+	// A stripe offset starts the file on that OST.
+	_, l, err := m.Create(ctx, root, r, "off2", 0o644, &mdc.CreateOptions{Layout: stripes(2, 1<<20, 2, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs := check("off2", l, 2); objs[0].OSTIndex != 2 || objs[1].OSTIndex != 3 {
+		t.Fatalf("offset 2: %v", l)
+	}
+	// A pool limits the OSTs.
+	c.mdt.SetPools(map[string][]uint32{"odd": {1, 3}})
+	_, l, err = m.Create(ctx, root, r, "pool", 0o644, &mdc.CreateOptions{Layout: stripes(-1, 1<<20, -1, "odd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range check("pool", l, 2) {
+		if o.OSTIndex%2 != 1 {
+			t.Fatalf("pool odd: %v", l)
+		}
+	}
+	// A directory's default layout goes to its files and subdirectories.
+	d, err := m.Mkdir(ctx, root, r, "wide", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SetLayout(ctx, root, d.FID, *stripes(3, 2<<20, -1, "")); err != nil {
+		t.Fatal(err)
+	}
+	_, l, err = m.Create(ctx, root, d.FID, "f", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("inherited", l, 3)
+	if l.Components[0].StripeSize != 2<<20 {
+		t.Fatalf("inherited stripe size %d", l.Components[0].StripeSize)
+	}
+	sub, err := m.Mkdir(ctx, root, d.FID, "sub", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, l, err = m.Create(ctx, root, sub.FID, "f", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("inherited by a subdirectory", l, 3)
+	// A delayed file gets its objects from SetLayout, once.
+	df, l, err := m.Create(ctx, root, r, "delayed", 0o644, &mdc.CreateOptions{Delay: true})
+	if err != nil || l != nil {
+		t.Fatalf("delayed: %v %v", l, err)
+	}
+	if l, err = m.SetLayout(ctx, root, df.FID, *stripes(2, 1<<20, -1, "")); err != nil {
+		t.Fatal(err)
+	}
+	delayed := check("set layout", l, 2)
+	_, err = m.SetLayout(ctx, root, df.FID, *stripes(1, 1<<20, -1, ""))
+	wantErrno(t, "set layout of a file with objects", err, syscall.EEXIST)
+	_, _, err = m.Create(ctx, root, r, "bad", 0o644, &mdc.CreateOptions{Layout: &layout.Layout{Components: []layout.Component{{Pattern: layout.PatternRAID0, End: layout.EOF,
+		RAID0: layout.RAID0{StripeCount: 1, StripeSize: 1 << 20, StripeOffset: -1, Objects: []layout.Object{{OSTIndex: 0, Object: fid.FID{Seq: 0x300000000, Oid: 1}}}}}}}})
+	wantErrno(t, "a layout naming objects", err, syscall.EINVAL)
+
+	// Creates take objects from the pools: far fewer precreate RPCs than
+	// creates.
+	before := c.mdt.Stats().Precreated
+	var objs []layout.Object
+	for i := range 200 {
+		_, l, err := m.Create(ctx, root, r, fmt.Sprintf("many%d", i), 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, objectsOf(l)...)
+	}
+	var ossCreates uint64
+	for _, o := range c.oss.oss.OSTs() {
+		ossCreates += o.Stats().Precreated
+	}
+	if c.mdt.Stats().Precreated < before || ossCreates != c.mdt.Stats().Precreated {
+		t.Fatalf("precreated %d by the MDT, %d by the OSTs", c.mdt.Stats().Precreated, ossCreates)
+	}
+	precreates := c.srv.osp.Stats().Sent
+	t.Logf("%d objects precreated, %d requests to the OSTs for %d creates", ossCreates, precreates, 200+20)
+
+	// Unlink destroys the objects; so does a rename over a file.
+	for i := range 200 {
+		if err := m.Unlink(ctx, root, r, fmt.Sprintf("many%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Rename(ctx, root, r, "c1", r, "delayed", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, imps, append(objs, delayed...))
+	waitDrained(t, c)
+	if st := c.mdt.Stats(); st.Destroyed < 202 {
+		t.Fatalf("stats %+v", st)
+	}
+	c.check()
+}
+
+// TestOrphan: an open file keeps its objects when its last link goes, and
+// its last close destroys them; a client that goes away closes its files.
+func TestOrphan(t *testing.T) {
+	c := newCluster(t, 2, nil)
+	n := c.client()
+	imps := c.ostImports(n)
+	ctx := ctxT(t, time.Minute)
+	f, err := n.mdc.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+	if err != nil || !f.Created || f.Layout == nil {
+		t.Fatalf("open O_CREAT: %+v %v", f, err)
+	}
+	objs := objectsOf(f.Layout)
+	if err := n.mdc.Unlink(ctx, root, n.root, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := n.mdc.Getattr(ctx, root, f.FID); err != nil || a.Nlink != 0 {
+		t.Fatalf("the orphan: %+v %v", a, err)
+	}
+	c.mdt.Sync()
+	time.Sleep(100 * time.Millisecond)
+	for _, o := range objs {
+		if err := ostGetattr(ctx, imps[o.OSTIndex], o.Object); err != nil {
+			t.Fatalf("an open file's object went: %v", err)
+		}
+	}
+	if err := n.mdc.Close(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 8}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, imps, objs)
+	wantErrno(t, "second close", n.mdc.Close(ctx, root, f, nil), syscall.EBADF)
+
+	// A client that disconnects with files open: they are closed.
+	g, err := n.mdc.Open(ctx, root, n.root, "g", syscall.O_CREAT|syscall.O_WRONLY, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.mdc.Unlink(ctx, root, n.root, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if c.mdt.Stats().Opens != 1 {
+		t.Fatalf("opens %d", c.mdt.Stats().Opens)
+	}
+	n.imp.Close(ctx)
+	waitGone(t, ctx, imps, objectsOf(g.Layout))
+	if c.mdt.Stats().Opens != 0 || len(mustOrphans(t, c)) != 0 {
+		t.Fatalf("after the client left: %+v", c.mdt.Stats())
+	}
+	c.check()
+}
+
+// waitDrained waits until the destroy log is empty.
+func waitDrained(t testing.TB, c *cluster) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); c.mdt.Stats().PendingDestroys != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the destroy log does not drain: %+v", c.mdt.Stats())
+		}
+	}
+}
+
+func mustOrphans(t testing.TB, c *cluster) []fid.FID {
+	o, err := c.mdt.Store().Orphans()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestOpen covers REINT open: by name, by FID, O_CREAT, O_EXCL, and
+// opening what cannot be opened.
+func TestOpen(t *testing.T) {
+	c := newCluster(t, 0, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	m := n.mdc
+	f, err := m.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o400, nil)
+	if err != nil || !f.Created || f.Attr.Mode != syscall.S_IFREG|0o400 {
+		t.Fatalf("create: %+v %v", f, err)
+	}
+	_, err = m.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o400, nil)
+	wantErrno(t, "O_EXCL of an existing file", err, syscall.EEXIST)
+	g, err := m.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDONLY, 0o644, nil)
+	if err != nil || g.Created || g.FID != f.FID {
+		t.Fatalf("O_CREAT of an existing file: %+v %v", g, err)
+	}
+	h, err := m.OpenFID(ctx, root, f.FID, syscall.O_RDONLY)
+	if err != nil || h.FID != f.FID {
+		t.Fatalf("open by FID: %+v %v", h, err)
+	}
+	// The creator opened a 0400 file for write; a later open for write by
+	// its owner (not root) fails.
+	alice := user(1000, 1000)
+	af, err := m.Open(ctx, alice, n.root, "a", syscall.O_CREAT|syscall.O_WRONLY, 0o400, nil)
+	if err != nil {
+		wantErrno(t, "alice creates in the root (0755)", err, syscall.EACCES)
+	} else {
+		t.Fatalf("alice created in root's 0755 directory: %+v", af)
+	}
+	_, err = m.Open(ctx, root, n.root, "nope", syscall.O_RDONLY, 0, nil)
+	wantErrno(t, "open missing", err, syscall.ENOENT)
+	d, err := m.Mkdir(ctx, root, n.root, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Open(ctx, root, n.root, "d", syscall.O_WRONLY, 0, nil)
+	wantErrno(t, "open a directory for write", err, syscall.EISDIR)
+	if dh, err := m.OpenFID(ctx, root, d.FID, syscall.O_RDONLY); err != nil {
+		t.Fatalf("open a directory: %v", err)
+	} else if err := m.Close(ctx, root, dh, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Symlink(ctx, root, n.root, "s", "f"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Open(ctx, root, n.root, "s", syscall.O_RDONLY, 0, nil)
+	wantErrno(t, "open a symlink", err, syscall.ELOOP)
+	for _, x := range []*mdc.File{f, g, h} {
+		if err := m.Close(ctx, root, x, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A handle closes only its own file.
+	x, err := m.OpenFID(ctx, root, f.FID, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bogus := *x
+	bogus.FID = d.FID
+	wantErrno(t, "close with another file's handle", m.Close(ctx, root, &bogus, nil), syscall.EBADF)
+	if err := m.Close(ctx, root, x, nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.mdt.Stats().Opens != 0 {
+		t.Fatalf("opens left: %d", c.mdt.Stats().Opens)
+	}
+	c.check()
+}

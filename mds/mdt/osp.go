@@ -1,0 +1,454 @@
+package mdt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/fid"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mds/mdd"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
+)
+
+// OST names an OST the MDT allocates objects on: its index, its target
+// name, and the processes serving it (the primary first, then failover
+// partners).
+type OST struct {
+	Index   uint32
+	Name    string
+	Servers []lwire.ProcessID
+}
+
+// osp is the MDT's proxy of one OST (Lustre's OSP): an import to it, the
+// pool of objects precreated there for new files, and its free space for
+// the allocator. One goroutine keeps the pool filled and runs the orphan
+// cleanup on start and after the OST restarts.
+//
+// The pool is the object ids (taken, last] of sequence seq. Creates first
+// reserve an object (reserve, which waits only when the pool is empty),
+// then take it with the store's lock held (take), so objects are taken in
+// the order creates are applied and the store's last object of the OST
+// is exact: after a crash everything after it was never given to a file,
+// and the orphan cleanup destroys it.
+type osp struct {
+	m    *MDT
+	ost  OST
+	imp  *ptlrpc.Import
+	log  *slog.Logger
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	mu struct {
+		sync.Mutex
+		seq         uint64 // the object sequence; 0 until known
+		taken       uint32 // the last object id taken by a create
+		last        uint32 // the last object id precreated
+		reserved    int    // objects promised to creates in flight
+		ready       bool   // the orphan cleanup has run: the pool is usable
+		needCleanup bool   // the OST lost our export (restarted): clean up again
+		active      bool   // in the MDT's OST list
+		high        uint32 // the pool size the refill aims at
+		drained     bool   // a create waited on an empty pool since the last refill
+		free        uint64 // bytes available on the OST (statfs)
+		freeKnown   bool
+		changed     chan struct{} // closed and replaced when the pool or state changes
+	}
+}
+
+func newOSP(m *MDT, o OST) (*osp, error) {
+	p := &osp{m: m, ost: o, log: m.log.With("ost", o.Name), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	p.mu.changed = make(chan struct{})
+	p.mu.active = true
+	p.mu.high = m.cfg.PrecreateMin
+	if last, ok := m.store.LastObjects()[o.Index]; ok {
+		p.mu.seq, p.mu.taken = last.Seq, last.Oid
+	}
+	imp, err := m.srv.osp.NewImport(ptlrpc.ImportConfig{Target: o.Name, Servers: o.Servers, Portal: ptlrpc.OSTIOPortal,
+		Features: 0, OnEvict: func(*ptlrpc.Import) { p.evicted() }})
+	if err != nil {
+		return nil, fmt.Errorf("mdt: import of %s: %w", o.Name, err)
+	}
+	p.imp = imp
+	go p.run()
+	return p, nil
+}
+
+// broadcastLocked wakes everybody waiting on the pool.
+func (p *osp) broadcastLocked() {
+	close(p.mu.changed)
+	p.mu.changed = make(chan struct{})
+}
+
+func (p *osp) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// evicted runs when the OST no longer knows the MDT's export: it
+// restarted, and may have lost objects it precreated before its last
+// commit. The pool stops until the orphan cleanup has run again.
+func (p *osp) evicted() {
+	p.mu.Lock()
+	p.mu.needCleanup, p.mu.ready = true, false
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.log.Warn("mdt: the OST lost the MDT's connection; objects wait for the orphan cleanup")
+	p.wake()
+}
+
+// availLocked is the number of objects a create may still reserve.
+func (p *osp) availLocked() int {
+	if !p.mu.ready || !p.mu.active {
+		return 0
+	}
+	return int(p.mu.last-p.mu.taken) - p.mu.reserved
+}
+
+func (p *osp) avail() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.availLocked()
+}
+
+// freeSpace returns the OST's available bytes, if known.
+func (p *osp) freeSpace() (uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.free, p.mu.freeKnown
+}
+
+// reserve promises one object of the pool to a create, waiting while the
+// pool is empty (the refill is asked for at once). It fails with ctx's
+// error, or ENODEV if the OST leaves the MDT's list meanwhile.
+func (p *osp) reserve(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if !p.mu.active {
+			p.mu.Unlock()
+			return fmt.Errorf("%s: %w", p.ost.Name, syscall.ENODEV)
+		}
+		if n := p.availLocked(); n > 0 {
+			p.mu.reserved++
+			low := n-1 <= int(p.mu.high/2)
+			p.mu.Unlock()
+			if low {
+				p.wake()
+			}
+			return nil
+		}
+		p.mu.drained = true
+		ch := p.mu.changed
+		p.mu.Unlock()
+		p.wake()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// unreserve gives back a reservation a create did not use.
+func (p *osp) unreserve() {
+	p.mu.Lock()
+	p.mu.reserved--
+	p.broadcastLocked()
+	p.mu.Unlock()
+}
+
+// take hands a reserved object to a create. The caller holds the store's
+// lock (mdd.Spec.Alloc), so takes are in apply order.
+func (p *osp) take() fid.FID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.reserved--
+	p.mu.taken++
+	if p.mu.taken > p.mu.last {
+		panic(fmt.Sprintf("mdt: %s: object %d taken past the pool's end %d", p.ost.Name, p.mu.taken, p.mu.last))
+	}
+	if p.mu.reserved == 0 {
+		p.broadcastLocked() // the cleanup may wait for reservations to end
+	}
+	return fid.FID{Seq: p.mu.seq, Oid: p.mu.taken}
+}
+
+// deactivate takes the OST out of allocation (it left the MDT's list);
+// its import stays for destroys.
+func (p *osp) setActive(a bool) {
+	p.mu.Lock()
+	p.mu.active = a
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.wake()
+}
+
+func (p *osp) close(ctx context.Context) {
+	close(p.stop)
+	<-p.done
+	p.imp.Close(ctx)
+}
+
+// run keeps the pool: orphan cleanup first (and again after the OST
+// restarts), then refills whenever it runs low, and refreshes the OST's
+// free space.
+func (p *osp) run() {
+	defer close(p.done)
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-p.stop
+		cancel()
+	}()
+	cfg := &p.m.cfg
+	var lastStatfs time.Time
+	for {
+		ctx, cancelStep := context.WithTimeout(base, cfg.OSTTimeout)
+		err := p.step(ctx, &lastStatfs)
+		cancelStep()
+		wait := cfg.StatfsInterval
+		if err == nil && p.wantRefill() {
+			continue
+		}
+		if err != nil {
+			if base.Err() != nil {
+				return
+			}
+			p.log.Info("mdt: OST object pool", "err", err)
+			wait = time.Second
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-p.stop:
+			t.Stop()
+			return
+		case <-p.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// step does what the pool needs now: cleanup, a new sequence, a refill, a
+// statfs.
+func (p *osp) step(ctx context.Context, lastStatfs *time.Time) error {
+	p.mu.Lock()
+	active, ready, need, seq := p.mu.active, p.mu.ready, p.mu.needCleanup, p.mu.seq
+	p.mu.Unlock()
+	if time.Since(*lastStatfs) >= p.m.cfg.StatfsInterval {
+		if err := p.statfs(ctx); err != nil {
+			return err
+		}
+		*lastStatfs = time.Now()
+	}
+	if !active {
+		return nil
+	}
+	if seq == 0 {
+		if err := p.newSequence(); err != nil {
+			return err
+		}
+	}
+	if !ready || need {
+		if err := p.cleanup(ctx); err != nil {
+			return err
+		}
+	}
+	return p.refill(ctx)
+}
+
+// wantRefill reports whether the pool should be refilled right away.
+func (p *osp) wantRefill() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.mu.active || !p.mu.ready || p.mu.needCleanup {
+		return false
+	}
+	if p.mu.last >= p.m.cfg.ObjectSeqWidth {
+		return p.mu.taken == p.mu.last && p.mu.reserved == 0 // time for a new sequence
+	}
+	return p.availLocked() <= int(p.mu.high/2)
+}
+
+// newSequence gives the OST a new object sequence from the sequence
+// controller, recorded in the store before any object of it is made, so
+// that the orphan cleanup after a crash knows it.
+func (p *osp) newSequence() error {
+	e, err := p.m.store.AllocSuperSeq(mdd.TargetOST, p.ost.Index)
+	if err != nil {
+		return fmt.Errorf("sequence for %s: %w", p.ost.Name, err)
+	}
+	if err := p.m.store.SetLastObject(p.ost.Index, fid.FID{Seq: e.Start}); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.mu.seq, p.mu.taken, p.mu.last, p.mu.ready = e.Start, 0, 0, false
+	p.mu.Unlock()
+	p.log.Info("mdt: new object sequence", "seq", fmt.Sprintf("%#x", e.Start))
+	return nil
+}
+
+// cleanup is the orphan cleanup (Lustre's osp_precreate_cleanup_orphans):
+// once no create holds a reservation, the OST destroys every object after
+// the last one taken and recreates any it lost up to it; the pool then
+// starts empty right after it.
+func (p *osp) cleanup(ctx context.Context) error {
+	p.mu.Lock()
+	p.mu.ready = false
+	for p.mu.reserved > 0 {
+		ch := p.mu.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+	}
+	seq, taken := p.mu.seq, p.mu.taken
+	p.mu.needCleanup = false
+	p.mu.Unlock()
+	body, err := proto.Marshal(&ostv1.CreateRequest{Seq: seq, DeleteOrphans: true, LastUsed: taken})
+	if err != nil {
+		return err
+	}
+	rep, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body})
+	var cr ostv1.CreateReply
+	if err == nil {
+		err = proto.Unmarshal(rep, &cr)
+	}
+	if err == nil && (cr.Seq != seq || cr.First != taken+1) {
+		err = fmt.Errorf("orphan cleanup reply %v, want sequence %#x from %d", &cr, seq, taken+1)
+	}
+	if err != nil {
+		p.mu.Lock()
+		p.mu.needCleanup = true
+		p.mu.Unlock()
+		return fmt.Errorf("orphan cleanup of %s: %w", p.ost.Name, err)
+	}
+	p.mu.Lock()
+	if !p.mu.needCleanup { // not evicted again meanwhile
+		p.mu.last, p.mu.ready = taken, true
+		p.broadcastLocked()
+	}
+	p.mu.Unlock()
+	p.log.Debug("mdt: orphan cleanup done", "seq", fmt.Sprintf("%#x", seq), "last_used", taken)
+	return nil
+}
+
+// refill precreates objects when the pool is at half its aim or less,
+// doubling the aim (up to PrecreateMax) whenever a create found the pool
+// empty.
+func (p *osp) refill(ctx context.Context) error {
+	p.mu.Lock()
+	avail := p.availLocked()
+	if p.mu.drained && p.mu.high < p.m.cfg.PrecreateMax {
+		p.mu.high = min(p.mu.high*2, p.m.cfg.PrecreateMax)
+	}
+	p.mu.drained = false
+	seq, last, high := p.mu.seq, p.mu.last, p.mu.high
+	if avail > int(high/2) {
+		p.mu.Unlock()
+		return nil
+	}
+	n := uint64(int(high) - avail)
+	width := uint64(p.m.cfg.ObjectSeqWidth)
+	if uint64(last)+n > width {
+		n = width - uint64(last)
+	}
+	if n == 0 {
+		// The sequence is used up: once the pool is empty and nobody
+		// holds a reservation, move to a new one.
+		switchNow := p.mu.taken == p.mu.last && p.mu.reserved == 0
+		p.mu.Unlock()
+		if switchNow {
+			return p.newSequence()
+		}
+		return nil
+	}
+	p.mu.Unlock()
+	body, err := proto.Marshal(&ostv1.CreateRequest{Seq: seq, Count: uint32(n)})
+	if err != nil {
+		return err
+	}
+	rep, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body})
+	var cr ostv1.CreateReply
+	if err == nil {
+		err = proto.Unmarshal(rep, &cr)
+	}
+	if err != nil {
+		return fmt.Errorf("precreate %d on %s: %w", n, p.ost.Name, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.needCleanup || !p.mu.ready || p.mu.seq != seq {
+		return nil // evicted meanwhile: the cleanup sorts out what exists
+	}
+	if cr.Seq != seq || cr.First != last+1 || cr.Count != uint32(n) || p.mu.last != last {
+		// The OST's LAST_ID is not where the MDT thought: clean up to
+		// make them agree again.
+		p.mu.needCleanup, p.mu.ready = true, false
+		p.broadcastLocked()
+		return fmt.Errorf("precreate on %s gave %v, want %d objects from %d", p.ost.Name, &cr, n, last+1)
+	}
+	p.mu.last = last + uint32(n)
+	p.broadcastLocked()
+	p.m.precreated.Add(n)
+	return nil
+}
+
+// statfs refreshes the OST's free space for the allocator.
+func (p *osp) statfs(ctx context.Context) error {
+	rep, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTStatfs})
+	var sr ostv1.StatfsReply
+	if err == nil {
+		err = proto.Unmarshal(rep, &sr)
+	}
+	if err != nil {
+		return fmt.Errorf("statfs of %s: %w", p.ost.Name, err)
+	}
+	free := sr.Bavail * uint64(sr.Bsize)
+	if sr.Bsize != 0 && free/uint64(sr.Bsize) != sr.Bavail {
+		free = math.MaxUint64
+	}
+	p.mu.Lock()
+	p.mu.free, p.mu.freeKnown = free, true
+	p.mu.Unlock()
+	return nil
+}
+
+// destroy destroys OST objects (a destroy log record's) and then syncs the
+// OST, so the destroys are durable before the record goes. Objects
+// already gone count as destroyed.
+func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
+	calls := make([]ptlrpc.SetCall, len(objs))
+	for i, f := range objs {
+		body, err := proto.Marshal(&ostv1.ObjectRequest{Fid: &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver}})
+		if err != nil {
+			return err
+		}
+		calls[i] = ptlrpc.SetCall{Import: p.imp, Req: &ptlrpc.Req{Opcode: wire.OSTDestroy, Body: body}}
+	}
+	for i, r := range ptlrpc.DoSet(ctx, calls) {
+		if r.Err != nil && !errors.Is(r.Err, syscall.ENOENT) {
+			return fmt.Errorf("destroy %v on %s: %w", objs[i], p.ost.Name, r.Err)
+		}
+	}
+	if _, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSync}); err != nil {
+		return fmt.Errorf("sync of %s after destroys: %w", p.ost.Name, err)
+	}
+	return nil
+}
