@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -221,10 +222,13 @@ func checkRange(off int64, n int) (uint64, error) {
 	return uint64(off), nil
 }
 
-// WriteAt writes p at file offset off: each stripe's bytes go to its
-// object's OSC (into the page cache, under the object's PW lock), every
-// object at once. It returns len(p), or the bytes written from off before
-// the first error.
+// WriteAt writes p at file offset off: it takes a write lock on each
+// object's part of the range, in layout order (Lustre's cl_io lock
+// ordering: a reader or another writer of the same range sees all of the
+// write or none of it, and no two clients deadlock), then each stripe's
+// bytes go to its object's OSC, into the page cache, every object at
+// once. It returns len(p), or the bytes written from off before the first
+// error.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	uoff, err := checkRange(off, len(p))
 	if err != nil || len(p) == 0 {
@@ -234,18 +238,35 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return run(pieces, func(pc *piece) (int, error) { return pc.obj.WriteAt(ctx, pc.buf, pc.objOff) })
+	locks, err := lockPieces(ctx, pieces, true)
+	if err != nil {
+		return 0, err
+	}
+	defer releaseLocks(locks)
+	return run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].WriteAt(ctx, pc.buf, pc.objOff) })
 }
 
 // ReadAt reads into p from file offset off, as io.ReaderAt: it returns
 // len(p) bytes, or fewer and io.EOF at the end of the file. Holes read as
-// zeros. The file size comes from what the client's locks tell, or, when
-// the read reaches past that, from a glimpse of every object.
+// zeros. As Lustre's cl_io, it first takes a read lock on each object's
+// part of the range (in layout order, so that it never deadlocks with an
+// appender), then decides the size under those locks (from what they tell
+// or, when the range reaches past that, a glimpse of every object), then
+// reads every object at once.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	uoff, err := checkRange(off, len(p))
 	if err != nil || len(p) == 0 {
 		return 0, err
 	}
+	pieces, err := f.split(p, uoff, false)
+	if err != nil {
+		return 0, err
+	}
+	locks, err := lockPieces(ctx, pieces, false)
+	if err != nil {
+		return 0, err
+	}
+	defer releaseLocks(locks)
 	end := uoff + uint64(len(p))
 	eof := false
 	if known := f.KnownSize(); end > known {
@@ -258,18 +279,61 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 		if end > uint64(size) {
 			end, eof = uint64(size), true
+			if pieces, err = f.split(p[:end-uoff], uoff, false); err != nil {
+				return 0, err
+			}
 		}
 	}
-	p = p[:end-uoff]
-	pieces, err := f.split(p, uoff, false)
-	if err != nil {
-		return 0, err
-	}
-	n, err := run(pieces, func(pc *piece) (int, error) { return pc.obj.ReadAt(ctx, pc.buf, pc.objOff) })
+	n, err := run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadAt(ctx, pc.buf, pc.objOff) })
 	if err == nil && eof {
 		err = io.EOF
 	}
 	return n, err
+}
+
+// releaseLocks gives back the locks of lockPieces.
+func releaseLocks(locks map[*osc.Object]*osc.Lock) {
+	for _, l := range locks {
+		l.Release()
+	}
+}
+
+// lockPieces takes a lock (a write lock if write) on each object's part
+// of the pieces, in layout order.
+func lockPieces(ctx context.Context, pieces []*piece, write bool) (map[*osc.Object]*osc.Lock, error) {
+	type span struct {
+		comp, stripe int
+		start, end   uint64
+	}
+	spans := make(map[*osc.Object]*span)
+	var order []*osc.Object
+	for _, pc := range pieces {
+		s := spans[pc.obj]
+		if s == nil {
+			s = &span{comp: pc.comp, stripe: pc.stripe, start: pc.objOff, end: pc.objOff + uint64(len(pc.buf))}
+			spans[pc.obj] = s
+			order = append(order, pc.obj)
+		}
+		s.start, s.end = min(s.start, pc.objOff), max(s.end, pc.objOff+uint64(len(pc.buf)))
+	}
+	slices.SortFunc(order, func(a, b *osc.Object) int {
+		sa, sb := spans[a], spans[b]
+		if sa.comp != sb.comp {
+			return sa.comp - sb.comp
+		}
+		return sa.stripe - sb.stripe
+	})
+	locks := make(map[*osc.Object]*osc.Lock, len(order))
+	for _, o := range order {
+		s := spans[o]
+		l, err := o.Lock(ctx, write, s.start&^(osc.PageSize-1), (s.end+osc.PageSize-1)&^(osc.PageSize-1)-1)
+		if err != nil {
+			releaseLocks(locks)
+			return nil, err
+		}
+		locks[o] = l
+	}
+	return locks, nil
 }
 
 // sizes returns the table layout.FileSize takes, filled by fn.
@@ -314,7 +378,9 @@ func (f *File) Size(ctx context.Context) (int64, error) {
 
 // Truncate sets the file's size: every object that holds bytes at or past
 // size is cut (or extended) to what the layout says it holds below it,
-// each with a punch under a PW lock on [its new size, EOF], all at once.
+// with a punch under a PW lock on [its new size, EOF]. Every lock is taken
+// first, in layout order, and the objects are cut at once while all are
+// held, so that no reader sees some stripes cut and others not.
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("lov: truncate to %d: %w", size, syscall.EINVAL)
@@ -323,11 +389,23 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err != nil {
 		return fmt.Errorf("lov: truncate to %d: %w", size, err)
 	}
+	locks := make([]*osc.Lock, 0, len(objs))
+	defer func() {
+		for _, l := range locks {
+			l.Release()
+		}
+	}()
+	for _, os := range objs { // layout order
+		l, err := f.objs[os.Component][os.Stripe].Lock(ctx, true, os.Size, ldlm.EOF)
+		if err != nil {
+			return err
+		}
+		locks = append(locks, l)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(objs))
 	for i, os := range objs {
-		o := f.objs[os.Component][os.Stripe]
-		wg.Go(func() { errs[i] = o.Truncate(ctx, os.Size) })
+		wg.Go(func() { errs[i] = locks[i].Truncate(ctx, os.Size) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -3,6 +3,7 @@ package lov_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -61,9 +62,27 @@ func openFile(t testing.TB, l layout.Layout, n *clienttest.Node) *lov.File {
 }
 
 func fill(b []byte, r *rand.Rand) {
+	for len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, r.Uint64())
+		b = b[8:]
+	}
 	for i := range b {
 		b[i] = byte(r.Uint32())
 	}
+}
+
+// memOSTs returns n tmpfs directories for OSTs when the test runs as root
+// (CI does), so that the exercisers do not wait for a disk; otherwise none
+// (temporary directories on disk).
+func memOSTs(t *testing.T, n int) []string {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	var dirs []string
+	for range n {
+		dirs = append(dirs, mountTmpfs(t, "1g"))
+	}
+	return dirs
 }
 
 // model is the file as it should be.
@@ -222,6 +241,16 @@ func fsx(t *testing.T, f, other *lov.File, seed uint64, ops, maxLen int) {
 	t.Logf("%d ops %v, final size %d", ops, counts, len(m.b))
 }
 
+// fsxSeed is the exercisers' seed: NACRE_FSX_SEED, or def.
+func fsxSeed(def uint64) uint64 {
+	if s := os.Getenv("NACRE_FSX_SEED"); s != "" {
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
 func fsxOps(def int) int {
 	if s := os.Getenv("NACRE_FSX_OPS"); s != "" {
 		if n, err := strconv.Atoi(s); err == nil {
@@ -232,9 +261,10 @@ func fsxOps(def int) int {
 }
 
 // TestFSX: 20,000 random operations on a file striped over 4 OSTs, byte
-// for byte against a model (NACRE_FSX_OPS=100000 for a longer run).
+// for byte against a model (NACRE_FSX_OPS=100000 for a longer run,
+// NACRE_FSX_SEED for another sequence).
 func TestFSX(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2, Dirs: memOSTs(t, 4)})
 	a := newNode(t, c, 0, osc.DefaultConfig())
 	b := newNode(t, c, 1, osc.DefaultConfig())
 	ctx := ctxT(t, time.Minute)
@@ -242,7 +272,7 @@ func TestFSX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsx(t, openFile(t, l, a), openFile(t, l, b), 1, fsxOps(20000), 1<<20)
+	fsx(t, openFile(t, l, a), openFile(t, l, b), fsxSeed(1), fsxOps(20000), 1<<20)
 	for i, o := range a.OSCs {
 		t.Logf("ost%d: %+v", i, o.Stats())
 	}
@@ -251,7 +281,7 @@ func TestFSX(t *testing.T) {
 // TestFSXComposite: the same over a progressive layout: 1 stripe of
 // 64 KiB up to 256 KiB, then 4 stripes of 128 KiB; small RPCs and cache.
 func TestFSXComposite(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2, Dirs: memOSTs(t, 4)})
 	cfg := osc.DefaultConfig()
 	cfg.MaxPagesPerRPC, cfg.MaxRPCsInFlight, cfg.MaxDirtyMB, cfg.MaxCachedMB, cfg.MaxReadAheadMB = 16, 2, 1, 4, 1
 	a := newNode(t, c, 0, cfg)
@@ -269,7 +299,7 @@ func TestFSXComposite(t *testing.T) {
 		{ID: 1, Pattern: layout.PatternRAID0, Start: 0, End: 256 << 10, RAID0: s1},
 		{ID: 2, Pattern: layout.PatternRAID0, Start: 256 << 10, End: layout.EOF, RAID0: s2},
 	}}
-	fsx(t, openFile(t, l, a), openFile(t, l, b), 2, fsxOps(5000), 2<<20)
+	fsx(t, openFile(t, l, a), openFile(t, l, b), fsxSeed(2), fsxOps(5000), 2<<20)
 }
 
 // TestTwoClientsSeeEachOther: whatever one client wrote (and got back from
@@ -488,3 +518,135 @@ func TestAppendsInterleave(t *testing.T) {
 	}
 }
 
+// TestReadRacesTruncate: one client cuts a file and writes it back to
+// its full length over and over; another reads it to the end meanwhile.
+// Every read returns a prefix of the file's content — never zeros where
+// the truncate cut, since the reader decides the size under its locks.
+func TestReadRacesTruncate(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 2*time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openFile(t, l, a), openFile(t, l, b)
+	const full = 1 << 20
+	content := make([]byte, full)
+	for i := range content {
+		content[i] = byte(i*7 + 1) // never 0
+	}
+	if _, err := fa.WriteAt(ctx, content, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(7, 7))
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			cut := r.IntN(full)
+			if err := fa.Truncate(ctx, int64(cut)); err != nil {
+				done <- err
+				return
+			}
+			if _, err := fa.WriteAt(ctx, content[cut:], int64(cut)); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	buf := make([]byte, full+4096)
+	for i := range 150 {
+		n, err := fb.ReadAt(ctx, buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			close(stop)
+			t.Fatal(err)
+		}
+		if n > full || !bytes.Equal(buf[:n], content[:n]) {
+			close(stop)
+			t.Fatalf("read %d: %d bytes that are not a prefix of the file", i, n)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrentRegions: goroutines of one client each own a region of a
+// striped file (regions share objects and pages at their edges) and write
+// and check it at random, while another client keeps reading the whole
+// file, calling the first client's locks back; every worker always reads
+// back exactly what it wrote.
+func TestConcurrentRegions(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2, Dirs: memOSTs(t, 4)})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 2*time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openFile(t, l, a), openFile(t, l, b)
+	const workers, region, ops = 4, 300 << 10, 800 // regions end mid-page and mid-stripe
+	errs := make(chan error, workers)
+	stop := make(chan struct{})
+	for w := range workers {
+		go func() {
+			r := rand.New(rand.NewPCG(uint64(w), 77))
+			base := w * region
+			model := make([]byte, region)
+			buf := make([]byte, 64<<10)
+			for i := range ops {
+				off, n := r.IntN(region), 1+r.IntN(len(buf))
+				n = min(n, region-off)
+				if r.IntN(2) == 0 {
+					fill(buf[:n], r)
+					if _, err := fa.WriteAt(ctx, buf[:n], int64(base+off)); err != nil {
+						errs <- err
+						return
+					}
+					copy(model[off:], buf[:n])
+					continue
+				}
+				k, err := fa.ReadAt(ctx, buf[:n], int64(base+off))
+				if err != nil && !errors.Is(err, io.EOF) {
+					errs <- err
+					return
+				}
+				// The last region may end past the end of the file: what
+				// is not there yet is zeros in the model.
+				if !bytes.Equal(buf[:k], model[off:off+k]) || !bytes.Equal(model[off+k:off+n], make([]byte, n-k)) {
+					errs <- fmt.Errorf("worker %d op %d: region bytes [%d,+%d) differ (%d read)", w, i, off, n, k)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	go func() {
+		buf := make([]byte, workers*region)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fb.ReadAt(ctx, buf, 0)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer close(stop)
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

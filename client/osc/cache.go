@@ -98,44 +98,66 @@ func (c *Cache) unregister(cl *Client) {
 	c.mu.Unlock()
 }
 
-// allocLocked returns a buffer for a new page of o, evicting a clean page
-// if the cache is full, or nil if nothing can be evicted now (the caller
-// lets go of o.mu and waits in waitSpace). o.mu is held; other objects'
-// locks are only tried, never waited for.
-func (c *Cache) allocLocked(o *Object) []byte {
+// allocLocked returns up to n buffers for new pages of o, evicting clean
+// pages if the cache is full; fewer if nothing more can be evicted now (the
+// caller lets go of o.mu and waits in waitSpace). o.mu is held; other
+// objects' locks are only tried, never waited for.
+func (c *Cache) allocLocked(o *Object, n int) [][]byte {
+	if n == 0 {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for tries := 0; c.mu.used >= c.maxPages; tries++ {
-		v := c.mu.lru.head
-		if v == nil || tries >= evictTries {
-			c.mu.pressure = true
-			return nil
-		}
-		vo := v.obj
-		if vo != o && !vo.mu.TryLock() {
+	out := make([][]byte, 0, n)
+	for len(out) < n {
+		for tries := 0; c.mu.used >= c.maxPages; tries++ {
+			v := c.mu.lru.head
+			if v == nil || tries >= evictTries {
+				c.mu.pressure = true
+				return out
+			}
+			vo := v.obj
+			if vo != o && !vo.mu.TryLock() {
+				c.mu.lru.remove(v)
+				c.mu.lru.pushBack(v) // busy object: look further
+				continue
+			}
+			vo.evictLocked(v)
 			c.mu.lru.remove(v)
-			c.mu.lru.pushBack(v) // busy object: look further
-			continue
+			c.freePageLocked(v)
+			if vo != o {
+				vo.mu.Unlock()
+			}
+			c.evictions.Add(1)
 		}
-		vo.evictLocked(v)
-		c.mu.lru.remove(v)
-		c.freePageLocked(v)
-		if vo != o {
-			vo.mu.Unlock()
+		c.mu.used++
+		if len(c.mu.free) == 0 {
+			slab := make([]byte, slabPages*PageSize)
+			for i := slabPages - 1; i >= 0; i-- {
+				c.mu.free = append(c.mu.free, slab[i*PageSize:(i+1)*PageSize])
+			}
 		}
-		c.evictions.Add(1)
+		k := len(c.mu.free) - 1
+		out = append(out, c.mu.free[k])
+		c.mu.free[k] = nil
+		c.mu.free = c.mu.free[:k]
 	}
-	c.mu.used++
-	if n := len(c.mu.free); n > 0 {
-		b := c.mu.free[n-1]
-		c.mu.free = c.mu.free[:n-1]
-		return b
+	return out
+}
+
+// freeBufs gives back buffers allocLocked handed out and the caller did
+// not use.
+func (c *Cache) freeBufs(bufs [][]byte) {
+	if len(bufs) == 0 {
+		return
 	}
-	slab := make([]byte, slabPages*PageSize)
-	for i := slabPages - 1; i > 0; i-- {
-		c.mu.free = append(c.mu.free, slab[i*PageSize:(i+1)*PageSize])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.used -= len(bufs)
+	c.mu.free = append(c.mu.free, bufs...)
+	if c.mu.waiters > 0 {
+		c.signalLocked()
 	}
-	return slab[:PageSize]
 }
 
 // freePageLocked returns p's buffer; c.mu is held and p is off the LRU.
@@ -243,6 +265,19 @@ func (c *Cache) lruUpdate(ps []*page) {
 func (c *Cache) signalLocked() {
 	close(c.mu.space)
 	c.mu.space = make(chan struct{})
+}
+
+// lruRemove takes pages off the LRU while their object's lock is held,
+// so that they are not evicted; lruUpdate puts them back.
+func (c *Cache) lruRemove(ps []*page) {
+	if len(ps) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range ps {
+		c.mu.lru.remove(p)
+	}
 }
 
 // raCharge takes up to n pages of the read-ahead budget and returns how

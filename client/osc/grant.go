@@ -21,17 +21,20 @@ package osc
 // uncertain is every from-grant byte whose RPC overlapped the one that
 // brought the total (in flight when it was sent, or sent since): those the
 // OST may or may not have consumed when it computed the total, so they
-// count as not consumed. A reply whose RPC was sent after the last such
-// "anchor" reply was processed is newer than it and replaces avail; any
-// other reply can only lower it.
+// count as not consumed. Since the OST changes a client's grant only when
+// that client's RPCs consume or add to it, any reply gives a lower bound
+// of what is left, however old (TestGrantNeverOvercommits drives this
+// against a model of the OST with every ordering). A reply whose RPC was
+// sent after the last "anchor" reply was processed is newer than it and
+// replaces avail (so avail can grow again); an older one can only lower it.
 //
 // The one thing the client cannot see coming is the OST shrinking a grant
-// on its own as the target fills (oss/ofd moreGrant). A reply processed
-// before the reply of the RPC that shrank it may overstate the grant by the
-// amount shrunk. To keep that window small the OSC sends one write RPC at a
-// time while the grant is below a full pipeline of RPCs (lowSpace), so that
-// every reply is exact; an async write the OST still refuses for space
-// fails with ENOSPC that the next Sync reports.
+// on its own as the target fills (oss/ofd moreGrant): a reply computed
+// before the RPC that shrank it may overstate the grant by the amount
+// shrunk, until that RPC's reply comes. To keep the window small the OSC
+// sends one write RPC at a time while the grant is below a full pipeline
+// of RPCs (lowSpace), so that every reply is exact; an async write the OST
+// still refuses for space fails with ENOSPC, which the next Sync reports.
 type grant struct {
 	avail  int64  // grant the client may still charge for new dirty pages
 	unsent int64  // charged by dirty pages not yet in an RPC

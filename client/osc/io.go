@@ -127,21 +127,28 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 		if ok {
 			charged = need
 		}
-		var fresh []*page
-		full := false
+		// The window's cached pages leave the LRU first, so that making
+		// room for the others does not evict them.
+		absent := 0
+		var present []*page
 		for i := first; i <= last; i++ {
-			if o.mu.pages[i] != nil {
-				continue
+			if p := o.mu.pages[i]; p == nil {
+				absent++
+			} else {
+				present = append(present, p)
 			}
-			b := c.cache.allocLocked(o)
-			if b == nil {
-				full = true
-				break
-			}
-			fresh = append(fresh, &page{obj: o, idx: i, data: b})
 		}
-		if full {
+		c.cache.lruRemove(present)
+		bufs := c.cache.allocLocked(o, absent)
+		fresh := make([]*page, 0, len(bufs))
+		for i := first; i <= last && len(fresh) < len(bufs); i++ {
+			if o.mu.pages[i] == nil {
+				fresh = append(fresh, &page{obj: o, idx: i, data: bufs[len(fresh)]})
+			}
+		}
+		if len(bufs) < absent {
 			c.cache.release(fresh)
+			c.cache.lruUpdate(present)
 			o.mu.Unlock()
 			c.uncharge(charged)
 			if err := c.cache.waitSpace(ctx); err != nil {
@@ -212,6 +219,7 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *b
 			}
 			p.state = pageWriteback
 			o.mu.busy++
+			o.mu.writeback++
 			sync.add(p, p.dirty) // one extent: the window is contiguous
 		case wasClean:
 			p.charged = true
@@ -346,8 +354,10 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 	for {
 		o.mu.Lock()
 		missing = missing[:0]
-		wait := false
-		for i := first; i <= last; i++ {
+		// A truncate in progress: pages filled now could hold bytes its
+		// punch is about to remove.
+		wait := o.mu.truncating > 0
+		for i := first; i <= last && !wait; i++ {
 			p := o.mu.pages[i]
 			switch {
 			case p == nil:
@@ -385,7 +395,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 			startRA()
 			return nil
 		}
-		if len(missing) == 0 {
+		if len(missing) == 0 || o.mu.truncating > 0 {
 			ch := o.mu.changed
 			o.mu.Unlock()
 			if err := o.wait(ctx, ch); err != nil {
@@ -395,16 +405,23 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		}
 		r := &brwRPC{obj: o}
 		exact, esize := o.exactSizeLocked()
-		full, filling := false, 0
+		absent := 0
+		for _, i := range missing {
+			if o.mu.pages[i] == nil {
+				absent++
+			}
+		}
+		bufs := c.cache.allocLocked(o, absent)
+		full, filling := len(bufs) < absent, 0
 		var zeroed []*page
 		for _, i := range missing {
 			p := o.mu.pages[i]
 			if p == nil {
-				b := c.cache.allocLocked(o)
-				if b == nil {
-					full = true
+				if len(bufs) == 0 {
 					break
 				}
+				b := bufs[0]
+				bufs = bufs[1:]
 				p = &page{obj: o, idx: i, data: b}
 				o.mu.pages[i] = p
 				if exact && p.off(0) >= esize {
@@ -446,7 +463,9 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 			mine = append(mine, p)
 			filling++
 		}
+		c.cache.freeBufs(bufs)
 		c.cache.lruUpdate(zeroed)
+		c.cache.lruRemove(mine[len(mine)-filling:]) // partly valid pages were evictable
 		o.mu.Unlock()
 		c.st.misses.Add(uint64(filling + len(zeroed)))
 		if len(r.segs) > 0 {
@@ -481,73 +500,83 @@ func rebuildBufs(segs []seg) [][]byte {
 	return r.bufs
 }
 
-// readAhead reads the extents ahead asynchronously, in RPCs of up to
-// max_pages_per_rpc pages of what is not cached, as long as read RPC
-// slots (keeping one for readers), read-ahead budget and cache space last.
+// readAhead reads the extents ahead asynchronously: the pages not cached,
+// in RPCs of up to max_pages_per_rpc pages that do not cross an RPC-size
+// boundary (several extents of a strided pattern share one RPC, as
+// niobufs), as long as read RPC slots (keeping one for readers),
+// read-ahead budget and cache space last.
 func (o *Object) readAhead(exts []extent) {
 	c := o.c
-	rpc := uint64(c.cfg.rpcPages()) * PageSize
+	rpcPages := uint64(c.cfg.rpcPages())
+	// The pages to read, in order, grouped into RPCs.
+	var groups [][]uint64
+	o.mu.Lock()
+	var cur []uint64
 	for _, e := range exts {
-		for start := e.start; start < e.end; {
-			stop := min(e.end, (start/rpc+1)*rpc) // RPCs on RPC boundaries
-			if len(c.rslots) >= cap(c.rslots)-1 {
-				return
-			}
-			select {
-			case c.rslots <- struct{}{}:
-			default:
-				return
-			}
-			r := &brwRPC{obj: o}
-			o.mu.Lock()
-			absent := 0
-			for i := start / PageSize; i < stop/PageSize; i++ {
-				if o.mu.pages[i] == nil {
-					absent++
-				}
-			}
-			budget := c.cache.raCharge(absent)
-			exhausted := budget < absent
-			for i := start / PageSize; i < stop/PageSize && budget > 0; i++ {
-				if o.mu.pages[i] != nil {
-					continue
-				}
-				b := c.cache.allocLocked(o)
-				if b == nil {
-					exhausted = true
-					break
-				}
-				p := &page{obj: o, idx: i, data: b, state: pageFilling}
-				if !r.add(p, wholePage) {
-					c.cache.release([]*page{p})
-					exhausted = true
-					break
-				}
-				p.ra = true
-				o.mu.pages[i] = p
-				o.mu.busy++
-				budget--
-			}
-			o.mu.Unlock()
-			c.cache.raUsed(budget)
-			if len(r.segs) == 0 {
-				<-c.rslots
-				if exhausted {
-					return
-				}
-				start = stop
+		for i := e.start / PageSize; i < e.end/PageSize; i++ {
+			if o.mu.pages[i] != nil {
 				continue
 			}
-			c.st.raPages.Add(uint64(len(r.segs)))
-			c.wg.Go(func() {
-				_, err := c.brw(c.ctx, r)
-				<-c.rslots
-				o.fillDone(r, err)
-			})
+			if len(cur) > 0 && (uint64(len(cur)) == rpcPages || i/rpcPages != cur[0]/rpcPages) {
+				groups = append(groups, cur)
+				cur = nil
+			}
+			cur = append(cur, i)
+		}
+	}
+	if len(cur) > 0 {
+		groups = append(groups, cur)
+	}
+	o.mu.Unlock()
+	for _, g := range groups {
+		if len(c.rslots) >= cap(c.rslots)-1 {
+			return
+		}
+		select {
+		case c.rslots <- struct{}{}:
+		default:
+			return
+		}
+		budget := c.cache.raCharge(len(g))
+		r := &brwRPC{obj: o}
+		o.mu.Lock()
+		bufs := c.cache.allocLocked(o, budget)
+		exhausted := budget < len(g) || len(bufs) < budget
+		for _, i := range g {
+			if len(bufs) == 0 {
+				break
+			}
+			if o.mu.pages[i] != nil {
+				continue // cached meanwhile
+			}
+			p := &page{obj: o, idx: i, data: bufs[0], state: pageFilling}
+			if !r.add(p, wholePage) {
+				exhausted = true
+				break
+			}
+			bufs = bufs[1:]
+			p.ra = true
+			o.mu.pages[i] = p
+			o.mu.busy++
+		}
+		c.cache.freeBufs(bufs)
+		o.mu.Unlock()
+		c.cache.raUsed(budget - len(r.segs))
+		if len(r.segs) == 0 {
+			<-c.rslots
 			if exhausted {
 				return
 			}
-			start = stop
+			continue
+		}
+		c.st.raPages.Add(uint64(len(r.segs)))
+		c.wg.Go(func() {
+			_, err := c.brw(c.ctx, r)
+			<-c.rslots
+			o.fillDone(r, err)
+		})
+		if exhausted {
+			return
 		}
 	}
 }

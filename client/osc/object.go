@@ -49,10 +49,11 @@ type Object struct {
 		// in an RPC, sorted; dirtySince is when the oldest became dirty.
 		dirtyIdx   []uint64
 		dirtySince time.Time
-		// busy counts pages in an RPC; changed is closed and replaced
-		// whenever a page stops being busy or leaves the cache.
-		busy    int
-		changed chan struct{}
+		// busy counts pages in an RPC, writeback those in a write RPC;
+		// changed is closed and replaced whenever a page stops being busy
+		// or leaves the cache.
+		busy, writeback int
+		changed         chan struct{}
 		// locks are the granted locks whose hooks have not run.
 		locks map[*ldlm.ClientLock]lockInfo
 		// sizeSeen is the largest size learnt from lock grants and local
@@ -445,6 +446,7 @@ func (o *Object) gatherLocked(first, last uint64) *brwRPC {
 		}
 		p.state = pageWriteback
 		o.mu.busy++
+		o.mu.writeback++
 		r.charged++
 	}
 	if len(r.segs) == 0 {
@@ -480,6 +482,7 @@ func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
 		p := s.p
 		p.state = pageIdle
 		o.mu.busy--
+		o.mu.writeback--
 		p.charged = false
 		if err == nil {
 			p.dirty = span{}
@@ -552,8 +555,13 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		o.mu.Lock()
 		r := o.gatherLocked(first, last)
 		if r == nil {
+			// Wait for the pages of the range in writeback, and for dirty
+			// pages gather skipped because a read is filling them.
 			busy := false
-			if o.mu.busy > 0 {
+			switch {
+			case first == 0 && last == ^uint64(0):
+				busy = o.mu.writeback > 0 || len(o.mu.dirtyIdx) > 0
+			case o.mu.busy > 0:
 				for _, p := range o.pagesInLocked(first, last) {
 					if p.state == pageWriteback || (p.state == pageFilling && !p.clean()) {
 						busy = true
@@ -620,6 +628,25 @@ func (o *Object) Truncate(ctx context.Context, size uint64) error {
 		return err
 	}
 	defer lk.Release()
+	return o.truncate(ctx, size)
+}
+
+// Truncate truncates the object as Object.Truncate does, under the lock,
+// which must be a write lock covering [size, EOF] (so that a file layer
+// can hold every stripe's lock while it cuts them all).
+func (l *Lock) Truncate(ctx context.Context, size uint64) error {
+	o := l.obj
+	if size > MaxObjectSize {
+		return o.errorf("truncate to %d: %w", size, syscall.EFBIG)
+	}
+	if !l.covers(true, size, size+1) || l.info.ext.End != ldlm.EOF || l.info.ext.Start > size {
+		return o.errorf("truncate to %d under %v %v: %w", size, l.info.mode, l.info.ext, ErrLockRange)
+	}
+	return o.truncate(ctx, size)
+}
+
+// truncate is Truncate under a write lock on [size, EOF].
+func (o *Object) truncate(ctx context.Context, size uint64) error {
 	o.mu.Lock()
 	o.mu.truncating++
 	o.mu.Unlock()

@@ -28,10 +28,12 @@ type ClientConfig struct {
 	// OSC adds its own OnEvict (dropping locks, cache and grant) before
 	// calling the one given here, if any.
 	Import ptlrpc.ImportConfig
-	// RPC sends the requests; Locks takes the extent locks (its callback
-	// service must be running); Cache holds the pages and the tunables.
-	RPC   *ptlrpc.Client
+	// RPC sends the requests.
+	RPC *ptlrpc.Client
+	// Locks takes the extent locks; its callback service must be running
+	// on the RPC client's LNet.
 	Locks *ldlm.Client
+	// Cache holds the pages and the tunables, shared by the client's OSCs.
 	Cache *Cache
 }
 
@@ -189,26 +191,30 @@ func (c *Client) evicted(imp *ptlrpc.Import) {
 // Stats are a snapshot of an OSC's counters (lctl get_param osc.*.stats,
 // osc.*.cur_grant_bytes, osc.*.cur_dirty_bytes, llite.*.read_ahead_stats).
 type Stats struct {
-	// ReadRPCs and WriteRPCs count bulk RPCs that succeeded; ReadBytes and
-	// WriteBytes the bulk bytes they moved. SyncWrites counts the write
-	// RPCs sent in the writer's context without grant.
-	ReadRPCs, WriteRPCs, SyncWrites uint64
-	ReadBytes, WriteBytes           uint64
-	// Grant is the grant the OST reported last; AvailGrant what the OSC
-	// may still charge for new dirty pages; GrantWaits how often a writer
-	// waited for grant or dirty room.
-	Grant      uint64
+	// ReadRPCs and WriteRPCs count bulk RPCs that succeeded.
+	ReadRPCs, WriteRPCs uint64
+	// SyncWrites counts the write RPCs sent in the writer's context
+	// without grant.
+	SyncWrites uint64
+	// ReadBytes and WriteBytes count the bulk bytes those RPCs moved.
+	ReadBytes, WriteBytes uint64
+	// Grant is the grant the OST reported last (cur_grant_bytes).
+	Grant uint64
+	// AvailGrant is what the OSC may still charge for new dirty pages.
 	AvailGrant int64
+	// GrantWaits counts the times a writer waited for grant or dirty room.
 	GrantWaits uint64
 	// DirtyBytes is the dirty data charged: cached, or sent and not yet
 	// acknowledged (Lustre's cur_dirty_bytes); it never exceeds
-	// max_dirty_mb. UnsentBytes is the part not yet in an RPC: it never
-	// exceeds the grant.
+	// max_dirty_mb. UnsentBytes is the part not yet in an RPC, which the
+	// grant covers (as far as the OST's replies tell: see grant.go for
+	// the OST shrinking a grant on its own).
 	DirtyBytes, UnsentBytes int64
 	// CacheHits and CacheMisses count pages a read found cached or had to
-	// fetch; ReadAheadPages counts pages read ahead, ReadAheadHits those a
-	// reader used.
-	CacheHits, CacheMisses        uint64
+	// fetch.
+	CacheHits, CacheMisses uint64
+	// ReadAheadPages counts pages read ahead; ReadAheadHits those a reader
+	// then used.
 	ReadAheadPages, ReadAheadHits uint64
 	// WriteErrors counts write RPCs that failed; LostPages the dirty pages
 	// dropped without reaching the OST (after a failed write, an eviction).

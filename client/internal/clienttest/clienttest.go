@@ -79,11 +79,14 @@ type Options struct {
 
 // Cluster is the servers: the OSS and the test MDS.
 type Cluster struct {
-	Port  int
+	// Port is the TCP port every node's socklnd uses.
+	Port int
+	// OSS serves the OSTs; SrvID is its process id.
 	OSS   *oss.OSS
 	SrvID lwire.ProcessID
-	Devs  []osd.Device
-	Dirs  []string
+	// Devs and Dirs are the OSTs' devices and directories, by index.
+	Devs []osd.Device
+	Dirs []string
 
 	srv, mds *lnet.LNet
 	mdsRPC   *ptlrpc.Client
@@ -313,13 +316,16 @@ func (c *Cluster) PlainLayout(ctx context.Context, count int, size uint32) (layo
 // Node is one client: its LNet, PtlRPC client, lock client and callback
 // service, page cache, and one OSC per OST (by index).
 type Node struct {
-	LNet  *lnet.LNet
+	// LNet is the node's own LNet.
+	LNet *lnet.LNet
+	// RPC, Locks and Cache are shared by the node's OSCs.
 	RPC   *ptlrpc.Client
 	Locks *ldlm.Client
 	Cache *osc.Cache
-	OSCs  []*osc.Client
-	cb    *ptlrpc.Service
-	once  sync.Once
+	// OSCs are the node's OSCs, by OST index.
+	OSCs []*osc.Client
+	cb   *ptlrpc.Service
+	once sync.Once
 }
 
 // NewNode starts client node i (address NodeAddr(i)) with tunables cfg.
