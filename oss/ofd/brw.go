@@ -126,6 +126,7 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		}
 		return o.refuse(r, "write %v: %w", b.f, err)
 	}
+	o.spent(uint64(b.size))
 	after, err := o.updateLVB(ctx, b.f)
 	if err != nil {
 		return nil, errno(err)
@@ -184,6 +185,17 @@ func (o *OFD) spaceLocked(ctx context.Context) uint64 {
 		return 0
 	}
 	return avail - reserve - o.gmu.total
+}
+
+// spent takes n written bytes off the cached statfs until the next one,
+// so that grant consumed by a write is not counted as free space again
+// before the file system reports it used (Lustre's tgt_grant tot_dirty).
+func (o *OFD) spent(n uint64) {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	if bs := uint64(o.gmu.sfs.BSize); bs > 0 {
+		o.gmu.sfs.BAvail -= min(o.gmu.sfs.BAvail, (n+bs-1)/bs)
+	}
 }
 
 // connectGrant gives a new export its first grant, returned to the client
