@@ -56,7 +56,13 @@
 // has not cancelled when it fires, or whose callback fails, is evicted
 // (ServerConfig.Evict, then ExportGone drops its locks and grants the
 // waiters). Glimpse asks the holders of write locks for their view of a
-// resource's LVB.
+// resource's LVB. LockLocal takes a lock for the target itself (an MDT
+// locking what a namespace change touches): it waits, in the caller, for
+// the holders of conflicting locks to give them back. An intent policy
+// may take the lock it grants with IntentLock before it reads what the
+// lock protects, and return it granted (Lustre's ELDLM_LOCK_REPLACED); the
+// client files a lock granted on another resource than it asked for
+// under the resource granted.
 //
 // Client is the other side for every target of a process: Enqueue matches
 // a granted lock that covers the need before asking the server, waits for

@@ -709,7 +709,14 @@ func (s *Server) IntentLock(ctx context.Context, r *ptlrpc.Request, req Request)
 	}
 	ch, _ := ctx.Value(clientHandleKey{}).(uint64)
 	req.Owner = ownerOf(exp)
-	return s.enqueueWait(ctx, req, exp, ch)
+	l, err := s.enqueueWait(ctx, req, exp, ch)
+	if err == nil && exp.Gone() {
+		// The client went while it waited: ExportGone may have run
+		// before the lock existed.
+		s.cancelLocal(l.Handle, req.Owner)
+		return Lock{}, fmt.Errorf("ldlm: intent lock for a departed client: %w", syscall.ENOTCONN)
+	}
+	return l, err
 }
 
 // CancelIntentLock gives back a lock IntentLock took that the policy does

@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/selftest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mds/mdt"
 	"github.com/nacrefs/nacre/mgs"
 	"github.com/nacrefs/nacre/oss"
 	"github.com/nacrefs/nacre/oss/osd"
@@ -52,19 +55,26 @@ type ServerConfig struct {
 	// CallbackTimeout and EvictTimeout tune the lock servers and exports;
 	// 0 means the defaults.
 	CallbackTimeout, EvictTimeout time.Duration
+	// ConfigInterval is how often an MDT reads the OST list and pools
+	// from the MGS again; 0 means DefaultConfigInterval.
+	ConfigInterval time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // Storage is a running `nacre server`: an LNet, the OSS serving its OSTs
-// (MDTs come with the MDS), the devices and their registrations.
+// and the MDS serving its MDTs (either nil when the process has none), the
+// devices and their registrations.
 type Storage struct {
 	LNet *lnet.LNet
 	OSS  *oss.OSS
+	MDS  *mdt.Server
 	log  *slog.Logger
 	devs []osd.Device
 	regs []*Registrar
 	st   *selftest.Server
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -77,7 +87,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	if lg == nil {
 		lg = slog.Default()
 	}
-	s := &Storage{log: lg}
+	s := &Storage{log: lg, stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -90,8 +100,8 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if ids[i], err = ReadTarget(dir); err != nil {
 			return nil, err
 		}
-		if ids[i].Kind != mgs.KindOST {
-			return nil, fmt.Errorf("server: %s is %s %s; this server runs OSTs", dir, ids[i].Kind, ids[i].Label)
+		if ids[i].Kind != mgs.KindOST && ids[i].Kind != mgs.KindMDT {
+			return nil, fmt.Errorf("server: %s is %s %s; this server runs OSTs and MDTs", dir, ids[i].Kind, ids[i].Label)
 		}
 	}
 	cfg.LNet.Logger = lg
@@ -105,13 +115,23 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	if s.OSS, err = oss.New(oss.Config{LNet: s.LNet, CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, Logger: lg}); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(ids, func(id TargetIdentity) bool { return id.Kind == mgs.KindMDT }) {
+		if s.MDS, err = mdt.NewServer(mdt.ServerConfig{LNet: s.LNet, Logger: lg}); err != nil {
+			return nil, err
+		}
+	}
 	var nids []string
 	for _, n := range s.LNet.NIDs() {
 		if n.Net.Type != lwire.LO {
 			nids = append(nids, n.String())
 		}
 	}
+	// OSTs first, so that an MDT's registration finds them in the
+	// configuration.
 	for i, dir := range cfg.Dirs {
+		if ids[i].Kind != mgs.KindOST {
+			continue
+		}
 		dev, err := osd.Open(ctx, ids[i].Backend, filepath.Join(dir, osdDir), osd.OpenOptions{Logger: lg})
 		if err != nil {
 			return nil, fmt.Errorf("server: %s: %w", dir, err)
@@ -128,14 +148,47 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		s.regs = append(s.regs, reg)
 		lg.Info("serving", "target", ids[i].Label, "dir", dir, "nids", nids)
 	}
+	for i, dir := range cfg.Dirs {
+		if ids[i].Kind != mgs.KindMDT {
+			continue
+		}
+		if err := s.startMDT(ctx, cfg, dir, ids[i], nids, lg); err != nil {
+			return nil, err
+		}
+		lg.Info("serving", "target", ids[i].Label, "dir", dir, "nids", nids)
+	}
 	return s, nil
+}
+
+// Targets returns the names of the targets served: MDTs, then OSTs.
+func (s *Storage) Targets() []string {
+	var out []string
+	if s.MDS != nil {
+		for _, m := range s.MDS.MDTs() {
+			out = append(out, m.Name())
+		}
+	}
+	if s.OSS != nil {
+		for _, o := range s.OSS.OSTs() {
+			out = append(out, o.Target().Name())
+		}
+	}
+	return out
 }
 
 // Close stops the registrations, the service, the devices and LNet.
 func (s *Storage) Close(ctx context.Context) error {
 	var err error
+	if s.stop != nil {
+		close(s.stop)
+		s.wg.Wait()
+		s.stop = nil
+	}
 	for _, r := range s.regs {
 		r.Close()
+	}
+	if s.MDS != nil {
+		err = errors.Join(err, s.MDS.Close(ctx))
 	}
 	if s.OSS != nil {
 		err = errors.Join(err, s.OSS.Close(ctx))

@@ -232,6 +232,17 @@ func (r *Registrar) client() (mgsv1.MGSClient, int) {
 	return mgsv1.NewMGSClient(r.conns[r.cur]), r.cur
 }
 
+// FetchConfig reads the file system's configuration from the MGS now
+// (GetClientConfig), from the node that answered last.
+func (r *Registrar) FetchConfig(ctx context.Context) (*mgsv1.ClientConfig, error) {
+	cli, _ := r.client()
+	resp, err := cli.GetClientConfig(ctx, &mgsv1.GetClientConfigRequest{Fsname: r.id.FSName})
+	if err != nil {
+		return nil, fmt.Errorf("%s: read the configuration of %s: %w", r.id.Label, r.id.FSName, err)
+	}
+	return resp.GetConfig(), nil
+}
+
 // Config returns the filesystem configuration the MGS sent at the last
 // registration.
 func (r *Registrar) Config() *mgsv1.ClientConfig {

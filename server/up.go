@@ -28,7 +28,7 @@ type UpConfig struct {
 	// MGS is the management server's config; its EtcdEndpoints are ignored.
 	MGS MGSConfig
 	// OSTs is how many OSTs to serve (formatted under DataDir/ostN on first
-	// start); 0 runs the control plane only.
+	// start), with MDT0 (DataDir/mdt0); 0 runs the control plane only.
 	OSTs int
 	// LNet configures the data plane's LNet when OSTs > 0.
 	LNet lnet.Config
@@ -62,7 +62,7 @@ func defaultUpLNet() lnet.Config {
 // Node is a running embedded cluster.
 type Node struct {
 	MGS *MGS
-	// Storage serves the OSTs, when there are any.
+	// Storage serves MDT0 and the OSTs, when there are any.
 	Storage *Storage
 	// TokenFile holds the generated admin token, when one was generated.
 	TokenFile string
@@ -123,6 +123,14 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 			}
 			dirs = append(dirs, dir)
 		}
+		dir := filepath.Join(cfg.DataDir, "mdt0")
+		if _, err := os.Stat(filepath.Join(dir, TargetFile)); errors.Is(err, os.ErrNotExist) {
+			id := TargetIdentity{FSName: cfg.FSName, MGSNodes: []string{n.MGS.GRPCAddr()}}
+			if _, err := FormatMDT(ctx, dir, id); err != nil {
+				return nil, fmt.Errorf("up: %w", err)
+			}
+		}
+		dirs = append(dirs, dir)
 		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger}); err != nil {
 			return nil, fmt.Errorf("up: %w", err)
 		}

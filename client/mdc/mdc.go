@@ -171,12 +171,13 @@ func (c *Client) Lookup(ctx context.Context, cred Cred, parent fid.FID, name str
 }
 
 // reint sends one MDS_REINT.
-func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, what string) (*mdsv1.ReintReply, error) {
+// The error says what failed: format and args, formatted only then.
+func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format string, args ...any) (*mdsv1.ReintReply, error) {
 	req := &mdsv1.ReintRequest{Cred: credTo(cred)}
 	op.set(req)
 	var rep mdsv1.ReintReply
 	if err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap); err != nil {
-		return nil, fmt.Errorf("mdc: %s: %w", what, err)
+		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
 	}
 	return &rep, nil
 }
@@ -195,13 +196,17 @@ type (
 	setLayoutOp struct{ *mdsv1.SetLayoutOp }
 )
 
-func (o createOp) set(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Create{Create: o.CreateOp} }
-func (o unlinkOp) set(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Unlink{Unlink: o.UnlinkOp} }
-func (o renameOp) set(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Rename{Rename: o.RenameOp} }
-func (o linkOp) set(r *mdsv1.ReintRequest)     { r.Op = &mdsv1.ReintRequest_Link{Link: o.LinkOp} }
-func (o setattrOp) set(r *mdsv1.ReintRequest)  { r.Op = &mdsv1.ReintRequest_Setattr{Setattr: o.SetattrOp} }
-func (o setxattrOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Setxattr{Setxattr: o.SetxattrOp} }
-func (o openOp) set(r *mdsv1.ReintRequest)     { r.Op = &mdsv1.ReintRequest_Open{Open: o.OpenOp} }
+func (o createOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Create{Create: o.CreateOp} }
+func (o unlinkOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Unlink{Unlink: o.UnlinkOp} }
+func (o renameOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Rename{Rename: o.RenameOp} }
+func (o linkOp) set(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Link{Link: o.LinkOp} }
+func (o setattrOp) set(r *mdsv1.ReintRequest) {
+	r.Op = &mdsv1.ReintRequest_Setattr{Setattr: o.SetattrOp}
+}
+func (o setxattrOp) set(r *mdsv1.ReintRequest) {
+	r.Op = &mdsv1.ReintRequest_Setxattr{Setxattr: o.SetxattrOp}
+}
+func (o openOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Open{Open: o.OpenOp} }
 func (o setLayoutOp) set(r *mdsv1.ReintRequest) {
 	r.Op = &mdsv1.ReintRequest_SetLayout{SetLayout: o.SetLayoutOp}
 }
@@ -250,7 +255,7 @@ func (c *Client) Create(ctx context.Context, cred Cred, parent fid.FID, name str
 		return Attr{}, nil, err
 	}
 	rep, err := c.reint(ctx, cred, createOp{&mdsv1.CreateOp{Parent: fidTo(parent), Name: []byte(name), Fid: fidTo(f),
-		Mode: syscall.S_IFREG | mode&0o7777, Layout: lb, DelayLayout: delay}}, fmt.Sprintf("create %q in %v", name, parent))
+		Mode: syscall.S_IFREG | mode&0o7777, Layout: lb, DelayLayout: delay}}, "create %q in %v", name, parent)
 	if err != nil {
 		return Attr{}, nil, err
 	}
@@ -269,7 +274,7 @@ func (c *Client) mknod(ctx context.Context, cred Cred, parent fid.FID, name stri
 		return Attr{}, err
 	}
 	rep, err := c.reint(ctx, cred, createOp{&mdsv1.CreateOp{Parent: fidTo(parent), Name: []byte(name), Fid: fidTo(f),
-		Mode: mode, Rdev: rdev, Target: []byte(target)}}, fmt.Sprintf("%s %q in %v", what, name, parent))
+		Mode: mode, Rdev: rdev, Target: []byte(target)}}, "%s %q in %v", what, name, parent)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -302,13 +307,13 @@ func (c *Client) Symlink(ctx context.Context, cred Cred, parent fid.FID, name, t
 // Unlink removes name, not a directory, from parent. The MDT destroys the
 // file's objects once its last link and open are gone.
 func (c *Client) Unlink(ctx context.Context, cred Cred, parent fid.FID, name string) error {
-	_, err := c.reint(ctx, cred, unlinkOp{&mdsv1.UnlinkOp{Parent: fidTo(parent), Name: []byte(name)}}, fmt.Sprintf("unlink %q in %v", name, parent))
+	_, err := c.reint(ctx, cred, unlinkOp{&mdsv1.UnlinkOp{Parent: fidTo(parent), Name: []byte(name)}}, "unlink %q in %v", name, parent)
 	return err
 }
 
 // Rmdir removes the empty directory name from parent.
 func (c *Client) Rmdir(ctx context.Context, cred Cred, parent fid.FID, name string) error {
-	_, err := c.reint(ctx, cred, unlinkOp{&mdsv1.UnlinkOp{Parent: fidTo(parent), Name: []byte(name), Dir: true}}, fmt.Sprintf("rmdir %q in %v", name, parent))
+	_, err := c.reint(ctx, cred, unlinkOp{&mdsv1.UnlinkOp{Parent: fidTo(parent), Name: []byte(name), Dir: true}}, "rmdir %q in %v", name, parent)
 	return err
 }
 
@@ -316,13 +321,13 @@ func (c *Client) Rmdir(ctx context.Context, cred Cred, parent fid.FID, name stri
 // rename(2) does (flags: RenameNoReplace, RenameExchange).
 func (c *Client) Rename(ctx context.Context, cred Cred, sp fid.FID, sname string, tp fid.FID, tname string, flags uint32) error {
 	_, err := c.reint(ctx, cred, renameOp{&mdsv1.RenameOp{SrcParent: fidTo(sp), SrcName: []byte(sname), TgtParent: fidTo(tp),
-		TgtName: []byte(tname), Flags: flags}}, fmt.Sprintf("rename %q in %v to %q in %v", sname, sp, tname, tp))
+		TgtName: []byte(tname), Flags: flags}}, "rename %q in %v to %q in %v", sname, sp, tname, tp)
 	return err
 }
 
 // Link makes name in parent a hard link to f and returns f's attributes.
 func (c *Client) Link(ctx context.Context, cred Cred, f, parent fid.FID, name string) (Attr, error) {
-	rep, err := c.reint(ctx, cred, linkOp{&mdsv1.LinkOp{Fid: fidTo(f), Parent: fidTo(parent), Name: []byte(name)}}, fmt.Sprintf("link %v as %q in %v", f, name, parent))
+	rep, err := c.reint(ctx, cred, linkOp{&mdsv1.LinkOp{Fid: fidTo(f), Parent: fidTo(parent), Name: []byte(name)}}, "link %v as %q in %v", f, name, parent)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -333,7 +338,7 @@ func (c *Client) Link(ctx context.Context, cred Cred, f, parent fid.FID, name st
 // the size the caller already cut the objects to (OST_PUNCH).
 func (c *Client) Setattr(ctx context.Context, cred Cred, f fid.FID, sa SetAttr) (Attr, error) {
 	rep, err := c.reint(ctx, cred, setattrOp{&mdsv1.SetattrOp{Fid: fidTo(f), Valid: sa.Valid, Mode: sa.Mode, Uid: sa.UID, Gid: sa.GID,
-		Size: sa.Size, Blocks: sa.Blocks, Atime: sa.Atime, Mtime: sa.Mtime, Ctime: sa.Ctime, Flags: sa.Flags}}, fmt.Sprintf("setattr %v", f))
+		Size: sa.Size, Blocks: sa.Blocks, Atime: sa.Atime, Mtime: sa.Mtime, Ctime: sa.Ctime, Flags: sa.Flags}}, "setattr %v", f)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -348,7 +353,7 @@ func (c *Client) SetLayout(ctx context.Context, cred Cred, f fid.FID, l layout.L
 	if err != nil {
 		return nil, fmt.Errorf("mdc: set layout of %v: %w", f, err)
 	}
-	rep, err := c.reint(ctx, cred, setLayoutOp{&mdsv1.SetLayoutOp{Fid: fidTo(f), Layout: b}}, fmt.Sprintf("set layout of %v", f))
+	rep, err := c.reint(ctx, cred, setLayoutOp{&mdsv1.SetLayoutOp{Fid: fidTo(f), Layout: b}}, "set layout of %v", f)
 	if err != nil {
 		return nil, err
 	}
@@ -358,15 +363,13 @@ func (c *Client) SetLayout(ctx context.Context, cred Cred, f fid.FID, l layout.L
 // Setxattr sets f's extended attribute name (flags: XattrCreate,
 // XattrReplace).
 func (c *Client) Setxattr(ctx context.Context, cred Cred, f fid.FID, name string, value []byte, flags int) error {
-	_, err := c.reint(ctx, cred, setxattrOp{&mdsv1.SetxattrOp{Fid: fidTo(f), Name: []byte(name), Value: value, Flags: uint32(flags)}},
-		fmt.Sprintf("setxattr %q of %v", name, f))
+	_, err := c.reint(ctx, cred, setxattrOp{&mdsv1.SetxattrOp{Fid: fidTo(f), Name: []byte(name), Value: value, Flags: uint32(flags)}}, "setxattr %q of %v", name, f)
 	return err
 }
 
 // Removexattr removes f's extended attribute name; ENODATA if it has none.
 func (c *Client) Removexattr(ctx context.Context, cred Cred, f fid.FID, name string) error {
-	_, err := c.reint(ctx, cred, setxattrOp{&mdsv1.SetxattrOp{Fid: fidTo(f), Name: []byte(name), Remove: true}},
-		fmt.Sprintf("removexattr %q of %v", name, f))
+	_, err := c.reint(ctx, cred, setxattrOp{&mdsv1.SetxattrOp{Fid: fidTo(f), Name: []byte(name), Remove: true}}, "removexattr %q of %v", name, f)
 	return err
 }
 
@@ -439,7 +442,7 @@ func (c *Client) Open(ctx context.Context, cred Cred, parent fid.FID, name strin
 		}
 		o.NewFid = fidTo(f)
 	}
-	rep, err := c.reint(ctx, cred, openOp{o}, fmt.Sprintf("open %q in %v", name, parent))
+	rep, err := c.reint(ctx, cred, openOp{o}, "open %q in %v", name, parent)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +451,7 @@ func (c *Client) Open(ctx context.Context, cred Cred, parent fid.FID, name strin
 
 // OpenFID opens the file f (open by handle, NFS-export style).
 func (c *Client) OpenFID(ctx context.Context, cred Cred, f fid.FID, flags uint64) (*File, error) {
-	rep, err := c.reint(ctx, cred, openOp{&mdsv1.OpenOp{Fid: fidTo(f), Flags: flags}}, fmt.Sprintf("open %v", f))
+	rep, err := c.reint(ctx, cred, openOp{&mdsv1.OpenOp{Fid: fidTo(f), Flags: flags}}, "open %v", f)
 	if err != nil {
 		return nil, err
 	}

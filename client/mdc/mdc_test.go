@@ -20,7 +20,6 @@ import (
 	"github.com/nacrefs/nacre/mds/mdt"
 )
 
-
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // loopback starts an MDT with sequences of width seqWidth and a client of

@@ -134,7 +134,7 @@ func TestUpEndToEnd(t *testing.T) {
 	ports := [4]string{freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)}
 	p := startUp(t, data, ports, "--fsname", "e2efs")
 	for _, want := range []string{`filesystem "e2efs"`, "grpc   " + ports[2], "rest   http://" + ports[3], "admin.token",
-		"ost    e2efs-OST0000", "ost    e2efs-OST0003"} {
+		"mdt    e2efs-MDT0000", "ost    e2efs-OST0000", "ost    e2efs-OST0003"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("startup output lacks %q:\n%s", want, p.out)
 		}

@@ -32,10 +32,11 @@ func newMkfsCmd() *cobra.Command {
 			nodes, _ := f.GetStringSlice("mgsnode")
 			backend, _ := f.GetString("backend")
 			id := server.TargetIdentity{FSName: fsname, Index: index, MGSNodes: nodes, Backend: backend}
+			format := server.FormatOST
 			if mdt {
-				return fmt.Errorf("mkfs --mdt: the MDS is not built yet")
+				format = server.FormatMDT
 			}
-			id, err := server.FormatOST(cmd.Context(), args[0], id)
+			id, err := format(cmd.Context(), args[0], id)
 			if err != nil {
 				return err
 			}
@@ -49,7 +50,7 @@ func newMkfsCmd() *cobra.Command {
 	f.String("fsname", "nacre", "filesystem name (1-8 of [A-Za-z0-9_-])")
 	f.Uint32("index", 0, "target index")
 	f.StringSlice("mgsnode", nil, "MGS NID or host:port (repeat or comma-separate for failover partners)")
-	f.String("backend", "file", "OSD backend")
+	f.String("backend", "file", "OSD backend of an OST (an MDT's store is pebble)")
 	return cmd
 }
 
@@ -80,11 +81,7 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			defer ctl.Close()
-			var names []string
-			for _, o := range st.OSS.OSTs() {
-				names = append(names, o.Target().Name())
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "nacre server: %s on %v\nready\n", strings.Join(names, ", "), st.LNet.NIDs())
+			fmt.Fprintf(cmd.OutOrStdout(), "nacre server: %s on %v\nready\n", strings.Join(st.Targets(), ", "), st.LNet.NIDs())
 			<-ctx.Done()
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -61,6 +61,11 @@ func newUpCmd() *cobra.Command {
 			fmt.Fprintf(out, "  grpc   %s (MGS, Admin, health, reflection)\n", n.MGS.GRPCAddr())
 			fmt.Fprintf(out, "  rest   http://%s/api/v1 (also /openapi.json, /healthz, /metrics)\n", n.MGS.HTTPAddr())
 			if n.Storage != nil {
+				if n.Storage.MDS != nil {
+					for _, m := range n.Storage.MDS.MDTs() {
+						fmt.Fprintf(out, "  mdt    %s on %v\n", m.Name(), n.Storage.LNet.NIDs())
+					}
+				}
 				for _, o := range n.Storage.OSS.OSTs() {
 					fmt.Fprintf(out, "  ost    %s on %v\n", o.Target().Name(), n.Storage.LNet.NIDs())
 				}
@@ -87,7 +92,7 @@ func newUpCmd() *cobra.Command {
 	f.String("fsname", d.FSName, "filesystem to create on first start")
 	f.String("etcd-client-url", d.EtcdClientURL, "embedded etcd client URL")
 	f.String("etcd-peer-url", d.EtcdPeerURL, "embedded etcd peer URL")
-	f.Int("osts", d.OSTs, "OSTs to serve (formatted under DATA/ostN on first start)")
+	f.Int("osts", d.OSTs, "OSTs to serve (formatted under DATA/ostN on first start), with MDT0 (DATA/mdt0); 0: control plane only")
 	addLNetFlags(f)
 	return cmd
 }

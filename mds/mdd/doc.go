@@ -79,6 +79,12 @@
 // lock: simple and correct first; per-directory locking can come later
 // behind the same API.
 //
+// The records the read path gets most (inodes, entries, LSOM, layouts,
+// and their absence) are cached in memory (cache.go): only a tx commit
+// writes them, under the write lock, and it puts what it wrote into the
+// cache after applying the batch; a read fills the cache only if no commit
+// ran since it started.
+//
 // # What it must not touch
 //
 // No networking, no LDLM, no per-client reply data (the PtlRPC layer

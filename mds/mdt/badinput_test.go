@@ -240,12 +240,16 @@ type (
 	open      struct{ *mdsv1.OpenOp }
 )
 
-func (o create) apply(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Create{Create: o.CreateOp} }
-func (o unlink) apply(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Unlink{Unlink: o.UnlinkOp} }
-func (o rename) apply(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Rename{Rename: o.RenameOp} }
-func (o link) apply(r *mdsv1.ReintRequest)     { r.Op = &mdsv1.ReintRequest_Link{Link: o.LinkOp} }
-func (o setattr) apply(r *mdsv1.ReintRequest)  { r.Op = &mdsv1.ReintRequest_Setattr{Setattr: o.SetattrOp} }
-func (o setxattr) apply(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Setxattr{Setxattr: o.SetxattrOp} }
+func (o create) apply(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Create{Create: o.CreateOp} }
+func (o unlink) apply(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Unlink{Unlink: o.UnlinkOp} }
+func (o rename) apply(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Rename{Rename: o.RenameOp} }
+func (o link) apply(r *mdsv1.ReintRequest)   { r.Op = &mdsv1.ReintRequest_Link{Link: o.LinkOp} }
+func (o setattr) apply(r *mdsv1.ReintRequest) {
+	r.Op = &mdsv1.ReintRequest_Setattr{Setattr: o.SetattrOp}
+}
+func (o setxattr) apply(r *mdsv1.ReintRequest) {
+	r.Op = &mdsv1.ReintRequest_Setxattr{Setxattr: o.SetxattrOp}
+}
 func (o setLayout) apply(r *mdsv1.ReintRequest) {
 	r.Op = &mdsv1.ReintRequest_SetLayout{SetLayout: o.SetLayoutOp}
 }

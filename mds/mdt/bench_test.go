@@ -50,8 +50,9 @@ func BenchmarkMDTest(b *testing.B) {
 	}
 }
 
-// warmPools waits until every OST's pool holds need objects (at most its
-// aim).
+// warmPools waits until every OST's pool has refilled and holds need
+// objects above its refill mark, so that no refill competes with a run
+// that takes need objects or fewer from each.
 func warmPools(b *testing.B, m *MDT, need int) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -59,8 +60,12 @@ func warmPools(b *testing.B, m *MDT, need int) {
 		m.ospMu.Lock()
 		for _, p := range m.osps {
 			p.mu.Lock()
-			if p.availLocked() < min(need, int(p.mu.high)) {
+			if p.mu.filling || p.availLocked() < need+int(p.mu.high)/2 {
 				full = false
+				p.mu.filling = true // fill up to the aim now, not at the refill mark
+			}
+			if need > int(p.mu.high)/2 {
+				b.Fatalf("a run of %d objects per OST drains the pools of %d below their refill mark: use -benchtime 4000x or less", need, p.mu.high)
 			}
 			p.mu.Unlock()
 			p.wake()
@@ -70,6 +75,13 @@ func warmPools(b *testing.B, m *MDT, need int) {
 			return
 		}
 		if time.Now().After(deadline) {
+			m.ospMu.Lock()
+			for _, p := range m.osps {
+				p.mu.Lock()
+				b.Logf("%s: seq %#x taken %d last %d reserved %d ready %v high %d", p.ost.Name, p.mu.seq, p.mu.taken, p.mu.last, p.mu.reserved, p.mu.ready, p.mu.high)
+				p.mu.Unlock()
+			}
+			m.ospMu.Unlock()
 			b.Fatal("the pools do not fill up")
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -77,7 +89,14 @@ func warmPools(b *testing.B, m *MDT, need int) {
 }
 
 func benchMDTest(b *testing.B, nOSTs int) {
-	c := newCluster(b, nOSTs, func(cfg *Config) { cfg.PrecreateMin, cfg.PrecreateMax = 8192, 8192 })
+	// Pools of 2048 objects: a run of up to 4000 creates takes them from
+	// the pools without a refill. (More would not help on one machine:
+	// osd-file keeps up to 4096 objects of each OST open, and four OSTs
+	// in one process come close to the file descriptor limit.)
+	c := newCluster(b, nOSTs, func(cfg *Config) {
+		cfg.PrecreateMin, cfg.PrecreateMax = 2048, 2048
+		cfg.SyncInterval = DefaultSyncInterval
+	})
 	n := c.client()
 	ctx := context.Background()
 	m := n.mdc
@@ -115,6 +134,9 @@ func benchMDTest(b *testing.B, nOSTs int) {
 				return func(_, i int) error { return op(i%k, i) }
 			}
 			report := func(b *testing.B, el time.Duration) {
+				if st := n.pc.Stats(); st.Resent > 0 || st.Timeouts > 0 {
+					b.Logf("client stats %+v", st)
+				}
 				null := run(b, b.N, k, ping)
 				rate, nullRate := float64(b.N)/el.Seconds(), float64(b.N)/null.Seconds()
 				b.ReportMetric(rate, "ops/s")

@@ -12,12 +12,13 @@ import (
 // The destroy log worker (Lustre's OSP sync thread): the objects of files
 // whose last link and last open went are named by destroy log records,
 // written by the store in the same batch as the removal. The worker
-// destroys them on their OSTs, once the removal is durable (a commit
-// first: an object must never go before the file does, or a crash could
-// bring back a file without its data), makes the destroys durable on the
-// OSTs (OST_SYNC), and only then drops the records. Records survive
-// restarts, so objects of files removed before a crash are destroyed
-// after it.
+// destroys them on their OSTs once the removal is committed (an object
+// must never go before the file does, or a crash could bring back a file
+// without its data: it waits for the MDT's next commit rather than forcing
+// one, so that a storm of unlinks does not become a storm of syncs), makes
+// the destroys durable on the OSTs (OST_SYNC), and only then drops the
+// records. Records survive restarts, so objects of files removed before a
+// crash are destroyed after it.
 
 // destroyBatch is how many records one round takes.
 const destroyBatch = 256
@@ -73,8 +74,7 @@ func (m *MDT) destroyer() {
 // destroyRecords destroys the objects of recs, OSTs in parallel, and drops
 // the records whose objects are all gone.
 func (m *MDT) destroyRecords(base context.Context, recs []mdd.DestroyRecord) {
-	if err := m.commit(); err != nil {
-		m.log.Error("mdt: commit before destroys", "err", err)
+	if !m.waitCommitted(base, m.tgt.LastTransno()) {
 		return
 	}
 	byOST := map[uint32][]fid.FID{}
@@ -124,4 +124,17 @@ func (m *MDT) destroyRecords(base context.Context, recs []mdd.DestroyRecord) {
 		}
 		m.destroyed.Add(uint64(n))
 	}
+}
+
+// waitCommitted waits until every change numbered up to transno is
+// committed (the committer's next round), or ctx ends.
+func (m *MDT) waitCommitted(ctx context.Context, transno uint64) bool {
+	for m.tgt.LastCommitted() < transno {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return true
 }

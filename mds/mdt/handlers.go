@@ -75,6 +75,14 @@ func marshal(msg proto.Message) ([]byte, int32) {
 	return b, 0
 }
 
+// internalReq is the store request of a change the MDT makes on its own
+// (closing a departed client's files, destroying orphans): numbered by
+// the target like clients' changes, so that every change's durability
+// follows from the target's last committed transno.
+func (m *MDT) internalReq() mdd.Req {
+	return mdd.Req{Cred: mdd.Root(), AssignTransno: m.tgt.NextTransno}
+}
+
 // req is the store request of a change made by r: its caller, its time,
 // and its transno, given in apply order.
 func (m *MDT) req(r *ptlrpc.Request, cred mdd.Cred, time int64) mdd.Req {
@@ -651,7 +659,7 @@ func (m *MDT) addOpen(exp *ptlrpc.Export, f fid.FID, flags uint64) (uint64, erro
 // closeFID ends one open of f in the store, destroying an orphan whose
 // last open it was.
 func (m *MDT) closeFID(f fid.FID, flags uint64) {
-	rm, err := m.store.CloseFile(mdd.Req{Cred: mdd.Root()}, f, mdd.CloseInfo{Write: flags&mdd.OpenAccMode != mdd.OpenReadOnly})
+	rm, err := m.store.CloseFile(m.internalReq(), f, mdd.CloseInfo{Write: flags&mdd.OpenAccMode != mdd.OpenReadOnly})
 	if err != nil {
 		m.log.Info("mdt: close", "fid", f, "err", err)
 		return

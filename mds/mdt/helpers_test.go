@@ -123,19 +123,32 @@ func openOST(t testing.TB, dir string, i int) osd.Device {
 
 // ossEnv is a real OSS with osd-file OSTs on ossAddr.
 type ossEnv struct {
+	ln   *lnet.LNet
 	oss  *oss.OSS
 	id   lwire.ProcessID
 	devs []osd.Device
 	dirs []string
 }
 
+// startOSS starts an OSS with n OSTs on a new LNet on ossAddr; the OSTs
+// use dirs where given (a restart), fresh directories otherwise.
 func startOSS(t testing.TB, port, n int, dirs []string) *ossEnv {
-	ln := startLNet(t, ossAddr, port)
-	s, err := oss.New(oss.Config{LNet: ln, Logger: quiet, EvictTimeout: time.Minute})
+	return serveOSS(t, startLNet(t, ossAddr, port), n, dirs)
+}
+
+// restart serves the OSS's devices again on the same LNet, as a new
+// instance: clients' exports are gone.
+func (e *ossEnv) restart(t testing.TB) *ossEnv {
+	e.close()
+	return serveOSS(t, e.ln, len(e.dirs), e.dirs)
+}
+
+func serveOSS(t testing.TB, ln *lnet.LNet, n int, dirs []string) *ossEnv {
+	s, err := oss.New(oss.Config{LNet: ln, Logger: testLogger(), EvictTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &ossEnv{oss: s, id: procID(ln)}
+	e := &ossEnv{oss: s, id: procID(ln), ln: ln}
 	for i := range n {
 		dir := t.TempDir()
 		if i < len(dirs) {
@@ -187,14 +200,14 @@ func (e *ossEnv) objectExists(t testing.TB, i uint32, f fid.FID) bool {
 
 // cluster is an MDS (and maybe an OSS) with clients.
 type cluster struct {
-	t     testing.TB
-	port  int
-	ln    *lnet.LNet
-	id    lwire.ProcessID
-	srv   *Server
-	mdt   *MDT
-	dir   string
-	oss   *ossEnv
+	t      testing.TB
+	port   int
+	ln     *lnet.LNet
+	id     lwire.ProcessID
+	srv    *Server
+	mdt    *MDT
+	dir    string
+	oss    *ossEnv
 	cfg    Config
 	faults *ptlrpc.Faults
 	nodes  int
@@ -229,7 +242,7 @@ func newCluster(t testing.TB, nOSTs int, tune func(*Config)) *cluster {
 func (c *cluster) start() {
 	t := c.t
 	var err error
-	if c.srv, err = NewServer(ServerConfig{LNet: c.ln, Logger: quiet, Faults: c.faults}); err != nil {
+	if c.srv, err = NewServer(ServerConfig{LNet: c.ln, Logger: testLogger(), Faults: c.faults}); err != nil {
 		t.Fatal(err)
 	}
 	if c.mdt, err = c.srv.AddMDT(c.cfg); err != nil {
@@ -341,4 +354,11 @@ func ostGetattr(ctx context.Context, imp *ptlrpc.Import, f fid.FID) error {
 	}
 	_, err = imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTGetattr, Body: body})
 	return err
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("NACRE_MDT_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return quiet
 }

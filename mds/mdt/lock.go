@@ -55,13 +55,17 @@ func nameRes(dir fid.FID, name string) ldlm.Resource {
 	return r
 }
 
-func dirLock(dir fid.FID) lockReq { return lockReq{res: objRes(dir), mode: ldlm.CW, bits: ldlm.BitUpdate} }
+func dirLock(dir fid.FID) lockReq {
+	return lockReq{res: objRes(dir), mode: ldlm.CW, bits: ldlm.BitUpdate}
+}
 
 func nameLock(dir fid.FID, name string) lockReq {
 	return lockReq{res: nameRes(dir, name), mode: ldlm.EX, bits: ldlm.BitUpdate}
 }
 
-func objLock(f fid.FID, bits ldlm.Bits) lockReq { return lockReq{res: objRes(f), mode: ldlm.EX, bits: bits} }
+func objLock(f fid.FID, bits ldlm.Bits) lockReq {
+	return lockReq{res: objRes(f), mode: ldlm.EX, bits: bits}
+}
 
 // fullBits are the bits of an object that may be destroyed.
 const fullBits = ldlm.BitLookup | ldlm.BitUpdate | ldlm.BitLayout | ldlm.BitPerm | ldlm.BitXAttr

@@ -373,7 +373,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	m.handlers = m.handlerTable()
 	// No recovery window yet: nothing will reopen the files that were open
 	// before a restart, so their orphans go now.
-	if rms, err := m.store.DestroyOrphans(mdd.Req{Cred: mdd.Root()}); err != nil {
+	if rms, err := m.store.DestroyOrphans(m.internalReq()); err != nil {
 		m.log.Warn("mdt: destroy orphans", "err", err)
 	} else if len(rms) > 0 {
 		m.log.Info("mdt: destroyed orphans of an earlier run", "count", len(rms))
@@ -435,20 +435,35 @@ func (m *MDT) commit() error {
 	return nil
 }
 
-// committer commits every SyncInterval while something is uncommitted.
+// commitBatch is how many changes may wait for a commit before the
+// committer commits without waiting for SyncInterval: well below what a
+// client keeps for replay (ptlrpc.DefaultMaxUncommitted), so that clients
+// learn of commits from their replies and never stall on a full replay
+// list.
+const commitBatch = ptlrpc.DefaultMaxUncommitted / 4
+
+// commitPoll is how often the committer looks at the uncommitted count.
+const commitPoll = 20 * time.Millisecond
+
+// committer commits every SyncInterval while something is uncommitted,
+// and at once when commitBatch changes wait.
 func (m *MDT) committer() {
-	t := time.NewTicker(m.cfg.SyncInterval)
+	t := time.NewTicker(min(commitPoll, m.cfg.SyncInterval))
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
 		}
-		if m.tgt.LastTransno() > m.tgt.LastCommitted() {
-			if err := m.commit(); err != nil {
-				m.log.Error("mdt: commit", "err", err)
-			}
+		pending := m.tgt.LastTransno() - m.tgt.LastCommitted()
+		if pending == 0 || (pending < commitBatch && time.Since(last) < m.cfg.SyncInterval) {
+			continue
+		}
+		last = time.Now()
+		if err := m.commit(); err != nil {
+			m.log.Error("mdt: commit", "err", err)
 		}
 	}
 }

@@ -362,8 +362,131 @@ func TestOpen(t *testing.T) {
 	if err := m.Close(ctx, root, x, nil); err != nil {
 		t.Fatal(err)
 	}
+	// The last close of a writer records the lazy size.
+	w, err := m.OpenFID(ctx, root, f.FID, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx, root, w, &mdc.LSOM{Size: 123456, Blocks: 248}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := m.Getattr(ctx, root, f.FID); err != nil || a.Size != 123456 || a.Blocks != 248 {
+		t.Fatalf("size after close: %+v %v", a, err)
+	}
 	if c.mdt.Stats().Opens != 0 {
 		t.Fatalf("opens left: %d", c.mdt.Stats().Opens)
+	}
+	c.check()
+}
+
+// TestOSTList: an OST that leaves the MDT's list gets no more objects
+// (its objects are still destroyed), and one that comes back does.
+func TestOSTList(t *testing.T) {
+	c := newCluster(t, 2, nil)
+	n := c.client()
+	imps := c.ostImports(n)
+	ctx := ctxT(t, time.Minute)
+	all := &mdc.CreateOptions{Layout: stripes(-1, 1<<20, -1, "")}
+	_, l, err := n.mdc.Create(ctx, root, n.root, "both", 0o644, all)
+	if err != nil || len(objectsOf(l)) != 2 {
+		t.Fatalf("over both: %v %v", l, err)
+	}
+	if err := c.mdt.SetOSTs(c.oss.osts()[:1]); err != nil {
+		t.Fatal(err)
+	}
+	_, l1, err := n.mdc.Create(ctx, root, n.root, "one", 0o644, all)
+	if err != nil || len(objectsOf(l1)) != 1 || objectsOf(l1)[0].OSTIndex != 0 {
+		t.Fatalf("after OST1 left: %v %v", l1, err)
+	}
+	if err := n.mdc.Unlink(ctx, root, n.root, "both"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, imps, objectsOf(l))
+	if err := c.mdt.SetOSTs(c.oss.osts()); err != nil {
+		t.Fatal(err)
+	}
+	if _, l, err = n.mdc.Create(ctx, root, n.root, "again", 0o644, all); err != nil || len(objectsOf(l)) != 2 {
+		t.Fatalf("after OST1 came back: %v %v", l, err)
+	}
+	if err := c.mdt.SetOSTs([]OST{{Index: 70000, Name: "x", Servers: c.oss.osts()[0].Servers}}); err == nil {
+		t.Fatal("an OST index past the largest was accepted")
+	}
+	// With no OST left, a file needs objects and gets ENOSPC.
+	c.mdt.SetOSTs(nil)
+	_, _, err = n.mdc.Create(ctx, root, n.root, "none", 0o644, nil)
+	wantErrno(t, "create without an OST", err, syscall.ENOSPC)
+	c.check()
+}
+
+// TestObjectSequences: an OST's object sequence used up, the MDT moves to
+// a new one; objects stay unique and none leaks.
+func TestObjectSequences(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.ObjectSeqWidth, cfg.PrecreateMin, cfg.PrecreateMax = 20, 4, 8 })
+	n := c.client()
+	imps := c.ostImports(n)
+	ctx := ctxT(t, time.Minute)
+	seen := map[fid.FID]bool{}
+	seqs := map[uint64]bool{}
+	var all []layout.Object
+	for i := range 50 {
+		_, l, err := n.mdc.Create(ctx, root, n.root, fmt.Sprintf("f%d", i), 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := objectsOf(l)[0]
+		if seen[o.Object] || o.Object.Oid > 20 {
+			t.Fatalf("object %v", o.Object)
+		}
+		seen[o.Object], seqs[o.Object.Seq] = true, true
+		all = append(all, o)
+	}
+	if len(seqs) < 3 {
+		t.Fatalf("50 objects of width 20 from %d sequences", len(seqs))
+	}
+	if e, err := n.mdc.FLDQuery(ctx, all[len(all)-1].Object.Seq); err != nil || e.Type != 1 || e.Index != 0 {
+		t.Fatalf("the FLD of an object sequence: %+v %v", e, err)
+	}
+	for i := range 50 {
+		if err := n.mdc.Unlink(ctx, root, n.root, fmt.Sprintf("f%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitGone(t, ctx, imps, all)
+	c.check()
+}
+
+// TestOSTRestart: the OSS restarts (losing the MDT's export): the MDT's
+// pools wait for the orphan cleanup, then creates go on, and the objects
+// precreated before the restart but never used are destroyed.
+func TestOSTRestart(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.PrecreateMin, cfg.PrecreateMax = 16, 16 })
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	_, l, err := n.mdc.Create(ctx, root, n.root, "before", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := objectsOf(l)[0].Object
+	// Let the pool fill, then restart the OSS on the same devices.
+	p := c.mdt.ospOf(0)
+	for deadline := time.Now().Add(10 * time.Second); p.avail() < 8; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool does not fill")
+		}
+	}
+	c.oss = c.oss.restart(t)
+	_, l, err = n.mdc.Create(ctx, root, n.root, "after", 0o644, nil)
+	if err != nil {
+		t.Fatalf("create after the OSS restart: %v", err)
+	}
+	next := objectsOf(l)[0].Object
+	if !c.oss.objectExists(t, 0, next) || !c.oss.objectExists(t, 0, used) {
+		t.Fatalf("objects %v, %v after the restart", used, next)
+	}
+	// The pool's objects from before the restart were cleaned up: the
+	// next object follows the last one used.
+	if next.Seq != used.Seq || next.Oid != used.Oid+1 {
+		t.Fatalf("object after the restart %v, the last before %v", next, used)
 	}
 	c.check()
 }

@@ -60,6 +60,7 @@ type osp struct {
 		active      bool   // in the MDT's OST list
 		high        uint32 // the pool size the refill aims at
 		drained     bool   // a create waited on an empty pool since the last refill
+		filling     bool   // the pool fell to half its aim: refill up to the aim
 		free        uint64 // bytes available on the OST (statfs)
 		freeKnown   bool
 		changed     chan struct{} // closed and replaced when the pool or state changes
@@ -280,7 +281,8 @@ func (p *osp) wantRefill() bool {
 	if p.mu.last >= p.m.cfg.ObjectSeqWidth {
 		return p.mu.taken == p.mu.last && p.mu.reserved == 0 // time for a new sequence
 	}
-	return p.availLocked() <= int(p.mu.high/2)
+	avail := p.availLocked()
+	return avail <= int(p.mu.high/2) || (p.mu.filling && avail < int(p.mu.high))
 }
 
 // newSequence gives the OST a new object sequence from the sequence
@@ -349,9 +351,14 @@ func (p *osp) cleanup(ctx context.Context) error {
 	return nil
 }
 
-// refill precreates objects when the pool is at half its aim or less,
-// doubling the aim (up to PrecreateMax) whenever a create found the pool
-// empty.
+// maxPrecreateRPC bounds the objects one OST_CREATE asks for: a pool
+// that aims higher fills with several (an OST makes a precreate's objects
+// in one transaction).
+const maxPrecreateRPC = 512
+
+// refill precreates objects once the pool is at half its aim or less,
+// until it holds its aim again, doubling the aim (up to PrecreateMax)
+// whenever a create found the pool empty.
 func (p *osp) refill(ctx context.Context) error {
 	p.mu.Lock()
 	avail := p.availLocked()
@@ -360,11 +367,15 @@ func (p *osp) refill(ctx context.Context) error {
 	}
 	p.mu.drained = false
 	seq, last, high := p.mu.seq, p.mu.last, p.mu.high
-	if avail > int(high/2) {
+	if avail <= int(high/2) {
+		p.mu.filling = true
+	}
+	if !p.mu.filling || avail >= int(high) {
+		p.mu.filling = false
 		p.mu.Unlock()
 		return nil
 	}
-	n := uint64(int(high) - avail)
+	n := min(uint64(int(high)-avail), maxPrecreateRPC)
 	width := uint64(p.m.cfg.ObjectSeqWidth)
 	if uint64(last)+n > width {
 		n = width - uint64(last)

@@ -142,8 +142,11 @@ func New(cfg Config) (*OFD, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Transnos go on after the last one the device made durable, so a
+	// restarted OST never reuses a transno clients saw committed.
 	o.tgt, err = cfg.Targets.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
-		OnConnect: o.connectGrant,
+		LastTransno: cfg.Device.LastCommitted(),
+		OnConnect:   o.connectGrant,
 		OnGone: func(e *ptlrpc.Export, _ bool) {
 			o.lockd.ExportGone(e)
 			o.dropGrant(e)

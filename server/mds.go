@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mds/mdd"
+	"github.com/nacrefs/nacre/mds/mdt"
+	"github.com/nacrefs/nacre/mgs"
+	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
+)
+
+// mdtDir is where an MDT keeps its namespace store, under the target
+// directory.
+const mdtDir = "mdt"
+
+// mdtBackend names the MDT's store in its identity.
+const mdtBackend = "pebble"
+
+// DefaultConfigInterval is how often an MDT reads the file system's OST
+// list and pools from the MGS again (the config watch comes later).
+const DefaultConfigInterval = 10 * time.Second
+
+// FormatMDT formats dir as an MDT: its identity and an empty namespace
+// (the root directory).
+func FormatMDT(ctx context.Context, dir string, id TargetIdentity) (TargetIdentity, error) {
+	id.Kind = mgs.KindMDT
+	if id.Backend == "" || id.Backend == "file" {
+		id.Backend = mdtBackend
+	}
+	if id.Backend != mdtBackend {
+		return id, fmt.Errorf("mkfs %s: an MDT's backend is %s, not %s", dir, mdtBackend, id.Backend)
+	}
+	if id.Index != 0 {
+		return id, fmt.Errorf("mkfs %s: MDT index %d: only MDT0 is supported yet", dir, id.Index)
+	}
+	id, err := Mkfs(dir, id)
+	if err != nil {
+		return id, err
+	}
+	store := filepath.Join(dir, mdtDir)
+	if err := os.Mkdir(store, 0o755); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	cfg := mdd.DefaultConfig(store)
+	cfg.SyncInterval = 0
+	s, err := mdd.Open(cfg)
+	if err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	return id, s.Close()
+}
+
+// startMDT serves the MDT in dir and registers it; its OST list and pools
+// come from the MGS's configuration, read at registration and every
+// ConfigInterval after.
+func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id TargetIdentity, nids []string, lg *slog.Logger) error {
+	if id.Backend != mdtBackend {
+		return fmt.Errorf("server: %s: MDT backend %q", dir, id.Backend)
+	}
+	m, err := s.MDS.AddMDT(mdt.Config{Name: id.Label, UUID: id.UUID, Index: id.Index,
+		Store:           mdd.Config{Dir: filepath.Join(dir, mdtDir), Logger: lg},
+		CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, Logger: lg})
+	if err != nil {
+		return fmt.Errorf("server: %s: %w", dir, err)
+	}
+	abs, _ := filepath.Abs(dir)
+	reg, err := Register(ctx, id, nids, abs, lg)
+	if err != nil {
+		return err
+	}
+	s.regs = append(s.regs, reg)
+	applyConfig(m, reg.Config(), lg)
+	every := cfg.ConfigInterval
+	if every <= 0 {
+		every = DefaultConfigInterval
+	}
+	s.wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), every)
+			c, err := reg.FetchConfig(cctx)
+			cancel()
+			if err != nil {
+				lg.Info("MDT: read the configuration", "mdt", id.Label, "err", err)
+				continue
+			}
+			applyConfig(m, c, lg)
+		}
+	})
+	return nil
+}
+
+// applyConfig gives an MDT the OSTs (those up) and pools of the file
+// system's configuration.
+func applyConfig(m *mdt.MDT, c *mgsv1.ClientConfig, lg *slog.Logger) {
+	if c == nil {
+		return
+	}
+	osts, pools := mdtConfig(c)
+	if err := m.SetOSTs(osts); err != nil {
+		lg.Warn("MDT: OST list", "mdt", m.Name(), "err", err)
+	}
+	m.SetPools(pools)
+}
+
+// mdtConfig extracts an MDT's OST list and pools from a configuration:
+// OSTs that are up, each served at its NIDs (failover NIDs after), by the
+// Lustre process id.
+func mdtConfig(c *mgsv1.ClientConfig) ([]mdt.OST, map[string][]uint32) {
+	var osts []mdt.OST
+	for _, t := range c.GetTargets() {
+		if t.GetKind() != mgsv1.TargetKind_TARGET_KIND_OST || t.GetState() != mgsv1.TargetState_TARGET_STATE_UP {
+			continue
+		}
+		o := mdt.OST{Index: t.GetIndex(), Name: t.GetName()}
+		for _, n := range append(append([]string(nil), t.GetNids()...), t.GetFailoverNids()...) {
+			nid, err := lwire.ParseNID(n)
+			if err != nil {
+				continue
+			}
+			o.Servers = append(o.Servers, lwire.ProcessID{NID: nid, PID: lwire.PIDLustre})
+		}
+		if len(o.Servers) > 0 {
+			osts = append(osts, o)
+		}
+	}
+	pools := map[string][]uint32{}
+	for _, p := range c.GetPools() {
+		pools[p.GetName()] = p.GetOsts()
+	}
+	return osts, pools
+}
