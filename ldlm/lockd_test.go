@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
 
@@ -34,55 +33,6 @@ const (
 	svcPortal = ptlrpc.OSTIOPortal
 	objSize   = 64 << 10
 )
-
-var nextPort atomic.Int32
-
-func init() { nextPort.Store(29400) }
-
-// freePort finds a port free on every address.
-func freePort(t testing.TB, addrs ...string) int {
-	for range 200 {
-		port := int(nextPort.Add(1))
-		ok := true
-		for _, a := range addrs {
-			l, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-func startLNet(t testing.TB, addr string, port int) *lnet.LNet {
-	cfg := lnet.DefaultConfig()
-	cfg.Logger = quiet
-	cfg.TransactionTimeout = 5 * time.Second
-	nc, err := lnet.ParseNetworks("tcp(" + addr + ")")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range nc {
-		nc[i].Options = map[string]string{"port": strconv.Itoa(port)}
-	}
-	cfg.Networks = nc
-	ln, err := lnet.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ln.Close(ctx)
-	})
-	return ln
-}
 
 // lockCluster is an OST-like target with a lock server and a one-object
 // store served by bulk RPCs, and clients on their own LNets.
@@ -105,8 +55,8 @@ func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCl
 	for i := range nclients {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 10+i))
 	}
-	lc := &lockCluster{t: t, port: freePort(t, addrs...), data: make([]byte, objSize), evicted: make(chan string, 16)}
-	lc.srv = startLNet(t, "127.0.0.2", lc.port)
+	lc := &lockCluster{t: t, port: lnettest.FreePort(t, addrs...), data: make([]byte, objSize), evicted: make(chan string, 16)}
+	lc.srv = lnettest.Start(t, "127.0.0.2", lc.port)
 	lc.srvID = lwire.ProcessID{NID: lc.srv.NIDs()[len(lc.srv.NIDs())-1], PID: lc.srv.PID()}
 	ts := ptlrpc.NewTargetSet()
 	var err error
@@ -184,7 +134,7 @@ type lockNode struct {
 
 func (lc *lockCluster) node(i int, cfg ClientConfig) *lockNode {
 	t := lc.t
-	ln := startLNet(t, fmt.Sprintf("127.0.0.%d", 10+i), lc.port)
+	ln := lnettest.Start(t, fmt.Sprintf("127.0.0.%d", 10+i), lc.port)
 	n := &lockNode{t: t}
 	n.pc = ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: fmt.Sprintf("client-%d", i)})
 	cfg.Logger = quiet

@@ -18,6 +18,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/oss/osd"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
@@ -117,9 +118,9 @@ func TestCrash(t *testing.T) {
 	const chunk = 256 << 10
 	dir := t.TempDir()
 	for round, delay := range []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond} {
-		port := freePort(t, "127.0.0.2", "127.0.0.30")
+		port := lnettest.FreePort(t, "127.0.0.2", "127.0.0.30")
 		srv := startCrashServer(t, dir, port)
-		ln := startLNet(t, "127.0.0.30", port)
+		ln := lnettest.Start(t, "127.0.0.30", port)
 		c := ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet})
 		imp, err := c.NewImport(ptlrpc.ImportConfig{Target: ostLabel(0), Servers: []lwire.ProcessID{srv.id}, Portal: ptlrpc.OSTIOPortal,
 			PingInterval: -1, MinTimeout: time.Second})
@@ -160,9 +161,9 @@ func TestCrash(t *testing.T) {
 		}
 
 		// Restart on the same directory and check.
-		port2 := freePort(t, "127.0.0.2", "127.0.0.31")
+		port2 := lnettest.FreePort(t, "127.0.0.2", "127.0.0.31")
 		srv2 := startCrashServer(t, dir, port2)
-		ln2 := startLNet(t, "127.0.0.31", port2)
+		ln2 := lnettest.Start(t, "127.0.0.31", port2)
 		c2 := ptlrpc.NewClient(ln2, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet})
 		imp2, err := c2.NewImport(ptlrpc.ImportConfig{Target: ostLabel(0), Servers: []lwire.ProcessID{srv2.id}, Portal: ptlrpc.OSTIOPortal, PingInterval: -1})
 		if err != nil {

@@ -8,13 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +22,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/ldlm"
-	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/oss/ofd"
 	"github.com/nacrefs/nacre/oss/osd"
@@ -37,54 +34,6 @@ import (
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-var nextPort atomic.Int32
-
-func init() { nextPort.Store(29600) }
-
-func freePort(t testing.TB, addrs ...string) int {
-	for range 200 {
-		port := int(nextPort.Add(1))
-		ok := true
-		for _, a := range addrs {
-			l, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-func startLNet(t testing.TB, addr string, port int) *lnet.LNet {
-	cfg := lnet.DefaultConfig()
-	cfg.Logger = quiet
-	cfg.TransactionTimeout = 5 * time.Second
-	nc, err := lnet.ParseNetworks("tcp(" + addr + ")")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range nc {
-		nc[i].Options = map[string]string{"port": strconv.Itoa(port)}
-	}
-	cfg.Networks = nc
-	ln, err := lnet.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ln.Close(ctx)
-	})
-	return ln
-}
 
 const testSeq = 0x100000400
 
@@ -124,8 +73,8 @@ func newOSSEnv(t testing.TB, nOSTs, nClients int, dirs ...string) *ossEnv {
 	for i := range nClients {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 20+i))
 	}
-	e := &ossEnv{t: t, port: freePort(t, addrs...), faults: &ptlrpc.Faults{}}
-	ln := startLNet(t, "127.0.0.2", e.port)
+	e := &ossEnv{t: t, port: lnettest.FreePort(t, addrs...), faults: &ptlrpc.Faults{}}
+	ln := lnettest.Start(t, "127.0.0.2", e.port)
 	e.srvID = lwire.ProcessID{NID: ln.NIDs()[len(ln.NIDs())-1], PID: ln.PID()}
 	var err error
 	e.oss, err = New(Config{LNet: ln, Logger: quiet, EvictTimeout: time.Minute, Faults: e.faults})
@@ -163,7 +112,7 @@ type ostClient struct {
 
 func (e *ossEnv) client(i int) *ostClient {
 	t := e.t
-	ln := startLNet(t, fmt.Sprintf("127.0.0.%d", 20+i), e.port)
+	ln := lnettest.Start(t, fmt.Sprintf("127.0.0.%d", 20+i), e.port)
 	oc := &ostClient{t: t, c: ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: fmt.Sprintf("client-%d", i)})}
 	for k := range e.devs {
 		imp, err := oc.c.NewImport(ptlrpc.ImportConfig{Target: ostLabel(k), Servers: []lwire.ProcessID{e.srvID}, Portal: ptlrpc.OSTIOPortal,

@@ -26,6 +26,7 @@ import (
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mds/mdd"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
@@ -190,7 +191,7 @@ func TestCrash(t *testing.T) {
 	for i := range 6 {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 10+i), fmt.Sprintf("127.0.0.%d", clientBase+i))
 	}
-	port := freePort(t, addrs...)
+	port := lnettest.FreePort(t, addrs...)
 	oss := startOSS(t, port, nOSTs, nil)
 	dir := filepath.Join(t.TempDir(), "mdt")
 	var ops atomic.Int64
@@ -258,7 +259,7 @@ func TestCrash(t *testing.T) {
 	// orphan cleanup destroys them: run it as the MDT would, then nothing
 	// but the files' objects may exist.
 	last := s.LastObjects()
-	cli := ptlrpc.NewClient(startLNet(t, fmt.Sprintf("127.0.0.%d", clientBase+5), port), ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet})
+	cli := ptlrpc.NewClient(lnettest.Start(t, fmt.Sprintf("127.0.0.%d", clientBase+5), port), ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet})
 	ctx := ctxT(t, time.Minute)
 	extra := 0
 	for ost := range uint32(nOSTs) {
@@ -289,7 +290,7 @@ func TestCrash(t *testing.T) {
 }
 
 func crashClient(t *testing.T, port, host int, mds lwire.ProcessID) *node {
-	n := &node{t: t, ln: startLNet(t, fmt.Sprintf("127.0.0.%d", host), port)}
+	n := &node{t: t, ln: lnettest.Start(t, fmt.Sprintf("127.0.0.%d", host), port)}
 	n.pc = ptlrpc.NewClient(n.ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.MDCReplyPortal, Logger: quiet})
 	icfg := mdc.ImportConfig(mdtName, mds)
 	icfg.PingInterval, icfg.MinTimeout = -1, 500*time.Millisecond

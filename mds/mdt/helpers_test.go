@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mds/mdd"
 	"github.com/nacrefs/nacre/oss"
@@ -45,30 +44,6 @@ const (
 	mdtName    = "nacre-MDT0000"
 )
 
-var nextPort atomic.Int32
-
-func init() { nextPort.Store(29800) }
-
-func freePort(t testing.TB, addrs ...string) int {
-	for range 200 {
-		port := int(nextPort.Add(1))
-		ok := true
-		for _, a := range addrs {
-			l, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 func lnetConfig(addr string, port int) lnet.Config {
 	cfg := lnet.DefaultConfig()
 	cfg.Logger = quiet
@@ -82,19 +57,6 @@ func lnetConfig(addr string, port int) lnet.Config {
 	}
 	cfg.Networks = nc
 	return cfg
-}
-
-func startLNet(t testing.TB, addr string, port int) *lnet.LNet {
-	ln, err := lnet.New(context.Background(), lnetConfig(addr, port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ln.Close(ctx)
-	})
-	return ln
 }
 
 func procID(ln *lnet.LNet) lwire.ProcessID {
@@ -133,7 +95,7 @@ type ossEnv struct {
 // startOSS starts an OSS with n OSTs on a new LNet on ossAddr; the OSTs
 // use dirs where given (a restart), fresh directories otherwise.
 func startOSS(t testing.TB, port, n int, dirs []string) *ossEnv {
-	return serveOSS(t, startLNet(t, ossAddr, port), n, dirs)
+	return serveOSS(t, lnettest.Start(t, ossAddr, port), n, dirs)
 }
 
 // restart serves the OSS's devices again on the same LNet, as a new
@@ -220,7 +182,7 @@ func newCluster(t testing.TB, nOSTs int, tune func(*Config)) *cluster {
 	for i := range 8 {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", clientBase+i))
 	}
-	c := &cluster{t: t, port: freePort(t, addrs...), dir: t.TempDir(), faults: &ptlrpc.Faults{}}
+	c := &cluster{t: t, port: lnettest.FreePort(t, addrs...), dir: t.TempDir(), faults: &ptlrpc.Faults{}}
 	if nOSTs > 0 {
 		c.oss = startOSS(t, c.port, nOSTs, nil)
 	}
@@ -232,7 +194,7 @@ func newCluster(t testing.TB, nOSTs int, tune func(*Config)) *cluster {
 	if tune != nil {
 		tune(&c.cfg)
 	}
-	c.ln = startLNet(t, mdsAddr, c.port)
+	c.ln = lnettest.Start(t, mdsAddr, c.port)
 	c.id = procID(c.ln)
 	c.start()
 	t.Cleanup(func() { c.stop() })
@@ -286,7 +248,7 @@ func (c *cluster) client() *node {
 	t := c.t
 	i := c.nodes
 	c.nodes++
-	n := &node{t: t, ln: startLNet(t, fmt.Sprintf("127.0.0.%d", clientBase+i), c.port)}
+	n := &node{t: t, ln: lnettest.Start(t, fmt.Sprintf("127.0.0.%d", clientBase+i), c.port)}
 	n.pc = ptlrpc.NewClient(n.ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.MDCReplyPortal, Logger: quiet, UUID: fmt.Sprintf("client-%d", i)})
 	n.locks = ldlm.NewClient(ldlm.ClientConfig{Logger: quiet})
 	cb, err := ptlrpc.NewService(n.ln, ptlrpc.ServiceConfig{Name: "ldlm_cb", RequestPortal: ptlrpc.LDLMCBRequestPortal,
