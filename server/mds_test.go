@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mgs"
 
@@ -57,7 +57,7 @@ func TestStorageMDT(t *testing.T) {
 	}
 	dirs = append([]string{mdtDir}, dirs...) // the MDT first: StartServer registers OSTs first anyway
 
-	port := freeTCPPort(t, "127.0.0.1", "127.0.0.61")
+	port := lnettest.FreePort(t, "127.0.0.1", "127.0.0.61")
 	lcfg := lnet.DefaultConfig()
 	nets, err := lnet.ParseNetworks("tcp(127.0.0.1)")
 	if err != nil {
@@ -122,24 +122,4 @@ func TestStorageMDT(t *testing.T) {
 	if _, err := c.Lookup(ctx, mdc.Root(), r, "nope"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("lookup: %v", err)
 	}
-}
-
-// freeTCPPort finds a port free on every address.
-func freeTCPPort(t *testing.T, addrs ...string) int {
-	for port := 30500; port < 31000; port++ {
-		ok := true
-		for _, a := range addrs {
-			l, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
 }

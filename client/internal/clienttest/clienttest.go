@@ -29,6 +29,7 @@ import (
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/oss"
 	"github.com/nacrefs/nacre/oss/osd"
@@ -125,17 +126,9 @@ func freePort(base int, addrs ...string) (int, error) {
 
 // StartLNet brings up an LNet with a tcp NI on addr:port.
 func StartLNet(addr string, port int) (*lnet.LNet, error) {
-	cfg := lnet.DefaultConfig()
+	cfg := lnettest.Config(addr, port)
 	cfg.Logger = Quiet
 	cfg.TransactionTimeout = 10 * time.Second
-	nc, err := lnet.ParseNetworks("tcp(" + addr + ")")
-	if err != nil {
-		return nil, err
-	}
-	for i := range nc {
-		nc[i].Options = map[string]string{"port": strconv.Itoa(port)}
-	}
-	cfg.Networks = nc
 	return lnet.New(context.Background(), cfg)
 }
 
