@@ -74,7 +74,10 @@ func TestRouteOneRouter(t *testing.T) {
 
 	// The router counted what it forwarded (once its LND was done with
 	// each, maybe after A had the answer); A counted its gateway.
-	waitFor(t, "R to count 4 forwards", 5*time.Second, func() bool { return r.Stats().Router.RouteCount >= 4 })
+	waitFor(t, "R to count 4 forwards of 2 MTUs", 5*time.Second, func() bool {
+		rs := r.Stats().Router
+		return rs.RouteCount >= 4 && rs.RouteLength >= 2*wire.MTU
+	})
 	rs := r.Stats().Router
 	if !rs.Enabled || rs.RouteCount < 4 || rs.RouteLength < 2*wire.MTU || rs.DropCount != 0 || rs.MaxInUse < 1 {
 		t.Fatalf("router stats %+v", rs)
