@@ -269,6 +269,18 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		}
 		return marshal(&ldlmv1.EnqueueReply{Lvb: lvbToWire(lvb)})
 	}
+	if er.Flags&wireTestLock != 0 {
+		s.mu.Lock()
+		g, found, err := s.mu.ns.Test(req)
+		s.mu.Unlock()
+		if err != nil {
+			return s.bad(r, err)
+		}
+		if !found {
+			return marshal(&ldlmv1.EnqueueReply{Mode: uint32(NL)})
+		}
+		return marshal(&ldlmv1.EnqueueReply{Mode: uint32(g.Mode), Policy: policyToWire(g.Policy)})
+	}
 	rep := &ldlmv1.EnqueueReply{}
 	if len(er.Intent) > 0 {
 		if s.cfg.Intent == nil {

@@ -14,7 +14,11 @@ const (
 	// wireGlimpse asks for the resource's LVB, learnt from the holders of
 	// write locks, instead of a lock (Lustre's glimpse enqueue).
 	wireGlimpse uint32 = 1 << 8
-	wireFlags          = wireBlockNoWait | wireNoExpansion | wireGlimpse
+	// wireTestLock asks whether a FLOCK lock could be granted, without
+	// taking it (F_GETLK, Lustre's LDLM_FL_TEST_LOCK): the reply names the
+	// conflicting lock (mode, range, owner, pid), or mode NL for none.
+	wireTestLock uint32 = 1 << 9
+	wireFlags           = wireBlockNoWait | wireNoExpansion | wireGlimpse | wireTestLock
 )
 
 // resourceToWire and resourceFromWire convert resource names.

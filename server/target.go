@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nacrefs/nacre/internal/mgsnode"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +18,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mgs"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
 )
@@ -30,7 +27,7 @@ import (
 const TargetFile = "nacre-target.json"
 
 // DefaultMGSPort is the MGS's gRPC port when an --mgsnode names only a NID.
-const DefaultMGSPort = 9880
+const DefaultMGSPort = mgsnode.DefaultPort
 
 // TargetIdentity is a formatted target: what `nacre mkfs` writes and
 // `nacre server` reads back.
@@ -52,30 +49,7 @@ type TargetIdentity struct {
 // ParseMGSNode turns an --mgsnode value into a gRPC address: a NID
 // ("192.168.1.5@tcp", port DefaultMGSPort), a NID with a port
 // ("192.168.1.5@tcp:9999"), or a plain host:port.
-func ParseMGSNode(s string) (string, error) {
-	nid, port := s, strconv.Itoa(DefaultMGSPort)
-	if at := strings.IndexByte(s, '@'); at >= 0 {
-		if c := strings.LastIndexByte(s, ':'); c > at {
-			nid, port = s[:c], s[c+1:]
-		}
-		n, err := lwire.ParseNID(nid)
-		if err != nil {
-			return "", fmt.Errorf("mgsnode %q: %w", s, err)
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return "", fmt.Errorf("mgsnode %q: port %q", s, port)
-		}
-		return net.JoinHostPort(n.Addr.String(), port), nil
-	}
-	host, p, err := net.SplitHostPort(s)
-	if err != nil || host == "" {
-		return "", fmt.Errorf("mgsnode %q: want NID[:port] or host:port", s)
-	}
-	if _, err := strconv.ParseUint(p, 10, 16); err != nil {
-		return "", fmt.Errorf("mgsnode %q: port %q", s, p)
-	}
-	return s, nil
-}
+func ParseMGSNode(s string) (string, error) { return mgsnode.Parse(s) }
 
 // Mkfs formats dir as a target: it writes the identity file (refusing a
 // directory that already holds one, or that is not empty) and leaves the

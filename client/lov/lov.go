@@ -75,6 +75,16 @@ func Open(l layout.Layout, t Targets) (*File, error) {
 	return f, nil
 }
 
+// OnDrop sets fn to run whenever a lock on one of the file's objects is
+// called back (see osc.Object.OnDrop).
+func (f *File) OnDrop(fn func()) {
+	for _, objs := range f.objs {
+		for _, o := range objs {
+			o.OnDrop(fn)
+		}
+	}
+}
+
 // Layout returns the file's layout (a copy).
 func (f *File) Layout() layout.Layout { return f.l.Clone() }
 

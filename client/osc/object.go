@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,8 @@ type Object struct {
 	// is on the writeback queue.
 	refs   int
 	queued bool
+
+	onDrop atomic.Pointer[func()]
 
 	mu struct {
 		sync.Mutex
@@ -80,6 +83,18 @@ func newObject(c *Client, f fid.FID) *Object {
 
 // FID returns the object's FID.
 func (o *Object) FID() fid.FID { return o.fid }
+
+// OnDrop sets fn to run whenever a lock on the object is called back,
+// after its pages there were written back and dropped, so that a cache
+// above the client's (the kernel's page cache, under FUSE) drops its copy
+// too. nil removes it.
+func (o *Object) OnDrop(fn func()) {
+	if fn == nil {
+		o.onDrop.Store(nil)
+		return
+	}
+	o.onDrop.Store(&fn)
+}
 
 // Close drops the reference Open gave. Cached pages and locks stay (they
 // are the client's cache) until the locks go.
@@ -306,6 +321,9 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 		lost = o.errorf("flush for lock %v %v: %w", info.mode, info.ext, err)
 	}
 	o.dropPages(ctx, first, last, lost)
+	if fn := o.onDrop.Load(); fn != nil {
+		(*fn)()
+	}
 	o.c.tryForget(o)
 }
 

@@ -200,3 +200,16 @@ func (c *Client) syncOST(ctx context.Context, f fid.FID) error {
 	}
 	return nil
 }
+
+// Statfs returns the OST's space and object counts (OST_STATFS).
+func (c *Client) Statfs(ctx context.Context) (*ostv1.StatfsReply, error) {
+	rep, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTStatfs})
+	if err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: statfs: %w", c.index, err)
+	}
+	var sr ostv1.StatfsReply
+	if err := proto.Unmarshal(rep, &sr); err != nil {
+		return nil, fmt.Errorf("osc: ost%04x: statfs: bad reply: %w", c.index, err)
+	}
+	return &sr, nil
+}

@@ -26,7 +26,7 @@ import (
 // Bits the intents grant (Lustre's MDS_INODELOCK_* choices).
 const (
 	lookupBits  = ldlm.BitLookup | ldlm.BitPerm
-	getattrBits = ldlm.BitLookup | ldlm.BitUpdate | ldlm.BitPerm
+	getattrBits = ldlm.BitLookup | ldlm.BitUpdate | ldlm.BitPerm | ldlm.BitLayout
 	openBits    = ldlm.BitLookup
 )
 

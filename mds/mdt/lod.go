@@ -265,3 +265,21 @@ func (p *plan) alloc() (layout.Layout, error) {
 	p.out = l
 	return l, nil
 }
+
+// ReadyOSTs returns how many OSTs have objects precreated for new files
+// now (a create striped over them waits for none).
+func (m *MDT) ReadyOSTs() int {
+	m.ospMu.Lock()
+	osps := make([]*osp, 0, len(m.osps))
+	for _, p := range m.osps {
+		osps = append(osps, p)
+	}
+	m.ospMu.Unlock()
+	n := 0
+	for _, p := range osps {
+		if p.avail() > 0 {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,212 @@
+package client
+
+import (
+	"context"
+	"sync"
+
+	"github.com/nacrefs/nacre/client/lov"
+	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
+)
+
+// The client's metadata cache (Lustre's llite inode and dentry caches
+// under MDC locks): an inode's attributes and layout are cached while the
+// IBITS lock its getattr intent was granted is held, and a name's entry
+// while the lock of the file it leads to is. A blocking AST on that lock
+// (another client, or this one, changing the file, its name or its
+// directory) drops both before the lock is given back and tells the
+// Notifier. The cache is bounded by the locks: an inode is kept only while
+// it has a lock or an open file, and the lock client's LRU bounds locks.
+
+// inode is what the client knows of one file.
+type inode struct {
+	fid   fid.FID
+	attr  mdc.Attr
+	valid bool // attr and lay hold under lock
+	lock  *ldlm.ClientLock
+	lay   *layout.Layout
+	// data is the file's objects, opened on first use of a regular file's
+	// data; it lives as long as the inode.
+	data  *lov.File
+	dlay  *layout.Layout // the layout data was opened with
+	opens int
+	names map[dentKey]struct{}
+	// written says the file's data changed through this client since its
+	// last close (its mtime goes to the MDT then).
+	written bool
+}
+
+type dentKey struct {
+	parent fid.FID
+	name   string
+}
+
+type cache struct {
+	mu     sync.Mutex
+	inodes map[fid.FID]*inode
+	dents  map[dentKey]fid.FID
+	byLock map[*ldlm.ClientLock]fid.FID
+}
+
+func (c *cache) init() {
+	c.inodes = make(map[fid.FID]*inode)
+	c.dents = make(map[dentKey]fid.FID)
+	c.byLock = make(map[*ldlm.ClientLock]fid.FID)
+}
+
+// getLocked returns f's inode, making an empty one.
+func (c *cache) getLocked(f fid.FID) *inode {
+	ino := c.inodes[f]
+	if ino == nil {
+		ino = &inode{fid: f}
+		c.inodes[f] = ino
+	}
+	return ino
+}
+
+// attr returns f's cached attributes and layout, if valid.
+func (c *cache) attr(f fid.FID) (mdc.Attr, *layout.Layout, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ino := c.inodes[f]; ino != nil && ino.valid {
+		return ino.attr, ino.lay, true
+	}
+	return mdc.Attr{}, nil, false
+}
+
+// lookup returns the FID name in parent leads to, if cached.
+func (c *cache) lookup(parent fid.FID, name string) (fid.FID, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.dents[dentKey{parent, name}]
+	return f, ok
+}
+
+// store records what an intent returned: attributes (and layout) valid
+// under l, and, when name is not empty, the entry name in parent. l may be
+// nil (nothing is cached then, only the attributes of an open inode
+// refreshed).
+func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent fid.FID, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l == nil {
+		if ino := c.inodes[a.FID]; ino != nil {
+			ino.attr = a
+			if lay != nil {
+				ino.lay = lay
+			}
+		}
+		return
+	}
+	ino := c.getLocked(a.FID)
+	if ino.lock != nil && ino.lock != l {
+		delete(c.byLock, ino.lock)
+	}
+	ino.attr, ino.valid, ino.lock = a, true, l
+	if lay != nil || a.Mode&0o170000 != 0o100000 {
+		ino.lay = lay
+	}
+	c.byLock[l] = a.FID
+	if name != "" {
+		k := dentKey{parent, name}
+		c.dents[k] = a.FID
+		if ino.names == nil {
+			ino.names = make(map[dentKey]struct{})
+		}
+		ino.names[k] = struct{}{}
+	}
+}
+
+// forgetEntry drops a cached name (the client itself changed it).
+func (c *cache) forgetEntry(parent fid.FID, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := dentKey{parent, name}
+	if f, ok := c.dents[k]; ok {
+		delete(c.dents, k)
+		if ino := c.inodes[f]; ino != nil {
+			delete(ino.names, k)
+		}
+	}
+}
+
+// invalidate drops f's cached attributes (the client itself changed them).
+func (c *cache) invalidate(f fid.FID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ino := c.inodes[f]; ino != nil {
+		ino.valid = false
+	}
+}
+
+// lockGone is every MDC lock's blocking hook: what was cached under l
+// goes, and the Notifier hears of it.
+func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
+	c.mu.Lock()
+	f, ok := c.byLock[l]
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.byLock, l)
+	ino := c.inodes[f]
+	var names []dentKey
+	var data *lov.File
+	if ino != nil && ino.lock == l {
+		ino.valid, ino.lock = false, nil
+		for k := range ino.names {
+			names = append(names, k)
+			delete(c.dents, k)
+		}
+		ino.names = nil
+		if ino.opens == 0 {
+			data = ino.data
+			delete(c.inodes, f)
+		}
+	}
+	c.mu.Unlock()
+	if data != nil {
+		data.Close()
+	}
+	if n := fs.cfg.Notify; n != nil {
+		n.InvalidateAttr(f)
+		for _, k := range names {
+			n.InvalidateEntry(k.parent, k.name)
+		}
+	}
+}
+
+// dropAll forgets everything (eviction by the MDT, unmount).
+func (c *cache) dropAll(fs *FS) {
+	c.mu.Lock()
+	var files []*lov.File
+	var stale []fid.FID
+	for f, ino := range c.inodes {
+		ino.valid, ino.lock, ino.names = false, nil, nil
+		stale = append(stale, f)
+		if ino.opens == 0 {
+			if ino.data != nil {
+				files = append(files, ino.data)
+			}
+			delete(c.inodes, f)
+		}
+	}
+	clear(c.dents)
+	clear(c.byLock)
+	c.mu.Unlock()
+	for _, d := range files {
+		d.Close()
+	}
+	if n := fs.cfg.Notify; n != nil && fs.ctx.Err() == nil {
+		for _, f := range stale {
+			n.InvalidateAttr(f)
+		}
+	}
+}
+
+// hooks are the hooks of every MDC lock the client takes.
+func (fs *FS) hooks() ldlm.Hooks {
+	return ldlm.Hooks{Blocking: func(_ context.Context, l *ldlm.ClientLock, _ bool) { fs.cache.lockGone(fs, l) }}
+}

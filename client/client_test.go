@@ -1,0 +1,118 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+func TestMain(m *testing.M) { clustertest.Main(m) }
+
+// TestLibraryEndToEnd: a client mounted from the MGS creates a file
+// striped over every OST, writes it at random offsets, reads it back byte
+// for byte, and a second client sees the same bytes and size; namespace
+// operations and their errors.
+func TestLibraryEndToEnd(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 4})
+	fs := c.Mount(0)
+	if got := fs.OSTs(); len(got) != 4 {
+		t.Fatalf("OSTs %v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cred := client.Root()
+	root := fs.Root()
+	dir, err := fs.Mkdir(ctx, cred, root, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay := layout.Plain(layout.RAID0{StripeCount: 4, StripeSize: 64 << 10, StripeOffset: -1})
+	f, a, err := fs.Create(ctx, cred, dir.FID, "f", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Created() || a.Size != 0 || f.Layout() == nil || f.Layout().Components[0].StripeCount != 4 {
+		t.Fatalf("create: %+v layout %v", a, f.Layout())
+	}
+	const size = 3<<20 + 12345
+	want := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		off := rng.IntN(size - 1)
+		n := min(rng.IntN(200<<10)+1, size-off)
+		buf := make([]byte, n)
+		for i := range buf {
+			buf[i] = byte(rng.Uint32())
+		}
+		if _, _, err := f.WriteAt(ctx, buf, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		copy(want[off:], buf)
+	}
+	if _, _, err := f.WriteAt(ctx, want[size-1:], size-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	fs2 := c.Mount(1)
+	a2, err := fs2.Lookup(ctx, cred, dir.FID, "f")
+	if err != nil || a2.Size != size || a2.Mode != syscall.S_IFREG|0o644 {
+		t.Fatalf("lookup from client 2: %+v %v", a2, err)
+	}
+	g, _, err := fs2.Open(ctx, cred, a2.FID, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size+100)
+	n, err := g.ReadAt(ctx, got, 0)
+	if n != size || !errors.Is(err, io.EOF) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read %d %v, equal %v", n, err, bytes.Equal(got[:n], want))
+	}
+	// Client 1 truncates; client 2 sees it at once.
+	if _, err := fs.Setattr(ctx, cred, a2.FID, client.SetAttr{Valid: 1 << 3, Size: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if sz, err := g.Size(ctx); err != nil || sz != 1000 {
+		t.Fatalf("size after truncate: %d %v", sz, err)
+	}
+	g.Close(ctx)
+
+	// Errors.
+	if _, err := fs.Lookup(ctx, cred, dir.FID, "nope"); client.Errno(err) != syscall.ENOENT {
+		t.Fatalf("lookup of a missing name: %v", err)
+	}
+	if _, err := fs.Mkdir(ctx, cred, dir.FID, "f", 0o755); client.Errno(err) != syscall.EEXIST {
+		t.Fatalf("mkdir over a file: %v", err)
+	}
+	if _, err := fs.Lookup(ctx, cred, dir.FID, string(bytes.Repeat([]byte("x"), 256))); client.Errno(err) != syscall.ENAMETOOLONG {
+		t.Fatalf("long name: %v", err)
+	}
+	if err := fs.Rmdir(ctx, cred, root, "d"); client.Errno(err) != syscall.ENOTEMPTY {
+		t.Fatalf("rmdir of a full directory: %v", err)
+	}
+	ents, _, err := fs.ReadDir(ctx, cred, dir.FID, 0, 0)
+	if err != nil || len(ents) != 3 || ents[2].Name != "f" {
+		t.Fatalf("readdir %+v %v", ents, err)
+	}
+	if err := fs.Unlink(ctx, cred, dir.FID, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs2.Lookup(ctx, cred, dir.FID, "f"); client.Errno(err) != syscall.ENOENT {
+		t.Fatalf("client 2 still sees the unlinked file: %v", err)
+	}
+	st, err := fs.Statfs(ctx)
+	if err != nil || st.Blocks == 0 || st.Files == 0 {
+		t.Fatalf("statfs %+v %v", st, err)
+	}
+}

@@ -1,0 +1,552 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/nacrefs/nacre/client/lov"
+	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+// Types of the MDC the library's callers use.
+type (
+	Cred     = mdc.Cred
+	Attr     = mdc.Attr
+	SetAttr  = mdc.SetAttr
+	DirEntry = mdc.DirEntry
+)
+
+// Root is uid 0 with every capability.
+func Root() Cred { return mdc.Root() }
+
+// Statfs is the file system's space (the OSTs') and inodes (the MDT's).
+type Statfs struct {
+	Blocks, Bfree, Bavail uint64 // in Bsize units
+	Files, Ffree          uint64
+	Bsize, Namelen        uint32
+}
+
+const (
+	sIFMT  = 0o170000
+	sIFREG = 0o100000
+	sIFDIR = 0o040000
+)
+
+// MaxName is the longest name (bytes).
+const MaxName = 255
+
+func checkName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("name %q: %w", name, syscall.EINVAL)
+	case len(name) > MaxName:
+		return fmt.Errorf("name of %d bytes: %w", len(name), syscall.ENAMETOOLONG)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' || name[i] == 0 {
+			return fmt.Errorf("name %q: %w", name, syscall.EINVAL)
+		}
+	}
+	return nil
+}
+
+// op bounds one operation by the mount's timeout.
+func (fs *FS) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, fs.cfg.Timeout)
+}
+
+func (fs *FS) writable() error {
+	if fs.cfg.ReadOnly {
+		return fmt.Errorf("read-only mount: %w", syscall.EROFS)
+	}
+	return nil
+}
+
+// Lookup returns the attributes of name in parent: from the cache when the
+// entry and the file are cached under locks, else by one LDLM_ENQUEUE with
+// a getattr intent (which grants the lock that caches them).
+func (fs *FS) Lookup(ctx context.Context, cred Cred, parent FID, name string) (Attr, error) {
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	if f, ok := fs.cache.lookup(parent, name); ok && fs.mayExec(cred, parent) {
+		if a, lay, ok := fs.cache.attr(f); ok {
+			return fs.withSize(ctx, a, lay)
+		}
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItGetattr, Parent: parent, Name: name}, fs.hooks())
+	if err != nil {
+		if rep != nil && rep.Lock != nil {
+			rep.Lock.Release()
+		}
+		return Attr{}, err
+	}
+	fs.cache.store(rep.Attr, rep.Layout, rep.Lock, parent, name)
+	if rep.Lock != nil {
+		rep.Lock.Release()
+	}
+	return fs.withSize(ctx, rep.Attr, rep.Layout)
+}
+
+// mayExec says whether cred may search dir by the permission bits of its
+// cached attributes (a cached entry skips the MDT's check).
+func (fs *FS) mayExec(cred Cred, dir FID) bool {
+	if cred.Cap&mdc.CapDacOverride != 0 {
+		return true
+	}
+	a, _, ok := fs.cache.attr(dir)
+	if !ok {
+		return false
+	}
+	switch {
+	case a.UID == cred.UID:
+		return a.Mode&0o100 != 0
+	case a.GID == cred.GID || contains(cred.Groups, a.GID):
+		return a.Mode&0o010 != 0
+	}
+	return a.Mode&0o001 != 0
+}
+
+func contains(s []uint32, v uint32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Getattr returns f's attributes: cached under its lock, or from the MDT
+// by a getattr intent; a regular file's size and blocks come from its
+// objects (what the client's locks say, or a glimpse of each).
+func (fs *FS) Getattr(ctx context.Context, cred Cred, f FID) (Attr, error) {
+	if a, lay, ok := fs.cache.attr(f); ok {
+		return fs.withSize(ctx, a, lay)
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItGetattr, FID: f}, fs.hooks())
+	if err != nil {
+		return Attr{}, err
+	}
+	fs.cache.store(rep.Attr, rep.Layout, rep.Lock, fid.FID{}, "")
+	if rep.Lock != nil {
+		rep.Lock.Release()
+	}
+	return fs.withSize(ctx, rep.Attr, rep.Layout)
+}
+
+// withSize fills in a regular file's size from its objects.
+func (fs *FS) withSize(ctx context.Context, a Attr, lay *layout.Layout) (Attr, error) {
+	if a.Mode&sIFMT != sIFREG || lay == nil {
+		return a, nil
+	}
+	d, done, err := fs.dataOf(a.FID, lay)
+	if err != nil {
+		return a, err
+	}
+	defer done()
+	size, err := d.Size(ctx)
+	if err != nil {
+		return a, fmt.Errorf("size of %v: %w", a.FID, err)
+	}
+	a.Size = uint64(size)
+	a.Blocks = (a.Size + 511) / 512
+	return a, nil
+}
+
+func sameLayout(a, b *layout.Layout) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil {
+		return false
+	}
+	x, err1 := a.Marshal()
+	y, err2 := b.Marshal()
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// dataOf returns the objects of f with layout lay, opened on first use
+// (and again when the layout changed) and kept with f's inode; call done
+// after use (it closes them when no inode keeps them).
+func (fs *FS) dataOf(f FID, lay *layout.Layout) (_ *lov.File, done func(), _ error) {
+	fs.cache.mu.Lock()
+	if ino := fs.cache.inodes[f]; ino != nil && ino.data != nil && sameLayout(ino.dlay, lay) {
+		d := ino.data
+		fs.cache.mu.Unlock()
+		return d, func() {}, nil
+	}
+	fs.cache.mu.Unlock()
+	d, err := lov.Open(*lay, fs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("objects of %v: %w", f, err)
+	}
+	if n := fs.cfg.Notify; n != nil {
+		d.OnDrop(func() { n.InvalidateData(f, 0, 0) })
+	}
+	fs.cache.mu.Lock()
+	ino := fs.cache.inodes[f]
+	if ino == nil {
+		// Nothing keeps the inode: do not keep its objects either.
+		fs.cache.mu.Unlock()
+		return d, d.Close, nil
+	}
+	if ino.data != nil && sameLayout(ino.dlay, lay) {
+		cur := ino.data
+		fs.cache.mu.Unlock()
+		d.Close()
+		return cur, func() {}, nil
+	}
+	old := ino.data
+	ino.data, ino.dlay = d, lay
+	fs.cache.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return d, func() {}, nil
+}
+
+// Setattr changes f's attributes: mode, owner, times, and size (the MDT
+// checks and records the change, then the objects are cut or extended).
+func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, error) {
+	if err := fs.writable(); err != nil {
+		return Attr{}, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	var lay *layout.Layout
+	if sa.Valid&mdc.AttrSize != 0 {
+		a, l, err := fs.mdc.GetattrLayout(ctx, cred, f)
+		if err != nil {
+			return Attr{}, err
+		}
+		switch a.Mode & sIFMT {
+		case sIFREG:
+		case sIFDIR:
+			return Attr{}, fmt.Errorf("truncate %v: %w", f, syscall.EISDIR)
+		default:
+			return Attr{}, fmt.Errorf("truncate %v: %w", f, syscall.EINVAL)
+		}
+		lay = l
+		if sa.Valid&(mdc.AttrMtime|mdc.AttrMtimeNow) == 0 {
+			sa.Valid |= mdc.AttrMtimeNow
+		}
+	}
+	if sa.Valid&mdc.AttrCtime == 0 {
+		sa.Valid |= mdc.AttrCtime
+		sa.Ctime = time.Now().UnixNano()
+	}
+	a, err := fs.mdc.Setattr(ctx, cred, f, sa)
+	fs.cache.invalidate(f)
+	if err != nil {
+		return Attr{}, err
+	}
+	if lay != nil {
+		d, done, err := fs.dataOf(f, lay)
+		if err != nil {
+			return Attr{}, err
+		}
+		err = d.Truncate(ctx, int64(sa.Size))
+		done()
+		if err != nil {
+			return Attr{}, fmt.Errorf("truncate %v to %d: %w", f, sa.Size, err)
+		}
+	}
+	if a.Mode&sIFMT == sIFREG && lay == nil {
+		if lay, err = fs.Layout(ctx, cred, f); err != nil {
+			return Attr{}, err
+		}
+	}
+	return fs.withSize(ctx, a, lay)
+}
+
+// Mkdir makes directory name in parent.
+func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mode uint32) (Attr, error) {
+	if err := fs.precheck(parent, name); err != nil {
+		return Attr{}, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Mkdir(ctx, cred, parent, name, mode)
+}
+
+// Mknod makes a device, FIFO or socket (mode carries the type).
+func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mode uint32, rdev uint64) (Attr, error) {
+	if err := fs.precheck(parent, name); err != nil {
+		return Attr{}, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	if mode&sIFMT == sIFREG || mode&sIFMT == 0 {
+		a, _, err := fs.mdc.Create(ctx, cred, parent, name, mode&0o7777, nil)
+		return a, err
+	}
+	return fs.mdc.Mknod(ctx, cred, parent, name, mode, rdev)
+}
+
+// Symlink makes a symbolic link name in parent pointing at target.
+func (fs *FS) Symlink(ctx context.Context, cred Cred, parent FID, name, target string) (Attr, error) {
+	if err := fs.precheck(parent, name); err != nil {
+		return Attr{}, err
+	}
+	if len(target) == 0 || len(target) > 4095 {
+		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), syscall.ENAMETOOLONG)
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Symlink(ctx, cred, parent, name, target)
+}
+
+// Readlink returns a symbolic link's target.
+func (fs *FS) Readlink(ctx context.Context, cred Cred, f FID) (string, error) {
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Readlink(ctx, cred, f)
+}
+
+func (fs *FS) precheck(parent FID, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	fs.cache.forgetEntry(parent, name)
+	return nil
+}
+
+// Unlink removes name (not a directory) from parent. The file's data
+// stays readable through handles still open until the last closes.
+func (fs *FS) Unlink(ctx context.Context, cred Cred, parent FID, name string) error {
+	if err := fs.precheck(parent, name); err != nil {
+		return err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Unlink(ctx, cred, parent, name)
+}
+
+// Rmdir removes the empty directory name from parent.
+func (fs *FS) Rmdir(ctx context.Context, cred Cred, parent FID, name string) error {
+	if err := fs.precheck(parent, name); err != nil {
+		return err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Rmdir(ctx, cred, parent, name)
+}
+
+// Rename moves sname in sp to tname in tp (flags: RenameNoReplace,
+// RenameExchange).
+func (fs *FS) Rename(ctx context.Context, cred Cred, sp FID, sname string, tp FID, tname string, flags uint32) error {
+	if err := fs.precheck(sp, sname); err != nil {
+		return err
+	}
+	if err := fs.precheck(tp, tname); err != nil {
+		return err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Rename(ctx, cred, sp, sname, tp, tname, flags)
+}
+
+// Rename flags (renameat2's).
+const (
+	RenameNoReplace = mdc.RenameNoReplace
+	RenameExchange  = mdc.RenameExchange
+)
+
+// Link makes name in parent another link to f.
+func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (Attr, error) {
+	if err := fs.precheck(parent, name); err != nil {
+		return Attr{}, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	a, err := fs.mdc.Link(ctx, cred, f, parent, name)
+	fs.cache.invalidate(f)
+	return a, err
+}
+
+// ReadDir returns up to max entries of dir from cookie (0: the start,
+// with "." and ".."), and the cookie to go on from (DirEnd after the
+// last).
+func (fs *FS) ReadDir(ctx context.Context, cred Cred, dir FID, cookie uint64, max int) ([]DirEntry, uint64, error) {
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.ReadPage(ctx, cred, dir, cookie, max)
+}
+
+// DirEnd is the cookie after a directory's last entry.
+const DirEnd = mdc.DirEnd
+
+// Xattr flags (setxattr's).
+const (
+	XattrCreate  = mdc.XattrCreate
+	XattrReplace = mdc.XattrReplace
+)
+
+func (fs *FS) xattrAllowed(name string) error {
+	if !fs.cfg.UserXattr && len(name) >= 5 && name[:5] == "user." {
+		return fmt.Errorf("xattr %q without user_xattr: %w", name, syscall.EOPNOTSUPP)
+	}
+	return nil
+}
+
+// Getxattr returns the value of f's extended attribute name.
+func (fs *FS) Getxattr(ctx context.Context, cred Cred, f FID, name string) ([]byte, error) {
+	if err := fs.xattrAllowed(name); err != nil {
+		return nil, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.Getxattr(ctx, cred, f, name)
+}
+
+// Setxattr sets f's extended attribute name (flags: XattrCreate,
+// XattrReplace).
+func (fs *FS) Setxattr(ctx context.Context, cred Cred, f FID, name string, value []byte, flags int) error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	if err := fs.xattrAllowed(name); err != nil {
+		return err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	err := fs.mdc.Setxattr(ctx, cred, f, name, value, flags)
+	fs.cache.invalidate(f)
+	return err
+}
+
+// Listxattr returns the names of f's extended attributes.
+func (fs *FS) Listxattr(ctx context.Context, cred Cred, f FID) ([]string, error) {
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	names, err := fs.mdc.Listxattr(ctx, cred, f)
+	if err != nil || fs.cfg.UserXattr {
+		return names, err
+	}
+	out := names[:0]
+	for _, n := range names {
+		if len(n) < 5 || n[:5] != "user." {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Removexattr removes f's extended attribute name.
+func (fs *FS) Removexattr(ctx context.Context, cred Cred, f FID, name string) error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	if err := fs.xattrAllowed(name); err != nil {
+		return err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	err := fs.mdc.Removexattr(ctx, cred, f, name)
+	fs.cache.invalidate(f)
+	return err
+}
+
+// Statfs returns the file system's space, summed over the OSTs (those that
+// answer within the timeout with lazystatfs), and the MDT's inode counts.
+func (fs *FS) Statfs(ctx context.Context) (Statfs, error) {
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	m, err := fs.mdc.Statfs(ctx)
+	if err != nil {
+		return Statfs{}, err
+	}
+	out := Statfs{Files: m.Files, Ffree: m.Ffree, Bsize: 4096, Namelen: MaxName}
+	idx := fs.OSTs()
+	type res struct {
+		blocks, bfree, bavail uint64
+		err                   error
+	}
+	results := make([]res, len(idx))
+	done := make(chan struct{}, len(idx))
+	for i, k := range idx {
+		o, err := fs.OSC(k)
+		if err != nil {
+			results[i].err = err
+			done <- struct{}{}
+			continue
+		}
+		go func() {
+			sctx := ctx
+			if fs.cfg.LazyStatfs {
+				var c context.CancelFunc
+				sctx, c = context.WithTimeout(ctx, 5*time.Second)
+				defer c()
+			}
+			sr, err := o.Statfs(sctx)
+			if err == nil {
+				bs := uint64(max(sr.Bsize, 1))
+				results[i] = res{blocks: sr.Blocks * bs / 4096, bfree: sr.Bfree * bs / 4096, bavail: sr.Bavail * bs / 4096}
+			} else {
+				results[i].err = err
+			}
+			done <- struct{}{}
+		}()
+	}
+	for range idx {
+		<-done
+	}
+	var errs []error
+	for _, r := range results {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		out.Blocks += r.blocks
+		out.Bfree += r.bfree
+		out.Bavail += r.bavail
+	}
+	if len(errs) > 0 && !fs.cfg.LazyStatfs {
+		return Statfs{}, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// FID2Path returns every path of f from the root.
+func (fs *FS) FID2Path(ctx context.Context, cred Cred, f FID) ([]string, error) {
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.mdc.FID2Path(ctx, cred, f)
+}
+
+// SetLayout gives a file made without objects its layout.
+func (fs *FS) SetLayout(ctx context.Context, cred Cred, f FID, l layout.Layout) (*layout.Layout, error) {
+	if err := fs.writable(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	out, err := fs.mdc.SetLayout(ctx, cred, f, l)
+	fs.cache.invalidate(f)
+	return out, err
+}
+
+// Layout returns f's layout (nil for a file without objects, or not a
+// regular file).
+func (fs *FS) Layout(ctx context.Context, cred Cred, f FID) (*layout.Layout, error) {
+	if _, lay, ok := fs.cache.attr(f); ok {
+		return lay, nil
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	_, lay, err := fs.mdc.GetattrLayout(ctx, cred, f)
+	return lay, err
+}

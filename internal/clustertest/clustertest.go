@@ -1,0 +1,309 @@
+// Package clustertest runs a whole Nacre file system for the tests of the
+// layers that use one (the client library, the FUSE mount, tools): an
+// embedded etcd, the MGS, and `nacre server` with MDT0 and the OSTs on
+// real socklnd over loopback — in the test's process, or with the OSS in a
+// child process (the test binary run again) that a test can kill -9 and
+// start again.
+//
+// A test binary that uses child servers calls Main from its TestMain.
+package clustertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
+	"github.com/nacrefs/nacre/server"
+
+	_ "github.com/nacrefs/nacre/lnd/lolnd"
+	_ "github.com/nacrefs/nacre/lnd/socklnd"
+)
+
+// Addresses: the MDS (and the OSS when it runs in the test's process) and
+// the OSS when it runs in a child.
+const (
+	MDSAddr      = "127.0.0.1"
+	ChildOSSAddr = "127.0.0.2"
+)
+
+// ClientAddr is the address of client i.
+func ClientAddr(i int) string { return fmt.Sprintf("127.0.2.%d", 10+i) }
+
+// Quiet drops logs.
+var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// Options configure a Cluster.
+type Options struct {
+	// OSTs is the number of OSTs; 0 means 4.
+	OSTs int
+	// ChildOSS runs the OSS in a child process (Main must be wired).
+	ChildOSS bool
+	// Clients is how many client addresses must be free; 0 means 4.
+	Clients int
+	// Logger gets the in-process servers' logs; nil means Quiet.
+	Logger *slog.Logger
+}
+
+// Cluster is a running file system.
+type Cluster struct {
+	t      testing.TB
+	FSName string
+	// MGS is the MGS's gRPC address; Port the socklnd port of every node.
+	MGS  string
+	Port int
+	mgs  *server.MGS
+	mds  *server.Storage
+	oss  *server.Storage
+	// OSTDirs are the OSTs' target directories.
+	OSTDirs []string
+	child   *exec.Cmd
+	lg      *slog.Logger
+}
+
+// Start starts a file system "nacre" and stops it when the test ends.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.OSTs == 0 {
+		opts.OSTs = 4
+	}
+	if opts.Clients == 0 {
+		opts.Clients = 4
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = Quiet
+	}
+	c := &Cluster{t: t, FSName: "nacre", lg: lg}
+	ec := etcdtest.Start(t, 1)
+	mcfg := server.DefaultMGSConfig()
+	mcfg.GRPCAddr, mcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	mcfg.EtcdEndpoints = ec.Endpoints()
+	mcfg.EtcdPrefix = "/clustertest/"
+	mcfg.Auth.Disabled = true
+	mcfg.Logger = lg
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	if c.mgs, err = server.StartMGS(ctx, mcfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.MGS = c.mgs.GRPCAddr()
+	if _, err := c.mgs.Store().CreateFilesystem(ctx, c.FSName); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{MDSAddr, ChildOSSAddr}
+	for i := range opts.Clients {
+		addrs = append(addrs, ClientAddr(i))
+	}
+	c.Port = lnettest.FreePort(t, addrs...)
+	root := t.TempDir()
+	for i := range opts.OSTs {
+		dir := filepath.Join(root, "ost"+strconv.Itoa(i))
+		if _, err := server.FormatOST(ctx, dir, server.TargetIdentity{FSName: c.FSName, Index: uint32(i), MGSNodes: []string{c.MGS}}); err != nil {
+			t.Fatal(err)
+		}
+		c.OSTDirs = append(c.OSTDirs, dir)
+	}
+	mdtDir := filepath.Join(root, "mdt0")
+	if _, err := server.FormatMDT(ctx, mdtDir, server.TargetIdentity{FSName: c.FSName, MGSNodes: []string{c.MGS}}); err != nil {
+		t.Fatal(err)
+	}
+	if opts.ChildOSS {
+		if err := c.StartOSS(); err != nil {
+			t.Fatal(err)
+		}
+		if c.mds, err = server.StartServer(ctx, c.serverConfig(MDSAddr, []string{mdtDir})); err != nil {
+			t.Fatal(err)
+		}
+	} else if c.mds, err = server.StartServer(ctx, c.serverConfig(MDSAddr, append([]string{mdtDir}, c.OSTDirs...))); err != nil {
+		t.Fatal(err)
+	}
+	c.waitOSTs(ctx, opts.OSTs)
+	return c
+}
+
+func (c *Cluster) serverConfig(addr string, dirs []string) server.ServerConfig {
+	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 500 * time.Millisecond,
+		EvictTimeout: 20 * time.Second}
+}
+
+func lnetConfig(addr string, port int) lnet.Config {
+	cfg := lnettest.Config(addr, port)
+	cfg.TransactionTimeout = 30 * time.Second
+	return cfg
+}
+
+// waitOSTs waits until the MDT has objects precreated on every OST (a
+// create then never waits).
+func (c *Cluster) waitOSTs(ctx context.Context, n int) {
+	for ctx.Err() == nil {
+		ms := c.mds.MDS.MDTs()
+		if len(ms) == 1 && ms[0].ReadyOSTs() >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("clustertest: the MDT never had %d OSTs ready", n)
+}
+
+// Source is the mount source, MGSNID:PORT:/FSNAME.
+func (c *Cluster) Source() string {
+	_, port, _ := net.SplitHostPort(c.MGS)
+	return "127.0.0.1@tcp:" + port + ":/" + c.FSName
+}
+
+// ClientConfig returns a Config mounting the file system as client i.
+func (c *Cluster) ClientConfig(i int) client.Config {
+	cfg := client.DefaultConfig()
+	if err := cfg.ParseSource(c.Source()); err != nil {
+		c.t.Fatal(err)
+	}
+	cfg.NID = ClientAddr(i) + "@tcp"
+	cfg.Port = c.Port
+	cfg.Logger = Quiet
+	cfg.Data.Logger = Quiet
+	cfg.Timeout = time.Minute
+	return cfg
+}
+
+// Mount mounts the file system as client i and unmounts it when the test
+// ends.
+func (c *Cluster) Mount(i int) *client.FS {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fs, err := client.Mount(ctx, c.ClientConfig(i))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		fs.Close(ctx)
+	})
+	return fs
+}
+
+// childEnv carries a child OSS's directories and LNet address and port.
+const childEnv = "NACRE_CLUSTERTEST_OSS"
+
+type childSpec struct {
+	Dirs []string
+	Addr string
+	Port int
+}
+
+// Main runs a child server when the test binary was started as one, and
+// the tests otherwise.
+func Main(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(spec string) int {
+	var s childSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest child:", err)
+		return 2
+	}
+	ctx := context.Background()
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := server.StartServer(ctx, server.ServerConfig{Dirs: s.Dirs, LNet: lnetConfig(s.Addr, s.Port), Logger: lg})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest child:", err)
+		return 1
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st.Close(cctx)
+	return 0
+}
+
+// StartOSS starts the child OSS serving every OST (again, after KillOSS).
+func (c *Cluster) StartOSS() error {
+	spec, _ := json.Marshal(childSpec{Dirs: c.OSTDirs, Addr: ChildOSSAddr, Port: c.Port})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	buf := make([]byte, 6)
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadFull(out, buf); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil || string(buf) != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return fmt.Errorf("clustertest: child OSS did not start: %q %v", buf, err)
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("clustertest: child OSS did not start within a minute")
+	}
+	c.child = cmd
+	return nil
+}
+
+// KillOSS kills the child OSS with SIGKILL.
+func (c *Cluster) KillOSS() {
+	if c.child != nil {
+		c.child.Process.Kill()
+		c.child.Wait()
+		c.child = nil
+	}
+}
+
+// Close stops everything (also run when the test ends).
+func (c *Cluster) Close() {
+	if c.child != nil {
+		c.child.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { c.child.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			c.child.Process.Kill()
+			<-done
+		}
+		c.child = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c.mds != nil {
+		c.mds.Close(ctx)
+		c.mds = nil
+	}
+	if c.mgs != nil {
+		c.mgs.Close(ctx)
+		c.mgs = nil
+	}
+}
