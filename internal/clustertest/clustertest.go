@@ -39,6 +39,8 @@ import (
 const (
 	MDSAddr      = "127.0.0.1"
 	ChildOSSAddr = "127.0.0.2"
+	// ExtraOSSAddr serves the OSTs AddOST adds.
+	ExtraOSSAddr = "127.0.0.3"
 )
 
 // ClientAddr is the address of client i.
@@ -68,6 +70,8 @@ type Cluster struct {
 	Port int
 	mgs  *server.MGS
 	mds  *server.Storage
+	root  string
+	extra *server.Storage
 	oss  *server.Storage
 	// OSTDirs are the OSTs' target directories.
 	OSTDirs []string
@@ -107,12 +111,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if _, err := c.mgs.Store().CreateFilesystem(ctx, c.FSName); err != nil {
 		t.Fatal(err)
 	}
-	addrs := []string{MDSAddr, ChildOSSAddr}
+	addrs := []string{MDSAddr, ChildOSSAddr, ExtraOSSAddr}
 	for i := range opts.Clients {
 		addrs = append(addrs, ClientAddr(i))
 	}
 	c.Port = lnettest.FreePort(t, addrs...)
 	root := t.TempDir()
+	c.root = root
 	for i := range opts.OSTs {
 		dir := filepath.Join(root, "ost"+strconv.Itoa(i))
 		if _, err := server.FormatOST(ctx, dir, server.TargetIdentity{FSName: c.FSName, Index: uint32(i), MGSNodes: []string{c.MGS}}); err != nil {
@@ -160,6 +165,30 @@ func (c *Cluster) waitOSTs(ctx context.Context, n int) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.t.Fatalf("clustertest: the MDT never had %d OSTs ready", n)
+}
+
+// AddOST formats one more OST and serves it from another process-local
+// server (at ExtraOSSAddr; once per cluster), registered with the MGS as
+// any new OST is; it returns the OST's index.
+func (c *Cluster) AddOST() uint32 {
+	c.t.Helper()
+	if c.extra != nil {
+		c.t.Fatal("clustertest: AddOST twice")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	idx := uint32(len(c.OSTDirs))
+	dir := filepath.Join(c.root, "ost"+strconv.Itoa(int(idx)))
+	if _, err := server.FormatOST(ctx, dir, server.TargetIdentity{FSName: c.FSName, Index: idx, MGSNodes: []string{c.MGS}}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.OSTDirs = append(c.OSTDirs, dir)
+	var err error
+	if c.extra, err = server.StartServer(ctx, c.serverConfig(ExtraOSSAddr, []string{dir})); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitOSTs(ctx, len(c.OSTDirs))
+	return idx
 }
 
 // Source is the mount source, MGSNID:PORT:/FSNAME.
@@ -301,6 +330,10 @@ func (c *Cluster) Close() {
 	if c.mds != nil {
 		c.mds.Close(ctx)
 		c.mds = nil
+	}
+	if c.extra != nil {
+		c.extra.Close(ctx)
+		c.extra = nil
 	}
 	if c.mgs != nil {
 		c.mgs.Close(ctx)
