@@ -261,7 +261,10 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	if er.Flags&^wireFlags != 0 {
 		return s.bad(r, fmt.Errorf("%w: enqueue flags %#x", ErrInvalid, er.Flags))
 	}
-	req := Request{Resource: res, Mode: mode, Owner: owner, Policy: policyFromWire(er.Policy), Flags: Flags(er.Flags & (wireBlockNoWait | wireNoExpansion))}
+	req := Request{Resource: res, Mode: mode, Owner: owner, Policy: policyFromWire(er.Policy), Flags: Flags(er.Flags & (wireBlockNoWait | wireNoExpansion | wireReplay))}
+	if req.Flags&Replay != 0 && !exp.Target().Recovering() {
+		return s.bad(r, fmt.Errorf("%w: lock replay outside recovery", ErrInvalid))
+	}
 	if er.Flags&wireGlimpse != 0 {
 		lvb, err := s.Glimpse(ctx, res)
 		if err != nil {

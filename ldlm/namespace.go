@@ -251,6 +251,15 @@ func (ns *Namespace) Enqueue(req Request) (Result, error) {
 		return ns.enqueueFlock(r, l, req.Flags)
 	}
 
+	if req.Flags&Replay != 0 {
+		var out Result
+		l.noExpand = true
+		r, out.NewResource = ns.resource(req.Resource)
+		ns.register(r, l)
+		ns.grant(r, l)
+		out.Lock = l.snapshot()
+		return out, nil
+	}
 	grant, cs := true, []*lock(nil)
 	if r != nil {
 		grant, cs = r.enqueueCheck(l)

@@ -150,8 +150,12 @@ const (
 	// NoExpansion (LDLM_FL_NO_EXPANSION): grant an EXTENT lock exactly as
 	// requested, without growing it. For lock-ahead and server-local locks.
 	NoExpansion
+	// Replay (LDLM_FL_REPLAY): a lock a client held before the server
+	// restarted, re-established during recovery: granted as it was, with
+	// no conflict check (the locks replayed were compatible when granted).
+	Replay
 
-	allFlags = BlockNoWait | NoExpansion
+	allFlags = BlockNoWait | NoExpansion | Replay
 )
 
 // Request asks for a lock.

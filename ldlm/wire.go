@@ -11,6 +11,7 @@ import (
 const (
 	wireBlockNoWait = uint32(BlockNoWait)
 	wireNoExpansion = uint32(NoExpansion)
+	wireReplay      = uint32(Replay)
 	// wireGlimpse asks for the resource's LVB, learnt from the holders of
 	// write locks, instead of a lock (Lustre's glimpse enqueue).
 	wireGlimpse uint32 = 1 << 8
@@ -18,7 +19,7 @@ const (
 	// taking it (F_GETLK, Lustre's LDLM_FL_TEST_LOCK): the reply names the
 	// conflicting lock (mode, range, owner, pid), or mode NL for none.
 	wireTestLock uint32 = 1 << 9
-	wireFlags           = wireBlockNoWait | wireNoExpansion | wireGlimpse | wireTestLock
+	wireFlags           = wireBlockNoWait | wireNoExpansion | wireReplay | wireGlimpse | wireTestLock
 )
 
 // resourceToWire and resourceFromWire convert resource names.

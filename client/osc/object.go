@@ -319,6 +319,12 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 		lost = o.errorf("lock %v %v: evicted: dirty data lost", info.mode, info.ext)
 	} else if err := o.flushPages(ctx, first, last); err != nil {
 		lost = o.errorf("flush for lock %v %v: %w", info.mode, info.ext, err)
+	} else if o.hasUnstable(first, last) {
+		// The pages go with the lock: the OST must not lose them now.
+		if err := o.c.syncOST(ctx, o.fid); err != nil {
+			lost = o.errorf("commit for lock %v %v: %w", info.mode, info.ext, err)
+		}
+		o.c.releaseCommitted()
 	}
 	o.dropPages(ctx, first, last, lost)
 	if fn := o.onDrop.Load(); fn != nil {
@@ -504,6 +510,9 @@ func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
 		p.charged = false
 		if err == nil {
 			p.dirty = span{}
+			if !r.stable {
+				p.unstable = r.transno
+			}
 			lru = append(lru, p)
 			continue
 		}

@@ -81,6 +81,10 @@ type Client struct {
 		// urgent asks the engine to send whatever is dirty.
 		urgent bool
 		closed bool
+		// unstable are the acknowledged writes not yet committed, by
+		// transno; unstableSince is when the list last moved.
+		unstable      []unstableRPC
+		unstableSince time.Time
 	}
 
 	st stats
@@ -112,6 +116,8 @@ func New(cfg ClientConfig) (*Client, error) {
 	if ic.Portal == 0 {
 		ic.Portal = ptlrpc.OSTIOPortal
 	}
+	ic.OnRecover = c.recover
+	ic.NoReplay = noReplay
 	userEvict := ic.OnEvict
 	ic.OnEvict = func(imp *ptlrpc.Import) {
 		c.evicted(imp)
@@ -373,9 +379,10 @@ func (c *Client) lowSpaceLocked() bool {
 // are under pressure, and when dirty data is older than DirtyExpire; and
 // it forgets objects nothing refers to.
 func (c *Client) engine() {
-	tick := time.NewTicker(max(c.cfg.DirtyExpire/4, 10*time.Millisecond))
+	tick := time.NewTicker(max(min(c.cfg.DirtyExpire/4, 100*time.Millisecond), 10*time.Millisecond))
 	defer tick.Stop()
 	sweeps := 0
+	var pinging atomic.Bool
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -385,6 +392,8 @@ func (c *Client) engine() {
 			if sweeps++; sweeps%4 == 0 {
 				c.sweep()
 			}
+			c.releaseCommitted()
+			c.pollCommit(&pinging)
 		}
 		c.writebackPass()
 	}
@@ -477,6 +486,9 @@ func (c *Client) startWrite(r *brwRPC) {
 func (c *Client) finishWrite(ctx context.Context, r *brwRPC) error {
 	rep, err := c.brw(ctx, r)
 	r.obj.writeDone(r, err, !r.sync || r.pulled > 0)
+	if err == nil && !r.stable {
+		c.addUnstable(r)
+	}
 	c.mu.Lock()
 	if r.fromGrant {
 		c.mu.grantWrites--

@@ -61,6 +61,9 @@ type page struct {
 	// held: a reader filled the page and has yet to copy it out; it is
 	// kept off the LRU until then.
 	held bool
+	// unstable is the transno of the write that last sent the page, while
+	// the OST has not committed it (see recovery.go); such a page stays.
+	unstable uint64
 
 	// Guarded by Cache.mu.
 	prev, next *page
@@ -73,9 +76,11 @@ func (p *page) uptodate() bool { return p.valid == wholePage }
 // clean reports whether the page has no dirty bytes.
 func (p *page) clean() bool { return p.dirty.empty() }
 
-// evictable reports whether the page may go on the LRU: clean, idle and
-// not waited for.
-func (p *page) evictable() bool { return p.clean() && p.state == pageIdle && !p.held }
+// evictable reports whether the page may go on the LRU: clean, idle, not
+// waited for, and committed.
+func (p *page) evictable() bool {
+	return p.clean() && p.state == pageIdle && !p.held && p.unstable == 0
+}
 
 // off returns the object offset of byte i of the page.
 func (p *page) off(i int) uint64 { return p.idx*PageSize + uint64(i) }

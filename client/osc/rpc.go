@@ -52,6 +52,10 @@ type brwRPC struct {
 	// pulled counts the pages of earlier writes it carries.
 	sync   bool
 	pulled int
+	// transno is a write's, from its reply; stable says the OST had
+	// already committed it when the reply came.
+	transno uint64
+	stable  bool
 }
 
 // add appends a range of p, which comes after every range already added.
@@ -112,8 +116,10 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 	if r.write {
 		op, bop = wire.OSTWrite, ptlrpc.BulkWrite
 	}
-	repBody, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: op, Body: body,
-		Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.cfg.Checksums}})
+	preq := &ptlrpc.Req{Opcode: op, Body: body, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.cfg.Checksums}}
+	repBody, err := c.imp.Do(ctx, preq)
+	r.transno = preq.Transno
+	r.stable = r.transno == 0 || r.transno <= c.imp.Info().LastCommitted
 	if err != nil {
 		what := "read"
 		if r.write {

@@ -18,12 +18,24 @@ func main() {
 	root := newRoot()
 	// Invoked as lnetctl (a symlink), behave as `nacre lnetctl`, as Lustre's
 	// tools are separate binaries.
-	if name := filepath.Base(os.Args[0]); name == "lnetctl" {
+	switch name := filepath.Base(os.Args[0]); name {
+	case "lnetctl":
 		root.SetArgs(append([]string{name}, os.Args[1:]...))
+	case "mount.nacre":
+		// mount(8)'s helper: mount -t nacre SOURCE DIR.
+		args, err := mountHelperArgs(os.Args[1:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if args == nil {
+			return // -f: a fake mount
+		}
+		root.SetArgs(args)
 	}
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "nacre:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -37,7 +49,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("config", "", "YAML config file (flags win over NACRE_* environment variables, which win over the file)")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format: text or json")
-	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd(), newMkfsCmd(), newServerCmd())
+	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd(), newMkfsCmd(), newServerCmd(), newMountCmd())
 	return root
 }
 

@@ -1,15 +1,21 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nacrefs/nacre/client/llite"
 	"github.com/nacrefs/nacre/server"
 )
 
@@ -37,6 +43,10 @@ func newUpCmd() *cobra.Command {
 			}
 			cfg.MGS.Logger = log
 			cfg.OSTs = v.GetInt("osts")
+			mountDir := v.GetString("mount")
+			if mountDir != "" && cfg.OSTs == 0 {
+				return errors.New("--mount needs a data plane: --osts > 0")
+			}
 			if cfg.OSTs > 0 {
 				if cfg.LNet, err = lnetConfigFrom(v); err != nil {
 					return err
@@ -70,6 +80,16 @@ func newUpCmd() *cobra.Command {
 					fmt.Fprintf(out, "  ost    %s on %v\n", o.Target().Name(), n.Storage.LNet.NIDs())
 				}
 			}
+			var mnt *llite.Server
+			if mountDir != "" {
+				if mnt, err = upMount(ctx, n, cfg.FSName, v.GetInt("port"), mountDir, v.GetString("mount-options"), log); err != nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					n.Close(ctx)
+					return err
+				}
+				fmt.Fprintf(out, "  mount  %s (%s)\n", mnt.Dir(), upSource(n, cfg.FSName))
+			}
 			switch {
 			case n.TokenFile != "":
 				fmt.Fprintf(out, "  token  %s (role admin; send 'Authorization: Bearer <token>')\n", n.TokenFile)
@@ -77,10 +97,24 @@ func newUpCmd() *cobra.Command {
 				fmt.Fprintln(out, "  auth   disabled")
 			}
 			fmt.Fprintln(out, "ready")
+			var mntDone <-chan struct{}
+			if mnt != nil {
+				mntDone = mnt.Done()
+			}
 			select {
 			case <-ctx.Done():
 			case err := <-n.EtcdErr():
 				log.Error("embedded etcd failed", "err", err)
+			case <-mntDone:
+				log.Warn("the file system was unmounted from outside; the servers go on", "dir", mountDir)
+				select {
+				case <-ctx.Done():
+				case err := <-n.EtcdErr():
+					log.Error("embedded etcd failed", "err", err)
+				}
+			}
+			if mnt != nil {
+				upUnmount(mnt, log)
 			}
 			return shutdown(cmd, n.Close)
 		},
@@ -93,6 +127,45 @@ func newUpCmd() *cobra.Command {
 	f.String("etcd-client-url", d.EtcdClientURL, "embedded etcd client URL")
 	f.String("etcd-peer-url", d.EtcdPeerURL, "embedded etcd peer URL")
 	f.Int("osts", d.OSTs, "OSTs to serve (formatted under DATA/ostN on first start), with MDT0 (DATA/mdt0); 0: control plane only")
+	f.String("mount", "", "mount the file system (FUSE) on this directory once it is up; unmounted at shutdown")
+	f.String("mount-options", "", "mount options for --mount (as nacre mount -o)")
 	addLNetFlags(f)
 	return cmd
+}
+
+// upSource is the mount source of the embedded cluster: its MGS by NID
+// with the gRPC port.
+func upSource(n *server.Node, fsname string) string {
+	_, port, _ := net.SplitHostPort(n.MGS.GRPCAddr())
+	return "127.0.0.1@tcp:" + port + ":/" + fsname
+}
+
+// upMount mounts the embedded cluster's file system on dir, in this
+// process (the client's NID is picked on loopback, beside the servers').
+func upMount(ctx context.Context, n *server.Node, fsname string, port int, dir, opts string, log *slog.Logger) (*llite.Server, error) {
+	src := upSource(n, fsname)
+	if opts != "" {
+		opts += ","
+	}
+	cfg, lo, err := mountConfig(src, opts+"port="+strconv.Itoa(port), false, log)
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return llite.Mount(mctx, dir, cfg, lo)
+}
+
+// upUnmount unmounts before the servers stop (so dirty data reaches
+// them); a busy mount is detached lazily: its users get errors once the
+// servers are gone.
+func upUnmount(mnt *llite.Server, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := mnt.Unmount(ctx); err != nil {
+		log.Warn("unmount failed; detaching lazily", "dir", mnt.Dir(), "err", err)
+		if err := mnt.UnmountLazy(); err != nil {
+			log.Error("lazy unmount", "dir", mnt.Dir(), "err", err)
+		}
+	}
 }

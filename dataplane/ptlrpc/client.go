@@ -205,6 +205,10 @@ type Req struct {
 	// ReplyCap is the largest reply body expected; 0 means
 	// DefaultReplyCap. A longer reply fails the call with ErrBadReply.
 	ReplyCap int
+	// Transno is set by Import.Do (and Replay) to the transno of a
+	// modifying request's successful reply: the request is durable once
+	// the server reports it committed.
+	Transno uint64
 }
 
 // Call sends body as a request for op to the service on target's portal and

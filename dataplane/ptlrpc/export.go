@@ -70,6 +70,13 @@ type TargetConfig struct {
 	// after a restart never carry a transno a client already saw
 	// committed. 0 for a new target.
 	LastTransno uint64
+	// RecoveryWindow is how long after a restart (LastTransno > 0) the
+	// target keeps clients that reconnect with a handle of its previous
+	// life (Lustre's recovery window): they are taken back, not evicted,
+	// and replay what the target lost (locks with ldlm.Replay, requests
+	// with MSG_REPLAY, data not yet committed). 0 means none: every
+	// client of the previous life is evicted.
+	RecoveryWindow time.Duration
 	// OnConnect, if not nil, is called for each new or revived export; what
 	// it returns goes to the client in ConnectReply.target_data (an OST's
 	// first grant, say).
@@ -92,6 +99,9 @@ type Target struct {
 	log      *slog.Logger
 	set      *TargetSet
 	instance uint64
+	// recoverUntil is the end of the recovery window (zero: none).
+	recoverUntil time.Time
+	recovered    atomic.Uint64 // clients taken back during recovery
 
 	tmu       sync.Mutex    // serializes AssignTransno
 	transno   atomic.Uint64 // last transno given out
@@ -113,6 +123,10 @@ type TargetSet struct {
 	targets  map[string]*Target
 	byHandle map[uint64]*Export
 }
+
+// Recovering reports whether the target is within its recovery window,
+// when clients of its previous life may replay what it lost.
+func (t *Target) Recovering() bool { return time.Now().Before(t.recoverUntil) }
 
 // NewTargetSet returns an empty set.
 func NewTargetSet() *TargetSet {
@@ -143,6 +157,9 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	}
 	t.transno.Store(cfg.LastTransno)
 	t.committed.Store(cfg.LastTransno)
+	if cfg.LastTransno > 0 && cfg.RecoveryWindow > 0 {
+		t.recoverUntil = time.Now().Add(cfg.RecoveryWindow)
+	}
 	ts.mu.Lock()
 	if _, dup := ts.targets[cfg.Name]; dup {
 		ts.mu.Unlock()
@@ -310,13 +327,17 @@ func (t *Target) Close(ctx context.Context) error {
 // Export is the server side of one client's connection to one target. Its
 // methods are safe for concurrent use.
 type Export struct {
-	target   *Target
-	handle   uint64
-	uuid     string
-	features uint64
-	lastSeen atomic.Int64 // unix nanoseconds of the last request
-	busy     atomic.Int32 // requests being handled: a busy client is not silent
-	private  atomic.Value
+	target *Target
+	handle uint64
+	// prevHandle is the handle of the target's previous life the client
+	// presented when recovery took it back: a connect with it again (the
+	// first reply was lost) is a reconnect, not a new client.
+	prevHandle uint64
+	uuid       string
+	features   uint64
+	lastSeen   atomic.Int64 // unix nanoseconds of the last request
+	busy       atomic.Int32 // requests being handled: a busy client is not silent
+	private    atomic.Value
 
 	mu        sync.Mutex // guards the fields below
 	peer      lwire.ProcessID
@@ -407,7 +428,8 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		return nil, -errnoENODEV
 	}
 	old := t.exports[cr.ClientUuid]
-	if old != nil && cr.Handle != 0 && old.handle == cr.Handle {
+	recovering := old == nil && cr.Handle != 0 && time.Now().Before(t.recoverUntil)
+	if old != nil && cr.Handle != 0 && (old.handle == cr.Handle || old.prevHandle == cr.Handle) {
 		// A reconnect to the export the client had: keep it, with its saved
 		// replies.
 		old.mu.Lock()
@@ -452,8 +474,14 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	t.exports[e.uuid] = e
 	t.mu.Unlock()
 	reply.Handle = e.handle
-	reply.Evicted = cr.Handle != 0
+	reply.Evicted = cr.Handle != 0 && !recovering
+	reply.Reconnected = recovering
 	req.exp = e
+	if recovering {
+		e.prevHandle = cr.Handle
+		t.recovered.Add(1)
+		t.log.Info("ptlrpc: client recovering", "client", cr.ClientUuid, "peer", req.Peer)
+	}
 	if t.cfg.OnConnect != nil {
 		reply.TargetData = t.cfg.OnConnect(e)
 	}

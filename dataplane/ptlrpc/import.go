@@ -28,6 +28,8 @@ type ImportState int32
 // RECOVER until every request sent on the old connection has been resent,
 // then FULL; after one that found the export gone it is EVICTED while it
 // fails the old requests and tells its owner, then FULL on the new export.
+// After a reconnect to a restarted server that took the client back it is
+// REPLAY while it replays what the server lost, then RECOVER.
 const (
 	StateDisconn ImportState = iota + 1
 	StateConnecting
@@ -35,10 +37,11 @@ const (
 	StateRecover
 	StateEvicted
 	StateClosed
+	StateReplay
 )
 
 var stateNames = [...]string{StateDisconn: "DISCONN", StateConnecting: "CONNECTING", StateFull: "FULL",
-	StateRecover: "RECOVER", StateEvicted: "EVICTED", StateClosed: "CLOSED"}
+	StateRecover: "RECOVER", StateEvicted: "EVICTED", StateClosed: "CLOSED", StateReplay: "REPLAY"}
 
 // String returns Lustre's name of the state.
 func (s ImportState) String() string {
@@ -95,6 +98,18 @@ type ImportConfig struct {
 	// have failed and before any request goes out on the new one: the
 	// layers above drop their locks and cached state there.
 	OnEvict func(imp *Import)
+	// OnRecover, if not nil, is called on the import's goroutine when it
+	// reconnected to a restarted server that took the client back
+	// (recovery): after the replay list was replayed, before the requests
+	// in flight are resent and new ones go out, the layers above replay
+	// what the server lost that the list does not hold — their locks, and
+	// data written but not committed — with Replay. An error fails the
+	// connection; the next one recovers again.
+	OnRecover func(ctx context.Context, imp *Import) error
+	// NoReplay, if not nil, names the opcodes whose kept requests the
+	// import does not replay itself, because OnRecover replays them its
+	// own way (an OSC's writes, whose data is in its pages).
+	NoReplay func(op wire.Opcode) bool
 	// OnState, if not nil, is called on every state change with the
 	// import's lock held; it must not call the import.
 	OnState func(from, to ImportState)
@@ -151,6 +166,8 @@ type Import struct {
 		recover int
 		// replay holds the uncommitted modifying requests by transno.
 		replay        []replayReq
+		// replayConn is the connection being recovered, while OnRecover runs.
+		replayConn *connInfo
 		lastCommitted uint64
 		// lastReplied is the highest XID that finished, for last_xid when
 		// nothing is in flight.
@@ -454,6 +471,20 @@ func (imp *Import) connect() error {
 		imp.mu.Unlock()
 		return nil
 	}
+	if restarted && prev != nil {
+		// The server restarted and took us back: replay what it lost
+		// before anything else goes out (Lustre's REPLAY, REPLAY_LOCKS).
+		imp.setStateLocked(StateReplay)
+		imp.mu.Unlock()
+		err := imp.replay(cn)
+		imp.mu.Lock()
+		if err != nil {
+			imp.mu.Unlock()
+			imp.log.Warn("ptlrpc: recovery failed", "server", server, "err", err)
+			imp.failConn(cn, err)
+			return fmt.Errorf("ptlrpc: recovery of %s: %w", imp.cfg.Target, err)
+		}
+	}
 	// Every request sent on an older connection is resent before new ones
 	// go out (Lustre's RECOVER: resend).
 	n := 0
@@ -475,6 +506,88 @@ func (imp *Import) connect() error {
 		imp.log.Info("ptlrpc: reconnected", "server", server, "conn", cn.count, "resend", n)
 	}
 	return nil
+}
+
+// replay replays the kept requests to a restarted server in transno
+// order (MSG_REPLAY), then runs OnRecover. The server numbers them anew:
+// the list keeps them under their new transnos until committed.
+func (imp *Import) replay(cn *connInfo) error {
+	imp.mu.Lock()
+	list := imp.mu.replay
+	imp.mu.replay = nil
+	imp.mu.Unlock()
+	ctx, cancel := context.WithTimeout(imp.ctx, 4*imp.timeout()+10*time.Second)
+	defer cancel()
+	var kept []replayReq
+	n := 0
+	for _, rq := range list {
+		if imp.cfg.NoReplay != nil && imp.cfg.NoReplay(rq.op) {
+			continue
+		}
+		req := &Req{Opcode: rq.op, Body: rq.body}
+		if _, err := imp.replayOne(ctx, cn, req, rq.transno, false); err != nil {
+			return fmt.Errorf("replay of %v transno %d: %w", rq.op, rq.transno, err)
+		}
+		n++
+		if req.Transno != 0 {
+			kept = append(kept, replayReq{transno: req.Transno, xid: rq.xid, op: rq.op, body: rq.body})
+		}
+	}
+	imp.mu.Lock()
+	imp.mu.replay = append(kept, imp.mu.replay...)
+	sort.Slice(imp.mu.replay, func(i, j int) bool { return imp.mu.replay[i].transno < imp.mu.replay[j].transno })
+	imp.mu.Unlock()
+	imp.log.Info("ptlrpc: replayed to the restarted server", "requests", n, "dropped", len(list)-n)
+	if imp.cfg.OnRecover != nil {
+		imp.mu.Lock()
+		imp.mu.replayConn = cn
+		imp.mu.Unlock()
+		err := imp.cfg.OnRecover(ctx, imp)
+		imp.mu.Lock()
+		imp.mu.replayConn = nil
+		imp.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Replay sends req once on the connection being recovered, marked
+// MSG_REPLAY, and returns the reply's body; only OnRecover may call it.
+// req.Transno is set to the transno the server gave it.
+func (imp *Import) Replay(ctx context.Context, req *Req) ([]byte, error) {
+	imp.mu.Lock()
+	cn := imp.mu.replayConn
+	imp.mu.Unlock()
+	if cn == nil {
+		return nil, fmt.Errorf("ptlrpc: import %s: replay outside recovery: %w", imp.cfg.Target, ErrClosed)
+	}
+	return imp.replayOne(ctx, cn, req, 0, true)
+}
+
+// replayOne sends req once on cn as a replay (of transno, if not 0);
+// keep puts it in the replay list under its new transno.
+func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, transno uint64, keep bool) ([]byte, error) {
+	r, err := imp.c.newRPC(req, imp.replySrc)
+	if err != nil {
+		return nil, err
+	}
+	defer r.finish()
+	timeout := imp.timeout()
+	h := r.header(cn.handle, cn.count, 0, false)
+	h.Flags |= wire.MsgReplay
+	h.Transno = transno
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, h, timeout, cn.down)
+	if err != nil {
+		return nil, err
+	}
+	imp.measure(r, &m.hdr)
+	if m.hdr.Status == 0 {
+		req.Transno = m.hdr.Transno
+		if keep && req.Transno != 0 {
+			imp.keep(r, req.Transno)
+		}
+	}
+	return m.result()
 }
 
 // connectRPC sends one CONNECT.
@@ -758,6 +871,20 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 			ic.needSend = true
 			continue
 		}
+		if m.hdr.Status == -errnoENOTCONN && m.hdr.ConnCount != 0 && m.hdr.ConnCount < ic.conn.count {
+			// A send on an older connection, queued while the server was
+			// away, reached its new life, which refused it: the answer to
+			// this send (on the connection that replaced it) is to come.
+			// Any other late reply to an older send is a real answer.
+			continue
+		}
+		if m.hdr.Status == -errnoENOTCONN && m.hdr.ConnCount != 0 && m.hdr.ConnCount < ic.conn.count {
+			// A send on an older connection, queued while the server was
+			// away, reached its new life, which refused it: the answer to
+			// this send (on the connection that replaced it) is to come.
+			// Any other late reply to an older send is a real answer.
+			continue
+		}
 		imp.measure(r, &m.hdr)
 		if m.hdr.Status == -errnoENOTCONN {
 			// The server has no export for us: reconnect, which tells
@@ -776,6 +903,7 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 		}
 		if m.hdr.Transno != 0 && m.hdr.Status == 0 {
 			imp.keep(r, m.hdr.Transno)
+			r.req.Transno = m.hdr.Transno
 		}
 		return m.result()
 	}

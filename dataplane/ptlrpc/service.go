@@ -638,7 +638,9 @@ func (s *Service) handle(req *Request) {
 		s.log.Error("ptlrpc: reply body too big", "op", h.Opcode, "len", len(body))
 		status, body = -errnoEMSGSIZE, nil
 	}
-	rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, Status: status, BodyLen: uint32(len(body))}
+	// The reply names the connection the request came on, so a client
+	// that resent it on a newer one can tell a late reply to the old send.
+	rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, Status: status, BodyLen: uint32(len(body)), ConnCount: h.ConnCount}
 	if status == 0 && req.transno != 0 {
 		rh.Transno = req.transno
 	}
@@ -683,7 +685,7 @@ func (req *Request) finishExport(save *savedReply) {
 // errorReply answers req with a TypeError and releases its buffer.
 func (s *Service) errorReply(req *Request, status int32) {
 	defer s.release(req.buf)
-	rh := wire.Header{Type: wire.TypeError, Opcode: req.Header.Opcode, XID: req.Header.XID, Status: status}
+	rh := wire.Header{Type: wire.TypeError, Opcode: req.Header.Opcode, XID: req.Header.XID, Status: status, ConnCount: req.Header.ConnCount}
 	if req.exp != nil {
 		rh.LastCommitted = req.exp.target.LastCommitted()
 	}

@@ -46,8 +46,14 @@ const (
 // ClientAddr is the address of client i.
 func ClientAddr(i int) string { return fmt.Sprintf("127.0.2.%d", 10+i) }
 
-// Quiet drops logs.
-var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+// Quiet drops logs, unless NACRE_TEST_LOG is set (then everything goes
+// to stderr: debugging a failed test).
+var Quiet = func() *slog.Logger {
+	if os.Getenv("NACRE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 // Options configure a Cluster.
 type Options struct {
@@ -144,8 +150,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 }
 
 func (c *Cluster) serverConfig(addr string, dirs []string) server.ServerConfig {
-	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 500 * time.Millisecond,
-		EvictTimeout: 20 * time.Second}
+	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 500 * time.Millisecond}
 }
 
 func lnetConfig(addr string, port int) lnet.Config {
@@ -255,6 +260,9 @@ func runChild(spec string) int {
 	}
 	ctx := context.Background()
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if os.Getenv("NACRE_TEST_LOG") != "" {
+		lg = Quiet
+	}
 	st, err := server.StartServer(ctx, server.ServerConfig{Dirs: s.Dirs, LNet: lnetConfig(s.Addr, s.Port), Logger: lg})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clustertest child:", err)
@@ -311,8 +319,20 @@ func (c *Cluster) KillOSS() {
 	}
 }
 
-// Close stops everything (also run when the test ends).
+// Close stops everything (also run when the test ends): the servers in
+// this process first, so that the MDS disconnects from a child OSS still
+// alive, then the child, then the MGS.
 func (c *Cluster) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c.mds != nil {
+		c.mds.Close(ctx)
+		c.mds = nil
+	}
+	if c.extra != nil {
+		c.extra.Close(ctx)
+		c.extra = nil
+	}
 	if c.child != nil {
 		c.child.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -324,16 +344,6 @@ func (c *Cluster) Close() {
 			<-done
 		}
 		c.child = nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if c.mds != nil {
-		c.mds.Close(ctx)
-		c.mds = nil
-	}
-	if c.extra != nil {
-		c.extra.Close(ctx)
-		c.extra = nil
 	}
 	if c.mgs != nil {
 		c.mgs.Close(ctx)

@@ -301,11 +301,14 @@ func (s *Store) CloseFile(r Req, f fid.FID, ci CloseInfo) (Removal, error) {
 		return Removal{}, fail(syscall.EBADF, "close %v: not open", f)
 	}
 	rm, err := t.close(f, ci)
+	if err == nil {
+		// Under the store's lock, which finish gives up.
+		if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
+			delete(s.mu.opens, f)
+		}
+	}
 	if err = t.finish(err); err != nil {
 		return Removal{}, err
-	}
-	if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
-		delete(s.mu.opens, f)
 	}
 	rm.fill(t)
 	return rm, nil

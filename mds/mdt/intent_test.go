@@ -151,7 +151,7 @@ func TestIntentCallbacks(t *testing.T) {
 	// b's getattr lock on d (LOOKUP|UPDATE|PERM) is called back by a mkdir
 	// in d.
 	rep, err = b.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: a.root, Name: "d"}, w.hooks())
-	if err != nil || rep.Attr.FID != d.FID || rep.Lock.Policy().Bits != ldlm.BitLookup|ldlm.BitUpdate|ldlm.BitPerm {
+	if err != nil || rep.Attr.FID != d.FID || rep.Lock.Policy().Bits != ldlm.BitLookup|ldlm.BitUpdate|ldlm.BitPerm|ldlm.BitLayout {
 		t.Fatalf("getattr intent: %+v %v", rep, err)
 	}
 	rep.Lock.Release()

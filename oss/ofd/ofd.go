@@ -66,12 +66,21 @@ type Config struct {
 	// CallbackTimeout and EvictTimeout: 0 means the ldlm and ptlrpc
 	// defaults.
 	CallbackTimeout, EvictTimeout time.Duration
+	// RecoveryWindow is how long after a restart the OST takes back the
+	// clients of its previous life (see ptlrpc.TargetConfig); 0 means
+	// DefaultRecoveryWindow, negative none.
+	RecoveryWindow time.Duration
 	// InitialGrant is a new client's grant before the space caps it; 0
 	// means DefaultInitialGrant.
 	InitialGrant uint64
 	// Logger receives the OFD's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultRecoveryWindow is how long a restarted OST waits for its clients
+// to come back and replay (Lustre's recovery_time_soft is 300 s; clients
+// here reconnect within a few ping intervals).
+const DefaultRecoveryWindow = 90 * time.Second
 
 // Stats are an OFD's counters.
 type Stats struct {
@@ -119,6 +128,9 @@ func New(cfg Config) (*OFD, error) {
 	if cfg.Name == "" {
 		cfg.Name = cfg.Device.Label()
 	}
+	if cfg.RecoveryWindow == 0 {
+		cfg.RecoveryWindow = DefaultRecoveryWindow
+	}
 	if cfg.InitialGrant == 0 {
 		cfg.InitialGrant = DefaultInitialGrant
 	}
@@ -145,7 +157,7 @@ func New(cfg Config) (*OFD, error) {
 	// Transnos go on after the last one the device made durable, so a
 	// restarted OST never reuses a transno clients saw committed.
 	o.tgt, err = cfg.Targets.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
-		LastTransno: cfg.Device.LastCommitted(),
+		LastTransno: cfg.Device.LastCommitted(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
 		OnConnect:   o.connectGrant,
 		OnGone: func(e *ptlrpc.Export, _ bool) {
 			o.lockd.ExportGone(e)

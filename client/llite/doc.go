@@ -1,0 +1,67 @@
+// Package llite mounts a Nacre file system in the kernel through FUSE
+// (Lustre's llite, with the kernel's VFS on the other side of /dev/fuse):
+// every FUSE request becomes one call of the file-system library
+// (client.FS) by FID, under the caller's credentials.
+//
+//	srv, err := llite.Mount(ctx, "/mnt/nacre", cfg, llite.Options{AllowOther: true})
+//	...
+//	srv.Wait() // until umount /mnt/nacre (or srv.Unmount)
+//
+// # Nodes and inode numbers
+//
+// A node holds nothing but its FID: lookups, opens and namespace changes
+// all name files by FID, never by path. Node IDs are the inode numbers
+// (go-fuse's ExternalNodeID), which are the FIDs flattened: seq<<24|oid
+// for the FIDs clients meet (Ver 0, seq below 2^39, oid below 2^24; the
+// mapping is one to one there), a 63-bit hash with the top bit set for
+// anything else. So the kernel's ID of a file follows from its FID, and a
+// lock callback can name the kernel's inode without a table of live nodes
+// (the root alone is node 1).
+//
+// # Credentials and permissions
+//
+// Each request runs as its caller: uid and gid from the FUSE header,
+// supplementary groups and effective capabilities from /proc/PID/status
+// (cached for a second), so the MDT checks permissions itself — mode bits
+// and POSIX ACLs — and the mount does not use default_permissions. Umask
+// is left to the kernel (go-fuse does not ask for FUSE_DONT_MASK). Access
+// (access(2), chdir) checks mode bits here.
+//
+// # Kernel caches and coherence
+//
+// Entries and the attributes of directories, symlinks and devices that
+// the library caches under MDT locks are given to the kernel for an hour;
+// regular files' attributes are not cached by the kernel (their size is
+// the OSTs', which the library settles under extent locks), nor is
+// anything a namespace change or setattr returns (no lock covers it, so
+// the next access looks it up again). The kernel's page cache is kept
+// across opens (FOPEN_KEEP_CACHE, with explicit invalidation): every page
+// in it was read or written under an extent lock of the library, and when
+// such a lock goes the library calls Config.Notify, which invalidates the
+// kernel's copy. Notifications never run inside the callback: a bounded
+// queue feeds worker goroutines (one for attributes and entries, which
+// may wait for a directory's lock in the kernel; two for data), and a
+// queue that overflows turns into "invalidate everything known" once it
+// has drained. Data invalidations are waited for, up to half a second,
+// unless a FUSE read or write of the same file is in progress here (the
+// kernel holds that request's page locks, and the request may be what
+// called the lock back): so a write on one client is seen by a read on
+// another as soon as the write returns. Files opened O_APPEND use direct
+// I/O: the kernel's idea of the end of the file may be stale, and the
+// library appends at the real end.
+//
+// # Locks
+//
+// fcntl record locks and flock (as whole-file locks) go to the MDT's lock
+// server with the kernel's lock owner. The kernel does not release a
+// process's POSIX locks at close for a file system with remote locks: it
+// sends the owner with FLUSH (and the flock owner with RELEASE), which a
+// thin wrapper of go-fuse's bridge turns into an unlock.
+//
+// # Errors
+//
+// Every error goes through client.Errno; unexpected EIOs are logged.
+// Requests ignore FUSE interrupts (the library's timeout bounds every
+// operation; Go programs are signalled constantly and few of them retry
+// EINTR), except a blocking lock wait, which an interrupt ends with EINTR.
+package llite

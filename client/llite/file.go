@@ -1,0 +1,167 @@
+package llite
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nacrefs/nacre/client"
+)
+
+// handle is an open file: the library's File. go-fuse calls its methods
+// concurrently (reads and writes of one handle may overlap); the File is
+// safe for that.
+type handle struct {
+	m      *mount
+	f      *client.File
+	append bool
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+	_ fs.FileGetlker  = (*handle)(nil)
+	_ fs.FileSetlker  = (*handle)(nil)
+	_ fs.FileSetlkwer = (*handle)(nil)
+)
+
+// newHandle wraps an open File and says how the kernel caches it: pages
+// kept across opens (the library's lock callbacks drop them), except for
+// O_APPEND, which bypasses the page cache (see doc.go).
+func (m *mount) newHandle(f *client.File, flags uint32) (*handle, uint32) {
+	h := &handle{m: m, f: f, append: flags&syscall.O_APPEND != 0}
+	if h.append {
+		return h, fuse.FOPEN_DIRECT_IO
+	}
+	return h, fuse.FOPEN_KEEP_CACHE
+}
+
+// Read reads at off: short at the end of the file.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	fid := h.f.FID()
+	h.m.n.beginIO(fid)
+	defer h.m.n.endIO(fid)
+	ctx, _ = h.m.req(ctx)
+	n, err := h.f.ReadAt(ctx, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) && n == 0 {
+		return nil, h.m.errno(err, "read", fid, "off", off, "len", len(dest))
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// Write writes at off, or, for a file opened O_APPEND, at the end of the
+// file, atomically (the kernel's offset is only its guess of the end).
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	fid := h.f.FID()
+	h.m.n.beginIO(fid)
+	defer h.m.n.endIO(fid)
+	ctx, _ = h.m.req(ctx)
+	n, at, err := h.f.WriteAt(ctx, data, off)
+	if h.append && n > 0 && at != off {
+		// Other opens of the file here may cache pages where the data
+		// went.
+		h.m.n.invalidateDataAsync(fid)
+	}
+	if err != nil && n == 0 {
+		return 0, h.m.errno(err, "write", fid, "off", off, "len", len(data))
+	}
+	return uint32(n), 0
+}
+
+// Flush writes back the file's dirty data at close(2) (close-to-open: the
+// next open anywhere sees it).
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx, _ = h.m.req(ctx)
+	if err := h.f.Flush(ctx); err != nil {
+		return h.m.errno(err, "flush", h.f.FID())
+	}
+	return 0
+}
+
+// Fsync makes the file's data durable.
+func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
+	ctx, _ = h.m.req(ctx)
+	if err := h.f.Sync(ctx); err != nil {
+		return h.m.errno(err, "fsync", h.f.FID())
+	}
+	return 0
+}
+
+// Release closes the file (the kernel's last reference went).
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	ctx, _ = h.m.req(ctx)
+	if err := h.f.Close(ctx); err != nil {
+		return h.m.errno(err, "close", h.f.FID())
+	}
+	return 0
+}
+
+// offsetMax is the kernel's end of every file in lock ranges.
+const offsetMax = math.MaxInt64
+
+func lockRange(lk *fuse.FileLock) client.LockRange {
+	lr := client.LockRange{Type: int(lk.Typ), Start: lk.Start, End: lk.End, PID: lk.Pid}
+	if lk.End >= offsetMax {
+		lr.End = client.EOF
+	}
+	return lr
+}
+
+func fuseLock(lr client.LockRange, out *fuse.FileLock) {
+	out.Typ, out.Start, out.End, out.Pid = uint32(lr.Type), lr.Start, lr.End, lr.PID
+	if lr.End >= offsetMax {
+		out.End = offsetMax
+	}
+	if out.Start > out.End {
+		out.Start = out.End
+	}
+}
+
+// Getlk returns a lock that keeps owner from taking lk (F_GETLK), or lk
+// with type F_UNLCK.
+func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	ctx, _ = h.m.req(ctx)
+	lr, err := h.m.fs.GetLock(ctx, h.f.FID(), owner, lockRange(lk))
+	if err != nil {
+		return h.m.errno(err, "getlk", h.f.FID(), "owner", owner)
+	}
+	if lr.Type == client.LockUnlock {
+		lr = lockRange(lk)
+		lr.Type, lr.PID = client.LockUnlock, 0
+	}
+	fuseLock(lr, out)
+	return 0
+}
+
+// Setlk takes, changes or drops owner's lock lk without waiting (EAGAIN
+// on a conflict); flock() locks (LK_FLOCK) are whole-file locks of the
+// open file.
+func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	ctx, _ = h.m.req(ctx)
+	return h.setlk(ctx, owner, lk, false)
+}
+
+// Setlkw is Setlk waiting for the lock; an interrupt (a signal to the
+// waiting process) ends the wait with EINTR, a deadlock with EDEADLK.
+func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.setlk(ctx, owner, lk, true)
+}
+
+func (h *handle) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, wait bool) syscall.Errno {
+	fid := h.f.FID()
+	if lk.Typ != syscall.F_UNLCK {
+		h.m.noteLocker(nodeID(h.m.root, fid), fid, owner)
+	}
+	if err := h.m.fs.SetLock(ctx, fid, owner, lockRange(lk), wait); err != nil {
+		return h.m.errno(err, "setlk", fid, "owner", owner, "type", lk.Typ, "start", lk.Start, "end", lk.End)
+	}
+	return 0
+}

@@ -1,0 +1,446 @@
+package llite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nacrefs/nacre/client"
+)
+
+// Options are the FUSE layer's mount options (the library's are in
+// client.Config).
+type Options struct {
+	// FSName is the mount's source as /proc/mounts shows it (the mount
+	// source, "10.0.0.1@tcp:/nacre"); the type shows as fuse.nacre.
+	FSName string
+	// AllowOther lets every user use the mount (FUSE's allow_other; the
+	// MDT checks their permissions). Mounts as root normally want it.
+	AllowOther bool
+	// Debug logs every FUSE request (go-fuse's debug output, to stderr).
+	Debug bool
+	// Kernel are mount options for the kernel: nosuid, nodev, noexec,
+	// default_permissions, sync, dirsync ("ro" follows client.Config).
+	Kernel []string
+	// Logger receives the mount's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ParseOptions takes the mount options client.Config.ParseOptions left
+// for the FUSE layer: allow_other, debug, the kernel's (see
+// Options.Kernel), and mount(8)'s own (defaults, noauto, _netdev, x-*,
+// atime flags...), which it ignores. Anything else is an error.
+func ParseOptions(opts []string) (Options, error) {
+	var o Options
+	for _, s := range opts {
+		k, _, _ := strings.Cut(s, "=")
+		switch {
+		case s == "allow_other":
+			o.AllowOther = true
+		case s == "debug":
+			o.Debug = true
+		case s == "nosuid" || s == "suid" || s == "nodev" || s == "dev" || s == "noexec" || s == "exec" ||
+			s == "default_permissions" || s == "sync" || s == "dirsync":
+			o.Kernel = append(o.Kernel, s)
+		case s == "defaults" || s == "auto" || s == "noauto" || s == "_netdev" || s == "nofail" || s == "user" ||
+			s == "nouser" || s == "users" || s == "owner" || s == "group" || s == "async" || s == "atime" ||
+			s == "noatime" || s == "relatime" || s == "norelatime" || s == "strictatime" || s == "nodiratime" ||
+			s == "diratime" || s == "lazytime" || s == "nolazytime" || strings.HasPrefix(s, "x-") || k == "comment":
+		default:
+			return Options{}, fmt.Errorf("mount option %q: unknown", s)
+		}
+	}
+	return o, nil
+}
+
+// Server is a mounted file system: the kernel's mount, the FUSE server
+// answering it, and the library FS under it. Unmount or an external
+// umount ends it; Wait waits for that.
+type Server struct {
+	dir  string
+	fs   *client.FS
+	srv  *fuse.Server
+	m    *mount
+	log  *slog.Logger
+	done chan struct{} // closed when serving ended and the FS closed
+	err  error         // of FS.Close, set before done closes
+}
+
+// Mount mounts the file system cfg names on dir: it mounts the library
+// (client.Mount, with cfg.Notify set to the mount's notifier: the
+// caller's is replaced), then the kernel's FUSE mount, and serves it
+// until it is unmounted. It returns once the kernel has the mount: the
+// file system is usable then. ctx bounds the library's mount.
+func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ *Server, err error) {
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("llite: mount point %s: %w", dir, err)
+	}
+	if st, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("llite: mount point: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("llite: mount point %s: %w", abs, syscall.ENOTDIR)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return nil, fmt.Errorf("llite: no FUSE device (modprobe fuse?): %w", err)
+	}
+	n := newNotifier(lg)
+	defer func() {
+		if err != nil {
+			n.stop()
+		}
+	}()
+	cfg.Notify = n
+	fsys, err := client.Mount(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			fsys.Close(cctx)
+		}
+	}()
+	m := newMount(fsys, n, lg)
+	root := &node{m: m, fid: fsys.Root()}
+	kopts := append([]string(nil), opts.Kernel...)
+	if cfg.ReadOnly {
+		kopts = append(kopts, "ro")
+	}
+	fsName := opts.FSName
+	if fsName == "" {
+		fsName = cfg.FSName
+	}
+	mo := fuse.MountOptions{
+		AllowOther:   opts.AllowOther,
+		Options:      kopts,
+		FsName:       fsName,
+		Name:         "nacre",
+		MaxWrite:     1 << 20,
+		MaxReadAhead: 1 << 20,
+		// Readahead and async direct I/O in flight per mount.
+		MaxBackground: 64,
+		EnableLocks:   cfg.Flock,
+		// The kernel must not drop pages on its own when it sees mtime
+		// change: invalidation follows the library's locks (see doc.go).
+		ExplicitDataCacheControl: true,
+		// O_APPEND files use direct I/O; let them be mapped too.
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+		// Root mounts with mount(2) (umount(8) ends it); others go through
+		// fusermount3.
+		DirectMount: os.Geteuid() == 0,
+		Debug:       opts.Debug,
+	}
+	if opts.Debug {
+		mo.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
+	}
+	fo := &fs.Options{
+		MountOptions:    mo,
+		NullPermissions: true,
+		ExternalNodeID:  true,
+		RootStableAttr:  &fs.StableAttr{Ino: inoOf(fsys.Root()), Gen: uint64(fsys.Root().Ver)},
+	}
+	raw := &rawFS{RawFileSystem: fs.NewNodeFS(root, fo), m: m}
+	srv, err := fuse.NewServer(raw, abs, &fo.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("llite: mount %s on %s: %w", fsName, abs, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, fmt.Errorf("llite: mount %s on %s: %w", fsName, abs, err)
+	}
+	n.start(srv, root.EmbeddedInode(), fsys.Root())
+	s := &Server{dir: abs, fs: fsys, srv: srv, m: m, log: lg, done: make(chan struct{})}
+	go s.run()
+	lg.Info("mounted", "dir", abs, "source", fsName)
+	return s, nil
+}
+
+// run waits for the kernel to be done with the mount (umount, fusermount
+// -u, Unmount, or the last file closed after a lazy umount), then
+// unmounts the library. A library that cannot reach its servers gives up
+// after a bounded time: an unmount never hangs.
+func (s *Server) run() {
+	defer close(s.done)
+	s.srv.Wait()
+	s.m.n.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- s.fs.Close(ctx) }()
+	select {
+	case s.err = <-closed:
+	case <-time.After(35 * time.Second):
+		s.err = errors.New("llite: the library did not close within 35s")
+	}
+	if s.err != nil {
+		s.log.Warn("unmount", "dir", s.dir, "err", s.err)
+	} else {
+		s.log.Info("unmounted", "dir", s.dir)
+	}
+}
+
+// FS returns the library file system under the mount.
+func (s *Server) FS() *client.FS { return s.fs }
+
+// Dir returns the mount point (absolute).
+func (s *Server) Dir() string { return s.dir }
+
+// Done is closed once the mount is gone and the library closed.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Unmount unmounts: it fails (EBUSY) while files are open or a process's
+// working directory is in the mount; otherwise it waits, up to ctx, for
+// the library to close (writing back what is dirty).
+func (s *Server) Unmount(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+	}
+	if err := s.srv.Unmount(); err != nil {
+		return fmt.Errorf("llite: unmount %s: %w", s.dir, err)
+	}
+	select {
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		return fmt.Errorf("llite: unmount %s: %w", s.dir, ctx.Err())
+	}
+}
+
+// UnmountLazy detaches the mount from the namespace at once (umount -l);
+// the FUSE server goes on serving the files still open, and the mount
+// ends (Done) when the last closes.
+func (s *Server) UnmountLazy() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	if os.Geteuid() == 0 {
+		if err := syscall.Unmount(s.dir, syscall.MNT_DETACH); err == nil || errors.Is(err, syscall.EINVAL) {
+			return nil // EINVAL: not mounted (any more)
+		}
+	}
+	bin, err := exec.LookPath("fusermount3")
+	if err != nil {
+		bin = "fusermount"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "-u", "-z", s.dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("llite: lazy unmount %s: %v: %s", s.dir, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Wait blocks until the mount is gone and the library closed, and
+// returns the library's close error.
+func (s *Server) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// mount is what every node of a mount shares.
+type mount struct {
+	fs    *client.FS
+	root  client.FID
+	log   *slog.Logger
+	n     *notifier
+	creds creds
+
+	lk struct {
+		sync.Mutex
+		// owners are the lock owners that took locks on a node since
+		// they last closed it, by node ID: their locks go at FLUSH.
+		owners map[uint64]*lockOwners
+	}
+}
+
+type lockOwners struct {
+	fid    client.FID
+	owners map[uint64]struct{}
+}
+
+func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
+	m := &mount{fs: fsys, root: fsys.Root(), log: lg, n: n}
+	m.creds.init()
+	m.lk.owners = make(map[uint64]*lockOwners)
+	return m
+}
+
+// inoOf is the inode number (and node ID) of f: seq<<24|oid where that
+// is one to one, else a hash with the top bit set.
+func inoOf(f client.FID) uint64 {
+	if f.Ver == 0 && f.Seq != 0 && f.Seq < 1<<39 && f.Oid < 1<<24 {
+		return f.Seq<<24 | uint64(f.Oid)
+	}
+	h := fnv.New64a()
+	var b [16]byte
+	for i := range 8 {
+		b[i] = byte(f.Seq >> (8 * i))
+	}
+	for i := range 4 {
+		b[8+i] = byte(f.Oid >> (8 * i))
+		b[12+i] = byte(f.Ver >> (8 * i))
+	}
+	h.Write(b[:])
+	ino := h.Sum64() | 1<<63
+	if ino == ^uint64(0) {
+		ino--
+	}
+	return ino
+}
+
+// nodeID is the kernel's ID of f.
+func nodeID(root, f client.FID) uint64 {
+	if f == root {
+		return fuse.FUSE_ROOT_ID
+	}
+	return inoOf(f)
+}
+
+// errno maps err for the kernel, logging what is unexpected.
+func (m *mount) errno(err error, op string, f client.FID, args ...any) syscall.Errno {
+	e := client.Errno(err)
+	switch {
+	case e == 0:
+		return 0
+	case e == syscall.EIO:
+		m.log.Warn(op, append([]any{"fid", f, "err", err}, args...)...)
+	case m.log.Enabled(context.Background(), slog.LevelDebug):
+		m.log.Debug(op, append([]any{"fid", f, "errno", e, "err", err}, args...)...)
+	}
+	return e
+}
+
+// req returns the context a request's library call runs under and the
+// caller's credentials. Interrupts are ignored: the library's timeout
+// bounds every call (see doc.go).
+func (m *mount) req(ctx context.Context) (context.Context, client.Cred) {
+	return context.WithoutCancel(ctx), m.cred(ctx)
+}
+
+// How long the kernel may cache what the library holds under a lock.
+const cacheTTL = time.Hour
+
+func splitTime(ns int64) (uint64, uint32) {
+	t := time.Unix(0, ns)
+	if t.Unix() < 0 {
+		return 0, 0
+	}
+	return uint64(t.Unix()), uint32(t.Nanosecond())
+}
+
+func fillAttr(a client.Attr, out *fuse.Attr) {
+	out.Ino = inoOf(a.FID)
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Atime, out.Atimensec = splitTime(a.Atime)
+	out.Mtime, out.Mtimensec = splitTime(a.Mtime)
+	out.Ctime, out.Ctimensec = splitTime(a.Ctime)
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Rdev = uint32(a.Rdev)
+	out.Blksize = 4096
+	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		// I/O in units of the RPC size.
+		out.Blksize = 1 << 20
+	}
+}
+
+// fillEntry fills a lookup's answer; locked says the library holds what
+// it returned under a lock (a lock callback will tell the kernel to drop
+// it), else the kernel must not cache it.
+func fillEntry(a client.Attr, out *fuse.EntryOut, locked bool) {
+	fillAttr(a, &out.Attr)
+	out.Generation = uint64(a.FID.Ver)
+	if locked {
+		out.SetEntryTimeout(cacheTTL)
+		if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			out.SetAttrTimeout(cacheTTL)
+		}
+	}
+}
+
+// rawFS wraps go-fuse's bridge for what its node API does not pass on:
+// the lock owner of FLUSH and RELEASE, whose locks must go then.
+type rawFS struct {
+	fuse.RawFileSystem
+	m *mount
+}
+
+// releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: the file being
+// released holds flock() locks of ReleaseIn.LockOwner.
+const releaseFlockUnlock = 1 << 1
+
+func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	st := r.RawFileSystem.Flush(cancel, in)
+	r.m.dropLocks(in.NodeId, in.LockOwner)
+	return st
+}
+
+func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.ReleaseFlags&releaseFlockUnlock != 0 {
+		r.m.dropLocks(in.NodeId, in.LockOwner)
+	}
+	r.RawFileSystem.Release(cancel, in)
+}
+
+// noteLocker records that owner took a lock on the file of node id.
+func (m *mount) noteLocker(id uint64, f client.FID, owner uint64) {
+	m.lk.Lock()
+	defer m.lk.Unlock()
+	o := m.lk.owners[id]
+	if o == nil {
+		o = &lockOwners{fid: f, owners: make(map[uint64]struct{})}
+		m.lk.owners[id] = o
+	}
+	o.owners[owner] = struct{}{}
+}
+
+// dropLocks gives back every lock owner holds on the file of node id
+// (close(2) ends a process's POSIX locks on the file).
+func (m *mount) dropLocks(id, owner uint64) {
+	m.lk.Lock()
+	o := m.lk.owners[id]
+	var f client.FID
+	held := false
+	if o != nil {
+		_, held = o.owners[owner]
+		delete(o.owners, owner)
+		f = o.fid
+		if len(o.owners) == 0 {
+			delete(m.lk.owners, id)
+		}
+	}
+	m.lk.Unlock()
+	if !held {
+		return
+	}
+	err := m.fs.SetLock(context.Background(), f, owner, client.LockRange{Type: client.LockUnlock, Start: 0, End: client.EOF}, false)
+	if err != nil {
+		m.errno(err, "unlock at close", f, "owner", owner)
+	}
+}

@@ -1,0 +1,658 @@
+package llite_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/llite"
+	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+// helperEnv, when set, makes the test binary run the POSIX suite as a
+// child (unprivileged) instead of the tests.
+const helperEnv = "NACRE_LLITE_HELPER"
+
+type helperSpec struct {
+	Dir      string // where to run the suite (the child's own directory)
+	RootFile string // root's 0644 file
+	RootDir  string // root's 0755 directory
+}
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Exit(runHelper(spec))
+	}
+	clustertest.Main(m)
+}
+
+// publicDir makes a directory every user can reach (t.TempDir's are
+// 0700 and under a 0700 parent).
+func publicDir(t *testing.T, prefix string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+var logLevel = func() slog.Level {
+	if os.Getenv("NACRE_LLITE_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}()
+
+// mountT mounts the cluster as client i and unmounts it when the test
+// ends.
+func mountT(t *testing.T, c *clustertest.Cluster, i int) *llite.Server {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Fatalf("these tests need FUSE: %v", err)
+	}
+	dir := publicDir(t, fmt.Sprintf("llite-mnt%d-", i))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})).With("client", i)
+	srv, err := llite.Mount(ctx, dir, c.ClientConfig(i), llite.Options{FSName: c.Source(), AllowOther: true, Logger: lg,
+		Debug: os.Getenv("NACRE_LLITE_DEBUG") == "fuse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Unmount(ctx); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+			srv.UnmountLazy()
+			srv.Wait()
+		}
+	})
+	return srv
+}
+
+func mkdir(t *testing.T, p string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.Mkdir(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLlite runs everything on one file system with two mounts (two
+// clients): the POSIX suite as root and as nobody, striped data checked
+// byte by byte, coherence between the mounts (data, appends, locks,
+// names), and the mount's own behaviour.
+func TestLlite(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 4})
+	a := mountT(t, c, 0)
+	b := mountT(t, c, 1)
+
+	t.Run("mounts", func(t *testing.T) {
+		mounts, err := os.ReadFile("/proc/self/mounts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := c.Source() + " " + a.Dir() + " fuse.nacre "
+		if !strings.Contains(string(mounts), want) {
+			t.Fatalf("/proc/self/mounts lacks %q:\n%s", want, mounts)
+		}
+	})
+	t.Run("posix/root", func(t *testing.T) {
+		base := mkdir(t, filepath.Join(a.Dir(), "root"), 0o755)
+		for _, pc := range posixSuite {
+			t.Run(pc.name, func(t *testing.T) {
+				pc.fn(t, mkdir(t, filepath.Join(base, pc.name), 0o755))
+			})
+		}
+	})
+	t.Run("posix/nobody", func(t *testing.T) { testNobody(t, a) })
+	t.Run("striped", func(t *testing.T) { testStriped(t, a, b) })
+	t.Run("coherence", func(t *testing.T) { testCoherence(t, a, b) })
+	t.Run("append", func(t *testing.T) { testAppend(t, a, b) })
+	t.Run("locks", func(t *testing.T) { testLocks(t, a, b) })
+	t.Run("names", func(t *testing.T) { testNames(t, a, b) })
+}
+
+// testNobody runs the POSIX suite as uid 65534 in a child process (the
+// test binary again), in a directory it owns, then checks what it may not
+// do to root's files.
+func testNobody(t *testing.T, a *llite.Server) {
+	base := mkdir(t, filepath.Join(a.Dir(), "nobody"), 0o755)
+	own := mkdir(t, filepath.Join(base, "own"), 0o755)
+	if err := os.Chown(own, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	rootDir := mkdir(t, filepath.Join(base, "rootdir"), 0o755)
+	rootFile := filepath.Join(rootDir, "file")
+	if err := os.WriteFile(rootFile, []byte("root's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(helperSpec{Dir: own, RootFile: rootFile, RootDir: rootDir})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, helperBinary(t), "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(spec))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unprivileged suite: %v\n%s", err, out)
+	}
+	t.Logf("unprivileged suite:\n%s", out)
+	// What it made is its own.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(own, "file", "f"), &st); err != nil || st.Uid != 65534 || st.Gid != 65534 {
+		t.Fatalf("owner of nobody's file: %d:%d %v", st.Uid, st.Gid, err)
+	}
+	if b, err := os.ReadFile(rootFile); err != nil || string(b) != "root's" {
+		t.Fatalf("root's file after the suite: %q %v", b, err)
+	}
+}
+
+// helperBinary copies the test binary where nobody may run it.
+func helperBinary(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := publicDir(t, "llite-helper-")
+	dst := filepath.Join(dir, "llite.test")
+	in, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// childT is a tester for the child: failures go to stderr; Fatalf ends
+// the case's goroutine.
+type childT struct {
+	name   string
+	failed atomic.Bool
+}
+
+func (c *childT) Helper() {}
+
+func (c *childT) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "FAIL %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	c.failed.Store(true)
+}
+
+func (c *childT) Fatalf(format string, args ...any) {
+	c.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func runHelper(s string) int {
+	var spec helperSpec
+	if err := json.Unmarshal([]byte(s), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 2
+	}
+	cases := append(append([]posixCase(nil), posixSuite...), posixCase{"perm", func(t tester, _ string) { casePerm(t, spec) }})
+	failed := false
+	for _, pc := range cases {
+		ct := &childT{name: pc.name}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			dir := filepath.Join(spec.Dir, pc.name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				ct.Fatalf("mkdir: %v", err)
+			}
+			pc.fn(ct, dir)
+		}()
+		<-done
+		if ct.failed.Load() {
+			failed = true
+		} else {
+			fmt.Printf("ok   %s (uid %d)\n", pc.name, os.Getuid())
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// casePerm: an unprivileged user may read root's 0644 file but not write,
+// cut, chmod, rename or remove it, nor create in root's 0755 directory.
+func casePerm(t tester, spec helperSpec) {
+	if os.Getuid() == 0 {
+		t.Fatalf("perm runs unprivileged only")
+	}
+	if b, err := os.ReadFile(spec.RootFile); err != nil || string(b) != "root's" {
+		t.Fatalf("read of root's file: %q %v", b, err)
+	}
+	_, err := os.OpenFile(spec.RootFile, os.O_WRONLY, 0)
+	wantErr(t, err, syscall.EACCES, "open of root's 0644 file for writing")
+	_, err = os.OpenFile(spec.RootFile, os.O_WRONLY|os.O_TRUNC, 0)
+	wantErr(t, err, syscall.EACCES, "open O_TRUNC of root's file")
+	wantErr(t, os.Truncate(spec.RootFile, 0), syscall.EACCES, "truncate of root's file")
+	wantErr(t, os.Chmod(spec.RootFile, 0o666), syscall.EPERM, "chmod of root's file")
+	wantErr(t, os.Remove(spec.RootFile), syscall.EACCES, "unlink in root's dir")
+	wantErr(t, os.Rename(spec.RootFile, spec.RootFile+".x"), syscall.EACCES, "rename in root's dir")
+	wantErr(t, os.WriteFile(filepath.Join(spec.RootDir, "mine"), nil, 0o644), syscall.EACCES, "create in root's dir")
+	wantErr(t, os.Mkdir(filepath.Join(spec.RootDir, "mine"), 0o755), syscall.EACCES, "mkdir in root's dir")
+	err = syscall.Setxattr(spec.RootFile, "user.x", []byte("y"), 0)
+	if !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("setxattr on root's file: %v", err)
+	}
+	wantErr(t, syscall.Access(spec.RootFile, 2), syscall.EACCES, "access W_OK of root's file")
+	if err := syscall.Access(spec.RootFile, 4); err != nil {
+		t.Fatalf("access R_OK of root's file: %v", err)
+	}
+}
+
+// testStriped writes a file striped over the 4 OSTs through the mount at
+// random offsets, cuts and extends it and appends to it, checking it byte
+// by byte against a local copy, from both mounts.
+func testStriped(t *testing.T, a, b *llite.Server) {
+	mkdir(t, filepath.Join(a.Dir(), "striped"), 0o755)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fsys := a.FS()
+	cred := client.Root()
+	d, err := fsys.Lookup(ctx, cred, fsys.Root(), "striped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay := layout.Plain(layout.RAID0{StripeCount: 4, StripeSize: 64 << 10, StripeOffset: -1})
+	f, _, err := fsys.Create(ctx, cred, d.FID, "f", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := f.Layout(); l == nil || l.Components[0].StripeCount != 4 {
+		t.Fatalf("layout %v", l)
+	}
+	f.Close(ctx)
+
+	p := filepath.Join(a.Dir(), "striped", "f")
+	w, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ap, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	rng := rand.New(rand.NewPCG(7, 11))
+	var want []byte
+	fill := func(n int) []byte {
+		buf := make([]byte, n)
+		for i := range buf {
+			buf[i] = byte(rng.Uint32())
+		}
+		return buf
+	}
+	const span = 3 << 20
+	for i := range 150 {
+		switch k := rng.IntN(10); {
+		case k < 7:
+			off := rng.IntN(span)
+			buf := fill(rng.IntN(300<<10) + 1)
+			if _, err := w.WriteAt(buf, int64(off)); err != nil {
+				t.Fatalf("op %d: pwrite at %d: %v", i, off, err)
+			}
+			if end := off + len(buf); end > len(want) {
+				want = append(want, make([]byte, end-len(want))...)
+			}
+			copy(want[off:], buf)
+		case k < 8:
+			size := rng.IntN(span)
+			if err := w.Truncate(int64(size)); err != nil {
+				t.Fatalf("op %d: ftruncate to %d: %v", i, size, err)
+			}
+			if size < len(want) {
+				want = want[:size]
+			} else {
+				want = append(want, make([]byte, size-len(want))...)
+			}
+		case k < 9:
+			buf := fill(rng.IntN(100<<10) + 1)
+			if _, err := ap.Write(buf); err != nil {
+				t.Fatalf("op %d: append: %v", i, err)
+			}
+			want = append(want, buf...)
+		default:
+			off := rng.IntN(len(want) + 1)
+			got := make([]byte, rng.IntN(200<<10)+1)
+			n, err := w.ReadAt(got, int64(off))
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("op %d: pread at %d: %v", i, off, err)
+			}
+			if wantN := min(len(got), len(want)-off); n != wantN || !bytes.Equal(got[:n], want[off:off+n]) {
+				t.Fatalf("op %d: pread at %d: %d bytes, want %d; equal %v", i, off, n, wantN, bytes.Equal(got[:n], want[off:off+wantN]))
+			}
+		}
+	}
+	check := func(dir string) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, "striped", "f"), &st); err != nil || st.Size != int64(len(want)) {
+			t.Fatalf("%s: size %d %v, want %d", dir, st.Size, err, len(want))
+		}
+		got, err := os.ReadFile(filepath.Join(dir, "striped", "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: read %d bytes, want %d", dir, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: byte %d is %#x, want %#x", dir, i, got[i], want[i])
+			}
+		}
+	}
+	check(a.Dir())
+	check(b.Dir())
+	// Writes on b are seen on a, whose handle is still open.
+	bw, err := os.OpenFile(filepath.Join(b.Dir(), "striped", "f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := fill(200 << 10)
+	if _, err := bw.WriteAt(buf, 100000); err != nil {
+		t.Fatal(err)
+	}
+	bw.Close()
+	copy(want[100000:], buf)
+	check(a.Dir())
+}
+
+// testCoherence: a write through one mount is read through the other at
+// once, also by a handle that had read (and cached) the old data.
+func testCoherence(t *testing.T, a, b *llite.Server) {
+	pa, pb := filepath.Join(a.Dir(), "coh"), filepath.Join(b.Dir(), "coh")
+	old := bytes.Repeat([]byte("o"), 300<<10)
+	if err := os.WriteFile(pa, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := os.Open(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Close()
+	wa, err := os.OpenFile(pa, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wa.Close()
+	got := make([]byte, len(old))
+	for round := range 20 {
+		if n, err := rb.ReadAt(got, 0); n != len(old) {
+			t.Fatalf("round %d: read on b: %d %v", round, n, err)
+		}
+		mark := []byte(fmt.Sprintf("<round %d>", round))
+		off := int64(round * 10007)
+		if _, err := wa.WriteAt(mark, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(old[off:], mark)
+		if n, err := rb.ReadAt(got, 0); n != len(old) || !bytes.Equal(got, old) {
+			i := 0
+			for i < n && got[i] == old[i] {
+				i++
+			}
+			t.Fatalf("round %d: b reads stale data at %d after a's write (%d bytes, %v)", round, i, n, err)
+		}
+	}
+	// A truncate on a is seen on b: size and data.
+	if err := wa.Truncate(1000); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(rb.Fd()), &st); err != nil || st.Size != 1000 {
+		t.Fatalf("size on b after truncate on a: %d %v", st.Size, err)
+	}
+	if n, _ := rb.ReadAt(got, 0); n != 1000 || !bytes.Equal(got[:n], old[:1000]) {
+		t.Fatalf("read on b after truncate on a: %d bytes", n)
+	}
+	// And b's write is read on a.
+	if err := os.WriteFile(pb, []byte("from b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(pa); err != nil || string(b) != "from b" {
+		t.Fatalf("a reads %q %v", b, err)
+	}
+}
+
+// testAppend: both mounts append 100-byte records at once; every record
+// lands exactly once and the size is exact.
+func testAppend(t *testing.T, a, b *llite.Server) {
+	const perMount, rec = 200, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i, dir := range []string{a.Dir(), b.Dir()} {
+		wg.Go(func() {
+			f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			for k := range perMount {
+				r := fmt.Sprintf("mount %d record %04d ", i, k)
+				r += strings.Repeat(".", rec-len(r)-1) + "\n"
+				if n, err := f.Write([]byte(r)); err != nil || n != rec {
+					errs <- fmt.Errorf("mount %d record %d: %d %v", i, k, n, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{a.Dir(), b.Dir()} {
+		data, err := os.ReadFile(filepath.Join(dir, "log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) != 2*perMount*rec {
+			t.Fatalf("%s: log of %d bytes, want %d", dir, len(data), 2*perMount*rec)
+		}
+		seen := map[string]int{}
+		for off := 0; off < len(data); off += rec {
+			r := string(data[off : off+rec])
+			var m, k int
+			if _, err := fmt.Sscanf(r, "mount %d record %d ", &m, &k); err != nil || !strings.HasSuffix(r, ".\n") {
+				t.Fatalf("%s: torn record at %d: %q", dir, off, r)
+			}
+			seen[fmt.Sprintf("%d/%d", m, k)]++
+		}
+		if len(seen) != 2*perMount {
+			t.Fatalf("%s: %d distinct records, want %d", dir, len(seen), 2*perMount)
+		}
+	}
+}
+
+// testLocks: fcntl locks through one mount exclude the other's, F_GETLK
+// names the holder, close drops a process's locks, flock() excludes too.
+func testLocks(t *testing.T, a, b *llite.Server) {
+	for _, name := range []string{"locked", "flocked"} {
+		if err := os.WriteFile(filepath.Join(a.Dir(), name), make([]byte, 1000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openName := func(s *llite.Server, name string) *os.File {
+		f, err := os.OpenFile(filepath.Join(s.Dir(), name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	open := func(s *llite.Server) *os.File { return openName(s, "locked") }
+	fa, fb := open(a), open(b)
+	setlk := func(f *os.File, typ int16, start, n int64) error {
+		lk := syscall.Flock_t{Type: typ, Whence: io.SeekStart, Start: start, Len: n}
+		return syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk)
+	}
+	if err := setlk(fa, syscall.F_WRLCK, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := setlk(fb, syscall.F_WRLCK, 50, 10); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("F_SETLK on b over a's lock: %v", err)
+	}
+	if err := setlk(fb, syscall.F_RDLCK, 90, 20); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("read lock on b over a's write lock: %v", err)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 0, Len: 10}
+	if err := syscall.FcntlFlock(fb.Fd(), syscall.F_GETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	if lk.Type != syscall.F_WRLCK || lk.Start != 0 || lk.Len != 100 || lk.Pid != int32(os.Getpid()) {
+		t.Fatalf("F_GETLK on b: %+v, want a's write lock [0,100) of pid %d", lk, os.Getpid())
+	}
+	if err := setlk(fb, syscall.F_WRLCK, 200, 100); err != nil {
+		t.Fatalf("a lock beside a's: %v", err)
+	}
+	if err := setlk(fa, syscall.F_UNLCK, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := setlk(fb, syscall.F_WRLCK, 50, 10); err != nil {
+		t.Fatalf("F_SETLK on b after a unlocked: %v", err)
+	}
+	// A lock to the end of the file.
+	if err := setlk(fa, syscall.F_RDLCK, 500, 0); err != nil {
+		t.Fatal(err)
+	}
+	lk = syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 1 << 40, Len: 1}
+	if err := syscall.FcntlFlock(fb.Fd(), syscall.F_GETLK, &lk); err != nil || lk.Type != syscall.F_RDLCK || lk.Start != 500 || lk.Len != 0 {
+		t.Fatalf("F_GETLK of a lock to EOF: %+v %v", lk, err)
+	}
+	// Closing any descriptor of the file drops the process's locks.
+	fa2 := open(a)
+	fa2.Close()
+	if err := setlk(fb, syscall.F_WRLCK, 600, 10); err != nil {
+		t.Fatalf("lock after a's close: %v", err)
+	}
+
+	// flock() locks are whole-file locks, across mounts too, dropped at
+	// the last close (released asynchronously: poll).
+	ga, gb := openName(a, "flocked"), openName(b, "flocked")
+	if err := syscall.Flock(int(ga.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(gb.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("flock on b while a holds it: %v", err)
+	}
+	ga.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := syscall.Flock(int(gb.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			t.Fatalf("flock on b after a's close: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testNames: names changed through one mount change in the other (the
+// kernel's entries there go when the library's locks are called back;
+// that is asynchronous, so poll briefly).
+func testNames(t *testing.T, a, b *llite.Server) {
+	pa := func(s string) string { return filepath.Join(a.Dir(), "names", s) }
+	pb := func(s string) string { return filepath.Join(b.Dir(), "names", s) }
+	mkdir(t, filepath.Join(a.Dir(), "names"), 0o755)
+	for _, n := range []string{"x", "y"} {
+		if err := os.WriteFile(pa(n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"x", "y"} {
+		if _, err := os.Stat(pb(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := os.Remove(pa("x")); err != nil {
+		t.Fatal(err)
+	}
+	eventually("b sees x unlinked", func() bool { _, err := os.Stat(pb("x")); return errors.Is(err, syscall.ENOENT) })
+	if err := os.Rename(pa("y"), pa("z")); err != nil {
+		t.Fatal(err)
+	}
+	eventually("b sees y renamed", func() bool { _, err := os.Stat(pb("y")); return errors.Is(err, syscall.ENOENT) })
+	if b, err := os.ReadFile(pb("z")); err != nil || string(b) != "y" {
+		t.Fatalf("b reads z: %q %v", b, err)
+	}
+	// A name b moved itself is still followed.
+	if err := os.Rename(pb("z"), pb("w")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pa("w")); err != nil {
+		t.Fatal(err)
+	}
+	eventually("b sees its renamed w unlinked", func() bool { _, err := os.Stat(pb("w")); return errors.Is(err, syscall.ENOENT) })
+	if err := os.Chmod(filepath.Join(a.Dir(), "names"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	eventually("b sees the chmod", func() bool {
+		var st syscall.Stat_t
+		return syscall.Stat(filepath.Join(b.Dir(), "names"), &st) == nil && st.Mode&0o777 == 0o700
+	})
+	// Something new made on a is found on b right away (no negative
+	// entries are cached).
+	if err := os.Mkdir(pa("new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pb("new")); err != nil {
+		t.Fatalf("b after a's mkdir: %v", err)
+	}
+}

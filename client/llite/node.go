@@ -1,0 +1,455 @@
+package llite
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/mdc"
+)
+
+// node is a file the kernel knows: nothing but its FID (see doc.go).
+type node struct {
+	fs.Inode
+	m   *mount
+	fid client.FID
+}
+
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeAccesser       = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+)
+
+// child returns the kernel's node for a, which go-fuse matches with the
+// node it already has for the same inode number.
+func (n *node) child(ctx context.Context, a client.Attr) *fs.Inode {
+	return n.NewInode(ctx, &node{m: n.m, fid: a.FID},
+		fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: inoOf(a.FID), Gen: uint64(a.FID.Ver)})
+}
+
+// Lookup resolves name in the directory (cached by the library under the
+// file's lock, or one intent RPC).
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Lookup(ctx, cred, n.fid, name)
+	if err != nil {
+		return nil, n.m.errno(err, "lookup", n.fid, "name", name)
+	}
+	fillEntry(a, out, true)
+	return n.child(ctx, a), 0
+}
+
+// Getattr returns the file's attributes; a regular file's size is its
+// objects'.
+func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Getattr(ctx, cred, n.fid)
+	if err != nil {
+		return n.m.errno(err, "getattr", n.fid)
+	}
+	fillAttr(a, &out.Attr)
+	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		out.SetTimeout(cacheTTL)
+	}
+	return 0
+}
+
+// Setattr changes mode, owner, times and size; a size change through an
+// open file (ftruncate, open with O_TRUNC) uses it, so that a file opened
+// for writing can be cut whatever its mode says now.
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	var sa client.SetAttr
+	if mode, ok := in.GetMode(); ok {
+		sa.Valid |= mdc.AttrMode
+		sa.Mode = mode
+	}
+	if uid, ok := in.GetUID(); ok {
+		sa.Valid |= mdc.AttrUID
+		sa.UID = uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		sa.Valid |= mdc.AttrGID
+		sa.GID = gid
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			sa.Valid |= mdc.AttrAtimeNow
+		} else {
+			sa.Valid |= mdc.AttrAtime
+			sa.Atime = int64(in.Atime)*1e9 + int64(in.Atimensec)
+		}
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			sa.Valid |= mdc.AttrMtimeNow
+		} else {
+			sa.Valid |= mdc.AttrMtime
+			sa.Mtime = int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+		}
+	}
+	if in.Valid&fuse.FATTR_CTIME != 0 {
+		sa.Valid |= mdc.AttrCtime
+		sa.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
+	}
+	size, hasSize := in.GetSize()
+	h, _ := fh.(*handle)
+	if hasSize && h != nil {
+		if err := h.f.Truncate(ctx, int64(size)); err != nil {
+			return n.m.errno(err, "truncate", n.fid, "size", size)
+		}
+	} else if hasSize {
+		sa.Valid |= mdc.AttrSize
+		sa.Size = size
+	}
+	var a client.Attr
+	var err error
+	if sa.Valid != 0 {
+		a, err = n.m.fs.Setattr(ctx, cred, n.fid, sa)
+	} else {
+		a, err = n.m.fs.Getattr(ctx, cred, n.fid)
+	}
+	if err != nil {
+		return n.m.errno(err, "setattr", n.fid, "valid", in.Valid)
+	}
+	fillAttr(a, &out.Attr)
+	return 0
+}
+
+// Access checks mode bits for access(2) and chdir (the MDT checks every
+// operation itself, ACLs included).
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Getattr(ctx, cred, n.fid)
+	if err != nil {
+		return n.m.errno(err, "access", n.fid)
+	}
+	if mask&2 != 0 && n.m.fs.Config().ReadOnly {
+		return syscall.EROFS
+	}
+	if !mayAccess(cred, a, mask) {
+		return syscall.EACCES
+	}
+	return 0
+}
+
+// mayAccess says whether cred may access a file with attributes a as
+// mask (R_OK 4, W_OK 2, X_OK 1) asks, by mode bits and capabilities.
+func mayAccess(cred client.Cred, a client.Attr, mask uint32) bool {
+	mask &= 7
+	isDir := a.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	anyX := a.Mode&0o111 != 0
+	if cred.Cap&mdc.CapDacOverride != 0 && (mask&1 == 0 || isDir || anyX) {
+		return true
+	}
+	if cred.Cap&mdc.CapDacReadSearch != 0 && mask&2 == 0 && (mask&1 == 0 || isDir) {
+		return true
+	}
+	var bits uint32
+	switch {
+	case a.UID == cred.UID:
+		bits = a.Mode >> 6
+	case a.GID == cred.GID || contains(cred.Groups, a.GID):
+		bits = a.Mode >> 3
+	default:
+		bits = a.Mode
+	}
+	return bits&mask == mask
+}
+
+func contains(s []uint32, v uint32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Create opens name, making it if needed: one intent RPC. The kernel gets
+// no timeout on the entry (no lock covers the name yet).
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	f, a, err := n.m.fs.Create(ctx, cred, n.fid, name, uint64(flags)|syscall.O_CREAT, mode&0o7777, nil)
+	if err != nil {
+		return nil, nil, 0, n.m.errno(err, "create", n.fid, "name", name, "flags", flags)
+	}
+	fillEntry(a, out, false)
+	ch := n.child(ctx, a)
+	h, fl := n.m.newHandle(f, flags)
+	return ch, h, fl, 0
+}
+
+// Open opens the file by its FID.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	f, _, err := n.m.fs.Open(ctx, cred, n.fid, uint64(flags))
+	if err != nil {
+		return nil, 0, n.m.errno(err, "open", n.fid, "flags", flags)
+	}
+	h, fl := n.m.newHandle(f, flags)
+	return h, fl, 0
+}
+
+// Mkdir makes a directory.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Mkdir(ctx, cred, n.fid, name, mode&0o7777)
+	if err != nil {
+		return nil, n.m.errno(err, "mkdir", n.fid, "name", name)
+	}
+	if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return nil, n.m.errno(syscall.EIO, "mkdir: not a directory", a.FID, "mode", a.Mode)
+	}
+	fillEntry(a, out, false)
+	return n.child(ctx, a), 0
+}
+
+// Mknod makes a FIFO, socket, device or (empty) regular file.
+func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Mknod(ctx, cred, n.fid, name, mode, uint64(dev))
+	if err != nil {
+		return nil, n.m.errno(err, "mknod", n.fid, "name", name, "mode", mode)
+	}
+	fillEntry(a, out, false)
+	return n.child(ctx, a), 0
+}
+
+// Symlink makes a symbolic link.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Symlink(ctx, cred, n.fid, name, target)
+	if err != nil {
+		return nil, n.m.errno(err, "symlink", n.fid, "name", name)
+	}
+	fillEntry(a, out, false)
+	return n.child(ctx, a), 0
+}
+
+// Readlink returns the link's target.
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	t, err := n.m.fs.Readlink(ctx, cred, n.fid)
+	if err != nil {
+		return nil, n.m.errno(err, "readlink", n.fid)
+	}
+	return []byte(t), 0
+}
+
+// Link makes name another link to target.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	ctx, cred := n.m.req(ctx)
+	a, err := n.m.fs.Link(ctx, cred, t.fid, n.fid, name)
+	if err != nil {
+		return nil, n.m.errno(err, "link", t.fid, "parent", n.fid, "name", name)
+	}
+	fillEntry(a, out, false)
+	return n.child(ctx, a), 0
+}
+
+// Unlink removes a name; an open file stays readable until its last
+// close (the MDT keeps it as an orphan).
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	if err := n.m.fs.Unlink(ctx, cred, n.fid, name); err != nil {
+		return n.m.errno(err, "unlink", n.fid, "name", name)
+	}
+	return 0
+}
+
+// Rmdir removes an empty directory.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	if err := n.m.fs.Rmdir(ctx, cred, n.fid, name); err != nil {
+		return n.m.errno(err, "rmdir", n.fid, "name", name)
+	}
+	return 0
+}
+
+// Rename flags (renameat2's) the MDT knows.
+const renameFlags = client.RenameNoReplace | client.RenameExchange
+
+// Rename moves name to newName in newParent (flags RENAME_NOREPLACE,
+// RENAME_EXCHANGE). The kernel moves its entry, which keeps the old
+// name's timeout: the new names are looked up again through the library,
+// which caches them under the files' locks, so that another client's
+// change of them reaches the kernel.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if flags&^renameFlags != 0 {
+		return syscall.EINVAL
+	}
+	ctx, cred := n.m.req(ctx)
+	if err := n.m.fs.Rename(ctx, cred, n.fid, name, np.fid, newName, flags); err != nil {
+		return n.m.errno(err, "rename", n.fid, "name", name, "to", np.fid, "newname", newName, "flags", flags)
+	}
+	n.m.fs.Lookup(ctx, cred, np.fid, newName)
+	if flags&client.RenameExchange != 0 {
+		n.m.fs.Lookup(ctx, cred, n.fid, name)
+	}
+	return 0
+}
+
+// OpendirHandle opens the directory for reading: pages are read from the
+// MDT as the kernel asks for them.
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &dirHandle{n: n}, 0, 0
+}
+
+// Fsync makes an open file's data durable (a directory's changes are
+// already: the MDT commits them before it answers).
+func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	return 0
+}
+
+// Statfs returns the file system's space and inodes.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, _ = n.m.req(ctx)
+	st, err := n.m.fs.Statfs(ctx)
+	if err != nil {
+		return n.m.errno(err, "statfs", n.fid)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize, out.NameLen = st.Bsize, st.Bsize, st.Namelen
+	return 0
+}
+
+// Getxattr copies the value of an extended attribute into dest; ERANGE
+// with the size when dest is too small (go-fuse asks with an empty dest
+// for the size).
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	v, err := n.m.fs.Getxattr(ctx, cred, n.fid, attr)
+	if err != nil {
+		return 0, n.m.errno(err, "getxattr", n.fid, "name", attr)
+	}
+	if len(v) > len(dest) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Setxattr sets an extended attribute (flags XATTR_CREATE, XATTR_REPLACE).
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	if err := n.m.fs.Setxattr(ctx, cred, n.fid, attr, data, int(flags)); err != nil {
+		return n.m.errno(err, "setxattr", n.fid, "name", attr)
+	}
+	return 0
+}
+
+// Listxattr copies the names of the extended attributes, each ending in
+// NUL, into dest; ERANGE with the size when dest is too small.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx, cred := n.m.req(ctx)
+	names, err := n.m.fs.Listxattr(ctx, cred, n.fid)
+	if err != nil {
+		return 0, n.m.errno(err, "listxattr", n.fid)
+	}
+	size := 0
+	for _, s := range names {
+		size += len(s) + 1
+	}
+	if size > len(dest) {
+		return uint32(size), syscall.ERANGE
+	}
+	off := 0
+	for _, s := range names {
+		off += copy(dest[off:], s)
+		dest[off] = 0
+		off++
+	}
+	return uint32(size), 0
+}
+
+// Removexattr removes an extended attribute.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	ctx, cred := n.m.req(ctx)
+	if err := n.m.fs.Removexattr(ctx, cred, n.fid, attr); err != nil {
+		return n.m.errno(err, "removexattr", n.fid, "name", attr)
+	}
+	return 0
+}
+
+// dirHandle reads a directory page by page, by the MDT's cookies: an
+// entry's offset (d_off) is the cookie of the entry after it, so the
+// kernel can seek back to any entry (telldir/seekdir).
+type dirHandle struct {
+	n    *node
+	ents []client.DirEntry // of the page read, not returned yet
+	next uint64            // cookie after ents (0: the start)
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+)
+
+// Readdirent returns the next entry, nil at the end. go-fuse calls it for
+// one handle at a time.
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	for len(d.ents) == 0 {
+		if d.next == client.DirEnd {
+			return nil, 0
+		}
+		rctx, cred := d.n.m.req(ctx)
+		ents, next, err := d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
+		if err != nil {
+			return nil, d.n.m.errno(err, "readdir", d.n.fid, "cookie", d.next)
+		}
+		if len(ents) == 0 && next != client.DirEnd && next <= d.next {
+			return nil, d.n.m.errno(syscall.EIO, "readdir: no progress", d.n.fid, "cookie", d.next)
+		}
+		d.ents, d.next = ents, next
+	}
+	e := d.ents[0]
+	d.ents = d.ents[1:]
+	off := d.next
+	if len(d.ents) > 0 {
+		off = d.ents[0].Cookie
+	}
+	if off == 0 {
+		off = 1 // never the start again
+	}
+	return &fuse.DirEntry{Name: e.Name, Ino: inoOf(e.FID), Mode: uint32(e.Type) << 12, Off: off}, 0
+}
+
+// Seekdir goes to an offset a Readdirent returned (0: the start).
+func (d *dirHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
+	d.ents, d.next = nil, off
+	return 0
+}

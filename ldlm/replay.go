@@ -1,0 +1,68 @@
+package ldlm
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
+)
+
+// ReplayLocks re-establishes on a restarted server the locks the client
+// holds through imp (Lustre's lock replay), from the import's OnRecover
+// hook: each granted lock is enqueued again with Replay, which the server
+// grants as it was, and takes the server's new handle; a lock still
+// waiting for its grant is enqueued again as a normal request. Handles
+// given back locally but not yet told to the server are forgotten (the
+// server has no such locks any more). FLOCK locks are kept by the server
+// only and are not replayed.
+func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
+	c.mu.Lock()
+	ns := c.mu.ns[imp]
+	if ns == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	ns.pending, ns.urgent = nil, false
+	var locks []*ClientLock
+	for _, set := range ns.byRes {
+		for l := range set {
+			if l.state == lockGranted || (l.state == lockWaiting && l.remote != 0) {
+				locks = append(locks, l)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, l := range locks {
+		c.mu.Lock()
+		granted := l.state == lockGranted
+		er := &ldlmv1.EnqueueRequest{Resource: resourceToWire(l.Resource), Mode: uint32(l.mode), Policy: policyToWire(l.policy),
+			ClientHandle: l.handle}
+		if granted {
+			er.Flags = wireReplay
+		}
+		c.mu.Unlock()
+		body, err := proto.Marshal(er)
+		if err != nil {
+			return err
+		}
+		repBody, err := imp.Replay(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+		if err != nil {
+			return fmt.Errorf("ldlm: replay of lock %v on %s: %w", l.Resource, imp.Target(), err)
+		}
+		var rep ldlmv1.EnqueueReply
+		if err := proto.Unmarshal(repBody, &rep); err != nil || rep.Handle == 0 {
+			return fmt.Errorf("ldlm: replay of lock %v on %s: bad reply (%v)", l.Resource, imp.Target(), err)
+		}
+		c.mu.Lock()
+		l.remote = Handle(rep.Handle)
+		if !granted && rep.Granted {
+			l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
