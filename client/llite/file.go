@@ -49,7 +49,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	fid := h.f.FID()
 	h.m.n.beginIO(fid)
 	defer h.m.n.endIO(fid)
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	n, err := h.f.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) && n == 0 {
 		return nil, h.m.errno(err, "read", fid, "off", off, "len", len(dest))
@@ -63,7 +64,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	fid := h.f.FID()
 	h.m.n.beginIO(fid)
 	defer h.m.n.endIO(fid)
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	n, at, err := h.f.WriteAt(ctx, data, off)
 	if h.append && n > 0 && at != off {
 		// Other opens of the file here may cache pages where the data
@@ -79,7 +81,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // Flush writes back the file's dirty data at close(2) (close-to-open: the
 // next open anywhere sees it).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	if err := h.f.Flush(ctx); err != nil {
 		return h.m.errno(err, "flush", h.f.FID())
 	}
@@ -88,7 +91,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 
 // Fsync makes the file's data durable.
 func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	if err := h.f.Sync(ctx); err != nil {
 		return h.m.errno(err, "fsync", h.f.FID())
 	}
@@ -97,7 +101,8 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 
 // Release closes the file (the kernel's last reference went).
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	if err := h.f.Close(ctx); err != nil {
 		return h.m.errno(err, "close", h.f.FID())
 	}
@@ -128,7 +133,8 @@ func fuseLock(lr client.LockRange, out *fuse.FileLock) {
 // Getlk returns a lock that keeps owner from taking lk (F_GETLK), or lk
 // with type F_UNLCK.
 func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	lr, err := h.m.fs.GetLock(ctx, h.f.FID(), owner, lockRange(lk))
 	if err != nil {
 		return h.m.errno(err, "getlk", h.f.FID(), "owner", owner)
@@ -145,7 +151,8 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, fla
 // on a conflict); flock() locks (LK_FLOCK) are whole-file locks of the
 // open file.
 func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	ctx, _ = h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
 	return h.setlk(ctx, owner, lk, false)
 }
 

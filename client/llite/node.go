@@ -52,7 +52,8 @@ func (n *node) child(ctx context.Context, a client.Attr) *fs.Inode {
 // Lookup resolves name in the directory (cached by the library under the
 // file's lock, or one intent RPC).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Lookup(ctx, cred, n.fid, name)
 	if err != nil {
 		return nil, n.m.errno(err, "lookup", n.fid, "name", name)
@@ -64,7 +65,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr returns the file's attributes; a regular file's size is its
 // objects'.
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Getattr(ctx, cred, n.fid)
 	if err != nil {
 		return n.m.errno(err, "getattr", n.fid)
@@ -80,7 +82,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 // open file (ftruncate, open with O_TRUNC) uses it, so that a file opened
 // for writing can be cut whatever its mode says now.
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	var sa client.SetAttr
 	if mode, ok := in.GetMode(); ok {
 		sa.Valid |= mdc.AttrMode
@@ -141,7 +144,8 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // Access checks mode bits for access(2) and chdir (the MDT checks every
 // operation itself, ACLs included).
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Getattr(ctx, cred, n.fid)
 	if err != nil {
 		return n.m.errno(err, "access", n.fid)
@@ -191,7 +195,8 @@ func contains(s []uint32, v uint32) bool {
 // Create opens name, making it if needed: one intent RPC. The kernel gets
 // no timeout on the entry (no lock covers the name yet).
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	f, a, err := n.m.fs.Create(ctx, cred, n.fid, name, uint64(flags)|syscall.O_CREAT, mode&0o7777, nil)
 	if err != nil {
 		return nil, nil, 0, n.m.errno(err, "create", n.fid, "name", name, "flags", flags)
@@ -204,7 +209,8 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 
 // Open opens the file by its FID.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	f, _, err := n.m.fs.Open(ctx, cred, n.fid, uint64(flags))
 	if err != nil {
 		return nil, 0, n.m.errno(err, "open", n.fid, "flags", flags)
@@ -215,7 +221,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // Mkdir makes a directory.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Mkdir(ctx, cred, n.fid, name, mode&0o7777)
 	if err != nil {
 		return nil, n.m.errno(err, "mkdir", n.fid, "name", name)
@@ -229,7 +236,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod makes a FIFO, socket, device or (empty) regular file.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Mknod(ctx, cred, n.fid, name, mode, uint64(dev))
 	if err != nil {
 		return nil, n.m.errno(err, "mknod", n.fid, "name", name, "mode", mode)
@@ -240,7 +248,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 
 // Symlink makes a symbolic link.
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Symlink(ctx, cred, n.fid, name, target)
 	if err != nil {
 		return nil, n.m.errno(err, "symlink", n.fid, "name", name)
@@ -251,7 +260,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Readlink returns the link's target.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	t, err := n.m.fs.Readlink(ctx, cred, n.fid)
 	if err != nil {
 		return nil, n.m.errno(err, "readlink", n.fid)
@@ -265,7 +275,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if !ok {
 		return nil, syscall.EXDEV
 	}
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	a, err := n.m.fs.Link(ctx, cred, t.fid, n.fid, name)
 	if err != nil {
 		return nil, n.m.errno(err, "link", t.fid, "parent", n.fid, "name", name)
@@ -277,7 +288,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 // Unlink removes a name; an open file stays readable until its last
 // close (the MDT keeps it as an orphan).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	if err := n.m.fs.Unlink(ctx, cred, n.fid, name); err != nil {
 		return n.m.errno(err, "unlink", n.fid, "name", name)
 	}
@@ -286,7 +298,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir removes an empty directory.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	if err := n.m.fs.Rmdir(ctx, cred, n.fid, name); err != nil {
 		return n.m.errno(err, "rmdir", n.fid, "name", name)
 	}
@@ -309,7 +322,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&^renameFlags != 0 {
 		return syscall.EINVAL
 	}
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	if err := n.m.fs.Rename(ctx, cred, n.fid, name, np.fid, newName, flags); err != nil {
 		return n.m.errno(err, "rename", n.fid, "name", name, "to", np.fid, "newname", newName, "flags", flags)
 	}
@@ -337,7 +351,8 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscal
 
 // Statfs returns the file system's space and inodes.
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	ctx, _ = n.m.req(ctx)
+	ctx, _, done := n.m.req(ctx)
+	defer done()
 	st, err := n.m.fs.Statfs(ctx)
 	if err != nil {
 		return n.m.errno(err, "statfs", n.fid)
@@ -352,7 +367,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // with the size when dest is too small (go-fuse asks with an empty dest
 // for the size).
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	v, err := n.m.fs.Getxattr(ctx, cred, n.fid, attr)
 	if err != nil {
 		return 0, n.m.errno(err, "getxattr", n.fid, "name", attr)
@@ -365,7 +381,8 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 // Setxattr sets an extended attribute (flags XATTR_CREATE, XATTR_REPLACE).
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	if err := n.m.fs.Setxattr(ctx, cred, n.fid, attr, data, int(flags)); err != nil {
 		return n.m.errno(err, "setxattr", n.fid, "name", attr)
 	}
@@ -375,7 +392,8 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 // Listxattr copies the names of the extended attributes, each ending in
 // NUL, into dest; ERANGE with the size when dest is too small.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	names, err := n.m.fs.Listxattr(ctx, cred, n.fid)
 	if err != nil {
 		return 0, n.m.errno(err, "listxattr", n.fid)
@@ -398,7 +416,8 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 // Removexattr removes an extended attribute.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	ctx, cred := n.m.req(ctx)
+	ctx, cred, done := n.m.req(ctx)
+	defer done()
 	if err := n.m.fs.Removexattr(ctx, cred, n.fid, attr); err != nil {
 		return n.m.errno(err, "removexattr", n.fid, "name", attr)
 	}
@@ -426,7 +445,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if d.next == client.DirEnd {
 			return nil, 0
 		}
-		rctx, cred := d.n.m.req(ctx)
+		rctx, cred, done := d.n.m.req(ctx)
 		ents, next, err := d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
 		if err != nil {
 			return nil, d.n.m.errno(err, "readdir", d.n.fid, "cookie", d.next)

@@ -165,9 +165,9 @@ type Import struct {
 		// resent before RECOVER becomes FULL.
 		recover int
 		// replay holds the uncommitted modifying requests by transno.
-		replay        []replayReq
+		replay []replayReq
 		// replayConn is the connection being recovered, while OnRecover runs.
-		replayConn *connInfo
+		replayConn    *connInfo
 		lastCommitted uint64
 		// lastReplied is the highest XID that finished, for last_xid when
 		// nothing is in flight.

@@ -72,13 +72,13 @@ type Cluster struct {
 	t      testing.TB
 	FSName string
 	// MGS is the MGS's gRPC address; Port the socklnd port of every node.
-	MGS  string
-	Port int
-	mgs  *server.MGS
-	mds  *server.Storage
+	MGS   string
+	Port  int
+	mgs   *server.MGS
+	mds   *server.Storage
 	root  string
 	extra *server.Storage
-	oss  *server.Storage
+	oss   *server.Storage
 	// OSTDirs are the OSTs' target directories.
 	OSTDirs []string
 	child   *exec.Cmd

@@ -43,7 +43,7 @@ type Config struct {
 // Stats counts what a run did.
 type Stats struct {
 	Writes, Reads, Truncates, Appends, Reopens, Sizes int
-	BytesWritten, BytesRead                         int64
+	BytesWritten, BytesRead                           int64
 }
 
 type op struct {

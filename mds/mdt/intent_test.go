@@ -148,7 +148,7 @@ func TestIntentCallbacks(t *testing.T) {
 	}
 	w.wait(t, objRes(d.FID), "create after a negative lookup")
 
-	// b's getattr lock on d (LOOKUP|UPDATE|PERM) is called back by a mkdir
+	// b's getattr lock on d (LOOKUP|UPDATE|PERM|LAYOUT) is called back by a mkdir
 	// in d.
 	rep, err = b.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: a.root, Name: "d"}, w.hooks())
 	if err != nil || rep.Attr.FID != d.FID || rep.Lock.Policy().Bits != ldlm.BitLookup|ldlm.BitUpdate|ldlm.BitPerm|ldlm.BitLayout {

@@ -158,7 +158,7 @@ func New(cfg Config) (*OFD, error) {
 	// restarted OST never reuses a transno clients saw committed.
 	o.tgt, err = cfg.Targets.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
 		LastTransno: cfg.Device.LastCommitted(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
-		OnConnect:   o.connectGrant,
+		OnConnect: o.connectGrant,
 		OnGone: func(e *ptlrpc.Export, _ bool) {
 			o.lockd.ExportGone(e)
 			o.dropGrant(e)
