@@ -31,6 +31,12 @@ type inode struct {
 	// data; it lives as long as the inode.
 	data  *lov.File
 	dlay  *layout.Layout // the layout data was opened with
+	// retired are objects of layouts data replaced while the file was
+	// open (handles may be using them): closed when the inode goes.
+	retired []*lov.File
+	// stale: a lock covering the layout went while the file was open;
+	// the next I/O reads the layout again.
+	stale bool
 	opens int
 	names map[dentKey]struct{}
 	// written says the file's data changed through this client since its
@@ -47,13 +53,42 @@ type cache struct {
 	mu     sync.Mutex
 	inodes map[fid.FID]*inode
 	dents  map[dentKey]fid.FID
-	byLock map[*ldlm.ClientLock]fid.FID
+	byLock map[*ldlm.ClientLock]lockRef
+}
+
+// lockRef is what a lock the cache knows covers: an inode's attributes
+// (and entries), or only the layout of an open file (an open's lock).
+type lockRef struct {
+	fid        fid.FID
+	layoutOnly bool
 }
 
 func (c *cache) init() {
 	c.inodes = make(map[fid.FID]*inode)
 	c.dents = make(map[dentKey]fid.FID)
-	c.byLock = make(map[*ldlm.ClientLock]fid.FID)
+	c.byLock = make(map[*ldlm.ClientLock]lockRef)
+}
+
+// closeData closes an inode's objects; the caller has taken it out of the
+// table.
+func (ino *inode) closeData() {
+	if ino.data != nil {
+		ino.data.Close()
+	}
+	for _, d := range ino.retired {
+		d.Close()
+	}
+	ino.data, ino.retired = nil, nil
+}
+
+// openLock records the lock an open was granted: its callback marks the
+// open file's layout stale.
+func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byLock[l]; !ok {
+		c.byLock[l] = lockRef{fid: f, layoutOnly: true}
+	}
 }
 
 // getLocked returns f's inode, making an empty one.
@@ -108,7 +143,7 @@ func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent
 	if lay != nil || a.Mode&0o170000 != 0o100000 {
 		ino.lay = lay
 	}
-	c.byLock[l] = a.FID
+	c.byLock[l] = lockRef{fid: a.FID}
 	if name != "" {
 		k := dentKey{parent, name}
 		c.dents[k] = a.FID
@@ -145,15 +180,23 @@ func (c *cache) invalidate(f fid.FID) {
 // goes, and the Notifier hears of it.
 func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	c.mu.Lock()
-	f, ok := c.byLock[l]
+	ref, ok := c.byLock[l]
 	if !ok {
 		c.mu.Unlock()
 		return
 	}
 	delete(c.byLock, l)
+	f := ref.fid
 	ino := c.inodes[f]
+	if ino != nil && ino.opens > 0 {
+		ino.stale = true
+	}
+	if ref.layoutOnly {
+		c.mu.Unlock()
+		return
+	}
 	var names []dentKey
-	var data *lov.File
+	var gone *inode
 	if ino != nil && ino.lock == l {
 		ino.valid, ino.lock = false, nil
 		for k := range ino.names {
@@ -162,13 +205,13 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 		}
 		ino.names = nil
 		if ino.opens == 0 {
-			data = ino.data
+			gone = ino
 			delete(c.inodes, f)
 		}
 	}
 	c.mu.Unlock()
-	if data != nil {
-		data.Close()
+	if gone != nil {
+		gone.closeData()
 	}
 	if n := fs.cfg.Notify; n != nil {
 		n.InvalidateAttr(f)
@@ -181,23 +224,23 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 // dropAll forgets everything (eviction by the MDT, unmount).
 func (c *cache) dropAll(fs *FS) {
 	c.mu.Lock()
-	var files []*lov.File
+	var gone []*inode
 	var stale []fid.FID
 	for f, ino := range c.inodes {
 		ino.valid, ino.lock, ino.names = false, nil, nil
 		stale = append(stale, f)
 		if ino.opens == 0 {
-			if ino.data != nil {
-				files = append(files, ino.data)
-			}
+			gone = append(gone, ino)
 			delete(c.inodes, f)
+		} else {
+			ino.stale = true
 		}
 	}
 	clear(c.dents)
 	clear(c.byLock)
 	c.mu.Unlock()
-	for _, d := range files {
-		d.Close()
+	for _, ino := range gone {
+		ino.closeData()
 	}
 	if n := fs.cfg.Notify; n != nil && fs.ctx.Err() == nil {
 		for _, f := range stale {

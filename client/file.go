@@ -23,7 +23,10 @@ type File struct {
 	cred  Cred
 	flags uint64
 	mf    *mdc.File
-	data  *lov.File // nil: no objects (not a regular file, or none yet)
+	// ino is the file's inode, which stays in the cache while the file is
+	// open; its data are the objects (nil: not a regular file, or no
+	// objects yet).
+	ino *inode
 
 	mu      sync.Mutex
 	closed  bool
@@ -84,16 +87,17 @@ func (fs *FS) Open(ctx context.Context, cred Cred, f FID, flags uint64) (*File, 
 // opened sets up the File of an open intent's reply.
 func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64) (_ *File, _ Attr, err error) {
 	if mf.Lock != nil {
-		// The open lock (LOOKUP, LAYOUT) caches nothing here beyond the
-		// layout the reply carries; give it back to the LRU.
+		// The open lock (LOOKUP, LAYOUT) stays in the LRU; its callback
+		// says the layout changed.
+		fs.cache.openLock(mf.FID, mf.Lock)
 		mf.Lock.Release()
 		mf.Lock = nil
 	}
-	f := &File{fs: fs, cred: cred, flags: flags, mf: mf}
 	fs.cache.mu.Lock()
 	ino := fs.cache.getLocked(mf.FID)
 	ino.opens++
 	fs.cache.mu.Unlock()
+	f := &File{fs: fs, cred: cred, flags: flags, mf: mf, ino: ino}
 	defer func() {
 		if err != nil {
 			f.Close(context.Background())
@@ -105,7 +109,6 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64)
 		if err != nil {
 			return nil, Attr{}, err
 		}
-		f.data = d
 		if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY && !mf.Created {
 			if err := d.Truncate(ctx, 0); err != nil {
 				return nil, Attr{}, fmt.Errorf("open %v: truncate: %w", mf.FID, err)
@@ -120,6 +123,43 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64)
 		a.Size, a.Blocks = uint64(size), (uint64(size)+511)/512
 	}
 	return f, a, nil
+}
+
+// data returns the file's objects as its current layout has them: read
+// again from the MDT when a lock covering the layout went meanwhile. nil
+// for a file without objects.
+func (f *File) data(ctx context.Context) (*lov.File, error) {
+	fs := f.fs
+	fs.cache.mu.Lock()
+	d, stale := f.ino.data, f.ino.stale
+	f.ino.stale = false
+	fs.cache.mu.Unlock()
+	if !stale && (d != nil || f.mf.Attr.Mode&sIFMT != sIFREG) {
+		return d, nil
+	}
+	if f.mf.Attr.Mode&sIFMT != sIFREG {
+		return nil, nil
+	}
+	_, lay, err := fs.mdc.GetattrLayout(ctx, Root(), f.mf.FID)
+	if err != nil {
+		return nil, fmt.Errorf("layout of %v: %w", f.mf.FID, err)
+	}
+	if lay == nil {
+		return nil, nil
+	}
+	d, _, err = fs.dataOf(f.mf.FID, lay)
+	return d, err
+}
+
+// instantiate has the MDT instantiate the components covering [off,
+// off+n) and returns the objects of the new layout.
+func (f *File) instantiate(ctx context.Context, off, n uint64) (*lov.File, error) {
+	lay, err := f.fs.mdc.LayoutIntent(ctx, f.cred, f.mf.FID, off, off+max(n, 1))
+	if err != nil {
+		return nil, err
+	}
+	d, _, err := f.fs.dataOf(f.mf.FID, lay)
+	return d, err
 }
 
 // FID returns the file's FID.
@@ -142,7 +182,7 @@ func (f *File) check(write bool) error {
 		return fmt.Errorf("file %v: not open for writing: %w", f.mf.FID, syscall.EBADF)
 	case !write && f.flags&syscall.O_ACCMODE == syscall.O_WRONLY:
 		return fmt.Errorf("file %v: not open for reading: %w", f.mf.FID, syscall.EBADF)
-	case f.data == nil && f.mf.Attr.Mode&sIFMT == sIFDIR:
+	case f.mf.Attr.Mode&sIFMT == sIFDIR:
 		return fmt.Errorf("file %v: %w", f.mf.FID, syscall.EISDIR)
 	}
 	return nil
@@ -154,36 +194,61 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if err := f.check(false); err != nil {
 		return 0, err
 	}
-	if f.data == nil {
-		return 0, io.EOF
-	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	return f.data.ReadAt(ctx, p, off)
+	d, err := f.data(ctx)
+	if err != nil || d == nil {
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	return d.ReadAt(ctx, p, off)
 }
 
 // WriteAt writes p at off (at the end of the file, atomically, for a file
 // opened O_APPEND) and returns the bytes written and the offset they went
-// to.
+// to. A write into a component of a composite layout that has no objects
+// yet has the MDT instantiate it first.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, int64, error) {
 	if err := f.check(true); err != nil {
 		return 0, 0, err
 	}
-	if f.data == nil {
-		return 0, 0, fmt.Errorf("file %v has no objects: %w", f.mf.FID, syscall.EIO)
-	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
+	d, err := f.data(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	if d == nil {
+		return 0, 0, fmt.Errorf("file %v has no objects: %w", f.mf.FID, syscall.EIO)
+	}
 	f.markWritten()
-	if f.flags&syscall.O_APPEND != 0 {
-		at, err := f.data.Append(ctx, p)
-		if err != nil {
+	for try := 0; ; try++ {
+		var n int
+		at := off
+		if f.flags&syscall.O_APPEND != 0 {
+			at, err = d.Append(ctx, p)
+			if err == nil {
+				n = len(p)
+			}
+		} else {
+			n, err = d.WriteAt(ctx, p, off)
+		}
+		if !errors.Is(err, layout.ErrUninstantiated) || try > 0 {
+			return n, at, err
+		}
+		if f.flags&syscall.O_APPEND != 0 {
+			size, serr := d.Size(ctx)
+			if serr != nil {
+				return 0, 0, serr
+			}
+			at = size
+		}
+		if d, err = f.instantiate(ctx, uint64(at), uint64(len(p))); err != nil {
 			return 0, 0, err
 		}
-		return len(p), at, nil
 	}
-	n, err := f.data.WriteAt(ctx, p, off)
-	return n, off, err
 }
 
 func (f *File) markWritten() {
@@ -199,12 +264,13 @@ func (f *File) markWritten() {
 
 // Size returns the file's size now.
 func (f *File) Size(ctx context.Context) (int64, error) {
-	if f.data == nil {
-		return int64(f.mf.Attr.Size), nil
-	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	return f.data.Size(ctx)
+	d, err := f.data(ctx)
+	if err != nil || d == nil {
+		return int64(f.mf.Attr.Size), err
+	}
+	return d.Size(ctx)
 }
 
 // Truncate sets the file's size.
@@ -220,23 +286,25 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 // Flush writes back the file's dirty data and waits for the OSTs to have
 // it (close-to-open: what a close flushed, the next open anywhere sees).
 func (f *File) Flush(ctx context.Context) error {
-	if f.data == nil {
-		return nil
-	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	return f.data.Flush(ctx)
+	d, err := f.data(ctx)
+	if err != nil || d == nil {
+		return err
+	}
+	return d.Flush(ctx)
 }
 
 // Sync makes the file's data durable (fsync), reporting errors of earlier
 // asynchronous writes.
 func (f *File) Sync(ctx context.Context) error {
-	if f.data == nil {
-		return nil
-	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	return f.data.Sync(ctx)
+	d, err := f.data(ctx)
+	if err != nil || d == nil {
+		return err
+	}
+	return d.Sync(ctx)
 }
 
 // Close flushes the file's data, records its size on the MDT (LSOM) and
@@ -256,11 +324,13 @@ func (f *File) Close(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	var lsom *mdc.LSOM
-	if f.data != nil {
-		if err := f.data.Flush(ctx); err != nil {
+	if d, err := f.data(ctx); err != nil {
+		errs = append(errs, err)
+	} else if d != nil {
+		if err := d.Flush(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if size, err := f.data.Size(ctx); err == nil {
+		if size, err := d.Size(ctx); err == nil {
 			lsom = &mdc.LSOM{Size: uint64(size), Blocks: (uint64(size) + 511) / 512}
 		}
 	}
@@ -276,17 +346,18 @@ func (f *File) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	fs.cache.mu.Lock()
-	var data *lov.File
-	if ino := fs.cache.inodes[f.mf.FID]; ino != nil {
-		ino.opens--
-		if ino.opens == 0 && ino.lock == nil {
-			data = ino.data
-			delete(fs.cache.inodes, f.mf.FID)
-		}
+	var gone *inode
+	f.ino.opens--
+	if f.ino.opens == 0 && f.ino.lock == nil && fs.cache.inodes[f.mf.FID] == f.ino {
+		gone = f.ino
+		delete(fs.cache.inodes, f.mf.FID)
+	} else if f.ino.opens == 0 && len(f.ino.retired) > 0 {
+		gone = &inode{retired: f.ino.retired}
+		f.ino.retired = nil
 	}
 	fs.cache.mu.Unlock()
-	if data != nil {
-		data.Close()
+	if gone != nil {
+		gone.closeData()
 	}
 	return errors.Join(errs...)
 }

@@ -207,7 +207,12 @@ func (fs *FS) dataOf(f FID, lay *layout.Layout) (_ *lov.File, done func(), _ err
 		return cur, func() {}, nil
 	}
 	old := ino.data
-	ino.data, ino.dlay = d, lay
+	ino.data, ino.dlay, ino.stale = d, lay, false
+	if old != nil && ino.opens > 0 {
+		// Open handles may be in the middle of I/O on the old objects.
+		ino.retired = append(ino.retired, old)
+		old = nil
+	}
 	fs.cache.mu.Unlock()
 	if old != nil {
 		old.Close()

@@ -295,8 +295,13 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 	}
 	n, err := run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadAt(ctx, pc.buf, pc.objOff) })
-	if err == nil && eof {
-		err = io.EOF
+	if err == nil {
+		// Every byte up to end is read or, in a component without
+		// objects, a hole split zeroed.
+		n = int(end - uoff)
+		if eof {
+			err = io.EOF
+		}
 	}
 	return n, err
 }

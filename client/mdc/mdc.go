@@ -186,14 +186,15 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 type isReintOp interface{ set(*mdsv1.ReintRequest) }
 
 type (
-	createOp    struct{ *mdsv1.CreateOp }
-	unlinkOp    struct{ *mdsv1.UnlinkOp }
-	renameOp    struct{ *mdsv1.RenameOp }
-	linkOp      struct{ *mdsv1.LinkOp }
-	setattrOp   struct{ *mdsv1.SetattrOp }
-	setxattrOp  struct{ *mdsv1.SetxattrOp }
-	openOp      struct{ *mdsv1.OpenOp }
-	setLayoutOp struct{ *mdsv1.SetLayoutOp }
+	createOp       struct{ *mdsv1.CreateOp }
+	unlinkOp       struct{ *mdsv1.UnlinkOp }
+	renameOp       struct{ *mdsv1.RenameOp }
+	linkOp         struct{ *mdsv1.LinkOp }
+	setattrOp      struct{ *mdsv1.SetattrOp }
+	setxattrOp     struct{ *mdsv1.SetxattrOp }
+	openOp         struct{ *mdsv1.OpenOp }
+	setLayoutOp    struct{ *mdsv1.SetLayoutOp }
+	layoutIntentOp struct{ *mdsv1.LayoutIntentOp }
 )
 
 func (o createOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Create{Create: o.CreateOp} }
@@ -207,6 +208,9 @@ func (o setxattrOp) set(r *mdsv1.ReintRequest) {
 	r.Op = &mdsv1.ReintRequest_Setxattr{Setxattr: o.SetxattrOp}
 }
 func (o openOp) set(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Open{Open: o.OpenOp} }
+func (o layoutIntentOp) set(r *mdsv1.ReintRequest) {
+	r.Op = &mdsv1.ReintRequest_LayoutIntent{LayoutIntent: o.LayoutIntentOp}
+}
 func (o setLayoutOp) set(r *mdsv1.ReintRequest) {
 	r.Op = &mdsv1.ReintRequest_SetLayout{SetLayout: o.SetLayoutOp}
 }
@@ -611,4 +615,20 @@ func (c *Client) FLDQuery(ctx context.Context, seq uint64) (FLDEntry, error) {
 		return FLDEntry{}, fmt.Errorf("%w: fld range [%#x, %#x) type %d for %#x", ErrBadReply, rep.Start, rep.End, rep.Type, seq)
 	}
 	return FLDEntry{Start: rep.Start, End: rep.End, Index: rep.Index, Type: uint8(rep.Type)}, nil
+}
+
+// LayoutIntent has the MDT instantiate the components of f's composite
+// layout that cover [start, end) (a write is about to go there) and
+// returns the layout (Lustre's IT_LAYOUT write intent).
+func (c *Client) LayoutIntent(ctx context.Context, cred Cred, f fid.FID, start, end uint64) (*layout.Layout, error) {
+	rep, err := c.reint(ctx, cred, layoutIntentOp{&mdsv1.LayoutIntentOp{Fid: fidTo(f), Start: start, End: end}},
+		"layout intent on %v [%d, %d)", f, start, end)
+	if err != nil {
+		return nil, err
+	}
+	l, err := layoutFrom(rep.Layout)
+	if err == nil && l == nil {
+		err = fmt.Errorf("%w: layout intent on %v without a layout", ErrBadReply, f)
+	}
+	return l, err
 }

@@ -109,6 +109,11 @@ func FuzzRequests(f *testing.F) {
 			case *setLayoutOp:
 				sane("set layout", o.fid)
 				tmplOK("set layout", &o.layout)
+			case *layoutIntentOp:
+				sane("layout intent", o.fid)
+				if o.end <= o.start {
+					t.Fatalf("layout intent accepted [%d, %d)", o.start, o.end)
+				}
 			case *openOp:
 				if o.parent.IsZero() == o.fid.IsZero() {
 					t.Fatalf("open accepted %+v", o)

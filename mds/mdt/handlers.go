@@ -193,6 +193,8 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		rep, err = m.doSetxattr(ctx, r, q, o)
 	case *setLayoutOp:
 		rep, err = m.doSetLayout(ctx, r, q, o)
+	case *layoutIntentOp:
+		rep, err = m.doLayoutIntent(ctx, r, q, o)
 	case *openOp:
 		var res openResult
 		if res, err = m.open(ctx, r, q.cred, q.time, o); err == nil {
@@ -528,6 +530,70 @@ func (m *MDT) doSetLayout(ctx context.Context, r *ptlrpc.Request, q reintReq, o 
 	}
 	if err != nil {
 		return nil, err
+	}
+	rep := &mdsv1.ReintReply{Attr: attrTo(a)}
+	rep.Layout, _ = out.Marshal()
+	return rep, nil
+}
+
+// doLayoutIntent instantiates the components of a file's composite layout
+// that cover [o.start, o.end) and are not instantiated yet, with objects
+// from the pools, under an EX LAYOUT lock (clients caching the layout are
+// called back first). The reply carries the layout.
+func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq, o *layoutIntentOp) (*mdsv1.ReintReply, error) {
+	if err := m.checkFID(o.fid); err != nil {
+		return nil, err
+	}
+	release, err := m.lock(ctx, objLock(o.fid, ldlm.BitLayout))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	a, err := m.store.Getattr(o.fid)
+	if err != nil {
+		return nil, err
+	}
+	if a.Mode&sIFMT != sIFREG {
+		return nil, fmt.Errorf("mdt: layout intent on %v: not a regular file: %w", o.fid, syscall.EINVAL)
+	}
+	cur, err := m.store.GetLayout(o.fid)
+	if err != nil {
+		return nil, err
+	}
+	var plans []*plan
+	defer func() {
+		for _, p := range plans {
+			p.release()
+		}
+	}()
+	for ci, c := range cur.Components {
+		if c.Instantiated() || c.Start >= o.end || (c.End != layout.EOF && c.End <= o.start) {
+			continue
+		}
+		p, err := m.allocateComp(ctx, cur, ci)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, p)
+	}
+	out := cur
+	if len(plans) > 0 {
+		out, err = m.store.SetLayoutAlloc(m.req(r, q.cred, q.time), o.fid, func(now *layout.Layout) (layout.Layout, error) {
+			if now == nil {
+				return layout.Layout{}, fmt.Errorf("mdt: layout of %v went: %w", o.fid, syscall.EAGAIN)
+			}
+			l := *now
+			for _, p := range plans {
+				var err error
+				if l, err = p.fill(l); err != nil {
+					return layout.Layout{}, err
+				}
+			}
+			return l, nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	rep := &mdsv1.ReintReply{Attr: attrTo(a)}
 	rep.Layout, _ = out.Marshal()

@@ -134,7 +134,12 @@ func (m *MDT) allocate(ctx context.Context, tmpl layout.Layout) (*plan, error) {
 	if !m.hasOSTs() || len(tmpl.Components) == 0 || tmpl.Components[0].Start != 0 {
 		return nil, nil
 	}
-	r := tmpl.Components[0].RAID0
+	return m.allocateComp(ctx, tmpl, 0)
+}
+
+// allocateComp is allocate for component comp of tmpl.
+func (m *MDT) allocateComp(ctx context.Context, tmpl layout.Layout, comp int) (*plan, error) {
+	r := tmpl.Components[comp].RAID0
 	cands := m.activeOSPs(r.Pool)
 	n := len(cands)
 	if n == 0 {
@@ -161,7 +166,7 @@ func (m *MDT) allocate(ctx context.Context, tmpl layout.Layout) (*plan, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.AllocTimeout)
 	defer cancel()
-	p := &plan{tmpl: tmpl.Clone()}
+	p := &plan{tmpl: tmpl.Clone(), comp: comp}
 	for _, o := range order[:c] {
 		if err := o.reserve(ctx); err != nil {
 			p.release()
@@ -251,8 +256,18 @@ func (p *plan) alloc() (layout.Layout, error) {
 	if p.taken {
 		return layout.Layout{}, fmt.Errorf("mdt: plan used twice: %w", syscall.EIO)
 	}
+	l, err := p.fill(p.tmpl)
+	p.out = l
+	return l, err
+}
+
+// fill takes the reserved objects into component p.comp of a copy of l.
+func (p *plan) fill(l layout.Layout) (layout.Layout, error) {
 	p.taken = true
-	l := p.tmpl.Clone()
+	l = l.Clone()
+	if p.comp >= len(l.Components) || l.Components[p.comp].Instantiated() {
+		return layout.Layout{}, fmt.Errorf("mdt: component %d changed meanwhile: %w", p.comp, syscall.EAGAIN)
+	}
 	c := &l.Components[p.comp]
 	c.Objects = make([]layout.Object, len(p.osps))
 	for i, o := range p.osps {
@@ -262,7 +277,6 @@ func (p *plan) alloc() (layout.Layout, error) {
 	if !l.Composite {
 		c.StripeOffset = int32(p.osps[0].ost.Index)
 	}
-	p.out = l
 	return l, nil
 }
 

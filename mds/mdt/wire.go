@@ -200,6 +200,10 @@ type (
 		fid    fid.FID
 		layout layout.Layout
 	}
+	layoutIntentOp struct {
+		fid        fid.FID
+		start, end uint64
+	}
 	openOp struct {
 		parent fid.FID // zero: open fid
 		name   string
@@ -314,6 +318,16 @@ func parseReint(b []byte) (reintReq, error) {
 			return r, bad("set layout without a layout")
 		}
 		s.layout = *l
+		r.op = s
+	case *mdsv1.ReintRequest_LayoutIntent:
+		o := op.LayoutIntent
+		s := &layoutIntentOp{start: o.Start, end: o.End}
+		if s.fid, err = needFID("file", o.Fid); err != nil {
+			return r, err
+		}
+		if o.End <= o.Start {
+			return r, bad("layout intent on [%d, %d)", o.Start, o.End)
+		}
 		r.op = s
 	case *mdsv1.ReintRequest_Open:
 		o, err := openFrom(op.Open.Parent, op.Open.Name, op.Open.Fid, op.Open.Flags, op.Open.Mode, op.Open.NewFid, op.Open.Layout, op.Open.DelayLayout)

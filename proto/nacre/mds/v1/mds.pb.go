@@ -533,6 +533,7 @@ type ReintRequest struct {
 	//	*ReintRequest_Setxattr
 	//	*ReintRequest_Open
 	//	*ReintRequest_SetLayout
+	//	*ReintRequest_LayoutIntent
 	Op            isReintRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -661,6 +662,15 @@ func (x *ReintRequest) GetSetLayout() *SetLayoutOp {
 	return nil
 }
 
+func (x *ReintRequest) GetLayoutIntent() *LayoutIntentOp {
+	if x != nil {
+		if x, ok := x.Op.(*ReintRequest_LayoutIntent); ok {
+			return x.LayoutIntent
+		}
+	}
+	return nil
+}
+
 type isReintRequest_Op interface {
 	isReintRequest_Op()
 }
@@ -697,6 +707,10 @@ type ReintRequest_SetLayout struct {
 	SetLayout *SetLayoutOp `protobuf:"bytes,17,opt,name=set_layout,json=setLayout,proto3,oneof"`
 }
 
+type ReintRequest_LayoutIntent struct {
+	LayoutIntent *LayoutIntentOp `protobuf:"bytes,18,opt,name=layout_intent,json=layoutIntent,proto3,oneof"`
+}
+
 func (*ReintRequest_Create) isReintRequest_Op() {}
 
 func (*ReintRequest_Unlink) isReintRequest_Op() {}
@@ -712,6 +726,8 @@ func (*ReintRequest_Setxattr) isReintRequest_Op() {}
 func (*ReintRequest_Open) isReintRequest_Op() {}
 
 func (*ReintRequest_SetLayout) isReintRequest_Op() {}
+
+func (*ReintRequest_LayoutIntent) isReintRequest_Op() {}
 
 // CreateOp makes name in parent (REINT_CREATE): the type in mode's S_IFMT
 // bits says what — a regular file, a directory, a symlink to target, a
@@ -1283,6 +1299,70 @@ func (x *SetLayoutOp) GetLayout() []byte {
 	return nil
 }
 
+// LayoutIntentOp asks for the components of a composite (PFL) layout that
+// cover bytes [start, end) of the file to be instantiated, before a write
+// there (Lustre's IT_LAYOUT with LAYOUT_INTENT_WRITE). The reply carries
+// the file's layout; components already instantiated stay as they are.
+type LayoutIntentOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fid           *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
+	Start         uint64                 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayoutIntentOp) Reset() {
+	*x = LayoutIntentOp{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayoutIntentOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayoutIntentOp) ProtoMessage() {}
+
+func (x *LayoutIntentOp) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayoutIntentOp.ProtoReflect.Descriptor instead.
+func (*LayoutIntentOp) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LayoutIntentOp) GetFid() *FID {
+	if x != nil {
+		return x.Fid
+	}
+	return nil
+}
+
+func (x *LayoutIntentOp) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *LayoutIntentOp) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
 // OpenOp opens name in parent, or the file fid when parent is absent
 // (REINT_OPEN), with Linux's open flags. With O_CREAT a missing regular
 // file is made with mode, new_fid, layout and delay_layout as CreateOp
@@ -1303,7 +1383,7 @@ type OpenOp struct {
 
 func (x *OpenOp) Reset() {
 	*x = OpenOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1395,7 @@ func (x *OpenOp) String() string {
 func (*OpenOp) ProtoMessage() {}
 
 func (x *OpenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1408,7 @@ func (x *OpenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenOp.ProtoReflect.Descriptor instead.
 func (*OpenOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{14}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenOp) GetParent() *FID {
@@ -1406,7 +1486,7 @@ type ReintReply struct {
 
 func (x *ReintReply) Reset() {
 	*x = ReintReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1498,7 @@ func (x *ReintReply) String() string {
 func (*ReintReply) ProtoMessage() {}
 
 func (x *ReintReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1511,7 @@ func (x *ReintReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReintReply.ProtoReflect.Descriptor instead.
 func (*ReintReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{15}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReintReply) GetAttr() *Attr {
@@ -1493,7 +1573,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1585,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1598,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{16}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseRequest) GetCred() *Cred {
@@ -1577,7 +1657,7 @@ type ReaddirRequest struct {
 
 func (x *ReaddirRequest) Reset() {
 	*x = ReaddirRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1669,7 @@ func (x *ReaddirRequest) String() string {
 func (*ReaddirRequest) ProtoMessage() {}
 
 func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1682,7 @@ func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirRequest.ProtoReflect.Descriptor instead.
 func (*ReaddirRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReaddirRequest) GetCred() *Cred {
@@ -1647,7 +1727,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1739,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1752,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -1715,7 +1795,7 @@ type ReaddirReply struct {
 
 func (x *ReaddirReply) Reset() {
 	*x = ReaddirReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1807,7 @@ func (x *ReaddirReply) String() string {
 func (*ReaddirReply) ProtoMessage() {}
 
 func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1820,7 @@ func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReply.ProtoReflect.Descriptor instead.
 func (*ReaddirReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReaddirReply) GetEntries() []*DirEntry {
@@ -1775,7 +1855,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1867,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1880,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatfsReply) GetFiles() uint64 {
@@ -1866,7 +1946,7 @@ type GetxattrRequest struct {
 
 func (x *GetxattrRequest) Reset() {
 	*x = GetxattrRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1958,7 @@ func (x *GetxattrRequest) String() string {
 func (*GetxattrRequest) ProtoMessage() {}
 
 func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1971,7 @@ func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrRequest.ProtoReflect.Descriptor instead.
 func (*GetxattrRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetxattrRequest) GetCred() *Cred {
@@ -1933,7 +2013,7 @@ type GetxattrReply struct {
 
 func (x *GetxattrReply) Reset() {
 	*x = GetxattrReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2025,7 @@ func (x *GetxattrReply) String() string {
 func (*GetxattrReply) ProtoMessage() {}
 
 func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2038,7 @@ func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrReply.ProtoReflect.Descriptor instead.
 func (*GetxattrReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetxattrReply) GetValue() []byte {
@@ -1985,7 +2065,7 @@ type GetRootReply struct {
 
 func (x *GetRootReply) Reset() {
 	*x = GetRootReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2077,7 @@ func (x *GetRootReply) String() string {
 func (*GetRootReply) ProtoMessage() {}
 
 func (x *GetRootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2090,7 @@ func (x *GetRootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootReply.ProtoReflect.Descriptor instead.
 func (*GetRootReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRootReply) GetFid() *FID {
@@ -2033,7 +2113,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2125,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2138,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetInfoRequest) GetCred() *Cred {
@@ -2092,7 +2172,7 @@ type GetInfoReply struct {
 
 func (x *GetInfoReply) Reset() {
 	*x = GetInfoReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2184,7 @@ func (x *GetInfoReply) String() string {
 func (*GetInfoReply) ProtoMessage() {}
 
 func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2197,7 @@ func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoReply.ProtoReflect.Descriptor instead.
 func (*GetInfoReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetInfoReply) GetPaths() [][]byte {
@@ -2139,7 +2219,7 @@ type SeqQueryReply struct {
 
 func (x *SeqQueryReply) Reset() {
 	*x = SeqQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2231,7 @@ func (x *SeqQueryReply) String() string {
 func (*SeqQueryReply) ProtoMessage() {}
 
 func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2244,7 @@ func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqQueryReply.ProtoReflect.Descriptor instead.
 func (*SeqQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SeqQueryReply) GetSeq() uint64 {
@@ -2191,7 +2271,7 @@ type FldQueryRequest struct {
 
 func (x *FldQueryRequest) Reset() {
 	*x = FldQueryRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2283,7 @@ func (x *FldQueryRequest) String() string {
 func (*FldQueryRequest) ProtoMessage() {}
 
 func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2296,7 @@ func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryRequest.ProtoReflect.Descriptor instead.
 func (*FldQueryRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FldQueryRequest) GetSeq() uint64 {
@@ -2240,7 +2320,7 @@ type FldQueryReply struct {
 
 func (x *FldQueryReply) Reset() {
 	*x = FldQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2332,7 @@ func (x *FldQueryReply) String() string {
 func (*FldQueryReply) ProtoMessage() {}
 
 func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2345,7 @@ func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryReply.ProtoReflect.Descriptor instead.
 func (*FldQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FldQueryReply) GetStart() uint64 {
@@ -2321,7 +2401,7 @@ type IntentRequest struct {
 
 func (x *IntentRequest) Reset() {
 	*x = IntentRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2413,7 @@ func (x *IntentRequest) String() string {
 func (*IntentRequest) ProtoMessage() {}
 
 func (x *IntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2426,7 @@ func (x *IntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentRequest.ProtoReflect.Descriptor instead.
 func (*IntentRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IntentRequest) GetOp() uint32 {
@@ -2444,7 +2524,7 @@ type IntentReply struct {
 
 func (x *IntentReply) Reset() {
 	*x = IntentReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2536,7 @@ func (x *IntentReply) String() string {
 func (*IntentReply) ProtoMessage() {}
 
 func (x *IntentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2549,7 @@ func (x *IntentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentReply.ProtoReflect.Descriptor instead.
 func (*IntentReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *IntentReply) GetAttr() *Attr {
@@ -2552,7 +2632,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\fGetattrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x12\n" +
-	"\x04link\x18\x03 \x01(\fR\x04link\"\xe7\x03\n" +
+	"\x04link\x18\x03 \x01(\fR\x04link\"\xac\x04\n" +
 	"\fReintRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x120\n" +
@@ -2565,7 +2645,8 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\bsetxattr\x18\x0f \x01(\v2\x18.nacre.mds.v1.SetxattrOpH\x00R\bsetxattr\x12*\n" +
 	"\x04open\x18\x10 \x01(\v2\x14.nacre.mds.v1.OpenOpH\x00R\x04open\x12:\n" +
 	"\n" +
-	"set_layout\x18\x11 \x01(\v2\x19.nacre.mds.v1.SetLayoutOpH\x00R\tsetLayoutB\x04\n" +
+	"set_layout\x18\x11 \x01(\v2\x19.nacre.mds.v1.SetLayoutOpH\x00R\tsetLayout\x12C\n" +
+	"\rlayout_intent\x18\x12 \x01(\v2\x1c.nacre.mds.v1.LayoutIntentOpH\x00R\flayoutIntentB\x04\n" +
 	"\x02op\"\xe9\x01\n" +
 	"\bCreateOp\x12)\n" +
 	"\x06parent\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x06parent\x12\x12\n" +
@@ -2614,7 +2695,11 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x06remove\x18\x05 \x01(\bR\x06remove\"J\n" +
 	"\vSetLayoutOp\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x16\n" +
-	"\x06layout\x18\x02 \x01(\fR\x06layout\"\xfd\x01\n" +
+	"\x06layout\x18\x02 \x01(\fR\x06layout\"]\n" +
+	"\x0eLayoutIntentOp\x12#\n" +
+	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\x04R\x03end\"\xfd\x01\n" +
 	"\x06OpenOp\x12)\n" +
 	"\x06parent\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12#\n" +
@@ -2721,7 +2806,7 @@ func file_nacre_mds_v1_mds_proto_rawDescGZIP() []byte {
 	return file_nacre_mds_v1_mds_proto_rawDescData
 }
 
-var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*FID)(nil),             // 0: nacre.mds.v1.FID
 	(*Cred)(nil),            // 1: nacre.mds.v1.Cred
@@ -2737,23 +2822,24 @@ var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*SetattrOp)(nil),       // 11: nacre.mds.v1.SetattrOp
 	(*SetxattrOp)(nil),      // 12: nacre.mds.v1.SetxattrOp
 	(*SetLayoutOp)(nil),     // 13: nacre.mds.v1.SetLayoutOp
-	(*OpenOp)(nil),          // 14: nacre.mds.v1.OpenOp
-	(*ReintReply)(nil),      // 15: nacre.mds.v1.ReintReply
-	(*CloseRequest)(nil),    // 16: nacre.mds.v1.CloseRequest
-	(*ReaddirRequest)(nil),  // 17: nacre.mds.v1.ReaddirRequest
-	(*DirEntry)(nil),        // 18: nacre.mds.v1.DirEntry
-	(*ReaddirReply)(nil),    // 19: nacre.mds.v1.ReaddirReply
-	(*StatfsReply)(nil),     // 20: nacre.mds.v1.StatfsReply
-	(*GetxattrRequest)(nil), // 21: nacre.mds.v1.GetxattrRequest
-	(*GetxattrReply)(nil),   // 22: nacre.mds.v1.GetxattrReply
-	(*GetRootReply)(nil),    // 23: nacre.mds.v1.GetRootReply
-	(*GetInfoRequest)(nil),  // 24: nacre.mds.v1.GetInfoRequest
-	(*GetInfoReply)(nil),    // 25: nacre.mds.v1.GetInfoReply
-	(*SeqQueryReply)(nil),   // 26: nacre.mds.v1.SeqQueryReply
-	(*FldQueryRequest)(nil), // 27: nacre.mds.v1.FldQueryRequest
-	(*FldQueryReply)(nil),   // 28: nacre.mds.v1.FldQueryReply
-	(*IntentRequest)(nil),   // 29: nacre.mds.v1.IntentRequest
-	(*IntentReply)(nil),     // 30: nacre.mds.v1.IntentReply
+	(*LayoutIntentOp)(nil),  // 14: nacre.mds.v1.LayoutIntentOp
+	(*OpenOp)(nil),          // 15: nacre.mds.v1.OpenOp
+	(*ReintReply)(nil),      // 16: nacre.mds.v1.ReintReply
+	(*CloseRequest)(nil),    // 17: nacre.mds.v1.CloseRequest
+	(*ReaddirRequest)(nil),  // 18: nacre.mds.v1.ReaddirRequest
+	(*DirEntry)(nil),        // 19: nacre.mds.v1.DirEntry
+	(*ReaddirReply)(nil),    // 20: nacre.mds.v1.ReaddirReply
+	(*StatfsReply)(nil),     // 21: nacre.mds.v1.StatfsReply
+	(*GetxattrRequest)(nil), // 22: nacre.mds.v1.GetxattrRequest
+	(*GetxattrReply)(nil),   // 23: nacre.mds.v1.GetxattrReply
+	(*GetRootReply)(nil),    // 24: nacre.mds.v1.GetRootReply
+	(*GetInfoRequest)(nil),  // 25: nacre.mds.v1.GetInfoRequest
+	(*GetInfoReply)(nil),    // 26: nacre.mds.v1.GetInfoReply
+	(*SeqQueryReply)(nil),   // 27: nacre.mds.v1.SeqQueryReply
+	(*FldQueryRequest)(nil), // 28: nacre.mds.v1.FldQueryRequest
+	(*FldQueryReply)(nil),   // 29: nacre.mds.v1.FldQueryReply
+	(*IntentRequest)(nil),   // 30: nacre.mds.v1.IntentRequest
+	(*IntentReply)(nil),     // 31: nacre.mds.v1.IntentReply
 }
 var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 0: nacre.mds.v1.Attr.fid:type_name -> nacre.mds.v1.FID
@@ -2769,43 +2855,45 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	10, // 10: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
 	11, // 11: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
 	12, // 12: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
-	14, // 13: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
+	15, // 13: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
 	13, // 14: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
-	0,  // 15: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 16: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 17: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 18: nacre.mds.v1.RenameOp.src_parent:type_name -> nacre.mds.v1.FID
-	0,  // 19: nacre.mds.v1.RenameOp.tgt_parent:type_name -> nacre.mds.v1.FID
-	0,  // 20: nacre.mds.v1.LinkOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 21: nacre.mds.v1.LinkOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 22: nacre.mds.v1.SetattrOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 23: nacre.mds.v1.SetxattrOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 24: nacre.mds.v1.SetLayoutOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 25: nacre.mds.v1.OpenOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 26: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 27: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 28: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 29: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 30: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 31: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 32: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 33: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
-	18, // 34: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
-	1,  // 35: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 36: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 37: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
-	1,  // 38: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 39: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 40: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 41: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
-	0,  // 42: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 43: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 44: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	14, // 15: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
+	0,  // 16: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 17: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 18: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 19: nacre.mds.v1.RenameOp.src_parent:type_name -> nacre.mds.v1.FID
+	0,  // 20: nacre.mds.v1.RenameOp.tgt_parent:type_name -> nacre.mds.v1.FID
+	0,  // 21: nacre.mds.v1.LinkOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 22: nacre.mds.v1.LinkOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 23: nacre.mds.v1.SetattrOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 24: nacre.mds.v1.SetxattrOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 25: nacre.mds.v1.SetLayoutOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 26: nacre.mds.v1.LayoutIntentOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 27: nacre.mds.v1.OpenOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 28: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 29: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 30: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 31: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 32: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 33: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 34: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 35: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
+	19, // 36: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
+	1,  // 37: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 38: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 39: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
+	1,  // 40: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 41: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 42: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 43: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
+	0,  // 44: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 45: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 46: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
+	47, // [47:47] is the sub-list for method output_type
+	47, // [47:47] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_nacre_mds_v1_mds_proto_init() }
@@ -2822,6 +2910,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 		(*ReintRequest_Setxattr)(nil),
 		(*ReintRequest_Open)(nil),
 		(*ReintRequest_SetLayout)(nil),
+		(*ReintRequest_LayoutIntent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2829,7 +2918,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_mds_v1_mds_proto_rawDesc), len(file_nacre_mds_v1_mds_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
