@@ -29,8 +29,8 @@ type inode struct {
 	lay   *layout.Layout
 	// data is the file's objects, opened on first use of a regular file's
 	// data; it lives as long as the inode.
-	data  *lov.File
-	dlay  *layout.Layout // the layout data was opened with
+	data *lov.File
+	dlay *layout.Layout // the layout data was opened with
 	// retired are objects of layouts data replaced while the file was
 	// open (handles may be using them): closed when the inode goes.
 	retired []*lov.File
