@@ -10,12 +10,12 @@ import (
 	"github.com/nacrefs/nacre/client/mdc"
 )
 
-// TestReaddirLarge: a directory of 20,000 entries is read page by page
+// TestReaddirLarge: a directory of 100,000 entries is read page by page
 // (pages of the MDT's choosing and small ones) while another client
 // creates and removes other entries in it: every entry present
 // throughout appears exactly once, and no entry appears twice.
 func TestReaddirLarge(t *testing.T) {
-	const stable = 20000
+	const stable = 100000
 	c := newCluster(t, 0, nil)
 	a, b := c.client(), c.client()
 	ctx := ctxT(t, 5*time.Minute)
@@ -29,7 +29,7 @@ func TestReaddirLarge(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < stable; i += workers {
-				if _, _, err := a.mdc.Create(ctx, root, d.FID, fmt.Sprintf("stable-%05d", i), 0o644, nil); err != nil {
+				if _, _, err := a.mdc.Create(ctx, root, d.FID, fmt.Sprintf("stable-%06d", i), 0o644, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -90,8 +90,8 @@ func TestReaddirLarge(t *testing.T) {
 			}
 		}
 		for i := range stable {
-			if seen[fmt.Sprintf("stable-%05d", i)] != 1 {
-				t.Fatalf("page size %d: stable-%05d missing (%d entries in %d pages)", pageSize, i, len(seen), pages)
+			if seen[fmt.Sprintf("stable-%06d", i)] != 1 {
+				t.Fatalf("page size %d: stable-%06d missing (%d entries in %d pages)", pageSize, i, len(seen), pages)
 			}
 		}
 		t.Logf("page size %d: %d entries in %d pages, %d churn operations so far", pageSize, len(seen), pages, churned.Load())
