@@ -23,7 +23,8 @@ const mdtDir = "mdt"
 const mdtBackend = "pebble"
 
 // DefaultConfigInterval is how often an MDT reads the file system's OST
-// list and pools from the MGS again (the config watch comes later).
+// list and pools from the MGS besides when the MGS's watch reports a
+// change (a broken stream costs at most this long).
 const DefaultConfigInterval = 10 * time.Second
 
 // FormatMDT formats dir as an MDT: its identity and an empty namespace
@@ -80,25 +81,12 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 	if every <= 0 {
 		every = DefaultConfigInterval
 	}
+	wctx, cancel := context.WithCancel(context.Background())
 	s.wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-			cctx, cancel := context.WithTimeout(context.Background(), every)
-			c, err := reg.FetchConfig(cctx)
-			cancel()
-			if err != nil {
-				lg.Info("MDT: read the configuration", "mdt", id.Label, "err", err)
-				continue
-			}
-			applyConfig(m, c, lg)
-		}
+		<-s.stop
+		cancel()
 	})
+	s.wg.Go(func() { reg.Watch(wctx, every, func(c *mgsv1.ClientConfig) { applyConfig(m, c, lg) }) })
 	return nil
 }
 

@@ -296,3 +296,56 @@ func (r *Registrar) Close() {
 	}
 	r.closeConns()
 }
+
+// Watch calls apply with the file system's configuration whenever a
+// target or its liveness changes (the MGS's WatchConfig stream, from the
+// node that answered last), and every interval besides, so that a broken
+// stream or a missed event costs at most one interval. It returns when ctx
+// ends.
+func (r *Registrar) Watch(ctx context.Context, interval time.Duration, apply func(*mgsv1.ClientConfig)) {
+	refresh := func() {
+		cctx, cancel := context.WithTimeout(ctx, interval)
+		defer cancel()
+		c, err := r.FetchConfig(cctx)
+		if err != nil {
+			r.log.Info("read the configuration", "err", err)
+			return
+		}
+		apply(c)
+	}
+	events := make(chan struct{}, 1)
+	go func() {
+		for ctx.Err() == nil {
+			cli, n := r.client()
+			stream, err := cli.WatchConfig(ctx, &mgsv1.WatchConfigRequest{Fsname: r.id.FSName})
+			for err == nil {
+				var ev *mgsv1.ConfigEvent
+				if ev, err = stream.Recv(); err == nil && (ev.GetTarget() != nil || ev.GetLiveness() != nil || ev.GetPool() != nil) {
+					select {
+					case events <- struct{}{}:
+					default:
+					}
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Info("configuration watch broke", "mgs", r.id.MGSNodes[n], "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-events:
+		case <-t.C:
+		}
+		refresh()
+	}
+}

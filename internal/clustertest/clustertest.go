@@ -150,7 +150,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 }
 
 func (c *Cluster) serverConfig(addr string, dirs []string) server.ServerConfig {
-	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 500 * time.Millisecond}
+	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 5 * time.Second}
 }
 
 func lnetConfig(addr string, port int) lnet.Config {

@@ -95,9 +95,14 @@
 // # Limits
 //
 // MDT0 only (no DNE); no recovery window or replay of opens and
-// uncommitted changes after a restart (clients' replay lists are kept for
-// it); no layout intent (IT_LAYOUT: components of a PFL layout past the
-// first are left for it); changelogs are the store's Go API (Store) until
-// lctl; the OST list comes from the configuration (SetOSTs), not yet from
-// the MGS's watch.
+// uncommitted changes after an MDT restart (clients are evicted; the OSTs
+// have recovery, see ptlrpc.TargetConfig.RecoveryWindow); changelogs are
+// the store's Go API (Store) until lctl. The OST list and pools come from
+// SetOSTs and SetPools, which the server calls from the MGS's watch.
+//
+// A write into a component of a composite (PFL) layout that has no
+// objects yet has the client send REINT with a layout intent (Lustre's
+// IT_LAYOUT write intent): the MDT instantiates the components covering
+// the range under an EX LAYOUT lock, which calls back the layouts other
+// clients cache.
 package mdt
