@@ -25,7 +25,13 @@
 // (cached for a second), so the MDT checks permissions itself — mode bits
 // and POSIX ACLs — and the mount does not use default_permissions. Umask
 // is left to the kernel (go-fuse does not ask for FUSE_DONT_MASK). Access
-// (access(2), chdir) checks mode bits here.
+// (access(2), chdir) checks mode bits here. Without default_permissions
+// the kernel checks no search permission on the way through directories
+// whose entries it has cached: entries of a directory that not everyone
+// may search (no o+x) are never cached, so that each walk through it
+// comes to the library, which checks the caller (a chmod of a directory
+// drops the kernel's entries in it). Search denied by an ACL alone to a
+// named user of an o+x directory is not caught that way.
 //
 // # Kernel caches and coherence
 //
@@ -48,12 +54,15 @@
 // called the lock back): so a write on one client is seen by a read on
 // another as soon as the write returns. Files opened O_APPEND use direct
 // I/O: the kernel's idea of the end of the file may be stale, and the
-// library appends at the real end.
+// library appends at the real end. The kernel reads security.capability
+// before every write; a file found without one is taken to have none for
+// a second instead of asking the MDT each time.
 //
 // # Locks
 //
-// fcntl record locks and flock (as whole-file locks) go to the MDT's lock
-// server with the kernel's lock owner. The kernel does not release a
+// fcntl record locks and flock (as whole-file locks, which therefore
+// conflict with fcntl locks, as in Lustre) go to the MDT's lock server
+// with the kernel's lock owner. The kernel does not release a
 // process's POSIX locks at close for a file system with remote locks: it
 // sends the owner with FLUSH (and the flock owner with RELEASE), which a
 // thin wrapper of go-fuse's bridge turns into an unlock.
@@ -61,7 +70,10 @@
 // # Errors
 //
 // Every error goes through client.Errno; unexpected EIOs are logged.
-// Requests ignore FUSE interrupts (the library's timeout bounds every
-// operation; Go programs are signalled constantly and few of them retry
-// EINTR), except a blocking lock wait, which an interrupt ends with EINTR.
+// The library's timeout bounds every operation. An interrupt (a signal to
+// the caller, or the mount going away) ends an operation with EINTR only
+// if it is still running two seconds later — Go programs are signalled
+// all the time and few of them retry EINTR, but one waiting for a server
+// that is down must end when its caller gives up or the mount goes —
+// except a blocking lock wait (F_SETLKW, flock), which it ends at once.
 package llite

@@ -269,11 +269,19 @@ type mount struct {
 	n     *notifier
 	creds creds
 
+	ro bool
+
 	lk struct {
 		sync.Mutex
 		// owners are the lock owners that took locks on a node since
 		// they last closed it, by node ID: their locks go at FLUSH.
 		owners map[uint64]*lockOwners
+	}
+	noCap struct {
+		sync.Mutex
+		// at says when a file was seen without security.capability
+		// (see Getxattr).
+		at map[client.FID]time.Time
 	}
 }
 
@@ -283,10 +291,40 @@ type lockOwners struct {
 }
 
 func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
-	m := &mount{fs: fsys, root: fsys.Root(), log: lg, n: n}
+	m := &mount{fs: fsys, root: fsys.Root(), log: lg, n: n, ro: fsys.Config().ReadOnly}
 	m.creds.init()
 	m.lk.owners = make(map[uint64]*lockOwners)
+	m.noCap.at = make(map[client.FID]time.Time)
 	return m
+}
+
+// capXattr is the extended attribute the kernel reads before every write
+// (to drop file capabilities): a file found without it is taken to have
+// none for noCapTTL, rather than asking the MDT at each write.
+const (
+	capXattr = "security.capability"
+	noCapTTL = time.Second
+	noCapMax = 4096
+)
+
+func (m *mount) knownNoCap(f client.FID) bool {
+	m.noCap.Lock()
+	defer m.noCap.Unlock()
+	at, ok := m.noCap.at[f]
+	return ok && time.Since(at) < noCapTTL
+}
+
+func (m *mount) setNoCap(f client.FID, none bool) {
+	m.noCap.Lock()
+	defer m.noCap.Unlock()
+	if !none {
+		delete(m.noCap.at, f)
+		return
+	}
+	if len(m.noCap.at) >= noCapMax {
+		clear(m.noCap.at)
+	}
+	m.noCap.at[f] = time.Now()
 }
 
 // inoOf is the inode number (and node ID) of f: seq<<24|oid where that
@@ -334,11 +372,27 @@ func (m *mount) errno(err error, op string, f client.FID, args ...any) syscall.E
 	return e
 }
 
-// req returns the context a request's library call runs under and the
-// caller's credentials. Interrupts are ignored: the library's timeout
-// bounds every call (see doc.go).
-func (m *mount) req(ctx context.Context) (context.Context, client.Cred) {
-	return context.WithoutCancel(ctx), m.cred(ctx)
+// interruptGrace is how long a request goes on after an interrupt (a
+// signal to its caller, or the mount going away) before it gives up.
+const interruptGrace = 2 * time.Second
+
+// req returns the context a request's library call runs under, the
+// caller's credentials, and a func to call when the request is done. An
+// interrupt cancels the call only if it is still running interruptGrace
+// later (see doc.go): Go programs are signalled all the time, and few of
+// them retry EINTR, but a call waiting for a server that is down must
+// end when its caller gives up or the mount goes.
+func (m *mount) req(ctx context.Context) (context.Context, client.Cred, func()) {
+	cred := m.cred(ctx)
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(interruptGrace, cancel)
+		context.AfterFunc(rctx, func() { t.Stop() })
+	})
+	return rctx, cred, func() {
+		stop()
+		cancel()
+	}
 }
 
 // How long the kernel may cache what the library holds under a lock.
@@ -397,13 +451,13 @@ const releaseFlockUnlock = 1 << 1
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	st := r.RawFileSystem.Flush(cancel, in)
-	r.m.dropLocks(in.NodeId, in.LockOwner)
+	r.m.dropLocks(&fuse.Context{Caller: in.Caller, Cancel: cancel}, in.NodeId, in.LockOwner)
 	return st
 }
 
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if in.ReleaseFlags&releaseFlockUnlock != 0 {
-		r.m.dropLocks(in.NodeId, in.LockOwner)
+		r.m.dropLocks(&fuse.Context{Caller: in.Caller, Cancel: cancel}, in.NodeId, in.LockOwner)
 	}
 	r.RawFileSystem.Release(cancel, in)
 }
@@ -422,7 +476,7 @@ func (m *mount) noteLocker(id uint64, f client.FID, owner uint64) {
 
 // dropLocks gives back every lock owner holds on the file of node id
 // (close(2) ends a process's POSIX locks on the file).
-func (m *mount) dropLocks(id, owner uint64) {
+func (m *mount) dropLocks(ctx context.Context, id, owner uint64) {
 	m.lk.Lock()
 	o := m.lk.owners[id]
 	var f client.FID
@@ -439,7 +493,9 @@ func (m *mount) dropLocks(id, owner uint64) {
 	if !held {
 		return
 	}
-	err := m.fs.SetLock(context.Background(), f, owner, client.LockRange{Type: client.LockUnlock, Start: 0, End: client.EOF}, false)
+	ctx, _, done := m.req(ctx)
+	defer done()
+	err := m.fs.SetLock(ctx, f, owner, client.LockRange{Type: client.LockUnlock, Start: 0, End: client.EOF}, false)
 	if err != nil {
 		m.errno(err, "unlock at close", f, "owner", owner)
 	}

@@ -34,6 +34,8 @@ type helperSpec struct {
 	Dir      string // where to run the suite (the child's own directory)
 	RootFile string // root's 0644 file
 	RootDir  string // root's 0755 directory
+	Secret   string // a 0644 file in root's 0700 directory, which root just read
+	Secret2  string // the same, in a directory root just chmodded 0700
 }
 
 func TestMain(m *testing.M) {
@@ -109,7 +111,7 @@ func mkdir(t *testing.T, p string, mode os.FileMode) string {
 // byte by byte, coherence between the mounts (data, appends, locks,
 // names), and the mount's own behaviour.
 func TestLlite(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 4})
+	c := clustertest.Start(t, clustertest.Options{OSTs: 4, Clients: 5})
 	a := mountT(t, c, 0)
 	b := mountT(t, c, 1)
 
@@ -137,12 +139,92 @@ func TestLlite(t *testing.T) {
 	t.Run("append", func(t *testing.T) { testAppend(t, a, b) })
 	t.Run("locks", func(t *testing.T) { testLocks(t, a, b) })
 	t.Run("names", func(t *testing.T) { testNames(t, a, b) })
+	t.Run("unmount", func(t *testing.T) { testUnmount(t, c) })
+	t.Run("readonly", func(t *testing.T) { testReadOnly(t, c, a) })
+}
+
+// testReadOnly: a read-only mount reads and refuses every change.
+func testReadOnly(t *testing.T, c *clustertest.Cluster, a *llite.Server) {
+	if err := os.WriteFile(filepath.Join(a.Dir(), "ro-file"), []byte("ro"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.ClientConfig(4)
+	cfg.ReadOnly = true
+	dir := publicDir(t, "llite-ro-")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})).With("client", 4)
+	m, err := llite.Mount(ctx, dir, cfg, llite.Options{FSName: c.Source(), Logger: lg, Kernel: []string{"noexec", "nosuid", "sync", "dirsync", "default_permissions"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmount(ctx)
+	p := filepath.Join(dir, "ro-file")
+	if b, err := os.ReadFile(p); err != nil || string(b) != "ro" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	wantErr(t, os.WriteFile(p, nil, 0o644), syscall.EROFS, "write on a read-only mount")
+	wantErr(t, os.Mkdir(filepath.Join(dir, "d"), 0o755), syscall.EROFS, "mkdir on a read-only mount")
+	wantErr(t, os.Remove(p), syscall.EROFS, "unlink on a read-only mount")
+	wantErr(t, syscall.Access(p, 2), syscall.EROFS, "access W_OK on a read-only mount")
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	if !strings.Contains(string(mounts), " "+dir+" fuse.nacre ro,sync,dirsync,nosuid,nodev,noexec,") {
+		t.Fatalf("not mounted ro:\n%s", mounts)
+	}
+}
+
+// testUnmount: what was written reaches the servers by the unmount; a
+// busy mount refuses to unmount, and a lazy unmount ends it once its last
+// file closes.
+func testUnmount(t *testing.T, c *clustertest.Cluster) {
+	m := mountT(t, c, 2)
+	data := bytes.Repeat([]byte("unmount "), 300000)
+	if err := os.WriteFile(filepath.Join(m.Dir(), "written"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(m.Dir(), "written"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.Unmount(ctx); err == nil {
+		t.Fatal("unmount with a file open succeeded")
+	}
+	if err := m.UnmountLazy(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Done():
+		t.Fatal("lazily unmounted mount ended with a file open")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if b, err := io.ReadAll(f); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("read after lazy unmount: %d bytes %v", len(b), err)
+	}
+	f.Close()
+	select {
+	case <-m.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("lazily unmounted mount still serving 30s after its last close")
+	}
+	if err := m.Wait(); err != nil {
+		t.Fatalf("close after unmount: %v", err)
+	}
+	// The data is there for a new mount.
+	m2 := mountT(t, c, 3)
+	if b, err := os.ReadFile(filepath.Join(m2.Dir(), "written")); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("after remount: %d bytes %v", len(b), err)
+	}
 }
 
 // testNobody runs the POSIX suite as uid 65534 in a child process (the
 // test binary again), in a directory it owns, then checks what it may not
 // do to root's files.
 func testNobody(t *testing.T, a *llite.Server) {
+	if os.Geteuid() != 0 {
+		t.Skip("running as another user needs root")
+	}
 	base := mkdir(t, filepath.Join(a.Dir(), "nobody"), 0o755)
 	own := mkdir(t, filepath.Join(base, "own"), 0o755)
 	if err := os.Chown(own, 65534, 65534); err != nil {
@@ -153,7 +235,30 @@ func testNobody(t *testing.T, a *llite.Server) {
 	if err := os.WriteFile(rootFile, []byte("root's"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := json.Marshal(helperSpec{Dir: own, RootFile: rootFile, RootDir: rootDir})
+	secret := filepath.Join(mkdir(t, filepath.Join(base, "secret"), 0o700), "file")
+	if err := os.WriteFile(secret, []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // for the write's lock callbacks to settle
+	for range 2 {
+		if b, err := os.ReadFile(secret); err != nil || string(b) != "secret" {
+			t.Fatalf("root reads %s: %q %v", secret, b, err)
+		}
+	}
+	// And one that was open to all until root closed it just now.
+	secret2 := filepath.Join(mkdir(t, filepath.Join(base, "closed"), 0o755), "file")
+	if err := os.WriteFile(secret2, []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.ReadFile(secret2); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(secret2), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the entry invalidation is asynchronous
+	spec, _ := json.Marshal(helperSpec{Dir: own, RootFile: rootFile, RootDir: rootDir, Secret: secret, Secret2: secret2})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, helperBinary(t), "-test.run=^$")
@@ -226,7 +331,9 @@ func runHelper(s string) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
-	cases := append(append([]posixCase(nil), posixSuite...), posixCase{"perm", func(t tester, _ string) { casePerm(t, spec) }})
+	// perm first: it relies on what the kernel cached of root's walks just
+	// before (see testNobody).
+	cases := append([]posixCase{{"perm", func(t tester, _ string) { casePerm(t, spec) }}}, posixSuite...)
 	failed := false
 	for _, pc := range cases {
 		ct := &childT{name: pc.name}
@@ -276,6 +383,18 @@ func casePerm(t tester, spec helperSpec) {
 		t.Fatalf("setxattr on root's file: %v", err)
 	}
 	wantErr(t, syscall.Access(spec.RootFile, 2), syscall.EACCES, "access W_OK of root's file")
+	// The kernel has root's walk to the secret file cached: it must not
+	// let this user through the directory it may not search.
+	for range 2 {
+		for _, p := range []string{spec.Secret, spec.Secret2} {
+			_, err = os.ReadFile(p)
+			wantErr(t, err, syscall.EACCES, "read of %s, in root's 0700 directory", p)
+			_, err = os.Stat(p)
+			wantErr(t, err, syscall.EACCES, "stat of %s, in root's 0700 directory", p)
+		}
+	}
+	_, err = os.ReadDir(filepath.Dir(spec.Secret))
+	wantErr(t, err, syscall.EACCES, "readdir of root's 0700 directory")
 	if err := syscall.Access(spec.RootFile, 4); err != nil {
 		t.Fatalf("access R_OK of root's file: %v", err)
 	}
@@ -569,6 +688,41 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 	fa2.Close()
 	if err := setlk(fb, syscall.F_WRLCK, 600, 10); err != nil {
 		t.Fatalf("lock after a's close: %v", err)
+	}
+	// F_SETLKW waits for the holder on the other mount.
+	fa = open(a)
+	if err := setlk(fb, syscall.F_WRLCK, 700, 10); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 705, Len: 1}
+		for {
+			err := syscall.FcntlFlock(fa.Fd(), syscall.F_SETLKW, &lk)
+			if !errors.Is(err, syscall.EINTR) {
+				got <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("F_SETLKW on a did not wait for b's lock: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := setlk(fb, syscall.F_UNLCK, 700, 10); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("F_SETLKW after b unlocked: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("F_SETLKW still waiting 10s after b unlocked")
+	}
+	if err := setlk(fb, syscall.F_WRLCK, 705, 1); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("b over the lock a waited for: %v", err)
 	}
 
 	// flock() locks are whole-file locks, across mounts too, dropped at

@@ -51,6 +51,11 @@ func (n *node) child(ctx context.Context, a client.Attr) *fs.Inode {
 
 // Lookup resolves name in the directory (cached by the library under the
 // file's lock, or one intent RPC).
+//
+// Without default_permissions the kernel checks no search permission on
+// the way through directories whose entries it caches: an entry of a
+// directory not everyone may search is not cached, so that every walk
+// through it comes here, where the library checks the caller.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
@@ -59,6 +64,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, n.m.errno(err, "lookup", n.fid, "name", name)
 	}
 	fillEntry(a, out, true)
+	if pa, err := n.m.fs.Getattr(ctx, cred, n.fid); err != nil || pa.Mode&0o001 == 0 {
+		out.SetEntryTimeout(0)
+	}
 	return n.child(ctx, a), 0
 }
 
@@ -137,6 +145,13 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if err != nil {
 		return n.m.errno(err, "setattr", n.fid, "valid", in.Valid)
 	}
+	if sa.Valid&mdc.AttrMode != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFDIR && a.Mode&0o001 == 0 {
+		// Who may search the directory changed: the kernel's entries in
+		// it must go (see Lookup).
+		for name := range n.Children() {
+			n.m.n.InvalidateEntry(n.fid, name)
+		}
+	}
 	fillAttr(a, &out.Attr)
 	return 0
 }
@@ -150,7 +165,7 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	if err != nil {
 		return n.m.errno(err, "access", n.fid)
 	}
-	if mask&2 != 0 && n.m.fs.Config().ReadOnly {
+	if mask&2 != 0 && n.m.ro {
 		return syscall.EROFS
 	}
 	if !mayAccess(cred, a, mask) {
@@ -367,11 +382,18 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // with the size when dest is too small (go-fuse asks with an empty dest
 // for the size).
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr == capXattr && n.m.knownNoCap(n.fid) {
+		return 0, syscall.ENODATA
+	}
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
 	v, err := n.m.fs.Getxattr(ctx, cred, n.fid, attr)
 	if err != nil {
-		return 0, n.m.errno(err, "getxattr", n.fid, "name", attr)
+		e := n.m.errno(err, "getxattr", n.fid, "name", attr)
+		if attr == capXattr && e == syscall.ENODATA {
+			n.m.setNoCap(n.fid, true)
+		}
+		return 0, e
 	}
 	if len(v) > len(dest) {
 		return uint32(len(v)), syscall.ERANGE
@@ -381,6 +403,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 // Setxattr sets an extended attribute (flags XATTR_CREATE, XATTR_REPLACE).
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if attr == capXattr {
+		n.m.setNoCap(n.fid, false)
+	}
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
 	if err := n.m.fs.Setxattr(ctx, cred, n.fid, attr, data, int(flags)); err != nil {
@@ -447,6 +472,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 		rctx, cred, done := d.n.m.req(ctx)
 		ents, next, err := d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
+		done()
 		if err != nil {
 			return nil, d.n.m.errno(err, "readdir", d.n.fid, "cookie", d.next)
 		}
@@ -464,7 +490,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if off == 0 {
 		off = 1 // never the start again
 	}
-	return &fuse.DirEntry{Name: e.Name, Ino: inoOf(e.FID), Mode: uint32(e.Type) << 12, Off: off}, 0
+	return &fuse.DirEntry{Name: e.Name, Ino: inoOf(e.FID), Mode: uint32(e.Type&0xf) << 12, Off: off}, 0
 }
 
 // Seekdir goes to an offset a Readdirent returned (0: the start).

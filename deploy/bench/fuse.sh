@@ -58,16 +58,24 @@ fi
 tmp=$(mktemp -d "${NACRE_BENCH_TMP:-/tmp}/nacre-bench.XXXXXX")
 bin=$tmp/bin
 mkdir -p "$bin" "$tmp/data" "$tmp/mnt" "$tmp/local" "$tmp/loop-orig" "$tmp/loop"
-pids=()
+fuse_pids=() # the FUSE servers (nacre mount, loopback), stopped first
+up_pid=""    # nacre up, stopped once nothing uses it
 mounts=()
 cleanup() {
-	local rc=$?
+	local rc=$? p
 	set +e
-	for m in "${mounts[@]}"; do
-		fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null
+	# SIGTERM makes both FUSE servers write back and unmount; wait for them
+	# before stopping the cluster the Nacre mount writes back to.
+	for p in "${fuse_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${fuse_pids[@]}"; do
+		for _ in $(seq 600); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
 	done
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	for m in "${mounts[@]}"; do
+		if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -uz "$m" 2>/dev/null; fi
+	done
+	if [ -n "$up_pid" ]; then kill -TERM "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; fi
 	if [ "${NACRE_BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then
 		log "logs and data kept in $tmp"
 	else
@@ -125,7 +133,6 @@ opts=max_cached_mb=$cache_mb${extra_opts:+,$extra_opts}
 log "nacre up: MGS 127.0.0.1:$grpc, socklnd port $lnetport, data $tmp/data"
 "$nacre" up --data "$tmp/data" --fsname "$fsname" --no-auth --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
 	--etcd-client-url "http://127.0.0.1:$etcdc" --etcd-peer-url "http://127.0.0.1:$etcdp" --port "$lnetport" >"$tmp/up.log" 2>&1 &
-pids+=($!)
 up_pid=$!
 for _ in $(seq 600); do
 	grep -q '^ready' "$tmp/up.log" && break
@@ -143,7 +150,7 @@ fi
 if [ $have_fuse = 1 ]; then
 	log "nacre mount $src $tmp/mnt -o $opts"
 	"$nacre" mount "$src" "$tmp/mnt" -o "port=$lnetport,$opts" >"$tmp/mount.log" 2>&1 &
-	pids+=($!)
+	fuse_pids+=($!)
 	if wait_mount "$tmp/mnt" $!; then
 		mounts+=("$tmp/mnt")
 		mkdir -p "$tmp/mnt/fio" "$tmp/mnt/md"
@@ -155,7 +162,7 @@ if [ $have_fuse = 1 ]; then
 fi
 log "loopback $tmp/loop over $tmp/loop-orig"
 "$bin/loopback" -q "$tmp/loop" "$tmp/loop-orig" >"$tmp/loopback.log" 2>&1 &
-pids+=($!)
+fuse_pids+=($!)
 wait_mount "$tmp/loop" $! || { cat "$tmp/loopback.log" >&2; die "loopback did not mount"; }
 mounts+=("$tmp/loop")
 
