@@ -116,11 +116,16 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64)
 			fs.cache.invalidate(mf.FID)
 			f.written = true
 		}
-		size, err := d.Size(ctx)
-		if err != nil {
-			return nil, Attr{}, fmt.Errorf("open %v: size: %w", mf.FID, err)
+		if mf.Created || f.written {
+			// Made or emptied by this open: empty, no glimpse needed.
+			a.Size, a.Blocks = 0, 0
+		} else {
+			size, err := d.Size(ctx)
+			if err != nil {
+				return nil, Attr{}, fmt.Errorf("open %v: size: %w", mf.FID, err)
+			}
+			a.Size, a.Blocks = uint64(size), (uint64(size)+511)/512
 		}
-		a.Size, a.Blocks = uint64(size), (uint64(size)+511)/512
 	}
 	return f, a, nil
 }
@@ -326,7 +331,9 @@ func (f *File) Close(ctx context.Context) error {
 	var lsom *mdc.LSOM
 	if d, err := f.data(ctx); err != nil {
 		errs = append(errs, err)
-	} else if d != nil {
+	} else if d != nil && written {
+		// The size goes to the MDT (LSOM) only when this open changed it;
+		// the locks the writes took make it known without a glimpse.
 		if err := d.Flush(ctx); err != nil {
 			errs = append(errs, err)
 		}

@@ -14,16 +14,6 @@ import (
 	"github.com/nacrefs/nacre/internal/layout"
 )
 
-type osFile struct{ *os.File }
-
-func (f osFile) Size() (int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.Size(), nil
-}
-
 // TestFSXThroughMount runs the exerciser on a file striped over four
 // OSTs through the kernel (page cache, FUSE requests of every size),
 // reopening it every 2,000 operations, while the second mount reads it
@@ -49,14 +39,14 @@ func TestFSXThroughMount(t *testing.T) {
 	if testing.Short() {
 		ops = 4000
 	}
-	var cur fsx.File = osFile{of}
-	defer func() { cur.(osFile).Close() }()
+	var cur fsx.File = fsx.OSFile{File: of}
+	defer func() { cur.(fsx.OSFile).Close() }()
 	start := time.Now()
 	st, err := fsx.Run(ctx, cur, fsx.Config{Ops: ops, MaxSize: 1 << 20, MaxLen: 64 << 10, Seed: uint64(time.Now().UnixNano()),
 		ReopenEvery: 2000, Reopen: func(old fsx.File) (fsx.File, error) {
-			old.(osFile).Close()
+			old.(fsx.OSFile).Close()
 			nf, err := os.OpenFile(path, os.O_RDWR, 0)
-			cur = osFile{nf}
+			cur = fsx.OSFile{File: nf}
 			return cur, err
 		}})
 	if err != nil {

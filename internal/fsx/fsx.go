@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"strings"
 )
 
@@ -197,4 +198,16 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return -1
+}
+
+// OSFile is a File over an os.File (a file on a mount, or a local one).
+type OSFile struct{ *os.File }
+
+// Size returns the file's size from fstat.
+func (f OSFile) Size() (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
 }

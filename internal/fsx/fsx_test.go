@@ -8,23 +8,13 @@ import (
 	"testing"
 )
 
-type osFile struct{ *os.File }
-
-func (f osFile) Size() (int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.Size(), nil
-}
-
 func TestRunLocal(t *testing.T) {
 	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	st, err := Run(context.Background(), osFile{f}, Config{Ops: 20000, MaxSize: 256 << 10, MaxLen: 16 << 10, Seed: 7})
+	st, err := Run(context.Background(), OSFile{f}, Config{Ops: 20000, MaxSize: 256 << 10, MaxLen: 16 << 10, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +25,7 @@ func TestRunLocal(t *testing.T) {
 
 // lossy drops every 500th write: the exerciser must notice.
 type lossy struct {
-	osFile
+	OSFile
 	n int
 }
 
@@ -44,7 +34,7 @@ func (l *lossy) WriteAt(p []byte, off int64) (int, error) {
 	if l.n%500 == 0 {
 		return len(p), nil
 	}
-	return l.osFile.WriteAt(p, off)
+	return l.OSFile.WriteAt(p, off)
 }
 
 func TestRunCatchesLoss(t *testing.T) {
@@ -53,7 +43,7 @@ func TestRunCatchesLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	_, err = Run(context.Background(), &lossy{osFile: osFile{f}}, Config{Ops: 20000, MaxSize: 256 << 10, MaxLen: 16 << 10, Seed: 7})
+	_, err = Run(context.Background(), &lossy{OSFile: OSFile{f}}, Config{Ops: 20000, MaxSize: 256 << 10, MaxLen: 16 << 10, Seed: 7})
 	if err == nil || !strings.Contains(err.Error(), "last operations") {
 		t.Fatalf("a file that drops writes passed: %v", err)
 	}
