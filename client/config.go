@@ -9,6 +9,7 @@ import (
 
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/mgsnode"
+	"github.com/nacrefs/nacre/internal/params"
 )
 
 // Config is what Mount needs: where the MGS is, which file system, how
@@ -48,6 +49,10 @@ type Config struct {
 	// called back), so a layer with caches of its own (the kernel's, under
 	// FUSE) drops them.
 	Notify Notifier
+	// Params is where the mount registers its live tunables and devices
+	// (llite, lov, lmv, mdc, osc, ldlm namespaces) for lctl; nil means
+	// params.Default, the process's registry.
+	Params *params.Registry
 	// Logger receives the client's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -56,7 +56,8 @@ type FS struct {
 	osts map[uint32]*osc.Client
 	rev  int64
 
-	cache cache
+	cache  cache
+	params clientParams
 }
 
 var _ lov.Targets = (*FS)(nil)
@@ -138,6 +139,7 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 	if fs.root, err = fs.mdc.GetRoot(cctx); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.FSName, err)
 	}
+	fs.registerParams(mdt)
 	fs.applyConfig(cctx, conf)
 	fs.wg.Go(func() { fs.watch(conf.GetRevision() + 1) })
 	fs.log.Info("mounted", "nid", fs.ln.NIDs()[len(fs.ln.NIDs())-1], "mdt", mdt.GetName(), "osts", len(fs.osts))
@@ -247,9 +249,10 @@ func (fs *FS) fetchConfig(ctx context.Context) (*mgsv1.ClientConfig, error) {
 }
 
 // applyConfig connects an OSC to every OST of c that is up and has none
-// yet. OSTs are never dropped: one that goes down keeps its import, which
-// reconnects when it returns.
+// yet, and applies c's persistent parameters. OSTs are never dropped: one
+// that goes down keeps its import, which reconnects when it returns.
 func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
+	var added []string
 	for _, t := range c.GetTargets() {
 		if t.GetKind() != mgsv1.TargetKind_TARGET_KIND_OST || t.GetState() != mgsv1.TargetState_TARGET_STATE_UP {
 			continue
@@ -275,18 +278,21 @@ func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
 			fs.log.Warn("connect to OST", "ost", t.GetName(), "err", err)
 		}
 		fs.tmu.Lock()
-		if fs.osts[t.GetIndex()] == nil {
+		mine := fs.osts[t.GetIndex()] == nil
+		if mine {
 			fs.osts[t.GetIndex()] = o
-			o = nil
 		}
 		fs.tmu.Unlock()
-		if o != nil {
+		if !mine {
 			o.Close(ctx)
+			continue
 		}
+		added = append(added, fs.registerOSC(o, t))
 	}
 	fs.tmu.Lock()
 	fs.rev = max(fs.rev, c.GetRevision())
 	fs.tmu.Unlock()
+	fs.applyParams(c, added...)
 }
 
 // watch follows the MGS's configuration stream; each change re-reads the
@@ -303,7 +309,7 @@ func (fs *FS) watch(from int64) {
 				break
 			}
 			from = ev.GetRevision() + 1
-			if ev.GetTarget() == nil && ev.GetLiveness() == nil {
+			if ev.GetTarget() == nil && ev.GetLiveness() == nil && ev.GetParam() == nil {
 				continue
 			}
 			c, ferr := fs.fetchConfig(fs.ctx)
@@ -366,6 +372,7 @@ func (fs *FS) Close(ctx context.Context) error {
 	if fs.stop != nil {
 		fs.stop()
 	}
+	fs.unregisterParams()
 	var errs []error
 	fs.cache.dropAll(fs)
 	fs.tmu.Lock()

@@ -121,6 +121,9 @@ type clientNS struct {
 	pending []Handle
 	since   time.Time
 	urgent  bool
+	// lruSize overrides ClientConfig.LRUSize for this namespace when
+	// not 0 (ldlm.namespaces.*.lru_size).
+	lruSize int
 }
 
 // lockState is where a client lock is in its life.
@@ -208,6 +211,51 @@ func (c *Client) Stats() ClientStats {
 	st.CancelRPCs, st.EarlyCancels = c.cancelRPCs.Load(), c.earlyCancels.Load()
 	st.BlockingASTs, st.CompletionASTs, st.GlimpseASTs = c.blASTs.Load(), c.cpASTs.Load(), c.glASTs.Load()
 	return st
+}
+
+// LRUSize returns how many unused locks the client keeps for the
+// namespace of imp's target (Lustre's ldlm.namespaces.*.lru_size).
+func (c *Client) LRUSize(imp *ptlrpc.Import) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns := c.mu.ns[imp]; ns != nil && ns.lruSize > 0 {
+		return ns.lruSize
+	}
+	return c.cfg.LRUSize
+}
+
+// SetLRUSize sets how many unused locks the client keeps for imp's
+// namespace; 0 goes back to ClientConfig.LRUSize (Lustre's 0, dynamic
+// LRU sizing, is not implemented). Unused locks over the new size are
+// given back at once, least recently used first. A negative n is an
+// error.
+func (c *Client) SetLRUSize(imp *ptlrpc.Import, n int) error {
+	if n < 0 {
+		return fmt.Errorf("ldlm: lru_size %d is negative", n)
+	}
+	c.mu.Lock()
+	c.nsLocked(imp).lruSize = n
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// NamespaceStats returns the locks the client holds in imp's namespace
+// and how many of them are unused (lock_count, lock_unused_count).
+func (c *Client) NamespaceStats(imp *ptlrpc.Import) (locks, unused int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns := c.mu.ns[imp]
+	if ns == nil {
+		return 0, 0
+	}
+	for _, set := range ns.byRes {
+		locks += len(set)
+	}
+	return locks, ns.lru.Len()
 }
 
 // Mode returns the lock's mode as granted.
@@ -575,7 +623,11 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 	var out []*ClientLock
 	for e := ns.lru.Front(); e != nil; e = ns.lru.Front() {
 		l := e.Value.(*ClientLock)
-		if ns.lru.Len() <= c.cfg.LRUSize && now.Sub(l.lastUsed) < c.cfg.LRUMaxAge {
+		size := c.cfg.LRUSize
+		if ns.lruSize > 0 {
+			size = ns.lruSize
+		}
+		if ns.lru.Len() <= size && now.Sub(l.lastUsed) < c.cfg.LRUMaxAge {
 			break
 		}
 		ns.lru.Remove(e)

@@ -388,6 +388,23 @@ func TestLRU(t *testing.T) {
 	if st := a.lc.Stats(); st.Enqueues != before || st.Matches != 4 {
 		t.Fatalf("client stats %+v (enqueues before %d)", st, before)
 	}
+	// lru_size set at run time (lctl set_param ldlm.namespaces.*.lru_size)
+	// gives back the unused locks over it.
+	if err := a.lc.SetLRUSize(a.imp, 2); err != nil || a.lc.LRUSize(a.imp) != 2 {
+		t.Fatalf("SetLRUSize: %v (now %d)", err, a.lc.LRUSize(a.imp))
+	}
+	for lc.lockd.Stats().Namespace.Granted != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after lru_size=2: server %+v", lc.lockd.Stats().Namespace)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if locks, unused := a.lc.NamespaceStats(a.imp); locks != 2 || unused != 2 {
+		t.Fatalf("namespace stats %d %d", locks, unused)
+	}
+	if err := a.lc.SetLRUSize(a.imp, -1); err == nil {
+		t.Fatal("lru_size -1 accepted")
+	}
 }
 
 // TestEarlyCancel: locks trimmed from the LRU ride on the next enqueue

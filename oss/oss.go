@@ -120,6 +120,9 @@ func (s *OSS) AddOST(dev osd.Device, name, uuid string) (*ofd.OFD, error) {
 	return o, nil
 }
 
+// Threads returns the least and the most handler threads of the service.
+func (s *OSS) Threads() (minThreads, maxThreads int) { return s.cfg.MinThreads, s.cfg.MaxThreads }
+
 // Service returns the OSS's PtlRPC service (stats, NRS).
 func (s *OSS) Service() *ptlrpc.Service { return s.svc }
 

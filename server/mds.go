@@ -70,6 +70,7 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 	if err != nil {
 		return fmt.Errorf("server: %s: %w", dir, err)
 	}
+	s.registerMDT(m, id)
 	abs, _ := filepath.Abs(dir)
 	reg, err := Register(ctx, id, nids, abs, lg)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nacrefs/nacre/gateway"
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/mgs"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
@@ -56,6 +57,10 @@ type MGSConfig struct {
 	// HTTPTLS of the gateway listener.
 	HTTPTLS auth.TLSConfig
 	Logger  *slog.Logger
+	// Params is the parameter registry whose live parameters and devices
+	// the Admin API serves (lctl over REST); nil means params.Default, the
+	// process's registry.
+	Params *params.Registry
 	// Registry receives and serves the MGS's metrics; nil makes a fresh one
 	// with Go and process collectors. (An embedded etcd serves its own
 	// metrics at its client URL: its gRPC metric names collide with ours.)
@@ -102,6 +107,8 @@ type MGS struct {
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup // serving goroutines and the health prober
+	// undev removes the MGS from the device list (lctl dl).
+	undev func()
 }
 
 // StartMGS connects to etcd, starts the gRPC and HTTP listeners and returns
@@ -180,7 +187,12 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	m.grpc = grpc.NewServer(opts...)
-	adminSrv := admin.New(m.store, log)
+	preg := cfg.Params
+	if preg == nil {
+		preg = params.Default
+	}
+	m.undev = preg.RegisterDevice(params.Device{Type: "mgs", Name: "MGS", UUID: "MGS"})
+	adminSrv := admin.New(m.store, preg, log)
 	mgsv1.RegisterMGSServer(m.grpc, mgssvc.New(m.store, log))
 	adminv1.RegisterAdminServer(m.grpc, adminSrv)
 	hs := health.NewServer()
@@ -285,6 +297,9 @@ func (m *MGS) Store() *mgs.Store { return m.store }
 func (m *MGS) Close(ctx context.Context) error {
 	if m.stop != nil {
 		m.stop()
+	}
+	if m.undev != nil {
+		m.undev()
 	}
 	var errs []error
 	if m.http != nil {

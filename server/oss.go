@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/selftest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -58,6 +59,10 @@ type ServerConfig struct {
 	// ConfigInterval is how often an MDT reads the OST list and pools
 	// from the MGS again; 0 means DefaultConfigInterval.
 	ConfigInterval time.Duration
+	// Params is where the server registers its live parameters and
+	// devices for lctl, and which it serves on the process's socket; nil
+	// means params.Default, the process's registry.
+	Params *params.Registry
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -75,6 +80,8 @@ type Storage struct {
 	st   *selftest.Server
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// params are the Storage's entries in the parameter registry.
+	params serverParams
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -88,6 +95,10 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		lg = slog.Default()
 	}
 	s := &Storage{log: lg, stop: make(chan struct{})}
+	s.params.reg, s.params.since = cfg.Params, time.Now()
+	if s.params.reg == nil {
+		s.params.reg = params.Default
+	}
 	defer func() {
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -115,10 +126,14 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	if s.OSS, err = oss.New(oss.Config{LNet: s.LNet, CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, Logger: lg}); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(ids, func(id TargetIdentity) bool { return id.Kind == mgs.KindOST }) {
+		s.registerOSS()
+	}
 	if slices.ContainsFunc(ids, func(id TargetIdentity) bool { return id.Kind == mgs.KindMDT }) {
 		if s.MDS, err = mdt.NewServer(mdt.ServerConfig{LNet: s.LNet, Logger: lg}); err != nil {
 			return nil, err
 		}
+		s.registerMDS()
 	}
 	var nids []string
 	for _, n := range s.LNet.NIDs() {
@@ -137,9 +152,11 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 			return nil, fmt.Errorf("server: %s: %w", dir, err)
 		}
 		s.devs = append(s.devs, dev)
-		if _, err := s.OSS.AddOST(dev, ids[i].Label, ids[i].UUID); err != nil {
+		o, err := s.OSS.AddOST(dev, ids[i].Label, ids[i].UUID)
+		if err != nil {
 			return nil, err
 		}
+		s.registerOST(o, ids[i])
 		abs, _ := filepath.Abs(dir)
 		reg, err := Register(ctx, ids[i], nids, abs, lg)
 		if err != nil {
@@ -157,6 +174,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		}
 		lg.Info("serving", "target", ids[i].Label, "dir", dir, "nids", nids)
 	}
+	s.startParams(ids)
 	return s, nil
 }
 
@@ -179,6 +197,7 @@ func (s *Storage) Targets() []string {
 // Close stops the registrations, the service, the devices and LNet.
 func (s *Storage) Close(ctx context.Context) error {
 	var err error
+	s.closeParams()
 	if s.stop != nil {
 		close(s.stop)
 		s.wg.Wait()

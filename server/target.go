@@ -298,10 +298,10 @@ func (r *Registrar) Close() {
 }
 
 // Watch calls apply with the file system's configuration whenever a
-// target or its liveness changes (the MGS's WatchConfig stream, from the
-// node that answered last), and every interval besides, so that a broken
-// stream or a missed event costs at most one interval. It returns when ctx
-// ends.
+// target, its liveness, a pool or a persistent parameter changes (the
+// MGS's WatchConfig stream, from the node that answered last), and every
+// interval besides, so that a broken stream or a missed event costs at
+// most one interval. It returns when ctx ends.
 func (r *Registrar) Watch(ctx context.Context, interval time.Duration, apply func(*mgsv1.ClientConfig)) {
 	refresh := func() {
 		cctx, cancel := context.WithTimeout(ctx, interval)
@@ -320,7 +320,7 @@ func (r *Registrar) Watch(ctx context.Context, interval time.Duration, apply fun
 			stream, err := cli.WatchConfig(ctx, &mgsv1.WatchConfigRequest{Fsname: r.id.FSName})
 			for err == nil {
 				var ev *mgsv1.ConfigEvent
-				if ev, err = stream.Recv(); err == nil && (ev.GetTarget() != nil || ev.GetLiveness() != nil || ev.GetPool() != nil) {
+				if ev, err = stream.Recv(); err == nil && (ev.GetTarget() != nil || ev.GetLiveness() != nil || ev.GetPool() != nil || ev.GetParam() != nil) {
 					select {
 					case events <- struct{}{}:
 					default:

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/nacrefs/nacre/internal/errs"
 	"github.com/nacrefs/nacre/internal/etcdserver"
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/services/auth"
 )
@@ -67,6 +69,8 @@ type Node struct {
 	// TokenFile holds the generated admin token, when one was generated.
 	TokenFile string
 	etcd      *etcdserver.Server
+	// stopParams stops serving the process's parameters, if they are.
+	stopParams func()
 }
 
 // TokenFileName is where Up keeps the admin token it generates.
@@ -111,6 +115,17 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	if _, err := n.MGS.Store().CreateFilesystem(ctx, cfg.FSName); err != nil && !errs.Is(err, errs.Exist) {
 		return nil, fmt.Errorf("up: create filesystem %s: %w", cfg.FSName, err)
 	}
+	// The process's parameters for lctl: the MGS's device, and the
+	// servers' and a mount's entries as they start.
+	stop, perr := params.Serve(context.Background(), params.Default)
+	if perr != nil {
+		lg := cfg.MGS.Logger
+		if lg == nil {
+			lg = slog.Default()
+		}
+		lg.Warn("parameters not served to lctl", "err", perr)
+	}
+	n.stopParams = stop
 	if cfg.OSTs > 0 {
 		var dirs []string
 		for i := range cfg.OSTs {
@@ -152,6 +167,9 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	if n.etcd != nil {
 		n.etcd.Close()
+	}
+	if n.stopParams != nil {
+		n.stopParams()
 	}
 	return err
 }

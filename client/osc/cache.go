@@ -25,12 +25,15 @@ const evictTries = 64
 // It also holds the client-wide read-ahead budget (max_read_ahead_mb).
 // Safe for concurrent use.
 type Cache struct {
-	cfg      Config
-	log      *slog.Logger
-	maxPages int
+	cfg Config
+	log *slog.Logger
+	// raMB is max_read_ahead_mb; tunMu serializes SetLimits.
+	raMB  atomic.Int64
+	tunMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
+		maxPages int      // max_cached_mb in pages
 		lru      pageList // clean idle pages, least recently used first
 		used     int      // pages in objects
 		free     [][]byte // page buffers not in use
@@ -53,13 +56,16 @@ func NewCache(cfg Config) (*Cache, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	c := &Cache{cfg: cfg, log: lg, maxPages: cfg.cachePages()}
+	c := &Cache{cfg: cfg, log: lg}
+	c.mu.maxPages = cfg.cachePages()
+	c.raMB.Store(int64(cfg.MaxReadAheadMB))
 	c.mu.space = make(chan struct{})
 	c.mu.clients = make(map[*Client]struct{})
 	return c, nil
 }
 
-// Config returns the tunables the cache was made with.
+// Config returns the tunables the cache was made with (SetLimits and the
+// OSCs' SetTunables change them since).
 func (c *Cache) Config() Config { return c.cfg }
 
 // CacheStats are a snapshot of a Cache's counters.
@@ -78,7 +84,7 @@ type CacheStats struct {
 func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheStats{Pages: c.mu.used, MaxPages: c.maxPages, LRU: c.mu.lru.n, ReadAhead: c.mu.ra, Evictions: c.evictions.Load()}
+	return CacheStats{Pages: c.mu.used, MaxPages: c.mu.maxPages, LRU: c.mu.lru.n, ReadAhead: c.mu.ra, Evictions: c.evictions.Load()}
 }
 
 // String formats the stats for logs.
@@ -110,7 +116,7 @@ func (c *Cache) allocLocked(o *Object, n int) [][]byte {
 	defer c.mu.Unlock()
 	out := make([][]byte, 0, n)
 	for len(out) < n {
-		for tries := 0; c.mu.used >= c.maxPages; tries++ {
+		for tries := 0; c.mu.used >= c.mu.maxPages; tries++ {
 			v := c.mu.lru.head
 			if v == nil || tries >= evictTries {
 				c.mu.pressure = true
@@ -193,7 +199,7 @@ func (c *Cache) release(ps []*page) {
 // allocation tried them need no event: it looks again after a short while.
 func (c *Cache) waitSpace(ctx context.Context) error {
 	c.mu.Lock()
-	if c.mu.used < c.maxPages {
+	if c.mu.used < c.mu.maxPages {
 		c.mu.Unlock()
 		return nil
 	}
@@ -230,7 +236,7 @@ func (c *Cache) waitSpace(ctx context.Context) error {
 func (c *Cache) underPressure() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := c.mu.pressure || c.mu.waiters > 0 || (c.mu.used-c.mu.lru.n)*8 >= c.maxPages*7
+	p := c.mu.pressure || c.mu.waiters > 0 || (c.mu.used-c.mu.lru.n)*8 >= c.mu.maxPages*7
 	c.mu.pressure = false
 	return p
 }
@@ -285,7 +291,7 @@ func (c *Cache) lruRemove(ps []*page) {
 func (c *Cache) raCharge(n int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n = min(n, c.cfg.raPages()-c.mu.ra)
+	n = min(n, c.raPages()-c.mu.ra)
 	if n <= 0 {
 		return 0
 	}

@@ -31,7 +31,7 @@ func (o *Object) WriteAt(ctx context.Context, p []byte, off uint64) (int, error)
 // window returns the bytes of [off, end) one pass of I/O takes: up to a
 // full RPC of pages.
 func (o *Object) window(off, end uint64) uint64 {
-	return min(end, pageFloor(off)+uint64(o.c.cfg.rpcPages())*PageSize)
+	return min(end, pageFloor(off)+uint64(o.c.rpcPages())*PageSize)
 }
 
 func (o *Object) writeAt(ctx context.Context, lk *Lock, p []byte, off uint64) (int, error) {
@@ -237,10 +237,10 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *b
 		c.uncharge(pulled)
 	}
 	if added {
-		full := len(o.mu.dirtyIdx) >= c.cfg.rpcPages()
+		full := len(o.mu.dirtyIdx) >= c.rpcPages()
 		c.mu.Lock()
 		c.queueLocked(o)
-		full = full || c.mu.dirty*2 >= c.cfg.dirtyPages()
+		full = full || c.mu.dirty*2 >= c.dirtyPages()
 		c.mu.Unlock()
 		if full {
 			c.kickWriteback(false)
@@ -269,7 +269,7 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	}
 	c := o.c
 	o.mu.Lock()
-	exts := o.mu.ra.access(off, uint64(len(p)), c.raWindow(), uint64(c.cfg.rpcPages())*PageSize)
+	exts := o.mu.ra.access(off, uint64(len(p)), c.raWindow(), uint64(c.rpcPages())*PageSize)
 	limit := pageCeil(o.kmsLocked())
 	o.mu.Unlock()
 	if lk.info.ext.End != ^uint64(0) {
@@ -297,11 +297,12 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 // budget (a file striped over several OSTs reads ahead on each), at least
 // two RPCs so that one is in flight while the reader takes the other.
 func (c *Client) raWindow() uint64 {
-	if c.cfg.MaxReadAheadMB == 0 {
+	ra := c.cache.raPages()
+	if ra == 0 {
 		return 0
 	}
-	rpc := uint64(c.cfg.rpcPages()) * PageSize
-	budget := uint64(c.cfg.raPages()) * PageSize
+	rpc := uint64(c.rpcPages()) * PageSize
+	budget := uint64(ra) * PageSize
 	return min(budget, max(budget/8, 2*rpc))
 }
 
@@ -470,13 +471,10 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		c.st.misses.Add(uint64(filling + len(zeroed)))
 		if len(r.segs) > 0 {
 			startRA()
-			var err error
-			select {
-			case c.rslots <- struct{}{}:
+			err := c.rslots.acquire(ctx)
+			if err == nil {
 				_, err = c.brw(ctx, r)
-				<-c.rslots
-			case <-ctx.Done():
-				err = ctx.Err()
+				c.rslots.release()
 			}
 			o.fillDone(r, err)
 			if err != nil {
@@ -507,7 +505,7 @@ func rebuildBufs(segs []seg) [][]byte {
 // read-ahead budget and cache space last.
 func (o *Object) readAhead(exts []extent) {
 	c := o.c
-	rpcPages := uint64(c.cfg.rpcPages())
+	rpcPages := uint64(c.rpcPages())
 	// The pages to read, in order, grouped into RPCs.
 	var groups [][]uint64
 	o.mu.Lock()
@@ -529,12 +527,7 @@ func (o *Object) readAhead(exts []extent) {
 	}
 	o.mu.Unlock()
 	for _, g := range groups {
-		if len(c.rslots) >= cap(c.rslots)-1 {
-			return
-		}
-		select {
-		case c.rslots <- struct{}{}:
-		default:
+		if !c.rslots.tryAcquireSpare() {
 			return
 		}
 		budget := c.cache.raCharge(len(g))
@@ -563,7 +556,7 @@ func (o *Object) readAhead(exts []extent) {
 		o.mu.Unlock()
 		c.cache.raUsed(budget - len(r.segs))
 		if len(r.segs) == 0 {
-			<-c.rslots
+			c.rslots.release()
 			if exhausted {
 				return
 			}
@@ -572,7 +565,7 @@ func (o *Object) readAhead(exts []extent) {
 		c.st.raPages.Add(uint64(len(r.segs)))
 		c.wg.Go(func() {
 			_, err := c.brw(c.ctx, r)
-			<-c.rslots
+			c.rslots.release()
 			o.fillDone(r, err)
 		})
 		if exhausted {

@@ -460,7 +460,7 @@ func (o *Object) gatherLocked(first, last uint64) *brwRPC {
 	i := sort.Search(len(idx), func(k int) bool { return idx[k] >= first })
 	r := &brwRPC{obj: o, write: true, mtime: o.mu.mtime}
 	j := i
-	for ; j < len(idx) && idx[j] <= last && len(r.segs) < o.c.cfg.rpcPages(); j++ {
+	for ; j < len(idx) && idx[j] <= last && len(r.segs) < o.c.rpcPages(); j++ {
 		p := o.mu.pages[idx[j]]
 		if p.state != pageIdle {
 			continue // being filled: next time
@@ -574,10 +574,8 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		select {
-		case c.wslots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := c.wslots.acquire(ctx); err != nil {
+			return err
 		}
 		o.mu.Lock()
 		r := o.gatherLocked(first, last)
@@ -598,7 +596,7 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 			}
 			ch := o.mu.changed
 			o.mu.Unlock()
-			<-c.wslots
+			c.wslots.release()
 			if !busy {
 				return nil
 			}
@@ -610,7 +608,7 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		o.mu.Unlock()
 		c.startWrite(r)
 		wg.Go(func() {
-			defer func() { <-c.wslots; c.kickWriteback(false) }()
+			defer func() { c.wslots.release(); c.kickWriteback(false) }()
 			c.finishWrite(ctx, r)
 		})
 	}

@@ -55,8 +55,16 @@ type Client struct {
 	wg   sync.WaitGroup // the engine and every async RPC goroutine
 	kick chan struct{}  // wakes the engine (capacity 1)
 
-	wslots chan struct{} // write RPCs in flight (max_rpcs_in_flight)
-	rslots chan struct{} // read RPCs in flight (max_rpcs_in_flight)
+	wslots *slots // write RPCs in flight (max_rpcs_in_flight)
+	rslots *slots // read RPCs in flight (max_rpcs_in_flight)
+
+	// tun are the tunables lctl set_param changes at run time, read by
+	// the data path without locks; tunMu serializes SetTunables.
+	tun struct {
+		maxRPCs, maxDirtyMB, rpcPages atomic.Int64
+		checksums                     atomic.Bool
+	}
+	tunMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -96,6 +104,53 @@ type stats struct {
 	readBytes, writeBytes              atomic.Uint64
 	hits, misses, raPages, raHits      atomic.Uint64
 	writeErrors, grantWaits, lostPages atomic.Uint64
+	// readSize and writeSize bound the bytes of one RPC.
+	readSize, writeSize minMax
+	// rpcs are the RPCs in flight and their histograms (rpc_stats).
+	rpcs [2]rpcHist
+	// since is when the OSC was made.
+	since time.Time
+}
+
+// minMax keeps the least and the greatest sample.
+type minMax struct{ lo, hi atomic.Uint64 }
+
+func (m *minMax) add(v uint64) {
+	for lo := m.lo.Load(); (lo == 0 || v < lo) && !m.lo.CompareAndSwap(lo, v); lo = m.lo.Load() {
+	}
+	for hi := m.hi.Load(); v > hi && !m.hi.CompareAndSwap(hi, v); hi = m.hi.Load() {
+	}
+}
+
+// The histograms' buckets: inFlightBuckets covers 0 to 256 RPCs in flight
+// (max_rpcs_in_flight's range), pagesBuckets 2^0 to 2^12 pages per RPC.
+const (
+	inFlightBuckets = 257
+	pagesBuckets    = 13
+)
+
+// rpcHist are the histograms of one direction of bulk RPCs (Lustre's
+// rpc_stats): how many were in flight when each was sent, itself
+// included, and its pages, by powers of two.
+type rpcHist struct {
+	inFlight atomic.Int64
+	flight   [inFlightBuckets]atomic.Uint64
+	pages    [pagesBuckets]atomic.Uint64
+	// sent counts the RPCs since the histograms were last cleared.
+	sent atomic.Uint64
+}
+
+// start counts an RPC of n pages going out and returns its end.
+func (h *rpcHist) start(pages int) func() {
+	n := h.inFlight.Add(1)
+	h.flight[min(int(n), inFlightBuckets-1)].Add(1)
+	b := 0
+	for b < pagesBuckets-1 && 1<<b < pages {
+		b++
+	}
+	h.pages[b].Add(1)
+	h.sent.Add(1)
+	return func() { h.inFlight.Add(-1) }
 }
 
 // New starts an OSC: it creates the import (which connects in the
@@ -105,9 +160,14 @@ func New(cfg ClientConfig) (*Client, error) {
 	if cfg.RPC == nil || cfg.Locks == nil || cfg.Cache == nil {
 		return nil, errors.New("osc: RPC, Locks and Cache are required")
 	}
-	c := &Client{cfg: cfg.Cache.cfg, cache: cfg.Cache, index: cfg.Index, locks: cfg.Locks,
-		kick: make(chan struct{}, 1), wslots: make(chan struct{}, cfg.Cache.cfg.MaxRPCsInFlight),
-		rslots: make(chan struct{}, cfg.Cache.cfg.MaxRPCsInFlight)}
+	cc := cfg.Cache.cfg
+	c := &Client{cfg: cc, cache: cfg.Cache, index: cfg.Index, locks: cfg.Locks,
+		kick: make(chan struct{}, 1), wslots: newSlots(cc.MaxRPCsInFlight), rslots: newSlots(cc.MaxRPCsInFlight)}
+	c.tun.maxRPCs.Store(int64(cc.MaxRPCsInFlight))
+	c.tun.maxDirtyMB.Store(int64(cc.MaxDirtyMB))
+	c.tun.rpcPages.Store(int64(cc.MaxPagesPerRPC))
+	c.tun.checksums.Store(cc.Checksums)
+	c.st.since = time.Now()
 	lg := cfg.Cache.log
 	c.log = lg.With("osc", cfg.Import.Target)
 	c.mu.objs = make(map[fid.FID]*Object)
@@ -227,6 +287,11 @@ type Stats struct {
 	WriteErrors, LostPages uint64
 	// Objects is how many objects the OSC tracks.
 	Objects int
+	// MinReadRPC, MaxReadRPC, MinWriteRPC and MaxWriteRPC bound the
+	// bytes of one RPC that succeeded.
+	MinReadRPC, MaxReadRPC, MinWriteRPC, MaxWriteRPC uint64
+	// Since is when the OSC started counting.
+	Since time.Time
 }
 
 // Stats returns the OSC's counters.
@@ -240,6 +305,9 @@ func (c *Client) Stats() Stats {
 	s.CacheHits, s.CacheMisses = c.st.hits.Load(), c.st.misses.Load()
 	s.ReadAheadPages, s.ReadAheadHits = c.st.raPages.Load(), c.st.raHits.Load()
 	s.WriteErrors, s.GrantWaits, s.LostPages = c.st.writeErrors.Load(), c.st.grantWaits.Load(), c.st.lostPages.Load()
+	s.MinReadRPC, s.MaxReadRPC = c.st.readSize.lo.Load(), c.st.readSize.hi.Load()
+	s.MinWriteRPC, s.MaxWriteRPC = c.st.writeSize.lo.Load(), c.st.writeSize.hi.Load()
+	s.Since = c.st.since
 	return s
 }
 
@@ -310,7 +378,7 @@ func (c *Client) charge(n int) (ok, wait bool) {
 	if n == 0 {
 		return true, false
 	}
-	if c.mu.dirty+n > c.cfg.dirtyPages() {
+	if c.mu.dirty+n > c.dirtyPages() {
 		return false, true
 	}
 	if c.mu.grantKnown && c.mu.grant.charge(int64(n)*PageSize) {
@@ -364,14 +432,14 @@ func (c *Client) waitRoom(ctx context.Context) error {
 // grantTarget is how much grant the OSC asks to hold: its dirty limit and
 // a full pipeline of RPCs on top.
 func (c *Client) grantTarget() int64 {
-	return int64(c.cfg.MaxDirtyMB)<<20 + int64(c.cfg.MaxRPCsInFlight*c.cfg.rpcPages())*PageSize
+	return int64(c.maxDirtyMB())<<20 + int64(c.maxRPCs()*c.rpcPages())*PageSize
 }
 
 // lowSpaceLocked reports whether the grant is too small for a pipeline of
 // RPCs: the OST is filling up, and write RPCs go one at a time so that
 // each reply's grant is exact (see grant.go).
 func (c *Client) lowSpaceLocked() bool {
-	return c.mu.grant.total < uint64(c.cfg.MaxRPCsInFlight*c.cfg.rpcPages())*PageSize
+	return c.mu.grant.total < uint64(c.maxRPCs()*c.rpcPages())*PageSize
 }
 
 // engine is the writeback engine: it sends dirty pages as write RPCs when
@@ -421,21 +489,19 @@ func (c *Client) writebackPass() {
 	pressure := c.cache.underPressure()
 	now := time.Now()
 	c.mu.Lock()
-	pressure = pressure || c.mu.urgent || c.mu.waiters > 0 || c.mu.dirty*2 >= c.cfg.dirtyPages() ||
-		(c.mu.grantKnown && c.mu.grant.avail < int64(c.cfg.rpcPages())*PageSize)
+	pressure = pressure || c.mu.urgent || c.mu.waiters > 0 || c.mu.dirty*2 >= c.dirtyPages() ||
+		(c.mu.grantKnown && c.mu.grant.avail < int64(c.rpcPages())*PageSize)
 	c.mu.urgent = false
-	budget := len(c.mu.queue) + c.cfg.MaxRPCsInFlight
+	budget := len(c.mu.queue) + c.maxRPCs()
 	c.mu.Unlock()
 	for ; budget > 0; budget-- {
-		select {
-		case c.wslots <- struct{}{}:
-		default:
+		if !c.wslots.tryAcquire() {
 			return
 		}
 		c.mu.Lock()
 		if (c.lowSpaceLocked() && c.mu.grantWrites > 0) || len(c.mu.queue) == 0 {
 			c.mu.Unlock()
-			<-c.wslots
+			c.wslots.release()
 			return
 		}
 		o := c.mu.queue[0]
@@ -447,7 +513,7 @@ func (c *Client) writebackPass() {
 		o.mu.Lock()
 		var r *brwRPC
 		n := len(o.mu.dirtyIdx)
-		if n >= c.cfg.rpcPages() || (n > 0 && (pressure || now.Sub(o.mu.dirtySince) >= c.cfg.DirtyExpire)) {
+		if n >= c.rpcPages() || (n > 0 && (pressure || now.Sub(o.mu.dirtySince) >= c.cfg.DirtyExpire)) {
 			r = o.gatherLocked(0, ^uint64(0))
 		}
 		if len(o.mu.dirtyIdx) > 0 {
@@ -457,12 +523,12 @@ func (c *Client) writebackPass() {
 		}
 		o.mu.Unlock()
 		if r == nil {
-			<-c.wslots
+			c.wslots.release()
 			continue
 		}
 		c.startWrite(r)
 		c.wg.Go(func() {
-			defer func() { <-c.wslots; c.kickWriteback(false) }()
+			defer func() { c.wslots.release(); c.kickWriteback(false) }()
 			c.finishWrite(c.ctx, r)
 		})
 	}
@@ -488,6 +554,11 @@ func (c *Client) finishWrite(ctx context.Context, r *brwRPC) error {
 	r.obj.writeDone(r, err, !r.sync || r.pulled > 0)
 	if err == nil && !r.stable {
 		c.addUnstable(r)
+	}
+	if err == nil {
+		// Each reply says what the OST committed: unpin what it covers
+		// now rather than at the engine's next tick.
+		c.releaseCommitted()
 	}
 	c.mu.Lock()
 	if r.fromGrant {

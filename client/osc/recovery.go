@@ -174,7 +174,7 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 		p.state = pageWriteback
 		o.mu.busy++
 		o.mu.writeback++
-		if !r.add(p, p.valid) || r.bytes >= c.cfg.rpcPages()*PageSize {
+		if !r.add(p, p.valid) || r.bytes >= c.rpcPages()*PageSize {
 			rpcs = append(rpcs, r)
 			r = &brwRPC{obj: o, write: true}
 			r.add(p, p.valid)
@@ -224,7 +224,7 @@ func (c *Client) replayWrite(ctx context.Context, imp *ptlrpc.Import, r *brwRPC)
 	if err != nil {
 		return 0, err
 	}
-	req := &ptlrpc.Req{Opcode: wire.OSTWrite, Body: body, Bulk: &ptlrpc.Bulk{Op: ptlrpc.BulkWrite, Buffers: r.bufs, Checksum: c.cfg.Checksums}}
+	req := &ptlrpc.Req{Opcode: wire.OSTWrite, Body: body, Bulk: &ptlrpc.Bulk{Op: ptlrpc.BulkWrite, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}
 	if _, err := imp.Replay(ctx, req); err != nil {
 		return 0, fmt.Errorf("osc: ost%04x: rewrite of %v after the OST restarted: %w", c.index, r.obj.fid, err)
 	}

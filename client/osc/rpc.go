@@ -83,6 +83,24 @@ func (r *brwRPC) add(p *page, s span) bool {
 	return true
 }
 
+// pages returns the pages r moves (a page with two ranges counts once).
+func (r *brwRPC) pages() int {
+	n := 0
+	for i, s := range r.segs {
+		if i == 0 || r.segs[i-1].p != s.p {
+			n++
+		}
+	}
+	return n
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // adjacent reports whether b starts in memory right where a ends, within
 // a's capacity (pages of one slab), so that a can be extended over b.
 func adjacent(a, b []byte) bool {
@@ -116,7 +134,8 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 	if r.write {
 		op, bop = wire.OSTWrite, ptlrpc.BulkWrite
 	}
-	preq := &ptlrpc.Req{Opcode: op, Body: body, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.cfg.Checksums}}
+	defer c.st.rpcs[b2i(r.write)].start(r.pages())()
+	preq := &ptlrpc.Req{Opcode: op, Body: body, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}
 	repBody, err := c.imp.Do(ctx, preq)
 	r.transno = preq.Transno
 	r.stable = r.transno == 0 || r.transno <= c.imp.Info().LastCommitted
@@ -136,9 +155,11 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 	if r.write {
 		c.st.writeRPCs.Add(1)
 		c.st.writeBytes.Add(uint64(r.bytes))
+		c.st.writeSize.add(uint64(r.bytes))
 	} else {
 		c.st.readRPCs.Add(1)
 		c.st.readBytes.Add(uint64(r.bytes))
+		c.st.readSize.add(uint64(r.bytes))
 	}
 	return &rep, nil
 }

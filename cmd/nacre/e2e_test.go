@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/etcdserver"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
@@ -26,6 +27,9 @@ import (
 var nacreBin string
 
 func TestMain(m *testing.M) {
+	if clustertest.IsChild() {
+		clustertest.Main(m) // a child OSS of an in-process cluster (lctl_test.go)
+	}
 	dir, err := os.MkdirTemp("", "nacre-e2e-")
 	if err != nil {
 		panic(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/llite"
+	"github.com/nacrefs/nacre/internal/params"
 )
 
 // mountHelper is where mount(8) looks for the helper of type nacre.
@@ -173,6 +174,12 @@ func runMount(cmd *cobra.Command, args []string) error {
 	cancel()
 	if err != nil {
 		return fail(err)
+	}
+	// lctl reaches the mount's tunables (llite.*, osc.*, ldlm.*) here.
+	if stop, err := params.Serve(context.Background(), params.Default); err != nil {
+		log.Warn("parameters not served to lctl", "err", err)
+	} else {
+		defer stop()
 	}
 	if ready != nil {
 		fmt.Fprintln(ready, "ok")

@@ -526,7 +526,13 @@ func (imp *Import) replay(cn *connInfo) error {
 		}
 		req := &Req{Opcode: rq.op, Body: rq.body}
 		if _, err := imp.replayOne(ctx, cn, req, rq.transno, false); err != nil {
-			return fmt.Errorf("replay of %v transno %d: %w", rq.op, rq.transno, err)
+			var re *RemoteError
+			if !errors.As(err, &re) {
+				return fmt.Errorf("replay of %v transno %d: %w", rq.op, rq.transno, err)
+			}
+			// The server answered: the change cannot be made again (what
+			// it needed went meanwhile). Lustre drops such a replay too.
+			imp.log.Warn("ptlrpc: replay refused", "op", rq.op, "transno", rq.transno, "err", err)
 		}
 		n++
 		if req.Transno != 0 {

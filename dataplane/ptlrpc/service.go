@@ -180,11 +180,12 @@ type OpStats struct {
 	Count uint64
 	// Errors is how many of them got a non-zero status.
 	Errors uint64
-	// ServiceTime is the total time spent in the handler; MaxServiceTime
-	// the longest.
-	ServiceTime, MaxServiceTime time.Duration
-	// QueueTime is the total time requests waited for a handler.
-	QueueTime time.Duration
+	// ServiceTime is the total time spent in the handler; MinServiceTime
+	// and MaxServiceTime the shortest and the longest.
+	ServiceTime, MinServiceTime, MaxServiceTime time.Duration
+	// QueueTime is the total time requests waited for a handler;
+	// MinQueueTime and MaxQueueTime the shortest and the longest wait.
+	QueueTime, MinQueueTime, MaxQueueTime time.Duration
 }
 
 // ServiceStats are a snapshot of a Service's counters.
@@ -537,6 +538,16 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			return
 		}
 		req.exp, req.admitted = e, true
+		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && h.Transno <= e.target.LastCommitted() {
+			// A replay of a change this target had already committed
+			// before it restarted (the client had not heard): done.
+			s.log.Debug("ptlrpc: replay of a committed request", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "transno", h.Transno)
+			rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, ConnCount: h.ConnCount, LastCommitted: e.target.LastCommitted()}
+			req.finishExport(nil)
+			s.sendReply(req, &rh, nil, replyOffset)
+			s.release(b)
+			return
+		}
 	}
 	// Watch before queueing: a handler may take the request at once, and
 	// its unwatch must find it watched.
@@ -620,8 +631,16 @@ func (s *Service) handle(req *Request) {
 	st := s.ops[h.Opcode]
 	st.Count++
 	st.ServiceTime += d
+	if st.Count == 1 || d < st.MinServiceTime {
+		st.MinServiceTime = d
+	}
 	st.MaxServiceTime = max(st.MaxServiceTime, d)
-	st.QueueTime += t0.Sub(req.Arrived)
+	q := t0.Sub(req.Arrived)
+	st.QueueTime += q
+	if st.Count == 1 || q < st.MinQueueTime {
+		st.MinQueueTime = q
+	}
+	st.MaxQueueTime = max(st.MaxQueueTime, q)
 	if status != 0 {
 		st.Errors++
 	}

@@ -243,6 +243,11 @@ type childSpec struct {
 	Port int
 }
 
+// IsChild reports whether the test binary was started as a child server:
+// a TestMain that does work before running the tests calls Main first
+// when it is, so that the child does none of it.
+func IsChild() bool { return os.Getenv(childEnv) != "" }
+
 // Main runs a child server when the test binary was started as one, and
 // the tests otherwise.
 func Main(m *testing.M) {

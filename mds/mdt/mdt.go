@@ -120,6 +120,9 @@ func (s *Server) mdtOf(e *ptlrpc.Export) *MDT {
 	return s.mdts[e.Target()]
 }
 
+// Threads returns the least and the most handler threads of the service.
+func (s *Server) Threads() (minThreads, maxThreads int) { return s.cfg.MinThreads, s.cfg.MaxThreads }
+
 // Service returns the server's PtlRPC service (stats, NRS).
 func (s *Server) Service() *ptlrpc.Service { return s.svc }
 

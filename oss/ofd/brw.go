@@ -127,6 +127,7 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return o.refuse(r, "write %v: %w", b.f, err)
 	}
 	o.spent(uint64(b.size))
+	o.countBulk(true, uint64(b.size))
 	after, err := o.updateLVB(ctx, b.f)
 	if err != nil {
 		return nil, errno(err)
@@ -158,6 +159,7 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if _, err := r.BulkPut(ctx, views); err != nil {
 		return nil, ptlrpc.Errno(err)
 	}
+	o.countBulk(false, uint64(b.size))
 	return marshal(&ostv1.BRWReply{Attr: AttrToWire(a), Grant: o.grantOf(r.Export())})
 }
 

@@ -92,6 +92,27 @@ type Stats struct {
 	NoSpace uint64
 	// Precreated counts objects made by OST_CREATE.
 	Precreated uint64
+	// Ops counts the requests the OST served, by opcode (errors
+	// included); ReadBytes and WriteBytes the bulk data of the reads and
+	// writes that succeeded, each with the least and greatest request.
+	Ops                   map[wire.Opcode]uint64
+	ReadBytes, WriteBytes SizeStats
+	// Since is when the OFD started counting.
+	Since time.Time
+}
+
+// SizeStats are the count, least, greatest and total size of requests.
+type SizeStats struct {
+	Count, Min, Max, Sum uint64
+}
+
+func (s *SizeStats) add(n uint64) {
+	if s.Count == 0 || n < s.Min {
+		s.Min = n
+	}
+	s.Max = max(s.Max, n)
+	s.Count++
+	s.Sum += n
 }
 
 // OFD serves one OST. Safe for concurrent use.
@@ -116,7 +137,11 @@ type OFD struct {
 		sfsAt     time.Time
 		noSpace   uint64
 		precreate uint64
+		// ops, reads and writes are Stats.Ops, ReadBytes and WriteBytes.
+		ops           map[wire.Opcode]uint64
+		reads, writes SizeStats
 	}
+	since time.Time
 }
 
 // New starts the OFD of one OST: its target in cfg.Targets, its lock
@@ -141,6 +166,8 @@ func New(cfg Config) (*OFD, error) {
 	o := &OFD{cfg: cfg, dev: cfg.Device, log: lg.With("ost", cfg.Name), lastID: make(map[uint64]uint32),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	o.gmu.byExp = make(map[*ptlrpc.Export]uint64)
+	o.gmu.ops = make(map[wire.Opcode]uint64)
+	o.since = time.Now()
 	var err error
 	o.lockd, err = ldlm.NewServer(ldlm.ServerConfig{
 		Namespace: ldlm.Config{Name: cfg.Name}, Client: cfg.Client, CallbackTimeout: cfg.CallbackTimeout, Logger: lg,
@@ -182,7 +209,33 @@ func (o *OFD) LockServer() *ldlm.Server { return o.lockd }
 func (o *OFD) Stats() Stats {
 	o.gmu.Lock()
 	defer o.gmu.Unlock()
-	return Stats{Granted: o.gmu.total, Exports: len(o.gmu.byExp), NoSpace: o.gmu.noSpace, Precreated: o.gmu.precreate}
+	st := Stats{Granted: o.gmu.total, Exports: len(o.gmu.byExp), NoSpace: o.gmu.noSpace, Precreated: o.gmu.precreate,
+		Ops: make(map[wire.Opcode]uint64, len(o.gmu.ops)), ReadBytes: o.gmu.reads, WriteBytes: o.gmu.writes, Since: o.since}
+	for op, n := range o.gmu.ops {
+		st.Ops[op] = n
+	}
+	return st
+}
+
+// count wraps a handler to count its requests in Stats.Ops.
+func (o *OFD) count(op wire.Opcode, h ptlrpc.Handler) ptlrpc.Handler {
+	return func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+		o.gmu.Lock()
+		o.gmu.ops[op]++
+		o.gmu.Unlock()
+		return h(ctx, r)
+	}
+}
+
+// countBulk adds a read or write of n bytes that succeeded to the stats.
+func (o *OFD) countBulk(write bool, n uint64) {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	if write {
+		o.gmu.writes.add(n)
+	} else {
+		o.gmu.reads.add(n)
+	}
 }
 
 // committer passes the device's durable transno to the target, so replies
@@ -231,6 +284,9 @@ func (o *OFD) Handlers() map[wire.Opcode]ptlrpc.Handler {
 	}
 	for op, spec := range o.lockd.Handlers() {
 		h[op] = spec.Fn
+	}
+	for op, fn := range h {
+		h[op] = o.count(op, fn)
 	}
 	return h
 }

@@ -5,9 +5,12 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 
+	"github.com/nacrefs/nacre/internal/errs"
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/mgs"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
@@ -18,18 +21,23 @@ import (
 // Server implements adminv1.AdminServer. Safe for concurrent use.
 type Server struct {
 	adminv1.UnimplementedAdminServer
-	store *mgs.Store
-	log   *slog.Logger
+	store  *mgs.Store
+	params *params.Registry
+	log    *slog.Logger
 }
 
 var _ adminv1.AdminServer = (*Server)(nil)
 
-// New returns a Server over store.
-func New(store *mgs.Store, log *slog.Logger) *Server {
+// New returns a Server over store, whose live parameters and devices are
+// those of reg (nil: params.Default, the process's registry).
+func New(store *mgs.Store, reg *params.Registry, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{store: store, log: log.With("service", "admin")}
+	if reg == nil {
+		reg = params.Default
+	}
+	return &Server{store: store, params: reg, log: log.With("service", "admin")}
 }
 
 // MethodPolicy is the authorization table of the Admin service: every method
@@ -195,6 +203,74 @@ func (s *Server) Health(ctx context.Context, _ *adminv1.HealthRequest) (*adminv1
 	}
 	for _, m := range members {
 		out.Etcd = append(out.Etcd, &adminv1.EtcdMember{Endpoint: m.Endpoint, Healthy: m.Healthy, Error: m.Err})
+	}
+	return out, nil
+}
+
+// paramsError gives a registry error its kind, for the status code.
+func paramsError(err error) error {
+	var pe *params.Error
+	if errors.As(err, &pe) {
+		return rpcstatus.Error(errs.Errorf(pe.ErrKind(), "%w", err))
+	}
+	return rpcstatus.Error(err)
+}
+
+// GetLiveParams implements adminv1.AdminServer (lctl get_param).
+func (s *Server) GetLiveParams(_ context.Context, req *adminv1.GetLiveParamsRequest) (*adminv1.GetLiveParamsResponse, error) {
+	patterns := req.GetPatterns()
+	if len(patterns) == 0 {
+		all, err := s.params.List(params.ListOptions{Recursive: true, Partial: true}, "*")
+		if err != nil {
+			return nil, paramsError(err)
+		}
+		for _, i := range all {
+			patterns = append(patterns, i.Name)
+		}
+	}
+	vals, err := s.params.Get(len(req.GetPatterns()) == 0, patterns...)
+	if err != nil {
+		return nil, paramsError(err)
+	}
+	out := &adminv1.GetLiveParamsResponse{Params: make([]*adminv1.LiveParam, 0, len(vals))}
+	for _, v := range vals {
+		out.Params = append(out.Params, &adminv1.LiveParam{Name: v.Name, Value: v.Value, Error: v.Err})
+	}
+	return out, nil
+}
+
+// SetLiveParams implements adminv1.AdminServer (lctl set_param): all or
+// nothing.
+func (s *Server) SetLiveParams(_ context.Context, req *adminv1.SetLiveParamsRequest) (*adminv1.SetLiveParamsResponse, error) {
+	as := make([]params.Assignment, 0, len(req.GetAssignments()))
+	for _, a := range req.GetAssignments() {
+		as = append(as, params.Assignment{Pattern: a.GetPattern(), Value: a.GetValue()})
+	}
+	if len(as) == 0 {
+		return nil, rpcstatus.Error(errs.Errorf(errs.Invalid, "set_param: no assignment"))
+	}
+	vals, err := s.params.Set(params.SetOptions{DryRun: req.GetDryRun()}, as...)
+	if err != nil {
+		s.log.Info("set_param refused", "err", err)
+		return nil, paramsError(err)
+	}
+	if !req.GetDryRun() {
+		s.log.Info("set_param", "params", len(vals))
+	}
+	out := &adminv1.SetLiveParamsResponse{Params: make([]*adminv1.LiveParam, 0, len(vals))}
+	for _, v := range vals {
+		out.Params = append(out.Params, &adminv1.LiveParam{Name: v.Name, Value: v.Value})
+	}
+	return out, nil
+}
+
+// ListDevices implements adminv1.AdminServer (lctl dl).
+func (s *Server) ListDevices(context.Context, *adminv1.ListDevicesRequest) (*adminv1.ListDevicesResponse, error) {
+	devs := s.params.Devices()
+	out := &adminv1.ListDevicesResponse{Devices: make([]*adminv1.Device, 0, len(devs))}
+	for _, d := range devs {
+		out.Devices = append(out.Devices, &adminv1.Device{Index: int32(d.Index), Status: d.Status, Type: d.Type, Name: d.Name,
+			Uuid: d.UUID, Refs: int32(d.Refs)})
 	}
 	return out, nil
 }

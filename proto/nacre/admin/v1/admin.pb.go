@@ -1108,6 +1108,480 @@ func (x *EtcdMember) GetError() string {
 	return ""
 }
 
+// LiveParam is one live parameter of the process serving the API, as lctl
+// get_param shows it (see internal/params): its value is read from the layer
+// when asked, never from a copy.
+type LiveParam struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// May span several lines (statistics).
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Why the value could not be read, if it could not.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LiveParam) Reset() {
+	*x = LiveParam{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiveParam) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiveParam) ProtoMessage() {}
+
+func (x *LiveParam) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiveParam.ProtoReflect.Descriptor instead.
+func (*LiveParam) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LiveParam) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LiveParam) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *LiveParam) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type GetLiveParamsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Patterns as lctl get_param takes them (osc.*.max_rpcs_in_flight); empty
+	// reads every parameter. Each must match at least one.
+	Patterns      []string `protobuf:"bytes,1,rep,name=patterns,proto3" json:"patterns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLiveParamsRequest) Reset() {
+	*x = GetLiveParamsRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLiveParamsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLiveParamsRequest) ProtoMessage() {}
+
+func (x *GetLiveParamsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLiveParamsRequest.ProtoReflect.Descriptor instead.
+func (*GetLiveParamsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetLiveParamsRequest) GetPatterns() []string {
+	if x != nil {
+		return x.Patterns
+	}
+	return nil
+}
+
+type GetLiveParamsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Params        []*LiveParam           `protobuf:"bytes,1,rep,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLiveParamsResponse) Reset() {
+	*x = GetLiveParamsResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLiveParamsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLiveParamsResponse) ProtoMessage() {}
+
+func (x *GetLiveParamsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLiveParamsResponse.ProtoReflect.Descriptor instead.
+func (*GetLiveParamsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetLiveParamsResponse) GetParams() []*LiveParam {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+type LiveAssignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LiveAssignment) Reset() {
+	*x = LiveAssignment{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiveAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiveAssignment) ProtoMessage() {}
+
+func (x *LiveAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiveAssignment.ProtoReflect.Descriptor instead.
+func (*LiveAssignment) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LiveAssignment) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *LiveAssignment) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type SetLiveParamsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Changed all or none: every pattern must match and every parameter it
+	// matches must take the value, or nothing changes (INVALID_ARGUMENT,
+	// NOT_FOUND for a pattern matching nothing, PERMISSION_DENIED for a
+	// read-only parameter).
+	Assignments []*LiveAssignment `protobuf:"bytes,1,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	// Check without changing anything.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLiveParamsRequest) Reset() {
+	*x = SetLiveParamsRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLiveParamsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLiveParamsRequest) ProtoMessage() {}
+
+func (x *SetLiveParamsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLiveParamsRequest.ProtoReflect.Descriptor instead.
+func (*SetLiveParamsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetLiveParamsRequest) GetAssignments() []*LiveAssignment {
+	if x != nil {
+		return x.Assignments
+	}
+	return nil
+}
+
+func (x *SetLiveParamsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type SetLiveParamsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parameters set, with the value given.
+	Params        []*LiveParam `protobuf:"bytes,1,rep,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLiveParamsResponse) Reset() {
+	*x = SetLiveParamsResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLiveParamsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLiveParamsResponse) ProtoMessage() {}
+
+func (x *SetLiveParamsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLiveParamsResponse.ProtoReflect.Descriptor instead.
+func (*SetLiveParamsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetLiveParamsResponse) GetParams() []*LiveParam {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+type ListDevicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDevicesRequest) Reset() {
+	*x = ListDevicesRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDevicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDevicesRequest) ProtoMessage() {}
+
+func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
+func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+// Device is one line of lctl dl.
+type Device struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Uuid          string                 `protobuf:"bytes,5,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Refs          int32                  `protobuf:"varint,6,opt,name=refs,proto3" json:"refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Device) Reset() {
+	*x = Device{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Device) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Device) ProtoMessage() {}
+
+func (x *Device) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Device.ProtoReflect.Descriptor instead.
+func (*Device) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *Device) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Device) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Device) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Device) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Device) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *Device) GetRefs() int32 {
+	if x != nil {
+		return x.Refs
+	}
+	return 0
+}
+
+type ListDevicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Devices       []*Device              `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDevicesResponse) Reset() {
+	*x = ListDevicesResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDevicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDevicesResponse) ProtoMessage() {}
+
+func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
+func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListDevicesResponse) GetDevices() []*Device {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
 var File_nacre_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_nacre_admin_v1_admin_proto_rawDesc = "" +
@@ -1167,7 +1641,33 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"EtcdMember\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x18\n" +
 	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error2\x8b\x0e\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"K\n" +
+	"\tLiveParam\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"2\n" +
+	"\x14GetLiveParamsRequest\x12\x1a\n" +
+	"\bpatterns\x18\x01 \x03(\tR\bpatterns\"J\n" +
+	"\x15GetLiveParamsResponse\x121\n" +
+	"\x06params\x18\x01 \x03(\v2\x19.nacre.admin.v1.LiveParamR\x06params\"@\n" +
+	"\x0eLiveAssignment\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"q\n" +
+	"\x14SetLiveParamsRequest\x12@\n" +
+	"\vassignments\x18\x01 \x03(\v2\x1e.nacre.admin.v1.LiveAssignmentR\vassignments\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"J\n" +
+	"\x15SetLiveParamsResponse\x121\n" +
+	"\x06params\x18\x01 \x03(\v2\x19.nacre.admin.v1.LiveParamR\x06params\"\x14\n" +
+	"\x12ListDevicesRequest\"\x86\x01\n" +
+	"\x06Device\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x12\n" +
+	"\x04uuid\x18\x05 \x01(\tR\x04uuid\x12\x12\n" +
+	"\x04refs\x18\x06 \x01(\x05R\x04refs\"G\n" +
+	"\x13ListDevicesResponse\x120\n" +
+	"\adevices\x18\x01 \x03(\v2\x16.nacre.admin.v1.DeviceR\adevices2\xfa\x10\n" +
 	"\x05Admin\x12\x7f\n" +
 	"\x0fListFilesystems\x12&.nacre.admin.v1.ListFilesystemsRequest\x1a'.nacre.admin.v1.ListFilesystemsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/filesystems\x12s\n" +
 	"\rGetFilesystem\x12$.nacre.admin.v1.GetFilesystemRequest\x1a\x18.nacre.mgs.v1.Filesystem\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/api/v1/filesystems/{name}\x12u\n" +
@@ -1185,7 +1685,10 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"\tAddToPool\x12 .nacre.admin.v1.AddToPoolRequest\x1a\x12.nacre.mgs.v1.Pool\"9\x82\xd3\xe4\x93\x023:\x01*\"./api/v1/filesystems/{fsname}/pools/{name}/osts\x12\x8d\x01\n" +
 	"\x0eRemoveFromPool\x12%.nacre.admin.v1.RemoveFromPoolRequest\x1a\x12.nacre.mgs.v1.Pool\"@\x82\xd3\xe4\x93\x02::\x01*\"5/api/v1/filesystems/{fsname}/pools/{name}/osts:remove\x12\x89\x01\n" +
 	"\vDestroyPool\x12\".nacre.admin.v1.DestroyPoolRequest\x1a#.nacre.admin.v1.DestroyPoolResponse\"1\x82\xd3\xe4\x93\x02+*)/api/v1/filesystems/{fsname}/pools/{name}\x12_\n" +
-	"\x06Health\x12\x1d.nacre.admin.v1.HealthRequest\x1a\x1e.nacre.admin.v1.HealthResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/healthB\xa9\x01\x92Ao\x12\x1e\n" +
+	"\x06Health\x12\x1d.nacre.admin.v1.HealthRequest\x1a\x1e.nacre.admin.v1.HealthResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/health\x12y\n" +
+	"\rGetLiveParams\x12$.nacre.admin.v1.GetLiveParamsRequest\x1a%.nacre.admin.v1.GetLiveParamsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/live/params\x12|\n" +
+	"\rSetLiveParams\x12$.nacre.admin.v1.SetLiveParamsRequest\x1a%.nacre.admin.v1.SetLiveParamsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/api/v1/live/params\x12t\n" +
+	"\vListDevices\x12\".nacre.admin.v1.ListDevicesRequest\x1a#.nacre.admin.v1.ListDevicesResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/live/devicesB\xa9\x01\x92Ao\x12\x1e\n" +
 	"\x18Nacre administration API2\x02v1Z?\n" +
 	"=\n" +
 	"\x06bearer\x123\b\x02\x12\x1eBearer token: 'Bearer <token>'\x1a\rAuthorization \x02b\f\n" +
@@ -1205,7 +1708,7 @@ func file_nacre_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nacre_admin_v1_admin_proto_rawDescData
 }
 
-var file_nacre_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_nacre_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_nacre_admin_v1_admin_proto_goTypes = []any{
 	(*ListFilesystemsRequest)(nil),  // 0: nacre.admin.v1.ListFilesystemsRequest
 	(*ListFilesystemsResponse)(nil), // 1: nacre.admin.v1.ListFilesystemsResponse
@@ -1230,52 +1733,71 @@ var file_nacre_admin_v1_admin_proto_goTypes = []any{
 	(*HealthRequest)(nil),           // 20: nacre.admin.v1.HealthRequest
 	(*HealthResponse)(nil),          // 21: nacre.admin.v1.HealthResponse
 	(*EtcdMember)(nil),              // 22: nacre.admin.v1.EtcdMember
-	(*v1.Filesystem)(nil),           // 23: nacre.mgs.v1.Filesystem
-	(*v1.Target)(nil),               // 24: nacre.mgs.v1.Target
-	(*v1.Param)(nil),                // 25: nacre.mgs.v1.Param
-	(*v1.Pool)(nil),                 // 26: nacre.mgs.v1.Pool
+	(*LiveParam)(nil),               // 23: nacre.admin.v1.LiveParam
+	(*GetLiveParamsRequest)(nil),    // 24: nacre.admin.v1.GetLiveParamsRequest
+	(*GetLiveParamsResponse)(nil),   // 25: nacre.admin.v1.GetLiveParamsResponse
+	(*LiveAssignment)(nil),          // 26: nacre.admin.v1.LiveAssignment
+	(*SetLiveParamsRequest)(nil),    // 27: nacre.admin.v1.SetLiveParamsRequest
+	(*SetLiveParamsResponse)(nil),   // 28: nacre.admin.v1.SetLiveParamsResponse
+	(*ListDevicesRequest)(nil),      // 29: nacre.admin.v1.ListDevicesRequest
+	(*Device)(nil),                  // 30: nacre.admin.v1.Device
+	(*ListDevicesResponse)(nil),     // 31: nacre.admin.v1.ListDevicesResponse
+	(*v1.Filesystem)(nil),           // 32: nacre.mgs.v1.Filesystem
+	(*v1.Target)(nil),               // 33: nacre.mgs.v1.Target
+	(*v1.Param)(nil),                // 34: nacre.mgs.v1.Param
+	(*v1.Pool)(nil),                 // 35: nacre.mgs.v1.Pool
 }
 var file_nacre_admin_v1_admin_proto_depIdxs = []int32{
-	23, // 0: nacre.admin.v1.ListFilesystemsResponse.filesystems:type_name -> nacre.mgs.v1.Filesystem
-	24, // 1: nacre.admin.v1.ListTargetsResponse.targets:type_name -> nacre.mgs.v1.Target
-	25, // 2: nacre.admin.v1.ListParamsResponse.params:type_name -> nacre.mgs.v1.Param
-	26, // 3: nacre.admin.v1.ListPoolsResponse.pools:type_name -> nacre.mgs.v1.Pool
+	32, // 0: nacre.admin.v1.ListFilesystemsResponse.filesystems:type_name -> nacre.mgs.v1.Filesystem
+	33, // 1: nacre.admin.v1.ListTargetsResponse.targets:type_name -> nacre.mgs.v1.Target
+	34, // 2: nacre.admin.v1.ListParamsResponse.params:type_name -> nacre.mgs.v1.Param
+	35, // 3: nacre.admin.v1.ListPoolsResponse.pools:type_name -> nacre.mgs.v1.Pool
 	22, // 4: nacre.admin.v1.HealthResponse.etcd:type_name -> nacre.admin.v1.EtcdMember
-	0,  // 5: nacre.admin.v1.Admin.ListFilesystems:input_type -> nacre.admin.v1.ListFilesystemsRequest
-	2,  // 6: nacre.admin.v1.Admin.GetFilesystem:input_type -> nacre.admin.v1.GetFilesystemRequest
-	3,  // 7: nacre.admin.v1.Admin.CreateFilesystem:input_type -> nacre.admin.v1.CreateFilesystemRequest
-	4,  // 8: nacre.admin.v1.Admin.ListTargets:input_type -> nacre.admin.v1.ListTargetsRequest
-	6,  // 9: nacre.admin.v1.Admin.GetTarget:input_type -> nacre.admin.v1.GetTargetRequest
-	7,  // 10: nacre.admin.v1.Admin.GetParam:input_type -> nacre.admin.v1.GetParamRequest
-	8,  // 11: nacre.admin.v1.Admin.SetParam:input_type -> nacre.admin.v1.SetParamRequest
-	9,  // 12: nacre.admin.v1.Admin.ListParams:input_type -> nacre.admin.v1.ListParamsRequest
-	11, // 13: nacre.admin.v1.Admin.DeleteParam:input_type -> nacre.admin.v1.DeleteParamRequest
-	13, // 14: nacre.admin.v1.Admin.ListPools:input_type -> nacre.admin.v1.ListPoolsRequest
-	15, // 15: nacre.admin.v1.Admin.CreatePool:input_type -> nacre.admin.v1.CreatePoolRequest
-	16, // 16: nacre.admin.v1.Admin.AddToPool:input_type -> nacre.admin.v1.AddToPoolRequest
-	17, // 17: nacre.admin.v1.Admin.RemoveFromPool:input_type -> nacre.admin.v1.RemoveFromPoolRequest
-	18, // 18: nacre.admin.v1.Admin.DestroyPool:input_type -> nacre.admin.v1.DestroyPoolRequest
-	20, // 19: nacre.admin.v1.Admin.Health:input_type -> nacre.admin.v1.HealthRequest
-	1,  // 20: nacre.admin.v1.Admin.ListFilesystems:output_type -> nacre.admin.v1.ListFilesystemsResponse
-	23, // 21: nacre.admin.v1.Admin.GetFilesystem:output_type -> nacre.mgs.v1.Filesystem
-	23, // 22: nacre.admin.v1.Admin.CreateFilesystem:output_type -> nacre.mgs.v1.Filesystem
-	5,  // 23: nacre.admin.v1.Admin.ListTargets:output_type -> nacre.admin.v1.ListTargetsResponse
-	24, // 24: nacre.admin.v1.Admin.GetTarget:output_type -> nacre.mgs.v1.Target
-	25, // 25: nacre.admin.v1.Admin.GetParam:output_type -> nacre.mgs.v1.Param
-	25, // 26: nacre.admin.v1.Admin.SetParam:output_type -> nacre.mgs.v1.Param
-	10, // 27: nacre.admin.v1.Admin.ListParams:output_type -> nacre.admin.v1.ListParamsResponse
-	12, // 28: nacre.admin.v1.Admin.DeleteParam:output_type -> nacre.admin.v1.DeleteParamResponse
-	14, // 29: nacre.admin.v1.Admin.ListPools:output_type -> nacre.admin.v1.ListPoolsResponse
-	26, // 30: nacre.admin.v1.Admin.CreatePool:output_type -> nacre.mgs.v1.Pool
-	26, // 31: nacre.admin.v1.Admin.AddToPool:output_type -> nacre.mgs.v1.Pool
-	26, // 32: nacre.admin.v1.Admin.RemoveFromPool:output_type -> nacre.mgs.v1.Pool
-	19, // 33: nacre.admin.v1.Admin.DestroyPool:output_type -> nacre.admin.v1.DestroyPoolResponse
-	21, // 34: nacre.admin.v1.Admin.Health:output_type -> nacre.admin.v1.HealthResponse
-	20, // [20:35] is the sub-list for method output_type
-	5,  // [5:20] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	23, // 5: nacre.admin.v1.GetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
+	26, // 6: nacre.admin.v1.SetLiveParamsRequest.assignments:type_name -> nacre.admin.v1.LiveAssignment
+	23, // 7: nacre.admin.v1.SetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
+	30, // 8: nacre.admin.v1.ListDevicesResponse.devices:type_name -> nacre.admin.v1.Device
+	0,  // 9: nacre.admin.v1.Admin.ListFilesystems:input_type -> nacre.admin.v1.ListFilesystemsRequest
+	2,  // 10: nacre.admin.v1.Admin.GetFilesystem:input_type -> nacre.admin.v1.GetFilesystemRequest
+	3,  // 11: nacre.admin.v1.Admin.CreateFilesystem:input_type -> nacre.admin.v1.CreateFilesystemRequest
+	4,  // 12: nacre.admin.v1.Admin.ListTargets:input_type -> nacre.admin.v1.ListTargetsRequest
+	6,  // 13: nacre.admin.v1.Admin.GetTarget:input_type -> nacre.admin.v1.GetTargetRequest
+	7,  // 14: nacre.admin.v1.Admin.GetParam:input_type -> nacre.admin.v1.GetParamRequest
+	8,  // 15: nacre.admin.v1.Admin.SetParam:input_type -> nacre.admin.v1.SetParamRequest
+	9,  // 16: nacre.admin.v1.Admin.ListParams:input_type -> nacre.admin.v1.ListParamsRequest
+	11, // 17: nacre.admin.v1.Admin.DeleteParam:input_type -> nacre.admin.v1.DeleteParamRequest
+	13, // 18: nacre.admin.v1.Admin.ListPools:input_type -> nacre.admin.v1.ListPoolsRequest
+	15, // 19: nacre.admin.v1.Admin.CreatePool:input_type -> nacre.admin.v1.CreatePoolRequest
+	16, // 20: nacre.admin.v1.Admin.AddToPool:input_type -> nacre.admin.v1.AddToPoolRequest
+	17, // 21: nacre.admin.v1.Admin.RemoveFromPool:input_type -> nacre.admin.v1.RemoveFromPoolRequest
+	18, // 22: nacre.admin.v1.Admin.DestroyPool:input_type -> nacre.admin.v1.DestroyPoolRequest
+	20, // 23: nacre.admin.v1.Admin.Health:input_type -> nacre.admin.v1.HealthRequest
+	24, // 24: nacre.admin.v1.Admin.GetLiveParams:input_type -> nacre.admin.v1.GetLiveParamsRequest
+	27, // 25: nacre.admin.v1.Admin.SetLiveParams:input_type -> nacre.admin.v1.SetLiveParamsRequest
+	29, // 26: nacre.admin.v1.Admin.ListDevices:input_type -> nacre.admin.v1.ListDevicesRequest
+	1,  // 27: nacre.admin.v1.Admin.ListFilesystems:output_type -> nacre.admin.v1.ListFilesystemsResponse
+	32, // 28: nacre.admin.v1.Admin.GetFilesystem:output_type -> nacre.mgs.v1.Filesystem
+	32, // 29: nacre.admin.v1.Admin.CreateFilesystem:output_type -> nacre.mgs.v1.Filesystem
+	5,  // 30: nacre.admin.v1.Admin.ListTargets:output_type -> nacre.admin.v1.ListTargetsResponse
+	33, // 31: nacre.admin.v1.Admin.GetTarget:output_type -> nacre.mgs.v1.Target
+	34, // 32: nacre.admin.v1.Admin.GetParam:output_type -> nacre.mgs.v1.Param
+	34, // 33: nacre.admin.v1.Admin.SetParam:output_type -> nacre.mgs.v1.Param
+	10, // 34: nacre.admin.v1.Admin.ListParams:output_type -> nacre.admin.v1.ListParamsResponse
+	12, // 35: nacre.admin.v1.Admin.DeleteParam:output_type -> nacre.admin.v1.DeleteParamResponse
+	14, // 36: nacre.admin.v1.Admin.ListPools:output_type -> nacre.admin.v1.ListPoolsResponse
+	35, // 37: nacre.admin.v1.Admin.CreatePool:output_type -> nacre.mgs.v1.Pool
+	35, // 38: nacre.admin.v1.Admin.AddToPool:output_type -> nacre.mgs.v1.Pool
+	35, // 39: nacre.admin.v1.Admin.RemoveFromPool:output_type -> nacre.mgs.v1.Pool
+	19, // 40: nacre.admin.v1.Admin.DestroyPool:output_type -> nacre.admin.v1.DestroyPoolResponse
+	21, // 41: nacre.admin.v1.Admin.Health:output_type -> nacre.admin.v1.HealthResponse
+	25, // 42: nacre.admin.v1.Admin.GetLiveParams:output_type -> nacre.admin.v1.GetLiveParamsResponse
+	28, // 43: nacre.admin.v1.Admin.SetLiveParams:output_type -> nacre.admin.v1.SetLiveParamsResponse
+	31, // 44: nacre.admin.v1.Admin.ListDevices:output_type -> nacre.admin.v1.ListDevicesResponse
+	27, // [27:45] is the sub-list for method output_type
+	9,  // [9:27] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_nacre_admin_v1_admin_proto_init() }
@@ -1289,7 +1811,7 @@ func file_nacre_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_admin_v1_admin_proto_rawDesc), len(file_nacre_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,13 +38,18 @@ const (
 	Admin_RemoveFromPool_FullMethodName   = "/nacre.admin.v1.Admin/RemoveFromPool"
 	Admin_DestroyPool_FullMethodName      = "/nacre.admin.v1.Admin/DestroyPool"
 	Admin_Health_FullMethodName           = "/nacre.admin.v1.Admin/Health"
+	Admin_GetLiveParams_FullMethodName    = "/nacre.admin.v1.Admin/GetLiveParams"
+	Admin_SetLiveParams_FullMethodName    = "/nacre.admin.v1.Admin/SetLiveParams"
+	Admin_ListDevices_FullMethodName      = "/nacre.admin.v1.Admin/ListDevices"
 )
 
 // AdminClient is the client API for Admin service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Admin is the operator's view of the resource database.
+// Admin is the operator's view of the resource database, and of the live
+// parameters and devices of the process serving it (the same registry lctl
+// reads on the process's socket).
 type AdminClient interface {
 	ListFilesystems(ctx context.Context, in *ListFilesystemsRequest, opts ...grpc.CallOption) (*ListFilesystemsResponse, error)
 	GetFilesystem(ctx context.Context, in *GetFilesystemRequest, opts ...grpc.CallOption) (*v1.Filesystem, error)
@@ -61,6 +66,9 @@ type AdminClient interface {
 	RemoveFromPool(ctx context.Context, in *RemoveFromPoolRequest, opts ...grpc.CallOption) (*v1.Pool, error)
 	DestroyPool(ctx context.Context, in *DestroyPoolRequest, opts ...grpc.CallOption) (*DestroyPoolResponse, error)
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
+	GetLiveParams(ctx context.Context, in *GetLiveParamsRequest, opts ...grpc.CallOption) (*GetLiveParamsResponse, error)
+	SetLiveParams(ctx context.Context, in *SetLiveParamsRequest, opts ...grpc.CallOption) (*SetLiveParamsResponse, error)
+	ListDevices(ctx context.Context, in *ListDevicesRequest, opts ...grpc.CallOption) (*ListDevicesResponse, error)
 }
 
 type adminClient struct {
@@ -221,11 +229,43 @@ func (c *adminClient) Health(ctx context.Context, in *HealthRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) GetLiveParams(ctx context.Context, in *GetLiveParamsRequest, opts ...grpc.CallOption) (*GetLiveParamsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLiveParamsResponse)
+	err := c.cc.Invoke(ctx, Admin_GetLiveParams_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetLiveParams(ctx context.Context, in *SetLiveParamsRequest, opts ...grpc.CallOption) (*SetLiveParamsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLiveParamsResponse)
+	err := c.cc.Invoke(ctx, Admin_SetLiveParams_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListDevices(ctx context.Context, in *ListDevicesRequest, opts ...grpc.CallOption) (*ListDevicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDevicesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListDevices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
 //
-// Admin is the operator's view of the resource database.
+// Admin is the operator's view of the resource database, and of the live
+// parameters and devices of the process serving it (the same registry lctl
+// reads on the process's socket).
 type AdminServer interface {
 	ListFilesystems(context.Context, *ListFilesystemsRequest) (*ListFilesystemsResponse, error)
 	GetFilesystem(context.Context, *GetFilesystemRequest) (*v1.Filesystem, error)
@@ -242,6 +282,9 @@ type AdminServer interface {
 	RemoveFromPool(context.Context, *RemoveFromPoolRequest) (*v1.Pool, error)
 	DestroyPool(context.Context, *DestroyPoolRequest) (*DestroyPoolResponse, error)
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
+	GetLiveParams(context.Context, *GetLiveParamsRequest) (*GetLiveParamsResponse, error)
+	SetLiveParams(context.Context, *SetLiveParamsRequest) (*SetLiveParamsResponse, error)
+	ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -296,6 +339,15 @@ func (UnimplementedAdminServer) DestroyPool(context.Context, *DestroyPoolRequest
 }
 func (UnimplementedAdminServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedAdminServer) GetLiveParams(context.Context, *GetLiveParamsRequest) (*GetLiveParamsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLiveParams not implemented")
+}
+func (UnimplementedAdminServer) SetLiveParams(context.Context, *SetLiveParamsRequest) (*SetLiveParamsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLiveParams not implemented")
+}
+func (UnimplementedAdminServer) ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDevices not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -588,6 +640,60 @@ func _Admin_Health_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetLiveParams_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLiveParamsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetLiveParams(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetLiveParams_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetLiveParams(ctx, req.(*GetLiveParamsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetLiveParams_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLiveParamsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetLiveParams(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetLiveParams_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetLiveParams(ctx, req.(*SetLiveParamsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListDevices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDevicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListDevices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListDevices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListDevices(ctx, req.(*ListDevicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -654,6 +760,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _Admin_Health_Handler,
+		},
+		{
+			MethodName: "GetLiveParams",
+			Handler:    _Admin_GetLiveParams_Handler,
+		},
+		{
+			MethodName: "SetLiveParams",
+			Handler:    _Admin_SetLiveParams_Handler,
+		},
+		{
+			MethodName: "ListDevices",
+			Handler:    _Admin_ListDevices_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

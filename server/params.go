@@ -1,0 +1,398 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nacrefs/nacre/dataplane/nrs"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/ldlm"
+	"github.com/nacrefs/nacre/mds/mdt"
+	"github.com/nacrefs/nacre/mgs"
+	"github.com/nacrefs/nacre/oss/ofd"
+	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
+)
+
+// A server's live parameters, named as Lustre names an OSS's and an
+// MDS's (lctl get_param / set_param), and its devices (lctl dl):
+//
+//	ost.OSS.ost_io.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
+//	obdfilter.FS-OSTxxxx.{stats,tot_granted,num_exports,uuid,recovery_status,job_stats}
+//	mds.MDS.mdt.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
+//	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,job_stats}
+//	ldlm.namespaces.{filter,mdt}-FS-{OST,MDT}xxxx_UUID.{lock_count,resource_count}
+//
+// The persistent parameters of the file system that apply to servers
+// (ost.nrs_policies; obdfilter.* and mdt.* once their layers have them)
+// are set through the same entries at start and whenever the MGS's
+// configuration changes.
+
+// serverParams is what a Storage registered, and which persistent
+// parameters it applied.
+type serverParams struct {
+	reg *params.Registry
+	// since is when the Storage started: the counters of its services
+	// and namespaces count from then.
+	since time.Time
+	mu    struct {
+		sync.Mutex
+		undo    []func()
+		applied map[string]int64
+	}
+}
+
+// keep records unregister functions to run at Close.
+func (p *serverParams) keep(undo ...func()) {
+	p.mu.Lock()
+	p.mu.undo = append(p.mu.undo, undo...)
+	p.mu.Unlock()
+}
+
+// add registers ps; shared ones (a service several Storages of one test
+// process have alike) with Share. A failure is logged: the server runs
+// without its parameters.
+func (s *Storage) addParams(shared bool, ps ...params.Param) {
+	for _, p := range ps {
+		reg := s.params.reg.Register
+		if shared {
+			reg = s.params.reg.Share
+		}
+		u, err := reg(p)
+		if err != nil {
+			s.log.Warn("parameter not registered", "err", err)
+			continue
+		}
+		s.params.keep(u)
+	}
+}
+
+// closeParams removes what the Storage registered.
+func (s *Storage) closeParams() {
+	s.params.mu.Lock()
+	undo := s.params.mu.undo
+	s.params.mu.undo = nil
+	s.params.mu.Unlock()
+	for _, u := range undo {
+		u()
+	}
+}
+
+// serviceParams are a PtlRPC service's: its NRS policy and TBF rules,
+// its per-opcode stats, its threads.
+func serviceParams(prefix string, svc *ptlrpc.Service, minT, maxT int, since time.Time) []params.Param {
+	head := svc.NRS()
+	return []params.Param{
+		params.Enum(prefix+"nrs_policies", "request scheduling policy: fifo, tbf, tbf nid, tbf jobid, tbf opcode",
+			func() string { return nrsPoliciesText(head) }, head.SetPolicy,
+			nrs.PolicyFIFO, nrs.PolicyTBF, nrs.PolicyTBFNID, nrs.PolicyTBFJobID, nrs.PolicyTBFOpcode),
+		{Name: prefix + "nrs_tbf_rule", Help: `TBF rules: "start NAME nid={...} rate=N", "change NAME rate=N", "stop NAME"`,
+			Get: func() (string, error) { return tbfRulesText(head), nil },
+			Validate: func(v string) error {
+				_, err := nrs.ParseRule(v)
+				return err
+			},
+			Set: func(v string) error {
+				cmd, err := nrs.ParseRule(v)
+				if err != nil {
+					return err
+				}
+				return head.Apply(cmd)
+			}},
+		params.ReadOnly(prefix+"stats", "requests served, by opcode, and their service times", func() string { return serviceStatsText(svc.Stats(), since) }),
+		params.ReadOnly(prefix+"threads_started", "handler threads running", func() string { return strconv.Itoa(svc.Stats().Threads) }),
+		params.ReadOnly(prefix+"threads_min", "handler threads always running", func() string { return strconv.Itoa(minT) }),
+		params.ReadOnly(prefix+"threads_max", "most handler threads", func() string { return strconv.Itoa(maxT) }),
+	}
+}
+
+// nrsPoliciesText shows a head's policies as Lustre's nrs_policies does
+// (its regular_requests part): every policy, the active one started, with
+// the requests it holds and (in place of Lustre's active count, which
+// Nacre does not keep) those it has released.
+func nrsPoliciesText(h *nrs.Head) string {
+	st := h.Stats()
+	var b strings.Builder
+	b.WriteString("\nregular_requests:\n")
+	for i, p := range []string{nrs.PolicyFIFO, nrs.PolicyTBF} {
+		name, state, queued := p, "stopped", 0
+		if st.Policy == p || (p == nrs.PolicyTBF && strings.HasPrefix(st.Policy, p)) {
+			name, state, queued = st.Policy, "started", st.Queued
+		}
+		var dispatched uint64
+		for q, n := range st.ByPolicy {
+			if q == p || (p == nrs.PolicyTBF && strings.HasPrefix(q, p)) {
+				dispatched += n
+			}
+		}
+		fallback := "no"
+		if p == nrs.PolicyFIFO {
+			fallback = "yes"
+		}
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "  - name: %s\n    state: %s\n    fallback: %s\n    queued: %d\n    dispatched: %d\n",
+			name, state, fallback, queued, dispatched)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// tbfRulesText shows a head's TBF rules as nrs_tbf_rule does.
+func tbfRulesText(h *nrs.Head) string {
+	var b strings.Builder
+	b.WriteString("regular_requests:")
+	for _, r := range h.Rules() {
+		b.WriteString("\n")
+		b.WriteString(r.String())
+	}
+	return b.String()
+}
+
+// serviceStatsText formats a service's stats file: one line per opcode,
+// its service times in usecs.
+func serviceStatsText(st ptlrpc.ServiceStats, since time.Time) string {
+	out := params.NewStats(since)
+	ops := make([]int, 0, len(st.Ops))
+	for op := range st.Ops {
+		ops = append(ops, int(op))
+	}
+	slices.Sort(ops)
+	var wait ofd.SizeStats
+	for _, op := range ops {
+		s := st.Ops[wire.Opcode(op)]
+		if s.Count == 0 {
+			continue
+		}
+		lo, hi := uint64(s.MinQueueTime.Microseconds()), uint64(s.MaxQueueTime.Microseconds())
+		if wait.Count == 0 || lo < wait.Min {
+			wait.Min = lo
+		}
+		wait.Max = max(wait.Max, hi)
+		wait.Count += s.Count
+		wait.Sum += uint64(s.QueueTime.Microseconds())
+	}
+	out.Sum("req_waittime", wait.Count, "usec", wait.Min, wait.Max, wait.Sum)
+	out.Count("req_busy", st.Busy, "reqs")
+	out.Count("req_timeout", st.EarlyReplies, "reqs")
+	for _, op := range ops {
+		s := st.Ops[wire.Opcode(op)]
+		out.Sum(strings.ToLower(wire.Opcode(op).String()), s.Count, "usec",
+			uint64(s.MinServiceTime.Microseconds()), uint64(s.MaxServiceTime.Microseconds()), uint64(s.ServiceTime.Microseconds()))
+	}
+	return out.String()
+}
+
+// registerOSS registers the OSS's service and device.
+func (s *Storage) registerOSS() {
+	s.params.keep(s.params.reg.RegisterDevice(params.Device{Type: "ost", Name: "OSS", UUID: "OSS_uuid"}))
+	lo, hi := s.OSS.Threads()
+	s.addParams(true, serviceParams("ost.OSS.ost_io.", s.OSS.Service(), lo, hi, s.params.since)...)
+}
+
+// registerMGC lists the MGS a target registers with as an mgc device
+// (its name, MGC and the first MGS address, is how lctl set_param -P
+// finds the MGS).
+func (s *Storage) registerMGC(id TargetIdentity) {
+	if len(id.MGSNodes) > 0 {
+		s.params.keep(s.params.reg.RegisterDevice(params.Device{Type: "mgc", Name: "MGC" + id.MGSNodes[0], UUID: strings.Join(id.MGSNodes, ",")}))
+	}
+}
+
+// registerOST registers an OST's device and parameters.
+func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
+	s.registerMGC(id)
+	name := id.Label
+	p := "obdfilter." + name + "."
+	tgt := o.Target()
+	s.params.keep(s.params.reg.RegisterDevice(params.Device{Type: "obdfilter", Name: name, UUID: id.UUID,
+		Refs: func() int { return 1 + len(tgt.Exports()) }}))
+	s.addParams(false,
+		params.ReadOnly(p+"stats", "requests served and bulk bytes", func() string { return ofdStatsText(o.Stats()) }),
+		params.ReadOnly(p+"tot_granted", "grant held by clients, bytes", func() string { return strconv.FormatUint(o.Stats().Granted, 10) }),
+		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
+		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
+		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
+		params.ReadOnly(p+"job_stats", "per-job statistics (none are kept yet)", func() string { return "job_stats:" }),
+	)
+	s.addParams(false, lockServerParams("filter-"+name+"_UUID", o.LockServer(), s.params.since)...)
+}
+
+// registerMDS registers the MDS's service and device.
+func (s *Storage) registerMDS() {
+	s.params.keep(s.params.reg.RegisterDevice(params.Device{Type: "mds", Name: "MDS", UUID: "MDS_uuid"}))
+	lo, hi := s.MDS.Threads()
+	s.addParams(true, serviceParams("mds.MDS.mdt.", s.MDS.Service(), lo, hi, s.params.since)...)
+}
+
+// registerMDT registers an MDT's device and parameters.
+func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
+	s.registerMGC(id)
+	name := id.Label
+	p := "mdt." + name + "."
+	tgt := m.Target()
+	s.params.keep(s.params.reg.RegisterDevice(params.Device{Type: "mdt", Name: name, UUID: id.UUID,
+		Refs: func() int { return 1 + len(tgt.Exports()) }}))
+	s.addParams(false,
+		params.ReadOnly(p+"md_stats", "metadata counters", func() string {
+			st := m.Stats()
+			out := params.NewStats(s.params.since)
+			out.Count("open", uint64(st.Opens), "handles")
+			out.Count("precreate", st.Precreated, "objects")
+			out.Count("destroy", st.Destroyed, "objects")
+			out.Count("destroy_pending", uint64(st.PendingDestroys), "records")
+			return out.String()
+		}),
+		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
+		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
+		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
+		params.ReadOnly(p+"job_stats", "per-job statistics (none are kept yet)", func() string { return "job_stats:" }),
+	)
+	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
+}
+
+// lockServerParams are a server namespace's ldlm.namespaces.NS.*.
+func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Param {
+	p := "ldlm.namespaces." + ns + "."
+	return []params.Param{
+		params.ReadOnly(p+"lock_count", "granted locks", func() string { return strconv.Itoa(ls.Stats().Namespace.Granted) }),
+		params.ReadOnly(p+"resource_count", "resources with locks", func() string { return strconv.Itoa(ls.Stats().Namespace.Resources) }),
+		params.ReadOnly(p+"stats", "lock requests and callbacks", func() string {
+			st := ls.Stats()
+			out := params.NewStats(since)
+			out.Count("ldlm_enqueue", st.Enqueues, "reqs")
+			out.Count("ldlm_cancel", st.Cancels, "reqs")
+			out.Count("ldlm_convert", st.Converts, "reqs")
+			out.Count("ldlm_bl_callback", st.BlockingASTs, "reqs")
+			out.Count("ldlm_cp_callback", st.CompletionASTs, "reqs")
+			out.Count("ldlm_gl_callback", st.GlimpseASTs, "reqs")
+			out.Count("ldlm_timeout", st.CallbackTimeouts, "locks")
+			return out.String()
+		}),
+	}
+}
+
+// recoveryText shows a target's recovery state as recovery_status does
+// (its first line).
+func recoveryText(t *ptlrpc.Target) string {
+	if t.Recovering() {
+		return "status: RECOVERING"
+	}
+	return "status: COMPLETE"
+}
+
+// ofdStatsText formats obdfilter.*.stats.
+func ofdStatsText(st ofd.Stats) string {
+	out := params.NewStats(st.Since)
+	out.Sum("read_bytes", st.ReadBytes.Count, "bytes", st.ReadBytes.Min, st.ReadBytes.Max, st.ReadBytes.Sum)
+	out.Sum("write_bytes", st.WriteBytes.Count, "bytes", st.WriteBytes.Min, st.WriteBytes.Max, st.WriteBytes.Sum)
+	ops := make([]int, 0, len(st.Ops))
+	for op := range st.Ops {
+		ops = append(ops, int(op))
+	}
+	slices.Sort(ops)
+	for _, op := range ops {
+		name := strings.ToLower(strings.TrimPrefix(wire.Opcode(op).String(), "OST_"))
+		out.Count(name, st.Ops[wire.Opcode(op)], "reqs")
+	}
+	out.Count("no_space", st.NoSpace, "reqs")
+	return out.String()
+}
+
+// localParams turns a persistent parameter of the MGS into the names of
+// this server's live parameters it applies to, none if it is not a
+// server's or no target of this Storage matches.
+func (s *Storage) localParams(pn mgs.ParamName, ids []TargetIdentity) []string {
+	layer, rest, _ := strings.Cut(pn.Param, ".")
+	var out []string
+	ossWide := false
+	for _, id := range ids {
+		if !pn.MatchesFS(id.FSName) {
+			continue
+		}
+		if ok, _ := path.Match(pn.Target, mgs.TargetName(id.Kind, id.Index)); !ok {
+			continue
+		}
+		switch {
+		case id.Kind == mgs.KindOST && layer == "ost":
+			ossWide = true
+		case id.Kind == mgs.KindOST && layer == "obdfilter":
+			out = append(out, "obdfilter."+id.Label+"."+rest)
+		case id.Kind == mgs.KindMDT && layer == "mdt":
+			out = append(out, "mdt."+id.Label+"."+rest)
+		case id.Kind == mgs.KindMDT && layer == "lod":
+			out = append(out, "lod."+id.Label+"-mdtlov."+rest)
+		}
+	}
+	if ossWide {
+		out = append(out, "ost.OSS.ost_io."+rest)
+	}
+	return out
+}
+
+// applyParams sets the persistent parameters of c this Storage has not
+// applied at their revision yet, oldest first, through the registry.
+// Parameters no layer implements are skipped; a refused value is logged.
+func (s *Storage) applyParams(c *mgsv1.ClientConfig, ids []TargetIdentity) {
+	s.params.mu.Lock()
+	defer s.params.mu.Unlock()
+	if s.params.mu.applied == nil {
+		s.params.mu.applied = make(map[string]int64)
+	}
+	for _, p := range c.GetParams() {
+		if p.GetRevision() <= s.params.mu.applied[p.GetName()] {
+			continue
+		}
+		s.params.mu.applied[p.GetName()] = p.GetRevision()
+		pn, err := mgs.ParseParamName(p.GetName())
+		if err != nil {
+			continue
+		}
+		for _, n := range s.localParams(pn, ids) {
+			set, err := s.params.reg.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: n, Value: p.GetValue()})
+			switch {
+			case err != nil:
+				s.log.Warn("persistent parameter refused", "param", p.GetName(), "value", p.GetValue(), "err", err)
+			case len(set) > 0:
+				s.log.Info("persistent parameter", "param", p.GetName(), "value", p.GetValue())
+			}
+		}
+	}
+}
+
+// startParams applies the persistent parameters the registrations
+// brought, follows the MGS's configuration for more (one watch per file
+// system the Storage serves, until Close), and serves the registry on the
+// process's socket.
+func (s *Storage) startParams(ids []TargetIdentity) {
+	byFS := map[string]*Registrar{}
+	for _, r := range s.regs {
+		if _, ok := byFS[r.id.FSName]; !ok {
+			byFS[r.id.FSName] = r
+		}
+		s.applyParams(r.Config(), ids)
+	}
+	if len(byFS) > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.wg.Go(func() {
+			<-s.stop
+			cancel()
+		})
+		for _, r := range byFS {
+			s.wg.Go(func() { r.Watch(ctx, DefaultConfigInterval, func(c *mgsv1.ClientConfig) { s.applyParams(c, ids) }) })
+		}
+	}
+	stop, err := params.Serve(context.Background(), s.params.reg)
+	if err != nil {
+		s.log.Warn("parameters not served to lctl", "err", err)
+		return
+	}
+	s.params.keep(stop)
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
+	"github.com/nacrefs/nacre/internal/params"
+)
+
+// TestRESTLiveParams: the admin API reads and changes the same registry
+// lctl does, with its rules: all or nothing, tokens for changes.
+func TestRESTLiveParams(t *testing.T) {
+	reg := params.New()
+	var a, b atomic.Int64
+	a.Store(8)
+	b.Store(8)
+	for name, v := range map[string]*atomic.Int64{"osc.fs-OST0000-osc-c1.max_rpcs_in_flight": &a, "osc.fs-OST0001-osc-c1.max_rpcs_in_flight": &b} {
+		if _, err := reg.Register(params.Int(name, "", v.Load, func(n int64) error { v.Store(n); return nil }, 1, 256, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg.Register(params.ReadOnly("osc.fs-OST0000-osc-c1.stats", "", func() string { return "snapshot_time 1 secs\nread_bytes 1 samples [bytes]" }))
+	reg.RegisterDevice(params.Device{Type: "osc", Name: "fs-OST0000-osc-c1", UUID: "c1"})
+	ec := etcdtest.Start(t, 1)
+	m := startMGS(t, ec.Endpoints(), func(c *MGSConfig) { c.Params = reg })
+
+	r := rest(t, m, "GET", "/api/v1/live/params?patterns=osc.*.max_rpcs_in_flight&patterns=osc.*.stats", readonlyToken, "")
+	if r.code != 200 || !strings.Contains(r.raw, `"name":"osc.fs-OST0001-osc-c1.max_rpcs_in_flight", "value":"8"`) ||
+		!strings.Contains(r.raw, `read_bytes 1 samples`) {
+		t.Fatalf("get: %d %s", r.code, r.raw)
+	}
+	if r := rest(t, m, "GET", "/api/v1/live/params", readonlyToken, ""); r.code != 200 || strings.Count(r.raw, `"name"`) != 3 {
+		t.Fatalf("get all: %d %s", r.code, r.raw)
+	}
+	if r := rest(t, m, "GET", "/api/v1/live/params?patterns=mdc.*.import", readonlyToken, ""); r.code != 404 || !strings.Contains(r.raw, "mdc.*.import: no parameter matches") {
+		t.Fatalf("no match: %d %s", r.code, r.raw)
+	}
+	set := `{"assignments":[{"pattern":"osc.*.max_rpcs_in_flight","value":"16"},{"pattern":"osc.*.stats","value":"0"}]}`
+	if r := rest(t, m, "POST", "/api/v1/live/params", readonlyToken, set); r.code != 403 {
+		t.Fatalf("read-only token set: %d %s", r.code, r.raw)
+	}
+	if r := rest(t, m, "POST", "/api/v1/live/params", adminToken, set); r.code != 403 || !strings.Contains(r.raw, "read-only parameter") || a.Load() != 8 {
+		t.Fatalf("set with a read-only target: %d %s (a=%d)", r.code, r.raw, a.Load())
+	}
+	bad := `{"assignments":[{"pattern":"osc.*.max_rpcs_in_flight","value":"1000"}]}`
+	if r := rest(t, m, "POST", "/api/v1/live/params", adminToken, bad); r.code != 400 || !strings.Contains(r.raw, "out of range") || a.Load() != 8 {
+		t.Fatalf("set a bad value: %d %s", r.code, r.raw)
+	}
+	good := `{"assignments":[{"pattern":"osc.*.max_rpcs_in_flight","value":"16"}]}`
+	if r := rest(t, m, "POST", "/api/v1/live/params", adminToken, good); r.code != 200 || a.Load() != 16 || b.Load() != 16 {
+		t.Fatalf("set: %d %s", r.code, r.raw)
+	}
+	if r := rest(t, m, "GET", "/api/v1/live/devices", readonlyToken, ""); r.code != 200 || !strings.Contains(r.raw, `"type":"osc", "name":"fs-OST0000-osc-c1"`) {
+		t.Fatalf("devices: %d %s", r.code, r.raw)
+	}
+}
