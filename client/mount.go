@@ -125,6 +125,10 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 	}
 	icfg := mdc.ImportConfig(mdt.GetName(), servers(mdt)...)
 	icfg.OnEvict = func(*ptlrpc.Import) { fs.cache.dropAll(fs) }
+	// An MDT that restarts and takes the client back (its recovery
+	// window) gets the client's IBITS locks again, so the caches under
+	// them stay valid; its kept requests the import replays itself.
+	icfg.OnRecover = func(ctx context.Context, imp *ptlrpc.Import) error { return fs.lk.ReplayLocks(ctx, imp) }
 	imp, err := fs.rpc.NewImport(icfg)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.FSName, err)
