@@ -42,6 +42,12 @@ type Config struct {
 	// LazyStatfs answers statfs from the targets that answer, without
 	// waiting for the others.
 	LazyStatfs bool
+	// JobIDVar says what tags requests with a job id for the servers'
+	// job_stats (Lustre's jobid_var): "procname_uid" (the default: the
+	// process's name and uid, as "dd.1000"), "disable", or the name of an
+	// environment variable of the calling process (SLURM_JOB_ID, ...).
+	// The FUSE mount applies it; library callers use jobstats.WithJob.
+	JobIDVar string
 	// LRUSize bounds the unused locks kept per target; 0 means ldlm's
 	// default.
 	LRUSize int
@@ -68,7 +74,8 @@ const DefaultPort = 988
 // DefaultConfig returns a Config with Lustre's defaults and nothing to
 // mount yet.
 func DefaultConfig() Config {
-	return Config{Port: DefaultPort, Data: osc.DefaultConfig(), Timeout: DefaultTimeout, Flock: true, UserXattr: true}
+	return Config{Port: DefaultPort, Data: osc.DefaultConfig(), Timeout: DefaultTimeout, Flock: true, UserXattr: true,
+		JobIDVar: "procname_uid"}
 }
 
 // Notifier hears of cached state going stale.
@@ -142,6 +149,11 @@ func (c *Config) ParseOptions(opts string) (rest []string, err error) {
 			c.Data.Checksums = true
 		case "nochecksums":
 			c.Data.Checksums = false
+		case "jobid_var":
+			if !hasV || v == "" || strings.ContainsAny(v, "=\x00") {
+				return nil, fmt.Errorf("mount option %q: want jobid_var=procname_uid|disable|ENVVAR", o)
+			}
+			c.JobIDVar = v
 		case "lru_size":
 			c.LRUSize, err = num(0, 1<<20)
 		case "timeout":

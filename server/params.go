@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/nacrefs/nacre/internal/jobstats"
 	"path"
 	"slices"
 	"strconv"
@@ -220,7 +221,7 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
 		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
-		params.ReadOnly(p+"job_stats", "per-job statistics (none are kept yet)", func() string { return "job_stats:" }),
+		jobStatsParam(p+"job_stats", o.JobStats(), "read_bytes", "write_bytes"),
 	)
 	s.addParams(false, lockServerParams("filter-"+name+"_UUID", o.LockServer(), s.params.since)...)
 }
@@ -253,7 +254,7 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
-		params.ReadOnly(p+"job_stats", "per-job statistics (none are kept yet)", func() string { return "job_stats:" }),
+		params.ReadOnly(p+"job_stats", "per-job statistics (the MDT keeps none yet)", func() string { return "job_stats:" }),
 	)
 	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
 }
@@ -395,4 +396,18 @@ func (s *Storage) startParams(ids []TargetIdentity) {
 		return
 	}
 	s.params.keep(stop)
+}
+
+// jobStatsParam is a target's job_stats: Lustre's YAML, cleared by
+// writing "clear".
+func jobStatsParam(name string, js *jobstats.Stats, ops ...string) params.Param {
+	return params.Param{Name: name, Help: "per-job statistics by the clients' jobid_var (write clear to reset)",
+		Get: func() (string, error) { return strings.TrimSuffix(js.YAML(ops...), "\n"), nil },
+		Validate: func(v string) error {
+			if v != "clear" {
+				return fmt.Errorf("want clear")
+			}
+			return nil
+		},
+		Set: func(string) error { js.Clear(); return nil }}
 }

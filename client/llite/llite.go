@@ -268,6 +268,7 @@ type mount struct {
 	log   *slog.Logger
 	n     *notifier
 	creds creds
+	jobs  jobs
 
 	ro bool
 
@@ -384,7 +385,7 @@ const interruptGrace = 2 * time.Second
 // end when its caller gives up or the mount goes.
 func (m *mount) req(ctx context.Context) (context.Context, client.Cred, func()) {
 	cred := m.cred(ctx)
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rctx, cancel := context.WithCancel(m.withJob(ctx, context.WithoutCancel(ctx)))
 	stop := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(interruptGrace, cancel)
 		context.AfterFunc(rctx, func() { t.Stop() })

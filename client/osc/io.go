@@ -2,6 +2,7 @@ package osc
 
 import (
 	"context"
+	"github.com/nacrefs/nacre/internal/jobstats"
 	"syscall"
 	"time"
 )
@@ -41,6 +42,13 @@ func (o *Object) writeAt(ctx context.Context, lk *Lock, p []byte, off uint64) (i
 	end := off + uint64(len(p))
 	if end < off || end > MaxObjectSize {
 		return 0, o.errorf("write [%d,+%d): %w", off, len(p), syscall.EFBIG)
+	}
+	if job := jobstats.JobOf(ctx); job != "" {
+		// Writeback sends the data later, tagged with the last writer's
+		// job (job_stats on the OST).
+		o.mu.Lock()
+		o.mu.job = job
+		o.mu.Unlock()
 	}
 	if lk == nil {
 		l, err := o.Lock(ctx, true, pageFloor(off), pageCeil(end)-1)
@@ -324,6 +332,11 @@ func clipExtents(exts []extent, limit uint64) []extent {
 // window's own RPC is built (so that it goes first) or once the window is
 // served from the cache.
 func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *func()) error {
+	if job := jobstats.JobOf(ctx); job != "" {
+		o.mu.Lock()
+		o.mu.readJob = job // read-ahead goes on this reader's behalf
+		o.mu.Unlock()
+	}
 	c := o.c
 	end := off + uint64(len(buf))
 	first, last := off/PageSize, (end-1)/PageSize
@@ -404,7 +417,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 			}
 			continue
 		}
-		r := &brwRPC{obj: o}
+		r := &brwRPC{obj: o, job: jobstats.JobOf(ctx)}
 		exact, esize := o.exactSizeLocked()
 		absent := 0
 		for _, i := range missing {
@@ -533,6 +546,7 @@ func (o *Object) readAhead(exts []extent) {
 		budget := c.cache.raCharge(len(g))
 		r := &brwRPC{obj: o}
 		o.mu.Lock()
+		r.job = o.mu.readJob
 		bufs := c.cache.allocLocked(o, budget)
 		exhausted := budget < len(g) || len(bufs) < budget
 		for _, i := range g {

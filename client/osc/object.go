@@ -66,6 +66,9 @@ type Object struct {
 		mtime int64
 		// err is the first error of an async write since the last Sync.
 		err error
+		// job and readJob are the job ids of the last writer and reader,
+		// for the RPCs sent later on their behalf (writeback, read-ahead).
+		job, readJob string
 		// truncating counts truncates in progress: writes wait for them.
 		truncating int
 		ra         raState
@@ -458,7 +461,7 @@ func (o *Object) undirtyLocked(p *page) {
 func (o *Object) gatherLocked(first, last uint64) *brwRPC {
 	idx := o.mu.dirtyIdx
 	i := sort.Search(len(idx), func(k int) bool { return idx[k] >= first })
-	r := &brwRPC{obj: o, write: true, mtime: o.mu.mtime}
+	r := &brwRPC{obj: o, write: true, mtime: o.mu.mtime, job: o.mu.job}
 	j := i
 	for ; j < len(idx) && idx[j] <= last && len(r.segs) < o.c.rpcPages(); j++ {
 		p := o.mu.pages[idx[j]]

@@ -52,6 +52,8 @@ type brwRPC struct {
 	// pulled counts the pages of earlier writes it carries.
 	sync   bool
 	pulled int
+	// job is the job id the RPC is for.
+	job string
 	// transno is a write's, from its reply; stable says the OST had
 	// already committed it when the reply came.
 	transno uint64
@@ -135,7 +137,7 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 		op, bop = wire.OSTWrite, ptlrpc.BulkWrite
 	}
 	defer c.st.rpcs[b2i(r.write)].start(r.pages())()
-	preq := &ptlrpc.Req{Opcode: op, Body: body, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}
+	preq := &ptlrpc.Req{Opcode: op, Body: body, JobID: r.job, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}
 	repBody, err := c.imp.Do(ctx, preq)
 	r.transno = preq.Transno
 	r.stable = r.transno == 0 || r.transno <= c.imp.Info().LastCommitted

@@ -133,6 +133,7 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return nil, errno(err)
 	}
 	grant := o.moreGrant(ctx, exp, b.req.GrantWant)
+	o.jobs.Add(r.Header.JobID(), "write_bytes", "bytes", uint64(b.size))
 	return marshal(&ostv1.BRWReply{Attr: AttrToWire(after), Grant: grant})
 }
 
@@ -160,6 +161,7 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return nil, ptlrpc.Errno(err)
 	}
 	o.countBulk(false, uint64(b.size))
+	o.jobs.Add(r.Header.JobID(), "read_bytes", "bytes", uint64(b.size))
 	return marshal(&ostv1.BRWReply{Attr: AttrToWire(a), Grant: o.grantOf(r.Export())})
 }
 

@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/nacrefs/nacre/internal/jobstats"
 	"log/slog"
 	"math"
 	"sync"
@@ -77,6 +78,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// JobStats returns the OST's per-job statistics (obdfilter.*.job_stats).
+func (o *OFD) JobStats() *jobstats.Stats { return o.jobs }
+
 // DefaultRecoveryWindow is how long a restarted OST waits for its clients
 // to come back and replay (Lustre's recovery_time_soft is 300 s; clients
 // here reconnect within a few ping intervals).
@@ -118,6 +122,7 @@ func (s *SizeStats) add(n uint64) {
 // OFD serves one OST. Safe for concurrent use.
 type OFD struct {
 	cfg   Config
+	jobs  *jobstats.Stats // job_stats: bytes read and written by job id
 	dev   osd.Device
 	tgt   *ptlrpc.Target
 	lockd *ldlm.Server
@@ -163,7 +168,7 @@ func New(cfg Config) (*OFD, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	o := &OFD{cfg: cfg, dev: cfg.Device, log: lg.With("ost", cfg.Name), lastID: make(map[uint64]uint32),
+	o := &OFD{cfg: cfg, jobs: jobstats.New(0), dev: cfg.Device, log: lg.With("ost", cfg.Name), lastID: make(map[uint64]uint32),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	o.gmu.byExp = make(map[*ptlrpc.Export]uint64)
 	o.gmu.ops = make(map[wire.Opcode]uint64)
