@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -109,6 +111,12 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 		return nil, fmt.Errorf("up: %w", err)
 	}
 	cfg.MGS.EtcdEndpoints = []string{cfg.EtcdClientURL}
+	if cfg.MGS.Registry == nil {
+		// One registry for the whole node: the MGS's /metrics serves the
+		// servers' metrics too.
+		cfg.MGS.Registry = prometheus.NewRegistry()
+		cfg.MGS.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	if n.MGS, err = StartMGS(ctx, cfg.MGS); err != nil {
 		return nil, fmt.Errorf("up: %w", err)
 	}
@@ -147,6 +155,9 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 		}
 		dirs = append(dirs, dir)
 		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger}); err != nil {
+			return nil, fmt.Errorf("up: %w", err)
+		}
+		if err := n.Storage.RegisterMetrics(cfg.MGS.Registry); err != nil {
 			return nil, fmt.Errorf("up: %w", err)
 		}
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"os"
 	"os/signal"
 	"strings"
@@ -81,6 +83,20 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			defer ctl.Close()
+			if addr := v.GetString("metrics-addr"); addr != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				if err := st.RegisterMetrics(reg); err != nil {
+					st.Close(context.Background())
+					return err
+				}
+				if at, err := server.ServeMetrics(ctx, addr, reg); err != nil {
+					// Another server of this host has the port: serve on.
+					lcfg.Logger.Warn("metrics not served", "addr", addr, "err", err)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "nacre server: metrics at http://%s/metrics\n", at)
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "nacre server: %s on %v\nready\n", strings.Join(st.Targets(), ", "), st.LNet.NIDs())
 			<-ctx.Done()
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -93,5 +109,6 @@ func newServerCmd() *cobra.Command {
 	f.Duration("ldlm-timeout", 0, "how long a client has to give a lock back before eviction (0: default)")
 	f.Duration("evict-timeout", 0, "how long a silent client keeps its export (0: default)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
+	f.String("metrics-addr", "127.0.0.1:9882", "serve Prometheus metrics at http://ADDR/metrics (\"\": not at all)")
 	return cmd
 }

@@ -268,6 +268,7 @@ type Service struct {
 
 	received, malformed, busy, unsupported, oversize, notConn, stale atomic.Uint64
 	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors atomic.Uint64
+	observer                                                         atomic.Pointer[func(op wire.Opcode, service, queue time.Duration)]
 	reposts                                                          atomic.Uint64
 }
 
@@ -636,6 +637,9 @@ func (s *Service) handle(req *Request) {
 	}
 	st.MaxServiceTime = max(st.MaxServiceTime, d)
 	q := t0.Sub(req.Arrived)
+	if fn := s.observer.Load(); fn != nil {
+		defer (*fn)(h.Opcode, d, q)
+	}
 	st.QueueTime += q
 	if st.Count == 1 || q < st.MinQueueTime {
 		st.MinQueueTime = q
@@ -743,6 +747,17 @@ func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint
 		s.replyErrors.Add(1)
 		s.log.Warn("ptlrpc: send reply", "to", req.Peer, "xid", req.Header.XID, "err", err)
 	}
+}
+
+// SetObserver sets fn to be called after each request is handled, with
+// its opcode, its service time and how long it waited for a handler (a
+// metrics layer's histograms); nil removes it.
+func (s *Service) SetObserver(fn func(op wire.Opcode, service, queue time.Duration)) {
+	if fn == nil {
+		s.observer.Store(nil)
+		return
+	}
+	s.observer.Store(&fn)
 }
 
 // Stats returns a snapshot of the service's counters.

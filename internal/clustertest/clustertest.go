@@ -196,6 +196,16 @@ func (c *Cluster) AddOST() uint32 {
 	return idx
 }
 
+// Servers returns the servers running in the test's process (MDT0 and,
+// without ChildOSS, the OSTs; and AddOST's).
+func (c *Cluster) Servers() []*server.Storage {
+	out := []*server.Storage{c.mds}
+	if c.extra != nil {
+		out = append(out, c.extra)
+	}
+	return out
+}
+
 // Source is the mount source, MGSNID:PORT:/FSNAME.
 func (c *Cluster) Source() string {
 	_, port, _ := net.SplitHostPort(c.MGS)
