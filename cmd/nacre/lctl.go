@@ -265,6 +265,7 @@ every start; -d removes a stored parameter (later starts keep their defaults).`,
 	ping.Flags().StringVar(&lnetSocket, "lnet-socket", lnetctl.DefaultSocket, "control socket of this node's LNet")
 
 	root.AddCommand(list, get, set, conf, dl, ping)
+	root.AddCommand(newPoolCmds(conn)...)
 	return root
 }
 

@@ -265,6 +265,34 @@ func TestLctl(t *testing.T) {
 		mustLctl(t, "set_param", "ldlm.namespaces.*.lru_size=0")
 	})
 
+	t.Run("pools", func(t *testing.T) {
+		if out := mustLctl(t, "pool_new", "nacre.flash"); out != "Pool nacre.flash created\n" {
+			t.Errorf("pool_new: %q", out)
+		}
+		if out := mustLctl(t, "pool_add", "nacre.flash", "OST[0-1]"); out != "OST nacre-OST0000_UUID added to pool nacre.flash\nOST nacre-OST0001_UUID added to pool nacre.flash\n" {
+			t.Errorf("pool_add: %q", out)
+		}
+		if out := mustLctl(t, "pool_remove", "nacre.flash", "nacre-OST0001"); out != "OST nacre-OST0001_UUID removed from pool nacre.flash\n" {
+			t.Errorf("pool_remove: %q", out)
+		}
+		if out := mustLctl(t, "pool_list", "nacre.flash"); out != "Pool: nacre.flash\nnacre-OST0000_UUID\n" {
+			t.Errorf("pool_list nacre.flash: %q", out)
+		}
+		if out := mustLctl(t, "pool_list", "nacre"); out != "Pools from nacre:\nnacre.flash\n" {
+			t.Errorf("pool_list nacre: %q", out)
+		}
+		for _, bad := range [][]string{{"pool_new", "flash"}, {"pool_add", "nacre.flash", "OST[9-2]"}, {"pool_add", "nacre.flash", "other-OST0000"},
+			{"pool_list", "nacre.nope"}, {"pool_destroy", "nacre.flash"}} {
+			if out, _, err := lctl(t, bad...); err == nil {
+				t.Errorf("lctl %v succeeded: %q", bad, out)
+			}
+		}
+		mustLctl(t, "pool_remove", "nacre.flash", "0")
+		if out := mustLctl(t, "pool_destroy", "nacre.flash"); out != "Pool nacre.flash destroyed\n" {
+			t.Errorf("pool_destroy: %q", out)
+		}
+	})
+
 	t.Run("persistent", func(t *testing.T) {
 		mgsFlag := "--mgs=" + c.MGS
 		out := mustLctl(t, "set_param", "-P", mgsFlag, "osc.*.max_dirty_mb=32", "ldlm.namespaces.nacre-*.lru_size=200")
