@@ -57,14 +57,22 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 		op |= mdc.ItCreat
 		fs.cache.forgetEntry(parent, name)
 	}
-	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts}, fs.hooks())
-	if err != nil {
-		if rep != nil && rep.Lock != nil {
-			rep.Lock.Release()
+	for try := 0; ; try++ {
+		rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts}, fs.hooks())
+		if err != nil {
+			if rep != nil && rep.Lock != nil {
+				rep.Lock.Release()
+			}
+			return nil, Attr{}, err
 		}
-		return nil, Attr{}, err
+		if mf := rep.File(); mf.Released {
+			if err := fs.restoreReleased(ctx, cred, mf, try); err != nil {
+				return nil, Attr{}, err
+			}
+			continue
+		}
+		return fs.opened(ctx, cred, rep.File(), flags)
 	}
-	return fs.opened(ctx, cred, rep.File(), flags)
 }
 
 // Open opens the file f (by FID: the handle a lookup gave) with Linux's
@@ -77,11 +85,21 @@ func (fs *FS) Open(ctx context.Context, cred Cred, f FID, flags uint64) (*File, 
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItOpen, FID: f, Flags: flags}, fs.hooks())
-	if err != nil {
-		return nil, Attr{}, err
+	for try := 0; ; try++ {
+		rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItOpen, FID: f, Flags: flags}, fs.hooks())
+		if err != nil {
+			return nil, Attr{}, err
+		}
+		if mf := rep.File(); mf.Released {
+			// Transparent restore: the data come back before the open
+			// completes.
+			if err := fs.restoreReleased(ctx, cred, mf, try); err != nil {
+				return nil, Attr{}, err
+			}
+			continue
+		}
+		return fs.opened(ctx, cred, rep.File(), flags)
 	}
-	return fs.opened(ctx, cred, rep.File(), flags)
 }
 
 // opened sets up the File of an open intent's reply.
@@ -104,7 +122,7 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64)
 		}
 	}()
 	a := mf.Attr
-	if a.Mode&sIFMT == sIFREG && mf.Layout != nil {
+	if a.Mode&sIFMT == sIFREG && mf.Layout != nil && !mf.Released {
 		d, _, err := fs.dataOf(mf.FID, mf.Layout)
 		if err != nil {
 			return nil, Attr{}, err

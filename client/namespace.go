@@ -146,7 +146,8 @@ func (fs *FS) Getattr(ctx context.Context, cred Cred, f FID) (Attr, error) {
 
 // withSize fills in a regular file's size from its objects.
 func (fs *FS) withSize(ctx context.Context, a Attr, lay *layout.Layout) (Attr, error) {
-	if a.Mode&sIFMT != sIFREG || lay == nil {
+	if a.Mode&sIFMT != sIFREG || lay == nil || !anyObjects(lay) {
+		// No objects (an HSM released file): the MDT's size (LSOM).
 		return a, nil
 	}
 	d, done, err := fs.dataOf(a.FID, lay)

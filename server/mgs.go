@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nacrefs/nacre/services/hsm"
 	"log/slog"
 	"net"
 	"net/http"
@@ -195,6 +196,15 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 	adminSrv := admin.New(m.store, preg, log)
 	mgsv1.RegisterMGSServer(m.grpc, mgssvc.New(m.store, log))
 	adminv1.RegisterAdminServer(m.grpc, adminSrv)
+	// The HSM coordinator: its queue in etcd, one active instance per
+	// cluster by election (the MGS of a standby node answers UNAVAILABLE).
+	hcfg := hsm.DefaultConfig()
+	hcfg.Etcd, hcfg.Prefix, hcfg.Name, hcfg.Logger = m.cli, cfg.EtcdPrefix+"hsm/", cfg.GRPCAddr, log
+	coord, err := hsm.New(hcfg)
+	if err != nil {
+		return nil, err
+	}
+	coord.Register(m.grpc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, hs)
 	reflection.Register(m.grpc)
@@ -202,6 +212,7 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 
 	gwCtx, stop := context.WithCancel(context.Background())
 	m.stop = stop
+	go coord.Run(gwCtx)
 	handler, err := gateway.New(gwCtx, gateway.Config{
 		Admin:      adminSrv,
 		Auth:       authz,

@@ -40,12 +40,15 @@ type IntentReply struct {
 	Handle   uint64
 	Created  bool
 	Negative bool
+	// Released: the opened file is HSM released (its data are in the
+	// archive only).
+	Released bool
 	Lock     *ldlm.ClientLock
 }
 
 // File returns the open file of an ItOpen reply, its lock included.
 func (r *IntentReply) File() *File {
-	return &File{FID: r.Attr.FID, Attr: r.Attr, Layout: r.Layout, Handle: r.Handle, Created: r.Created, Lock: r.Lock}
+	return &File{FID: r.Attr.FID, Attr: r.Attr, Layout: r.Layout, Handle: r.Handle, Created: r.Created, Released: r.Released, Lock: r.Lock}
 }
 
 // intentReply decodes an intent's answer.
@@ -106,7 +109,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		}
 		return nil, err
 	}
-	out := &IntentReply{Attr: attrFrom(rep.Attr), Handle: rep.OpenHandle, Created: rep.Created, Negative: rep.Negative, Lock: l}
+	out := &IntentReply{Attr: attrFrom(rep.Attr), Handle: rep.OpenHandle, Created: rep.Created, Negative: rep.Negative, Released: rep.Released, Lock: l}
 	if status != 0 {
 		err := fmt.Errorf("mdc: intent %#x on %q in %v: %w", it.Op, it.Name, on, syscall.Errno(-status))
 		if rep.Negative && errors.Is(err, syscall.ENOENT) {

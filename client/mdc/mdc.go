@@ -412,7 +412,9 @@ type File struct {
 	Layout  *layout.Layout
 	Handle  uint64
 	Created bool
-	Lock    *ldlm.ClientLock
+	// Released: HSM released when opened (an open intent says so).
+	Released bool
+	Lock     *ldlm.ClientLock
 }
 
 func openReply(rep *mdsv1.ReintReply) (*File, error) {

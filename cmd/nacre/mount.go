@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nacrefs/nacre/services/hsm"
 	"io"
 	"log/slog"
 	"os"
@@ -174,6 +175,14 @@ func runMount(cmd *cobra.Command, args []string) error {
 	cancel()
 	if err != nil {
 		return fail(err)
+	}
+	// Opening a file HSM released waits for the coordinator (on the
+	// MGS) to restore it.
+	if hc, err := hsm.NewClient(cfg.MGS); err != nil {
+		log.Warn("no HSM coordinator: released files cannot be restored", "err", err)
+	} else {
+		srv.FS().SetHSMRestorer(hc)
+		defer hc.Close()
 	}
 	// lctl reaches the mount's tunables (llite.*, osc.*, ldlm.*) here.
 	if stop, err := params.Serve(context.Background(), params.Default); err != nil {

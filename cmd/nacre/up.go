@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nacrefs/nacre/services/hsm"
 	"log/slog"
 	"net"
 	"os"
@@ -153,7 +154,15 @@ func upMount(ctx context.Context, n *server.Node, fsname string, port int, dir, 
 	}
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return llite.Mount(mctx, dir, cfg, lo)
+	srv, err := llite.Mount(mctx, dir, cfg, lo)
+	if err != nil {
+		return nil, err
+	}
+	if hc, err := hsm.NewClient(cfg.MGS); err == nil {
+		// The restorer's connection lives as long as the process.
+		srv.FS().SetHSMRestorer(hc)
+	}
+	return srv, nil
 }
 
 // upUnmount unmounts before the servers stop (so dirty data reaches

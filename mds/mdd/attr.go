@@ -190,6 +190,9 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 	typ := CLSetattr
 	if sa.Valid&AttrSize != 0 {
 		typ = CLTrunc
+		if err := t.dataChanged(f); err != nil {
+			return Attr{}, err
+		}
 	}
 	t.changelog(ChangelogRecord{Type: typ, TFID: f})
 	if som == nil && n.Mode&S_IFMT == S_IFREG {
@@ -330,6 +333,10 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 		som := *ci.LSOM
 		som.Flags |= SOMLazy
 		t.b.Set(fidKey(pfxLSOM, f), som.marshal(), nil)
+		// The client sends its size only when this open wrote.
+		if err := t.dataChanged(f); err != nil {
+			return Removal{}, err
+		}
 	}
 	if ci.Write {
 		t.changelog(ChangelogRecord{Type: CLClose, TFID: f})

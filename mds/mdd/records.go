@@ -223,6 +223,11 @@ func decodeLSOM(b []byte) (LSOM, error) {
 type HSM struct {
 	Flags     uint32
 	ArchiveID uint32
+	// DataVersion counts the changes of the file's data: a close after
+	// writes and a truncate bump it. ArchivedVersion is the DataVersion
+	// the archive copy holds (set when an archive completes): release
+	// needs the two equal.
+	DataVersion, ArchivedVersion uint64
 }
 
 // HSM flags (Lustre's HS_*).
@@ -240,14 +245,20 @@ const (
 func (h HSM) marshal() []byte {
 	b := []byte{recVersion}
 	b = binary.LittleEndian.AppendUint32(b, h.Flags)
-	return binary.LittleEndian.AppendUint32(b, h.ArchiveID)
+	b = binary.LittleEndian.AppendUint32(b, h.ArchiveID)
+	b = binary.LittleEndian.AppendUint64(b, h.DataVersion)
+	return binary.LittleEndian.AppendUint64(b, h.ArchivedVersion)
 }
 
 func decodeHSM(b []byte) (HSM, error) {
-	if len(b) != 9 || b[0] != recVersion {
+	// 9 bytes: a record written before data versions (both 0).
+	if (len(b) != 9 && len(b) != 25) || b[0] != recVersion {
 		return HSM{}, fmt.Errorf("hsm record: %d bytes", len(b))
 	}
 	h := HSM{Flags: binary.LittleEndian.Uint32(b[1:]), ArchiveID: binary.LittleEndian.Uint32(b[5:])}
+	if len(b) == 25 {
+		h.DataVersion, h.ArchivedVersion = binary.LittleEndian.Uint64(b[9:]), binary.LittleEndian.Uint64(b[17:])
+	}
 	if h.Flags&^hsmAll != 0 {
 		return HSM{}, fmt.Errorf("hsm record: flags %#x", h.Flags)
 	}

@@ -22,6 +22,7 @@ func (m *MDT) handlerTable() map[wire.Opcode]ptlrpc.Handler {
 		wire.MDSGetattr: m.getattr, wire.MDSGetattrName: m.lookup, wire.MDSReint: m.reint, wire.MDSClose: m.closeFile,
 		wire.MDSReadpage: m.readdir, wire.MDSStatfs: m.statfs, wire.MDSGetxattr: m.getxattr, wire.MDSGetRoot: m.getRoot,
 		wire.MDSSync: m.sync, wire.MDSGetInfo: m.getInfo, wire.SEQQuery: m.seqQuery, wire.FLDQuery: m.fldQuery,
+		wire.MDSHSMStateGet: m.hsmStateGet, wire.MDSHSMStateSet: m.hsmStateSet, wire.MDSHSMProgress: m.hsmProgress,
 	}
 	for op, spec := range m.lockd.Handlers() {
 		h[op] = spec.Fn
@@ -611,10 +612,11 @@ func hasObjects(l *layout.Layout) bool {
 
 // openResult is what an open gives the client.
 type openResult struct {
-	attr    mdd.Attr
-	layout  []byte
-	handle  uint64
-	created bool
+	attr     mdd.Attr
+	layout   []byte
+	handle   uint64
+	created  bool
+	released bool // HSM released: the data are in the archive only
 }
 
 func (o openResult) reply() *mdsv1.ReintReply {
@@ -666,6 +668,14 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 		return res, err
 	}
 	res.attr = a
+	if a.Mode&sIFMT == sIFREG && !res.created {
+		h, err := m.store.GetHSM(target)
+		if err != nil {
+			m.closeFID(target, flags)
+			return res, err
+		}
+		res.released = h.Flags&mdd.HSMReleased != 0
+	}
 	if res.layout == nil && a.Mode&sIFMT == sIFREG {
 		if res.layout, err = m.layoutBytes(target); err != nil {
 			m.closeFID(target, flags)

@@ -170,7 +170,7 @@ func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) l
 	if err != nil {
 		return skip(err)
 	}
-	rep := &mdsv1.IntentReply{OpenHandle: res.handle, Created: res.created, Layout: res.layout}
+	rep := &mdsv1.IntentReply{OpenHandle: res.handle, Created: res.created, Layout: res.layout, Released: res.released}
 	bits := openBits
 	if res.attr.Mode&sIFMT == sIFREG {
 		bits |= ldlm.BitLayout

@@ -37,6 +37,9 @@ const (
 	MDSSync        Opcode = 44  // MDS_SYNC: commit the MDT's changes to stable storage
 	MDSGetxattr    Opcode = 49  // MDS_GETXATTR: an extended attribute, or the list of names
 	MDSGetInfo     Opcode = 53  // MDS_GET_INFO: keyed queries (fid2path)
+	MDSHSMStateGet Opcode = 54  // MDS_HSM_STATE_GET: a file's HSM flags, archive id and data versions
+	MDSHSMStateSet Opcode = 55  // MDS_HSM_STATE_SET: set or clear HSM flags; release a file's objects
+	MDSHSMProgress Opcode = 57  // MDS_HSM_PROGRESS: a copytool's completion of an archive, restore or remove
 	LDLMEnqueue    Opcode = 101 // LDLM_ENQUEUE: ask for a lock
 	LDLMConvert    Opcode = 102 // LDLM_CONVERT: change a granted lock's mode
 	LDLMCancel     Opcode = 103 // LDLM_CANCEL: give locks back
@@ -75,6 +78,9 @@ var opcodeNames = map[Opcode]string{
 	MDSSync:        "MDS_SYNC",
 	MDSGetxattr:    "MDS_GETXATTR",
 	MDSGetInfo:     "MDS_GET_INFO",
+	MDSHSMStateGet: "MDS_HSM_STATE_GET",
+	MDSHSMStateSet: "MDS_HSM_STATE_SET",
+	MDSHSMProgress: "MDS_HSM_PROGRESS",
 	LDLMEnqueue:    "LDLM_ENQUEUE",
 	LDLMConvert:    "LDLM_CONVERT",
 	LDLMCancel:     "LDLM_CANCEL",

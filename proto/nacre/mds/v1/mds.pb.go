@@ -2512,12 +2512,15 @@ func (x *IntentRequest) GetTime() int64 {
 // exist, and the lock granted is on the parent (UPDATE), so the client
 // may cache the negative entry.
 type IntentReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attr          *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
-	Layout        []byte                 `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
-	OpenHandle    uint64                 `protobuf:"fixed64,3,opt,name=open_handle,json=openHandle,proto3" json:"open_handle,omitempty"`
-	Created       bool                   `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
-	Negative      bool                   `protobuf:"varint,5,opt,name=negative,proto3" json:"negative,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attr       *Attr                  `protobuf:"bytes,1,opt,name=attr,proto3" json:"attr,omitempty"`
+	Layout     []byte                 `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
+	OpenHandle uint64                 `protobuf:"fixed64,3,opt,name=open_handle,json=openHandle,proto3" json:"open_handle,omitempty"`
+	Created    bool                   `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
+	Negative   bool                   `protobuf:"varint,5,opt,name=negative,proto3" json:"negative,omitempty"`
+	// released: the opened file's data are in the HSM archive only (its
+	// layout has no objects); the client restores it before using it.
+	Released      bool `protobuf:"varint,6,opt,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2585,6 +2588,331 @@ func (x *IntentReply) GetNegative() bool {
 		return x.Negative
 	}
 	return false
+}
+
+func (x *IntentReply) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+// HsmStateGetRequest is MDS_HSM_STATE_GET: fid's HSM state.
+type HsmStateGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	Fid           *FID                   `protobuf:"bytes,2,opt,name=fid,proto3" json:"fid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HsmStateGetRequest) Reset() {
+	*x = HsmStateGetRequest{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HsmStateGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HsmStateGetRequest) ProtoMessage() {}
+
+func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HsmStateGetRequest.ProtoReflect.Descriptor instead.
+func (*HsmStateGetRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *HsmStateGetRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *HsmStateGetRequest) GetFid() *FID {
+	if x != nil {
+		return x.Fid
+	}
+	return nil
+}
+
+// HsmState is a file's HSM state (Lustre's hsm_user_state): flags are the
+// HS_* bits (EXISTS 0x1, DIRTY 0x2, RELEASED 0x4, ARCHIVED 0x8, NORELEASE
+// 0x10, NOARCHIVE 0x20, LOST 0x40); data_version counts the file's data
+// changes (bumped by a close after writes and by a truncate);
+// archived_version is the data version of the archive copy.
+type HsmState struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Flags           uint32                 `protobuf:"varint,1,opt,name=flags,proto3" json:"flags,omitempty"`
+	ArchiveId       uint32                 `protobuf:"varint,2,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
+	DataVersion     uint64                 `protobuf:"varint,3,opt,name=data_version,json=dataVersion,proto3" json:"data_version,omitempty"`
+	ArchivedVersion uint64                 `protobuf:"varint,4,opt,name=archived_version,json=archivedVersion,proto3" json:"archived_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HsmState) Reset() {
+	*x = HsmState{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HsmState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HsmState) ProtoMessage() {}
+
+func (x *HsmState) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HsmState.ProtoReflect.Descriptor instead.
+func (*HsmState) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *HsmState) GetFlags() uint32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
+func (x *HsmState) GetArchiveId() uint32 {
+	if x != nil {
+		return x.ArchiveId
+	}
+	return 0
+}
+
+func (x *HsmState) GetDataVersion() uint64 {
+	if x != nil {
+		return x.DataVersion
+	}
+	return 0
+}
+
+func (x *HsmState) GetArchivedVersion() uint64 {
+	if x != nil {
+		return x.ArchivedVersion
+	}
+	return 0
+}
+
+// HsmStateSetRequest is MDS_HSM_STATE_SET: set then clear flags (lfs
+// hsm_set/hsm_clear; archive_id, if nonzero, becomes the file's archive),
+// or, with release, release the file: free its OST objects once its
+// archive copy is current, keeping size as its size.
+type HsmStateSetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	Fid           *FID                   `protobuf:"bytes,2,opt,name=fid,proto3" json:"fid,omitempty"`
+	Time          int64                  `protobuf:"varint,3,opt,name=time,proto3" json:"time,omitempty"`
+	Set           uint32                 `protobuf:"varint,4,opt,name=set,proto3" json:"set,omitempty"`
+	Clear         uint32                 `protobuf:"varint,5,opt,name=clear,proto3" json:"clear,omitempty"`
+	ArchiveId     uint32                 `protobuf:"varint,6,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
+	Release       bool                   `protobuf:"varint,7,opt,name=release,proto3" json:"release,omitempty"`
+	Size          uint64                 `protobuf:"varint,8,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HsmStateSetRequest) Reset() {
+	*x = HsmStateSetRequest{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HsmStateSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HsmStateSetRequest) ProtoMessage() {}
+
+func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HsmStateSetRequest.ProtoReflect.Descriptor instead.
+func (*HsmStateSetRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *HsmStateSetRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *HsmStateSetRequest) GetFid() *FID {
+	if x != nil {
+		return x.Fid
+	}
+	return nil
+}
+
+func (x *HsmStateSetRequest) GetTime() int64 {
+	if x != nil {
+		return x.Time
+	}
+	return 0
+}
+
+func (x *HsmStateSetRequest) GetSet() uint32 {
+	if x != nil {
+		return x.Set
+	}
+	return 0
+}
+
+func (x *HsmStateSetRequest) GetClear() uint32 {
+	if x != nil {
+		return x.Clear
+	}
+	return 0
+}
+
+func (x *HsmStateSetRequest) GetArchiveId() uint32 {
+	if x != nil {
+		return x.ArchiveId
+	}
+	return 0
+}
+
+func (x *HsmStateSetRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+func (x *HsmStateSetRequest) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// HsmProgressRequest is MDS_HSM_PROGRESS: a copytool's completion of an
+// action on fid: action 1 ARCHIVE (the archive copy holds data_version),
+// 2 RESTORE (the data are back in the file's new objects), 3 REMOVE (the
+// archive copy is gone).
+type HsmProgressRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	Fid           *FID                   `protobuf:"bytes,2,opt,name=fid,proto3" json:"fid,omitempty"`
+	Time          int64                  `protobuf:"varint,3,opt,name=time,proto3" json:"time,omitempty"`
+	Action        uint32                 `protobuf:"varint,4,opt,name=action,proto3" json:"action,omitempty"`
+	ArchiveId     uint32                 `protobuf:"varint,5,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
+	DataVersion   uint64                 `protobuf:"varint,6,opt,name=data_version,json=dataVersion,proto3" json:"data_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HsmProgressRequest) Reset() {
+	*x = HsmProgressRequest{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HsmProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HsmProgressRequest) ProtoMessage() {}
+
+func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HsmProgressRequest.ProtoReflect.Descriptor instead.
+func (*HsmProgressRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *HsmProgressRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *HsmProgressRequest) GetFid() *FID {
+	if x != nil {
+		return x.Fid
+	}
+	return nil
+}
+
+func (x *HsmProgressRequest) GetTime() int64 {
+	if x != nil {
+		return x.Time
+	}
+	return 0
+}
+
+func (x *HsmProgressRequest) GetAction() uint32 {
+	if x != nil {
+		return x.Action
+	}
+	return 0
+}
+
+func (x *HsmProgressRequest) GetArchiveId() uint32 {
+	if x != nil {
+		return x.ArchiveId
+	}
+	return 0
+}
+
+func (x *HsmProgressRequest) GetDataVersion() uint64 {
+	if x != nil {
+		return x.DataVersion
+	}
+	return 0
 }
 
 var File_nacre_mds_v1_mds_proto protoreflect.FileDescriptor
@@ -2785,14 +3113,42 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x06layout\x18\t \x01(\fR\x06layout\x12!\n" +
 	"\fdelay_layout\x18\n" +
 	" \x01(\bR\vdelayLayout\x12\x12\n" +
-	"\x04time\x18\v \x01(\x03R\x04time\"\xa4\x01\n" +
+	"\x04time\x18\v \x01(\x03R\x04time\"\xc0\x01\n" +
 	"\vIntentReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x1f\n" +
 	"\vopen_handle\x18\x03 \x01(\x06R\n" +
 	"openHandle\x12\x18\n" +
 	"\acreated\x18\x04 \x01(\bR\acreated\x12\x1a\n" +
-	"\bnegative\x18\x05 \x01(\bR\bnegativeB3Z1github.com/nacrefs/nacre/proto/nacre/mds/v1;mdsv1b\x06proto3"
+	"\bnegative\x18\x05 \x01(\bR\bnegative\x12\x1a\n" +
+	"\breleased\x18\x06 \x01(\bR\breleased\"a\n" +
+	"\x12HsmStateGetRequest\x12&\n" +
+	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12#\n" +
+	"\x03fid\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\"\x8d\x01\n" +
+	"\bHsmState\x12\x14\n" +
+	"\x05flags\x18\x01 \x01(\rR\x05flags\x12\x1d\n" +
+	"\n" +
+	"archive_id\x18\x02 \x01(\rR\tarchiveId\x12!\n" +
+	"\fdata_version\x18\x03 \x01(\x04R\vdataVersion\x12)\n" +
+	"\x10archived_version\x18\x04 \x01(\x04R\x0farchivedVersion\"\xea\x01\n" +
+	"\x12HsmStateSetRequest\x12&\n" +
+	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12#\n" +
+	"\x03fid\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x12\n" +
+	"\x04time\x18\x03 \x01(\x03R\x04time\x12\x10\n" +
+	"\x03set\x18\x04 \x01(\rR\x03set\x12\x14\n" +
+	"\x05clear\x18\x05 \x01(\rR\x05clear\x12\x1d\n" +
+	"\n" +
+	"archive_id\x18\x06 \x01(\rR\tarchiveId\x12\x18\n" +
+	"\arelease\x18\a \x01(\bR\arelease\x12\x12\n" +
+	"\x04size\x18\b \x01(\x04R\x04size\"\xcf\x01\n" +
+	"\x12HsmProgressRequest\x12&\n" +
+	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12#\n" +
+	"\x03fid\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x12\n" +
+	"\x04time\x18\x03 \x01(\x03R\x04time\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\rR\x06action\x12\x1d\n" +
+	"\n" +
+	"archive_id\x18\x05 \x01(\rR\tarchiveId\x12!\n" +
+	"\fdata_version\x18\x06 \x01(\x04R\vdataVersionB3Z1github.com/nacrefs/nacre/proto/nacre/mds/v1;mdsv1b\x06proto3"
 
 var (
 	file_nacre_mds_v1_mds_proto_rawDescOnce sync.Once
@@ -2806,40 +3162,44 @@ func file_nacre_mds_v1_mds_proto_rawDescGZIP() []byte {
 	return file_nacre_mds_v1_mds_proto_rawDescData
 }
 
-var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_nacre_mds_v1_mds_proto_goTypes = []any{
-	(*FID)(nil),             // 0: nacre.mds.v1.FID
-	(*Cred)(nil),            // 1: nacre.mds.v1.Cred
-	(*Attr)(nil),            // 2: nacre.mds.v1.Attr
-	(*GetattrRequest)(nil),  // 3: nacre.mds.v1.GetattrRequest
-	(*LookupRequest)(nil),   // 4: nacre.mds.v1.LookupRequest
-	(*GetattrReply)(nil),    // 5: nacre.mds.v1.GetattrReply
-	(*ReintRequest)(nil),    // 6: nacre.mds.v1.ReintRequest
-	(*CreateOp)(nil),        // 7: nacre.mds.v1.CreateOp
-	(*UnlinkOp)(nil),        // 8: nacre.mds.v1.UnlinkOp
-	(*RenameOp)(nil),        // 9: nacre.mds.v1.RenameOp
-	(*LinkOp)(nil),          // 10: nacre.mds.v1.LinkOp
-	(*SetattrOp)(nil),       // 11: nacre.mds.v1.SetattrOp
-	(*SetxattrOp)(nil),      // 12: nacre.mds.v1.SetxattrOp
-	(*SetLayoutOp)(nil),     // 13: nacre.mds.v1.SetLayoutOp
-	(*LayoutIntentOp)(nil),  // 14: nacre.mds.v1.LayoutIntentOp
-	(*OpenOp)(nil),          // 15: nacre.mds.v1.OpenOp
-	(*ReintReply)(nil),      // 16: nacre.mds.v1.ReintReply
-	(*CloseRequest)(nil),    // 17: nacre.mds.v1.CloseRequest
-	(*ReaddirRequest)(nil),  // 18: nacre.mds.v1.ReaddirRequest
-	(*DirEntry)(nil),        // 19: nacre.mds.v1.DirEntry
-	(*ReaddirReply)(nil),    // 20: nacre.mds.v1.ReaddirReply
-	(*StatfsReply)(nil),     // 21: nacre.mds.v1.StatfsReply
-	(*GetxattrRequest)(nil), // 22: nacre.mds.v1.GetxattrRequest
-	(*GetxattrReply)(nil),   // 23: nacre.mds.v1.GetxattrReply
-	(*GetRootReply)(nil),    // 24: nacre.mds.v1.GetRootReply
-	(*GetInfoRequest)(nil),  // 25: nacre.mds.v1.GetInfoRequest
-	(*GetInfoReply)(nil),    // 26: nacre.mds.v1.GetInfoReply
-	(*SeqQueryReply)(nil),   // 27: nacre.mds.v1.SeqQueryReply
-	(*FldQueryRequest)(nil), // 28: nacre.mds.v1.FldQueryRequest
-	(*FldQueryReply)(nil),   // 29: nacre.mds.v1.FldQueryReply
-	(*IntentRequest)(nil),   // 30: nacre.mds.v1.IntentRequest
-	(*IntentReply)(nil),     // 31: nacre.mds.v1.IntentReply
+	(*FID)(nil),                // 0: nacre.mds.v1.FID
+	(*Cred)(nil),               // 1: nacre.mds.v1.Cred
+	(*Attr)(nil),               // 2: nacre.mds.v1.Attr
+	(*GetattrRequest)(nil),     // 3: nacre.mds.v1.GetattrRequest
+	(*LookupRequest)(nil),      // 4: nacre.mds.v1.LookupRequest
+	(*GetattrReply)(nil),       // 5: nacre.mds.v1.GetattrReply
+	(*ReintRequest)(nil),       // 6: nacre.mds.v1.ReintRequest
+	(*CreateOp)(nil),           // 7: nacre.mds.v1.CreateOp
+	(*UnlinkOp)(nil),           // 8: nacre.mds.v1.UnlinkOp
+	(*RenameOp)(nil),           // 9: nacre.mds.v1.RenameOp
+	(*LinkOp)(nil),             // 10: nacre.mds.v1.LinkOp
+	(*SetattrOp)(nil),          // 11: nacre.mds.v1.SetattrOp
+	(*SetxattrOp)(nil),         // 12: nacre.mds.v1.SetxattrOp
+	(*SetLayoutOp)(nil),        // 13: nacre.mds.v1.SetLayoutOp
+	(*LayoutIntentOp)(nil),     // 14: nacre.mds.v1.LayoutIntentOp
+	(*OpenOp)(nil),             // 15: nacre.mds.v1.OpenOp
+	(*ReintReply)(nil),         // 16: nacre.mds.v1.ReintReply
+	(*CloseRequest)(nil),       // 17: nacre.mds.v1.CloseRequest
+	(*ReaddirRequest)(nil),     // 18: nacre.mds.v1.ReaddirRequest
+	(*DirEntry)(nil),           // 19: nacre.mds.v1.DirEntry
+	(*ReaddirReply)(nil),       // 20: nacre.mds.v1.ReaddirReply
+	(*StatfsReply)(nil),        // 21: nacre.mds.v1.StatfsReply
+	(*GetxattrRequest)(nil),    // 22: nacre.mds.v1.GetxattrRequest
+	(*GetxattrReply)(nil),      // 23: nacre.mds.v1.GetxattrReply
+	(*GetRootReply)(nil),       // 24: nacre.mds.v1.GetRootReply
+	(*GetInfoRequest)(nil),     // 25: nacre.mds.v1.GetInfoRequest
+	(*GetInfoReply)(nil),       // 26: nacre.mds.v1.GetInfoReply
+	(*SeqQueryReply)(nil),      // 27: nacre.mds.v1.SeqQueryReply
+	(*FldQueryRequest)(nil),    // 28: nacre.mds.v1.FldQueryRequest
+	(*FldQueryReply)(nil),      // 29: nacre.mds.v1.FldQueryReply
+	(*IntentRequest)(nil),      // 30: nacre.mds.v1.IntentRequest
+	(*IntentReply)(nil),        // 31: nacre.mds.v1.IntentReply
+	(*HsmStateGetRequest)(nil), // 32: nacre.mds.v1.HsmStateGetRequest
+	(*HsmState)(nil),           // 33: nacre.mds.v1.HsmState
+	(*HsmStateSetRequest)(nil), // 34: nacre.mds.v1.HsmStateSetRequest
+	(*HsmProgressRequest)(nil), // 35: nacre.mds.v1.HsmProgressRequest
 }
 var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 0: nacre.mds.v1.Attr.fid:type_name -> nacre.mds.v1.FID
@@ -2889,11 +3249,17 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 44: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
 	0,  // 45: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
 	2,  // 46: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
-	47, // [47:47] is the sub-list for method output_type
-	47, // [47:47] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	1,  // 47: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 48: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 49: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 50: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 51: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 52: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_nacre_mds_v1_mds_proto_init() }
@@ -2918,7 +3284,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_mds_v1_mds_proto_rawDesc), len(file_nacre_mds_v1_mds_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

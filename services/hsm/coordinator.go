@@ -1,0 +1,689 @@
+// Package hsm is Nacre's HSM coordinator (Lustre's MDT coordinator, "cdt"),
+// its client and its agent side.
+//
+// The Coordinator takes ARCHIVE, RESTORE, RELEASE, REMOVE and CANCEL
+// requests, keeps every action in etcd (so the queue survives restarts and
+// failovers), and hands actions to copytool agents — registered over a
+// bidirectional stream — by archive id, at most max_requests per agent.
+// An action not heard of within active_request_timeout goes back to the
+// queue for another agent (up to MaxAttempts tries). Exactly one
+// coordinator is active: instances campaign in an etcd election; a
+// standby answers UNAVAILABLE, and takes over when the leader's session
+// lapses (within its TTL). Every write the leader makes is conditional on
+// still holding the election key, so a deposed leader cannot change the
+// queue.
+//
+// The file's HSM state lives on the MDT; copytools report completions to
+// the MDT (through the client library) before they report them here.
+package hsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
+)
+
+// Defaults of Config.
+const (
+	DefaultPrefix               = "/nacre/hsm/"
+	DefaultActiveRequestTimeout = 3600 * time.Second // Lustre's active_request_timeout
+	DefaultMaxRequests          = 3                  // Lustre's max_requests
+	DefaultMaxAttempts          = 3
+	DefaultSessionTTL           = 5 // seconds
+	DefaultMaxActive            = 100000
+	maxFIDsPerRequest           = 10000
+)
+
+// Config configures a Coordinator.
+type Config struct {
+	// Etcd holds the queue and the election; required.
+	Etcd *clientv3.Client
+	// Prefix is the etcd key prefix; "" means DefaultPrefix.
+	Prefix string
+	// Name identifies this instance (its gRPC address) to agents.
+	Name string
+	// ActiveRequestTimeout: a started action not heard of for this long
+	// is given to another agent.
+	ActiveRequestTimeout time.Duration
+	// MaxRequests is an agent's limit when it asks for none.
+	MaxRequests int
+	// MaxAttempts bounds the agents one action is given to.
+	MaxAttempts int
+	// SessionTTL (seconds) is how long a dead leader keeps the election.
+	SessionTTL int
+	// MaxActive bounds the waiting and started actions (RESOURCE_EXHAUSTED).
+	MaxActive int
+	// Logger gets the coordinator's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns Lustre's defaults, without etcd.
+func DefaultConfig() Config {
+	return Config{Prefix: DefaultPrefix, ActiveRequestTimeout: DefaultActiveRequestTimeout, MaxRequests: DefaultMaxRequests,
+		MaxAttempts: DefaultMaxAttempts, SessionTTL: DefaultSessionTTL, MaxActive: DefaultMaxActive}
+}
+
+// Validate fills in defaults and checks c.
+func (c *Config) Validate() error {
+	if c.Etcd == nil {
+		return errors.New("hsm: no etcd client")
+	}
+	d := DefaultConfig()
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if c.ActiveRequestTimeout <= 0 {
+		c.ActiveRequestTimeout = d.ActiveRequestTimeout
+	}
+	if c.MaxRequests <= 0 {
+		c.MaxRequests = d.MaxRequests
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = d.MaxAttempts
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = d.SessionTTL
+	}
+	if c.MaxActive <= 0 {
+		c.MaxActive = d.MaxActive
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Coordinator serves hsmv1.Coordinator. Safe for concurrent use; Run
+// drives it.
+type Coordinator struct {
+	hsmv1.UnimplementedCoordinatorServer
+	cfg  Config
+	log  *slog.Logger
+	kick chan struct{}
+
+	mu struct {
+		sync.Mutex
+		// leader: this instance holds the election; the fields below
+		// are valid only then.
+		leader  bool
+		elected *concurrency.Election
+		actions map[uint64]*hsmv1.Action // every action in etcd
+		agents  map[string]*agent        // registered agents by UUID
+		nextID  uint64
+	}
+}
+
+// agent is one registered copytool session.
+type agent struct {
+	uuid     string
+	archives []uint32
+	max      int
+	out      chan *hsmv1.AgentResponse // bounded: max actions + acks
+	stop     context.CancelFunc
+	actions  map[uint64]bool // started actions given to it (guarded by Coordinator.mu)
+}
+
+func (a *agent) serves(archive uint32) bool {
+	return len(a.archives) == 0 || archive == 0 || slices.Contains(a.archives, archive)
+}
+
+// New returns a coordinator; Run makes it campaign and serve.
+func New(cfg Config) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("hsm", cfg.Name), kick: make(chan struct{}, 1)}
+	return c, nil
+}
+
+// Register adds the Coordinator service to s (the MGS's gRPC server).
+func (c *Coordinator) Register(s *grpc.Server) { hsmv1.RegisterCoordinatorServer(s, c) }
+
+// Leader reports whether this instance is the active coordinator.
+func (c *Coordinator) Leader() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.leader
+}
+
+// Run campaigns for leadership and, while leader, dispatches actions and
+// retries those that time out; it steps down when its etcd session ends
+// and campaigns again. It returns when ctx ends.
+func (c *Coordinator) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := c.term(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("hsm: coordinator term ended", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// term is one campaign and, if won, one leadership.
+func (c *Coordinator) term(ctx context.Context) error {
+	sess, err := concurrency.NewSession(c.cfg.Etcd, concurrency.WithTTL(c.cfg.SessionTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("hsm: etcd session: %w", err)
+	}
+	defer sess.Close()
+	e := concurrency.NewElection(sess, c.cfg.Prefix+"election")
+	if err := e.Campaign(ctx, c.cfg.Name); err != nil {
+		return fmt.Errorf("hsm: campaign: %w", err)
+	}
+	if err := c.takeOver(ctx, e); err != nil {
+		return err
+	}
+	c.log.Info("hsm: active coordinator")
+	defer c.stepDown()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sess.Done():
+			return errors.New("hsm: etcd session lost: stepping down")
+		case <-c.kick:
+		case <-t.C:
+		}
+		if err := c.dispatch(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// takeOver loads the queue from etcd once elected.
+func (c *Coordinator) takeOver(ctx context.Context, e *concurrency.Election) error {
+	resp, err := c.cfg.Etcd.Get(ctx, c.cfg.Prefix+"actions/", clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("hsm: load actions: %w", err)
+	}
+	actions := map[uint64]*hsmv1.Action{}
+	var next uint64 = 1
+	for _, kv := range resp.Kvs {
+		a := &hsmv1.Action{}
+		if err := protojson.Unmarshal(kv.Value, a); err != nil {
+			c.log.Error("hsm: bad action record", "key", string(kv.Key), "err", err)
+			continue
+		}
+		actions[a.Id] = a
+		next = max(next, a.Id+1)
+	}
+	now := time.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.leader, c.mu.elected, c.mu.actions, c.mu.nextID = true, e, actions, next
+	c.mu.agents = map[string]*agent{}
+	for _, a := range actions {
+		// Started actions keep their agent: it reconnects and reports,
+		// or the deadline (at least a full timeout from now) retries it.
+		if a.State == hsmv1.ActionState_ACTION_STATE_STARTED {
+			a.DeadlineUnixNs = max(a.DeadlineUnixNs, now+int64(c.cfg.ActiveRequestTimeout))
+		}
+	}
+	return nil
+}
+
+// stepDown drops leadership and every agent session.
+func (c *Coordinator) stepDown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.mu.agents {
+		a.stop()
+	}
+	c.mu.leader, c.mu.elected, c.mu.actions, c.mu.agents = false, nil, nil, nil
+	c.log.Info("hsm: no longer the active coordinator")
+}
+
+func (c *Coordinator) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func actionKey(prefix string, id uint64) string {
+	return prefix + "actions/" + fmt.Sprintf("%016x", id)
+}
+
+// saveLocked writes a to etcd if this instance still leads.
+func (c *Coordinator) saveLocked(ctx context.Context, as ...*hsmv1.Action) error {
+	e := c.mu.elected
+	if e == nil {
+		return errNotLeader
+	}
+	ops := make([]clientv3.Op, 0, len(as))
+	for _, a := range as {
+		b, err := protojson.Marshal(a)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(actionKey(c.cfg.Prefix, a.Id), string(b)))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := c.cfg.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("hsm: save actions: %w", err)
+	}
+	if !resp.Succeeded {
+		return errNotLeader
+	}
+	return nil
+}
+
+var errNotLeader = status.Error(codes.Unavailable, "hsm: not the active coordinator")
+
+func active(a *hsmv1.Action) bool {
+	return a.State == hsmv1.ActionState_ACTION_STATE_WAITING || a.State == hsmv1.ActionState_ACTION_STATE_STARTED
+}
+
+// dispatch retries timed-out actions and gives waiting ones to agents.
+func (c *Coordinator) dispatch(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.mu.leader {
+		return errNotLeader
+	}
+	now := time.Now().UnixNano()
+	ids := make([]uint64, 0, len(c.mu.actions))
+	for id, a := range c.mu.actions {
+		if active(a) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		a := c.mu.actions[id]
+		if a.State != hsmv1.ActionState_ACTION_STATE_STARTED || a.DeadlineUnixNs > now {
+			continue
+		}
+		old := proto.Clone(a).(*hsmv1.Action)
+		if ag := c.mu.agents[a.Agent]; ag != nil {
+			delete(ag.actions, a.Id)
+			c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
+		}
+		if int(a.Attempts) >= c.cfg.MaxAttempts {
+			a.State, a.Error = hsmv1.ActionState_ACTION_STATE_FAILED, fmt.Sprintf("timed out %d times", a.Attempts)
+		} else {
+			a.State, a.Error = hsmv1.ActionState_ACTION_STATE_WAITING, "agent "+a.Agent+" timed out"
+		}
+		a.ChangedUnixNs = now
+		c.log.Info("hsm: action timed out", "id", a.Id, "agent", a.Agent, "attempts", a.Attempts)
+		if err := c.saveLocked(ctx, a); err != nil {
+			c.mu.actions[id] = old
+			return err
+		}
+	}
+	for _, id := range ids {
+		a := c.mu.actions[id]
+		if a.State != hsmv1.ActionState_ACTION_STATE_WAITING {
+			continue
+		}
+		ag := c.pickLocked(a)
+		if ag == nil {
+			continue
+		}
+		old := proto.Clone(a).(*hsmv1.Action)
+		a.State, a.Agent, a.Error = hsmv1.ActionState_ACTION_STATE_STARTED, ag.uuid, ""
+		a.Attempts++
+		a.ChangedUnixNs, a.DeadlineUnixNs = now, now+int64(c.cfg.ActiveRequestTimeout)
+		a.BytesDone = 0
+		if err := c.saveLocked(ctx, a); err != nil {
+			c.mu.actions[id] = old
+			return err
+		}
+		ag.actions[a.Id] = true
+		c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Action{Action: proto.Clone(a).(*hsmv1.Action)}})
+	}
+	return nil
+}
+
+// pickLocked returns the least loaded agent with room that serves a's
+// archive, nil if none.
+func (c *Coordinator) pickLocked(a *hsmv1.Action) *agent {
+	var best *agent
+	for _, ag := range c.mu.agents {
+		if !ag.serves(a.ArchiveId) || len(ag.actions) >= ag.max {
+			continue
+		}
+		if best == nil || len(ag.actions) < len(best.actions) || (len(ag.actions) == len(best.actions) && ag.uuid < best.uuid) {
+			best = ag
+		}
+	}
+	return best
+}
+
+// sendLocked queues m for ag; a full queue (an agent not reading) ends
+// its session: its actions time out and go to others.
+func (c *Coordinator) sendLocked(ag *agent, m *hsmv1.AgentResponse) {
+	select {
+	case ag.out <- m:
+	default:
+		c.log.Warn("hsm: agent not reading: dropping its session", "agent", ag.uuid)
+		ag.stop()
+	}
+}
+
+func (c *Coordinator) leaderLocked() error {
+	if !c.mu.leader {
+		return errNotLeader
+	}
+	return nil
+}
+
+// Submit queues actions (see the service's doc).
+func (c *Coordinator) Submit(ctx context.Context, q *hsmv1.SubmitRequest) (*hsmv1.SubmitResponse, error) {
+	switch {
+	case q.Kind < hsmv1.ActionKind_ACTION_KIND_ARCHIVE || q.Kind > hsmv1.ActionKind_ACTION_KIND_RELEASE:
+		return nil, status.Errorf(codes.InvalidArgument, "hsm: action kind %v", q.Kind)
+	case len(q.Fids) == 0 || len(q.Fids) > maxFIDsPerRequest:
+		return nil, status.Errorf(codes.InvalidArgument, "hsm: %d FIDs in a request (1..%d)", len(q.Fids), maxFIDsPerRequest)
+	case q.Kind == hsmv1.ActionKind_ACTION_KIND_ARCHIVE && q.ArchiveId == 0:
+		return nil, status.Error(codes.InvalidArgument, "hsm: archive to archive id 0")
+	}
+	for _, f := range q.Fids {
+		if f == nil || f.Seq == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "hsm: bad FID %v", f)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.leaderLocked(); err != nil {
+		return nil, err
+	}
+	if q.Kind == hsmv1.ActionKind_ACTION_KIND_CANCEL {
+		return c.cancelLocked(ctx, q.Fids)
+	}
+	nActive := 0
+	byFID := map[string]uint64{}
+	for _, a := range c.mu.actions {
+		if active(a) {
+			nActive++
+			if a.Kind == q.Kind {
+				byFID[fidKey(a.Fid)] = a.Id
+			}
+		}
+	}
+	if nActive+len(q.Fids) > c.cfg.MaxActive {
+		return nil, status.Errorf(codes.ResourceExhausted, "hsm: %d actions queued, at most %d", nActive, c.cfg.MaxActive)
+	}
+	now := time.Now().UnixNano()
+	rep := &hsmv1.SubmitResponse{}
+	var added []*hsmv1.Action
+	for _, f := range q.Fids {
+		if id, ok := byFID[fidKey(f)]; ok {
+			rep.Ids = append(rep.Ids, id)
+			continue
+		}
+		a := &hsmv1.Action{Id: c.mu.nextID, Kind: q.Kind, Fid: f, ArchiveId: q.ArchiveId, State: hsmv1.ActionState_ACTION_STATE_WAITING,
+			CreatedUnixNs: now, ChangedUnixNs: now}
+		c.mu.nextID++
+		byFID[fidKey(f)] = a.Id
+		added = append(added, a)
+		rep.Ids = append(rep.Ids, a.Id)
+	}
+	// etcd bounds a transaction's operations (128 by default).
+	for len(added) > 0 {
+		n := min(len(added), 100)
+		if err := c.saveLocked(ctx, added[:n]...); err != nil {
+			return nil, err
+		}
+		for _, a := range added[:n] {
+			c.mu.actions[a.Id] = a
+		}
+		added = added[n:]
+	}
+	c.wake()
+	return rep, nil
+}
+
+func fidKey(f *hsmv1.FID) string {
+	return strconv.FormatUint(f.GetSeq(), 16) + ":" + strconv.FormatUint(uint64(f.GetOid()), 16) + ":" + strconv.FormatUint(uint64(f.GetVer()), 16)
+}
+
+func (c *Coordinator) cancelLocked(ctx context.Context, fids []*hsmv1.FID) (*hsmv1.SubmitResponse, error) {
+	rep := &hsmv1.SubmitResponse{}
+	now := time.Now().UnixNano()
+	for _, f := range fids {
+		var id uint64
+		for _, a := range c.mu.actions {
+			if !active(a) || fidKey(a.Fid) != fidKey(f) {
+				continue
+			}
+			old := proto.Clone(a).(*hsmv1.Action)
+			a.State, a.ChangedUnixNs, a.Error = hsmv1.ActionState_ACTION_STATE_CANCELED, now, "canceled"
+			if err := c.saveLocked(ctx, a); err != nil {
+				c.mu.actions[a.Id] = old
+				return nil, err
+			}
+			if ag := c.mu.agents[a.Agent]; ag != nil && ag.actions[a.Id] {
+				delete(ag.actions, a.Id)
+				c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
+			}
+			id = a.Id
+		}
+		rep.Ids = append(rep.Ids, id)
+	}
+	c.wake()
+	return rep, nil
+}
+
+// GetAction returns one action: NOT_FOUND if unknown.
+func (c *Coordinator) GetAction(_ context.Context, q *hsmv1.GetActionRequest) (*hsmv1.Action, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.leaderLocked(); err != nil {
+		return nil, err
+	}
+	a := c.mu.actions[q.Id]
+	if a == nil {
+		return nil, status.Errorf(codes.NotFound, "hsm: no action %d", q.Id)
+	}
+	return proto.Clone(a).(*hsmv1.Action), nil
+}
+
+// ListActions lists actions by id.
+func (c *Coordinator) ListActions(_ context.Context, q *hsmv1.ListActionsRequest) (*hsmv1.ListActionsResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.leaderLocked(); err != nil {
+		return nil, err
+	}
+	rep := &hsmv1.ListActionsResponse{}
+	for _, a := range c.mu.actions {
+		if !q.Active || active(a) {
+			rep.Actions = append(rep.Actions, proto.Clone(a).(*hsmv1.Action))
+		}
+	}
+	slices.SortFunc(rep.Actions, func(a, b *hsmv1.Action) int { return int(a.Id) - int(b.Id) })
+	return rep, nil
+}
+
+// ListAgents lists the registered agents.
+func (c *Coordinator) ListAgents(context.Context, *hsmv1.ListAgentsRequest) (*hsmv1.ListAgentsResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.leaderLocked(); err != nil {
+		return nil, err
+	}
+	rep := &hsmv1.ListAgentsResponse{}
+	for _, ag := range c.mu.agents {
+		info := &hsmv1.AgentInfo{Uuid: ag.uuid, ArchiveIds: ag.archives, MaxRequests: uint32(ag.max)}
+		for id := range ag.actions {
+			info.Actions = append(info.Actions, id)
+		}
+		slices.Sort(info.Actions)
+		rep.Agents = append(rep.Agents, info)
+	}
+	slices.SortFunc(rep.Agents, func(a, b *hsmv1.AgentInfo) int {
+		if a.Uuid < b.Uuid {
+			return -1
+		}
+		return 1
+	})
+	return rep, nil
+}
+
+// Agent serves one copytool session (see the service's doc).
+func (c *Coordinator) Agent(stream grpc.BidiStreamingServer[hsmv1.AgentRequest, hsmv1.AgentResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	reg := first.GetRegister()
+	if reg == nil || reg.Uuid == "" || len(reg.Uuid) > 128 {
+		return status.Error(codes.InvalidArgument, "hsm: an agent must register first, with a UUID")
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	mx := int(reg.MaxRequests)
+	if mx <= 0 {
+		mx = c.cfg.MaxRequests
+	}
+	mx = min(mx, 1024)
+	ag := &agent{uuid: reg.Uuid, archives: reg.ArchiveIds, max: mx, out: make(chan *hsmv1.AgentResponse, 2*mx+16), stop: cancel, actions: map[uint64]bool{}}
+	c.mu.Lock()
+	if err := c.leaderLocked(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if old := c.mu.agents[ag.uuid]; old != nil {
+		old.stop()
+	}
+	c.mu.agents[ag.uuid] = ag
+	ag.out <- &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Registered{Registered: &hsmv1.Registered{Coordinator: c.cfg.Name}}}
+	// Actions it started under an earlier session (or coordinator) are
+	// its again, and sent again: the earlier session may have ended before
+	// they reached it (the agent ignores those it runs or has finished).
+	for _, a := range c.mu.actions {
+		if a.State == hsmv1.ActionState_ACTION_STATE_STARTED && a.Agent == ag.uuid {
+			ag.actions[a.Id] = true
+			c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Action{Action: proto.Clone(a).(*hsmv1.Action)}})
+		}
+	}
+	c.mu.Unlock()
+	c.log.Info("hsm: agent registered", "agent", ag.uuid, "archives", ag.archives, "max_requests", mx)
+	defer func() {
+		c.mu.Lock()
+		if c.mu.leader && c.mu.agents[ag.uuid] == ag {
+			delete(c.mu.agents, ag.uuid)
+		}
+		c.mu.Unlock()
+		c.log.Info("hsm: agent gone", "agent", ag.uuid)
+	}()
+	c.wake()
+
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			case m := <-ag.out:
+				if err := stream.Send(m); err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			cancel()
+			<-errc
+			return nil
+		}
+		var ack *hsmv1.Ack
+		switch x := m.Msg.(type) {
+		case *hsmv1.AgentRequest_Progress:
+			ack = c.progress(ctx, ag, x.Progress.Id, x.Progress, nil)
+		case *hsmv1.AgentRequest_Done:
+			ack = c.progress(ctx, ag, x.Done.Id, nil, x.Done)
+			ack.Done = true
+		default:
+			ack = &hsmv1.Ack{Errno: int32(syscall.EINVAL), Error: "hsm: unexpected message"}
+		}
+		c.mu.Lock()
+		c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Ack{Ack: ack}})
+		c.mu.Unlock()
+		select {
+		case err := <-errc:
+			return err
+		default:
+		}
+	}
+}
+
+// progress records an agent's progress or completion of action id: EPERM
+// if the agent does not own it (never given it, or it timed out and went
+// to another), ENOENT if there is no such action, ESTALE if it is not
+// running any more.
+func (c *Coordinator) progress(ctx context.Context, ag *agent, id uint64, p *hsmv1.Progress, d *hsmv1.Done) *hsmv1.Ack {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ack := &hsmv1.Ack{Id: id}
+	if !c.mu.leader {
+		ack.Errno, ack.Error = int32(syscall.EAGAIN), "hsm: not the active coordinator"
+		return ack
+	}
+	a := c.mu.actions[id]
+	switch {
+	case a == nil:
+		ack.Errno, ack.Error = int32(syscall.ENOENT), fmt.Sprintf("hsm: no action %d", id)
+		return ack
+	case a.Agent != ag.uuid:
+		ack.Errno, ack.Error = int32(syscall.EPERM), fmt.Sprintf("hsm: action %d belongs to agent %q, not %q", id, a.Agent, ag.uuid)
+		return ack
+	case a.State != hsmv1.ActionState_ACTION_STATE_STARTED:
+		ack.Errno, ack.Error = int32(syscall.ESTALE), fmt.Sprintf("hsm: action %d is %v", id, a.State)
+		return ack
+	}
+	old := proto.Clone(a).(*hsmv1.Action)
+	now := time.Now().UnixNano()
+	a.ChangedUnixNs = now
+	if p != nil {
+		a.BytesDone, a.BytesTotal = p.BytesDone, p.BytesTotal
+		a.DeadlineUnixNs = now + int64(c.cfg.ActiveRequestTimeout)
+	} else {
+		a.Checksum = d.Checksum
+		if d.Errno == 0 {
+			a.State = hsmv1.ActionState_ACTION_STATE_SUCCEED
+			a.BytesDone = max(a.BytesDone, a.BytesTotal)
+		} else {
+			a.State, a.Error = hsmv1.ActionState_ACTION_STATE_FAILED, fmt.Sprintf("errno %d: %s", d.Errno, d.Error)
+		}
+		delete(ag.actions, id)
+	}
+	if err := c.saveLocked(ctx, a); err != nil {
+		c.mu.actions[id] = old
+		ack.Errno, ack.Error = int32(syscall.EAGAIN), err.Error()
+		return ack
+	}
+	if d != nil {
+		c.wake()
+	}
+	return ack
+}

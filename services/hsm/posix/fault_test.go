@@ -1,0 +1,245 @@
+package posix_test
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/fid"
+	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
+	"github.com/nacrefs/nacre/services/hsm"
+)
+
+func makeFiles(t testing.TB, ctx context.Context, fsys *client.FS, prefix string, n, size int) []fid.FID {
+	t.Helper()
+	var out []fid.FID
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	for i := range n {
+		f, _, err := fsys.Create(ctx, client.Root(), fsys.Root(), fmt.Sprintf("%s%03d", prefix, i), syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.WriteAt(ctx, b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f.FID())
+	}
+	return out
+}
+
+// TestHSMAgentKilledMidArchive: an agent dies while it archives; the
+// action times out and the other agent does it. An agent reporting on an
+// action it does not own is refused and changes nothing.
+func TestHSMAgentKilledMidArchive(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	user := c.Mount(0)
+	_, addrs := startCoordinators(t, 1, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fids := makeFiles(t, ctx, user, "k", 1, 100<<10)
+	archive := t.TempDir()
+	slow := &countingHandler{delay: time.Hour}
+	stopA := startAgent(t, c.Mount(1), addrs, "agent-a", archive, func(h hsm.Handler) hsm.Handler { slow.h = h; return slow })
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		a, err := hc.Action(ctx, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.State == hsmv1.ActionState_ACTION_STATE_STARTED {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A rogue agent reports on agent-a's action: refused.
+	cc, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := hsmv1.NewCoordinatorClient(cc).Agent(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Send(&hsmv1.AgentRequest{Msg: &hsmv1.AgentRequest_Register{Register: &hsmv1.Register{Uuid: "rogue", ArchiveIds: []uint32{99}}}})
+	if m, err := st.Recv(); err != nil || m.GetRegistered() == nil {
+		t.Fatalf("rogue registration: %v %v", m, err)
+	}
+	st.Send(&hsmv1.AgentRequest{Msg: &hsmv1.AgentRequest_Done{Done: &hsmv1.Done{Id: ids[0]}}})
+	st.Send(&hsmv1.AgentRequest{Msg: &hsmv1.AgentRequest_Progress{Progress: &hsmv1.Progress{Id: 12345}}})
+	for i, want := range []syscall.Errno{syscall.EPERM, syscall.ENOENT} {
+		m, err := st.Recv()
+		if err != nil || m.GetAck() == nil || syscall.Errno(m.GetAck().Errno) != want {
+			t.Fatalf("rogue report %d: %v %v, want errno %v", i, m, err, want)
+		}
+	}
+	st.CloseSend()
+	if a, _ := hc.Action(ctx, ids[0]); a.State != hsmv1.ActionState_ACTION_STATE_STARTED || a.Agent != "agent-a" {
+		t.Fatalf("after the rogue's report: %v", a)
+	}
+
+	stopA() // killed mid-archive
+	start := time.Now()
+	fast := &countingHandler{}
+	startAgent(t, c.Mount(2), addrs, "agent-b", archive, func(h hsm.Handler) hsm.Handler { fast.h = h; return fast })
+	if err := hc.Wait(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	a, err := hc.Action(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("retried by %s after %v, attempts %d", a.Agent, time.Since(start), a.Attempts)
+	if a.Agent != "agent-b" || a.Attempts != 2 {
+		t.Fatalf("action after the agent died: %v", a)
+	}
+	if got := state(t, user, fids[0]); got != "exists archived, archive_id:1" {
+		t.Fatalf("state %q", got)
+	}
+}
+
+// TestHSMCoordinatorFailover: the active coordinator stops while agents
+// work through a queue; the standby takes over, and every action is done
+// exactly once.
+func TestHSMCoordinatorFailover(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	user := c.Mount(0)
+	coords, addrs := startCoordinators(t, 2, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 40
+	fids := makeFiles(t, ctx, user, "c", n, 10<<10)
+	archive := t.TempDir()
+	ha := &countingHandler{delay: 50 * time.Millisecond}
+	hb := &countingHandler{delay: 50 * time.Millisecond}
+	startAgent(t, c.Mount(1), addrs, "agent-a", archive, func(h hsm.Handler) hsm.Handler { ha.h = h; return ha })
+	startAgent(t, c.Mount(2), addrs, "agent-b", archive, func(h hsm.Handler) hsm.Handler { hb.h = h; return hb })
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.Wait(ctx, ids[5]); err != nil {
+		t.Fatal(err)
+	}
+	var leader, standby *coord
+	for _, co := range coords {
+		if co.c.Leader() {
+			leader = co
+		} else {
+			standby = co
+		}
+	}
+	if leader == nil || standby == nil {
+		t.Fatal("no leader and standby")
+	}
+	start := time.Now()
+	leader.stop()
+	for !standby.c.Leader() {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the standby did not take over")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("standby took over in %v", time.Since(start))
+	waitAll(t, ctx, hc, ids)
+	runs := map[string]int{}
+	for _, h := range []*countingHandler{ha, hb} {
+		h.mu.Lock()
+		for k, v := range h.runs {
+			runs[k] += v
+		}
+		h.mu.Unlock()
+	}
+	if len(runs) != n {
+		t.Errorf("%d files archived, want %d", len(runs), n)
+	}
+	for k, v := range runs {
+		if v != 1 {
+			t.Errorf("%s done %d times", k, v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("stopped the leader at %s; runs: a %v b %v", start.Format("05.000"), ha.log, hb.log)
+	}
+	as, err := hc.Actions(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != n {
+		t.Errorf("%d actions listed, want %d", len(as), n)
+	}
+	for _, f := range fids {
+		if got := state(t, user, f); got != "exists archived, archive_id:1" {
+			t.Fatalf("%v: %q", f, got)
+		}
+	}
+}
+
+// TestHSMFailedRestore: a released file whose archive copy is gone fails
+// its open with EIO (after the agent's attempts), not a hang; its state
+// stays released.
+func TestHSMFailedRestore(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	user := c.Mount(0)
+	_, addrs := startCoordinators(t, 1, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fids := makeFiles(t, ctx, user, "r", 1, 5000)
+	archive := t.TempDir()
+	startAgent(t, c.Mount(1), addrs, "agent-a", archive, nil)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	user.SetHSMRestorer(hc)
+	defer user.SetHSMRestorer(nil)
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, ctx, hc, ids)
+	if _, err := user.HSMRelease(ctx, client.Root(), fids[0]); err != nil {
+		t.Fatal(err)
+	}
+	ct, _ := posixNew(user, archive)
+	if err := removeAll(ct.Path(fids[0])); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err = user.Open(ctx, client.Root(), fids[0], syscall.O_RDONLY)
+	if !errorsIs(err, syscall.EIO) {
+		t.Fatalf("open with a lost archive copy: %v, want EIO", err)
+	}
+	t.Logf("open failed after %v: %v", time.Since(start), err)
+	if got := state(t, user, fids[0]); got != "exists released archived, archive_id:1" {
+		t.Fatalf("state %q", got)
+	}
+}
