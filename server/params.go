@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/nacrefs/nacre/internal/jobstats"
+	"github.com/nacrefs/nacre/mds/mdd"
 	"path"
 	"slices"
 	"strconv"
@@ -255,6 +256,7 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
 		params.ReadOnly(p+"job_stats", "per-job statistics (the MDT keeps none yet)", func() string { return "job_stats:" }),
+		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)
 	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
 }
@@ -410,4 +412,43 @@ func jobStatsParam(name string, js *jobstats.Stats, ops ...string) params.Param 
 			return nil
 		},
 		Set: func(string) error { js.Clear(); return nil }}
+}
+
+// changelogUsersParam is an MDT's changelog users as Lustre prints
+// mdd.*.changelog_users; writing "register" adds a user (lctl
+// changelog_register), "deregister clN" removes one.
+func changelogUsersParam(name string, st *mdd.Store) params.Param {
+	parse := func(v string) (uint32, bool, error) {
+		if v == "register" {
+			return 0, true, nil
+		}
+		id, ok := strings.CutPrefix(v, "deregister cl")
+		n, err := strconv.ParseUint(id, 10, 32)
+		if !ok || err != nil || n == 0 {
+			return 0, false, fmt.Errorf("want register or deregister clN")
+		}
+		return uint32(n), false, nil
+	}
+	return params.Param{Name: name, Help: "changelog users and how far each has read; write register or deregister clN",
+		Get: func() (string, error) {
+			var b strings.Builder
+			fmt.Fprintf(&b, "current_index: %d\n", st.ChangelogLast())
+			fmt.Fprintf(&b, "%-30s %12s\n", "ID", "purge_index")
+			for _, u := range st.ChangelogUsers() {
+				fmt.Fprintf(&b, "%-30s %12d\n", "cl"+strconv.FormatUint(uint64(u.ID), 10), u.Cleared)
+			}
+			return strings.TrimSuffix(b.String(), "\n"), nil
+		},
+		Validate: func(v string) error { _, _, err := parse(v); return err },
+		Set: func(v string) error {
+			id, reg, err := parse(v)
+			if err != nil {
+				return err
+			}
+			if reg {
+				_, err = st.ChangelogRegister()
+				return err
+			}
+			return st.ChangelogDeregister(id)
+		}}
 }

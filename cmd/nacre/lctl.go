@@ -266,6 +266,10 @@ every start; -d removes a stored parameter (later starts keep their defaults).`,
 
 	root.AddCommand(list, get, set, conf, dl, ping)
 	root.AddCommand(newPoolCmds(conn)...)
+	root.AddCommand(newChangelogCmds(func(cmd *cobra.Command) (paramSource, context.Context, func(), error) {
+		src, ctx, done, err := remote(cmd)
+		return src, ctx, done, err
+	})...)
 	return root
 }
 

@@ -293,6 +293,47 @@ func TestLctl(t *testing.T) {
 		}
 	})
 
+	t.Run("changelog", func(t *testing.T) {
+		if out := mustLctl(t, "changelog_register"); out != "nacre-MDT0000: Registered changelog userid 'cl1'\n" {
+			t.Fatalf("changelog_register: %q", out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := fs.Mkdir(ctx, client.Root(), fs.Root(), "cl-dir", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		lfs := func(which int, args ...string) (string, error) {
+			cmd := newLfsChangelogCmds()[which]
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SilenceUsage, cmd.SilenceErrors = true, true
+			cmd.SetArgs(append(args, "--source", c.Source(), "--port", strconv.Itoa(c.Port)))
+			err := cmd.ExecuteContext(ctx)
+			return out.String(), err
+		}
+		out, err := lfs(0, "nacre-MDT0000")
+		if err != nil || !regexp.MustCompile(`(?m)^\d+ 02MKDIR \d\d:\d\d:\d\d\.\d{9} \d{4}\.\d\d\.\d\d 0x0 u=0:0 t=\[0x[0-9a-f]+:0x[0-9a-f]+:0x0\] p=\[0x200000007:0x1:0x0\] cl-dir$`).MatchString(out) {
+			t.Fatalf("lfs changelog: %v\n%s", err, out)
+		}
+		if _, err := lfs(1, "nacre-MDT0000", "cl1", "0"); err != nil {
+			t.Fatalf("lfs changelog_clear: %v", err)
+		}
+		users := mustLctl(t, "get_param", "-n", "mdd.*.changelog_users")
+		if !regexp.MustCompile(`(?m)^cl1 +[1-9]\d*$`).MatchString(users) {
+			t.Fatalf("changelog_users after a clear:\n%s", users)
+		}
+		if _, err := lfs(1, "nacre-MDT0000", "cl7", "0"); err == nil {
+			t.Fatal("changelog_clear of an unknown user succeeded")
+		}
+		if out, _, err := lctl(t, "changelog_deregister", "cl9"); err == nil {
+			t.Fatalf("changelog_deregister of an unknown user: %q", out)
+		}
+		if out := mustLctl(t, "changelog_deregister", "cl1"); out != "nacre-MDT0000: Deregistered changelog user #1\n" {
+			t.Fatalf("changelog_deregister: %q", out)
+		}
+	})
+
 	t.Run("persistent", func(t *testing.T) {
 		mgsFlag := "--mgs=" + c.MGS
 		out := mustLctl(t, "set_param", "-P", mgsFlag, "osc.*.max_dirty_mb=32", "ldlm.namespaces.nacre-*.lru_size=200")

@@ -79,6 +79,10 @@ type ChangelogRecord struct {
 
 const clFixedSize = 1 + 1 + 2 + 8 + 8 + 4 + 4 + 4*fid.Size + 2 + 2
 
+// Marshal encodes the record as the store keeps it and as it travels to
+// changelog readers (DecodeChangelogRecord reads it back).
+func (r *ChangelogRecord) Marshal() []byte { return r.marshal() }
+
 func (r *ChangelogRecord) marshal() []byte {
 	le := binary.LittleEndian
 	b := make([]byte, 0, clFixedSize+len(r.Name)+len(r.SName))

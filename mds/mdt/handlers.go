@@ -23,6 +23,7 @@ func (m *MDT) handlerTable() map[wire.Opcode]ptlrpc.Handler {
 		wire.MDSReadpage: m.readdir, wire.MDSStatfs: m.statfs, wire.MDSGetxattr: m.getxattr, wire.MDSGetRoot: m.getRoot,
 		wire.MDSSync: m.sync, wire.MDSGetInfo: m.getInfo, wire.SEQQuery: m.seqQuery, wire.FLDQuery: m.fldQuery,
 		wire.MDSHSMStateGet: m.hsmStateGet, wire.MDSHSMStateSet: m.hsmStateSet, wire.MDSHSMProgress: m.hsmProgress,
+		wire.LLOGNextBlock: m.changelogRead, wire.MDSChangelogClear: m.changelogClear,
 	}
 	for op, spec := range m.lockd.Handlers() {
 		h[op] = spec.Fn

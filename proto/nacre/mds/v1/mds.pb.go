@@ -2207,6 +2207,184 @@ func (x *GetInfoReply) GetPaths() [][]byte {
 	return nil
 }
 
+// ChangelogReadRequest is LLOG_ORIGIN_HANDLE_NEXT_BLOCK on the changelog:
+// up to max records from index from on (CAP_SYS_ADMIN).
+type ChangelogReadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	Max           uint32                 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangelogReadRequest) Reset() {
+	*x = ChangelogReadRequest{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangelogReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangelogReadRequest) ProtoMessage() {}
+
+func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangelogReadRequest.ProtoReflect.Descriptor instead.
+func (*ChangelogReadRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ChangelogReadRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *ChangelogReadRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *ChangelogReadRequest) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+// ChangelogReadReply carries records in the MDT's encoding
+// (mdd.DecodeChangelogRecord) and the index of the last record written.
+type ChangelogReadReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       [][]byte               `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	Last          uint64                 `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangelogReadReply) Reset() {
+	*x = ChangelogReadReply{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangelogReadReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangelogReadReply) ProtoMessage() {}
+
+func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangelogReadReply.ProtoReflect.Descriptor instead.
+func (*ChangelogReadReply) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ChangelogReadReply) GetRecords() [][]byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ChangelogReadReply) GetLast() uint64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+// ChangelogClearRequest is MDS_CHANGELOG_CLEAR: user (the N of clN) has
+// consumed every record up to endrec (0: every record there is).
+type ChangelogClearRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	User          uint32                 `protobuf:"varint,2,opt,name=user,proto3" json:"user,omitempty"`
+	Endrec        uint64                 `protobuf:"varint,3,opt,name=endrec,proto3" json:"endrec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangelogClearRequest) Reset() {
+	*x = ChangelogClearRequest{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangelogClearRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangelogClearRequest) ProtoMessage() {}
+
+func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangelogClearRequest.ProtoReflect.Descriptor instead.
+func (*ChangelogClearRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ChangelogClearRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *ChangelogClearRequest) GetUser() uint32 {
+	if x != nil {
+		return x.User
+	}
+	return 0
+}
+
+func (x *ChangelogClearRequest) GetEndrec() uint64 {
+	if x != nil {
+		return x.Endrec
+	}
+	return 0
+}
+
 // SeqQueryReply is SEQ_QUERY's answer: a FID sequence of the client's own,
 // from which it mints object ids 1..width without asking.
 type SeqQueryReply struct {
@@ -2219,7 +2397,7 @@ type SeqQueryReply struct {
 
 func (x *SeqQueryReply) Reset() {
 	*x = SeqQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2409,7 @@ func (x *SeqQueryReply) String() string {
 func (*SeqQueryReply) ProtoMessage() {}
 
 func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2422,7 @@ func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqQueryReply.ProtoReflect.Descriptor instead.
 func (*SeqQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SeqQueryReply) GetSeq() uint64 {
@@ -2271,7 +2449,7 @@ type FldQueryRequest struct {
 
 func (x *FldQueryRequest) Reset() {
 	*x = FldQueryRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2461,7 @@ func (x *FldQueryRequest) String() string {
 func (*FldQueryRequest) ProtoMessage() {}
 
 func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2474,7 @@ func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryRequest.ProtoReflect.Descriptor instead.
 func (*FldQueryRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FldQueryRequest) GetSeq() uint64 {
@@ -2320,7 +2498,7 @@ type FldQueryReply struct {
 
 func (x *FldQueryReply) Reset() {
 	*x = FldQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2510,7 @@ func (x *FldQueryReply) String() string {
 func (*FldQueryReply) ProtoMessage() {}
 
 func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2523,7 @@ func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryReply.ProtoReflect.Descriptor instead.
 func (*FldQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FldQueryReply) GetStart() uint64 {
@@ -2401,7 +2579,7 @@ type IntentRequest struct {
 
 func (x *IntentRequest) Reset() {
 	*x = IntentRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2591,7 @@ func (x *IntentRequest) String() string {
 func (*IntentRequest) ProtoMessage() {}
 
 func (x *IntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2604,7 @@ func (x *IntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentRequest.ProtoReflect.Descriptor instead.
 func (*IntentRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *IntentRequest) GetOp() uint32 {
@@ -2527,7 +2705,7 @@ type IntentReply struct {
 
 func (x *IntentReply) Reset() {
 	*x = IntentReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2717,7 @@ func (x *IntentReply) String() string {
 func (*IntentReply) ProtoMessage() {}
 
 func (x *IntentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2730,7 @@ func (x *IntentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentReply.ProtoReflect.Descriptor instead.
 func (*IntentReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IntentReply) GetAttr() *Attr {
@@ -2608,7 +2786,7 @@ type HsmStateGetRequest struct {
 
 func (x *HsmStateGetRequest) Reset() {
 	*x = HsmStateGetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2798,7 @@ func (x *HsmStateGetRequest) String() string {
 func (*HsmStateGetRequest) ProtoMessage() {}
 
 func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2811,7 @@ func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateGetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateGetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HsmStateGetRequest) GetCred() *Cred {
@@ -2667,7 +2845,7 @@ type HsmState struct {
 
 func (x *HsmState) Reset() {
 	*x = HsmState{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2857,7 @@ func (x *HsmState) String() string {
 func (*HsmState) ProtoMessage() {}
 
 func (x *HsmState) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2870,7 @@ func (x *HsmState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmState.ProtoReflect.Descriptor instead.
 func (*HsmState) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HsmState) GetFlags() uint32 {
@@ -2743,7 +2921,7 @@ type HsmStateSetRequest struct {
 
 func (x *HsmStateSetRequest) Reset() {
 	*x = HsmStateSetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2933,7 @@ func (x *HsmStateSetRequest) String() string {
 func (*HsmStateSetRequest) ProtoMessage() {}
 
 func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2946,7 @@ func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateSetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateSetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HsmStateSetRequest) GetCred() *Cred {
@@ -2845,7 +3023,7 @@ type HsmProgressRequest struct {
 
 func (x *HsmProgressRequest) Reset() {
 	*x = HsmProgressRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3035,7 @@ func (x *HsmProgressRequest) String() string {
 func (*HsmProgressRequest) ProtoMessage() {}
 
 func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3048,7 @@ func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmProgressRequest.ProtoReflect.Descriptor instead.
 func (*HsmProgressRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HsmProgressRequest) GetCred() *Cred {
@@ -3090,7 +3268,18 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12#\n" +
 	"\x03fid\x18\x03 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\"$\n" +
 	"\fGetInfoReply\x12\x14\n" +
-	"\x05paths\x18\x01 \x03(\fR\x05paths\"7\n" +
+	"\x05paths\x18\x01 \x03(\fR\x05paths\"d\n" +
+	"\x14ChangelogReadRequest\x12&\n" +
+	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"B\n" +
+	"\x12ChangelogReadReply\x12\x18\n" +
+	"\arecords\x18\x01 \x03(\fR\arecords\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\x04R\x04last\"k\n" +
+	"\x15ChangelogClearRequest\x12&\n" +
+	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\rR\x04user\x12\x16\n" +
+	"\x06endrec\x18\x03 \x01(\x04R\x06endrec\"7\n" +
 	"\rSeqQueryReply\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x06R\x03seq\x12\x14\n" +
 	"\x05width\x18\x02 \x01(\rR\x05width\"#\n" +
@@ -3162,44 +3351,47 @@ func file_nacre_mds_v1_mds_proto_rawDescGZIP() []byte {
 	return file_nacre_mds_v1_mds_proto_rawDescData
 }
 
-var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_nacre_mds_v1_mds_proto_goTypes = []any{
-	(*FID)(nil),                // 0: nacre.mds.v1.FID
-	(*Cred)(nil),               // 1: nacre.mds.v1.Cred
-	(*Attr)(nil),               // 2: nacre.mds.v1.Attr
-	(*GetattrRequest)(nil),     // 3: nacre.mds.v1.GetattrRequest
-	(*LookupRequest)(nil),      // 4: nacre.mds.v1.LookupRequest
-	(*GetattrReply)(nil),       // 5: nacre.mds.v1.GetattrReply
-	(*ReintRequest)(nil),       // 6: nacre.mds.v1.ReintRequest
-	(*CreateOp)(nil),           // 7: nacre.mds.v1.CreateOp
-	(*UnlinkOp)(nil),           // 8: nacre.mds.v1.UnlinkOp
-	(*RenameOp)(nil),           // 9: nacre.mds.v1.RenameOp
-	(*LinkOp)(nil),             // 10: nacre.mds.v1.LinkOp
-	(*SetattrOp)(nil),          // 11: nacre.mds.v1.SetattrOp
-	(*SetxattrOp)(nil),         // 12: nacre.mds.v1.SetxattrOp
-	(*SetLayoutOp)(nil),        // 13: nacre.mds.v1.SetLayoutOp
-	(*LayoutIntentOp)(nil),     // 14: nacre.mds.v1.LayoutIntentOp
-	(*OpenOp)(nil),             // 15: nacre.mds.v1.OpenOp
-	(*ReintReply)(nil),         // 16: nacre.mds.v1.ReintReply
-	(*CloseRequest)(nil),       // 17: nacre.mds.v1.CloseRequest
-	(*ReaddirRequest)(nil),     // 18: nacre.mds.v1.ReaddirRequest
-	(*DirEntry)(nil),           // 19: nacre.mds.v1.DirEntry
-	(*ReaddirReply)(nil),       // 20: nacre.mds.v1.ReaddirReply
-	(*StatfsReply)(nil),        // 21: nacre.mds.v1.StatfsReply
-	(*GetxattrRequest)(nil),    // 22: nacre.mds.v1.GetxattrRequest
-	(*GetxattrReply)(nil),      // 23: nacre.mds.v1.GetxattrReply
-	(*GetRootReply)(nil),       // 24: nacre.mds.v1.GetRootReply
-	(*GetInfoRequest)(nil),     // 25: nacre.mds.v1.GetInfoRequest
-	(*GetInfoReply)(nil),       // 26: nacre.mds.v1.GetInfoReply
-	(*SeqQueryReply)(nil),      // 27: nacre.mds.v1.SeqQueryReply
-	(*FldQueryRequest)(nil),    // 28: nacre.mds.v1.FldQueryRequest
-	(*FldQueryReply)(nil),      // 29: nacre.mds.v1.FldQueryReply
-	(*IntentRequest)(nil),      // 30: nacre.mds.v1.IntentRequest
-	(*IntentReply)(nil),        // 31: nacre.mds.v1.IntentReply
-	(*HsmStateGetRequest)(nil), // 32: nacre.mds.v1.HsmStateGetRequest
-	(*HsmState)(nil),           // 33: nacre.mds.v1.HsmState
-	(*HsmStateSetRequest)(nil), // 34: nacre.mds.v1.HsmStateSetRequest
-	(*HsmProgressRequest)(nil), // 35: nacre.mds.v1.HsmProgressRequest
+	(*FID)(nil),                   // 0: nacre.mds.v1.FID
+	(*Cred)(nil),                  // 1: nacre.mds.v1.Cred
+	(*Attr)(nil),                  // 2: nacre.mds.v1.Attr
+	(*GetattrRequest)(nil),        // 3: nacre.mds.v1.GetattrRequest
+	(*LookupRequest)(nil),         // 4: nacre.mds.v1.LookupRequest
+	(*GetattrReply)(nil),          // 5: nacre.mds.v1.GetattrReply
+	(*ReintRequest)(nil),          // 6: nacre.mds.v1.ReintRequest
+	(*CreateOp)(nil),              // 7: nacre.mds.v1.CreateOp
+	(*UnlinkOp)(nil),              // 8: nacre.mds.v1.UnlinkOp
+	(*RenameOp)(nil),              // 9: nacre.mds.v1.RenameOp
+	(*LinkOp)(nil),                // 10: nacre.mds.v1.LinkOp
+	(*SetattrOp)(nil),             // 11: nacre.mds.v1.SetattrOp
+	(*SetxattrOp)(nil),            // 12: nacre.mds.v1.SetxattrOp
+	(*SetLayoutOp)(nil),           // 13: nacre.mds.v1.SetLayoutOp
+	(*LayoutIntentOp)(nil),        // 14: nacre.mds.v1.LayoutIntentOp
+	(*OpenOp)(nil),                // 15: nacre.mds.v1.OpenOp
+	(*ReintReply)(nil),            // 16: nacre.mds.v1.ReintReply
+	(*CloseRequest)(nil),          // 17: nacre.mds.v1.CloseRequest
+	(*ReaddirRequest)(nil),        // 18: nacre.mds.v1.ReaddirRequest
+	(*DirEntry)(nil),              // 19: nacre.mds.v1.DirEntry
+	(*ReaddirReply)(nil),          // 20: nacre.mds.v1.ReaddirReply
+	(*StatfsReply)(nil),           // 21: nacre.mds.v1.StatfsReply
+	(*GetxattrRequest)(nil),       // 22: nacre.mds.v1.GetxattrRequest
+	(*GetxattrReply)(nil),         // 23: nacre.mds.v1.GetxattrReply
+	(*GetRootReply)(nil),          // 24: nacre.mds.v1.GetRootReply
+	(*GetInfoRequest)(nil),        // 25: nacre.mds.v1.GetInfoRequest
+	(*GetInfoReply)(nil),          // 26: nacre.mds.v1.GetInfoReply
+	(*ChangelogReadRequest)(nil),  // 27: nacre.mds.v1.ChangelogReadRequest
+	(*ChangelogReadReply)(nil),    // 28: nacre.mds.v1.ChangelogReadReply
+	(*ChangelogClearRequest)(nil), // 29: nacre.mds.v1.ChangelogClearRequest
+	(*SeqQueryReply)(nil),         // 30: nacre.mds.v1.SeqQueryReply
+	(*FldQueryRequest)(nil),       // 31: nacre.mds.v1.FldQueryRequest
+	(*FldQueryReply)(nil),         // 32: nacre.mds.v1.FldQueryReply
+	(*IntentRequest)(nil),         // 33: nacre.mds.v1.IntentRequest
+	(*IntentReply)(nil),           // 34: nacre.mds.v1.IntentReply
+	(*HsmStateGetRequest)(nil),    // 35: nacre.mds.v1.HsmStateGetRequest
+	(*HsmState)(nil),              // 36: nacre.mds.v1.HsmState
+	(*HsmStateSetRequest)(nil),    // 37: nacre.mds.v1.HsmStateSetRequest
+	(*HsmProgressRequest)(nil),    // 38: nacre.mds.v1.HsmProgressRequest
 }
 var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 0: nacre.mds.v1.Attr.fid:type_name -> nacre.mds.v1.FID
@@ -3244,22 +3436,24 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 39: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
 	1,  // 40: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
 	0,  // 41: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 42: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 43: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
-	0,  // 44: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 45: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 46: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 47: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 48: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 49: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 50: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 51: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 52: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	1,  // 42: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 43: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 44: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 45: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
+	0,  // 46: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 47: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 48: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 49: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 50: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 51: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 52: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 53: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 54: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_nacre_mds_v1_mds_proto_init() }
@@ -3284,7 +3478,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_mds_v1_mds_proto_rawDesc), len(file_nacre_mds_v1_mds_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
