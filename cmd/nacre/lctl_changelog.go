@@ -44,7 +44,9 @@ func newChangelogCmds(remote func(*cobra.Command) (paramSource, context.Context,
 		_, err = src.Set(ctx, params.Assignment{Pattern: name, Value: v})
 		return err
 	}
-	mdtOf := func(param string) string { return regexp.MustCompile(`^mdd\.(.*)\.changelog_users$`).ReplaceAllString(param, "$1") }
+	mdtOf := func(param string) string {
+		return regexp.MustCompile(`^mdd\.(.*)\.changelog_users$`).ReplaceAllString(param, "$1")
+	}
 	reg := &cobra.Command{Use: "changelog_register [--device MDT]", Short: "Register a changelog user (clN) on an MDT", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			name, before, err := users(cmd)

@@ -142,4 +142,3 @@ func printChangelog(w io.Writer, r client.ChangelogRecord) {
 	}
 	fmt.Fprintln(w)
 }
-
