@@ -11,6 +11,15 @@
 // Nothing here needs FUSE: client/llite mounts an FS in the kernel, and
 // the HSM copytool, benchmarks and tools use it directly.
 //
+// # Lustre's virtual extended attributes
+//
+// The lustre.* extended attributes are the library's own (XattrLOV and
+// the others): a file's layout and a directory's default, which setting
+// changes (lfs setstripe), FIDs and paths, the MDT's view of attributes
+// and of directory pages, and the targets, their space and the pools. They
+// reach what Lustre's lfs asks with ioctls through any mount, the FUSE
+// mount included: nacre lfs uses nothing else.
+//
 // # Caching and coherence
 //
 // Attributes and layouts are cached while the IBITS lock their getattr

@@ -410,6 +410,9 @@ func (fs *FS) xattrAllowed(name string) error {
 
 // Getxattr returns the value of f's extended attribute name.
 func (fs *FS) Getxattr(ctx context.Context, cred Cred, f FID, name string) ([]byte, error) {
+	if v, ok, err := fs.lustreGetxattr(ctx, cred, f, name); ok {
+		return v, err
+	}
 	if err := fs.xattrAllowed(name); err != nil {
 		return nil, err
 	}
@@ -421,6 +424,9 @@ func (fs *FS) Getxattr(ctx context.Context, cred Cred, f FID, name string) ([]by
 // Setxattr sets f's extended attribute name (flags: XattrCreate,
 // XattrReplace).
 func (fs *FS) Setxattr(ctx context.Context, cred Cred, f FID, name string, value []byte, flags int) error {
+	if ok, err := fs.lustreSetxattr(ctx, cred, f, name, value, flags); ok {
+		return err
+	}
 	if err := fs.writable(); err != nil {
 		return err
 	}
@@ -439,6 +445,9 @@ func (fs *FS) Listxattr(ctx context.Context, cred Cred, f FID) ([]string, error)
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	names, err := fs.mdc.Listxattr(ctx, cred, f)
+	if err == nil {
+		names = fs.lustreListxattr(ctx, cred, f, names)
+	}
 	if err != nil || fs.cfg.UserXattr {
 		return names, err
 	}
@@ -453,6 +462,9 @@ func (fs *FS) Listxattr(ctx context.Context, cred Cred, f FID) ([]string, error)
 
 // Removexattr removes f's extended attribute name.
 func (fs *FS) Removexattr(ctx context.Context, cred Cred, f FID, name string) error {
+	if ok, err := fs.lustreRemovexattr(ctx, cred, f, name); ok {
+		return err
+	}
 	if err := fs.writable(); err != nil {
 		return err
 	}

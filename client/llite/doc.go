@@ -58,6 +58,15 @@
 // before every write; a file found without one is taken to have none for
 // a second instead of asking the MDT each time.
 //
+// # Layouts (lfs)
+//
+// The library's lustre.* extended attributes pass through (see
+// client.XattrLOV): lfs reads and sets layouts, FIDs and the rest with
+// getxattr and setxattr, without ioctls. A create with Lustre's
+// O_LOV_DELAY_CREATE (O_NOCTTY|FASYNC; the kernel keeps only FASYNC for
+// FUSE) makes the file without objects, for lfs setstripe to give it its
+// layout by setting lustre.lov, as Lustre's lfs does.
+//
 // # Locks
 //
 // fcntl record locks and flock (as whole-file locks, which therefore

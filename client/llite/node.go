@@ -209,10 +209,20 @@ func contains(s []uint32, v uint32) bool {
 
 // Create opens name, making it if needed: one intent RPC. The kernel gets
 // no timeout on the entry (no lock covers the name yet).
+//
+// Lustre's O_LOV_DELAY_CREATE (O_NOCTTY|FASYNC: flags no open of a new
+// regular file otherwise means anything with) makes the file without
+// objects, for lfs setstripe to give it a layout through lustre.lov. The
+// kernel drops O_NOCTTY before FUSE sees the create: FASYNC says it.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
-	f, a, err := n.m.fs.Create(ctx, cred, n.fid, name, uint64(flags)|syscall.O_CREAT, mode&0o7777, nil)
+	var opts *client.CreateOptions
+	if flags&delayCreate != 0 {
+		opts = &client.CreateOptions{Delay: true}
+		flags &^= delayCreate
+	}
+	f, a, err := n.m.fs.Create(ctx, cred, n.fid, name, uint64(flags)|syscall.O_CREAT, mode&0o7777, opts)
 	if err != nil {
 		return nil, nil, 0, n.m.errno(err, "create", n.fid, "name", name, "flags", flags)
 	}
@@ -221,6 +231,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	h, fl := n.m.newHandle(f, flags)
 	return ch, h, fl, 0
 }
+
+// delayCreate is what the kernel leaves of O_LOV_DELAY_CREATE in a
+// create's flags.
+const delayCreate = syscall.O_ASYNC
 
 // Open opens the file by its FID.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

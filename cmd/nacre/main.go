@@ -16,10 +16,11 @@ import (
 
 func main() {
 	root := newRoot()
-	// Invoked as lnetctl or lctl (a symlink), behave as `nacre lnetctl` or
-	// `nacre lctl`, as Lustre's tools are separate binaries.
+	// Invoked as lnetctl, lctl or lfs (a symlink), behave as `nacre
+	// lnetctl`, `nacre lctl` or `nacre lfs`, as Lustre's tools are
+	// separate binaries.
 	switch name := filepath.Base(os.Args[0]); name {
-	case "lnetctl", "lctl":
+	case "lnetctl", "lctl", "lfs":
 		root.SetArgs(append([]string{name}, os.Args[1:]...))
 	case "mount.nacre":
 		// mount(8)'s helper: mount -t nacre SOURCE DIR.
@@ -49,7 +50,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("config", "", "YAML config file (flags win over NACRE_* environment variables, which win over the file)")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format: text or json")
-	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd(), newMkfsCmd(), newServerCmd(), newMountCmd(), newBenchCmd(), newCopytoolCmd(), newLctlCmd())
+	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd(), newMkfsCmd(), newServerCmd(), newMountCmd(), newBenchCmd(), newCopytoolCmd(), newLctlCmd(), newLfsCmd())
 	return root
 }
 
