@@ -34,6 +34,9 @@ type inode struct {
 	// retired are objects of layouts data replaced while the file was
 	// open (handles may be using them): closed when the inode goes.
 	retired []*lov.File
+	// mtimeGen counts explicit mtime sets through this client (Setattr
+	// with a time), so closes of writers do not overwrite them.
+	mtimeGen uint64
 	// stale: a lock covering the layout went while the file was open;
 	// the next I/O reads the layout again.
 	stale bool

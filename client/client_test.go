@@ -116,3 +116,42 @@ func TestLibraryEndToEnd(t *testing.T) {
 		t.Fatalf("statfs %+v %v", st, err)
 	}
 }
+
+// TestExplicitMtimeSurvivesClose: a writer's close sets the mtime, unless
+// the times were set explicitly after its first write (touch -d, cp -p
+// while the file is still open, or FUSE releasing after close(2)).
+func TestExplicitMtimeSurvivesClose(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cred := client.Root()
+	f, _, err := fs.Create(ctx, cred, fs.Root(), "t", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.WriteAt(ctx, []byte("data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	when := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC).UnixNano()
+	if _, err := fs.Setattr(ctx, cred, f.FID(), client.SetAttr{Valid: 1<<4 | 1<<5, Atime: when, Mtime: when}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := fs.Getattr(ctx, cred, f.FID()); err != nil || a.Mtime != when {
+		t.Fatalf("mtime after close %v (%v), want %v", time.Unix(0, a.Mtime), err, time.Unix(0, when))
+	}
+	// Without an explicit set, the close's mtime is the writes'.
+	g, _, err := fs.Open(ctx, cred, f.FID(), syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Add(-time.Second).UnixNano()
+	g.WriteAt(ctx, []byte("more"), 4)
+	g.Close(ctx)
+	if a, err := fs.Getattr(ctx, cred, f.FID()); err != nil || a.Mtime < before {
+		t.Fatalf("mtime after a write %v (%v)", time.Unix(0, a.Mtime), err)
+	}
+}

@@ -31,6 +31,9 @@ type File struct {
 	mu      sync.Mutex
 	closed  bool
 	written bool
+	// mtimeGen is the inode's mtimeGen at the first write: another
+	// explicit time set since makes the close leave the times alone.
+	mtimeGen uint64
 }
 
 // CreateOptions are a new file's layout choices (nil: the directory's
@@ -280,6 +283,9 @@ func (f *File) markWritten() {
 	f.written = true
 	f.mu.Unlock()
 	if first {
+		f.fs.cache.mu.Lock()
+		f.mtimeGen = f.ino.mtimeGen
+		f.fs.cache.mu.Unlock()
 		// The attributes cached (the kernel's too) miss the new mtime.
 		f.fs.cache.invalidate(f.mf.FID)
 	}
@@ -359,7 +365,13 @@ func (f *File) Close(ctx context.Context) error {
 			lsom = &mdc.LSOM{Size: uint64(size), Blocks: (uint64(size) + 511) / 512}
 		}
 	}
-	if written {
+	fs.cache.mu.Lock()
+	explicit := f.ino.mtimeGen != f.mtimeGen
+	fs.cache.mu.Unlock()
+	if written && !explicit {
+		// The writes' mtime goes to the MDT at the last moment it can:
+		// unless someone set the times explicitly since the first write
+		// (touch, cp -p, utime), which must stand.
 		now := time.Now().UnixNano()
 		if _, err := fs.mdc.Setattr(ctx, Root(), f.mf.FID, SetAttr{Valid: mdc.AttrMtime | mdc.AttrCtime, Mtime: now, Ctime: now}); err != nil &&
 			!errors.Is(err, syscall.ENOENT) {

@@ -251,6 +251,13 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		sa.Valid |= mdc.AttrCtime
 		sa.Ctime = time.Now().UnixNano()
 	}
+	if sa.Valid&mdc.AttrMtime != 0 {
+		fs.cache.mu.Lock()
+		if ino := fs.cache.inodes[f]; ino != nil {
+			ino.mtimeGen++
+		}
+		fs.cache.mu.Unlock()
+	}
 	a, err := fs.mdc.Setattr(ctx, cred, f, sa)
 	fs.cache.invalidate(f)
 	if err != nil {
