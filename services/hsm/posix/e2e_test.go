@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,69 +16,21 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
-	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/fid"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
-	"github.com/nacrefs/nacre/services/hsm/posix"
+	"github.com/nacrefs/nacre/services/hsm/hsmtest"
 )
 
 func TestMain(m *testing.M) { clustertest.Main(m) }
 
-// coord is one coordinator instance serving on its own address.
-type coord struct {
-	c    *hsm.Coordinator
-	addr string
-	stop func()
-}
-
-// startCoordinators starts n coordinators sharing one etcd.
-func startCoordinators(t testing.TB, n int, timeout time.Duration) ([]*coord, []string) {
-	t.Helper()
-	ec := etcdtest.Start(t, 1)
-	var out []*coord
-	var addrs []string
-	for i := range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := hsm.DefaultConfig()
-		cfg.Etcd, cfg.Name, cfg.ActiveRequestTimeout, cfg.SessionTTL = ec.Client(), lis.Addr().String(), timeout, 1
-		cfg.Logger = clustertest.Quiet
-		cfg.MaxRequests = 4
-		c, err := hsm.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		c.Register(s)
-		go s.Serve(lis)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.Run(ctx)
-		}()
-		var once sync.Once
-		co := &coord{c: c, addr: lis.Addr().String(), stop: func() {
-			once.Do(func() {
-				cancel()
-				<-done
-				s.Stop()
-			})
-		}}
-		t.Cleanup(co.stop)
-		out = append(out, co)
-		addrs = append(addrs, co.addr)
-		_ = i
-	}
-	return out, addrs
-}
+// startCoordinators and startAgent are hsmtest's.
+var (
+	startCoordinators = hsmtest.StartCoordinators
+	startAgent        = hsmtest.StartAgent
+)
 
 // countingHandler counts the actions run per FID and kind.
 type countingHandler struct {
@@ -106,40 +57,6 @@ func (c *countingHandler) Handle(ctx context.Context, a *hsmv1.Action, progress 
 		}
 	}
 	return c.h.Handle(ctx, a, progress)
-}
-
-// startAgent runs a copytool agent on its own mount until the returned
-// stop is called.
-func startAgent(t testing.TB, fsys *client.FS, addrs []string, uuid, root string, wrap func(hsm.Handler) hsm.Handler) (stop func()) {
-	t.Helper()
-	ct, err := posix.New(posix.Config{FS: fsys, Root: root, Logger: clustertest.Quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := hsm.NewClient(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h hsm.Handler = ct
-	if wrap != nil {
-		h = wrap(ct)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hsm.RunAgent(ctx, hsm.AgentConfig{Client: hc, UUID: uuid, ArchiveIDs: []uint32{1}, MaxRequests: 4, Handler: h, Logger: clustertest.Quiet})
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			hc.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 func state(t testing.TB, fsys *client.FS, f fid.FID) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/nacrefs/nacre/internal/fid"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
+	"github.com/nacrefs/nacre/services/hsm/hsmtest"
 )
 
 func makeFiles(t testing.TB, ctx context.Context, fsys *client.FS, prefix string, n, size int) []fid.FID {
@@ -148,9 +149,9 @@ func TestHSMCoordinatorFailover(t *testing.T) {
 	if err := hc.Wait(ctx, ids[5]); err != nil {
 		t.Fatal(err)
 	}
-	var leader, standby *coord
+	var leader, standby *hsmtest.Coord
 	for _, co := range coords {
-		if co.c.Leader() {
+		if co.C.Leader() {
 			leader = co
 		} else {
 			standby = co
@@ -160,8 +161,8 @@ func TestHSMCoordinatorFailover(t *testing.T) {
 		t.Fatal("no leader and standby")
 	}
 	start := time.Now()
-	leader.stop()
-	for !standby.c.Leader() {
+	leader.Stop()
+	for !standby.C.Leader() {
 		if time.Since(start) > 10*time.Second {
 			t.Fatal("the standby did not take over")
 		}
