@@ -110,6 +110,13 @@ type MGS struct {
 	wg   sync.WaitGroup // serving goroutines and the health prober
 	// undev removes the MGS from the device list (lctl dl).
 	undev func()
+	// coord is the HSM coordinator; hsmParams the filesystems whose
+	// mdt.FS-MDT0000.hsm_control and hsm.actions are registered, and how
+	// to unregister them.
+	coord     *hsm.Coordinator
+	preg      *params.Registry
+	hsmMu     sync.Mutex
+	hsmParams map[string]func()
 }
 
 // StartMGS connects to etcd, starts the gRPC and HTTP listeners and returns
@@ -205,6 +212,12 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 		return nil, err
 	}
 	coord.Register(m.grpc)
+	m.coord, m.preg, m.hsmParams = coord, preg, map[string]func(){}
+	if fss, err := m.store.ListFilesystems(ctx); err == nil {
+		for _, fs := range fss {
+			m.RegisterHSMParams(fs.Name)
+		}
+	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(m.grpc, hs)
 	reflection.Register(m.grpc)
@@ -304,11 +317,45 @@ func (m *MGS) HTTPAddr() string { return m.hl.Addr().String() }
 // Store is the resource database the MGS serves.
 func (m *MGS) Store() *mgs.Store { return m.store }
 
+// RegisterHSMParams registers filesystem fsname's HSM coordinator
+// parameters as Lustre names them on the MDT: mdt.FS-MDT0000.hsm_control
+// (enabled, disabled, purge) and mdt.FS-MDT0000.hsm.actions (the actions
+// not finished). Once per filesystem; the coordinator serves every one.
+func (m *MGS) RegisterHSMParams(fsname string) {
+	m.hsmMu.Lock()
+	defer m.hsmMu.Unlock()
+	if m.coord == nil || m.hsmParams[fsname] != nil {
+		return
+	}
+	p := "mdt." + mgs.TargetLabel(fsname, mgs.KindMDT, 0) + "."
+	coord := m.coord
+	unreg, err := m.preg.RegisterAll(
+		params.Enum(p+"hsm_control", "the HSM coordinator: enabled, disabled (queue kept), purge (cancel every action)",
+			coord.ControlState, func(v string) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				return coord.Control(ctx, v)
+			}, hsm.ControlEnabled, hsm.ControlDisabled, hsm.ControlPurge),
+		params.ReadOnly(p+"hsm.actions", "HSM actions not finished", coord.ActionsText),
+	)
+	if err != nil {
+		m.log.Warn("hsm parameters", "fs", fsname, "err", err)
+		return
+	}
+	m.hsmParams[fsname] = unreg
+}
+
 // Close stops serving (gracefully until ctx ends) and releases everything.
 func (m *MGS) Close(ctx context.Context) error {
 	if m.stop != nil {
 		m.stop()
 	}
+	m.hsmMu.Lock()
+	for _, unreg := range m.hsmParams {
+		unreg()
+	}
+	m.hsmParams = nil
+	m.hsmMu.Unlock()
 	if m.undev != nil {
 		m.undev()
 	}

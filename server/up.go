@@ -123,6 +123,7 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	if _, err := n.MGS.Store().CreateFilesystem(ctx, cfg.FSName); err != nil && !errs.Is(err, errs.Exist) {
 		return nil, fmt.Errorf("up: create filesystem %s: %w", cfg.FSName, err)
 	}
+	n.MGS.RegisterHSMParams(cfg.FSName)
 	// The process's parameters for lctl: the MGS's device, and the
 	// servers' and a mount's entries as they start.
 	stop, perr := params.Serve(context.Background(), params.Default)

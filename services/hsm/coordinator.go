@@ -18,13 +18,16 @@
 package hsm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,6 +119,9 @@ type Coordinator struct {
 	cfg  Config
 	log  *slog.Logger
 	kick chan struct{}
+	// disabled pauses dispatching (hsm_control=disabled): actions are
+	// taken and kept, none goes to an agent.
+	disabled atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -336,7 +342,7 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		a := c.mu.actions[id]
-		if a.State != hsmv1.ActionState_ACTION_STATE_WAITING {
+		if a.State != hsmv1.ActionState_ACTION_STATE_WAITING || c.disabled.Load() {
 			continue
 		}
 		ag := c.pickLocked(a)
@@ -486,6 +492,76 @@ func (c *Coordinator) cancelLocked(ctx context.Context, fids []*hsmv1.FID) (*hsm
 	}
 	c.wake()
 	return rep, nil
+}
+
+// Control modes (Lustre's hsm_control).
+const (
+	ControlEnabled  = "enabled"
+	ControlDisabled = "disabled"
+	ControlPurge    = "purge"
+)
+
+// ControlState returns "enabled" or "disabled".
+func (c *Coordinator) ControlState() string {
+	if c.disabled.Load() {
+		return ControlDisabled
+	}
+	return ControlEnabled
+}
+
+// Control applies hsm_control: enabled dispatches again, disabled stops
+// giving actions to agents (they stay queued), purge cancels every action
+// not finished (only the active coordinator can).
+func (c *Coordinator) Control(ctx context.Context, mode string) error {
+	switch mode {
+	case ControlEnabled:
+		c.disabled.Store(false)
+		c.wake()
+		return nil
+	case ControlDisabled:
+		c.disabled.Store(true)
+		return nil
+	case ControlPurge:
+	default:
+		return fmt.Errorf("hsm: control %q: want enabled, disabled or purge", mode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.mu.leader {
+		return errNotLeader
+	}
+	seen := map[string]bool{}
+	var fids []*hsmv1.FID
+	for _, a := range c.mu.actions {
+		if active(a) && !seen[fidKey(a.Fid)] {
+			seen[fidKey(a.Fid)] = true
+			fids = append(fids, a.Fid)
+		}
+	}
+	_, err := c.cancelLocked(ctx, fids)
+	return err
+}
+
+// ActionsText lists the actions not finished as lctl get_param
+// mdt.*.hsm.actions shows them, one a line.
+func (c *Coordinator) ActionsText() string {
+	c.mu.Lock()
+	var as []*hsmv1.Action
+	for _, a := range c.mu.actions {
+		if active(a) {
+			as = append(as, proto.Clone(a).(*hsmv1.Action))
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(as, func(a, b *hsmv1.Action) int { return cmp.Compare(a.Id, b.Id) })
+	var b strings.Builder
+	for _, a := range as {
+		f := FIDFrom(a.Fid)
+		fmt.Fprintf(&b, "idx=%d fid=%v action=%s archive#=%d status=%s agent=%s attempts=%d bytes=%d\n", a.Id, f,
+			strings.TrimPrefix(a.Kind.String(), "ACTION_KIND_"), a.ArchiveId, strings.TrimPrefix(a.State.String(), "ACTION_STATE_"),
+			a.Agent, a.Attempts, a.BytesDone)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // GetAction returns one action: NOT_FOUND if unknown.
