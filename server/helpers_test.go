@@ -61,6 +61,15 @@ func startMGS(t *testing.T, endpoints []string, mod ...func(*MGSConfig)) *MGS {
 		defer cancel()
 		m.Close(ctx)
 	})
+	// The HSM coordinator campaigns in the background; its election key
+	// lands in etcd then. Tests that compare etcd before and after a
+	// refused request start once it is there.
+	for deadline := time.Now().Add(10 * time.Second); !m.coord.Leader(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the MGS's HSM coordinator was never elected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return m
 }
 
