@@ -26,6 +26,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
+	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/lnettest"
 	"github.com/nacrefs/nacre/server"
@@ -41,6 +42,8 @@ const (
 	ChildOSSAddr = "127.0.0.2"
 	// ExtraOSSAddr serves the OSTs AddOST adds.
 	ExtraOSSAddr = "127.0.0.3"
+	// ChildMDSAddr serves MDT0 when it runs in a child.
+	ChildMDSAddr = "127.0.0.4"
 )
 
 // ClientAddr is the address of client i.
@@ -61,6 +64,9 @@ type Options struct {
 	OSTs int
 	// ChildOSS runs the OSS in a child process (Main must be wired).
 	ChildOSS bool
+	// ChildMDS runs MDT0 in a child process (Main must be wired); the
+	// OSTs are served in the test's process then (unless ChildOSS).
+	ChildMDS bool
 	// Clients is how many client addresses must be free; 0 means 4.
 	Clients int
 	// Logger gets the in-process servers' logs; nil means Quiet.
@@ -81,7 +87,10 @@ type Cluster struct {
 	oss   *server.Storage
 	// OSTDirs are the OSTs' target directories.
 	OSTDirs []string
-	child   *exec.Cmd
+	mdtDir  string
+	clients int
+	child   *exec.Cmd // the child OSS
+	mdsProc *exec.Cmd // the child MDS
 	lg      *slog.Logger
 }
 
@@ -117,10 +126,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if _, err := c.mgs.Store().CreateFilesystem(ctx, c.FSName); err != nil {
 		t.Fatal(err)
 	}
-	addrs := []string{MDSAddr, ChildOSSAddr, ExtraOSSAddr}
-	for i := range opts.Clients {
+	addrs := []string{MDSAddr, ChildOSSAddr, ExtraOSSAddr, ChildMDSAddr}
+	for i := range opts.Clients + 1 { // one more for the cluster's own checks
 		addrs = append(addrs, ClientAddr(i))
 	}
+	c.clients = opts.Clients
 	c.Port = lnettest.FreePort(t, addrs...)
 	root := t.TempDir()
 	c.root = root
@@ -135,18 +145,58 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if _, err := server.FormatMDT(ctx, mdtDir, server.TargetIdentity{FSName: c.FSName, MGSNodes: []string{c.MGS}}); err != nil {
 		t.Fatal(err)
 	}
+	c.mdtDir = mdtDir
+	var local []string // what this process serves
 	if opts.ChildOSS {
 		if err := c.StartOSS(); err != nil {
 			t.Fatal(err)
 		}
-		if c.mds, err = server.StartServer(ctx, c.serverConfig(MDSAddr, []string{mdtDir})); err != nil {
+	} else {
+		local = append(local, c.OSTDirs...)
+	}
+	if opts.ChildMDS {
+		if err := c.StartMDS(); err != nil {
 			t.Fatal(err)
 		}
-	} else if c.mds, err = server.StartServer(ctx, c.serverConfig(MDSAddr, append([]string{mdtDir}, c.OSTDirs...))); err != nil {
-		t.Fatal(err)
+	} else {
+		local = append([]string{mdtDir}, local...)
 	}
-	c.waitOSTs(ctx, opts.OSTs)
+	if len(local) > 0 {
+		if c.mds, err = server.StartServer(ctx, c.serverConfig(MDSAddr, local)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opts.ChildMDS {
+		c.waitCreates(ctx, opts.OSTs)
+	} else {
+		c.waitOSTs(ctx, opts.OSTs)
+	}
 	return c
+}
+
+// waitCreates waits until a file made through a client gets objects on
+// every OST (the MDT, in another process, knows them all).
+func (c *Cluster) waitCreates(ctx context.Context, n int) {
+	fs, err := client.Mount(ctx, c.ClientConfig(c.clients))
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	defer fs.Close(context.WithoutCancel(ctx))
+	lay := layout.Plain(layout.RAID0{StripeCount: -1, StripeSize: 1 << 20, StripeOffset: -1})
+	for i := 0; ctx.Err() == nil; i++ {
+		name := ".clustertest-" + strconv.Itoa(i)
+		f, _, err := fs.Create(ctx, client.Root(), fs.Root(), name, uint64(syscall.O_RDWR|syscall.O_CREAT), 0o600, &client.CreateOptions{Layout: &lay})
+		if err == nil {
+			ready := f.Layout() != nil && len(f.Layout().Components[0].Objects) == n
+			f.Close(ctx)
+			fs.Unlink(ctx, client.Root(), fs.Root(), name)
+			if ready {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("clustertest: the MDT never had %d OSTs ready", n)
 }
 
 func (c *Cluster) serverConfig(addr string, dirs []string) server.ServerConfig {
@@ -199,7 +249,10 @@ func (c *Cluster) AddOST() uint32 {
 // Servers returns the servers running in the test's process (MDT0 and,
 // without ChildOSS, the OSTs; and AddOST's).
 func (c *Cluster) Servers() []*server.Storage {
-	out := []*server.Storage{c.mds}
+	var out []*server.Storage
+	if c.mds != nil {
+		out = append(out, c.mds)
+	}
 	if c.extra != nil {
 		out = append(out, c.extra)
 	}
@@ -295,16 +348,49 @@ func runChild(spec string) int {
 
 // StartOSS starts the child OSS serving every OST (again, after KillOSS).
 func (c *Cluster) StartOSS() error {
-	spec, _ := json.Marshal(childSpec{Dirs: c.OSTDirs, Addr: ChildOSSAddr, Port: c.Port})
+	cmd, err := c.startChild("OSS", c.OSTDirs, ChildOSSAddr)
+	if err == nil {
+		c.child = cmd
+	}
+	return err
+}
+
+// KillOSS kills the child OSS with SIGKILL.
+func (c *Cluster) KillOSS() { killChild(&c.child) }
+
+// StartMDS starts the child MDS serving MDT0 (again, after KillMDS).
+func (c *Cluster) StartMDS() error {
+	cmd, err := c.startChild("MDS", []string{c.mdtDir}, ChildMDSAddr)
+	if err == nil {
+		c.mdsProc = cmd
+	}
+	return err
+}
+
+// KillMDS kills the child MDS with SIGKILL.
+func (c *Cluster) KillMDS() { killChild(&c.mdsProc) }
+
+func killChild(p **exec.Cmd) {
+	if *p != nil {
+		(*p).Process.Kill()
+		(*p).Wait()
+		*p = nil
+	}
+}
+
+// startChild runs the test binary again as a server of dirs on addr and
+// waits for it to say it is ready.
+func (c *Cluster) startChild(what string, dirs []string, addr string) (*exec.Cmd, error) {
+	spec, _ := json.Marshal(childSpec{Dirs: dirs, Addr: addr, Port: c.Port})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	buf := make([]byte, 6)
 	done := make(chan error, 1)
@@ -314,24 +400,31 @@ func (c *Cluster) StartOSS() error {
 		if err != nil || string(buf) != "ready\n" {
 			cmd.Process.Kill()
 			cmd.Wait()
-			return fmt.Errorf("clustertest: child OSS did not start: %q %v", buf, err)
+			return nil, fmt.Errorf("clustertest: child %s did not start: %q %v", what, buf, err)
 		}
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		cmd.Wait()
-		return fmt.Errorf("clustertest: child OSS did not start within a minute")
+		return nil, fmt.Errorf("clustertest: child %s did not start within a minute", what)
 	}
-	c.child = cmd
-	return nil
+	return cmd, nil
 }
 
-// KillOSS kills the child OSS with SIGKILL.
-func (c *Cluster) KillOSS() {
-	if c.child != nil {
-		c.child.Process.Kill()
-		c.child.Wait()
-		c.child = nil
+// stopChild stops a child with SIGTERM (SIGKILL after 20 s).
+func stopChild(p **exec.Cmd) {
+	if *p == nil {
+		return
 	}
+	(*p).Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { (*p).Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		(*p).Process.Kill()
+		<-done
+	}
+	*p = nil
 }
 
 // Close stops everything (also run when the test ends): the servers in
@@ -340,6 +433,7 @@ func (c *Cluster) KillOSS() {
 func (c *Cluster) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	stopChild(&c.mdsProc) // while the OSTs it talks to are up
 	if c.mds != nil {
 		c.mds.Close(ctx)
 		c.mds = nil
@@ -348,18 +442,7 @@ func (c *Cluster) Close() {
 		c.extra.Close(ctx)
 		c.extra = nil
 	}
-	if c.child != nil {
-		c.child.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { c.child.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			c.child.Process.Kill()
-			<-done
-		}
-		c.child = nil
-	}
+	stopChild(&c.child)
 	if c.mgs != nil {
 		c.mgs.Close(ctx)
 		c.mgs = nil

@@ -159,6 +159,9 @@ const (
 	// there are uncommitted ones (Lustre commits every 5 s; Nacre's store
 	// is cheaper to sync).
 	DefaultSyncInterval = time.Second
+	// DefaultRecoveryWindow is how long a restarted MDT waits for its
+	// clients to come back and replay.
+	DefaultRecoveryWindow = 90 * time.Second
 	// DefaultPrecreateMin and DefaultPrecreateMax bound the objects an
 	// OST's pool aims to hold: it starts at the minimum and doubles each
 	// time a create finds it empty (Lustre's OST_MIN_PRECREATE and the
@@ -209,6 +212,11 @@ type Config struct {
 	// EvictTimeout how long a silent client keeps its export; 0 means the
 	// ldlm and ptlrpc defaults.
 	CallbackTimeout, EvictTimeout time.Duration
+	// RecoveryWindow is how long after a restart the MDT takes back the
+	// clients of its previous life, which replay their locks and the
+	// changes it had not committed (see ptlrpc.TargetConfig); 0 means
+	// DefaultRecoveryWindow, negative none.
+	RecoveryWindow time.Duration
 	// Logger receives the MDT's logs; nil means the server's.
 	Logger *slog.Logger
 }
@@ -239,6 +247,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	def(&c.SyncInterval, DefaultSyncInterval)
+	def(&c.RecoveryWindow, DefaultRecoveryWindow)
 	def(&c.AllocTimeout, DefaultAllocTimeout)
 	def(&c.StatfsInterval, DefaultStatfsInterval)
 	def(&c.OSTTimeout, DefaultOSTTimeout)
@@ -365,7 +374,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 		return nil, err
 	}
 	m.tgt, err = s.ts.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
-		LastTransno: m.store.LastTransno(),
+		LastTransno: m.store.LastTransno(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
 		OnGone: func(e *ptlrpc.Export, evicted bool) {
 			m.lockd.ExportGone(e)
 			m.dropOpens(e)
