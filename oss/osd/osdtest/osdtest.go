@@ -471,7 +471,10 @@ func testPunchAndTruncate(t *testing.T, h Harness) {
 	mustCommit(t, d, func(tx osd.Tx) error { return tx.Punch(f, 10000, 150000) })
 	clear(model[10000:150000])
 	checkContent(t, d, f, model, r)
-	if after := getattr(t, d, f).Blocks; after > before {
+	// The hole may cost the backing file system one block of extent
+	// metadata (ext4 splitting an extent, while delayed allocation has not
+	// yet freed what the hole dropped), never more.
+	if after := getattr(t, d, f).Blocks; after > before+8 {
 		t.Fatalf("punching a hole grew the blocks from %d to %d", before, after)
 	}
 	// A punch past the end changes nothing, not even the size.
