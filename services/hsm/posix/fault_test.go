@@ -244,3 +244,73 @@ func TestHSMFailedRestore(t *testing.T) {
 		t.Fatalf("state %q", got)
 	}
 }
+
+// TestHSMRestoreAcrossMDSRestart: restores are pending (queued while the
+// copytool is busy) when the MDS is killed and started again; they
+// complete, and the files read back byte for byte.
+func TestHSMRestoreAcrossMDSRestart(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildMDS: true})
+	user := c.Mount(0)
+	_, addrs := startCoordinators(t, 1, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const size = 200 << 10
+	fids := makeFiles(t, ctx, user, "m", 4, size)
+	archive := t.TempDir()
+	slow := &countingHandler{delay: 300 * time.Millisecond}
+	startAgent(t, c.Mount(1), addrs, "agent-a", archive, func(h hsm.Handler) hsm.Handler { slow.h = h; return slow })
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	user.SetHSMRestorer(hc)
+	defer user.SetHSMRestorer(nil)
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, ctx, hc, ids)
+	for _, f := range fids {
+		if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The releases are committed (the MDT commits every second) before
+	// anything else: a restarted MDT does not hold back other clients until
+	// every client has replayed, so a restore must not race the replay of
+	// its own release.
+	time.Sleep(1500 * time.Millisecond)
+	// Restores queue up (the agent takes 300 ms each); the MDS dies under
+	// them and comes back.
+	if ids, err = hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_RESTORE, 1, fids...); err != nil {
+		t.Fatal(err)
+	}
+	c.KillMDS()
+	time.Sleep(500 * time.Millisecond)
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, ctx, hc, ids)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	for _, f := range fids {
+		if got := state(t, user, f); got != "exists archived, archive_id:1" {
+			t.Fatalf("%v after the restore: %q", f, got)
+		}
+		fh, _, err := user.Open(ctx, client.Root(), f, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, size)
+		n, _ := fh.ReadAt(ctx, got, 0)
+		fh.Close(ctx)
+		if n != size || !bytesEqual(got, want) {
+			t.Fatalf("%v read back %d bytes, equal %v", f, n, bytesEqual(got[:n], want[:n]))
+		}
+	}
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
