@@ -224,6 +224,7 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
 		jobStatsParam(p+"job_stats", o.JobStats(), "read_bytes", "write_bytes"),
 	)
+	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("filter-"+name+"_UUID", o.LockServer(), s.params.since)...)
 }
 
@@ -258,6 +259,7 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"job_stats", "per-job statistics (the MDT keeps none yet)", func() string { return "job_stats:" }),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)
+	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
 }
 
@@ -451,4 +453,43 @@ func changelogUsersParam(name string, st *mdd.Store) params.Param {
 			}
 			return st.ChangelogDeregister(id)
 		}}
+}
+
+// exportParams are a target's clients (exports: uuid, NID, connection
+// count, last request) and evict_client, which evicts one by uuid (or
+// "nid:NID", every client from that NID), as Lustre's
+// obdfilter.*.evict_client and mdt.*.evict_client do.
+func exportParams(prefix string, tgt *ptlrpc.Target) []params.Param {
+	return []params.Param{
+		params.ReadOnly(prefix+"exports", "connected clients: uuid, nid, connection count, seconds since the last request", func() string {
+			var b strings.Builder
+			for _, e := range tgt.Exports() {
+				fmt.Fprintf(&b, "%s %s conn=%d idle=%ds\n", e.UUID, e.Peer.NID, e.ConnCount, int(time.Since(e.LastSeen).Seconds()))
+			}
+			return strings.TrimSuffix(b.String(), "\n")
+		}),
+		{Name: prefix + "evict_client", Help: "write a client uuid (or nid:NID) to evict it",
+			Get: func() (string, error) { return "", nil },
+			Validate: func(v string) error {
+				if v == "" {
+					return fmt.Errorf("want a client uuid or nid:NID")
+				}
+				for _, e := range tgt.Exports() {
+					if e.UUID == v || "nid:"+e.Peer.NID.String() == v {
+						return nil
+					}
+				}
+				return fmt.Errorf("no client %q on %s", v, tgt.Name())
+			},
+			Set: func(v string) error {
+				for _, e := range tgt.Exports() {
+					if e.UUID == v || "nid:"+e.Peer.NID.String() == v {
+						if err := tgt.Evict(e.UUID); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			}},
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,6 +333,34 @@ func TestLctl(t *testing.T) {
 		if out := mustLctl(t, "changelog_deregister", "cl1"); out != "nacre-MDT0000: Deregistered changelog user #1\n" {
 			t.Fatalf("changelog_deregister: %q", out)
 		}
+	})
+
+	t.Run("evict", func(t *testing.T) {
+		nid := fs.NID().String()
+		exports := mustLctl(t, "get_param", "-n", "obdfilter.nacre-OST0000.exports")
+		if !strings.Contains(exports, " "+nid+" ") {
+			t.Fatalf("exports of OST0000 lack %s:\n%s", nid, exports)
+		}
+		if out, _, err := lctl(t, "set_param", "obdfilter.nacre-OST0000.evict_client=nid:10.9.9.9@tcp"); err == nil {
+			t.Fatalf("evicting a client that is not there: %q", out)
+		}
+		mustLctl(t, "set_param", "obdfilter.nacre-OST0000.evict_client=nid:"+nid)
+		if exports := mustLctl(t, "get_param", "-n", "obdfilter.nacre-OST0000.exports"); strings.Contains(exports, " "+nid+" ") {
+			t.Fatalf("the evicted client is still an export:\n%s", exports)
+		}
+		// The client's next request there learns of the eviction (it
+		// fails, as Lustre's in-flight requests of an evicted client do);
+		// it reconnects and the one after goes through.
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		if _, err := fs.Statfs(sctx); err != nil && !errors.Is(err, ptlrpc.ErrEvicted) {
+			t.Fatalf("statfs after the eviction: %v", err)
+		}
+		if _, err := fs.Statfs(sctx); err != nil {
+			t.Fatalf("statfs after reconnecting: %v", err)
+		}
+		waitFor(t, "the client back on OST0000", func(out string) bool { return strings.Contains(out, " "+nid+" ") },
+			"-n", "obdfilter.nacre-OST0000.exports")
 	})
 
 	t.Run("persistent", func(t *testing.T) {
