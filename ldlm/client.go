@@ -828,6 +828,22 @@ func (c *Client) handleGlimpse(_ context.Context, r *ptlrpc.Request) ([]byte, in
 // evicted the client: their hooks run with evicted set (drop caches, do not
 // flush), waiters fail. Call it from the import's OnEvict.
 func (c *Client) ImportEvicted(imp *ptlrpc.Import) {
+	if n := c.dropImport(imp); n > 0 {
+		c.log.Warn("ldlm: evicted: dropped locks", "target", imp.Target(), "locks", n)
+	}
+}
+
+// ImportClosed drops every lock taken through imp after the client
+// disconnected from the server (which dropped them with the export), as
+// ImportEvicted does, without a warning: nothing went wrong.
+func (c *Client) ImportClosed(imp *ptlrpc.Import) {
+	if n := c.dropImport(imp); n > 0 {
+		c.log.Debug("ldlm: disconnected: dropped locks", "target", imp.Target(), "locks", n)
+	}
+}
+
+// dropImport drops imp's locks and returns how many there were.
+func (c *Client) dropImport(imp *ptlrpc.Import) int {
 	c.mu.Lock()
 	ns := c.mu.ns[imp]
 	var all []*ClientLock
@@ -851,9 +867,7 @@ func (c *Client) ImportEvicted(imp *ptlrpc.Import) {
 			l.hooks.Blocking(c.ctx, l, true)
 		}
 	}
-	if len(all) > 0 {
-		c.log.Warn("ldlm: evicted: dropped locks", "target", imp.Target(), "locks", len(all))
-	}
+	return len(all)
 }
 
 // Close stops the client's workers; locks are not given back (close the

@@ -612,7 +612,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	// The OST dropped our locks with the export; the lock client forgets
 	// them (their hooks drop the pages).
-	c.locks.ImportEvicted(c.imp)
+	c.locks.ImportClosed(c.imp)
 	c.mu.Lock()
 	objs := make([]*Object, 0, len(c.mu.objs))
 	for _, o := range c.mu.objs {
