@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,38 +162,17 @@ func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// jobLine matches a job's bytes in jobstats' YAML.
-var jobLine = regexp.MustCompile(`(?m)^- job_id:\s+(\S+)$|^  (read_bytes|write_bytes):\s+\{ samples: \d+, unit: bytes, min: \d+, max: \d+, sum: (\d+) \}`)
-
 // collectJobs exports the busiest MaxJobSeries jobs of a target.
 func collectJobs(ch chan<- prometheus.Metric, target string, js *jobstats.Stats) {
-	type jobBytes struct {
-		id          string
-		read, write uint64
-	}
-	var jobs []*jobBytes
-	var cur *jobBytes
-	for _, m := range jobLine.FindAllStringSubmatch(js.YAML("read_bytes", "write_bytes"), -1) {
-		switch {
-		case m[1] != "":
-			cur = &jobBytes{id: m[1]}
-			jobs = append(jobs, cur)
-		case cur != nil:
-			n, _ := strconv.ParseUint(m[3], 10, 64)
-			if m[2] == "read_bytes" {
-				cur.read = n
-			} else {
-				cur.write = n
-			}
-		}
-	}
-	sort.Slice(jobs, func(i, j int) bool { return jobs[i].read+jobs[i].write > jobs[j].read+jobs[j].write })
+	jobs := js.Jobs()
+	bytes := func(j jobstats.Job) uint64 { return j.Ops["read_bytes"].Sum + j.Ops["write_bytes"].Sum }
+	sort.Slice(jobs, func(i, k int) bool { return bytes(jobs[i]) > bytes(jobs[k]) })
 	for i, j := range jobs {
 		if i == MaxJobSeries {
 			break
 		}
-		ch <- prometheus.MustNewConstMetric(descJobBytes, prometheus.CounterValue, float64(j.read), target, j.id, "read")
-		ch <- prometheus.MustNewConstMetric(descJobBytes, prometheus.CounterValue, float64(j.write), target, j.id, "write")
+		ch <- prometheus.MustNewConstMetric(descJobBytes, prometheus.CounterValue, float64(j.Ops["read_bytes"].Sum), target, j.ID, "read")
+		ch <- prometheus.MustNewConstMetric(descJobBytes, prometheus.CounterValue, float64(j.Ops["write_bytes"].Sum), target, j.ID, "write")
 	}
 }
 

@@ -61,7 +61,7 @@ func runCopytool(cmd *cobra.Command, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fsys, hc, err := hsmMount(ctx, args[0], coords)
+	fsys, hc, err := hsmMount(ctx, args[0], 0, coords)
 	if err != nil {
 		return err
 	}
@@ -83,18 +83,13 @@ func runCopytool(cmd *cobra.Command, args []string) error {
 // hsmMount mounts source through the library and connects to the
 // coordinator (coords, or the MGS's addresses); the mount restores
 // released files through it.
-func hsmMount(ctx context.Context, source string, coords []string) (*client.FS, *hsm.Client, error) {
-	cfg := client.DefaultConfig()
-	if err := cfg.ParseSource(source); err != nil {
+func hsmMount(ctx context.Context, source string, port int, coords []string) (*client.FS, *hsm.Client, error) {
+	fsys, err := mountLibrary(ctx, source, port, nil)
+	if err != nil {
 		return nil, nil, err
 	}
-	cfg.Logger = slog.Default()
-	fsys, err := client.Mount(ctx, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("mount %s: %w", source, err)
-	}
 	if len(coords) == 0 {
-		coords = cfg.MGS
+		coords = fsys.Config().MGS
 	}
 	hc, err := hsm.NewClient(coords)
 	if err != nil {

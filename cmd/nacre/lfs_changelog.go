@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/internal/mgsnode"
 )
 
 // lfs changelog MDT [STARTREC [ENDREC]] and lfs changelog_clear MDT clN
@@ -31,20 +32,13 @@ func newLfsChangelogCmds() []*cobra.Command {
 		if src == "" {
 			return nil, nil, nil, fmt.Errorf("no file system: --source MGSNID:/%s or NACRE_SOURCE", fsname)
 		}
-		cfg := client.DefaultConfig()
-		if err := cfg.ParseSource(src); err != nil {
+		if _, fs, err := mgsnode.ParseSource(src); err != nil {
 			return nil, nil, nil, err
+		} else if fs != fsname {
+			return nil, nil, nil, fmt.Errorf("%s is not of file system %s", mdt, fs)
 		}
-		if cfg.FSName != fsname {
-			return nil, nil, nil, fmt.Errorf("%s is not of file system %s", mdt, cfg.FSName)
-		}
-		if port != 0 {
-			cfg.Port = port
-		}
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg.Data.Logger = cfg.Logger
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-		fsys, err := client.Mount(ctx, cfg)
+		fsys, err := mountLibrary(ctx, src, port, slog.New(slog.DiscardHandler))
 		if err != nil {
 			stop()
 			return nil, nil, nil, err

@@ -113,7 +113,7 @@ func withHSM(cmd *cobra.Command, fn func(ctx context.Context, e *hsmEnv) error) 
 	coords, _ := cmd.Flags().GetStringSlice("coordinator")
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fsys, hc, err := hsmMount(ctx, src, coords)
+	fsys, hc, err := hsmMount(ctx, src, 0, coords)
 	if err != nil {
 		return err
 	}

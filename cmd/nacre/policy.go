@@ -14,8 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
-	"github.com/nacrefs/nacre/client"
-	"github.com/nacrefs/nacre/services/hsm"
+	"github.com/nacrefs/nacre/internal/mgsnode"
 	"github.com/nacrefs/nacre/services/hsm/policy"
 )
 
@@ -58,36 +57,25 @@ func newPolicyCmd() *cobra.Command {
 				return fmt.Errorf("policy: rules %s: %w", rulesFile, err)
 			}
 		}
-		cfg := client.DefaultConfig()
-		if err := cfg.ParseSource(args[0]); err != nil {
+		if _, _, err := mgsnode.ParseSource(args[0]); err != nil {
 			return fmt.Errorf("policy: %w", err)
 		}
-		if port, _ := f.GetInt("port"); port != 0 {
-			cfg.Port = port
-		}
-		cfg.Logger = slog.Default()
+		port, _ := f.GetInt("port")
+		coords, _ := f.GetStringSlice("coordinator")
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		fsys, err := client.Mount(ctx, cfg)
+		fsys, hc, err := hsmMount(ctx, args[0], port, coords)
 		if err != nil {
 			return fmt.Errorf("policy: %w", err)
 		}
 		defer fsys.Close(context.WithoutCancel(ctx))
-		coords, _ := f.GetStringSlice("coordinator")
-		if len(coords) == 0 {
-			coords = cfg.MGS
-		}
-		hc, err := hsm.NewClient(coords)
-		if err != nil {
-			return fmt.Errorf("policy: %w", err)
-		}
 		defer hc.Close()
 		e, err := policy.New(policy.Config{FS: fsys, HSM: hc, User: uint32(id), Rules: rules, Logger: slog.Default()})
 		if err != nil {
 			return err
 		}
 		every, _ := f.GetDuration("interval")
-		fmt.Fprintf(cmd.OutOrStdout(), "nacre policy: reading the changelog of %s as %s every %v\n", cfg.FSName, userArg, every)
+		fmt.Fprintf(cmd.OutOrStdout(), "nacre policy: reading the changelog of %s as %s every %v\n", fsys.Config().FSName, userArg, every)
 		return e.Run(ctx, every)
 	}
 	return cmd

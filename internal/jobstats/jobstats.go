@@ -88,6 +88,29 @@ func (s *Stats) evictLocked() {
 	}
 }
 
+// Job is one job's figures: its id, when it was last seen, and its
+// counters by operation.
+type Job struct {
+	ID       string
+	Snapshot time.Time
+	Ops      map[string]Counter
+}
+
+// Jobs returns a copy of every job's figures, in no order.
+func (s *Stats) Jobs() []Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Job, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		ops := make(map[string]Counter, len(j.ops))
+		for k, c := range j.ops {
+			ops[k] = *c
+		}
+		out = append(out, Job{ID: j.id, Snapshot: j.snapshot, Ops: ops})
+	}
+	return out
+}
+
 // Get returns a copy of jobID's counters by operation (nil if unknown).
 func (s *Stats) Get(jobID string) map[string]Counter {
 	s.mu.Lock()
