@@ -216,15 +216,10 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 
 // replayWrite sends r as OST_WRITE through imp.Replay.
 func (c *Client) replayWrite(ctx context.Context, imp *ptlrpc.Import, r *brwRPC) (uint64, error) {
-	nbs, err := wire.AppendNiobufs(nil, r.nbs)
+	req, err := c.brwReq(r)
 	if err != nil {
 		return 0, err
 	}
-	body, err := proto.Marshal(&ostv1.BRWRequest{Fid: fidToWire(r.obj.fid), Niobufs: nbs})
-	if err != nil {
-		return 0, err
-	}
-	req := &ptlrpc.Req{Opcode: wire.OSTWrite, Body: body, Bulk: &ptlrpc.Bulk{Op: ptlrpc.BulkWrite, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}
 	if _, err := imp.Replay(ctx, req); err != nil {
 		return 0, fmt.Errorf("osc: ost%04x: rewrite of %v after the OST restarted: %w", c.index, r.obj.fid, err)
 	}

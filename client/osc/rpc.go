@@ -120,15 +120,14 @@ func isNoSpace(err error) bool {
 // fidToWire converts a FID for an OST request.
 func fidToWire(f fid.FID) *ostv1.FID { return &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver} }
 
-// brw sends r as OST_WRITE or OST_READ with its pages as the bulk buffer
-// and returns the reply.
-func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
+// brwReq is r as an OST_WRITE or OST_READ request, its pages the bulk
+// buffer.
+func (c *Client) brwReq(r *brwRPC) (*ptlrpc.Req, error) {
 	nbs, err := wire.AppendNiobufs(nil, r.nbs)
 	if err != nil {
 		return nil, fmt.Errorf("osc: ost%04x: %v: %w", c.index, r.obj.fid, err)
 	}
-	req := &ostv1.BRWRequest{Fid: fidToWire(r.obj.fid), Niobufs: nbs, FromGrant: r.fromGrant, GrantWant: r.want, Mtime: r.mtime}
-	body, err := proto.Marshal(req)
+	body, err := proto.Marshal(&ostv1.BRWRequest{Fid: fidToWire(r.obj.fid), Niobufs: nbs, FromGrant: r.fromGrant, GrantWant: r.want, Mtime: r.mtime})
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +135,17 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 	if r.write {
 		op, bop = wire.OSTWrite, ptlrpc.BulkWrite
 	}
+	return &ptlrpc.Req{Opcode: op, Body: body, JobID: r.job, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}, nil
+}
+
+// brw sends r as OST_WRITE or OST_READ with its pages as the bulk buffer
+// and returns the reply.
+func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
+	preq, err := c.brwReq(r)
+	if err != nil {
+		return nil, err
+	}
 	defer c.st.rpcs[b2i(r.write)].start(r.pages())()
-	preq := &ptlrpc.Req{Opcode: op, Body: body, JobID: r.job, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}
 	repBody, err := c.imp.Do(ctx, preq)
 	r.transno = preq.Transno
 	r.stable = r.transno == 0 || r.transno <= c.imp.Info().LastCommitted
