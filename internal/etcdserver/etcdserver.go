@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,14 +147,20 @@ func (s *Server) Err() <-chan error { return s.e.Err() }
 func (s *Server) Close() { s.e.Close() }
 
 // FreeLoopbackURL returns an http URL on a loopback port that was free a
-// moment ago. Tests use it; a race with another process is possible but rare.
+// moment ago. The port is drawn below Linux's ephemeral range
+// (32768-60999): a port the kernel hands out for :0 can be taken again by
+// any outgoing connection before the caller binds it.
 func FreeLoopbackURL() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	for range 100 {
+		port := 10000 + rand.IntN(32768-10000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return "http://" + l.Addr().String(), nil
 	}
-	defer l.Close()
-	return "http://" + l.Addr().String(), nil
+	return "", errors.New("etcdserver: no free loopback port below the ephemeral range")
 }
 
 // quietShutdown drops the errors etcd logs about its own listeners closing

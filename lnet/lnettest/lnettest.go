@@ -21,10 +21,17 @@ import (
 var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // nextPort starts at a random place so test binaries running in parallel
-// rarely try the same ports.
+// rarely try the same ports. Ports stay below Linux's ephemeral range
+// (32768-60999), where outgoing connections could take them between the
+// check and the bind.
 var nextPort atomic.Int32
 
-func init() { nextPort.Store(int32(20000 + rand.IntN(20000))) }
+const (
+	firstPort = 10000
+	lastPort  = 32767
+)
+
+func init() { nextPort.Store(int32(firstPort + rand.IntN(lastPort-firstPort))) }
 
 // FreePort returns a TCP port that is free on every address given, for
 // socklnd nodes that must share one acceptor port.
@@ -32,8 +39,8 @@ func FreePort(t testing.TB, addrs ...string) int {
 	t.Helper()
 	for range 200 {
 		port := int(nextPort.Add(1))
-		if port > 60000 {
-			nextPort.Store(20000)
+		if port > lastPort {
+			nextPort.Store(firstPort)
 			continue
 		}
 		ok := true

@@ -41,6 +41,12 @@ func (m *MDT) destroyer() {
 		<-m.stop
 		cancel()
 	}()
+	// Objects can only be destroyed on OSTs the MDT knows.
+	select {
+	case <-m.ostsKnown:
+	case <-m.stop:
+		return
+	}
 	t := time.NewTicker(destroyRetry)
 	defer t.Stop()
 	for {

@@ -267,7 +267,7 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 		return a, nil, err
 	case sIFREG, 0:
 		var p *plan
-		if !o.delay && m.hasOSTs() {
+		if !o.delay {
 			tmpl := o.layout
 			if tmpl == nil {
 				d := m.defaultLayout(o.parent)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
@@ -28,6 +29,7 @@ const qosThreshold = 17
 func (m *MDT) SetOSTs(osts []OST) error {
 	m.ospMu.Lock()
 	defer m.ospMu.Unlock()
+	defer m.ostsKnownOnce.Do(func() { close(m.ostsKnown) })
 	keep := map[uint32]bool{}
 	var errs []error
 	for _, o := range osts {
@@ -91,6 +93,26 @@ func (m *MDT) activeOSPs(pool string) []*osp {
 	return out
 }
 
+// awaitOSTs waits, at most AllocTimeout, until the MDT has been told its
+// OST list (see Config.AwaitOSTs).
+func (m *MDT) awaitOSTs(ctx context.Context) error {
+	select {
+	case <-m.ostsKnown:
+		return nil
+	default:
+	}
+	t := time.NewTimer(m.cfg.AllocTimeout)
+	defer t.Stop()
+	select {
+	case <-m.ostsKnown:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("mdt: the OST list did not arrive within %v: %w", m.cfg.AllocTimeout, syscall.ENOSPC)
+	case <-ctx.Done():
+		return fmt.Errorf("mdt: waiting for the OST list: %w", ctx.Err())
+	}
+}
+
 // hasOSTs reports whether the MDT knows any OST at all.
 func (m *MDT) hasOSTs() bool {
 	m.ospMu.Lock()
@@ -131,6 +153,9 @@ type plan struct {
 // plan means the file gets no objects (no OST is configured, or tmpl's
 // first component is past offset 0).
 func (m *MDT) allocate(ctx context.Context, tmpl layout.Layout) (*plan, error) {
+	if err := m.awaitOSTs(ctx); err != nil {
+		return nil, err
+	}
 	if !m.hasOSTs() || len(tmpl.Components) == 0 || tmpl.Components[0].Start != 0 {
 		return nil, nil
 	}
@@ -139,6 +164,9 @@ func (m *MDT) allocate(ctx context.Context, tmpl layout.Layout) (*plan, error) {
 
 // allocateComp is allocate for component comp of tmpl.
 func (m *MDT) allocateComp(ctx context.Context, tmpl layout.Layout, comp int) (*plan, error) {
+	if err := m.awaitOSTs(ctx); err != nil {
+		return nil, err
+	}
 	r := tmpl.Components[comp].RAID0
 	cands := m.activeOSPs(r.Pool)
 	n := len(cands)

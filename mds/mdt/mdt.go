@@ -195,6 +195,11 @@ type Config struct {
 	Index uint32
 	// OSTs are the OSTs objects go to; SetOSTs changes the list later.
 	OSTs []OST
+	// AwaitOSTs says the OST list comes later, from the MGS: until the
+	// first SetOSTs, creates and layout intents wait for it (at most
+	// AllocTimeout) instead of making files without objects or failing
+	// with ENOSPC, as they would in the window after a restart.
+	AwaitOSTs bool
 	// Pools are the OST pools layouts may name; SetPools changes them.
 	Pools map[string][]uint32
 	// DefaultStripe is the file system's default striping, for files in
@@ -290,6 +295,9 @@ type MDT struct {
 	handlers map[wire.Opcode]ptlrpc.Handler
 
 	ospMu sync.Mutex // guards osps, pools
+	// ostsKnown is closed once the OST list is known (see AwaitOSTs).
+	ostsKnown     chan struct{}
+	ostsKnownOnce sync.Once
 	osps  map[uint32]*osp
 	pools map[string][]uint32
 	rr    atomic.Uint64 // round-robin start
@@ -326,7 +334,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	if lg == nil {
 		lg = s.log
 	}
-	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{},
+	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
 		opens: map[*ptlrpc.Export]map[uint64]openFile{}, nextHandle: rand.Uint64() >> 1,
 		destroyKick: make(chan struct{}, 1), stop: make(chan struct{})}
 	m.SetPools(cfg.Pools)
@@ -392,8 +400,10 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	} else if len(rms) > 0 {
 		m.log.Info("mdt: destroyed orphans of an earlier run", "count", len(rms))
 	}
-	if err := m.SetOSTs(cfg.OSTs); err != nil {
-		m.log.Warn("mdt: OST list", "err", err)
+	if !cfg.AwaitOSTs {
+		if err := m.SetOSTs(cfg.OSTs); err != nil {
+			m.log.Warn("mdt: OST list", "err", err)
+		}
 	}
 	m.wg.Go(m.committer)
 	m.wg.Go(m.destroyer)

@@ -499,3 +499,43 @@ func TestOSTRestart(t *testing.T) {
 	}
 	c.check()
 }
+
+// TestAwaitOSTs: an MDT whose OST list comes from the MGS later (as after
+// a restart) holds creates until the list arrives, and they get objects;
+// without a list they fail with ENOSPC after AllocTimeout, not at once
+// with a file that has no objects.
+func TestAwaitOSTs(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) {
+		cfg.AwaitOSTs, cfg.AllocTimeout = true, time.Second
+	})
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	start := time.Now()
+	_, _, err := n.mdc.Create(ctx, root, n.root, "early", 0o644, nil)
+	wantErrno(t, "create before the OST list", err, syscall.ENOSPC)
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Fatalf("create failed after %v, before AllocTimeout", d)
+	}
+	type result struct {
+		l   *layout.Layout
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, l, err := n.mdc.Create(ctx, root, n.root, "waits", 0o644, nil)
+		done <- result{l, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("create returned before the OST list: %v %v", r.l, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := c.mdt.SetOSTs(c.oss.osts()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(objectsOf(r.l)) != 1 {
+		t.Fatalf("create after the OST list: %v %v", r.l, r.err)
+	}
+	c.check()
+}
