@@ -298,9 +298,9 @@ type MDT struct {
 	// ostsKnown is closed once the OST list is known (see AwaitOSTs).
 	ostsKnown     chan struct{}
 	ostsKnownOnce sync.Once
-	osps  map[uint32]*osp
-	pools map[string][]uint32
-	rr    atomic.Uint64 // round-robin start
+	osps          map[uint32]*osp
+	pools         map[string][]uint32
+	rr            atomic.Uint64 // round-robin start
 
 	opensMu sync.Mutex // guards opens, nextHandle
 	// opens are the open handles of each export (Lustre's mfd list).
