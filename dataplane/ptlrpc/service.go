@@ -260,9 +260,13 @@ type Service struct {
 	ops     map[wire.Opcode]OpStats
 	allGone chan struct{} // closed when every rqbd is unlinked after Close
 
-	erMu    sync.Mutex // guards erHeap and the requests' er* fields
+	erMu    sync.Mutex // guards erHeap, erTimerAt and the requests' er* fields
 	erHeap  erHeap
 	erWake  chan struct{}
+	// erTimerAt is when the early replier looks at the heap next: a
+	// request due later needs no wake-up (one per request would cost a
+	// goroutine switch on every RPC).
+	erTimerAt time.Time
 	erDone  chan struct{}
 	erTimer *time.Timer
 
@@ -872,9 +876,12 @@ func (s *Service) watchEarly(req *Request) {
 	req.erDeadline = req.Arrived.Add(t)
 	req.erNext = req.erDeadline.Add(-earlyMargin(t))
 	heap.Push(&s.erHeap, req)
-	first := s.erHeap[0] == req
+	wake := s.erHeap[0] == req && req.erNext.Before(s.erTimerAt)
+	if wake {
+		s.erTimerAt = req.erNext
+	}
 	s.erMu.Unlock()
-	if first {
+	if wake {
 		select {
 		case s.erWake <- struct{}{}:
 		default:
@@ -912,6 +919,7 @@ func (s *Service) earlyReplier() {
 		if len(s.erHeap) > 0 {
 			wait = max(time.Until(s.erHeap[0].erNext), time.Millisecond)
 		}
+		s.erTimerAt = now.Add(wait)
 		// Send under erMu so that no early reply follows the final one
 		// (handle unwatches before it replies).
 		for _, r := range due {

@@ -3,6 +3,7 @@ package mdt
 import (
 	"context"
 	"fmt"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,7 +134,16 @@ func benchMDTest(b *testing.B, nOSTs int) {
 				}
 				return func(_, i int) error { return op(i%k, i) }
 			}
-			report := func(b *testing.B, el time.Duration) {
+			report := func(b *testing.B, el time.Duration, s0, s1 ptlrpc.ServiceStats) {
+				// The MDS's part of each operation's latency: mean time in
+				// the handler and waiting for one.
+				var svc, queue time.Duration
+				for op, s := range s1.Ops {
+					svc += s.ServiceTime - s0.Ops[op].ServiceTime
+					queue += s.QueueTime - s0.Ops[op].QueueTime
+				}
+				b.ReportMetric(float64(svc.Microseconds())/float64(b.N), "srv-µs/op")
+				b.ReportMetric(float64(queue.Microseconds())/float64(b.N), "queue-µs/op")
 				if st := n.pc.Stats(); st.Resent > 0 || st.Timeouts > 0 {
 					b.Logf("client stats %+v", st)
 				}
@@ -147,27 +157,30 @@ func benchMDTest(b *testing.B, nOSTs int) {
 				setup("c")
 				warmPools(b, c.mdt, b.N/max(nOSTs, 1)+64)
 				b.ResetTimer()
+				s0 := c.srv.Service().Stats()
 				el := run(b, b.N, k, byOwner(create))
 				b.StopTimer()
-				report(b, el)
+				report(b, el, s0, c.srv.Service().Stats())
 			})
 			b.Run(fmt.Sprintf("%s/stat/threads=%d", mode, k), func(b *testing.B) {
 				b.StopTimer()
 				setup("s")
 				run(b, b.N, k, byOwner(create))
 				b.StartTimer()
+				s0 := c.srv.Service().Stats()
 				el := run(b, b.N, k, byOwner(stat))
 				b.StopTimer()
-				report(b, el)
+				report(b, el, s0, c.srv.Service().Stats())
 			})
 			b.Run(fmt.Sprintf("%s/unlink/threads=%d", mode, k), func(b *testing.B) {
 				b.StopTimer()
 				setup("u")
 				run(b, b.N, k, byOwner(create))
 				b.StartTimer()
+				s0 := c.srv.Service().Stats()
 				el := run(b, b.N, k, byOwner(unlink))
 				b.StopTimer()
-				report(b, el)
+				report(b, el, s0, c.srv.Service().Stats())
 			})
 		}
 	}
