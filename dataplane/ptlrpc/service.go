@@ -260,15 +260,15 @@ type Service struct {
 	ops     map[wire.Opcode]OpStats
 	allGone chan struct{} // closed when every rqbd is unlinked after Close
 
-	erMu    sync.Mutex // guards erHeap, erTimerAt and the requests' er* fields
-	erHeap  erHeap
-	erWake  chan struct{}
+	erMu   sync.Mutex // guards erHeap, erTimerAt and the requests' er* fields
+	erHeap erHeap
+	erWake chan struct{}
 	// erTimerAt is when the early replier looks at the heap next: a
 	// request due later needs no wake-up (one per request would cost a
 	// goroutine switch on every RPC).
 	erTimerAt time.Time
-	erDone  chan struct{}
-	erTimer *time.Timer
+	erDone    chan struct{}
+	erTimer   *time.Timer
 
 	received, malformed, busy, unsupported, oversize, notConn, stale atomic.Uint64
 	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors atomic.Uint64
