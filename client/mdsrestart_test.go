@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"syscall"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/layout"
 )
 
 // TestMDSRestartReplay: the MDS (a process of its own) is killed with
@@ -73,5 +75,101 @@ func TestMDSRestartReplay(t *testing.T) {
 	other := c.Mount(1)
 	if _, err := other.Lookup(ctx, root, d.FID, fmt.Sprint("f", n-1)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMDSRestartOpenReplay: files open when the MDS is killed stay open
+// after it restarts (the client replays its opens in the recovery window):
+// a file unlinked while open keeps its objects past the end of the window
+// and reads back byte for byte; closes after the restart succeed (the
+// handles are known again), and the last close of the orphan destroys its
+// objects.
+func TestMDSRestartOpenReplay(t *testing.T) {
+	const window = 3 * time.Second
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildMDS: true, RecoveryWindow: window})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := client.Root()
+	data := make([]byte, 300<<10)
+	for i := range data {
+		data[i] = byte(i*13 + i>>10)
+	}
+	orphan, _, err := fs.Create(ctx, root, fs.Root(), "orphan", syscall.O_CREAT|syscall.O_RDWR, 0o644,
+		&client.CreateOptions{Layout: new(layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 64 << 10, StripeOffset: layout.AnyOffset}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := orphan.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := orphan.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept, _, err := fs.Create(ctx, root, fs.Root(), "kept", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Unlink(ctx, root, fs.Root(), "orphan"); err != nil {
+		t.Fatal(err)
+	}
+	objs := orphan.Layout().Components[0].RAID0.Objects
+	if len(objs) != 2 {
+		t.Fatalf("orphan objects %v", objs)
+	}
+	time.Sleep(1500 * time.Millisecond) // the unlink is committed: only the open keeps the file
+	c.KillMDS()
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	// A request makes the client notice the restart and recover.
+	if _, err := fs.Getattr(ctx, root, fs.Root()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(window + time.Second) // past the window: unopened orphans are gone by now
+	exists := func(o layout.Object) bool {
+		for _, s := range c.Servers() {
+			if s.OSS == nil {
+				continue
+			}
+			for _, ost := range s.OSS.OSTs() {
+				if ost.Target().Name() == fmt.Sprintf("%s-OST%04x", c.FSName, o.OSTIndex) {
+					_, err := ost.Device().GetAttr(ctx, o.Object)
+					return err == nil
+				}
+			}
+		}
+		t.Fatalf("no OST %d in the test's process", o.OSTIndex)
+		return false
+	}
+	for _, o := range objs {
+		if !exists(o) {
+			t.Fatalf("object %v of the open orphan destroyed after the MDS restart", o)
+		}
+	}
+	got := make([]byte, len(data))
+	if n, err := orphan.ReadAt(ctx, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("orphan read after the restart: n=%d err=%v, bytes equal %v", n, err, bytes.Equal(got, data))
+	}
+	if _, _, err := kept.WriteAt(ctx, []byte("after the restart"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.Close(ctx); err != nil {
+		t.Fatalf("close of a file opened before the restart: %v", err)
+	}
+	if err := orphan.Close(ctx); err != nil {
+		t.Fatalf("close of the orphan: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, o := range objs {
+		for exists(o) {
+			if time.Now().After(deadline) {
+				t.Fatalf("object %v of the closed orphan never destroyed", o)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if a, err := fs.Lookup(ctx, root, fs.Root(), "kept"); err != nil || a.Size != uint64(len("after the restart")) {
+		t.Fatalf("kept after close: %+v %v", a, err)
 	}
 }

@@ -127,8 +127,15 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 	icfg.OnEvict = func(*ptlrpc.Import) { fs.cache.dropAll(fs) }
 	// An MDT that restarts and takes the client back (its recovery
 	// window) gets the client's IBITS locks again, so the caches under
-	// them stay valid; its kept requests the import replays itself.
-	icfg.OnRecover = func(ctx context.Context, imp *ptlrpc.Import) error { return fs.lk.ReplayLocks(ctx, imp) }
+	// them stay valid, and its open files (files unlinked while open stay
+	// as orphans, closes find their handles); its kept requests the import
+	// replays itself, before.
+	icfg.OnRecover = func(ctx context.Context, imp *ptlrpc.Import) error {
+		if err := fs.lk.ReplayLocks(ctx, imp); err != nil {
+			return err
+		}
+		return fs.mdc.ReplayOpens(ctx)
+	}
 	imp, err := fs.rpc.NewImport(icfg)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", cfg.FSName, err)

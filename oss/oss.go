@@ -34,6 +34,9 @@ type Config struct {
 	MinThreads, MaxThreads int
 	// CallbackTimeout and EvictTimeout: 0 means the defaults.
 	CallbackTimeout, EvictTimeout time.Duration
+	// RecoveryWindow is the OSTs' (see ofd.Config): 0 means the default,
+	// negative none.
+	RecoveryWindow time.Duration
 	// Faults are the service's armed fault-injection points; nil means
 	// none.
 	Faults *ptlrpc.Faults
@@ -110,7 +113,7 @@ func (s *OSS) entry(e *ptlrpc.Export) *ofdEntry {
 // AddOST starts serving dev as the OST named name (its label) with uuid.
 func (s *OSS) AddOST(dev osd.Device, name, uuid string) (*ofd.OFD, error) {
 	o, err := ofd.New(ofd.Config{Device: dev, Targets: s.ts, Name: name, UUID: uuid, Client: s.cli,
-		CallbackTimeout: s.cfg.CallbackTimeout, EvictTimeout: s.cfg.EvictTimeout, Logger: s.log})
+		CallbackTimeout: s.cfg.CallbackTimeout, EvictTimeout: s.cfg.EvictTimeout, RecoveryWindow: s.cfg.RecoveryWindow, Logger: s.log})
 	if err != nil {
 		return nil, fmt.Errorf("oss: %s: %w", name, err)
 	}

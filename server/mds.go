@@ -66,7 +66,7 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 	}
 	m, err := s.MDS.AddMDT(mdt.Config{Name: id.Label, UUID: id.UUID, Index: id.Index,
 		Store: mdd.Config{Dir: filepath.Join(dir, mdtDir), Logger: lg}, AwaitOSTs: true,
-		CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, Logger: lg})
+		CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, RecoveryWindow: cfg.RecoveryWindow, Logger: lg})
 	if err != nil {
 		return fmt.Errorf("server: %s: %w", dir, err)
 	}

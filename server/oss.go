@@ -56,6 +56,10 @@ type ServerConfig struct {
 	// CallbackTimeout and EvictTimeout tune the lock servers and exports;
 	// 0 means the defaults.
 	CallbackTimeout, EvictTimeout time.Duration
+	// RecoveryWindow is how long a restarted target waits for the clients
+	// of its previous life to reconnect and replay (Lustre's recovery
+	// window); 0 means the targets' default (90 s), negative none.
+	RecoveryWindow time.Duration
 	// ConfigInterval is how often an MDT reads the OST list and pools
 	// from the MGS again; 0 means DefaultConfigInterval.
 	ConfigInterval time.Duration
@@ -123,7 +127,8 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	if s.st, err = selftest.Serve(s.LNet); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if s.OSS, err = oss.New(oss.Config{LNet: s.LNet, CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, Logger: lg}); err != nil {
+	if s.OSS, err = oss.New(oss.Config{LNet: s.LNet, CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout,
+		RecoveryWindow: cfg.RecoveryWindow, Logger: lg}); err != nil {
 		return nil, err
 	}
 	if slices.ContainsFunc(ids, func(id TargetIdentity) bool { return id.Kind == mgs.KindOST }) {

@@ -132,5 +132,8 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		}
 		return nil, err
 	}
+	if it.Op&ItOpen != 0 {
+		c.track(out.Attr.FID, out.Handle, it.Flags)
+	}
 	return out, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
+	"maps"
 	"sync"
 	"syscall"
 
@@ -48,13 +50,25 @@ type Client struct {
 	seq   uint64     // the granted sequence; 0: none yet
 	oid   uint32     // the last object id minted in seq
 	width uint32
+
+	// opens are the open handles not closed yet, by handle: a restarted
+	// MDT gets them again (ReplayOpens). As many as the files the client
+	// has open.
+	opensMu sync.Mutex
+	opens   map[uint64]openRec
+}
+
+// openRec is what a replayed open needs.
+type openRec struct {
+	fid   fid.FID
+	flags uint64
 }
 
 // New returns a client of the MDT imp is connected to (see ImportConfig).
 // locks, if not nil, takes the locks of intents (Enqueue); its callback
 // handlers must be served on the process's LDLM callback portal.
 func New(imp *ptlrpc.Import, locks *ldlm.Client) *Client {
-	return &Client{imp: imp, locks: locks}
+	return &Client{imp: imp, locks: locks, opens: map[uint64]openRec{}}
 }
 
 // Import returns the client's import.
@@ -452,7 +466,11 @@ func (c *Client) Open(ctx context.Context, cred Cred, parent fid.FID, name strin
 	if err != nil {
 		return nil, err
 	}
-	return openReply(rep)
+	f, err := openReply(rep)
+	if err == nil {
+		c.track(f.FID, f.Handle, flags)
+	}
+	return f, err
 }
 
 // OpenFID opens the file f (open by handle, NFS-export style).
@@ -461,7 +479,60 @@ func (c *Client) OpenFID(ctx context.Context, cred Cred, f fid.FID, flags uint64
 	if err != nil {
 		return nil, err
 	}
-	return openReply(rep)
+	of, err := openReply(rep)
+	if err == nil {
+		c.track(of.FID, of.Handle, flags)
+	}
+	return of, err
+}
+
+func (c *Client) track(f fid.FID, handle, flags uint64) {
+	c.opensMu.Lock()
+	c.opens[handle] = openRec{fid: f, flags: flags}
+	c.opensMu.Unlock()
+}
+
+// OpenHandles returns how many open handles the client holds.
+func (c *Client) OpenHandles() int {
+	c.opensMu.Lock()
+	defer c.opensMu.Unlock()
+	return len(c.opens)
+}
+
+// ReplayOpens opens every file the client has open again on a restarted
+// MDT that took the client back, under the same handles (Lustre's open
+// replay), so that closes and the files unlinked while open survive the
+// restart. It must run in the import's OnRecover. A file gone meanwhile
+// is logged and skipped; a failure to talk to the MDT is returned.
+func (c *Client) ReplayOpens(ctx context.Context) error {
+	c.opensMu.Lock()
+	recs := make(map[uint64]openRec, len(c.opens))
+	maps.Copy(recs, c.opens)
+	c.opensMu.Unlock()
+	n := 0
+	for h, o := range recs {
+		req := &mdsv1.ReintRequest{Cred: credTo(Cred{})}
+		openOp{&mdsv1.OpenOp{Fid: fidTo(o.fid), Flags: o.flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC),
+			ReplayHandle: h}}.set(req)
+		body, err := proto.Marshal(req)
+		if err != nil {
+			return err
+		}
+		_, err = c.imp.Replay(ctx, &ptlrpc.Req{Opcode: wire.MDSReint, Body: body, ReplyCap: layoutReplyCap})
+		var re *ptlrpc.RemoteError
+		switch {
+		case err == nil, errors.Is(err, syscall.EEXIST): // replayed already, from the import's list
+			n++
+		case errors.As(err, &re):
+			slog.Warn("mdc: open replay refused", "fid", o.fid, "handle", h, "err", err)
+		default:
+			return fmt.Errorf("mdc: replay the open of %v: %w", o.fid, err)
+		}
+	}
+	if n > 0 {
+		slog.Info("mdc: replayed opens", "files", n)
+	}
+	return nil
 }
 
 // LSOM is the size a client reports at its last close of a file (the
@@ -481,7 +552,13 @@ func (c *Client) Close(ctx context.Context, cred Cred, f *File, lsom *LSOM) erro
 		f.Lock.Release()
 		f.Lock = nil
 	}
-	if err := c.call(ctx, wire.MDSClose, req, nil, 0); err != nil {
+	err := c.call(ctx, wire.MDSClose, req, nil, 0)
+	// Forgotten only now: a close cut by an MDT restart is resent after
+	// the open is replayed.
+	c.opensMu.Lock()
+	delete(c.opens, f.Handle)
+	c.opensMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("mdc: close %v: %w", f.FID, err)
 	}
 	return nil

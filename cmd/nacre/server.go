@@ -72,7 +72,8 @@ func newServerCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			st, err := server.StartServer(ctx, server.ServerConfig{Dirs: args, LNet: lcfg, Logger: lcfg.Logger,
-				CallbackTimeout: v.GetDuration("ldlm-timeout"), EvictTimeout: v.GetDuration("evict-timeout")})
+				CallbackTimeout: v.GetDuration("ldlm-timeout"), EvictTimeout: v.GetDuration("evict-timeout"),
+				RecoveryWindow: v.GetDuration("recovery-window")})
 			if err != nil {
 				return err
 			}
@@ -108,6 +109,7 @@ func newServerCmd() *cobra.Command {
 	addLNetFlags(f)
 	f.Duration("ldlm-timeout", 0, "how long a client has to give a lock back before eviction (0: default)")
 	f.Duration("evict-timeout", 0, "how long a silent client keeps its export (0: default)")
+	f.Duration("recovery-window", 0, "how long a restarted target waits for its clients to reconnect and replay (0: default 90s, negative: none)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
 	f.String("metrics-addr", "127.0.0.1:9882", "serve Prometheus metrics at http://ADDR/metrics (\"\": not at all)")
 	return cmd

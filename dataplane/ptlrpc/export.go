@@ -128,6 +128,10 @@ type TargetSet struct {
 // when clients of its previous life may replay what it lost.
 func (t *Target) Recovering() bool { return time.Now().Before(t.recoverUntil) }
 
+// RecoveryEnd returns the end of the target's recovery window; zero if it
+// has none (a new target, or no window configured).
+func (t *Target) RecoveryEnd() time.Time { return t.recoverUntil }
+
 // NewTargetSet returns an empty set.
 func NewTargetSet() *TargetSet {
 	return &TargetSet{targets: make(map[string]*Target), byHandle: make(map[uint64]*Export)}

@@ -101,6 +101,10 @@ type Request struct {
 // handlers and connectionless services.
 func (r *Request) Export() *Export { return r.exp }
 
+// Replayed reports whether the client replays the request to a restarted
+// server (MSG_REPLAY).
+func (r *Request) Replayed() bool { return r.Header.Flags&wire.MsgReplay != 0 }
+
 // Transno returns the transno the request's change was given, 0 if none
 // (yet).
 func (r *Request) Transno() uint64 { return r.transno }

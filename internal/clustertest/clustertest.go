@@ -69,6 +69,9 @@ type Options struct {
 	ChildMDS bool
 	// Clients is how many client addresses must be free; 0 means 4.
 	Clients int
+	// RecoveryWindow is the servers' (see server.ServerConfig); 0 means
+	// their default.
+	RecoveryWindow time.Duration
 	// Logger gets the in-process servers' logs; nil means Quiet.
 	Logger *slog.Logger
 }
@@ -89,9 +92,11 @@ type Cluster struct {
 	OSTDirs []string
 	mdtDir  string
 	clients int
-	child   *exec.Cmd // the child OSS
-	mdsProc *exec.Cmd // the child MDS
-	lg      *slog.Logger
+	// recovery is the servers' recovery window.
+	recovery time.Duration
+	child    *exec.Cmd // the child OSS
+	mdsProc  *exec.Cmd // the child MDS
+	lg       *slog.Logger
 }
 
 // Start starts a file system "nacre" and stops it when the test ends.
@@ -107,7 +112,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if lg == nil {
 		lg = Quiet
 	}
-	c := &Cluster{t: t, FSName: "nacre", lg: lg}
+	c := &Cluster{t: t, FSName: "nacre", lg: lg, recovery: opts.RecoveryWindow}
 	ec := etcdtest.Start(t, 1)
 	mcfg := server.DefaultMGSConfig()
 	mcfg.GRPCAddr, mcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
@@ -200,7 +205,8 @@ func (c *Cluster) waitCreates(ctx context.Context, n int) {
 }
 
 func (c *Cluster) serverConfig(addr string, dirs []string) server.ServerConfig {
-	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 5 * time.Second}
+	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 5 * time.Second,
+		RecoveryWindow: c.recovery}
 }
 
 func lnetConfig(addr string, port int) lnet.Config {
@@ -301,9 +307,10 @@ func (c *Cluster) Mount(i int) *client.FS {
 const childEnv = "NACRE_CLUSTERTEST_OSS"
 
 type childSpec struct {
-	Dirs []string
-	Addr string
-	Port int
+	Dirs     []string
+	Addr     string
+	Port     int
+	Recovery time.Duration
 }
 
 // IsChild reports whether the test binary was started as a child server:
@@ -331,7 +338,8 @@ func runChild(spec string) int {
 	if os.Getenv("NACRE_TEST_LOG") != "" {
 		lg = Quiet
 	}
-	st, err := server.StartServer(ctx, server.ServerConfig{Dirs: s.Dirs, LNet: lnetConfig(s.Addr, s.Port), Logger: lg})
+	st, err := server.StartServer(ctx, server.ServerConfig{Dirs: s.Dirs, LNet: lnetConfig(s.Addr, s.Port), Logger: lg,
+		RecoveryWindow: s.Recovery})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clustertest child:", err)
 		return 1
@@ -381,7 +389,7 @@ func killChild(p **exec.Cmd) {
 // startChild runs the test binary again as a server of dirs on addr and
 // waits for it to say it is ready.
 func (c *Cluster) startChild(what string, dirs []string, addr string) (*exec.Cmd, error) {
-	spec, _ := json.Marshal(childSpec{Dirs: dirs, Addr: addr, Port: c.Port})
+	spec, _ := json.Marshal(childSpec{Dirs: dirs, Addr: addr, Port: c.Port, Recovery: c.recovery})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr

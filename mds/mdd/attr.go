@@ -230,6 +230,10 @@ const (
 	OpenAccMode       uint64 = 3
 	OpenTrunc         uint64 = 0o1000
 	OpenOwnerOverride uint64 = 0x200000000000 // the owner may open regardless of mode (after create)
+	// OpenReplay reopens a file that was open before a restart: an
+	// orphan (no link left) too, and without permission checks, which
+	// were made at the first open.
+	OpenReplay uint64 = 0x400000000000
 )
 
 // OpenFile checks that the caller may open f with flags and counts the open,
@@ -245,7 +249,7 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	if n.Nlink == 0 {
+	if n.Nlink == 0 && flags&OpenReplay == 0 {
 		return Attr{}, fail(syscall.ENOENT, "open %v: unlinked", f)
 	}
 	var want uint16
@@ -268,7 +272,7 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 	case S_IFLNK:
 		return Attr{}, fail(syscall.ELOOP, "open %v: a symlink", f)
 	}
-	if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
+	if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) && flags&OpenReplay == 0 {
 		if err := t.may(n, want); err != nil {
 			return Attr{}, err
 		}

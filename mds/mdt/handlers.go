@@ -634,6 +634,9 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 		return openResult{}, fmt.Errorf("mdt: open without a connection: %w", syscall.EPROTO)
 	}
 	var res openResult
+	if o.replayHandle != 0 && !(r.Replayed() && m.tgt.Recovering()) {
+		return res, fmt.Errorf("mdt: open of %v replaying handle %#x outside recovery: %w", o.fid, o.replayHandle, syscall.EPROTO)
+	}
 	target := o.fid
 	if o.parent.IsZero() {
 		if err := m.checkFID(target); err != nil {
@@ -660,9 +663,19 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 			target = a.FID
 		}
 	}
+	if r.Replayed() && r.Header.Transno != 0 && o.replayHandle == 0 {
+		// A client replays an open the MDT had not committed when it
+		// stopped: the create it made is redone, and the open itself comes
+		// back with the client's open replays, under its old handle.
+		res.attr.FID = target
+		return res, nil
+	}
 	flags := o.flags
 	if res.created {
 		flags |= mdd.OpenOwnerOverride // the creator opens what it made, whatever the mode says
+	}
+	if o.replayHandle != 0 {
+		flags |= mdd.OpenReplay
 	}
 	a, err := m.store.OpenFile(mdd.Req{Cred: cred}, target, flags)
 	if err != nil {
@@ -683,7 +696,7 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 			return res, err
 		}
 	}
-	h, err := m.addOpen(exp, target, flags)
+	h, err := m.addOpen(exp, target, flags, o.replayHandle)
 	if err != nil {
 		m.closeFID(target, flags)
 		return res, err
@@ -715,9 +728,10 @@ func (m *MDT) openCreate(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, 
 	return a, err == nil, l, err
 }
 
-// addOpen records an open handle of exp; ENOTCONN if the export went
-// meanwhile (its handles were dropped already).
-func (m *MDT) addOpen(exp *ptlrpc.Export, f fid.FID, flags uint64) (uint64, error) {
+// addOpen records an open handle of exp, a new one or, for a replayed
+// open, replay; ENOTCONN if the export went meanwhile (its handles were
+// dropped already), EEXIST if replay is taken.
+func (m *MDT) addOpen(exp *ptlrpc.Export, f fid.FID, flags, replay uint64) (uint64, error) {
 	m.opensMu.Lock()
 	defer m.opensMu.Unlock()
 	if exp.Gone() {
@@ -728,7 +742,19 @@ func (m *MDT) addOpen(exp *ptlrpc.Export, f fid.FID, flags uint64) (uint64, erro
 		hs = map[uint64]openFile{}
 		m.opens[exp] = hs
 	}
-	m.nextHandle++
+	if replay != 0 {
+		if o, dup := hs[replay]; dup {
+			return 0, fmt.Errorf("mdt: replayed open of %v: handle %#x is open on %v: %w", f, replay, o.fid, syscall.EEXIST)
+		}
+		hs[replay] = openFile{fid: f, flags: flags}
+		return replay, nil
+	}
+	for {
+		m.nextHandle++
+		if _, taken := hs[m.nextHandle]; !taken && m.nextHandle != 0 {
+			break
+		}
+	}
 	hs[m.nextHandle] = openFile{fid: f, flags: flags}
 	return m.nextHandle, nil
 }
@@ -909,4 +935,19 @@ func (m *MDT) fldQuery(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return m.fail(r, err)
 	}
 	return marshal(&mdsv1.FldQueryReply{Start: e.Start, End: e.End, Index: e.Index, Type: uint32(e.Type)})
+}
+
+// destroyOrphans removes the files unlinked while open before a restart
+// that no client reopened.
+func (m *MDT) destroyOrphans() {
+	rms, err := m.store.DestroyOrphans(m.internalReq())
+	if err != nil {
+		m.log.Warn("mdt: destroy orphans", "err", err)
+	}
+	for _, rm := range rms {
+		m.removed(rm)
+	}
+	if len(rms) > 0 {
+		m.log.Info("mdt: destroyed orphans of an earlier run", "count", len(rms))
+	}
 }

@@ -252,7 +252,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	def(&c.SyncInterval, DefaultSyncInterval)
-	def(&c.RecoveryWindow, DefaultRecoveryWindow)
+	if c.RecoveryWindow == 0 { // negative: none
+		c.RecoveryWindow = DefaultRecoveryWindow
+	}
 	def(&c.AllocTimeout, DefaultAllocTimeout)
 	def(&c.StatfsInterval, DefaultStatfsInterval)
 	def(&c.OSTTimeout, DefaultOSTTimeout)
@@ -393,12 +395,21 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 		return nil, err
 	}
 	m.handlers = m.handlerTable()
-	// No recovery window yet: nothing will reopen the files that were open
-	// before a restart, so their orphans go now.
-	if rms, err := m.store.DestroyOrphans(m.internalReq()); err != nil {
-		m.log.Warn("mdt: destroy orphans", "err", err)
-	} else if len(rms) > 0 {
-		m.log.Info("mdt: destroyed orphans of an earlier run", "count", len(rms))
+	// Files unlinked while open before a restart are orphans now; the
+	// clients that had them open reopen them in the recovery window
+	// (replayed opens), and the rest go when it ends.
+	if end := m.tgt.RecoveryEnd(); end.IsZero() {
+		m.destroyOrphans()
+	} else {
+		m.wg.Go(func() {
+			t := time.NewTimer(time.Until(end))
+			defer t.Stop()
+			select {
+			case <-t.C:
+				m.destroyOrphans()
+			case <-m.stop:
+			}
+		})
 	}
 	if !cfg.AwaitOSTs {
 		if err := m.SetOSTs(cfg.OSTs); err != nil {

@@ -42,6 +42,7 @@ const (
 const (
 	oCreat = 0o100
 	oExcl  = 0o200
+	oTrunc = 0o1000
 )
 
 // fidFrom converts a FID from the wire; absent is the zero FID.
@@ -213,6 +214,9 @@ type (
 		newFID fid.FID
 		layout *layout.Layout
 		delay  bool
+		// replayHandle: an open replayed after a restart, under the
+		// handle it had before.
+		replayHandle uint64
 	}
 )
 
@@ -331,6 +335,12 @@ func parseReint(b []byte) (reintReq, error) {
 		r.op = s
 	case *mdsv1.ReintRequest_Open:
 		o, err := openFrom(op.Open.Parent, op.Open.Name, op.Open.Fid, op.Open.Flags, op.Open.Mode, op.Open.NewFid, op.Open.Layout, op.Open.DelayLayout)
+		if err == nil && op.Open.ReplayHandle != 0 {
+			if !o.parent.IsZero() || o.flags&(oCreat|oExcl|oTrunc) != 0 {
+				return r, bad("replayed open by name or with O_CREAT, O_EXCL or O_TRUNC")
+			}
+			o.replayHandle = op.Open.ReplayHandle
+		}
 		if err != nil {
 			return r, err
 		}

@@ -207,6 +207,9 @@ func New(cfg Config) (*OFD, error) {
 // Target returns the OST's PtlRPC target.
 func (o *OFD) Target() *ptlrpc.Target { return o.tgt }
 
+// Device returns the OST's object storage device.
+func (o *OFD) Device() osd.Device { return o.dev }
+
 // LockServer returns the OST's lock server.
 func (o *OFD) LockServer() *ldlm.Server { return o.lockd }
 

@@ -1366,7 +1366,11 @@ func (x *LayoutIntentOp) GetEnd() uint64 {
 // OpenOp opens name in parent, or the file fid when parent is absent
 // (REINT_OPEN), with Linux's open flags. With O_CREAT a missing regular
 // file is made with mode, new_fid, layout and delay_layout as CreateOp
-// says; with O_CREAT|O_EXCL an existing one is EEXIST.
+// says; with O_CREAT|O_EXCL an existing one is EEXIST. replay_handle, in
+// an open of fid replayed (MSG_REPLAY) to a restarted MDT within its
+// recovery window, is the handle the open had before the restart: the MDT
+// opens the file again under it, even if it is an orphan now, without
+// permission checks (Lustre's open replay).
 type OpenOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        *FID                   `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -1377,6 +1381,7 @@ type OpenOp struct {
 	NewFid        *FID                   `protobuf:"bytes,6,opt,name=new_fid,json=newFid,proto3" json:"new_fid,omitempty"`
 	Layout        []byte                 `protobuf:"bytes,7,opt,name=layout,proto3" json:"layout,omitempty"`
 	DelayLayout   bool                   `protobuf:"varint,8,opt,name=delay_layout,json=delayLayout,proto3" json:"delay_layout,omitempty"`
+	ReplayHandle  uint64                 `protobuf:"fixed64,9,opt,name=replay_handle,json=replayHandle,proto3" json:"replay_handle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1465,6 +1470,13 @@ func (x *OpenOp) GetDelayLayout() bool {
 		return x.DelayLayout
 	}
 	return false
+}
+
+func (x *OpenOp) GetReplayHandle() uint64 {
+	if x != nil {
+		return x.ReplayHandle
+	}
+	return 0
 }
 
 // ReintReply answers ReintRequest: the attributes of the object made or
@@ -3205,7 +3217,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x0eLayoutIntentOp\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\x04R\x03end\"\xfd\x01\n" +
+	"\x03end\x18\x03 \x01(\x04R\x03end\"\xa2\x02\n" +
 	"\x06OpenOp\x12)\n" +
 	"\x06parent\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12#\n" +
@@ -3214,7 +3226,8 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x04mode\x18\x05 \x01(\rR\x04mode\x12*\n" +
 	"\anew_fid\x18\x06 \x01(\v2\x11.nacre.mds.v1.FIDR\x06newFid\x12\x16\n" +
 	"\x06layout\x18\a \x01(\fR\x06layout\x12!\n" +
-	"\fdelay_layout\x18\b \x01(\bR\vdelayLayout\"\xbc\x01\n" +
+	"\fdelay_layout\x18\b \x01(\bR\vdelayLayout\x12#\n" +
+	"\rreplay_handle\x18\t \x01(\x06R\freplayHandle\"\xbc\x01\n" +
 	"\n" +
 	"ReintReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
