@@ -41,6 +41,14 @@ const (
 	// EEXIST. Removing it from a directory drops its default (see
 	// lustreRemovexattr); from a file, EOPNOTSUPP.
 	XattrLOV = "lustre.lov"
+	// XattrSwapLayouts may only be set, on a regular file A, to
+	// "FID [DATA_VERSION]": A and the regular file FID exchange their
+	// layouts (OST objects) and lazy sizes, keeping their FIDs, names and
+	// attributes (Lustre's MDS_SWAP_LAYOUTS; lfs migrate copies A's data
+	// to a new file, then swaps). With DATA_VERSION (decimal, as
+	// XattrDataVersion gives it) the swap is refused with EBUSY if A's
+	// data changed since.
+	XattrSwapLayouts = "lustre.swap_layouts"
 	// XattrFID is the file's FID as Lustre prints it,
 	// "[0x200000400:0x1:0x0]" (lfs path2fid).
 	XattrFID = "lustre.fid"
@@ -291,6 +299,9 @@ func (fs *FS) lustreSetxattr(ctx context.Context, cred Cred, f FID, name string,
 	if !strings.HasPrefix(name, lustrePrefix) {
 		return false, nil
 	}
+	if name == XattrSwapLayouts {
+		return true, fs.swapLayoutsXattr(ctx, cred, f, value)
+	}
 	if name != XattrLOV {
 		return true, fmt.Errorf("%s: read-only: %w", name, syscall.EOPNOTSUPP)
 	}
@@ -509,4 +520,25 @@ func (fs *FS) dirPage(ctx context.Context, cred Cred, dir FID, cookie uint64) (*
 		page.Entries = append(page.Entries, pe)
 	}
 	return page, nil
+}
+
+// swapLayoutsXattr sets XattrSwapLayouts on f to value.
+func (fs *FS) swapLayoutsXattr(ctx context.Context, cred Cred, f FID, value []byte) error {
+	fields := strings.Fields(string(value))
+	if len(fields) < 1 || len(fields) > 2 {
+		return fmt.Errorf("%s of %v: %q: want \"FID [DATA_VERSION]\": %w", XattrSwapLayouts, f, value, syscall.EINVAL)
+	}
+	other, err := fid.Parse(fields[0])
+	if err != nil {
+		return fmt.Errorf("%s of %v: %v: %w", XattrSwapLayouts, f, err, syscall.EINVAL)
+	}
+	var dv *uint64
+	if len(fields) == 2 {
+		n, err := strconv.ParseUint(fields[1], 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s of %v: data version %q: %w", XattrSwapLayouts, f, fields[1], syscall.EINVAL)
+		}
+		dv = &n
+	}
+	return fs.SwapLayouts(ctx, cred, f, other, dv)
 }

@@ -564,6 +564,23 @@ func (fs *FS) SetLayout(ctx context.Context, cred Cred, f FID, l layout.Layout) 
 	return out, err
 }
 
+// SwapLayouts exchanges the objects (and lazy sizes) of the regular files
+// a and b, which keep their FIDs, names and attributes (lfs migrate): a
+// process with either open reads the other's data from its next I/O on,
+// since the MDT calls back the layout locks. With dvA not nil, EBUSY if
+// a's data version is no longer *dvA (someone changed its data).
+func (fs *FS) SwapLayouts(ctx context.Context, cred Cred, a, b FID, dvA *uint64) error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	err := fs.mdc.SwapLayouts(ctx, cred, a, b, dvA)
+	fs.cache.invalidate(a)
+	fs.cache.invalidate(b)
+	return err
+}
+
 // Layout returns f's layout (nil for a file without objects, or not a
 // regular file).
 func (fs *FS) Layout(ctx context.Context, cred Cred, f FID) (*layout.Layout, error) {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -710,4 +711,19 @@ func (c *Client) LayoutIntent(ctx context.Context, cred Cred, f fid.FID, start, 
 		err = fmt.Errorf("%w: layout intent on %v without a layout", ErrBadReply, f)
 	}
 	return l, err
+}
+
+// SwapLayouts has the MDT exchange the layouts (OST objects) and lazy
+// sizes of the regular files a and b (MDS_SWAP_LAYOUTS): each keeps its
+// FID, names and attributes. With dvA not nil the MDT refuses (EBUSY) if
+// a's data version is no longer *dvA.
+func (c *Client) SwapLayouts(ctx context.Context, cred Cred, a, b fid.FID, dvA *uint64) error {
+	req := &mdsv1.SwapLayoutsRequest{Cred: credTo(cred), Fid1: fidTo(a), Fid2: fidTo(b), Time: time.Now().UnixNano()}
+	if dvA != nil {
+		req.CheckDv1, req.Dv1 = true, *dvA
+	}
+	if err := c.call(ctx, wire.MDSSwapLayouts, req, nil, 0); err != nil {
+		return fmt.Errorf("mdc: swap layouts of %v and %v: %w", a, b, err)
+	}
+	return nil
 }

@@ -1119,14 +1119,16 @@ func newLfsMigrateCmd() *cobra.Command {
 		Use:   "migrate [-c COUNT] [-S SIZE] [-i INDEX] [-p POOL] [{-E END ...}...] [-n] [-v] FILE...",
 		Short: "Move a file's data to a new layout (the directory's default if none is given)",
 		Long: `migrate copies each FILE's data into a new file with the layout given (setstripe's
-options; the directory's default if none), keeps its owner, mode, extended
-attributes and times, and renames the copy over the file: a process reading it
-meanwhile goes on reading the old data, which stay until it closes the file.
-The MDT has no layout swap, so the file gets a new FID, and a file with other
-hard links is refused. The data version is checked before the rename: a file
-changed meanwhile is left as it was (EBUSY; run migrate again). A writer that
-keeps the file open across the migration writes to the old data: stop writers
-first. -n (do not wait for writers) is the only mode.`,
+options; the directory's default if none), then has the MDT swap the two
+files' layouts (MDS_SWAP_LAYOUTS): FILE keeps its FID, hard links, owner,
+mode, extended attributes and times, and gets the new objects; the copy, with
+the old objects, is removed. A process reading FILE meanwhile reads the same
+bytes from the new objects from its next read on (the MDT calls its layout
+lock back). The data version is checked before the swap, again by the MDT: a
+file changed meanwhile is left as it was (EBUSY; run migrate again). A writer
+that keeps the file open across the migration and has not closed it yet can
+lose what it writes: stop writers first. -n (do not wait for writers) is the
+only mode.`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			la, err := parseLayoutArgs(args, map[string]string{"non-block": "n", "verbose": "v", "help": "h"})
@@ -1181,7 +1183,9 @@ func stateOf(fd int, path string) (fileState, error) {
 	return fileState{dv: string(dv), size: st.Size, mtime: st.Mtim}, nil
 }
 
-// migrate restripes path by copy and rename (see newLfsMigrateCmd).
+// migrate restripes path (see newLfsMigrateCmd): its data are copied into
+// a new file with the layout wanted, then the two swap layouts on the MDT,
+// and the copy, which has the old objects now, is unlinked.
 func migrate(path string, la *layoutArgs) (err error) {
 	src, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -1192,11 +1196,8 @@ func migrate(path string, la *layoutArgs) (err error) {
 	if err := unix.Fstat(src, &st); err != nil {
 		return errnoErr(err)
 	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return errors.New("not a regular file")
-	case st.Nlink > 1:
-		return fmt.Errorf("it has %d hard links (a migration by copy would split them)", st.Nlink)
 	}
 	before, err := stateOf(src, path)
 	if err != nil {
@@ -1207,7 +1208,6 @@ func migrate(path string, la *layoutArgs) (err error) {
 		base = base[:200]
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s.lfs-migrate.%d.%d", base, os.Getpid(), time.Now().UnixNano()%1e6))
-	perm := uint32(st.Mode & 0o7777)
 	if la.given() {
 		def, _, err := dirDefault(filepath.Dir(path))
 		if err != nil {
@@ -1231,20 +1231,14 @@ func migrate(path string, la *layoutArgs) (err error) {
 		}
 		unix.Close(fd)
 	}
-	defer func() {
-		if err != nil {
-			unix.Unlink(tmp)
-		}
-	}()
+	// The copy goes in the end, with the old objects after the swap (or
+	// with the new ones if something failed).
+	defer unix.Unlink(tmp)
 	dst, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return errnoErr(err)
 	}
 	if err := copyData(dst, src, st.Size); err != nil {
-		unix.Close(dst)
-		return err
-	}
-	if err := copyMeta(dst, path, &st, perm); err != nil {
 		unix.Close(dst)
 		return err
 	}
@@ -1255,14 +1249,10 @@ func migrate(path string, la *layoutArgs) (err error) {
 	if err := unix.Close(dst); err != nil {
 		return errnoErr(err)
 	}
-	// The mount records the copy's mtime when it has closed it (after
-	// close(2) returns: FUSE releases a file asynchronously), then its
-	// size: set the old times once the size is there.
+	// The copy's lazy size goes to the file with its objects: wait until
+	// the mount has recorded it (FUSE releases a file after close(2)
+	// returns).
 	waitLSOM(tmp, st.Size)
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return errnoErr(err)
-	}
 	after, err := stateOf(src, path)
 	if err != nil {
 		return err
@@ -1271,8 +1261,16 @@ func migrate(path string, la *layoutArgs) (err error) {
 		return fmt.Errorf("it changed during the migration (data version %s → %s, size %d → %d): %w; try again",
 			before.dv, after.dv, before.size, after.size, unix.EBUSY)
 	}
-	if err := unix.Rename(tmp, path); err != nil {
-		return errnoErr(err)
+	tmpFID, err := getxattr(tmp, client.XattrFID)
+	if err != nil {
+		return fmt.Errorf("FID of the copy: %w", err)
+	}
+	// The MDT checks the data version again, under its locks.
+	if err := unix.Setxattr(path, client.XattrSwapLayouts, []byte(string(tmpFID)+" "+before.dv), 0); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("it changed during the migration: %w; try again", unix.EBUSY)
+		}
+		return fmt.Errorf("swap layouts: %s", errnoText(err))
 	}
 	return nil
 }
@@ -1317,38 +1315,6 @@ func allZero(b []byte) bool {
 		b = b[8:]
 	}
 	return len(bytes.Trim(b, "\x00")) == 0
-}
-
-// copyMeta gives the copy src's owner, mode and extended attributes
-// (lustre.* excepted: the copy has its own).
-func copyMeta(dst int, src string, st *unix.Stat_t, perm uint32) error {
-	if err := unix.Fchown(dst, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("chown: %s", errnoText(err))
-	}
-	if err := unix.Fchmod(dst, perm); err != nil {
-		return fmt.Errorf("chmod: %s", errnoText(err))
-	}
-	sz, err := unix.Llistxattr(src, nil)
-	if err != nil || sz == 0 {
-		return nil
-	}
-	buf := make([]byte, sz)
-	if sz, err = unix.Llistxattr(src, buf); err != nil {
-		return nil
-	}
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
-		if name == "" || strings.HasPrefix(name, "lustre.") {
-			continue
-		}
-		v, err := lgetxattr(src, name)
-		if err != nil {
-			continue
-		}
-		if err := unix.Fsetxattr(dst, name, v, 0); err != nil {
-			return fmt.Errorf("xattr %s: %s", name, errnoText(err))
-		}
-	}
-	return nil
 }
 
 // waitLSOM waits (a few seconds at most) until the MDT has path's size

@@ -534,13 +534,18 @@ func TestLfs(t *testing.T) {
 			t.Fatal(err)
 		}
 		before, _ := getxattr(f, client.XattrFID)
+		link := filepath.Join(mnt, "migrating-link")
+		if err := os.Link(f, link); err != nil {
+			t.Fatal(err)
+		}
 		var st0 unix.Stat_t
 		unix.Stat(f, &st0)
 		// The reader is another process: it opens the file and reads 64
 		// KiB; told to go on, it reads 5 MiB more while lfs migrates the
 		// file; told again, the rest. Before that last part the kernel's
-		// cache of the old file is dropped: those reads go to the old
-		// objects, which stay until the reader closes the file.
+		// cache of the file is dropped: those reads go to the OSTs, to the
+		// new objects (the layout swap called the reader's layout lock
+		// back), and must give the same bytes.
 		out := filepath.Join(t.TempDir(), "read")
 		script := `exec 3<"$1"; dd bs=65536 count=1 <&3 >"$2" 2>/dev/null; echo opened; read go; ` +
 			`i=0; while [ $i -lt 20 ]; do dd bs=262144 count=1 <&3 >>"$2" 2>/dev/null; sleep 0.01; i=$((i+1)); done; ` +
@@ -612,8 +617,14 @@ func TestLfs(t *testing.T) {
 			t.Fatalf("user.tag after migrate: %q %v", v, err)
 		}
 		after, _ := getxattr(f, client.XattrFID)
-		if string(after) == string(before) {
-			t.Logf("FID kept: %s", after)
+		if string(after) != string(before) {
+			t.Fatalf("migrate changed the FID: %s → %s", before, after)
+		}
+		if viaLink, _ := getxattr(link, client.XattrFID); string(viaLink) != string(before) {
+			t.Fatalf("the hard link names %s, the file %s", viaLink, before)
+		}
+		if n := len(lovOf(t, link).Components[0].Objects); n != 4 {
+			t.Fatalf("the hard link sees %d stripes", n)
 		}
 		ents, _ := os.ReadDir(mnt)
 		for _, e := range ents {

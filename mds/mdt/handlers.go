@@ -24,6 +24,7 @@ func (m *MDT) handlerTable() map[wire.Opcode]ptlrpc.Handler {
 		wire.MDSSync: m.sync, wire.MDSGetInfo: m.getInfo, wire.SEQQuery: m.seqQuery, wire.FLDQuery: m.fldQuery,
 		wire.MDSHSMStateGet: m.hsmStateGet, wire.MDSHSMStateSet: m.hsmStateSet, wire.MDSHSMProgress: m.hsmProgress,
 		wire.LLOGNextBlock: m.changelogRead, wire.MDSChangelogClear: m.changelogClear,
+		wire.MDSSwapLayouts: m.swapLayouts,
 	}
 	for op, spec := range m.lockd.Handlers() {
 		h[op] = spec.Fn
@@ -950,4 +951,43 @@ func (m *MDT) destroyOrphans() {
 	if len(rms) > 0 {
 		m.log.Info("mdt: destroyed orphans of an earlier run", "count", len(rms))
 	}
+}
+
+// swapLayouts serves MDS_SWAP_LAYOUTS under EX LAYOUT and UPDATE locks on
+// both files: clients caching either layout (or size) get it again.
+func (m *MDT) swapLayouts(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var w mdsv1.SwapLayoutsRequest
+	err := unmarshal(r.Body, &w)
+	var cred mdd.Cred
+	var a, b fid.FID
+	if err == nil {
+		cred, err = credFrom(w.Cred)
+	}
+	if err == nil {
+		a, err = needFID("first", w.Fid1)
+	}
+	if err == nil {
+		b, err = needFID("second", w.Fid2)
+	}
+	for _, f := range []fid.FID{a, b} {
+		if err == nil {
+			err = m.checkFID(f)
+		}
+	}
+	if err != nil {
+		return m.fail(r, err)
+	}
+	unlock, err := m.lock(ctx, objLock(a, ldlm.BitLayout|ldlm.BitUpdate), objLock(b, ldlm.BitLayout|ldlm.BitUpdate))
+	if err != nil {
+		return m.fail(r, err)
+	}
+	defer unlock()
+	var dv *uint64
+	if w.CheckDv1 {
+		dv = &w.Dv1
+	}
+	if err := m.store.SwapLayouts(m.req(r, cred, w.Time), a, b, dv); err != nil {
+		return m.fail(r, fmt.Errorf("mdt: swap layouts of %v and %v: %w", a, b, err))
+	}
+	return nil, 0
 }

@@ -64,7 +64,8 @@ var handlerFlags = map[wire.Opcode]ptlrpc.HandlerFlags{
 	wire.MDSReadpage: 0, wire.MDSStatfs: 0, wire.MDSGetxattr: 0, wire.MDSGetRoot: 0, wire.MDSSync: 0,
 	wire.MDSGetInfo: 0, wire.SEQQuery: 0, wire.FLDQuery: 0,
 	wire.MDSHSMStateGet: 0, wire.MDSHSMStateSet: ptlrpc.Modifying, wire.MDSHSMProgress: ptlrpc.Modifying,
-	wire.LLOGNextBlock: 0, wire.MDSChangelogClear: 0,
+	wire.MDSSwapLayouts: ptlrpc.Modifying,
+	wire.LLOGNextBlock:  0, wire.MDSChangelogClear: 0,
 	wire.LDLMEnqueue: ptlrpc.Modifying, wire.LDLMCancel: 0, wire.LDLMConvert: 0,
 }
 

@@ -40,6 +40,7 @@ const (
 	MDSHSMStateGet Opcode = 54 // MDS_HSM_STATE_GET: a file's HSM flags, archive id and data versions
 	MDSHSMStateSet Opcode = 55 // MDS_HSM_STATE_SET: set or clear HSM flags; release a file's objects
 	MDSHSMProgress Opcode = 57 // MDS_HSM_PROGRESS: a copytool's completion of an archive, restore or remove
+	MDSSwapLayouts Opcode = 61 // MDS_SWAP_LAYOUTS: two files exchange their objects
 	// MDSChangelogClear is Nacre's: a changelog user's clear (Lustre
 	// sends it as a set_info key).
 	MDSChangelogClear Opcode = 520 // MDS_CHANGELOG_CLEAR: a changelog user consumed records up to an index
@@ -85,6 +86,7 @@ var opcodeNames = map[Opcode]string{
 	MDSHSMStateGet:    "MDS_HSM_STATE_GET",
 	MDSHSMStateSet:    "MDS_HSM_STATE_SET",
 	MDSHSMProgress:    "MDS_HSM_PROGRESS",
+	MDSSwapLayouts:    "MDS_SWAP_LAYOUTS",
 	MDSChangelogClear: "MDS_CHANGELOG_CLEAR",
 	LLOGNextBlock:     "LLOG_ORIGIN_HANDLE_NEXT_BLOCK",
 	LDLMEnqueue:       "LDLM_ENQUEUE",

@@ -1568,6 +1568,95 @@ func (x *ReintReply) GetOrphan() bool {
 	return false
 }
 
+// SwapLayoutsRequest is MDS_SWAP_LAYOUTS: the regular files fid1 and fid2
+// exchange their layouts (their OST objects) and lazy sizes, keeping their
+// FIDs, names and attributes (lfs migrate). With check_dv1 the swap is
+// refused (EBUSY) unless fid1's data version is still dv1: nobody changed
+// its data since the caller copied it. The reply has no body.
+type SwapLayoutsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	Fid1          *FID                   `protobuf:"bytes,2,opt,name=fid1,proto3" json:"fid1,omitempty"`
+	Fid2          *FID                   `protobuf:"bytes,3,opt,name=fid2,proto3" json:"fid2,omitempty"`
+	Time          int64                  `protobuf:"varint,4,opt,name=time,proto3" json:"time,omitempty"`
+	CheckDv1      bool                   `protobuf:"varint,5,opt,name=check_dv1,json=checkDv1,proto3" json:"check_dv1,omitempty"`
+	Dv1           uint64                 `protobuf:"varint,6,opt,name=dv1,proto3" json:"dv1,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwapLayoutsRequest) Reset() {
+	*x = SwapLayoutsRequest{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwapLayoutsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwapLayoutsRequest) ProtoMessage() {}
+
+func (x *SwapLayoutsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwapLayoutsRequest.ProtoReflect.Descriptor instead.
+func (*SwapLayoutsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SwapLayoutsRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *SwapLayoutsRequest) GetFid1() *FID {
+	if x != nil {
+		return x.Fid1
+	}
+	return nil
+}
+
+func (x *SwapLayoutsRequest) GetFid2() *FID {
+	if x != nil {
+		return x.Fid2
+	}
+	return nil
+}
+
+func (x *SwapLayoutsRequest) GetTime() int64 {
+	if x != nil {
+		return x.Time
+	}
+	return 0
+}
+
+func (x *SwapLayoutsRequest) GetCheckDv1() bool {
+	if x != nil {
+		return x.CheckDv1
+	}
+	return false
+}
+
+func (x *SwapLayoutsRequest) GetDv1() uint64 {
+	if x != nil {
+		return x.Dv1
+	}
+	return 0
+}
+
 // CloseRequest is MDS_CLOSE: it ends the open handle of fid. With lsom set
 // the file's lazy size becomes size and blocks (the client's view at its
 // last close).
@@ -1585,7 +1674,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1686,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1699,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseRequest) GetCred() *Cred {
@@ -1669,7 +1758,7 @@ type ReaddirRequest struct {
 
 func (x *ReaddirRequest) Reset() {
 	*x = ReaddirRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1770,7 @@ func (x *ReaddirRequest) String() string {
 func (*ReaddirRequest) ProtoMessage() {}
 
 func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1783,7 @@ func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirRequest.ProtoReflect.Descriptor instead.
 func (*ReaddirRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReaddirRequest) GetCred() *Cred {
@@ -1739,7 +1828,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1840,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1853,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -1807,7 +1896,7 @@ type ReaddirReply struct {
 
 func (x *ReaddirReply) Reset() {
 	*x = ReaddirReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1908,7 @@ func (x *ReaddirReply) String() string {
 func (*ReaddirReply) ProtoMessage() {}
 
 func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1921,7 @@ func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReply.ProtoReflect.Descriptor instead.
 func (*ReaddirReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReaddirReply) GetEntries() []*DirEntry {
@@ -1867,7 +1956,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1968,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +1981,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatfsReply) GetFiles() uint64 {
@@ -1958,7 +2047,7 @@ type GetxattrRequest struct {
 
 func (x *GetxattrRequest) Reset() {
 	*x = GetxattrRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2059,7 @@ func (x *GetxattrRequest) String() string {
 func (*GetxattrRequest) ProtoMessage() {}
 
 func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2072,7 @@ func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrRequest.ProtoReflect.Descriptor instead.
 func (*GetxattrRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetxattrRequest) GetCred() *Cred {
@@ -2025,7 +2114,7 @@ type GetxattrReply struct {
 
 func (x *GetxattrReply) Reset() {
 	*x = GetxattrReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2126,7 @@ func (x *GetxattrReply) String() string {
 func (*GetxattrReply) ProtoMessage() {}
 
 func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2139,7 @@ func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrReply.ProtoReflect.Descriptor instead.
 func (*GetxattrReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetxattrReply) GetValue() []byte {
@@ -2077,7 +2166,7 @@ type GetRootReply struct {
 
 func (x *GetRootReply) Reset() {
 	*x = GetRootReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2178,7 @@ func (x *GetRootReply) String() string {
 func (*GetRootReply) ProtoMessage() {}
 
 func (x *GetRootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2191,7 @@ func (x *GetRootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootReply.ProtoReflect.Descriptor instead.
 func (*GetRootReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetRootReply) GetFid() *FID {
@@ -2125,7 +2214,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2226,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2239,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetInfoRequest) GetCred() *Cred {
@@ -2184,7 +2273,7 @@ type GetInfoReply struct {
 
 func (x *GetInfoReply) Reset() {
 	*x = GetInfoReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2285,7 @@ func (x *GetInfoReply) String() string {
 func (*GetInfoReply) ProtoMessage() {}
 
 func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2298,7 @@ func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoReply.ProtoReflect.Descriptor instead.
 func (*GetInfoReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetInfoReply) GetPaths() [][]byte {
@@ -2232,7 +2321,7 @@ type ChangelogReadRequest struct {
 
 func (x *ChangelogReadRequest) Reset() {
 	*x = ChangelogReadRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2333,7 @@ func (x *ChangelogReadRequest) String() string {
 func (*ChangelogReadRequest) ProtoMessage() {}
 
 func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2346,7 @@ func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogReadRequest.ProtoReflect.Descriptor instead.
 func (*ChangelogReadRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ChangelogReadRequest) GetCred() *Cred {
@@ -2293,7 +2382,7 @@ type ChangelogReadReply struct {
 
 func (x *ChangelogReadReply) Reset() {
 	*x = ChangelogReadReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2394,7 @@ func (x *ChangelogReadReply) String() string {
 func (*ChangelogReadReply) ProtoMessage() {}
 
 func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2407,7 @@ func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogReadReply.ProtoReflect.Descriptor instead.
 func (*ChangelogReadReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ChangelogReadReply) GetRecords() [][]byte {
@@ -2348,7 +2437,7 @@ type ChangelogClearRequest struct {
 
 func (x *ChangelogClearRequest) Reset() {
 	*x = ChangelogClearRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2449,7 @@ func (x *ChangelogClearRequest) String() string {
 func (*ChangelogClearRequest) ProtoMessage() {}
 
 func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2462,7 @@ func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogClearRequest.ProtoReflect.Descriptor instead.
 func (*ChangelogClearRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChangelogClearRequest) GetCred() *Cred {
@@ -2409,7 +2498,7 @@ type SeqQueryReply struct {
 
 func (x *SeqQueryReply) Reset() {
 	*x = SeqQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2510,7 @@ func (x *SeqQueryReply) String() string {
 func (*SeqQueryReply) ProtoMessage() {}
 
 func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2523,7 @@ func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqQueryReply.ProtoReflect.Descriptor instead.
 func (*SeqQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SeqQueryReply) GetSeq() uint64 {
@@ -2461,7 +2550,7 @@ type FldQueryRequest struct {
 
 func (x *FldQueryRequest) Reset() {
 	*x = FldQueryRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2562,7 @@ func (x *FldQueryRequest) String() string {
 func (*FldQueryRequest) ProtoMessage() {}
 
 func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2575,7 @@ func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryRequest.ProtoReflect.Descriptor instead.
 func (*FldQueryRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FldQueryRequest) GetSeq() uint64 {
@@ -2510,7 +2599,7 @@ type FldQueryReply struct {
 
 func (x *FldQueryReply) Reset() {
 	*x = FldQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2611,7 @@ func (x *FldQueryReply) String() string {
 func (*FldQueryReply) ProtoMessage() {}
 
 func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2624,7 @@ func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryReply.ProtoReflect.Descriptor instead.
 func (*FldQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FldQueryReply) GetStart() uint64 {
@@ -2591,7 +2680,7 @@ type IntentRequest struct {
 
 func (x *IntentRequest) Reset() {
 	*x = IntentRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2692,7 @@ func (x *IntentRequest) String() string {
 func (*IntentRequest) ProtoMessage() {}
 
 func (x *IntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2705,7 @@ func (x *IntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentRequest.ProtoReflect.Descriptor instead.
 func (*IntentRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IntentRequest) GetOp() uint32 {
@@ -2717,7 +2806,7 @@ type IntentReply struct {
 
 func (x *IntentReply) Reset() {
 	*x = IntentReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2818,7 @@ func (x *IntentReply) String() string {
 func (*IntentReply) ProtoMessage() {}
 
 func (x *IntentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2831,7 @@ func (x *IntentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentReply.ProtoReflect.Descriptor instead.
 func (*IntentReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IntentReply) GetAttr() *Attr {
@@ -2798,7 +2887,7 @@ type HsmStateGetRequest struct {
 
 func (x *HsmStateGetRequest) Reset() {
 	*x = HsmStateGetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2899,7 @@ func (x *HsmStateGetRequest) String() string {
 func (*HsmStateGetRequest) ProtoMessage() {}
 
 func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2912,7 @@ func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateGetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateGetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HsmStateGetRequest) GetCred() *Cred {
@@ -2857,7 +2946,7 @@ type HsmState struct {
 
 func (x *HsmState) Reset() {
 	*x = HsmState{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +2958,7 @@ func (x *HsmState) String() string {
 func (*HsmState) ProtoMessage() {}
 
 func (x *HsmState) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +2971,7 @@ func (x *HsmState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmState.ProtoReflect.Descriptor instead.
 func (*HsmState) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HsmState) GetFlags() uint32 {
@@ -2933,7 +3022,7 @@ type HsmStateSetRequest struct {
 
 func (x *HsmStateSetRequest) Reset() {
 	*x = HsmStateSetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3034,7 @@ func (x *HsmStateSetRequest) String() string {
 func (*HsmStateSetRequest) ProtoMessage() {}
 
 func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3047,7 @@ func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateSetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateSetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HsmStateSetRequest) GetCred() *Cred {
@@ -3035,7 +3124,7 @@ type HsmProgressRequest struct {
 
 func (x *HsmProgressRequest) Reset() {
 	*x = HsmProgressRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3136,7 @@ func (x *HsmProgressRequest) String() string {
 func (*HsmProgressRequest) ProtoMessage() {}
 
 func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3149,7 @@ func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmProgressRequest.ProtoReflect.Descriptor instead.
 func (*HsmProgressRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HsmProgressRequest) GetCred() *Cred {
@@ -3236,7 +3325,14 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"openHandle\x12\x18\n" +
 	"\acreated\x18\x04 \x01(\bR\acreated\x12\x1b\n" +
 	"\tlast_link\x18\x05 \x01(\bR\blastLink\x12\x16\n" +
-	"\x06orphan\x18\x06 \x01(\bR\x06orphan\"\xb3\x01\n" +
+	"\x06orphan\x18\x06 \x01(\bR\x06orphan\"\xcd\x01\n" +
+	"\x12SwapLayoutsRequest\x12&\n" +
+	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12%\n" +
+	"\x04fid1\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x04fid1\x12%\n" +
+	"\x04fid2\x18\x03 \x01(\v2\x11.nacre.mds.v1.FIDR\x04fid2\x12\x12\n" +
+	"\x04time\x18\x04 \x01(\x03R\x04time\x12\x1b\n" +
+	"\tcheck_dv1\x18\x05 \x01(\bR\bcheckDv1\x12\x10\n" +
+	"\x03dv1\x18\x06 \x01(\x04R\x03dv1\"\xb3\x01\n" +
 	"\fCloseRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x06R\x06handle\x12#\n" +
@@ -3364,7 +3460,7 @@ func file_nacre_mds_v1_mds_proto_rawDescGZIP() []byte {
 	return file_nacre_mds_v1_mds_proto_rawDescData
 }
 
-var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*FID)(nil),                   // 0: nacre.mds.v1.FID
 	(*Cred)(nil),                  // 1: nacre.mds.v1.Cred
@@ -3383,28 +3479,29 @@ var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*LayoutIntentOp)(nil),        // 14: nacre.mds.v1.LayoutIntentOp
 	(*OpenOp)(nil),                // 15: nacre.mds.v1.OpenOp
 	(*ReintReply)(nil),            // 16: nacre.mds.v1.ReintReply
-	(*CloseRequest)(nil),          // 17: nacre.mds.v1.CloseRequest
-	(*ReaddirRequest)(nil),        // 18: nacre.mds.v1.ReaddirRequest
-	(*DirEntry)(nil),              // 19: nacre.mds.v1.DirEntry
-	(*ReaddirReply)(nil),          // 20: nacre.mds.v1.ReaddirReply
-	(*StatfsReply)(nil),           // 21: nacre.mds.v1.StatfsReply
-	(*GetxattrRequest)(nil),       // 22: nacre.mds.v1.GetxattrRequest
-	(*GetxattrReply)(nil),         // 23: nacre.mds.v1.GetxattrReply
-	(*GetRootReply)(nil),          // 24: nacre.mds.v1.GetRootReply
-	(*GetInfoRequest)(nil),        // 25: nacre.mds.v1.GetInfoRequest
-	(*GetInfoReply)(nil),          // 26: nacre.mds.v1.GetInfoReply
-	(*ChangelogReadRequest)(nil),  // 27: nacre.mds.v1.ChangelogReadRequest
-	(*ChangelogReadReply)(nil),    // 28: nacre.mds.v1.ChangelogReadReply
-	(*ChangelogClearRequest)(nil), // 29: nacre.mds.v1.ChangelogClearRequest
-	(*SeqQueryReply)(nil),         // 30: nacre.mds.v1.SeqQueryReply
-	(*FldQueryRequest)(nil),       // 31: nacre.mds.v1.FldQueryRequest
-	(*FldQueryReply)(nil),         // 32: nacre.mds.v1.FldQueryReply
-	(*IntentRequest)(nil),         // 33: nacre.mds.v1.IntentRequest
-	(*IntentReply)(nil),           // 34: nacre.mds.v1.IntentReply
-	(*HsmStateGetRequest)(nil),    // 35: nacre.mds.v1.HsmStateGetRequest
-	(*HsmState)(nil),              // 36: nacre.mds.v1.HsmState
-	(*HsmStateSetRequest)(nil),    // 37: nacre.mds.v1.HsmStateSetRequest
-	(*HsmProgressRequest)(nil),    // 38: nacre.mds.v1.HsmProgressRequest
+	(*SwapLayoutsRequest)(nil),    // 17: nacre.mds.v1.SwapLayoutsRequest
+	(*CloseRequest)(nil),          // 18: nacre.mds.v1.CloseRequest
+	(*ReaddirRequest)(nil),        // 19: nacre.mds.v1.ReaddirRequest
+	(*DirEntry)(nil),              // 20: nacre.mds.v1.DirEntry
+	(*ReaddirReply)(nil),          // 21: nacre.mds.v1.ReaddirReply
+	(*StatfsReply)(nil),           // 22: nacre.mds.v1.StatfsReply
+	(*GetxattrRequest)(nil),       // 23: nacre.mds.v1.GetxattrRequest
+	(*GetxattrReply)(nil),         // 24: nacre.mds.v1.GetxattrReply
+	(*GetRootReply)(nil),          // 25: nacre.mds.v1.GetRootReply
+	(*GetInfoRequest)(nil),        // 26: nacre.mds.v1.GetInfoRequest
+	(*GetInfoReply)(nil),          // 27: nacre.mds.v1.GetInfoReply
+	(*ChangelogReadRequest)(nil),  // 28: nacre.mds.v1.ChangelogReadRequest
+	(*ChangelogReadReply)(nil),    // 29: nacre.mds.v1.ChangelogReadReply
+	(*ChangelogClearRequest)(nil), // 30: nacre.mds.v1.ChangelogClearRequest
+	(*SeqQueryReply)(nil),         // 31: nacre.mds.v1.SeqQueryReply
+	(*FldQueryRequest)(nil),       // 32: nacre.mds.v1.FldQueryRequest
+	(*FldQueryReply)(nil),         // 33: nacre.mds.v1.FldQueryReply
+	(*IntentRequest)(nil),         // 34: nacre.mds.v1.IntentRequest
+	(*IntentReply)(nil),           // 35: nacre.mds.v1.IntentReply
+	(*HsmStateGetRequest)(nil),    // 36: nacre.mds.v1.HsmStateGetRequest
+	(*HsmState)(nil),              // 37: nacre.mds.v1.HsmState
+	(*HsmStateSetRequest)(nil),    // 38: nacre.mds.v1.HsmStateSetRequest
+	(*HsmProgressRequest)(nil),    // 39: nacre.mds.v1.HsmProgressRequest
 }
 var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 0: nacre.mds.v1.Attr.fid:type_name -> nacre.mds.v1.FID
@@ -3438,35 +3535,38 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 28: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
 	0,  // 29: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
 	2,  // 30: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 31: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 32: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 33: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 34: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 35: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
-	19, // 36: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
-	1,  // 37: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 38: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 39: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
-	1,  // 40: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 41: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 42: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
-	1,  // 43: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
-	1,  // 44: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 45: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
-	0,  // 46: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 47: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 48: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 49: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 50: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 51: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 52: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 53: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 54: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	1,  // 31: nacre.mds.v1.SwapLayoutsRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 32: nacre.mds.v1.SwapLayoutsRequest.fid1:type_name -> nacre.mds.v1.FID
+	0,  // 33: nacre.mds.v1.SwapLayoutsRequest.fid2:type_name -> nacre.mds.v1.FID
+	1,  // 34: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 35: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 36: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 37: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 38: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
+	20, // 39: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
+	1,  // 40: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 41: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 42: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
+	1,  // 43: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 44: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 45: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 46: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 47: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 48: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
+	0,  // 49: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 50: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 51: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 52: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 53: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 54: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 55: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 56: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 57: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_nacre_mds_v1_mds_proto_init() }
@@ -3491,7 +3591,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_mds_v1_mds_proto_rawDesc), len(file_nacre_mds_v1_mds_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,98 @@
+package mdd
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+// SwapLayouts exchanges the layouts (and with them the lazy sizes) of the
+// regular files a and b, Lustre's MDS_SWAP_LAYOUTS: each keeps its FID,
+// names and attributes and gets the other's objects, which is how lfs
+// migrate restripes a file without changing its identity. Each layout's
+// generation goes past both old ones, so clients caching either fetch it
+// again. The caller needs write permission on both. EINVAL for one file
+// twice or a file that is not regular, ENOENT, EACCES; EBUSY if dvA is
+// not nil and a's data version is no longer *dvA. A LYOUT changelog record
+// is written for each.
+func (s *Store) SwapLayouts(r Req, a, b fid.FID, dvA *uint64) error {
+	if a == b {
+		return fail(syscall.EINVAL, "swap layouts of %v with itself", a)
+	}
+	t := s.begin(&r)
+	return t.finish(t.swapLayouts(a, b, dvA))
+}
+
+func (t *tx) swapLayouts(a, b fid.FID, dvA *uint64) error {
+	if dvA != nil {
+		h, err := t.hsmOf(a)
+		if err != nil {
+			return err
+		}
+		if h.DataVersion != *dvA {
+			return fail(syscall.EBUSY, "swap layouts of %v: its data changed (version %d, expected %d)", a, h.DataVersion, *dvA)
+		}
+	}
+	fids := [2]fid.FID{a, b}
+	var ns [2]*inode
+	for i, f := range fids {
+		n, err := t.inode(f)
+		if err != nil {
+			return err
+		}
+		if n.Mode&S_IFMT != S_IFREG {
+			return fail(syscall.EINVAL, "swap layouts of %v: not a regular file", f)
+		}
+		if err := t.may(n, MayWrite); err != nil {
+			return err
+		}
+		ns[i] = n
+	}
+	var ls [2]*layout.Layout
+	var som [2][]byte
+	var gen uint32
+	for i, f := range fids {
+		l, err := t.layoutOf(f)
+		if err != nil {
+			return err
+		}
+		if l != nil {
+			gen = max(gen, l.Gen)
+		}
+		ls[i] = l
+		v, err := t.s.get(fidKey(pfxLSOM, f))
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			return ioError(err, "lsom of %v", f)
+		default:
+			som[i] = append([]byte(nil), v...)
+		}
+	}
+	for i, f := range fids {
+		if other := ls[1-i]; other == nil {
+			t.b.Delete(fidKey(pfxLayout, f), nil)
+		} else {
+			l := other.Clone()
+			l.Gen = gen + 1
+			v, err := l.Marshal()
+			if err != nil {
+				return ioError(err, "layout of %v", f)
+			}
+			t.b.Set(fidKey(pfxLayout, f), v, nil)
+		}
+		if som[1-i] == nil {
+			t.b.Delete(fidKey(pfxLSOM, f), nil)
+		} else {
+			t.b.Set(fidKey(pfxLSOM, f), som[1-i], nil)
+		}
+		ns[i].Ctime = t.now
+		t.touch(ns[i])
+		t.changelog(ChangelogRecord{Type: CLLayout, TFID: f})
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package mdd
+
+import (
+	"syscall"
+	"testing"
+
+	"github.com/nacrefs/nacre/internal/layout"
+)
+
+// TestSwapLayouts: two files exchange objects and lazy sizes and keep
+// their FIDs and names; both generations go up; bad pairs change nothing.
+func TestSwapLayouts(t *testing.T) {
+	s := newStore(t)
+	a := create(t, s, root, RootFID, "a", 0o644)
+	b := create(t, s, root, RootFID, "b", 0o600)
+	dir, err := s.Mkdir(root, RootFID, "d", Spec{Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err := s.SetLayout(root, a, plainOn(obj(0, 1), obj(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := s.SetLayout(root, b, plainOn(obj(2, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.OpenFile(root, a, OpenReadWrite); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CloseFile(root, a, CloseInfo{Write: true, LSOM: &LSOM{Size: 4096, Blocks: 8}}); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "with itself", s.SwapLayouts(root, a, a, nil), syscall.EINVAL)
+	wantErrno(t, "with a directory", s.SwapLayouts(root, a, dir.FID, nil), syscall.EINVAL)
+	wantErrno(t, "without write permission", s.SwapLayouts(user(1000, 1000), a, b, nil), syscall.EACCES)
+	if got, _ := s.GetLayout(a); got.Gen != la.Gen {
+		t.Fatalf("a failed swap changed a's layout: %+v", got)
+	}
+	stale := uint64(99)
+	wantErrno(t, "with a stale data version", s.SwapLayouts(root, a, b, &stale), syscall.EBUSY)
+	h, err := s.GetHSM(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SwapLayouts(root, a, b, &h.DataVersion); err != nil {
+		t.Fatal(err)
+	}
+	ga, err := s.GetLayout(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := s.GetLayout(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := func(l layout.Layout) []layout.Object { return l.Components[0].RAID0.Objects }
+	if len(objs(ga)) != 1 || objs(ga)[0] != obj(2, 7) || len(objs(gb)) != 2 || objs(gb)[1] != obj(1, 1) {
+		t.Fatalf("after the swap a has %v, b has %v", objs(ga), objs(gb))
+	}
+	if g := max(la.Gen, lb.Gen); ga.Gen <= g || gb.Gen <= g {
+		t.Fatalf("generations %d %d not past %d", ga.Gen, gb.Gen, g)
+	}
+	if l, ok, _ := s.GetLSOM(b); !ok || l.Size != 4096 {
+		t.Fatalf("b's lazy size %+v %v, want a's", l, ok)
+	}
+	if _, ok, _ := s.GetLSOM(a); ok {
+		t.Fatal("a kept a lazy size b never had")
+	}
+	if c, err := s.Lookup(root, RootFID, "a"); err != nil || c.FID != a {
+		t.Fatalf("a's name: %v %v", c.FID, err)
+	}
+	check(t, s)
+}
