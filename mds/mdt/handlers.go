@@ -25,10 +25,55 @@ func (m *MDT) handlerTable() map[wire.Opcode]ptlrpc.Handler {
 		wire.MDSHSMStateGet: m.hsmStateGet, wire.MDSHSMStateSet: m.hsmStateSet, wire.MDSHSMProgress: m.hsmProgress,
 		wire.LLOGNextBlock: m.changelogRead, wire.MDSChangelogClear: m.changelogClear,
 	}
+	// Job stats by Lustre's md_stats names; MDS_REINT and intents count
+	// by what they do (reint, intent).
+	for op, name := range map[wire.Opcode]string{wire.MDSGetattr: "getattr", wire.MDSGetattrName: "getattr",
+		wire.MDSClose: "close", wire.MDSReadpage: "readdir", wire.MDSStatfs: "statfs", wire.MDSGetxattr: "getxattr",
+		wire.MDSSync: "sync"} {
+		h[op] = m.countJob(name, h[op])
+	}
 	for op, spec := range m.lockd.Handlers() {
 		h[op] = spec.Fn
 	}
 	return h
+}
+
+// countJob wraps a handler to count its requests in the job stats under
+// name.
+func (m *MDT) countJob(name string, h ptlrpc.Handler) ptlrpc.Handler {
+	return func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+		m.jobs.Add(r.Header.JobID(), name, "reqs", 1)
+		return h(ctx, r)
+	}
+}
+
+// reintJobOp is the md_stats name of a reint operation.
+func reintJobOp(op any) string {
+	switch o := op.(type) {
+	case *createOp:
+		if o.mode&sIFMT == sIFDIR {
+			return "mkdir"
+		}
+		return "mknod"
+	case *unlinkOp:
+		if o.dir {
+			return "rmdir"
+		}
+		return "unlink"
+	case *renameOp:
+		return "rename"
+	case *linkOp:
+		return "link"
+	case *setattrOp:
+		return "setattr"
+	case *setxattrOp, *setLayoutOp:
+		return "setxattr"
+	case *layoutIntentOp:
+		return "layout_intent"
+	case *openOp:
+		return "open"
+	}
+	return "reint"
 }
 
 // errno is the status a reply carries for err.
@@ -179,6 +224,7 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return m.fail(r, err)
 	}
+	m.jobs.Add(r.Header.JobID(), reintJobOp(q.op), "reqs", 1)
 	var rep *mdsv1.ReintReply
 	switch o := q.op.(type) {
 	case *createOp:
