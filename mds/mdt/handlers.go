@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"syscall"
 
 	"google.golang.org/protobuf/proto"
@@ -38,11 +39,28 @@ func (m *MDT) handlerTable() map[wire.Opcode]ptlrpc.Handler {
 	return h
 }
 
+// countOp counts one metadata operation of r: in the MDT's operation
+// counts (OpStats) and under r's job id (JobStats).
+func (m *MDT) countOp(r *ptlrpc.Request, name string) {
+	m.opsMu.Lock()
+	m.ops[name]++
+	m.opsMu.Unlock()
+	m.jobs.Add(r.Header.JobID(), name, "reqs", 1)
+}
+
+// OpStats returns how many metadata operations the MDT was asked for, by
+// md_stats name ("open", "mkdir", "getattr"), errors included.
+func (m *MDT) OpStats() map[string]uint64 {
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	return maps.Clone(m.ops)
+}
+
 // countJob wraps a handler to count its requests in the job stats under
 // name.
 func (m *MDT) countJob(name string, h ptlrpc.Handler) ptlrpc.Handler {
 	return func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
-		m.jobs.Add(r.Header.JobID(), name, "reqs", 1)
+		m.countOp(r, name)
 		return h(ctx, r)
 	}
 }
@@ -224,7 +242,7 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return m.fail(r, err)
 	}
-	m.jobs.Add(r.Header.JobID(), reintJobOp(q.op), "reqs", 1)
+	m.countOp(r, reintJobOp(q.op))
 	var rep *mdsv1.ReintReply
 	switch o := q.op.(type) {
 	case *createOp:

@@ -297,6 +297,9 @@ type MDT struct {
 	// jobs counts metadata operations by the job id of the requests
 	// (mdt.*.job_stats).
 	jobs *jobstats.Stats
+	// ops counts metadata operations by md_stats name (a fixed set).
+	opsMu sync.Mutex
+	ops   map[string]uint64
 
 	ospMu sync.Mutex // guards osps, pools
 	// ostsKnown is closed once the OST list is known (see AwaitOSTs).
@@ -340,7 +343,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	}
 	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
 		opens: map[*ptlrpc.Export]map[uint64]openFile{}, nextHandle: rand.Uint64() >> 1,
-		destroyKick: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0)}
+		destroyKick: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0), ops: map[string]uint64{}}
 	m.SetPools(cfg.Pools)
 	sc := cfg.Store
 	sc.Index, sc.SyncInterval = cfg.Index, 0
