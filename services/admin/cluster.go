@@ -90,7 +90,9 @@ func (s *Server) GetClusterOverview(ctx context.Context, req *adminv1.GetCluster
 	if err != nil {
 		return nil, rpcstatus.Error(err)
 	}
+	next := out.NextPageToken
 	mask.apply(out.ProtoReflect())
+	out.NextPageToken = next // paging works whatever the mask
 	return out, nil
 }
 

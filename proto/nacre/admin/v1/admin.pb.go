@@ -2945,7 +2945,8 @@ type GetClusterOverviewRequest struct {
 	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
 	// Fields to return, as paths of ClusterOverview ("targets.name",
 	// "targets.usage", "total"). Empty: everything but the per-client
-	// detail (targets.clients); "*": everything.
+	// detail (targets.clients); "*": everything. next_page_token is always
+	// returned.
 	ReadMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=read_mask,json=readMask,proto3" json:"read_mask,omitempty"`
 	// Targets per page (MDTs then OSTs, by index); 0 means 100, at most
 	// 1000.
@@ -3023,7 +3024,7 @@ type ClusterOverview struct {
 	// Over every OST that answered (as lfs df's filesystem_summary).
 	Total   *Usage    `protobuf:"bytes,4,opt,name=total,proto3" json:"total,omitempty"`
 	TotalIo *TargetIO `protobuf:"bytes,5,opt,name=total_io,json=totalIo,proto3" json:"total_io,omitempty"`
-	// Distinct clients connected to any target.
+	// Clients connected to the MDTs (every mount connects to each).
 	Clients uint32 `protobuf:"varint,6,opt,name=clients,proto3" json:"clients,omitempty"`
 	// Every target by state.
 	TargetsUp     uint32          `protobuf:"varint,7,opt,name=targets_up,json=targetsUp,proto3" json:"targets_up,omitempty"`
