@@ -59,7 +59,7 @@ func (s *Storage) startStatus(addr string, reg *prometheus.Registry) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+admin.StatePath, s.serveState)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	s.status = l.Addr().String()
+	s.status = s.advertise(l.Addr().(*net.TCPAddr))
 	s.wg.Go(func() {
 		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Warn("status port stopped", "addr", s.status, "err", err)
@@ -73,6 +73,20 @@ func (s *Storage) startStatus(addr string, reg *prometheus.Registry) error {
 	})
 	s.log.Info("status port", "addr", s.status)
 	return nil
+}
+
+// advertise is the address the MGS should reach the status port at: the
+// bound one, or, bound to every interface (0.0.0.0:PORT), the address of
+// the server's first NID that has one.
+func (s *Storage) advertise(a *net.TCPAddr) string {
+	if a.IP.IsUnspecified() && s.LNet != nil {
+		for _, n := range s.LNet.NIDs() {
+			if n.Net.Type != lwire.LO && n.Addr.IsValid() && !n.Addr.IsUnspecified() {
+				return net.JoinHostPort(n.Addr.String(), strconv.Itoa(a.Port))
+			}
+		}
+	}
+	return a.String()
 }
 
 // StatusAddr is the bound address of the server's status port, "" if it

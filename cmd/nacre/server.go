@@ -98,6 +98,6 @@ func newServerCmd() *cobra.Command {
 	f.Duration("ldlm-timeout", 0, "how long a client has to give a lock back before eviction (0: default)")
 	f.Duration("evict-timeout", 0, "how long a silent client keeps its export (0: default)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
-	f.String("metrics-addr", "127.0.0.1:9882", "the status port: Prometheus metrics at http://ADDR/metrics and the live state the MGS's admin API reads, registered with the targets (\"\": none; :0 picks a port)")
+	f.String("metrics-addr", "127.0.0.1:9882", "the status port: Prometheus metrics at http://ADDR/metrics and the live state the MGS's admin API reads, registered with the targets; the MGS must reach it: on several hosts, 0.0.0.0:9882 (advertised at the first NID's address) (\"\": none; :0 picks a port)")
 	return cmd
 }

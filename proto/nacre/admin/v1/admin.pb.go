@@ -2946,7 +2946,8 @@ type GetClusterOverviewRequest struct {
 	// Fields to return, as paths of ClusterOverview ("targets.name",
 	// "targets.usage", "total"). Empty: everything but the per-client
 	// detail (targets.clients); "*": everything. next_page_token is always
-	// returned.
+	// returned. Fields outside the mask are cleared (REST's JSON shows them
+	// with their zero values).
 	ReadMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=read_mask,json=readMask,proto3" json:"read_mask,omitempty"`
 	// Targets per page (MDTs then OSTs, by index); 0 means 100, at most
 	// 1000.
