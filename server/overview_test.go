@@ -311,6 +311,20 @@ func TestClusterOverview(t *testing.T) {
 		}
 	})
 
+	t.Run("openapi", func(t *testing.T) {
+		var doc struct {
+			Paths map[string]map[string]any `json:"paths"`
+		}
+		o.get(t, "/openapi.json", 200, &doc)
+		for _, p := range []string{"/api/v1/filesystems/{fsname}/overview", "/api/v1/filesystems/{fsname}/targets/{name}/clients",
+			"/api/v1/filesystems/{fsname}/jobs", "/api/v1/filesystems/{fsname}/servers", "/api/v1/filesystems/{fsname}/lnet/peers",
+			"/api/v1/filesystems/{fsname}/changelog_users"} {
+			if doc.Paths[p]["get"] == nil {
+				t.Errorf("openapi lacks GET %s", p)
+			}
+		}
+	})
+
 	t.Run("bad-input", func(t *testing.T) {
 		o.get(t, "/api/v1/filesystems/nofs/overview", 404, nil)
 		o.get(t, "/api/v1/filesystems/nacre/targets/OST0009/clients", 404, nil)
