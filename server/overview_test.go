@@ -383,4 +383,54 @@ func TestClusterOverview(t *testing.T) {
 	})
 
 	t.Run("dashboard", func(t *testing.T) { checkDashboard(t, o, &ov) })
+
+	// Last: the OSS dies. Its targets are still registered (their leases
+	// have not run out), but their figures are gone, and the overview and
+	// the metrics say why instead of failing.
+	t.Run("server-gone", func(t *testing.T) {
+		o.c.KillOSS()
+		// Back before the cluster stops: the MDS and the mount would wait
+		// out their timeouts on a dead OSS.
+		defer func() {
+			if err := o.c.StartOSS(); err != nil {
+				t.Error(err)
+			}
+		}()
+		var g adminv1.ClusterOverview
+		o.get(t, "/api/v1/filesystems/nacre/overview", 200, &g)
+		for _, tg := range g.GetTargets() {
+			gone := tg.GetServer() == ossAddr
+			if gone != (tg.GetUsage() == nil) || gone != strings.Contains(tg.GetLiveError(), ossAddr) {
+				t.Fatalf("%s after the OSS died: usage %v, live error %q", tg.GetName(), tg.GetUsage(), tg.GetLiveError())
+			}
+		}
+		for _, s := range g.GetServers() {
+			if (s.GetAddress() == ossAddr) != (s.GetError() != "") {
+				t.Fatalf("server %v after the OSS died", s)
+			}
+		}
+		var e map[string]any
+		o.get(t, "/api/v1/filesystems/nacre/jobs", 503, &e)
+		if !strings.Contains(fmt.Sprint(e["message"]), ossAddr) {
+			t.Fatalf("job stats without the OSS: %v", e)
+		}
+		resp, err := http.Get(o.https + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range fams["nacre_federation_up"].GetMetric() {
+			if want := map[bool]float64{true: 0, false: 1}[label(m, "instance") == ossAddr]; m.GetGauge().GetValue() != want {
+				t.Fatalf("nacre_federation_up{instance=%s} = %v, want %v", label(m, "instance"), m.GetGauge().GetValue(), want)
+			}
+		}
+		if fams["nacre_ost_bytes_total"] != nil {
+			t.Fatal("OST series without the OSS")
+		}
+	})
 }
