@@ -39,12 +39,13 @@ type Config struct {
 	// Gatherer is scraped at /metrics; Registerer receives the gateway's own metrics.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+
 	// Servers, if not nil, lists the status ports of the cluster's
 	// servers, whose metrics /metrics adds to the gateway's own, labelled
 	// instance=HOST:PORT; Instance labels the gateway's own.
 	Servers  func(context.Context) ([]string, error)
 	Instance string
-	Logger   *slog.Logger
 }
 
 // New returns the gateway's handler.
