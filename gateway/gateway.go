@@ -1,7 +1,9 @@
 // Package gateway is Nacre's HTTP front: the Admin API as REST under /api/v1
 // (grpc-gateway v2 over the in-process Admin server), its OpenAPI document at
-// /openapi.json, /healthz and Prometheus /metrics, with bearer-token auth on
-// /api. It holds no state; every answer comes from the services behind it.
+// /openapi.json, /healthz, Prometheus /metrics (the cluster's: its own and
+// every server's, federated) and the web dashboard at /dashboard, with
+// bearer-token auth on /api. It holds no state; every answer comes from the
+// services behind it.
 package gateway
 
 import (
@@ -38,6 +40,12 @@ type Config struct {
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+
+	// Servers, if not nil, lists the status ports of the cluster's
+	// servers, whose metrics /metrics adds to the gateway's own, labelled
+	// instance=HOST:PORT; Instance labels the gateway's own.
+	Servers  func(context.Context) ([]string, error)
+	Instance string
 }
 
 // New returns the gateway's handler.
@@ -77,9 +85,14 @@ func New(ctx context.Context, cfg Config) (http.Handler, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	if cfg.Gatherer != nil {
+	switch {
+	case cfg.Gatherer != nil && cfg.Servers != nil:
+		mux.Handle("GET /metrics", &federation{own: cfg.Gatherer, self: cfg.Instance, servers: cfg.Servers,
+			http: &http.Client{Timeout: ScrapeTimeout}, log: log})
+	case cfg.Gatherer != nil:
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
+	mux.HandleFunc("GET /dashboard", serveDashboard)
 	return m.wrap(mux, log), nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/jobstats"
 	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
 )
 
@@ -421,7 +422,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		return nil, nil, 0, err
 	}
 	c.enqueues.Add(1)
-	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)})
 	if err != nil {
 		c.forget(l)
 		return nil, nil, 0, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
@@ -493,7 +494,7 @@ func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) 
 	if err != nil {
 		return LVB{}, err
 	}
-	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)})
 	if err != nil {
 		return LVB{}, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
 	}

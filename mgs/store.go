@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -100,13 +101,16 @@ type Filesystem struct {
 
 // Target is one registered MDT, OST or MGT.
 type Target struct {
-	FSName       string    `json:"fsname"`
-	Kind         Kind      `json:"kind"`
-	Index        uint32    `json:"index"`
-	NIDs         []string  `json:"nids"`
-	FailoverNIDs []string  `json:"failover_nids,omitempty"`
-	Path         string    `json:"path,omitempty"`
-	UUID         string    `json:"uuid"`
+	FSName       string   `json:"fsname"`
+	Kind         Kind     `json:"kind"`
+	Index        uint32   `json:"index"`
+	NIDs         []string `json:"nids"`
+	FailoverNIDs []string `json:"failover_nids,omitempty"`
+	Path         string   `json:"path,omitempty"`
+	UUID         string   `json:"uuid"`
+	// StatusAddr is the HTTP status port (HOST:PORT) of the server
+	// process serving the target, where its live state and metrics are.
+	StatusAddr   string    `json:"status_addr,omitempty"`
 	RegisterTime time.Time `json:"register_time"`
 	// Up is true while the target's liveness lease lives; not stored.
 	Up       bool  `json:"-"`
@@ -291,6 +295,7 @@ type Registration struct {
 	FailoverNIDs []string
 	Path         string
 	UUID         string // empty: a new target; one is assigned
+	StatusAddr   string // HOST:PORT of the server's status port, or empty
 }
 
 // Lease is a target's liveness lease.
@@ -329,6 +334,11 @@ func (s *Store) validateRegistration(r *Registration) error {
 	}
 	if len(r.Path) > 4096 {
 		return errs.Errorf(errs.Invalid, "target path is %d bytes; the limit is 4096", len(r.Path))
+	}
+	if r.StatusAddr != "" {
+		if _, port, err := net.SplitHostPort(r.StatusAddr); err != nil || port == "" || len(r.StatusAddr) > 256 {
+			return errs.Errorf(errs.Invalid, "target status address %.64q: want HOST:PORT", r.StatusAddr)
+		}
 	}
 	if r.UUID != "" {
 		if _, err := uuid.Parse(r.UUID); err != nil {
@@ -406,7 +416,8 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 		}
 	}
 
-	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: r.FailoverNIDs, Path: r.Path, UUID: r.UUID}
+	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: r.FailoverNIDs, Path: r.Path, UUID: r.UUID,
+		StatusAddr: r.StatusAddr}
 	if t.UUID == "" {
 		t.UUID = uuid.NewString()
 	}

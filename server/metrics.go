@@ -90,6 +90,7 @@ var (
 	descOSTExports  = prometheus.NewDesc("nacre_target_exports", "Clients connected to a target.", []string{"target"}, nil)
 	descOSTNoSpace  = prometheus.NewDesc("nacre_ost_nospace_total", "Writes refused with ENOSPC.", []string{"target"}, nil)
 	descJobBytes    = prometheus.NewDesc("nacre_job_bytes_total", "Bytes read or written per job id (the busiest jobs of each target).", []string{"target", "job", "direction"}, nil)
+	descJobOps      = prometheus.NewDesc("nacre_job_requests_total", "Metadata operations per job id (the busiest jobs of each MDT).", []string{"target", "job", "op"}, nil)
 	descMDTOpens    = prometheus.NewDesc("nacre_mdt_open_files", "Open handles on an MDT.", []string{"target"}, nil)
 	descMDTDestroys = prometheus.NewDesc("nacre_mdt_pending_destroys", "Objects of removed files waiting to be destroyed.", []string{"target"}, nil)
 	descLocks       = prometheus.NewDesc("nacre_ldlm_locks", "Locks of a lock server, by state.", []string{"namespace", "state"}, nil)
@@ -139,6 +140,7 @@ func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descMDTOpens, float64(st.Opens), m.Name())
 			gauge(descMDTDestroys, float64(st.PendingDestroys), m.Name())
 			gauge(descOSTExports, float64(len(m.Target().Exports())), m.Name())
+			collectMDTJobs(ch, m.Name(), m.JobStats())
 			lockMetrics(ch, "mdt-"+m.Name(), m.LockServer().Stats())
 		}
 		svcMetrics(ch, "mdt", s.MDS.Service().Stats())
@@ -173,6 +175,27 @@ func collectJobs(ch chan<- prometheus.Metric, target string, js *jobstats.Stats)
 		}
 		ch <- prometheus.MustNewConstMetric(descJobBytes, prometheus.CounterValue, float64(j.Ops["read_bytes"].Sum), target, j.ID, "read")
 		ch <- prometheus.MustNewConstMetric(descJobBytes, prometheus.CounterValue, float64(j.Ops["write_bytes"].Sum), target, j.ID, "write")
+	}
+}
+
+// collectMDTJobs exports the MaxJobSeries jobs of an MDT with the most
+// operations.
+func collectMDTJobs(ch chan<- prometheus.Metric, target string, js *jobstats.Stats) {
+	jobs := js.Jobs()
+	ops := func(j jobstats.Job) (n uint64) {
+		for _, c := range j.Ops {
+			n += c.Samples
+		}
+		return n
+	}
+	sort.Slice(jobs, func(i, k int) bool { return ops(jobs[i]) > ops(jobs[k]) })
+	for i, j := range jobs {
+		if i == MaxJobSeries {
+			break
+		}
+		for op, c := range j.Ops {
+			ch <- prometheus.MustNewConstMetric(descJobOps, prometheus.CounterValue, float64(c.Samples), target, j.ID, op)
+		}
 	}
 }
 

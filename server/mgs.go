@@ -223,6 +223,12 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 	reflection.Register(m.grpc)
 	srvMetrics.InitializeMetrics(m.grpc)
 
+	if m.gl, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("mgs: listen grpc %s: %w", cfg.GRPCAddr, err)
+	}
+	if m.hl, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("mgs: listen http %s: %w", cfg.HTTPAddr, err)
+	}
 	gwCtx, stop := context.WithCancel(context.Background())
 	m.stop = stop
 	go coord.Run(gwCtx)
@@ -232,6 +238,8 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 		Healthz:    m.healthz,
 		Gatherer:   reg,
 		Registerer: reg,
+		Servers:    adminSrv.StatusAddrs,
+		Instance:   m.hl.Addr().String(),
 		Logger:     log,
 	})
 	if err != nil {
@@ -244,12 +252,6 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 		}
 	}
 
-	if m.gl, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("mgs: listen grpc %s: %w", cfg.GRPCAddr, err)
-	}
-	if m.hl, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("mgs: listen http %s: %w", cfg.HTTPAddr, err)
-	}
 	// The first probe happens before serving, so a health check never finds
 	// the services unknown.
 	m.setHealth(ctx, hs)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/selftest"
@@ -67,6 +69,14 @@ type ServerConfig struct {
 	// devices for lctl, and which it serves on the process's socket; nil
 	// means params.Default, the process's registry.
 	Params *params.Registry
+	// StatusAddr, if not empty, is where the server serves its status
+	// port (HTTP: Prometheus /metrics and its live state for the Admin
+	// API); it registers the bound address with its targets so that the
+	// MGS finds it. "127.0.0.1:0" picks a port.
+	StatusAddr string
+	// Registry receives the server's metrics on the status port; nil
+	// makes a fresh one with the Go and process collectors.
+	Registry *prometheus.Registry
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -86,6 +96,8 @@ type Storage struct {
 	wg   sync.WaitGroup
 	// params are the Storage's entries in the parameter registry.
 	params serverParams
+	// status is the bound address of the status port, if any.
+	status string
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -140,6 +152,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		}
 		s.registerMDS()
 	}
+	if err := s.startStatus(cfg.StatusAddr, cfg.Registry); err != nil {
+		return nil, err
+	}
 	var nids []string
 	for _, n := range s.LNet.NIDs() {
 		if n.Net.Type != lwire.LO {
@@ -163,7 +178,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		}
 		s.registerOST(o, ids[i])
 		abs, _ := filepath.Abs(dir)
-		reg, err := Register(ctx, ids[i], nids, abs, lg)
+		reg, err := Register(ctx, ids[i], nids, abs, s.statusAddr(), lg)
 		if err != nil {
 			return nil, err
 		}

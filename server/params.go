@@ -256,7 +256,7 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
-		params.ReadOnly(p+"job_stats", "per-job statistics (the MDT keeps none yet)", func() string { return "job_stats:" }),
+		jobStatsParam(p+"job_stats", m.JobStats(), mdtJobOps...),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)
 	s.addParams(false, exportParams(p, tgt)...)
@@ -401,6 +401,11 @@ func (s *Storage) startParams(ids []TargetIdentity) {
 	}
 	s.params.keep(stop)
 }
+
+// mdtJobOps are the operations an MDT's job_stats counts, in Lustre's
+// order.
+var mdtJobOps = []string{"open", "close", "mknod", "link", "unlink", "mkdir", "rmdir", "rename", "getattr",
+	"setattr", "getxattr", "setxattr", "statfs", "sync", "readdir", "layout_intent"}
 
 // jobStatsParam is a target's job_stats: Lustre's YAML, cleared by
 // writing "clear".

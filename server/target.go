@@ -154,6 +154,7 @@ type Registrar struct {
 	id     TargetIdentity
 	nids   []string
 	path   string
+	status string // the server's status address
 	log    *slog.Logger
 	conns  []*grpc.ClientConn // one per MGS node
 	cancel context.CancelFunc
@@ -166,15 +167,16 @@ type Registrar struct {
 	config *mgsv1.ClientConfig
 }
 
-// Register registers the target at the MGS and keeps it registered.
-func Register(ctx context.Context, id TargetIdentity, nids []string, path string, log *slog.Logger) (*Registrar, error) {
+// Register registers the target at the MGS and keeps it registered;
+// status is the HTTP status address of the server process (empty: none).
+func Register(ctx context.Context, id TargetIdentity, nids []string, path, status string, log *slog.Logger) (*Registrar, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if len(id.MGSNodes) == 0 {
 		return nil, fmt.Errorf("register %s: no MGS node", id.Label)
 	}
-	r := &Registrar{id: id, nids: nids, path: path, log: log.With("target", id.Label), done: make(chan struct{})}
+	r := &Registrar{id: id, nids: nids, path: path, status: status, log: log.With("target", id.Label), done: make(chan struct{})}
 	for _, a := range id.MGSNodes {
 		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -228,7 +230,7 @@ func (r *Registrar) Config() *mgsv1.ClientConfig {
 func (r *Registrar) register(ctx context.Context) error {
 	idx := r.id.Index
 	req := &mgsv1.RegisterTargetRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind),
-		Index: &idx, Nids: r.nids, Path: r.path, Uuid: r.id.UUID}
+		Index: &idx, Nids: r.nids, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status}
 	_, start := r.client()
 	var errs []error
 	for i := range r.conns {

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -36,6 +34,10 @@ type UpConfig struct {
 	OSTs int
 	// LNet configures the data plane's LNet when OSTs > 0.
 	LNet lnet.Config
+	// StatusAddr is the servers' status port (their metrics and live
+	// state, which the gateway's /metrics and the Admin API read); the
+	// default picks a free loopback port.
+	StatusAddr string
 }
 
 // DefaultUpConfig is `nacre up` without flags.
@@ -48,6 +50,7 @@ func DefaultUpConfig() UpConfig {
 		MGS:           DefaultMGSConfig(),
 		OSTs:          4,
 		LNet:          defaultUpLNet(),
+		StatusAddr:    "127.0.0.1:0",
 	}
 }
 
@@ -111,12 +114,6 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 		return nil, fmt.Errorf("up: %w", err)
 	}
 	cfg.MGS.EtcdEndpoints = []string{cfg.EtcdClientURL}
-	if cfg.MGS.Registry == nil {
-		// One registry for the whole node: the MGS's /metrics serves the
-		// servers' metrics too.
-		cfg.MGS.Registry = prometheus.NewRegistry()
-		cfg.MGS.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
 	if n.MGS, err = StartMGS(ctx, cfg.MGS); err != nil {
 		return nil, fmt.Errorf("up: %w", err)
 	}
@@ -155,10 +152,10 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 			}
 		}
 		dirs = append(dirs, dir)
-		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger}); err != nil {
-			return nil, fmt.Errorf("up: %w", err)
-		}
-		if err := n.Storage.RegisterMetrics(cfg.MGS.Registry); err != nil {
+		// The servers' metrics and state are on their own status port, as
+		// those of a separate `nacre server`: the gateway's /metrics and the
+		// Admin API reach them the same way.
+		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger, StatusAddr: cfg.StatusAddr}); err != nil {
 			return nil, fmt.Errorf("up: %w", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/jobstats"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -84,7 +85,7 @@ func (c *Client) do(ctx context.Context, op wire.Opcode, msg proto.Message, repl
 			return nil, err
 		}
 	}
-	return c.imp.Do(ctx, &ptlrpc.Req{Opcode: op, Body: body, ReplyCap: replyCap})
+	return c.imp.Do(ctx, &ptlrpc.Req{Opcode: op, Body: body, ReplyCap: replyCap, JobID: jobstats.JobOf(ctx)})
 }
 
 // call sends a request and decodes its reply into rep.

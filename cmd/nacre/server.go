@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nacrefs/nacre/server"
+	"github.com/nacrefs/nacre/services/admin"
 	"github.com/nacrefs/nacre/services/lnetctl"
 )
 
@@ -73,7 +72,7 @@ func newServerCmd() *cobra.Command {
 			defer stop()
 			st, err := server.StartServer(ctx, server.ServerConfig{Dirs: args, LNet: lcfg, Logger: lcfg.Logger,
 				CallbackTimeout: v.GetDuration("ldlm-timeout"), EvictTimeout: v.GetDuration("evict-timeout"),
-				RecoveryWindow: v.GetDuration("recovery-window")})
+				RecoveryWindow: v.GetDuration("recovery-window"), StatusAddr: v.GetString("metrics-addr")})
 			if err != nil {
 				return err
 			}
@@ -84,19 +83,8 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			defer ctl.Close()
-			if addr := v.GetString("metrics-addr"); addr != "" {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				if err := st.RegisterMetrics(reg); err != nil {
-					st.Close(context.Background())
-					return err
-				}
-				if at, err := server.ServeMetrics(ctx, addr, reg); err != nil {
-					// Another server of this host has the port: serve on.
-					lcfg.Logger.Warn("metrics not served", "addr", addr, "err", err)
-				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "nacre server: metrics at http://%s/metrics\n", at)
-				}
+			if at := st.StatusAddr(); at != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "nacre server: metrics at http://%s/metrics, state at http://%s%s\n", at, at, admin.StatePath)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "nacre server: %s on %v\nready\n", strings.Join(st.Targets(), ", "), st.LNet.NIDs())
 			<-ctx.Done()
@@ -111,6 +99,6 @@ func newServerCmd() *cobra.Command {
 	f.Duration("evict-timeout", 0, "how long a silent client keeps its export (0: default)")
 	f.Duration("recovery-window", 0, "how long a restarted target waits for its clients to reconnect and replay (0: default 90s, negative: none)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
-	f.String("metrics-addr", "127.0.0.1:9882", "serve Prometheus metrics at http://ADDR/metrics (\"\": not at all)")
+	f.String("metrics-addr", "127.0.0.1:9882", "the status port: Prometheus metrics at http://ADDR/metrics and the live state the MGS's admin API reads, registered with the targets; the MGS must reach it: on several hosts, 0.0.0.0:9882 (advertised at the first NID's address) (\"\": none; :0 picks a port)")
 	return cmd
 }

@@ -70,7 +70,8 @@ func newUpCmd() *cobra.Command {
 			fmt.Fprintf(out, "nacre up: filesystem %q\n", cfg.FSName)
 			fmt.Fprintf(out, "  etcd   %s (data %s)\n", cfg.EtcdClientURL, filepath.Join(abs, "etcd"))
 			fmt.Fprintf(out, "  grpc   %s (MGS, Admin, health, reflection)\n", n.MGS.GRPCAddr())
-			fmt.Fprintf(out, "  rest   http://%s/api/v1 (also /openapi.json, /healthz, /metrics)\n", n.MGS.HTTPAddr())
+			fmt.Fprintf(out, "  rest   http://%s/api/v1 (also /openapi.json, /healthz, /metrics of the cluster)\n", n.MGS.HTTPAddr())
+			fmt.Fprintf(out, "  web    http://%s/dashboard (give it the admin token)\n", n.MGS.HTTPAddr())
 			if n.Storage != nil {
 				if n.Storage.MDS != nil {
 					for _, m := range n.Storage.MDS.MDTs() {

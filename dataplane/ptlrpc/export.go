@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"sort"
@@ -211,6 +212,10 @@ type ExportInfo struct {
 	ConnCount uint32
 	LastSeen  time.Time
 	Saved     int // replies kept for reconstruction
+	// Ops counts the requests handled for the client, by opcode;
+	// ReadBytes and WriteBytes the bulk data its reads and writes moved.
+	Ops                   map[wire.Opcode]uint64
+	ReadBytes, WriteBytes uint64
 }
 
 // Exports lists the target's exports sorted by client uuid.
@@ -221,7 +226,8 @@ func (t *Target) Exports() []ExportInfo {
 	for _, e := range t.exports {
 		e.mu.Lock()
 		out = append(out, ExportInfo{Handle: e.handle, UUID: e.uuid, Peer: e.peer, ConnCount: e.connCount,
-			LastSeen: time.Unix(0, e.lastSeen.Load()), Saved: len(e.saved)})
+			LastSeen: time.Unix(0, e.lastSeen.Load()), Saved: len(e.saved), Ops: maps.Clone(e.ops),
+			ReadBytes: e.readBytes, WriteBytes: e.writeBytes})
 		e.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
@@ -349,6 +355,38 @@ type Export struct {
 	gone      bool
 	saved     map[uint64]savedReply // xid -> reply of a modifying request
 	inflight  map[uint64]struct{}   // xids queued or being handled
+	// ops counts the requests the client's export had handled, by
+	// opcode (only opcodes with a handler get here: bounded); bytes the
+	// bulk data its reads and writes moved (Lustre's per-export stats,
+	// obdfilter.*.exports.NID.stats).
+	ops        map[wire.Opcode]uint64
+	readBytes  uint64
+	writeBytes uint64
+}
+
+// countOp counts one handled request of op.
+func (e *Export) countOp(op wire.Opcode) {
+	e.mu.Lock()
+	if e.ops == nil {
+		e.ops = make(map[wire.Opcode]uint64)
+	}
+	e.ops[op]++
+	e.mu.Unlock()
+}
+
+// CountBulk adds n bytes the client read (write false) or wrote to the
+// export's statistics; the layer that moves the data calls it.
+func (e *Export) CountBulk(write bool, n uint64) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	if write {
+		e.writeBytes += n
+	} else {
+		e.readBytes += n
+	}
+	e.mu.Unlock()
 }
 
 // savedReply is a reply kept for reconstruction.

@@ -684,6 +684,7 @@ func (s *Service) handle(req *Request) {
 	}
 	var save *savedReply
 	if e := req.exp; e != nil {
+		e.countOp(h.Opcode)
 		rh.Handle = e.handle
 		if req.transno != 0 && e.target.cfg.AutoCommit {
 			e.target.Committed(req.transno)

@@ -81,13 +81,17 @@ type Cluster struct {
 	t      testing.TB
 	FSName string
 	// MGS is the MGS's gRPC address; Port the socklnd port of every node.
-	MGS   string
-	Port  int
-	mgs   *server.MGS
-	mds   *server.Storage
-	root  string
-	extra *server.Storage
-	oss   *server.Storage
+	MGS  string
+	Port int
+	// Gateway is the MGS's HTTP address: REST, /metrics (the cluster's),
+	// /dashboard. Every server has a status port (metrics, live state) on
+	// its own address, registered with its targets.
+	Gateway string
+	mgs     *server.MGS
+	mds     *server.Storage
+	root    string
+	extra   *server.Storage
+	oss     *server.Storage
 	// OSTDirs are the OSTs' target directories.
 	OSTDirs []string
 	mdtDir  string
@@ -127,7 +131,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	c.MGS = c.mgs.GRPCAddr()
+	c.MGS, c.Gateway = c.mgs.GRPCAddr(), c.mgs.HTTPAddr()
 	if _, err := c.mgs.Store().CreateFilesystem(ctx, c.FSName); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +210,7 @@ func (c *Cluster) waitCreates(ctx context.Context, n int) {
 
 func (c *Cluster) serverConfig(addr string, dirs []string) server.ServerConfig {
 	return server.ServerConfig{Dirs: dirs, LNet: lnetConfig(addr, c.Port), Logger: c.lg, ConfigInterval: 5 * time.Second,
-		RecoveryWindow: c.recovery}
+		RecoveryWindow: c.recovery, StatusAddr: net.JoinHostPort(addr, "0")}
 }
 
 func lnetConfig(addr string, port int) lnet.Config {
@@ -339,7 +343,7 @@ func runChild(spec string) int {
 		lg = Quiet
 	}
 	st, err := server.StartServer(ctx, server.ServerConfig{Dirs: s.Dirs, LNet: lnetConfig(s.Addr, s.Port), Logger: lg,
-		RecoveryWindow: s.Recovery})
+		RecoveryWindow: s.Recovery, StatusAddr: net.JoinHostPort(s.Addr, "0")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clustertest child:", err)
 		return 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"syscall"
 
 	"google.golang.org/protobuf/proto"
@@ -26,10 +27,72 @@ func (m *MDT) handlerTable() map[wire.Opcode]ptlrpc.Handler {
 		wire.LLOGNextBlock: m.changelogRead, wire.MDSChangelogClear: m.changelogClear,
 		wire.MDSSwapLayouts: m.swapLayouts,
 	}
+	// Job stats by Lustre's md_stats names; MDS_REINT and intents count
+	// by what they do (reint, intent).
+	for op, name := range map[wire.Opcode]string{wire.MDSGetattr: "getattr", wire.MDSGetattrName: "getattr",
+		wire.MDSClose: "close", wire.MDSReadpage: "readdir", wire.MDSStatfs: "statfs", wire.MDSGetxattr: "getxattr",
+		wire.MDSSync: "sync"} {
+		h[op] = m.countJob(name, h[op])
+	}
 	for op, spec := range m.lockd.Handlers() {
 		h[op] = spec.Fn
 	}
 	return h
+}
+
+// countOp counts one metadata operation of r: in the MDT's operation
+// counts (OpStats) and under r's job id (JobStats).
+func (m *MDT) countOp(r *ptlrpc.Request, name string) {
+	m.opsMu.Lock()
+	m.ops[name]++
+	m.opsMu.Unlock()
+	m.jobs.Add(r.Header.JobID(), name, "reqs", 1)
+}
+
+// OpStats returns how many metadata operations the MDT was asked for, by
+// md_stats name ("open", "mkdir", "getattr"), errors included.
+func (m *MDT) OpStats() map[string]uint64 {
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	return maps.Clone(m.ops)
+}
+
+// countJob wraps a handler to count its requests in the job stats under
+// name.
+func (m *MDT) countJob(name string, h ptlrpc.Handler) ptlrpc.Handler {
+	return func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+		m.countOp(r, name)
+		return h(ctx, r)
+	}
+}
+
+// reintJobOp is the md_stats name of a reint operation.
+func reintJobOp(op any) string {
+	switch o := op.(type) {
+	case *createOp:
+		if o.mode&sIFMT == sIFDIR {
+			return "mkdir"
+		}
+		return "mknod"
+	case *unlinkOp:
+		if o.dir {
+			return "rmdir"
+		}
+		return "unlink"
+	case *renameOp:
+		return "rename"
+	case *linkOp:
+		return "link"
+	case *setattrOp:
+		return "setattr"
+	case *setxattrOp, *setLayoutOp:
+		return "setxattr"
+	case *layoutIntentOp:
+		return "layout_intent"
+	case *openOp:
+		return "open"
+	}
+	return "reint"
 }
 
 // errno is the status a reply carries for err.
@@ -180,6 +243,7 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return m.fail(r, err)
 	}
+	m.countOp(r, reintJobOp(q.op))
 	var rep *mdsv1.ReintReply
 	switch o := q.op.(type) {
 	case *createOp:

@@ -51,10 +51,13 @@ func (m *MDT) intent(ctx context.Context, r *ptlrpc.Request, _ ldlm.Request, bod
 	}
 	switch {
 	case q.op&ItOpen != 0:
+		m.countOp(r, "open")
 		return m.intentOpen(ctx, r, &q)
 	case q.op&ItCreat != 0:
+		m.countOp(r, "mknod")
 		return m.intentCreate(ctx, r, &q)
 	default:
+		m.countOp(r, "getattr")
 		return m.intentLookup(ctx, r, &q)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/jobstats"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/lnet"
@@ -296,6 +297,12 @@ type MDT struct {
 	tgt      *ptlrpc.Target
 	lockd    *ldlm.Server
 	handlers map[wire.Opcode]ptlrpc.Handler
+	// jobs counts metadata operations by the job id of the requests
+	// (mdt.*.job_stats).
+	jobs *jobstats.Stats
+	// ops counts metadata operations by md_stats name (a fixed set).
+	opsMu sync.Mutex
+	ops   map[string]uint64
 
 	ospMu sync.Mutex // guards osps, pools
 	// ostsKnown is closed once the OST list is known (see AwaitOSTs).
@@ -339,7 +346,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	}
 	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
 		opens: map[*ptlrpc.Export]map[uint64]openFile{}, nextHandle: rand.Uint64() >> 1,
-		destroyKick: make(chan struct{}, 1), stop: make(chan struct{})}
+		destroyKick: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0), ops: map[string]uint64{}}
 	m.SetPools(cfg.Pools)
 	sc := cfg.Store
 	sc.Index, sc.SyncInterval = cfg.Index, 0
@@ -452,6 +459,13 @@ func (m *MDT) Stats() Stats {
 	}
 	return st
 }
+
+// JobStats returns the MDT's per-job statistics (mdt.*.job_stats):
+// metadata operations by job id, named as Lustre's md_stats names them.
+func (m *MDT) JobStats() *jobstats.Stats { return m.jobs }
+
+// Statfs returns the MDT's space and inode counts, as MDS_STATFS does.
+func (m *MDT) Statfs() (mdd.Statfs, error) { return m.store.Statfs() }
 
 // Sync commits every change made so far (MDS_SYNC does it for clients).
 func (m *MDT) Sync() error { return m.commit() }

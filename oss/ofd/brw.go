@@ -128,6 +128,7 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	}
 	o.spent(uint64(b.size))
 	o.countBulk(true, uint64(b.size))
+	r.Export().CountBulk(true, uint64(b.size))
 	after, err := o.updateLVB(ctx, b.f)
 	if err != nil {
 		return nil, errno(err)
@@ -161,6 +162,7 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return nil, ptlrpc.Errno(err)
 	}
 	o.countBulk(false, uint64(b.size))
+	r.Export().CountBulk(false, uint64(b.size))
 	o.jobs.Add(r.Header.JobID(), "read_bytes", "bytes", uint64(b.size))
 	return marshal(&ostv1.BRWReply{Attr: AttrToWire(a), Grant: o.grantOf(r.Export())})
 }

@@ -225,6 +225,10 @@ func (o *OFD) Stats() Stats {
 	return st
 }
 
+// Statfs returns the OST's space and inode counts from its device, as
+// OST_STATFS does.
+func (o *OFD) Statfs(ctx context.Context) (osd.Statfs, error) { return o.dev.Statfs(ctx) }
+
 // count wraps a handler to count its requests in Stats.Ops.
 func (o *OFD) count(op wire.Opcode, h ptlrpc.Handler) ptlrpc.Handler {
 	return func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {

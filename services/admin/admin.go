@@ -1,6 +1,9 @@
 // Package admin serves the Admin gRPC service, the operator's view of the
-// resource database, which the gateway also exposes as REST. It converts
-// between the wire and package mgs; the rules live there.
+// resource database and of the cluster's live state, which the gateway
+// also exposes as REST. It converts between the wire and package mgs; the
+// rules live there. The live state (usage, clients, I/O, job stats, LNet)
+// it reads at each request from the status port of every server, whose
+// address the server registered with its targets (StatePath).
 package admin
 
 import (
@@ -24,6 +27,8 @@ type Server struct {
 	store  *mgs.Store
 	params *params.Registry
 	log    *slog.Logger
+	// nodes reads the servers' state on their status ports.
+	nodes *stateClient
 }
 
 var _ adminv1.AdminServer = (*Server)(nil)
@@ -37,7 +42,7 @@ func New(store *mgs.Store, reg *params.Registry, log *slog.Logger) *Server {
 	if reg == nil {
 		reg = params.Default
 	}
-	return &Server{store: store, params: reg, log: log.With("service", "admin")}
+	return &Server{store: store, params: reg, log: log.With("service", "admin"), nodes: newStateClient()}
 }
 
 // MethodPolicy is the authorization table of the Admin service: every method

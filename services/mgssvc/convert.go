@@ -30,6 +30,7 @@ func TargetProto(t mgs.Target) *mgsv1.Target {
 		State:        st,
 		RegisterTime: timestamppb.New(t.RegisterTime),
 		Revision:     t.Revision,
+		StatusAddr:   t.StatusAddr,
 	}
 }
 

@@ -41,6 +41,7 @@ func (s *Server) RegisterTarget(ctx context.Context, req *mgsv1.RegisterTargetRe
 		FailoverNIDs: req.GetFailoverNids(),
 		Path:         req.GetPath(),
 		UUID:         req.GetUuid(),
+		StatusAddr:   req.GetStatusAddr(),
 	}
 	t, lease, cfg, err := s.store.RegisterTarget(ctx, r)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -26,6 +28,58 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// RecoveryState is where a target is in recovery after a restart.
+type RecoveryState int32
+
+const (
+	// Not known: the target's server did not answer.
+	RecoveryState_RECOVERY_STATE_UNSPECIFIED RecoveryState = 0
+	RecoveryState_RECOVERY_STATE_COMPLETE    RecoveryState = 1
+	// Within the recovery window: clients of its previous life may replay.
+	RecoveryState_RECOVERY_STATE_RECOVERING RecoveryState = 2
+)
+
+// Enum value maps for RecoveryState.
+var (
+	RecoveryState_name = map[int32]string{
+		0: "RECOVERY_STATE_UNSPECIFIED",
+		1: "RECOVERY_STATE_COMPLETE",
+		2: "RECOVERY_STATE_RECOVERING",
+	}
+	RecoveryState_value = map[string]int32{
+		"RECOVERY_STATE_UNSPECIFIED": 0,
+		"RECOVERY_STATE_COMPLETE":    1,
+		"RECOVERY_STATE_RECOVERING":  2,
+	}
+)
+
+func (x RecoveryState) Enum() *RecoveryState {
+	p := new(RecoveryState)
+	*p = x
+	return p
+}
+
+func (x RecoveryState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecoveryState) Descriptor() protoreflect.EnumDescriptor {
+	return file_nacre_admin_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (RecoveryState) Type() protoreflect.EnumType {
+	return &file_nacre_admin_v1_admin_proto_enumTypes[0]
+}
+
+func (x RecoveryState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecoveryState.Descriptor instead.
+func (RecoveryState) EnumDescriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
 
 type ListFilesystemsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1582,11 +1636,2094 @@ func (x *ListDevicesResponse) GetDevices() []*Device {
 	return nil
 }
 
+// Usage is a target's space and inodes, as statfs reports them (lfs df):
+// avail is what non-root users may still use.
+type Usage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TotalBytes    uint64                 `protobuf:"varint,1,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	FreeBytes     uint64                 `protobuf:"varint,2,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	AvailBytes    uint64                 `protobuf:"varint,3,opt,name=avail_bytes,json=availBytes,proto3" json:"avail_bytes,omitempty"`
+	TotalInodes   uint64                 `protobuf:"varint,4,opt,name=total_inodes,json=totalInodes,proto3" json:"total_inodes,omitempty"`
+	FreeInodes    uint64                 `protobuf:"varint,5,opt,name=free_inodes,json=freeInodes,proto3" json:"free_inodes,omitempty"`
+	AvailInodes   uint64                 `protobuf:"varint,6,opt,name=avail_inodes,json=availInodes,proto3" json:"avail_inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Usage) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetAvailBytes() uint64 {
+	if x != nil {
+		return x.AvailBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetTotalInodes() uint64 {
+	if x != nil {
+		return x.TotalInodes
+	}
+	return 0
+}
+
+func (x *Usage) GetFreeInodes() uint64 {
+	if x != nil {
+		return x.FreeInodes
+	}
+	return 0
+}
+
+func (x *Usage) GetAvailInodes() uint64 {
+	if x != nil {
+		return x.AvailInodes
+	}
+	return 0
+}
+
+// TargetIO are a target's request and data counters since its server
+// started.
+type TargetIO struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bulk bytes read and written, and the reads and writes that moved
+	// them (OSTs).
+	ReadBytes  uint64 `protobuf:"varint,1,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WriteBytes uint64 `protobuf:"varint,2,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
+	ReadOps    uint64 `protobuf:"varint,3,opt,name=read_ops,json=readOps,proto3" json:"read_ops,omitempty"`
+	WriteOps   uint64 `protobuf:"varint,4,opt,name=write_ops,json=writeOps,proto3" json:"write_ops,omitempty"`
+	// Requests by operation: an OST's by opcode ("ost_write"), an MDT's by
+	// metadata operation as Lustre's md_stats names them ("open", "mkdir").
+	Ops           map[string]uint64 `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetIO) Reset() {
+	*x = TargetIO{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetIO) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetIO) ProtoMessage() {}
+
+func (x *TargetIO) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetIO.ProtoReflect.Descriptor instead.
+func (*TargetIO) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *TargetIO) GetReadBytes() uint64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *TargetIO) GetWriteBytes() uint64 {
+	if x != nil {
+		return x.WriteBytes
+	}
+	return 0
+}
+
+func (x *TargetIO) GetReadOps() uint64 {
+	if x != nil {
+		return x.ReadOps
+	}
+	return 0
+}
+
+func (x *TargetIO) GetWriteOps() uint64 {
+	if x != nil {
+		return x.WriteOps
+	}
+	return 0
+}
+
+func (x *TargetIO) GetOps() map[string]uint64 {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// ClientStats is one client's export on one target (Lustre's
+// obdfilter.*.exports.NID.stats).
+type ClientStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uuid  string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// The NID the client's latest connection came from.
+	Nid             string                 `protobuf:"bytes,2,opt,name=nid,proto3" json:"nid,omitempty"`
+	ConnectionCount uint32                 `protobuf:"varint,3,opt,name=connection_count,json=connectionCount,proto3" json:"connection_count,omitempty"`
+	LastRequestTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_request_time,json=lastRequestTime,proto3" json:"last_request_time,omitempty"`
+	// Requests handled for the client, by opcode ("ost_write", "mds_reint").
+	Ops           map[string]uint64 `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	ReadBytes     uint64            `protobuf:"varint,6,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WriteBytes    uint64            `protobuf:"varint,7,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientStats) Reset() {
+	*x = ClientStats{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientStats) ProtoMessage() {}
+
+func (x *ClientStats) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
+func (*ClientStats) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ClientStats) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *ClientStats) GetNid() string {
+	if x != nil {
+		return x.Nid
+	}
+	return ""
+}
+
+func (x *ClientStats) GetConnectionCount() uint32 {
+	if x != nil {
+		return x.ConnectionCount
+	}
+	return 0
+}
+
+func (x *ClientStats) GetLastRequestTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastRequestTime
+	}
+	return nil
+}
+
+func (x *ClientStats) GetOps() map[string]uint64 {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *ClientStats) GetReadBytes() uint64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *ClientStats) GetWriteBytes() uint64 {
+	if x != nil {
+		return x.WriteBytes
+	}
+	return 0
+}
+
+// JobCounter is one operation's figures in a job's statistics.
+type JobCounter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "bytes" or "reqs".
+	Unit          string `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Samples       uint64 `protobuf:"varint,2,opt,name=samples,proto3" json:"samples,omitempty"`
+	Min           uint64 `protobuf:"varint,3,opt,name=min,proto3" json:"min,omitempty"`
+	Max           uint64 `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	Sum           uint64 `protobuf:"varint,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobCounter) Reset() {
+	*x = JobCounter{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCounter) ProtoMessage() {}
+
+func (x *JobCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCounter.ProtoReflect.Descriptor instead.
+func (*JobCounter) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *JobCounter) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *JobCounter) GetSamples() uint64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *JobCounter) GetMin() uint64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *JobCounter) GetMax() uint64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *JobCounter) GetSum() uint64 {
+	if x != nil {
+		return x.Sum
+	}
+	return 0
+}
+
+// JobStats are one job's statistics on one target (job_stats): the job id
+// comes from the client's request headers (jobid_var).
+type JobStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target's label ("nacre-OST0000").
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	JobId  string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// When the target last saw the job.
+	SnapshotTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=snapshot_time,json=snapshotTime,proto3" json:"snapshot_time,omitempty"`
+	// By operation: read_bytes and write_bytes on an OST, open, close,
+	// mkdir... on an MDT.
+	Ops           map[string]*JobCounter `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobStats) Reset() {
+	*x = JobStats{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobStats) ProtoMessage() {}
+
+func (x *JobStats) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobStats.ProtoReflect.Descriptor instead.
+func (*JobStats) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *JobStats) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *JobStats) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *JobStats) GetSnapshotTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SnapshotTime
+	}
+	return nil
+}
+
+func (x *JobStats) GetOps() map[string]*JobCounter {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// ChangelogUser is a registered reader of an MDT's changelog.
+type ChangelogUser struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The MDT's label.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// "cl1".
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Records up to this index are cleared for the user.
+	PurgeIndex uint64 `protobuf:"varint,3,opt,name=purge_index,json=purgeIndex,proto3" json:"purge_index,omitempty"`
+	// The MDT's last record index.
+	CurrentIndex  uint64 `protobuf:"varint,4,opt,name=current_index,json=currentIndex,proto3" json:"current_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangelogUser) Reset() {
+	*x = ChangelogUser{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangelogUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangelogUser) ProtoMessage() {}
+
+func (x *ChangelogUser) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangelogUser.ProtoReflect.Descriptor instead.
+func (*ChangelogUser) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ChangelogUser) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ChangelogUser) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ChangelogUser) GetPurgeIndex() uint64 {
+	if x != nil {
+		return x.PurgeIndex
+	}
+	return 0
+}
+
+func (x *ChangelogUser) GetCurrentIndex() uint64 {
+	if x != nil {
+		return x.CurrentIndex
+	}
+	return 0
+}
+
+// LNetNI is a server's local network interface and its counters.
+type LNetNI struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nid   string                 `protobuf:"bytes,1,opt,name=nid,proto3" json:"nid,omitempty"`
+	// "up" or "down".
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Credits       int64  `protobuf:"varint,3,opt,name=credits,proto3" json:"credits,omitempty"`
+	MinCredits    int64  `protobuf:"varint,4,opt,name=min_credits,json=minCredits,proto3" json:"min_credits,omitempty"`
+	Queued        int64  `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	Health        int64  `protobuf:"varint,6,opt,name=health,proto3" json:"health,omitempty"`
+	SendCount     uint64 `protobuf:"varint,7,opt,name=send_count,json=sendCount,proto3" json:"send_count,omitempty"`
+	SendBytes     uint64 `protobuf:"varint,8,opt,name=send_bytes,json=sendBytes,proto3" json:"send_bytes,omitempty"`
+	SendErrors    uint64 `protobuf:"varint,9,opt,name=send_errors,json=sendErrors,proto3" json:"send_errors,omitempty"`
+	RecvCount     uint64 `protobuf:"varint,10,opt,name=recv_count,json=recvCount,proto3" json:"recv_count,omitempty"`
+	RecvBytes     uint64 `protobuf:"varint,11,opt,name=recv_bytes,json=recvBytes,proto3" json:"recv_bytes,omitempty"`
+	DropCount     uint64 `protobuf:"varint,12,opt,name=drop_count,json=dropCount,proto3" json:"drop_count,omitempty"`
+	DropBytes     uint64 `protobuf:"varint,13,opt,name=drop_bytes,json=dropBytes,proto3" json:"drop_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LNetNI) Reset() {
+	*x = LNetNI{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LNetNI) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LNetNI) ProtoMessage() {}
+
+func (x *LNetNI) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LNetNI.ProtoReflect.Descriptor instead.
+func (*LNetNI) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *LNetNI) GetNid() string {
+	if x != nil {
+		return x.Nid
+	}
+	return ""
+}
+
+func (x *LNetNI) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *LNetNI) GetCredits() int64 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+func (x *LNetNI) GetMinCredits() int64 {
+	if x != nil {
+		return x.MinCredits
+	}
+	return 0
+}
+
+func (x *LNetNI) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *LNetNI) GetHealth() int64 {
+	if x != nil {
+		return x.Health
+	}
+	return 0
+}
+
+func (x *LNetNI) GetSendCount() uint64 {
+	if x != nil {
+		return x.SendCount
+	}
+	return 0
+}
+
+func (x *LNetNI) GetSendBytes() uint64 {
+	if x != nil {
+		return x.SendBytes
+	}
+	return 0
+}
+
+func (x *LNetNI) GetSendErrors() uint64 {
+	if x != nil {
+		return x.SendErrors
+	}
+	return 0
+}
+
+func (x *LNetNI) GetRecvCount() uint64 {
+	if x != nil {
+		return x.RecvCount
+	}
+	return 0
+}
+
+func (x *LNetNI) GetRecvBytes() uint64 {
+	if x != nil {
+		return x.RecvBytes
+	}
+	return 0
+}
+
+func (x *LNetNI) GetDropCount() uint64 {
+	if x != nil {
+		return x.DropCount
+	}
+	return 0
+}
+
+func (x *LNetNI) GetDropBytes() uint64 {
+	if x != nil {
+		return x.DropBytes
+	}
+	return 0
+}
+
+// LNetPeer is one peer NI a server talks to, seen from that server.
+type LNetPeer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's status address (ServerStatus.address).
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Nid           string `protobuf:"bytes,2,opt,name=nid,proto3" json:"nid,omitempty"`
+	Credits       int64  `protobuf:"varint,3,opt,name=credits,proto3" json:"credits,omitempty"`
+	MinCredits    int64  `protobuf:"varint,4,opt,name=min_credits,json=minCredits,proto3" json:"min_credits,omitempty"`
+	MaxCredits    int64  `protobuf:"varint,5,opt,name=max_credits,json=maxCredits,proto3" json:"max_credits,omitempty"`
+	Queued        int64  `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
+	Health        int64  `protobuf:"varint,7,opt,name=health,proto3" json:"health,omitempty"`
+	SendCount     uint64 `protobuf:"varint,8,opt,name=send_count,json=sendCount,proto3" json:"send_count,omitempty"`
+	SendBytes     uint64 `protobuf:"varint,9,opt,name=send_bytes,json=sendBytes,proto3" json:"send_bytes,omitempty"`
+	RecvCount     uint64 `protobuf:"varint,10,opt,name=recv_count,json=recvCount,proto3" json:"recv_count,omitempty"`
+	RecvBytes     uint64 `protobuf:"varint,11,opt,name=recv_bytes,json=recvBytes,proto3" json:"recv_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LNetPeer) Reset() {
+	*x = LNetPeer{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LNetPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LNetPeer) ProtoMessage() {}
+
+func (x *LNetPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LNetPeer.ProtoReflect.Descriptor instead.
+func (*LNetPeer) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *LNetPeer) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *LNetPeer) GetNid() string {
+	if x != nil {
+		return x.Nid
+	}
+	return ""
+}
+
+func (x *LNetPeer) GetCredits() int64 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetMinCredits() int64 {
+	if x != nil {
+		return x.MinCredits
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetMaxCredits() int64 {
+	if x != nil {
+		return x.MaxCredits
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetHealth() int64 {
+	if x != nil {
+		return x.Health
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetSendCount() uint64 {
+	if x != nil {
+		return x.SendCount
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetSendBytes() uint64 {
+	if x != nil {
+		return x.SendBytes
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetRecvCount() uint64 {
+	if x != nil {
+		return x.RecvCount
+	}
+	return 0
+}
+
+func (x *LNetPeer) GetRecvBytes() uint64 {
+	if x != nil {
+		return x.RecvBytes
+	}
+	return 0
+}
+
+// LNetStats are one server process's LNet: its NIs and counters.
+type LNetStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nis           []*LNetNI              `protobuf:"bytes,1,rep,name=nis,proto3" json:"nis,omitempty"`
+	Mds           int64                  `protobuf:"varint,2,opt,name=mds,proto3" json:"mds,omitempty"`
+	Pending       int64                  `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"`
+	Peers         int64                  `protobuf:"varint,4,opt,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LNetStats) Reset() {
+	*x = LNetStats{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LNetStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LNetStats) ProtoMessage() {}
+
+func (x *LNetStats) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LNetStats.ProtoReflect.Descriptor instead.
+func (*LNetStats) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *LNetStats) GetNis() []*LNetNI {
+	if x != nil {
+		return x.Nis
+	}
+	return nil
+}
+
+func (x *LNetStats) GetMds() int64 {
+	if x != nil {
+		return x.Mds
+	}
+	return 0
+}
+
+func (x *LNetStats) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *LNetStats) GetPeers() int64 {
+	if x != nil {
+		return x.Peers
+	}
+	return 0
+}
+
+// TargetLive is what a server reports of one of its targets, read from
+// the target's layers when asked.
+type TargetLive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target's label.
+	Name             string        `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Usage            *Usage        `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	ConnectedClients uint32        `protobuf:"varint,3,opt,name=connected_clients,json=connectedClients,proto3" json:"connected_clients,omitempty"`
+	Recovery         RecoveryState `protobuf:"varint,4,opt,name=recovery,proto3,enum=nacre.admin.v1.RecoveryState" json:"recovery,omitempty"`
+	Io               *TargetIO     `protobuf:"bytes,5,opt,name=io,proto3" json:"io,omitempty"`
+	// Only when asked for (ServerStateRequest).
+	Clients        []*ClientStats   `protobuf:"bytes,6,rep,name=clients,proto3" json:"clients,omitempty"`
+	Jobs           []*JobStats      `protobuf:"bytes,7,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	ChangelogUsers []*ChangelogUser `protobuf:"bytes,8,rep,name=changelog_users,json=changelogUsers,proto3" json:"changelog_users,omitempty"`
+	// Why usage is missing, if it is.
+	Error         string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetLive) Reset() {
+	*x = TargetLive{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetLive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetLive) ProtoMessage() {}
+
+func (x *TargetLive) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetLive.ProtoReflect.Descriptor instead.
+func (*TargetLive) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TargetLive) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TargetLive) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *TargetLive) GetConnectedClients() uint32 {
+	if x != nil {
+		return x.ConnectedClients
+	}
+	return 0
+}
+
+func (x *TargetLive) GetRecovery() RecoveryState {
+	if x != nil {
+		return x.Recovery
+	}
+	return RecoveryState_RECOVERY_STATE_UNSPECIFIED
+}
+
+func (x *TargetLive) GetIo() *TargetIO {
+	if x != nil {
+		return x.Io
+	}
+	return nil
+}
+
+func (x *TargetLive) GetClients() []*ClientStats {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *TargetLive) GetJobs() []*JobStats {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *TargetLive) GetChangelogUsers() []*ChangelogUser {
+	if x != nil {
+		return x.ChangelogUsers
+	}
+	return nil
+}
+
+func (x *TargetLive) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ServerStateRequest says what a server adds to its state besides the
+// figures of its targets; as query parameters of GET /nacre/v1/state on
+// its status port (clients=1&jobs=1&peers=1).
+type ServerStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clients       bool                   `protobuf:"varint,1,opt,name=clients,proto3" json:"clients,omitempty"`
+	Jobs          bool                   `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	Peers         bool                   `protobuf:"varint,3,opt,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerStateRequest) Reset() {
+	*x = ServerStateRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerStateRequest) ProtoMessage() {}
+
+func (x *ServerStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerStateRequest.ProtoReflect.Descriptor instead.
+func (*ServerStateRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ServerStateRequest) GetClients() bool {
+	if x != nil {
+		return x.Clients
+	}
+	return false
+}
+
+func (x *ServerStateRequest) GetJobs() bool {
+	if x != nil {
+		return x.Jobs
+	}
+	return false
+}
+
+func (x *ServerStateRequest) GetPeers() bool {
+	if x != nil {
+		return x.Peers
+	}
+	return false
+}
+
+// ServerState is what one server process serves on its status port
+// (application/x-protobuf at /nacre/v1/state): its targets and LNet, read
+// from the layers at the request. The MGS builds the cluster overview from
+// these.
+type ServerState struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pid     int64                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Targets []*TargetLive          `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	Lnet    *LNetStats             `protobuf:"bytes,4,opt,name=lnet,proto3" json:"lnet,omitempty"`
+	// With ServerStateRequest.peers; server left empty.
+	Peers         []*LNetPeer `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerState) Reset() {
+	*x = ServerState{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerState) ProtoMessage() {}
+
+func (x *ServerState) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerState.ProtoReflect.Descriptor instead.
+func (*ServerState) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ServerState) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ServerState) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ServerState) GetTargets() []*TargetLive {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *ServerState) GetLnet() *LNetStats {
+	if x != nil {
+		return x.Lnet
+	}
+	return nil
+}
+
+func (x *ServerState) GetPeers() []*LNetPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+// TargetStatus is a target of the cluster overview: what the MGS knows
+// (state, NIDs) and what its server reports (usage, clients, recovery,
+// I/O).
+type TargetStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The label, "nacre-OST0000".
+	Name  string         `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind  v1.TargetKind  `protobuf:"varint,2,opt,name=kind,proto3,enum=nacre.mgs.v1.TargetKind" json:"kind,omitempty"`
+	Index uint32         `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	State v1.TargetState `protobuf:"varint,4,opt,name=state,proto3,enum=nacre.mgs.v1.TargetState" json:"state,omitempty"`
+	Nids  []string       `protobuf:"bytes,5,rep,name=nids,proto3" json:"nids,omitempty"`
+	// The status address of the server process serving it.
+	Server           string        `protobuf:"bytes,6,opt,name=server,proto3" json:"server,omitempty"`
+	Usage            *Usage        `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	ConnectedClients uint32        `protobuf:"varint,8,opt,name=connected_clients,json=connectedClients,proto3" json:"connected_clients,omitempty"`
+	Recovery         RecoveryState `protobuf:"varint,9,opt,name=recovery,proto3,enum=nacre.admin.v1.RecoveryState" json:"recovery,omitempty"`
+	Io               *TargetIO     `protobuf:"bytes,10,opt,name=io,proto3" json:"io,omitempty"`
+	// Per-client detail: only when read_mask names it (targets.clients, or
+	// "*").
+	Clients []*ClientStats `protobuf:"bytes,11,rep,name=clients,proto3" json:"clients,omitempty"`
+	// Why the live figures are missing: the target is down, its server did
+	// not advertise a status address or did not answer.
+	LiveError     string `protobuf:"bytes,12,opt,name=live_error,json=liveError,proto3" json:"live_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetStatus) Reset() {
+	*x = TargetStatus{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetStatus) ProtoMessage() {}
+
+func (x *TargetStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetStatus.ProtoReflect.Descriptor instead.
+func (*TargetStatus) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TargetStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TargetStatus) GetKind() v1.TargetKind {
+	if x != nil {
+		return x.Kind
+	}
+	return v1.TargetKind(0)
+}
+
+func (x *TargetStatus) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetState() v1.TargetState {
+	if x != nil {
+		return x.State
+	}
+	return v1.TargetState(0)
+}
+
+func (x *TargetStatus) GetNids() []string {
+	if x != nil {
+		return x.Nids
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *TargetStatus) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetConnectedClients() uint32 {
+	if x != nil {
+		return x.ConnectedClients
+	}
+	return 0
+}
+
+func (x *TargetStatus) GetRecovery() RecoveryState {
+	if x != nil {
+		return x.Recovery
+	}
+	return RecoveryState_RECOVERY_STATE_UNSPECIFIED
+}
+
+func (x *TargetStatus) GetIo() *TargetIO {
+	if x != nil {
+		return x.Io
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetClients() []*ClientStats {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *TargetStatus) GetLiveError() string {
+	if x != nil {
+		return x.LiveError
+	}
+	return ""
+}
+
+// ServerStatus is one server process of the cluster.
+type ServerStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its status address (HTTP: /metrics and /nacre/v1/state).
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Pid     int64  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Labels of the targets it serves.
+	Targets []string   `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	Lnet    *LNetStats `protobuf:"bytes,4,opt,name=lnet,proto3" json:"lnet,omitempty"`
+	// Why it did not answer, if it did not.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerStatus) Reset() {
+	*x = ServerStatus{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerStatus) ProtoMessage() {}
+
+func (x *ServerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerStatus.ProtoReflect.Descriptor instead.
+func (*ServerStatus) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ServerStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ServerStatus) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ServerStatus) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *ServerStatus) GetLnet() *LNetStats {
+	if x != nil {
+		return x.Lnet
+	}
+	return nil
+}
+
+func (x *ServerStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type GetClusterOverviewRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// Fields to return, as paths of ClusterOverview ("targets.name",
+	// "targets.usage", "total"). Empty: everything but the per-client
+	// detail (targets.clients); "*": everything. next_page_token is always
+	// returned. Fields outside the mask are cleared (REST's JSON shows them
+	// with their zero values).
+	ReadMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=read_mask,json=readMask,proto3" json:"read_mask,omitempty"`
+	// Targets per page (MDTs then OSTs, by index); 0 means 100, at most
+	// 1000.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterOverviewRequest) Reset() {
+	*x = GetClusterOverviewRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterOverviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterOverviewRequest) ProtoMessage() {}
+
+func (x *GetClusterOverviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterOverviewRequest.ProtoReflect.Descriptor instead.
+func (*GetClusterOverviewRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetClusterOverviewRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *GetClusterOverviewRequest) GetReadMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.ReadMask
+	}
+	return nil
+}
+
+func (x *GetClusterOverviewRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetClusterOverviewRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ClusterOverview is a file system at a glance.
+type ClusterOverview struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	Time   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// This page of targets.
+	Targets []*TargetStatus `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	// Over every OST that answered (as lfs df's filesystem_summary).
+	Total   *Usage    `protobuf:"bytes,4,opt,name=total,proto3" json:"total,omitempty"`
+	TotalIo *TargetIO `protobuf:"bytes,5,opt,name=total_io,json=totalIo,proto3" json:"total_io,omitempty"`
+	// Clients connected to the MDTs (every mount connects to each).
+	Clients uint32 `protobuf:"varint,6,opt,name=clients,proto3" json:"clients,omitempty"`
+	// Every target by state.
+	TargetsUp     uint32          `protobuf:"varint,7,opt,name=targets_up,json=targetsUp,proto3" json:"targets_up,omitempty"`
+	TargetsDown   uint32          `protobuf:"varint,8,opt,name=targets_down,json=targetsDown,proto3" json:"targets_down,omitempty"`
+	Servers       []*ServerStatus `protobuf:"bytes,9,rep,name=servers,proto3" json:"servers,omitempty"`
+	NextPageToken string          `protobuf:"bytes,10,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterOverview) Reset() {
+	*x = ClusterOverview{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterOverview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterOverview) ProtoMessage() {}
+
+func (x *ClusterOverview) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterOverview.ProtoReflect.Descriptor instead.
+func (*ClusterOverview) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ClusterOverview) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *ClusterOverview) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ClusterOverview) GetTargets() []*TargetStatus {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *ClusterOverview) GetTotal() *Usage {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
+func (x *ClusterOverview) GetTotalIo() *TargetIO {
+	if x != nil {
+		return x.TotalIo
+	}
+	return nil
+}
+
+func (x *ClusterOverview) GetClients() uint32 {
+	if x != nil {
+		return x.Clients
+	}
+	return 0
+}
+
+func (x *ClusterOverview) GetTargetsUp() uint32 {
+	if x != nil {
+		return x.TargetsUp
+	}
+	return 0
+}
+
+func (x *ClusterOverview) GetTargetsDown() uint32 {
+	if x != nil {
+		return x.TargetsDown
+	}
+	return 0
+}
+
+func (x *ClusterOverview) GetServers() []*ServerStatus {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *ClusterOverview) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListTargetClientsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// "OST0003" or "nacre-OST0003".
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// 0 means 100, at most 1000; by client uuid.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTargetClientsRequest) Reset() {
+	*x = ListTargetClientsRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTargetClientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTargetClientsRequest) ProtoMessage() {}
+
+func (x *ListTargetClientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTargetClientsRequest.ProtoReflect.Descriptor instead.
+func (*ListTargetClientsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListTargetClientsRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *ListTargetClientsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListTargetClientsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTargetClientsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListTargetClientsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clients       []*ClientStats         `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTargetClientsResponse) Reset() {
+	*x = ListTargetClientsResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTargetClientsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTargetClientsResponse) ProtoMessage() {}
+
+func (x *ListTargetClientsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTargetClientsResponse.ProtoReflect.Descriptor instead.
+func (*ListTargetClientsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListTargetClientsResponse) GetClients() []*ClientStats {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *ListTargetClientsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListJobStatsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// Only this target's ("OST0000" or the label); empty: every target's.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// 0 means 100, at most 1000; by target label, then job id.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobStatsRequest) Reset() {
+	*x = ListJobStatsRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobStatsRequest) ProtoMessage() {}
+
+func (x *ListJobStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobStatsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobStatsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListJobStatsRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *ListJobStatsRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ListJobStatsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobStatsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListJobStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*JobStats            `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobStatsResponse) Reset() {
+	*x = ListJobStatsResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobStatsResponse) ProtoMessage() {}
+
+func (x *ListJobStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobStatsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobStatsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ListJobStatsResponse) GetJobs() []*JobStats {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListJobStatsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListServersRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// 0 means 100, at most 1000; by address.
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServersRequest) Reset() {
+	*x = ListServersRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServersRequest) ProtoMessage() {}
+
+func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
+func (*ListServersRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListServersRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *ListServersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListServersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListServersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Servers       []*ServerStatus        `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServersResponse) Reset() {
+	*x = ListServersResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServersResponse) ProtoMessage() {}
+
+func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
+func (*ListServersResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ListServersResponse) GetServers() []*ServerStatus {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *ListServersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListLNetPeersRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// 0 means 100, at most 1000; by server, then peer NID.
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLNetPeersRequest) Reset() {
+	*x = ListLNetPeersRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLNetPeersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLNetPeersRequest) ProtoMessage() {}
+
+func (x *ListLNetPeersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLNetPeersRequest.ProtoReflect.Descriptor instead.
+func (*ListLNetPeersRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListLNetPeersRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *ListLNetPeersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListLNetPeersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListLNetPeersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peers         []*LNetPeer            `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLNetPeersResponse) Reset() {
+	*x = ListLNetPeersResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLNetPeersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLNetPeersResponse) ProtoMessage() {}
+
+func (x *ListLNetPeersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLNetPeersResponse.ProtoReflect.Descriptor instead.
+func (*ListLNetPeersResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListLNetPeersResponse) GetPeers() []*LNetPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *ListLNetPeersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ListChangelogUsersRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// 0 means 100, at most 1000; by MDT, then user number.
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangelogUsersRequest) Reset() {
+	*x = ListChangelogUsersRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangelogUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangelogUsersRequest) ProtoMessage() {}
+
+func (x *ListChangelogUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangelogUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListChangelogUsersRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListChangelogUsersRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *ListChangelogUsersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListChangelogUsersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListChangelogUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*ChangelogUser       `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangelogUsersResponse) Reset() {
+	*x = ListChangelogUsersResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangelogUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangelogUsersResponse) ProtoMessage() {}
+
+func (x *ListChangelogUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangelogUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListChangelogUsersResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ListChangelogUsersResponse) GetUsers() []*ChangelogUser {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *ListChangelogUsersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_nacre_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1anacre/admin/v1/admin.proto\x12\x0enacre.admin.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16nacre/mgs/v1/mgs.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x18\n" +
+	"\x1anacre/admin/v1/admin.proto\x12\x0enacre.admin.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nacre/mgs/v1/mgs.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x18\n" +
 	"\x16ListFilesystemsRequest\"U\n" +
 	"\x17ListFilesystemsResponse\x12:\n" +
 	"\vfilesystems\x18\x01 \x03(\v2\x18.nacre.mgs.v1.FilesystemR\vfilesystems\"*\n" +
@@ -1667,7 +3804,217 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"\x04uuid\x18\x05 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04refs\x18\x06 \x01(\x05R\x04refs\"G\n" +
 	"\x13ListDevicesResponse\x120\n" +
-	"\adevices\x18\x01 \x03(\v2\x16.nacre.admin.v1.DeviceR\adevices2\xfa\x10\n" +
+	"\adevices\x18\x01 \x03(\v2\x16.nacre.admin.v1.DeviceR\adevices\"\xcf\x01\n" +
+	"\x05Usage\x12\x1f\n" +
+	"\vtotal_bytes\x18\x01 \x01(\x04R\n" +
+	"totalBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x02 \x01(\x04R\tfreeBytes\x12\x1f\n" +
+	"\vavail_bytes\x18\x03 \x01(\x04R\n" +
+	"availBytes\x12!\n" +
+	"\ftotal_inodes\x18\x04 \x01(\x04R\vtotalInodes\x12\x1f\n" +
+	"\vfree_inodes\x18\x05 \x01(\x04R\n" +
+	"freeInodes\x12!\n" +
+	"\favail_inodes\x18\x06 \x01(\x04R\vavailInodes\"\xef\x01\n" +
+	"\bTargetIO\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\x01 \x01(\x04R\treadBytes\x12\x1f\n" +
+	"\vwrite_bytes\x18\x02 \x01(\x04R\n" +
+	"writeBytes\x12\x19\n" +
+	"\bread_ops\x18\x03 \x01(\x04R\areadOps\x12\x1b\n" +
+	"\twrite_ops\x18\x04 \x01(\x04R\bwriteOps\x123\n" +
+	"\x03ops\x18\x05 \x03(\v2!.nacre.admin.v1.TargetIO.OpsEntryR\x03ops\x1a6\n" +
+	"\bOpsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd6\x02\n" +
+	"\vClientStats\x12\x12\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x10\n" +
+	"\x03nid\x18\x02 \x01(\tR\x03nid\x12)\n" +
+	"\x10connection_count\x18\x03 \x01(\rR\x0fconnectionCount\x12F\n" +
+	"\x11last_request_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastRequestTime\x126\n" +
+	"\x03ops\x18\x05 \x03(\v2$.nacre.admin.v1.ClientStats.OpsEntryR\x03ops\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\x06 \x01(\x04R\treadBytes\x12\x1f\n" +
+	"\vwrite_bytes\x18\a \x01(\x04R\n" +
+	"writeBytes\x1a6\n" +
+	"\bOpsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"p\n" +
+	"\n" +
+	"JobCounter\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x18\n" +
+	"\asamples\x18\x02 \x01(\x04R\asamples\x12\x10\n" +
+	"\x03min\x18\x03 \x01(\x04R\x03min\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\x04R\x03max\x12\x10\n" +
+	"\x03sum\x18\x05 \x01(\x04R\x03sum\"\x83\x02\n" +
+	"\bJobStats\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12?\n" +
+	"\rsnapshot_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fsnapshotTime\x123\n" +
+	"\x03ops\x18\x04 \x03(\v2!.nacre.admin.v1.JobStats.OpsEntryR\x03ops\x1aR\n" +
+	"\bOpsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.nacre.admin.v1.JobCounterR\x05value:\x028\x01\"}\n" +
+	"\rChangelogUser\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
+	"\vpurge_index\x18\x03 \x01(\x04R\n" +
+	"purgeIndex\x12#\n" +
+	"\rcurrent_index\x18\x04 \x01(\x04R\fcurrentIndex\"\xf8\x02\n" +
+	"\x06LNetNI\x12\x10\n" +
+	"\x03nid\x18\x01 \x01(\tR\x03nid\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n" +
+	"\acredits\x18\x03 \x01(\x03R\acredits\x12\x1f\n" +
+	"\vmin_credits\x18\x04 \x01(\x03R\n" +
+	"minCredits\x12\x16\n" +
+	"\x06queued\x18\x05 \x01(\x03R\x06queued\x12\x16\n" +
+	"\x06health\x18\x06 \x01(\x03R\x06health\x12\x1d\n" +
+	"\n" +
+	"send_count\x18\a \x01(\x04R\tsendCount\x12\x1d\n" +
+	"\n" +
+	"send_bytes\x18\b \x01(\x04R\tsendBytes\x12\x1f\n" +
+	"\vsend_errors\x18\t \x01(\x04R\n" +
+	"sendErrors\x12\x1d\n" +
+	"\n" +
+	"recv_count\x18\n" +
+	" \x01(\x04R\trecvCount\x12\x1d\n" +
+	"\n" +
+	"recv_bytes\x18\v \x01(\x04R\trecvBytes\x12\x1d\n" +
+	"\n" +
+	"drop_count\x18\f \x01(\x04R\tdropCount\x12\x1d\n" +
+	"\n" +
+	"drop_bytes\x18\r \x01(\x04R\tdropBytes\"\xbc\x02\n" +
+	"\bLNetPeer\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x10\n" +
+	"\x03nid\x18\x02 \x01(\tR\x03nid\x12\x18\n" +
+	"\acredits\x18\x03 \x01(\x03R\acredits\x12\x1f\n" +
+	"\vmin_credits\x18\x04 \x01(\x03R\n" +
+	"minCredits\x12\x1f\n" +
+	"\vmax_credits\x18\x05 \x01(\x03R\n" +
+	"maxCredits\x12\x16\n" +
+	"\x06queued\x18\x06 \x01(\x03R\x06queued\x12\x16\n" +
+	"\x06health\x18\a \x01(\x03R\x06health\x12\x1d\n" +
+	"\n" +
+	"send_count\x18\b \x01(\x04R\tsendCount\x12\x1d\n" +
+	"\n" +
+	"send_bytes\x18\t \x01(\x04R\tsendBytes\x12\x1d\n" +
+	"\n" +
+	"recv_count\x18\n" +
+	" \x01(\x04R\trecvCount\x12\x1d\n" +
+	"\n" +
+	"recv_bytes\x18\v \x01(\x04R\trecvBytes\"w\n" +
+	"\tLNetStats\x12(\n" +
+	"\x03nis\x18\x01 \x03(\v2\x16.nacre.admin.v1.LNetNIR\x03nis\x12\x10\n" +
+	"\x03mds\x18\x02 \x01(\x03R\x03mds\x12\x18\n" +
+	"\apending\x18\x03 \x01(\x03R\apending\x12\x14\n" +
+	"\x05peers\x18\x04 \x01(\x03R\x05peers\"\xa2\x03\n" +
+	"\n" +
+	"TargetLive\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x05usage\x18\x02 \x01(\v2\x15.nacre.admin.v1.UsageR\x05usage\x12+\n" +
+	"\x11connected_clients\x18\x03 \x01(\rR\x10connectedClients\x129\n" +
+	"\brecovery\x18\x04 \x01(\x0e2\x1d.nacre.admin.v1.RecoveryStateR\brecovery\x12(\n" +
+	"\x02io\x18\x05 \x01(\v2\x18.nacre.admin.v1.TargetIOR\x02io\x125\n" +
+	"\aclients\x18\x06 \x03(\v2\x1b.nacre.admin.v1.ClientStatsR\aclients\x12,\n" +
+	"\x04jobs\x18\a \x03(\v2\x18.nacre.admin.v1.JobStatsR\x04jobs\x12F\n" +
+	"\x0fchangelog_users\x18\b \x03(\v2\x1d.nacre.admin.v1.ChangelogUserR\x0echangelogUsers\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"X\n" +
+	"\x12ServerStateRequest\x12\x18\n" +
+	"\aclients\x18\x01 \x01(\bR\aclients\x12\x12\n" +
+	"\x04jobs\x18\x02 \x01(\bR\x04jobs\x12\x14\n" +
+	"\x05peers\x18\x03 \x01(\bR\x05peers\"\xe4\x01\n" +
+	"\vServerState\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x03R\x03pid\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x124\n" +
+	"\atargets\x18\x03 \x03(\v2\x1a.nacre.admin.v1.TargetLiveR\atargets\x12-\n" +
+	"\x04lnet\x18\x04 \x01(\v2\x19.nacre.admin.v1.LNetStatsR\x04lnet\x12.\n" +
+	"\x05peers\x18\x05 \x03(\v2\x18.nacre.admin.v1.LNetPeerR\x05peers\"\xd8\x03\n" +
+	"\fTargetStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.nacre.mgs.v1.TargetKindR\x04kind\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12/\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x19.nacre.mgs.v1.TargetStateR\x05state\x12\x12\n" +
+	"\x04nids\x18\x05 \x03(\tR\x04nids\x12\x16\n" +
+	"\x06server\x18\x06 \x01(\tR\x06server\x12+\n" +
+	"\x05usage\x18\a \x01(\v2\x15.nacre.admin.v1.UsageR\x05usage\x12+\n" +
+	"\x11connected_clients\x18\b \x01(\rR\x10connectedClients\x129\n" +
+	"\brecovery\x18\t \x01(\x0e2\x1d.nacre.admin.v1.RecoveryStateR\brecovery\x12(\n" +
+	"\x02io\x18\n" +
+	" \x01(\v2\x18.nacre.admin.v1.TargetIOR\x02io\x125\n" +
+	"\aclients\x18\v \x03(\v2\x1b.nacre.admin.v1.ClientStatsR\aclients\x12\x1d\n" +
+	"\n" +
+	"live_error\x18\f \x01(\tR\tliveError\"\x99\x01\n" +
+	"\fServerStatus\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x18\n" +
+	"\atargets\x18\x03 \x03(\tR\atargets\x12-\n" +
+	"\x04lnet\x18\x04 \x01(\v2\x19.nacre.admin.v1.LNetStatsR\x04lnet\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xa8\x01\n" +
+	"\x19GetClusterOverviewRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x127\n" +
+	"\tread_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\breadMask\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xaf\x03\n" +
+	"\x0fClusterOverview\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x126\n" +
+	"\atargets\x18\x03 \x03(\v2\x1c.nacre.admin.v1.TargetStatusR\atargets\x12+\n" +
+	"\x05total\x18\x04 \x01(\v2\x15.nacre.admin.v1.UsageR\x05total\x123\n" +
+	"\btotal_io\x18\x05 \x01(\v2\x18.nacre.admin.v1.TargetIOR\atotalIo\x12\x18\n" +
+	"\aclients\x18\x06 \x01(\rR\aclients\x12\x1d\n" +
+	"\n" +
+	"targets_up\x18\a \x01(\rR\ttargetsUp\x12!\n" +
+	"\ftargets_down\x18\b \x01(\rR\vtargetsDown\x126\n" +
+	"\aservers\x18\t \x03(\v2\x1c.nacre.admin.v1.ServerStatusR\aservers\x12&\n" +
+	"\x0fnext_page_token\x18\n" +
+	" \x01(\tR\rnextPageToken\"\x82\x01\n" +
+	"\x18ListTargetClientsRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"z\n" +
+	"\x19ListTargetClientsResponse\x125\n" +
+	"\aclients\x18\x01 \x03(\v2\x1b.nacre.admin.v1.ClientStatsR\aclients\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x81\x01\n" +
+	"\x13ListJobStatsRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"l\n" +
+	"\x14ListJobStatsResponse\x12,\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x18.nacre.admin.v1.JobStatsR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"h\n" +
+	"\x12ListServersRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"u\n" +
+	"\x13ListServersResponse\x126\n" +
+	"\aservers\x18\x01 \x03(\v2\x1c.nacre.admin.v1.ServerStatusR\aservers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
+	"\x14ListLNetPeersRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"o\n" +
+	"\x15ListLNetPeersResponse\x12.\n" +
+	"\x05peers\x18\x01 \x03(\v2\x18.nacre.admin.v1.LNetPeerR\x05peers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"o\n" +
+	"\x19ListChangelogUsersRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"y\n" +
+	"\x1aListChangelogUsersResponse\x123\n" +
+	"\x05users\x18\x01 \x03(\v2\x1d.nacre.admin.v1.ChangelogUserR\x05users\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*k\n" +
+	"\rRecoveryState\x12\x1e\n" +
+	"\x1aRECOVERY_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17RECOVERY_STATE_COMPLETE\x10\x01\x12\x1d\n" +
+	"\x19RECOVERY_STATE_RECOVERING\x10\x022\xf6\x17\n" +
 	"\x05Admin\x12\x7f\n" +
 	"\x0fListFilesystems\x12&.nacre.admin.v1.ListFilesystemsRequest\x1a'.nacre.admin.v1.ListFilesystemsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/filesystems\x12s\n" +
 	"\rGetFilesystem\x12$.nacre.admin.v1.GetFilesystemRequest\x1a\x18.nacre.mgs.v1.Filesystem\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/api/v1/filesystems/{name}\x12u\n" +
@@ -1688,7 +4035,13 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"\x06Health\x12\x1d.nacre.admin.v1.HealthRequest\x1a\x1e.nacre.admin.v1.HealthResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/health\x12y\n" +
 	"\rGetLiveParams\x12$.nacre.admin.v1.GetLiveParamsRequest\x1a%.nacre.admin.v1.GetLiveParamsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/live/params\x12|\n" +
 	"\rSetLiveParams\x12$.nacre.admin.v1.SetLiveParamsRequest\x1a%.nacre.admin.v1.SetLiveParamsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/api/v1/live/params\x12t\n" +
-	"\vListDevices\x12\".nacre.admin.v1.ListDevicesRequest\x1a#.nacre.admin.v1.ListDevicesResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/live/devicesB\xa9\x01\x92Ao\x12\x1e\n" +
+	"\vListDevices\x12\".nacre.admin.v1.ListDevicesRequest\x1a#.nacre.admin.v1.ListDevicesResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/live/devices\x12\x8f\x01\n" +
+	"\x12GetClusterOverview\x12).nacre.admin.v1.GetClusterOverviewRequest\x1a\x1f.nacre.admin.v1.ClusterOverview\"-\x82\xd3\xe4\x93\x02'\x12%/api/v1/filesystems/{fsname}/overview\x12\xa5\x01\n" +
+	"\x11ListTargetClients\x12(.nacre.admin.v1.ListTargetClientsRequest\x1a).nacre.admin.v1.ListTargetClientsResponse\";\x82\xd3\xe4\x93\x025\x123/api/v1/filesystems/{fsname}/targets/{name}/clients\x12\x84\x01\n" +
+	"\fListJobStats\x12#.nacre.admin.v1.ListJobStatsRequest\x1a$.nacre.admin.v1.ListJobStatsResponse\")\x82\xd3\xe4\x93\x02#\x12!/api/v1/filesystems/{fsname}/jobs\x12\x84\x01\n" +
+	"\vListServers\x12\".nacre.admin.v1.ListServersRequest\x1a#.nacre.admin.v1.ListServersResponse\",\x82\xd3\xe4\x93\x02&\x12$/api/v1/filesystems/{fsname}/servers\x12\x8d\x01\n" +
+	"\rListLNetPeers\x12$.nacre.admin.v1.ListLNetPeersRequest\x1a%.nacre.admin.v1.ListLNetPeersResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/filesystems/{fsname}/lnet/peers\x12\xa1\x01\n" +
+	"\x12ListChangelogUsers\x12).nacre.admin.v1.ListChangelogUsersRequest\x1a*.nacre.admin.v1.ListChangelogUsersResponse\"4\x82\xd3\xe4\x93\x02.\x12,/api/v1/filesystems/{fsname}/changelog_usersB\xa9\x01\x92Ao\x12\x1e\n" +
 	"\x18Nacre administration API2\x02v1Z?\n" +
 	"=\n" +
 	"\x06bearer\x123\b\x02\x12\x1eBearer token: 'Bearer <token>'\x1a\rAuthorization \x02b\f\n" +
@@ -1708,96 +4061,178 @@ func file_nacre_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nacre_admin_v1_admin_proto_rawDescData
 }
 
-var file_nacre_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_nacre_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_nacre_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_nacre_admin_v1_admin_proto_goTypes = []any{
-	(*ListFilesystemsRequest)(nil),  // 0: nacre.admin.v1.ListFilesystemsRequest
-	(*ListFilesystemsResponse)(nil), // 1: nacre.admin.v1.ListFilesystemsResponse
-	(*GetFilesystemRequest)(nil),    // 2: nacre.admin.v1.GetFilesystemRequest
-	(*CreateFilesystemRequest)(nil), // 3: nacre.admin.v1.CreateFilesystemRequest
-	(*ListTargetsRequest)(nil),      // 4: nacre.admin.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),     // 5: nacre.admin.v1.ListTargetsResponse
-	(*GetTargetRequest)(nil),        // 6: nacre.admin.v1.GetTargetRequest
-	(*GetParamRequest)(nil),         // 7: nacre.admin.v1.GetParamRequest
-	(*SetParamRequest)(nil),         // 8: nacre.admin.v1.SetParamRequest
-	(*ListParamsRequest)(nil),       // 9: nacre.admin.v1.ListParamsRequest
-	(*ListParamsResponse)(nil),      // 10: nacre.admin.v1.ListParamsResponse
-	(*DeleteParamRequest)(nil),      // 11: nacre.admin.v1.DeleteParamRequest
-	(*DeleteParamResponse)(nil),     // 12: nacre.admin.v1.DeleteParamResponse
-	(*ListPoolsRequest)(nil),        // 13: nacre.admin.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),       // 14: nacre.admin.v1.ListPoolsResponse
-	(*CreatePoolRequest)(nil),       // 15: nacre.admin.v1.CreatePoolRequest
-	(*AddToPoolRequest)(nil),        // 16: nacre.admin.v1.AddToPoolRequest
-	(*RemoveFromPoolRequest)(nil),   // 17: nacre.admin.v1.RemoveFromPoolRequest
-	(*DestroyPoolRequest)(nil),      // 18: nacre.admin.v1.DestroyPoolRequest
-	(*DestroyPoolResponse)(nil),     // 19: nacre.admin.v1.DestroyPoolResponse
-	(*HealthRequest)(nil),           // 20: nacre.admin.v1.HealthRequest
-	(*HealthResponse)(nil),          // 21: nacre.admin.v1.HealthResponse
-	(*EtcdMember)(nil),              // 22: nacre.admin.v1.EtcdMember
-	(*LiveParam)(nil),               // 23: nacre.admin.v1.LiveParam
-	(*GetLiveParamsRequest)(nil),    // 24: nacre.admin.v1.GetLiveParamsRequest
-	(*GetLiveParamsResponse)(nil),   // 25: nacre.admin.v1.GetLiveParamsResponse
-	(*LiveAssignment)(nil),          // 26: nacre.admin.v1.LiveAssignment
-	(*SetLiveParamsRequest)(nil),    // 27: nacre.admin.v1.SetLiveParamsRequest
-	(*SetLiveParamsResponse)(nil),   // 28: nacre.admin.v1.SetLiveParamsResponse
-	(*ListDevicesRequest)(nil),      // 29: nacre.admin.v1.ListDevicesRequest
-	(*Device)(nil),                  // 30: nacre.admin.v1.Device
-	(*ListDevicesResponse)(nil),     // 31: nacre.admin.v1.ListDevicesResponse
-	(*v1.Filesystem)(nil),           // 32: nacre.mgs.v1.Filesystem
-	(*v1.Target)(nil),               // 33: nacre.mgs.v1.Target
-	(*v1.Param)(nil),                // 34: nacre.mgs.v1.Param
-	(*v1.Pool)(nil),                 // 35: nacre.mgs.v1.Pool
+	(RecoveryState)(0),                 // 0: nacre.admin.v1.RecoveryState
+	(*ListFilesystemsRequest)(nil),     // 1: nacre.admin.v1.ListFilesystemsRequest
+	(*ListFilesystemsResponse)(nil),    // 2: nacre.admin.v1.ListFilesystemsResponse
+	(*GetFilesystemRequest)(nil),       // 3: nacre.admin.v1.GetFilesystemRequest
+	(*CreateFilesystemRequest)(nil),    // 4: nacre.admin.v1.CreateFilesystemRequest
+	(*ListTargetsRequest)(nil),         // 5: nacre.admin.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),        // 6: nacre.admin.v1.ListTargetsResponse
+	(*GetTargetRequest)(nil),           // 7: nacre.admin.v1.GetTargetRequest
+	(*GetParamRequest)(nil),            // 8: nacre.admin.v1.GetParamRequest
+	(*SetParamRequest)(nil),            // 9: nacre.admin.v1.SetParamRequest
+	(*ListParamsRequest)(nil),          // 10: nacre.admin.v1.ListParamsRequest
+	(*ListParamsResponse)(nil),         // 11: nacre.admin.v1.ListParamsResponse
+	(*DeleteParamRequest)(nil),         // 12: nacre.admin.v1.DeleteParamRequest
+	(*DeleteParamResponse)(nil),        // 13: nacre.admin.v1.DeleteParamResponse
+	(*ListPoolsRequest)(nil),           // 14: nacre.admin.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),          // 15: nacre.admin.v1.ListPoolsResponse
+	(*CreatePoolRequest)(nil),          // 16: nacre.admin.v1.CreatePoolRequest
+	(*AddToPoolRequest)(nil),           // 17: nacre.admin.v1.AddToPoolRequest
+	(*RemoveFromPoolRequest)(nil),      // 18: nacre.admin.v1.RemoveFromPoolRequest
+	(*DestroyPoolRequest)(nil),         // 19: nacre.admin.v1.DestroyPoolRequest
+	(*DestroyPoolResponse)(nil),        // 20: nacre.admin.v1.DestroyPoolResponse
+	(*HealthRequest)(nil),              // 21: nacre.admin.v1.HealthRequest
+	(*HealthResponse)(nil),             // 22: nacre.admin.v1.HealthResponse
+	(*EtcdMember)(nil),                 // 23: nacre.admin.v1.EtcdMember
+	(*LiveParam)(nil),                  // 24: nacre.admin.v1.LiveParam
+	(*GetLiveParamsRequest)(nil),       // 25: nacre.admin.v1.GetLiveParamsRequest
+	(*GetLiveParamsResponse)(nil),      // 26: nacre.admin.v1.GetLiveParamsResponse
+	(*LiveAssignment)(nil),             // 27: nacre.admin.v1.LiveAssignment
+	(*SetLiveParamsRequest)(nil),       // 28: nacre.admin.v1.SetLiveParamsRequest
+	(*SetLiveParamsResponse)(nil),      // 29: nacre.admin.v1.SetLiveParamsResponse
+	(*ListDevicesRequest)(nil),         // 30: nacre.admin.v1.ListDevicesRequest
+	(*Device)(nil),                     // 31: nacre.admin.v1.Device
+	(*ListDevicesResponse)(nil),        // 32: nacre.admin.v1.ListDevicesResponse
+	(*Usage)(nil),                      // 33: nacre.admin.v1.Usage
+	(*TargetIO)(nil),                   // 34: nacre.admin.v1.TargetIO
+	(*ClientStats)(nil),                // 35: nacre.admin.v1.ClientStats
+	(*JobCounter)(nil),                 // 36: nacre.admin.v1.JobCounter
+	(*JobStats)(nil),                   // 37: nacre.admin.v1.JobStats
+	(*ChangelogUser)(nil),              // 38: nacre.admin.v1.ChangelogUser
+	(*LNetNI)(nil),                     // 39: nacre.admin.v1.LNetNI
+	(*LNetPeer)(nil),                   // 40: nacre.admin.v1.LNetPeer
+	(*LNetStats)(nil),                  // 41: nacre.admin.v1.LNetStats
+	(*TargetLive)(nil),                 // 42: nacre.admin.v1.TargetLive
+	(*ServerStateRequest)(nil),         // 43: nacre.admin.v1.ServerStateRequest
+	(*ServerState)(nil),                // 44: nacre.admin.v1.ServerState
+	(*TargetStatus)(nil),               // 45: nacre.admin.v1.TargetStatus
+	(*ServerStatus)(nil),               // 46: nacre.admin.v1.ServerStatus
+	(*GetClusterOverviewRequest)(nil),  // 47: nacre.admin.v1.GetClusterOverviewRequest
+	(*ClusterOverview)(nil),            // 48: nacre.admin.v1.ClusterOverview
+	(*ListTargetClientsRequest)(nil),   // 49: nacre.admin.v1.ListTargetClientsRequest
+	(*ListTargetClientsResponse)(nil),  // 50: nacre.admin.v1.ListTargetClientsResponse
+	(*ListJobStatsRequest)(nil),        // 51: nacre.admin.v1.ListJobStatsRequest
+	(*ListJobStatsResponse)(nil),       // 52: nacre.admin.v1.ListJobStatsResponse
+	(*ListServersRequest)(nil),         // 53: nacre.admin.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 54: nacre.admin.v1.ListServersResponse
+	(*ListLNetPeersRequest)(nil),       // 55: nacre.admin.v1.ListLNetPeersRequest
+	(*ListLNetPeersResponse)(nil),      // 56: nacre.admin.v1.ListLNetPeersResponse
+	(*ListChangelogUsersRequest)(nil),  // 57: nacre.admin.v1.ListChangelogUsersRequest
+	(*ListChangelogUsersResponse)(nil), // 58: nacre.admin.v1.ListChangelogUsersResponse
+	nil,                                // 59: nacre.admin.v1.TargetIO.OpsEntry
+	nil,                                // 60: nacre.admin.v1.ClientStats.OpsEntry
+	nil,                                // 61: nacre.admin.v1.JobStats.OpsEntry
+	(*v1.Filesystem)(nil),              // 62: nacre.mgs.v1.Filesystem
+	(*v1.Target)(nil),                  // 63: nacre.mgs.v1.Target
+	(*v1.Param)(nil),                   // 64: nacre.mgs.v1.Param
+	(*v1.Pool)(nil),                    // 65: nacre.mgs.v1.Pool
+	(*timestamppb.Timestamp)(nil),      // 66: google.protobuf.Timestamp
+	(v1.TargetKind)(0),                 // 67: nacre.mgs.v1.TargetKind
+	(v1.TargetState)(0),                // 68: nacre.mgs.v1.TargetState
+	(*fieldmaskpb.FieldMask)(nil),      // 69: google.protobuf.FieldMask
 }
 var file_nacre_admin_v1_admin_proto_depIdxs = []int32{
-	32, // 0: nacre.admin.v1.ListFilesystemsResponse.filesystems:type_name -> nacre.mgs.v1.Filesystem
-	33, // 1: nacre.admin.v1.ListTargetsResponse.targets:type_name -> nacre.mgs.v1.Target
-	34, // 2: nacre.admin.v1.ListParamsResponse.params:type_name -> nacre.mgs.v1.Param
-	35, // 3: nacre.admin.v1.ListPoolsResponse.pools:type_name -> nacre.mgs.v1.Pool
-	22, // 4: nacre.admin.v1.HealthResponse.etcd:type_name -> nacre.admin.v1.EtcdMember
-	23, // 5: nacre.admin.v1.GetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
-	26, // 6: nacre.admin.v1.SetLiveParamsRequest.assignments:type_name -> nacre.admin.v1.LiveAssignment
-	23, // 7: nacre.admin.v1.SetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
-	30, // 8: nacre.admin.v1.ListDevicesResponse.devices:type_name -> nacre.admin.v1.Device
-	0,  // 9: nacre.admin.v1.Admin.ListFilesystems:input_type -> nacre.admin.v1.ListFilesystemsRequest
-	2,  // 10: nacre.admin.v1.Admin.GetFilesystem:input_type -> nacre.admin.v1.GetFilesystemRequest
-	3,  // 11: nacre.admin.v1.Admin.CreateFilesystem:input_type -> nacre.admin.v1.CreateFilesystemRequest
-	4,  // 12: nacre.admin.v1.Admin.ListTargets:input_type -> nacre.admin.v1.ListTargetsRequest
-	6,  // 13: nacre.admin.v1.Admin.GetTarget:input_type -> nacre.admin.v1.GetTargetRequest
-	7,  // 14: nacre.admin.v1.Admin.GetParam:input_type -> nacre.admin.v1.GetParamRequest
-	8,  // 15: nacre.admin.v1.Admin.SetParam:input_type -> nacre.admin.v1.SetParamRequest
-	9,  // 16: nacre.admin.v1.Admin.ListParams:input_type -> nacre.admin.v1.ListParamsRequest
-	11, // 17: nacre.admin.v1.Admin.DeleteParam:input_type -> nacre.admin.v1.DeleteParamRequest
-	13, // 18: nacre.admin.v1.Admin.ListPools:input_type -> nacre.admin.v1.ListPoolsRequest
-	15, // 19: nacre.admin.v1.Admin.CreatePool:input_type -> nacre.admin.v1.CreatePoolRequest
-	16, // 20: nacre.admin.v1.Admin.AddToPool:input_type -> nacre.admin.v1.AddToPoolRequest
-	17, // 21: nacre.admin.v1.Admin.RemoveFromPool:input_type -> nacre.admin.v1.RemoveFromPoolRequest
-	18, // 22: nacre.admin.v1.Admin.DestroyPool:input_type -> nacre.admin.v1.DestroyPoolRequest
-	20, // 23: nacre.admin.v1.Admin.Health:input_type -> nacre.admin.v1.HealthRequest
-	24, // 24: nacre.admin.v1.Admin.GetLiveParams:input_type -> nacre.admin.v1.GetLiveParamsRequest
-	27, // 25: nacre.admin.v1.Admin.SetLiveParams:input_type -> nacre.admin.v1.SetLiveParamsRequest
-	29, // 26: nacre.admin.v1.Admin.ListDevices:input_type -> nacre.admin.v1.ListDevicesRequest
-	1,  // 27: nacre.admin.v1.Admin.ListFilesystems:output_type -> nacre.admin.v1.ListFilesystemsResponse
-	32, // 28: nacre.admin.v1.Admin.GetFilesystem:output_type -> nacre.mgs.v1.Filesystem
-	32, // 29: nacre.admin.v1.Admin.CreateFilesystem:output_type -> nacre.mgs.v1.Filesystem
-	5,  // 30: nacre.admin.v1.Admin.ListTargets:output_type -> nacre.admin.v1.ListTargetsResponse
-	33, // 31: nacre.admin.v1.Admin.GetTarget:output_type -> nacre.mgs.v1.Target
-	34, // 32: nacre.admin.v1.Admin.GetParam:output_type -> nacre.mgs.v1.Param
-	34, // 33: nacre.admin.v1.Admin.SetParam:output_type -> nacre.mgs.v1.Param
-	10, // 34: nacre.admin.v1.Admin.ListParams:output_type -> nacre.admin.v1.ListParamsResponse
-	12, // 35: nacre.admin.v1.Admin.DeleteParam:output_type -> nacre.admin.v1.DeleteParamResponse
-	14, // 36: nacre.admin.v1.Admin.ListPools:output_type -> nacre.admin.v1.ListPoolsResponse
-	35, // 37: nacre.admin.v1.Admin.CreatePool:output_type -> nacre.mgs.v1.Pool
-	35, // 38: nacre.admin.v1.Admin.AddToPool:output_type -> nacre.mgs.v1.Pool
-	35, // 39: nacre.admin.v1.Admin.RemoveFromPool:output_type -> nacre.mgs.v1.Pool
-	19, // 40: nacre.admin.v1.Admin.DestroyPool:output_type -> nacre.admin.v1.DestroyPoolResponse
-	21, // 41: nacre.admin.v1.Admin.Health:output_type -> nacre.admin.v1.HealthResponse
-	25, // 42: nacre.admin.v1.Admin.GetLiveParams:output_type -> nacre.admin.v1.GetLiveParamsResponse
-	28, // 43: nacre.admin.v1.Admin.SetLiveParams:output_type -> nacre.admin.v1.SetLiveParamsResponse
-	31, // 44: nacre.admin.v1.Admin.ListDevices:output_type -> nacre.admin.v1.ListDevicesResponse
-	27, // [27:45] is the sub-list for method output_type
-	9,  // [9:27] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	62, // 0: nacre.admin.v1.ListFilesystemsResponse.filesystems:type_name -> nacre.mgs.v1.Filesystem
+	63, // 1: nacre.admin.v1.ListTargetsResponse.targets:type_name -> nacre.mgs.v1.Target
+	64, // 2: nacre.admin.v1.ListParamsResponse.params:type_name -> nacre.mgs.v1.Param
+	65, // 3: nacre.admin.v1.ListPoolsResponse.pools:type_name -> nacre.mgs.v1.Pool
+	23, // 4: nacre.admin.v1.HealthResponse.etcd:type_name -> nacre.admin.v1.EtcdMember
+	24, // 5: nacre.admin.v1.GetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
+	27, // 6: nacre.admin.v1.SetLiveParamsRequest.assignments:type_name -> nacre.admin.v1.LiveAssignment
+	24, // 7: nacre.admin.v1.SetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
+	31, // 8: nacre.admin.v1.ListDevicesResponse.devices:type_name -> nacre.admin.v1.Device
+	59, // 9: nacre.admin.v1.TargetIO.ops:type_name -> nacre.admin.v1.TargetIO.OpsEntry
+	66, // 10: nacre.admin.v1.ClientStats.last_request_time:type_name -> google.protobuf.Timestamp
+	60, // 11: nacre.admin.v1.ClientStats.ops:type_name -> nacre.admin.v1.ClientStats.OpsEntry
+	66, // 12: nacre.admin.v1.JobStats.snapshot_time:type_name -> google.protobuf.Timestamp
+	61, // 13: nacre.admin.v1.JobStats.ops:type_name -> nacre.admin.v1.JobStats.OpsEntry
+	39, // 14: nacre.admin.v1.LNetStats.nis:type_name -> nacre.admin.v1.LNetNI
+	33, // 15: nacre.admin.v1.TargetLive.usage:type_name -> nacre.admin.v1.Usage
+	0,  // 16: nacre.admin.v1.TargetLive.recovery:type_name -> nacre.admin.v1.RecoveryState
+	34, // 17: nacre.admin.v1.TargetLive.io:type_name -> nacre.admin.v1.TargetIO
+	35, // 18: nacre.admin.v1.TargetLive.clients:type_name -> nacre.admin.v1.ClientStats
+	37, // 19: nacre.admin.v1.TargetLive.jobs:type_name -> nacre.admin.v1.JobStats
+	38, // 20: nacre.admin.v1.TargetLive.changelog_users:type_name -> nacre.admin.v1.ChangelogUser
+	66, // 21: nacre.admin.v1.ServerState.time:type_name -> google.protobuf.Timestamp
+	42, // 22: nacre.admin.v1.ServerState.targets:type_name -> nacre.admin.v1.TargetLive
+	41, // 23: nacre.admin.v1.ServerState.lnet:type_name -> nacre.admin.v1.LNetStats
+	40, // 24: nacre.admin.v1.ServerState.peers:type_name -> nacre.admin.v1.LNetPeer
+	67, // 25: nacre.admin.v1.TargetStatus.kind:type_name -> nacre.mgs.v1.TargetKind
+	68, // 26: nacre.admin.v1.TargetStatus.state:type_name -> nacre.mgs.v1.TargetState
+	33, // 27: nacre.admin.v1.TargetStatus.usage:type_name -> nacre.admin.v1.Usage
+	0,  // 28: nacre.admin.v1.TargetStatus.recovery:type_name -> nacre.admin.v1.RecoveryState
+	34, // 29: nacre.admin.v1.TargetStatus.io:type_name -> nacre.admin.v1.TargetIO
+	35, // 30: nacre.admin.v1.TargetStatus.clients:type_name -> nacre.admin.v1.ClientStats
+	41, // 31: nacre.admin.v1.ServerStatus.lnet:type_name -> nacre.admin.v1.LNetStats
+	69, // 32: nacre.admin.v1.GetClusterOverviewRequest.read_mask:type_name -> google.protobuf.FieldMask
+	66, // 33: nacre.admin.v1.ClusterOverview.time:type_name -> google.protobuf.Timestamp
+	45, // 34: nacre.admin.v1.ClusterOverview.targets:type_name -> nacre.admin.v1.TargetStatus
+	33, // 35: nacre.admin.v1.ClusterOverview.total:type_name -> nacre.admin.v1.Usage
+	34, // 36: nacre.admin.v1.ClusterOverview.total_io:type_name -> nacre.admin.v1.TargetIO
+	46, // 37: nacre.admin.v1.ClusterOverview.servers:type_name -> nacre.admin.v1.ServerStatus
+	35, // 38: nacre.admin.v1.ListTargetClientsResponse.clients:type_name -> nacre.admin.v1.ClientStats
+	37, // 39: nacre.admin.v1.ListJobStatsResponse.jobs:type_name -> nacre.admin.v1.JobStats
+	46, // 40: nacre.admin.v1.ListServersResponse.servers:type_name -> nacre.admin.v1.ServerStatus
+	40, // 41: nacre.admin.v1.ListLNetPeersResponse.peers:type_name -> nacre.admin.v1.LNetPeer
+	38, // 42: nacre.admin.v1.ListChangelogUsersResponse.users:type_name -> nacre.admin.v1.ChangelogUser
+	36, // 43: nacre.admin.v1.JobStats.OpsEntry.value:type_name -> nacre.admin.v1.JobCounter
+	1,  // 44: nacre.admin.v1.Admin.ListFilesystems:input_type -> nacre.admin.v1.ListFilesystemsRequest
+	3,  // 45: nacre.admin.v1.Admin.GetFilesystem:input_type -> nacre.admin.v1.GetFilesystemRequest
+	4,  // 46: nacre.admin.v1.Admin.CreateFilesystem:input_type -> nacre.admin.v1.CreateFilesystemRequest
+	5,  // 47: nacre.admin.v1.Admin.ListTargets:input_type -> nacre.admin.v1.ListTargetsRequest
+	7,  // 48: nacre.admin.v1.Admin.GetTarget:input_type -> nacre.admin.v1.GetTargetRequest
+	8,  // 49: nacre.admin.v1.Admin.GetParam:input_type -> nacre.admin.v1.GetParamRequest
+	9,  // 50: nacre.admin.v1.Admin.SetParam:input_type -> nacre.admin.v1.SetParamRequest
+	10, // 51: nacre.admin.v1.Admin.ListParams:input_type -> nacre.admin.v1.ListParamsRequest
+	12, // 52: nacre.admin.v1.Admin.DeleteParam:input_type -> nacre.admin.v1.DeleteParamRequest
+	14, // 53: nacre.admin.v1.Admin.ListPools:input_type -> nacre.admin.v1.ListPoolsRequest
+	16, // 54: nacre.admin.v1.Admin.CreatePool:input_type -> nacre.admin.v1.CreatePoolRequest
+	17, // 55: nacre.admin.v1.Admin.AddToPool:input_type -> nacre.admin.v1.AddToPoolRequest
+	18, // 56: nacre.admin.v1.Admin.RemoveFromPool:input_type -> nacre.admin.v1.RemoveFromPoolRequest
+	19, // 57: nacre.admin.v1.Admin.DestroyPool:input_type -> nacre.admin.v1.DestroyPoolRequest
+	21, // 58: nacre.admin.v1.Admin.Health:input_type -> nacre.admin.v1.HealthRequest
+	25, // 59: nacre.admin.v1.Admin.GetLiveParams:input_type -> nacre.admin.v1.GetLiveParamsRequest
+	28, // 60: nacre.admin.v1.Admin.SetLiveParams:input_type -> nacre.admin.v1.SetLiveParamsRequest
+	30, // 61: nacre.admin.v1.Admin.ListDevices:input_type -> nacre.admin.v1.ListDevicesRequest
+	47, // 62: nacre.admin.v1.Admin.GetClusterOverview:input_type -> nacre.admin.v1.GetClusterOverviewRequest
+	49, // 63: nacre.admin.v1.Admin.ListTargetClients:input_type -> nacre.admin.v1.ListTargetClientsRequest
+	51, // 64: nacre.admin.v1.Admin.ListJobStats:input_type -> nacre.admin.v1.ListJobStatsRequest
+	53, // 65: nacre.admin.v1.Admin.ListServers:input_type -> nacre.admin.v1.ListServersRequest
+	55, // 66: nacre.admin.v1.Admin.ListLNetPeers:input_type -> nacre.admin.v1.ListLNetPeersRequest
+	57, // 67: nacre.admin.v1.Admin.ListChangelogUsers:input_type -> nacre.admin.v1.ListChangelogUsersRequest
+	2,  // 68: nacre.admin.v1.Admin.ListFilesystems:output_type -> nacre.admin.v1.ListFilesystemsResponse
+	62, // 69: nacre.admin.v1.Admin.GetFilesystem:output_type -> nacre.mgs.v1.Filesystem
+	62, // 70: nacre.admin.v1.Admin.CreateFilesystem:output_type -> nacre.mgs.v1.Filesystem
+	6,  // 71: nacre.admin.v1.Admin.ListTargets:output_type -> nacre.admin.v1.ListTargetsResponse
+	63, // 72: nacre.admin.v1.Admin.GetTarget:output_type -> nacre.mgs.v1.Target
+	64, // 73: nacre.admin.v1.Admin.GetParam:output_type -> nacre.mgs.v1.Param
+	64, // 74: nacre.admin.v1.Admin.SetParam:output_type -> nacre.mgs.v1.Param
+	11, // 75: nacre.admin.v1.Admin.ListParams:output_type -> nacre.admin.v1.ListParamsResponse
+	13, // 76: nacre.admin.v1.Admin.DeleteParam:output_type -> nacre.admin.v1.DeleteParamResponse
+	15, // 77: nacre.admin.v1.Admin.ListPools:output_type -> nacre.admin.v1.ListPoolsResponse
+	65, // 78: nacre.admin.v1.Admin.CreatePool:output_type -> nacre.mgs.v1.Pool
+	65, // 79: nacre.admin.v1.Admin.AddToPool:output_type -> nacre.mgs.v1.Pool
+	65, // 80: nacre.admin.v1.Admin.RemoveFromPool:output_type -> nacre.mgs.v1.Pool
+	20, // 81: nacre.admin.v1.Admin.DestroyPool:output_type -> nacre.admin.v1.DestroyPoolResponse
+	22, // 82: nacre.admin.v1.Admin.Health:output_type -> nacre.admin.v1.HealthResponse
+	26, // 83: nacre.admin.v1.Admin.GetLiveParams:output_type -> nacre.admin.v1.GetLiveParamsResponse
+	29, // 84: nacre.admin.v1.Admin.SetLiveParams:output_type -> nacre.admin.v1.SetLiveParamsResponse
+	32, // 85: nacre.admin.v1.Admin.ListDevices:output_type -> nacre.admin.v1.ListDevicesResponse
+	48, // 86: nacre.admin.v1.Admin.GetClusterOverview:output_type -> nacre.admin.v1.ClusterOverview
+	50, // 87: nacre.admin.v1.Admin.ListTargetClients:output_type -> nacre.admin.v1.ListTargetClientsResponse
+	52, // 88: nacre.admin.v1.Admin.ListJobStats:output_type -> nacre.admin.v1.ListJobStatsResponse
+	54, // 89: nacre.admin.v1.Admin.ListServers:output_type -> nacre.admin.v1.ListServersResponse
+	56, // 90: nacre.admin.v1.Admin.ListLNetPeers:output_type -> nacre.admin.v1.ListLNetPeersResponse
+	58, // 91: nacre.admin.v1.Admin.ListChangelogUsers:output_type -> nacre.admin.v1.ListChangelogUsersResponse
+	68, // [68:92] is the sub-list for method output_type
+	44, // [44:68] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_nacre_admin_v1_admin_proto_init() }
@@ -1810,13 +4245,14 @@ func file_nacre_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_admin_v1_admin_proto_rawDesc), len(file_nacre_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   32,
+			NumEnums:      1,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_nacre_admin_v1_admin_proto_goTypes,
 		DependencyIndexes: file_nacre_admin_v1_admin_proto_depIdxs,
+		EnumInfos:         file_nacre_admin_v1_admin_proto_enumTypes,
 		MessageInfos:      file_nacre_admin_v1_admin_proto_msgTypes,
 	}.Build()
 	File_nacre_admin_v1_admin_proto = out.File

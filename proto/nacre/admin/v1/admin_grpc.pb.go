@@ -23,24 +23,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListFilesystems_FullMethodName  = "/nacre.admin.v1.Admin/ListFilesystems"
-	Admin_GetFilesystem_FullMethodName    = "/nacre.admin.v1.Admin/GetFilesystem"
-	Admin_CreateFilesystem_FullMethodName = "/nacre.admin.v1.Admin/CreateFilesystem"
-	Admin_ListTargets_FullMethodName      = "/nacre.admin.v1.Admin/ListTargets"
-	Admin_GetTarget_FullMethodName        = "/nacre.admin.v1.Admin/GetTarget"
-	Admin_GetParam_FullMethodName         = "/nacre.admin.v1.Admin/GetParam"
-	Admin_SetParam_FullMethodName         = "/nacre.admin.v1.Admin/SetParam"
-	Admin_ListParams_FullMethodName       = "/nacre.admin.v1.Admin/ListParams"
-	Admin_DeleteParam_FullMethodName      = "/nacre.admin.v1.Admin/DeleteParam"
-	Admin_ListPools_FullMethodName        = "/nacre.admin.v1.Admin/ListPools"
-	Admin_CreatePool_FullMethodName       = "/nacre.admin.v1.Admin/CreatePool"
-	Admin_AddToPool_FullMethodName        = "/nacre.admin.v1.Admin/AddToPool"
-	Admin_RemoveFromPool_FullMethodName   = "/nacre.admin.v1.Admin/RemoveFromPool"
-	Admin_DestroyPool_FullMethodName      = "/nacre.admin.v1.Admin/DestroyPool"
-	Admin_Health_FullMethodName           = "/nacre.admin.v1.Admin/Health"
-	Admin_GetLiveParams_FullMethodName    = "/nacre.admin.v1.Admin/GetLiveParams"
-	Admin_SetLiveParams_FullMethodName    = "/nacre.admin.v1.Admin/SetLiveParams"
-	Admin_ListDevices_FullMethodName      = "/nacre.admin.v1.Admin/ListDevices"
+	Admin_ListFilesystems_FullMethodName    = "/nacre.admin.v1.Admin/ListFilesystems"
+	Admin_GetFilesystem_FullMethodName      = "/nacre.admin.v1.Admin/GetFilesystem"
+	Admin_CreateFilesystem_FullMethodName   = "/nacre.admin.v1.Admin/CreateFilesystem"
+	Admin_ListTargets_FullMethodName        = "/nacre.admin.v1.Admin/ListTargets"
+	Admin_GetTarget_FullMethodName          = "/nacre.admin.v1.Admin/GetTarget"
+	Admin_GetParam_FullMethodName           = "/nacre.admin.v1.Admin/GetParam"
+	Admin_SetParam_FullMethodName           = "/nacre.admin.v1.Admin/SetParam"
+	Admin_ListParams_FullMethodName         = "/nacre.admin.v1.Admin/ListParams"
+	Admin_DeleteParam_FullMethodName        = "/nacre.admin.v1.Admin/DeleteParam"
+	Admin_ListPools_FullMethodName          = "/nacre.admin.v1.Admin/ListPools"
+	Admin_CreatePool_FullMethodName         = "/nacre.admin.v1.Admin/CreatePool"
+	Admin_AddToPool_FullMethodName          = "/nacre.admin.v1.Admin/AddToPool"
+	Admin_RemoveFromPool_FullMethodName     = "/nacre.admin.v1.Admin/RemoveFromPool"
+	Admin_DestroyPool_FullMethodName        = "/nacre.admin.v1.Admin/DestroyPool"
+	Admin_Health_FullMethodName             = "/nacre.admin.v1.Admin/Health"
+	Admin_GetLiveParams_FullMethodName      = "/nacre.admin.v1.Admin/GetLiveParams"
+	Admin_SetLiveParams_FullMethodName      = "/nacre.admin.v1.Admin/SetLiveParams"
+	Admin_ListDevices_FullMethodName        = "/nacre.admin.v1.Admin/ListDevices"
+	Admin_GetClusterOverview_FullMethodName = "/nacre.admin.v1.Admin/GetClusterOverview"
+	Admin_ListTargetClients_FullMethodName  = "/nacre.admin.v1.Admin/ListTargetClients"
+	Admin_ListJobStats_FullMethodName       = "/nacre.admin.v1.Admin/ListJobStats"
+	Admin_ListServers_FullMethodName        = "/nacre.admin.v1.Admin/ListServers"
+	Admin_ListLNetPeers_FullMethodName      = "/nacre.admin.v1.Admin/ListLNetPeers"
+	Admin_ListChangelogUsers_FullMethodName = "/nacre.admin.v1.Admin/ListChangelogUsers"
 )
 
 // AdminClient is the client API for Admin service.
@@ -69,6 +75,14 @@ type AdminClient interface {
 	GetLiveParams(ctx context.Context, in *GetLiveParamsRequest, opts ...grpc.CallOption) (*GetLiveParamsResponse, error)
 	SetLiveParams(ctx context.Context, in *SetLiveParamsRequest, opts ...grpc.CallOption) (*SetLiveParamsResponse, error)
 	ListDevices(ctx context.Context, in *ListDevicesRequest, opts ...grpc.CallOption) (*ListDevicesResponse, error)
+	// The cluster overview: every target with its state, NIDs, usage,
+	// clients, recovery and I/O, from the servers' status ports.
+	GetClusterOverview(ctx context.Context, in *GetClusterOverviewRequest, opts ...grpc.CallOption) (*ClusterOverview, error)
+	ListTargetClients(ctx context.Context, in *ListTargetClientsRequest, opts ...grpc.CallOption) (*ListTargetClientsResponse, error)
+	ListJobStats(ctx context.Context, in *ListJobStatsRequest, opts ...grpc.CallOption) (*ListJobStatsResponse, error)
+	ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error)
+	ListLNetPeers(ctx context.Context, in *ListLNetPeersRequest, opts ...grpc.CallOption) (*ListLNetPeersResponse, error)
+	ListChangelogUsers(ctx context.Context, in *ListChangelogUsersRequest, opts ...grpc.CallOption) (*ListChangelogUsersResponse, error)
 }
 
 type adminClient struct {
@@ -259,6 +273,66 @@ func (c *adminClient) ListDevices(ctx context.Context, in *ListDevicesRequest, o
 	return out, nil
 }
 
+func (c *adminClient) GetClusterOverview(ctx context.Context, in *GetClusterOverviewRequest, opts ...grpc.CallOption) (*ClusterOverview, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterOverview)
+	err := c.cc.Invoke(ctx, Admin_GetClusterOverview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListTargetClients(ctx context.Context, in *ListTargetClientsRequest, opts ...grpc.CallOption) (*ListTargetClientsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTargetClientsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListTargetClients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListJobStats(ctx context.Context, in *ListJobStatsRequest, opts ...grpc.CallOption) (*ListJobStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobStatsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListJobStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListServersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListServers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListLNetPeers(ctx context.Context, in *ListLNetPeersRequest, opts ...grpc.CallOption) (*ListLNetPeersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLNetPeersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListLNetPeers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListChangelogUsers(ctx context.Context, in *ListChangelogUsersRequest, opts ...grpc.CallOption) (*ListChangelogUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListChangelogUsersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListChangelogUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -285,6 +359,14 @@ type AdminServer interface {
 	GetLiveParams(context.Context, *GetLiveParamsRequest) (*GetLiveParamsResponse, error)
 	SetLiveParams(context.Context, *SetLiveParamsRequest) (*SetLiveParamsResponse, error)
 	ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error)
+	// The cluster overview: every target with its state, NIDs, usage,
+	// clients, recovery and I/O, from the servers' status ports.
+	GetClusterOverview(context.Context, *GetClusterOverviewRequest) (*ClusterOverview, error)
+	ListTargetClients(context.Context, *ListTargetClientsRequest) (*ListTargetClientsResponse, error)
+	ListJobStats(context.Context, *ListJobStatsRequest) (*ListJobStatsResponse, error)
+	ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error)
+	ListLNetPeers(context.Context, *ListLNetPeersRequest) (*ListLNetPeersResponse, error)
+	ListChangelogUsers(context.Context, *ListChangelogUsersRequest) (*ListChangelogUsersResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -348,6 +430,24 @@ func (UnimplementedAdminServer) SetLiveParams(context.Context, *SetLiveParamsReq
 }
 func (UnimplementedAdminServer) ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDevices not implemented")
+}
+func (UnimplementedAdminServer) GetClusterOverview(context.Context, *GetClusterOverviewRequest) (*ClusterOverview, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClusterOverview not implemented")
+}
+func (UnimplementedAdminServer) ListTargetClients(context.Context, *ListTargetClientsRequest) (*ListTargetClientsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTargetClients not implemented")
+}
+func (UnimplementedAdminServer) ListJobStats(context.Context, *ListJobStatsRequest) (*ListJobStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobStats not implemented")
+}
+func (UnimplementedAdminServer) ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListServers not implemented")
+}
+func (UnimplementedAdminServer) ListLNetPeers(context.Context, *ListLNetPeersRequest) (*ListLNetPeersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLNetPeers not implemented")
+}
+func (UnimplementedAdminServer) ListChangelogUsers(context.Context, *ListChangelogUsersRequest) (*ListChangelogUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListChangelogUsers not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -694,6 +794,114 @@ func _Admin_ListDevices_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetClusterOverview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClusterOverviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetClusterOverview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetClusterOverview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetClusterOverview(ctx, req.(*GetClusterOverviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListTargetClients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTargetClientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListTargetClients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListTargetClients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListTargetClients(ctx, req.(*ListTargetClientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListJobStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListJobStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListJobStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListJobStats(ctx, req.(*ListJobStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListServers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListServersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListServers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListServers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListServers(ctx, req.(*ListServersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListLNetPeers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLNetPeersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListLNetPeers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListLNetPeers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListLNetPeers(ctx, req.(*ListLNetPeersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListChangelogUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListChangelogUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListChangelogUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListChangelogUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListChangelogUsers(ctx, req.(*ListChangelogUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -772,6 +980,30 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDevices",
 			Handler:    _Admin_ListDevices_Handler,
+		},
+		{
+			MethodName: "GetClusterOverview",
+			Handler:    _Admin_GetClusterOverview_Handler,
+		},
+		{
+			MethodName: "ListTargetClients",
+			Handler:    _Admin_ListTargetClients_Handler,
+		},
+		{
+			MethodName: "ListJobStats",
+			Handler:    _Admin_ListJobStats_Handler,
+		},
+		{
+			MethodName: "ListServers",
+			Handler:    _Admin_ListServers_Handler,
+		},
+		{
+			MethodName: "ListLNetPeers",
+			Handler:    _Admin_ListLNetPeers_Handler,
+		},
+		{
+			MethodName: "ListChangelogUsers",
+			Handler:    _Admin_ListChangelogUsers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -271,10 +271,13 @@ type Target struct {
 	// Backing directory on the server.
 	Path string `protobuf:"bytes,7,opt,name=path,proto3" json:"path,omitempty"`
 	// Identity written by mkfs; re-registration must present the same one.
-	Uuid          string                 `protobuf:"bytes,8,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	State         TargetState            `protobuf:"varint,9,opt,name=state,proto3,enum=nacre.mgs.v1.TargetState" json:"state,omitempty"`
-	RegisterTime  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
-	Revision      int64                  `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
+	Uuid         string                 `protobuf:"bytes,8,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	State        TargetState            `protobuf:"varint,9,opt,name=state,proto3,enum=nacre.mgs.v1.TargetState" json:"state,omitempty"`
+	RegisterTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	Revision     int64                  `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
+	// HOST:PORT of the HTTP status port of the server process serving the
+	// target (/metrics, /nacre/v1/state); empty if it has none.
+	StatusAddr    string `protobuf:"bytes,12,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +387,13 @@ func (x *Target) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *Target) GetStatusAddr() string {
+	if x != nil {
+		return x.StatusAddr
+	}
+	return ""
 }
 
 // Pool is a named set of OSTs.
@@ -609,7 +619,9 @@ type RegisterTargetRequest struct {
 	FailoverNids []string `protobuf:"bytes,5,rep,name=failover_nids,json=failoverNids,proto3" json:"failover_nids,omitempty"`
 	Path         string   `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
 	// Identity from mkfs; empty means "new target, assign one".
-	Uuid          string `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Uuid string `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// HOST:PORT of the server process's HTTP status port, if it has one.
+	StatusAddr    string `protobuf:"bytes,8,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +701,13 @@ func (x *RegisterTargetRequest) GetPath() string {
 func (x *RegisterTargetRequest) GetUuid() string {
 	if x != nil {
 		return x.Uuid
+	}
+	return ""
+}
+
+func (x *RegisterTargetRequest) GetStatusAddr() string {
+	if x != nil {
+		return x.StatusAddr
 	}
 	return ""
 }
@@ -1243,7 +1262,7 @@ const file_nacre_mgs_v1_mgs_proto_rawDesc = "" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision\"\xe7\x02\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\"\x88\x03\n" +
 	"\x06Target\x12\x16\n" +
 	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.nacre.mgs.v1.TargetKindR\x04kind\x12\x14\n" +
@@ -1256,7 +1275,9 @@ const file_nacre_mgs_v1_mgs_proto_rawDesc = "" +
 	"\x05state\x18\t \x01(\x0e2\x19.nacre.mgs.v1.TargetStateR\x05state\x12?\n" +
 	"\rregister_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x12\x1a\n" +
-	"\brevision\x18\v \x01(\x03R\brevision\"b\n" +
+	"\brevision\x18\v \x01(\x03R\brevision\x12\x1f\n" +
+	"\vstatus_addr\x18\f \x01(\tR\n" +
+	"statusAddr\"b\n" +
 	"\x04Pool\x12\x16\n" +
 	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1273,7 +1294,7 @@ const file_nacre_mgs_v1_mgs_proto_rawDesc = "" +
 	"\atargets\x18\x02 \x03(\v2\x14.nacre.mgs.v1.TargetR\atargets\x12(\n" +
 	"\x05pools\x18\x03 \x03(\v2\x12.nacre.mgs.v1.PoolR\x05pools\x12+\n" +
 	"\x06params\x18\x04 \x03(\v2\x13.nacre.mgs.v1.ParamR\x06params\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\xe3\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\x84\x02\n" +
 	"\x15RegisterTargetRequest\x12\x16\n" +
 	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.nacre.mgs.v1.TargetKindR\x04kind\x12\x19\n" +
@@ -1281,7 +1302,9 @@ const file_nacre_mgs_v1_mgs_proto_rawDesc = "" +
 	"\x04nids\x18\x04 \x03(\tR\x04nids\x12#\n" +
 	"\rfailover_nids\x18\x05 \x03(\tR\ffailoverNids\x12\x12\n" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12\x12\n" +
-	"\x04uuid\x18\a \x01(\tR\x04uuidB\b\n" +
+	"\x04uuid\x18\a \x01(\tR\x04uuid\x12\x1f\n" +
+	"\vstatus_addr\x18\b \x01(\tR\n" +
+	"statusAddrB\b\n" +
 	"\x06_index\"\xc1\x01\n" +
 	"\x16RegisterTargetResponse\x12,\n" +
 	"\x06target\x18\x01 \x01(\v2\x14.nacre.mgs.v1.TargetR\x06target\x12\x19\n" +
