@@ -110,7 +110,10 @@ type Target struct {
 	UUID         string   `json:"uuid"`
 	// StatusAddr is the HTTP status port (HOST:PORT) of the server
 	// process serving the target, where its live state and metrics are.
-	StatusAddr   string    `json:"status_addr,omitempty"`
+	StatusAddr string `json:"status_addr,omitempty"`
+	// StatusToken is the bearer token the status port wants for changes
+	// (set_param from the admin API); never part of a configuration.
+	StatusToken  string    `json:"status_token,omitempty"`
 	RegisterTime time.Time `json:"register_time"`
 	// Up is true while the target's liveness lease lives; not stored.
 	Up       bool  `json:"-"`
@@ -296,6 +299,7 @@ type Registration struct {
 	Path         string
 	UUID         string // empty: a new target; one is assigned
 	StatusAddr   string // HOST:PORT of the server's status port, or empty
+	StatusToken  string // the bearer token its changes need
 }
 
 // Lease is a target's liveness lease.
@@ -339,6 +343,9 @@ func (s *Store) validateRegistration(r *Registration) error {
 		if _, port, err := net.SplitHostPort(r.StatusAddr); err != nil || port == "" || len(r.StatusAddr) > 256 {
 			return errs.Errorf(errs.Invalid, "target status address %.64q: want HOST:PORT", r.StatusAddr)
 		}
+	}
+	if len(r.StatusToken) > 256 {
+		return errs.Errorf(errs.Invalid, "target status token of %d bytes; the limit is 256", len(r.StatusToken))
 	}
 	if r.UUID != "" {
 		if _, err := uuid.Parse(r.UUID); err != nil {
@@ -417,7 +424,7 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 	}
 
 	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: r.FailoverNIDs, Path: r.Path, UUID: r.UUID,
-		StatusAddr: r.StatusAddr}
+		StatusAddr: r.StatusAddr, StatusToken: r.StatusToken}
 	if t.UUID == "" {
 		t.UUID = uuid.NewString()
 	}

@@ -96,8 +96,9 @@ type Storage struct {
 	wg   sync.WaitGroup
 	// params are the Storage's entries in the parameter registry.
 	params serverParams
-	// status is the bound address of the status port, if any.
-	status string
+	// status is the bound address of the status port, if any, and
+	// statusToken the bearer token its changes need.
+	status, statusToken string
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -178,7 +179,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		}
 		s.registerOST(o, ids[i])
 		abs, _ := filepath.Abs(dir)
-		reg, err := Register(ctx, ids[i], nids, abs, s.statusAddr(), lg)
+		reg, err := Register(ctx, ids[i], nids, abs, s.statusPort(), lg)
 		if err != nil {
 			return nil, err
 		}

@@ -2,8 +2,13 @@ package server
 
 import (
 	"context"
+	crand "crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +27,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/jobstats"
+	"github.com/nacrefs/nacre/internal/params"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
 	"github.com/nacrefs/nacre/services/admin"
@@ -55,9 +61,13 @@ func (s *Storage) startStatus(addr string, reg *prometheus.Registry) error {
 		s.log.Warn("status port not served: no metrics or live state for the admin API", "addr", addr, "err", err)
 		return nil
 	}
+	var tok [32]byte
+	crand.Read(tok[:])
+	s.statusToken = hex.EncodeToString(tok[:])
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+admin.StatePath, s.serveState)
+	mux.HandleFunc("POST "+admin.ParamsPath, s.serveParams)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	s.status = s.advertise(l.Addr().(*net.TCPAddr))
 	s.wg.Go(func() {
@@ -93,7 +103,36 @@ func (s *Storage) advertise(a *net.TCPAddr) string {
 // has none.
 func (s *Storage) StatusAddr() string { return s.status }
 
-func (s *Storage) statusAddr() string { return s.status }
+// StatusPort is a server's status port as its registrations give it to
+// the MGS: the address, and the bearer token changes made there need.
+type StatusPort struct{ Addr, Token string }
+
+func (s *Storage) statusPort() StatusPort { return StatusPort{Addr: s.status, Token: s.statusToken} }
+
+// serveParams answers POST admin.ParamsPath: one params.Request (JSON) on
+// the server's registry, as its lctl socket answers it, for the admin
+// API's cluster-wide get_param, set_param and dl. It needs the status
+// token the server gave the MGS: parameters change the server's
+// behaviour (evict_client) and may name clients.
+func (s *Storage) serveParams(w http.ResponseWriter, r *http.Request) {
+	got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(got), []byte(s.statusToken)) != 1 {
+		s.log.Info("status port: parameters request without the token", "from", r.RemoteAddr)
+		http.Error(w, "parameters need the server's status token", http.StatusUnauthorized)
+		return
+	}
+	var req params.Request
+	if err := json.NewDecoder(io.LimitReader(r.Body, admin.MaxParamsRequest)).Decode(&req); err != nil {
+		http.Error(w, "parameters request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp := params.Handle(s.params.reg, req)
+	if resp.Error != nil && req.Op == "set" && !req.DryRun {
+		s.log.Info("set_param from the admin API refused", "err", resp.Error.Reason)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
 
 // serveState answers GET admin.StatePath: the server's state as
 // application/x-protobuf, or protojson with format=json (for people).

@@ -154,7 +154,7 @@ type Registrar struct {
 	id     TargetIdentity
 	nids   []string
 	path   string
-	status string // the server's status address
+	status StatusPort // the server's status port
 	log    *slog.Logger
 	conns  []*grpc.ClientConn // one per MGS node
 	cancel context.CancelFunc
@@ -169,7 +169,7 @@ type Registrar struct {
 
 // Register registers the target at the MGS and keeps it registered;
 // status is the HTTP status address of the server process (empty: none).
-func Register(ctx context.Context, id TargetIdentity, nids []string, path, status string, log *slog.Logger) (*Registrar, error) {
+func Register(ctx context.Context, id TargetIdentity, nids []string, path string, status StatusPort, log *slog.Logger) (*Registrar, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -230,7 +230,7 @@ func (r *Registrar) Config() *mgsv1.ClientConfig {
 func (r *Registrar) register(ctx context.Context) error {
 	idx := r.id.Index
 	req := &mgsv1.RegisterTargetRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind),
-		Index: &idx, Nids: r.nids, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status}
+		Index: &idx, Nids: r.nids, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status.Addr, StatusToken: r.status.Token}
 	_, start := r.client()
 	var errs []error
 	for i := range r.conns {

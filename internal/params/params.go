@@ -1,6 +1,7 @@
 package params
 
 import (
+	"math/rand/v2"
 	"errors"
 	"fmt"
 	"path"
@@ -146,6 +147,9 @@ type Registry struct {
 	// setMu serializes set_param so that the validation of every target
 	// and the changes are one step for other set_params.
 	setMu sync.Mutex
+	// instance tells this registry from others in answers reaching a
+	// caller by several ways (a process's socket and its status port).
+	instance string
 }
 
 // entry is one registered parameter; refs counts Share registrations.
@@ -156,7 +160,7 @@ type entry struct {
 
 // New returns an empty registry.
 func New() *Registry {
-	r := &Registry{}
+	r := &Registry{instance: fmt.Sprintf("%016x", rand.Uint64())}
 	r.mu.params = make(map[string]*entry)
 	r.mu.devs = make(map[int]*Device)
 	return r

@@ -73,41 +73,88 @@ func Call(ctx context.Context, path string, req Request) (Response, error) {
 	return resp, nil
 }
 
-// Remote is the parameters of several processes (their sockets) seen as
-// one, as lctl sees a node: answers are merged, a socket nobody listens
-// on (a process that died) is skipped, and a pattern must match in at
-// least one process.
+// Endpoint reaches one process's registry.
+type Endpoint interface {
+	Call(ctx context.Context, req Request) (Response, error)
+	String() string
+}
+
+// Socket is the endpoint of a process's unix socket.
+type Socket string
+
+// Call implements Endpoint.
+func (s Socket) Call(ctx context.Context, req Request) (Response, error) { return Call(ctx, string(s), req) }
+
+func (s Socket) String() string { return string(s) }
+
+// Local is the endpoint of a registry of this process.
+type Local struct{ *Registry }
+
+// Call implements Endpoint.
+func (l Local) Call(_ context.Context, req Request) (Response, error) { return Handle(l.Registry, req), nil }
+
+func (l Local) String() string { return "this process" }
+
+// Remote is the parameters of several processes (their sockets, or other
+// endpoints) seen as one, as lctl sees a node or the admin API a cluster:
+// answers are merged (a registry reached twice counts once), an endpoint
+// that does not answer (a process that died) is skipped, and a pattern
+// must match in at least one process.
 type Remote struct {
-	// Sockets are the processes' sockets.
-	Sockets []string
-	// Skipped, if not nil, hears of each socket skipped and why.
-	Skipped func(path string, err error)
+	// Sockets are the processes' sockets; Endpoints are other ways to
+	// reach processes. Both are asked.
+	Sockets   []string
+	Endpoints []Endpoint
+	// Skipped, if not nil, hears of each endpoint skipped and why.
+	Skipped func(endpoint string, err error)
 }
 
 // ErrNoProcess: no live process answered.
 var ErrNoProcess = errors.New("params: no Nacre process answers")
 
-// answer is one process's response and the socket it came from.
+// answer is one process's response and the endpoint it came from.
 type answer struct {
 	Response
-	socket string
+	ep Endpoint
 }
 
-// call sends req to every live socket; dead ones are skipped.
+// endpoints are the sockets and the other endpoints.
+func (r *Remote) endpoints() []Endpoint {
+	out := make([]Endpoint, 0, len(r.Sockets)+len(r.Endpoints))
+	for _, s := range r.Sockets {
+		out = append(out, Socket(s))
+	}
+	return append(out, r.Endpoints...)
+}
+
+// call sends req to every live endpoint; dead ones are skipped, and so
+// are answers of a registry that answered already.
 func (r *Remote) call(ctx context.Context, req Request) ([]answer, error) {
 	var out []answer
-	for _, s := range r.Sockets {
-		resp, err := Call(ctx, s, req)
+	seen := map[string]bool{}
+	eps := r.endpoints()
+	for _, e := range eps {
+		resp, err := e.Call(ctx, req)
 		if err != nil {
 			if r.Skipped != nil {
-				r.Skipped(s, err)
+				r.Skipped(e.String(), err)
 			}
 			continue
 		}
-		out = append(out, answer{resp, s})
+		if resp.Instance != "" {
+			if seen[resp.Instance] {
+				continue
+			}
+			seen[resp.Instance] = true
+		}
+		out = append(out, answer{resp, e})
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w (sockets tried: %s)", ErrNoProcess, strings.Join(r.Sockets, ", "))
+		names := make([]string, len(eps))
+		for i, e := range eps {
+			names[i] = e.String()
+		}
+		return nil, fmt.Errorf("%w (tried: %s)", ErrNoProcess, strings.Join(names, ", "))
 	}
 	return out, nil
 }
@@ -175,12 +222,73 @@ func (r *Remote) Get(ctx context.Context, patterns ...string) ([]Value, error) {
 	return out, nil
 }
 
+// GetPartial is Get in one request to each process, where a pattern may
+// match nothing anywhere (the names of a List).
+func (r *Remote) GetPartial(ctx context.Context, patterns ...string) ([]Value, error) {
+	rs, err := r.call(ctx, Request{Op: "get", Patterns: patterns, Partial: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := firstErr(rs); err != nil {
+		return nil, err
+	}
+	var out []Value
+	for _, resp := range rs {
+		out = append(out, resp.Values...)
+	}
+	return out, nil
+}
+
 // Set is Registry.Set over every process, all or nothing: every process
 // first validates the assignments (a dry run) and only if all accept and
 // every pattern matched somewhere does each set them. A process that
 // fails after the dry run passed (it changed meanwhile) is reported with
 // what the others already set.
 func (r *Remote) Set(ctx context.Context, assigns ...Assignment) ([]Value, error) {
+	rs, err := r.dryRun(ctx, assigns)
+	if err != nil {
+		return nil, err
+	}
+	var out []Value
+	for _, resp := range rs {
+		if len(resp.Values) == 0 {
+			continue // nothing of this process matched
+		}
+		got, err := resp.ep.Call(ctx, Request{Op: "set", Assign: assigns, Partial: true})
+		if err == nil && got.Error != nil {
+			err = got.Error.Err()
+		}
+		if err != nil {
+			if len(out) > 0 {
+				var done []string
+				for _, v := range out {
+					done = append(done, v.Name)
+				}
+				return out, fmt.Errorf("%w (already set in other processes: %s)", err, strings.Join(done, ", "))
+			}
+			return nil, err
+		}
+		out = append(out, got.Values...)
+	}
+	return out, nil
+}
+
+// DryRun is Set's validation alone: what Set would set, or why not.
+func (r *Remote) DryRun(ctx context.Context, assigns ...Assignment) ([]Value, error) {
+	rs, err := r.dryRun(ctx, assigns)
+	if err != nil {
+		return nil, err
+	}
+	var out []Value
+	for _, resp := range rs {
+		out = append(out, resp.Values...)
+	}
+	return out, nil
+}
+
+// dryRun has every process validate assigns and checks that each matched
+// somewhere.
+func (r *Remote) dryRun(ctx context.Context, assigns []Assignment) ([]answer, error) {
 	rs, err := r.call(ctx, Request{Op: "set", Assign: assigns, Partial: true, DryRun: true})
 	if err != nil {
 		return nil, err
@@ -201,28 +309,7 @@ func (r *Remote) Set(ctx context.Context, assigns ...Assignment) ([]Value, error
 			return nil, newError(ErrNoMatch, a.Pattern, "", "", nil)
 		}
 	}
-	var out []Value
-	for _, resp := range rs {
-		if len(resp.Values) == 0 {
-			continue // nothing of this process matched
-		}
-		got, err := Call(ctx, resp.socket, Request{Op: "set", Assign: assigns, Partial: true})
-		if err == nil && got.Error != nil {
-			err = got.Error.Err()
-		}
-		if err != nil {
-			if len(out) > 0 {
-				var done []string
-				for _, v := range out {
-					done = append(done, v.Name)
-				}
-				return out, fmt.Errorf("%w (already set in other processes: %s)", err, strings.Join(done, ", "))
-			}
-			return nil, err
-		}
-		out = append(out, got.Values...)
-	}
-	return out, nil
+	return rs, nil
 }
 
 // Devices returns every process's devices, renumbered in order (process

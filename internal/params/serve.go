@@ -54,7 +54,10 @@ type Request struct {
 
 // Response is a process's answer.
 type Response struct {
-	PID     int          `json:"pid"`
+	PID int `json:"pid"`
+	// Instance is the answering registry's: answers of one registry
+	// reached by several endpoints count once.
+	Instance string       `json:"instance,omitempty"`
 	Command string       `json:"command,omitempty"`
 	Params  []Info       `json:"params,omitempty"`
 	Values  []Value      `json:"values,omitempty"`
@@ -98,7 +101,7 @@ func (w *WireError) Err() error {
 
 // Handle answers one request from reg.
 func Handle(reg *Registry, req Request) Response {
-	resp := Response{PID: os.Getpid(), Command: filepath.Base(os.Args[0])}
+	resp := Response{PID: os.Getpid(), Command: filepath.Base(os.Args[0]), Instance: reg.instance}
 	var err error
 	switch req.Op {
 	case "list":

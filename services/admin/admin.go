@@ -222,18 +222,24 @@ func paramsError(err error) error {
 }
 
 // GetLiveParams implements adminv1.AdminServer (lctl get_param).
-func (s *Server) GetLiveParams(_ context.Context, req *adminv1.GetLiveParamsRequest) (*adminv1.GetLiveParamsResponse, error) {
-	patterns := req.GetPatterns()
-	if len(patterns) == 0 {
-		all, err := s.params.List(params.ListOptions{Recursive: true, Partial: true}, "*")
-		if err != nil {
-			return nil, paramsError(err)
-		}
-		for _, i := range all {
-			patterns = append(patterns, i.Name)
+func (s *Server) GetLiveParams(ctx context.Context, req *adminv1.GetLiveParamsRequest) (*adminv1.GetLiveParamsResponse, error) {
+	c, err := s.cluster(ctx)
+	if err != nil {
+		return nil, rpcstatus.Error(err)
+	}
+	var vals []params.Value
+	if patterns := req.GetPatterns(); len(patterns) > 0 {
+		vals, err = c.Get(ctx, patterns...)
+	} else {
+		var all []params.Info
+		if all, err = c.List(ctx, true, "*"); err == nil {
+			names := make([]string, len(all))
+			for i, p := range all {
+				names[i] = p.Name
+			}
+			vals, err = c.GetPartial(ctx, names...)
 		}
 	}
-	vals, err := s.params.Get(len(req.GetPatterns()) == 0, patterns...)
 	if err != nil {
 		return nil, paramsError(err)
 	}
@@ -245,8 +251,8 @@ func (s *Server) GetLiveParams(_ context.Context, req *adminv1.GetLiveParamsRequ
 }
 
 // SetLiveParams implements adminv1.AdminServer (lctl set_param): all or
-// nothing.
-func (s *Server) SetLiveParams(_ context.Context, req *adminv1.SetLiveParamsRequest) (*adminv1.SetLiveParamsResponse, error) {
+// nothing, over every process of the cluster.
+func (s *Server) SetLiveParams(ctx context.Context, req *adminv1.SetLiveParamsRequest) (*adminv1.SetLiveParamsResponse, error) {
 	as := make([]params.Assignment, 0, len(req.GetAssignments()))
 	for _, a := range req.GetAssignments() {
 		as = append(as, params.Assignment{Pattern: a.GetPattern(), Value: a.GetValue()})
@@ -254,7 +260,16 @@ func (s *Server) SetLiveParams(_ context.Context, req *adminv1.SetLiveParamsRequ
 	if len(as) == 0 {
 		return nil, rpcstatus.Error(errs.Errorf(errs.Invalid, "set_param: no assignment"))
 	}
-	vals, err := s.params.Set(params.SetOptions{DryRun: req.GetDryRun()}, as...)
+	c, err := s.cluster(ctx)
+	if err != nil {
+		return nil, rpcstatus.Error(err)
+	}
+	var vals []params.Value
+	if req.GetDryRun() {
+		vals, err = c.DryRun(ctx, as...)
+	} else {
+		vals, err = c.Set(ctx, as...)
+	}
 	if err != nil {
 		s.log.Info("set_param refused", "err", err)
 		return nil, paramsError(err)
@@ -270,8 +285,15 @@ func (s *Server) SetLiveParams(_ context.Context, req *adminv1.SetLiveParamsRequ
 }
 
 // ListDevices implements adminv1.AdminServer (lctl dl).
-func (s *Server) ListDevices(context.Context, *adminv1.ListDevicesRequest) (*adminv1.ListDevicesResponse, error) {
-	devs := s.params.Devices()
+func (s *Server) ListDevices(ctx context.Context, _ *adminv1.ListDevicesRequest) (*adminv1.ListDevicesResponse, error) {
+	c, err := s.cluster(ctx)
+	if err != nil {
+		return nil, rpcstatus.Error(err)
+	}
+	devs, err := c.Devices(ctx)
+	if err != nil {
+		return nil, paramsError(err)
+	}
 	out := &adminv1.ListDevicesResponse{Devices: make([]*adminv1.Device, 0, len(devs))}
 	for _, d := range devs {
 		out.Devices = append(out.Devices, &adminv1.Device{Index: int32(d.Index), Status: d.Status, Type: d.Type, Name: d.Name,

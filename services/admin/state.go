@@ -31,6 +31,12 @@ const (
 	StateContentType = "application/x-protobuf"
 	// MetricsPath serves a server's Prometheus metrics.
 	MetricsPath = "/metrics"
+	// ParamsPath takes a POSTed params.Request (JSON) with the server's
+	// status token as a bearer token and answers its params.Response:
+	// the server's parameter registry, as its lctl socket serves it.
+	ParamsPath = "/nacre/v1/params"
+	// MaxParamsRequest bounds a parameters request.
+	MaxParamsRequest = 1 << 20
 )
 
 // Bounds of reading the servers.

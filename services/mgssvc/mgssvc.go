@@ -42,6 +42,7 @@ func (s *Server) RegisterTarget(ctx context.Context, req *mgsv1.RegisterTargetRe
 		Path:         req.GetPath(),
 		UUID:         req.GetUuid(),
 		StatusAddr:   req.GetStatusAddr(),
+		StatusToken:  req.GetStatusToken(),
 	}
 	t, lease, cfg, err := s.store.RegisterTarget(ctx, r)
 	if err != nil {

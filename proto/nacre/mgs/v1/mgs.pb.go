@@ -621,7 +621,10 @@ type RegisterTargetRequest struct {
 	// Identity from mkfs; empty means "new target, assign one".
 	Uuid string `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// HOST:PORT of the server process's HTTP status port, if it has one.
-	StatusAddr    string `protobuf:"bytes,8,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
+	StatusAddr string `protobuf:"bytes,8,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
+	// The bearer token the status port wants for changes (set_param): the
+	// MGS keeps it and never hands it out in a configuration.
+	StatusToken   string `protobuf:"bytes,9,opt,name=status_token,json=statusToken,proto3" json:"status_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -708,6 +711,13 @@ func (x *RegisterTargetRequest) GetUuid() string {
 func (x *RegisterTargetRequest) GetStatusAddr() string {
 	if x != nil {
 		return x.StatusAddr
+	}
+	return ""
+}
+
+func (x *RegisterTargetRequest) GetStatusToken() string {
+	if x != nil {
+		return x.StatusToken
 	}
 	return ""
 }
@@ -1294,7 +1304,7 @@ const file_nacre_mgs_v1_mgs_proto_rawDesc = "" +
 	"\atargets\x18\x02 \x03(\v2\x14.nacre.mgs.v1.TargetR\atargets\x12(\n" +
 	"\x05pools\x18\x03 \x03(\v2\x12.nacre.mgs.v1.PoolR\x05pools\x12+\n" +
 	"\x06params\x18\x04 \x03(\v2\x13.nacre.mgs.v1.ParamR\x06params\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\x84\x02\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\xa7\x02\n" +
 	"\x15RegisterTargetRequest\x12\x16\n" +
 	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.nacre.mgs.v1.TargetKindR\x04kind\x12\x19\n" +
@@ -1304,7 +1314,8 @@ const file_nacre_mgs_v1_mgs_proto_rawDesc = "" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12\x12\n" +
 	"\x04uuid\x18\a \x01(\tR\x04uuid\x12\x1f\n" +
 	"\vstatus_addr\x18\b \x01(\tR\n" +
-	"statusAddrB\b\n" +
+	"statusAddr\x12!\n" +
+	"\fstatus_token\x18\t \x01(\tR\vstatusTokenB\b\n" +
 	"\x06_index\"\xc1\x01\n" +
 	"\x16RegisterTargetResponse\x12,\n" +
 	"\x06target\x18\x01 \x01(\v2\x14.nacre.mgs.v1.TargetR\x06target\x12\x19\n" +

@@ -1,0 +1,84 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/nacrefs/nacre/internal/params"
+)
+
+// The admin API's live parameters are those of the whole cluster: its own
+// process's registry and, through their status ports, every server's
+// (params.Remote merges them as lctl merges a node's processes). A
+// set_param is all or nothing over them.
+
+// statusEndpoint reaches a server's registry on its status port.
+type statusEndpoint struct {
+	addr, token string
+	http        *http.Client
+}
+
+// Call implements params.Endpoint.
+func (e statusEndpoint) Call(ctx context.Context, req params.Request) (params.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, ServerTimeout)
+	defer cancel()
+	b, err := json.Marshal(req)
+	if err != nil {
+		return params.Response{}, err
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.addr+ParamsPath, bytes.NewReader(b))
+	if err != nil {
+		return params.Response{}, fmt.Errorf("server %s: %w", e.addr, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Authorization", "Bearer "+e.token)
+	resp, err := e.http.Do(hr)
+	if err != nil {
+		return params.Response{}, fmt.Errorf("server %s: %w", e.addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxStateBytes+1))
+	if err != nil {
+		return params.Response{}, fmt.Errorf("server %s: parameters: %w", e.addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return params.Response{}, fmt.Errorf("server %s: parameters: HTTP %s: %s", e.addr, resp.Status, bytes.TrimSpace(body))
+	}
+	var out params.Response
+	if err := json.Unmarshal(body, &out); err != nil {
+		return params.Response{}, fmt.Errorf("server %s: parameters: %w", e.addr, err)
+	}
+	return out, nil
+}
+
+func (e statusEndpoint) String() string { return "server " + e.addr }
+
+// cluster is the parameters of this process and of every server whose
+// targets are up.
+func (s *Server) cluster(ctx context.Context) (*params.Remote, error) {
+	r := &params.Remote{Endpoints: []params.Endpoint{params.Local{Registry: s.params}},
+		Skipped: func(ep string, err error) { s.log.Info("parameters of a server unavailable", "server", ep, "err", err) }}
+	fss, err := s.store.ListFilesystems(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, fs := range fss {
+		ts, err := s.store.ListTargets(ctx, fs.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if !t.Up || t.StatusAddr == "" || t.StatusToken == "" || seen[t.StatusAddr] {
+				continue
+			}
+			seen[t.StatusAddr] = true
+			r.Endpoints = append(r.Endpoints, statusEndpoint{addr: t.StatusAddr, token: t.StatusToken, http: s.nodes.http})
+		}
+	}
+	return r, nil
+}
