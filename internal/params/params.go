@@ -1,9 +1,9 @@
 package params
 
 import (
-	"math/rand/v2"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path"
 	"slices"
 	"strings"

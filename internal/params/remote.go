@@ -83,7 +83,9 @@ type Endpoint interface {
 type Socket string
 
 // Call implements Endpoint.
-func (s Socket) Call(ctx context.Context, req Request) (Response, error) { return Call(ctx, string(s), req) }
+func (s Socket) Call(ctx context.Context, req Request) (Response, error) {
+	return Call(ctx, string(s), req)
+}
 
 func (s Socket) String() string { return string(s) }
 
@@ -91,7 +93,9 @@ func (s Socket) String() string { return string(s) }
 type Local struct{ *Registry }
 
 // Call implements Endpoint.
-func (l Local) Call(_ context.Context, req Request) (Response, error) { return Handle(l.Registry, req), nil }
+func (l Local) Call(_ context.Context, req Request) (Response, error) {
+	return Handle(l.Registry, req), nil
+}
 
 func (l Local) String() string { return "this process" }
 

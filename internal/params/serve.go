@@ -58,11 +58,11 @@ type Response struct {
 	// Instance is the answering registry's: answers of one registry
 	// reached by several endpoints count once.
 	Instance string       `json:"instance,omitempty"`
-	Command string       `json:"command,omitempty"`
-	Params  []Info       `json:"params,omitempty"`
-	Values  []Value      `json:"values,omitempty"`
-	Devices []DeviceInfo `json:"devices,omitempty"`
-	Error   *WireError   `json:"error,omitempty"`
+	Command  string       `json:"command,omitempty"`
+	Params   []Info       `json:"params,omitempty"`
+	Values   []Value      `json:"values,omitempty"`
+	Devices  []DeviceInfo `json:"devices,omitempty"`
+	Error    *WireError   `json:"error,omitempty"`
 }
 
 // WireError is an *Error on the wire.
