@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -70,15 +71,17 @@ func TestClusterParams(t *testing.T) {
 	}
 	// Evict the mount from OST0000, served by the other process.
 	nid := "nid:" + clustertest.ClientAddr(0) + "@tcp"
-	// The mount's line of OST0000's exports: "UUID NID conn=N idle=Ns".
-	mine := func() string {
-		for _, l := range strings.Split(get("obdfilter.nacre-OST0000.exports")["obdfilter.nacre-OST0000.exports"], "\n") {
+	// The mount's line of an OST's exports: "UUID NID conn=N idle=Ns".
+	mineOn := func(ost string) string {
+		p := "obdfilter.nacre-" + ost + ".exports"
+		for _, l := range strings.Split(get(p)[p], "\n") {
 			if f := strings.Fields(l); len(f) == 4 && f[1] == clustertest.ClientAddr(0)+"@tcp" {
 				return f[0] + " " + f[2]
 			}
 		}
 		return ""
 	}
+	mine := func() string { return mineOn("OST0000") }
 	was := mine()
 	if was == "" {
 		t.Fatal("the mount is not a client of OST0000")
@@ -92,6 +95,39 @@ func TestClusterParams(t *testing.T) {
 	// it had.
 	if now := mine(); now == was {
 		t.Fatalf("the evicted mount is still a client of OST0000: %q", now)
+	}
+	// The same through the REST evict call, on OST0001.
+	was1 := mineOn("OST0001")
+	if was1 == "" {
+		t.Fatal("the mount is not a client of OST0001")
+	}
+	post := func(path, body string) (int, string) {
+		resp, err := http.Post(o.https+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post("/api/v1/filesystems/nacre/targets/OST0001/evict", `{"client":"`+nid+`"}`); code != 200 {
+		t.Fatalf("POST evict: %d %s", code, body)
+	}
+	if now := mineOn("OST0001"); now == was1 {
+		t.Fatalf("the mount evicted through REST is still a client of OST0001: %q", now)
+	}
+	for _, bad := range []struct {
+		path, body string
+		code       int
+	}{
+		{"/api/v1/filesystems/nacre/targets/OST0001/evict", `{"client":"no-such-client"}`, 400},
+		{"/api/v1/filesystems/nacre/targets/OST0001/evict", `{}`, 400},
+		{"/api/v1/filesystems/nacre/targets/OST0009/evict", `{"client":"x"}`, 404},
+		{"/api/v1/filesystems/other/targets/OST0001/evict", `{"client":"x"}`, 404},
+	} {
+		if code, body := post(bad.path, bad.body); code != bad.code {
+			t.Errorf("POST %s %s: %d %s, want %d", bad.path, bad.body, code, body, bad.code)
+		}
 	}
 	// dl: the child's OSTs and the MDT here, numbered as one list.
 	devs, err := o.api.ListDevices(ctx, &adminv1.ListDevicesRequest{})

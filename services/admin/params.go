@@ -8,7 +8,11 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/nacrefs/nacre/internal/errs"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/mgs"
+	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
+	"github.com/nacrefs/nacre/services/rpcstatus"
 )
 
 // The admin API's live parameters are those of the whole cluster: its own
@@ -81,4 +85,36 @@ func (s *Server) cluster(ctx context.Context) (*params.Remote, error) {
 		}
 	}
 	return r, nil
+}
+
+// EvictClient implements adminv1.AdminServer: set_param of the target's
+// evict_client, on the server that serves it.
+func (s *Server) EvictClient(ctx context.Context, req *adminv1.EvictClientRequest) (*adminv1.EvictClientResponse, error) {
+	t, err := s.store.GetTarget(ctx, req.GetFsname(), req.GetName())
+	if err != nil {
+		return nil, rpcstatus.Error(err)
+	}
+	if req.GetClient() == "" {
+		return nil, rpcstatus.Error(errs.Errorf(errs.Invalid, "evict from %s: no client (a uuid, or nid:NID)", t.Label()))
+	}
+	layer := "obdfilter"
+	if t.Kind == mgs.KindMDT {
+		layer = "mdt"
+	} else if t.Kind != mgs.KindOST {
+		return nil, rpcstatus.Error(errs.Errorf(errs.Invalid, "evict from %s: not an MDT or OST", t.Label()))
+	}
+	if !t.Up {
+		return nil, rpcstatus.Error(errs.Errorf(errs.Unavailable, "evict from %s: the target is down", t.Label()))
+	}
+	c, err := s.cluster(ctx)
+	if err != nil {
+		return nil, rpcstatus.Error(err)
+	}
+	name := layer + "." + t.Label() + ".evict_client"
+	if _, err := c.Set(ctx, params.Assignment{Pattern: name, Value: req.GetClient()}); err != nil {
+		s.log.Info("evict refused", "target", t.Label(), "client", req.GetClient(), "err", err)
+		return nil, paramsError(err)
+	}
+	s.log.Info("client evicted", "target", t.Label(), "client", req.GetClient())
+	return &adminv1.EvictClientResponse{}, nil
 }

@@ -3258,6 +3258,109 @@ func (x *ListTargetClientsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// EvictClientRequest evicts a client from a target, on whichever server
+// serves it (Lustre's lctl set_param obdfilter.TARGET.evict_client=UUID):
+// the target drops its locks and its export; the client reconnects as a
+// new one, its cached data under those locks gone.
+type EvictClientRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
+	// "OST0003" or "nacre-OST0003".
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The client's uuid (ListTargetClients), or "nid:NID" for every client
+	// from that NID.
+	Client        string `protobuf:"bytes,3,opt,name=client,proto3" json:"client,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictClientRequest) Reset() {
+	*x = EvictClientRequest{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictClientRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictClientRequest) ProtoMessage() {}
+
+func (x *EvictClientRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictClientRequest.ProtoReflect.Descriptor instead.
+func (*EvictClientRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *EvictClientRequest) GetFsname() string {
+	if x != nil {
+		return x.Fsname
+	}
+	return ""
+}
+
+func (x *EvictClientRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EvictClientRequest) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+type EvictClientResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictClientResponse) Reset() {
+	*x = EvictClientResponse{}
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictClientResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictClientResponse) ProtoMessage() {}
+
+func (x *EvictClientResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictClientResponse.ProtoReflect.Descriptor instead.
+func (*EvictClientResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
 type ListJobStatsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Fsname string                 `protobuf:"bytes,1,opt,name=fsname,proto3" json:"fsname,omitempty"`
@@ -3272,7 +3375,7 @@ type ListJobStatsRequest struct {
 
 func (x *ListJobStatsRequest) Reset() {
 	*x = ListJobStatsRequest{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3387,7 @@ func (x *ListJobStatsRequest) String() string {
 func (*ListJobStatsRequest) ProtoMessage() {}
 
 func (x *ListJobStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3400,7 @@ func (x *ListJobStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStatsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobStatsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListJobStatsRequest) GetFsname() string {
@@ -3338,7 +3441,7 @@ type ListJobStatsResponse struct {
 
 func (x *ListJobStatsResponse) Reset() {
 	*x = ListJobStatsResponse{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3453,7 @@ func (x *ListJobStatsResponse) String() string {
 func (*ListJobStatsResponse) ProtoMessage() {}
 
 func (x *ListJobStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3466,7 @@ func (x *ListJobStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStatsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobStatsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListJobStatsResponse) GetJobs() []*JobStats {
@@ -3392,7 +3495,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3404,7 +3507,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3417,7 +3520,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListServersRequest) GetFsname() string {
@@ -3451,7 +3554,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3566,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3579,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerStatus {
@@ -3505,7 +3608,7 @@ type ListLNetPeersRequest struct {
 
 func (x *ListLNetPeersRequest) Reset() {
 	*x = ListLNetPeersRequest{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3620,7 @@ func (x *ListLNetPeersRequest) String() string {
 func (*ListLNetPeersRequest) ProtoMessage() {}
 
 func (x *ListLNetPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3633,7 @@ func (x *ListLNetPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLNetPeersRequest.ProtoReflect.Descriptor instead.
 func (*ListLNetPeersRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListLNetPeersRequest) GetFsname() string {
@@ -3564,7 +3667,7 @@ type ListLNetPeersResponse struct {
 
 func (x *ListLNetPeersResponse) Reset() {
 	*x = ListLNetPeersResponse{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3679,7 @@ func (x *ListLNetPeersResponse) String() string {
 func (*ListLNetPeersResponse) ProtoMessage() {}
 
 func (x *ListLNetPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3692,7 @@ func (x *ListLNetPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLNetPeersResponse.ProtoReflect.Descriptor instead.
 func (*ListLNetPeersResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListLNetPeersResponse) GetPeers() []*LNetPeer {
@@ -3618,7 +3721,7 @@ type ListChangelogUsersRequest struct {
 
 func (x *ListChangelogUsersRequest) Reset() {
 	*x = ListChangelogUsersRequest{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +3733,7 @@ func (x *ListChangelogUsersRequest) String() string {
 func (*ListChangelogUsersRequest) ProtoMessage() {}
 
 func (x *ListChangelogUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +3746,7 @@ func (x *ListChangelogUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangelogUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListChangelogUsersRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListChangelogUsersRequest) GetFsname() string {
@@ -3677,7 +3780,7 @@ type ListChangelogUsersResponse struct {
 
 func (x *ListChangelogUsersResponse) Reset() {
 	*x = ListChangelogUsersResponse{}
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3792,7 @@ func (x *ListChangelogUsersResponse) String() string {
 func (*ListChangelogUsersResponse) ProtoMessage() {}
 
 func (x *ListChangelogUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_nacre_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3805,7 @@ func (x *ListChangelogUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangelogUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListChangelogUsersResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_nacre_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListChangelogUsersResponse) GetUsers() []*ChangelogUser {
@@ -3977,7 +4080,12 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"z\n" +
 	"\x19ListTargetClientsResponse\x125\n" +
 	"\aclients\x18\x01 \x03(\v2\x1b.nacre.admin.v1.ClientStatsR\aclients\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x81\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"X\n" +
+	"\x12EvictClientRequest\x12\x16\n" +
+	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06client\x18\x03 \x01(\tR\x06client\"\x15\n" +
+	"\x13EvictClientResponse\"\x81\x01\n" +
 	"\x13ListJobStatsRequest\x12\x16\n" +
 	"\x06fsname\x18\x01 \x01(\tR\x06fsname\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1b\n" +
@@ -4014,7 +4122,7 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"\rRecoveryState\x12\x1e\n" +
 	"\x1aRECOVERY_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17RECOVERY_STATE_COMPLETE\x10\x01\x12\x1d\n" +
-	"\x19RECOVERY_STATE_RECOVERING\x10\x022\xf6\x17\n" +
+	"\x19RECOVERY_STATE_RECOVERING\x10\x022\x8d\x19\n" +
 	"\x05Admin\x12\x7f\n" +
 	"\x0fListFilesystems\x12&.nacre.admin.v1.ListFilesystemsRequest\x1a'.nacre.admin.v1.ListFilesystemsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/filesystems\x12s\n" +
 	"\rGetFilesystem\x12$.nacre.admin.v1.GetFilesystemRequest\x1a\x18.nacre.mgs.v1.Filesystem\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/api/v1/filesystems/{name}\x12u\n" +
@@ -4037,7 +4145,8 @@ const file_nacre_admin_v1_admin_proto_rawDesc = "" +
 	"\rSetLiveParams\x12$.nacre.admin.v1.SetLiveParamsRequest\x1a%.nacre.admin.v1.SetLiveParamsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/api/v1/live/params\x12t\n" +
 	"\vListDevices\x12\".nacre.admin.v1.ListDevicesRequest\x1a#.nacre.admin.v1.ListDevicesResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/live/devices\x12\x8f\x01\n" +
 	"\x12GetClusterOverview\x12).nacre.admin.v1.GetClusterOverviewRequest\x1a\x1f.nacre.admin.v1.ClusterOverview\"-\x82\xd3\xe4\x93\x02'\x12%/api/v1/filesystems/{fsname}/overview\x12\xa5\x01\n" +
-	"\x11ListTargetClients\x12(.nacre.admin.v1.ListTargetClientsRequest\x1a).nacre.admin.v1.ListTargetClientsResponse\";\x82\xd3\xe4\x93\x025\x123/api/v1/filesystems/{fsname}/targets/{name}/clients\x12\x84\x01\n" +
+	"\x11ListTargetClients\x12(.nacre.admin.v1.ListTargetClientsRequest\x1a).nacre.admin.v1.ListTargetClientsResponse\";\x82\xd3\xe4\x93\x025\x123/api/v1/filesystems/{fsname}/targets/{name}/clients\x12\x94\x01\n" +
+	"\vEvictClient\x12\".nacre.admin.v1.EvictClientRequest\x1a#.nacre.admin.v1.EvictClientResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/api/v1/filesystems/{fsname}/targets/{name}/evict\x12\x84\x01\n" +
 	"\fListJobStats\x12#.nacre.admin.v1.ListJobStatsRequest\x1a$.nacre.admin.v1.ListJobStatsResponse\")\x82\xd3\xe4\x93\x02#\x12!/api/v1/filesystems/{fsname}/jobs\x12\x84\x01\n" +
 	"\vListServers\x12\".nacre.admin.v1.ListServersRequest\x1a#.nacre.admin.v1.ListServersResponse\",\x82\xd3\xe4\x93\x02&\x12$/api/v1/filesystems/{fsname}/servers\x12\x8d\x01\n" +
 	"\rListLNetPeers\x12$.nacre.admin.v1.ListLNetPeersRequest\x1a%.nacre.admin.v1.ListLNetPeersResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/filesystems/{fsname}/lnet/peers\x12\xa1\x01\n" +
@@ -4062,7 +4171,7 @@ func file_nacre_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_nacre_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nacre_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_nacre_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_nacre_admin_v1_admin_proto_goTypes = []any{
 	(RecoveryState)(0),                 // 0: nacre.admin.v1.RecoveryState
 	(*ListFilesystemsRequest)(nil),     // 1: nacre.admin.v1.ListFilesystemsRequest
@@ -4115,41 +4224,43 @@ var file_nacre_admin_v1_admin_proto_goTypes = []any{
 	(*ClusterOverview)(nil),            // 48: nacre.admin.v1.ClusterOverview
 	(*ListTargetClientsRequest)(nil),   // 49: nacre.admin.v1.ListTargetClientsRequest
 	(*ListTargetClientsResponse)(nil),  // 50: nacre.admin.v1.ListTargetClientsResponse
-	(*ListJobStatsRequest)(nil),        // 51: nacre.admin.v1.ListJobStatsRequest
-	(*ListJobStatsResponse)(nil),       // 52: nacre.admin.v1.ListJobStatsResponse
-	(*ListServersRequest)(nil),         // 53: nacre.admin.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 54: nacre.admin.v1.ListServersResponse
-	(*ListLNetPeersRequest)(nil),       // 55: nacre.admin.v1.ListLNetPeersRequest
-	(*ListLNetPeersResponse)(nil),      // 56: nacre.admin.v1.ListLNetPeersResponse
-	(*ListChangelogUsersRequest)(nil),  // 57: nacre.admin.v1.ListChangelogUsersRequest
-	(*ListChangelogUsersResponse)(nil), // 58: nacre.admin.v1.ListChangelogUsersResponse
-	nil,                                // 59: nacre.admin.v1.TargetIO.OpsEntry
-	nil,                                // 60: nacre.admin.v1.ClientStats.OpsEntry
-	nil,                                // 61: nacre.admin.v1.JobStats.OpsEntry
-	(*v1.Filesystem)(nil),              // 62: nacre.mgs.v1.Filesystem
-	(*v1.Target)(nil),                  // 63: nacre.mgs.v1.Target
-	(*v1.Param)(nil),                   // 64: nacre.mgs.v1.Param
-	(*v1.Pool)(nil),                    // 65: nacre.mgs.v1.Pool
-	(*timestamppb.Timestamp)(nil),      // 66: google.protobuf.Timestamp
-	(v1.TargetKind)(0),                 // 67: nacre.mgs.v1.TargetKind
-	(v1.TargetState)(0),                // 68: nacre.mgs.v1.TargetState
-	(*fieldmaskpb.FieldMask)(nil),      // 69: google.protobuf.FieldMask
+	(*EvictClientRequest)(nil),         // 51: nacre.admin.v1.EvictClientRequest
+	(*EvictClientResponse)(nil),        // 52: nacre.admin.v1.EvictClientResponse
+	(*ListJobStatsRequest)(nil),        // 53: nacre.admin.v1.ListJobStatsRequest
+	(*ListJobStatsResponse)(nil),       // 54: nacre.admin.v1.ListJobStatsResponse
+	(*ListServersRequest)(nil),         // 55: nacre.admin.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 56: nacre.admin.v1.ListServersResponse
+	(*ListLNetPeersRequest)(nil),       // 57: nacre.admin.v1.ListLNetPeersRequest
+	(*ListLNetPeersResponse)(nil),      // 58: nacre.admin.v1.ListLNetPeersResponse
+	(*ListChangelogUsersRequest)(nil),  // 59: nacre.admin.v1.ListChangelogUsersRequest
+	(*ListChangelogUsersResponse)(nil), // 60: nacre.admin.v1.ListChangelogUsersResponse
+	nil,                                // 61: nacre.admin.v1.TargetIO.OpsEntry
+	nil,                                // 62: nacre.admin.v1.ClientStats.OpsEntry
+	nil,                                // 63: nacre.admin.v1.JobStats.OpsEntry
+	(*v1.Filesystem)(nil),              // 64: nacre.mgs.v1.Filesystem
+	(*v1.Target)(nil),                  // 65: nacre.mgs.v1.Target
+	(*v1.Param)(nil),                   // 66: nacre.mgs.v1.Param
+	(*v1.Pool)(nil),                    // 67: nacre.mgs.v1.Pool
+	(*timestamppb.Timestamp)(nil),      // 68: google.protobuf.Timestamp
+	(v1.TargetKind)(0),                 // 69: nacre.mgs.v1.TargetKind
+	(v1.TargetState)(0),                // 70: nacre.mgs.v1.TargetState
+	(*fieldmaskpb.FieldMask)(nil),      // 71: google.protobuf.FieldMask
 }
 var file_nacre_admin_v1_admin_proto_depIdxs = []int32{
-	62, // 0: nacre.admin.v1.ListFilesystemsResponse.filesystems:type_name -> nacre.mgs.v1.Filesystem
-	63, // 1: nacre.admin.v1.ListTargetsResponse.targets:type_name -> nacre.mgs.v1.Target
-	64, // 2: nacre.admin.v1.ListParamsResponse.params:type_name -> nacre.mgs.v1.Param
-	65, // 3: nacre.admin.v1.ListPoolsResponse.pools:type_name -> nacre.mgs.v1.Pool
+	64, // 0: nacre.admin.v1.ListFilesystemsResponse.filesystems:type_name -> nacre.mgs.v1.Filesystem
+	65, // 1: nacre.admin.v1.ListTargetsResponse.targets:type_name -> nacre.mgs.v1.Target
+	66, // 2: nacre.admin.v1.ListParamsResponse.params:type_name -> nacre.mgs.v1.Param
+	67, // 3: nacre.admin.v1.ListPoolsResponse.pools:type_name -> nacre.mgs.v1.Pool
 	23, // 4: nacre.admin.v1.HealthResponse.etcd:type_name -> nacre.admin.v1.EtcdMember
 	24, // 5: nacre.admin.v1.GetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
 	27, // 6: nacre.admin.v1.SetLiveParamsRequest.assignments:type_name -> nacre.admin.v1.LiveAssignment
 	24, // 7: nacre.admin.v1.SetLiveParamsResponse.params:type_name -> nacre.admin.v1.LiveParam
 	31, // 8: nacre.admin.v1.ListDevicesResponse.devices:type_name -> nacre.admin.v1.Device
-	59, // 9: nacre.admin.v1.TargetIO.ops:type_name -> nacre.admin.v1.TargetIO.OpsEntry
-	66, // 10: nacre.admin.v1.ClientStats.last_request_time:type_name -> google.protobuf.Timestamp
-	60, // 11: nacre.admin.v1.ClientStats.ops:type_name -> nacre.admin.v1.ClientStats.OpsEntry
-	66, // 12: nacre.admin.v1.JobStats.snapshot_time:type_name -> google.protobuf.Timestamp
-	61, // 13: nacre.admin.v1.JobStats.ops:type_name -> nacre.admin.v1.JobStats.OpsEntry
+	61, // 9: nacre.admin.v1.TargetIO.ops:type_name -> nacre.admin.v1.TargetIO.OpsEntry
+	68, // 10: nacre.admin.v1.ClientStats.last_request_time:type_name -> google.protobuf.Timestamp
+	62, // 11: nacre.admin.v1.ClientStats.ops:type_name -> nacre.admin.v1.ClientStats.OpsEntry
+	68, // 12: nacre.admin.v1.JobStats.snapshot_time:type_name -> google.protobuf.Timestamp
+	63, // 13: nacre.admin.v1.JobStats.ops:type_name -> nacre.admin.v1.JobStats.OpsEntry
 	39, // 14: nacre.admin.v1.LNetStats.nis:type_name -> nacre.admin.v1.LNetNI
 	33, // 15: nacre.admin.v1.TargetLive.usage:type_name -> nacre.admin.v1.Usage
 	0,  // 16: nacre.admin.v1.TargetLive.recovery:type_name -> nacre.admin.v1.RecoveryState
@@ -4157,19 +4268,19 @@ var file_nacre_admin_v1_admin_proto_depIdxs = []int32{
 	35, // 18: nacre.admin.v1.TargetLive.clients:type_name -> nacre.admin.v1.ClientStats
 	37, // 19: nacre.admin.v1.TargetLive.jobs:type_name -> nacre.admin.v1.JobStats
 	38, // 20: nacre.admin.v1.TargetLive.changelog_users:type_name -> nacre.admin.v1.ChangelogUser
-	66, // 21: nacre.admin.v1.ServerState.time:type_name -> google.protobuf.Timestamp
+	68, // 21: nacre.admin.v1.ServerState.time:type_name -> google.protobuf.Timestamp
 	42, // 22: nacre.admin.v1.ServerState.targets:type_name -> nacre.admin.v1.TargetLive
 	41, // 23: nacre.admin.v1.ServerState.lnet:type_name -> nacre.admin.v1.LNetStats
 	40, // 24: nacre.admin.v1.ServerState.peers:type_name -> nacre.admin.v1.LNetPeer
-	67, // 25: nacre.admin.v1.TargetStatus.kind:type_name -> nacre.mgs.v1.TargetKind
-	68, // 26: nacre.admin.v1.TargetStatus.state:type_name -> nacre.mgs.v1.TargetState
+	69, // 25: nacre.admin.v1.TargetStatus.kind:type_name -> nacre.mgs.v1.TargetKind
+	70, // 26: nacre.admin.v1.TargetStatus.state:type_name -> nacre.mgs.v1.TargetState
 	33, // 27: nacre.admin.v1.TargetStatus.usage:type_name -> nacre.admin.v1.Usage
 	0,  // 28: nacre.admin.v1.TargetStatus.recovery:type_name -> nacre.admin.v1.RecoveryState
 	34, // 29: nacre.admin.v1.TargetStatus.io:type_name -> nacre.admin.v1.TargetIO
 	35, // 30: nacre.admin.v1.TargetStatus.clients:type_name -> nacre.admin.v1.ClientStats
 	41, // 31: nacre.admin.v1.ServerStatus.lnet:type_name -> nacre.admin.v1.LNetStats
-	69, // 32: nacre.admin.v1.GetClusterOverviewRequest.read_mask:type_name -> google.protobuf.FieldMask
-	66, // 33: nacre.admin.v1.ClusterOverview.time:type_name -> google.protobuf.Timestamp
+	71, // 32: nacre.admin.v1.GetClusterOverviewRequest.read_mask:type_name -> google.protobuf.FieldMask
+	68, // 33: nacre.admin.v1.ClusterOverview.time:type_name -> google.protobuf.Timestamp
 	45, // 34: nacre.admin.v1.ClusterOverview.targets:type_name -> nacre.admin.v1.TargetStatus
 	33, // 35: nacre.admin.v1.ClusterOverview.total:type_name -> nacre.admin.v1.Usage
 	34, // 36: nacre.admin.v1.ClusterOverview.total_io:type_name -> nacre.admin.v1.TargetIO
@@ -4200,36 +4311,38 @@ var file_nacre_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 61: nacre.admin.v1.Admin.ListDevices:input_type -> nacre.admin.v1.ListDevicesRequest
 	47, // 62: nacre.admin.v1.Admin.GetClusterOverview:input_type -> nacre.admin.v1.GetClusterOverviewRequest
 	49, // 63: nacre.admin.v1.Admin.ListTargetClients:input_type -> nacre.admin.v1.ListTargetClientsRequest
-	51, // 64: nacre.admin.v1.Admin.ListJobStats:input_type -> nacre.admin.v1.ListJobStatsRequest
-	53, // 65: nacre.admin.v1.Admin.ListServers:input_type -> nacre.admin.v1.ListServersRequest
-	55, // 66: nacre.admin.v1.Admin.ListLNetPeers:input_type -> nacre.admin.v1.ListLNetPeersRequest
-	57, // 67: nacre.admin.v1.Admin.ListChangelogUsers:input_type -> nacre.admin.v1.ListChangelogUsersRequest
-	2,  // 68: nacre.admin.v1.Admin.ListFilesystems:output_type -> nacre.admin.v1.ListFilesystemsResponse
-	62, // 69: nacre.admin.v1.Admin.GetFilesystem:output_type -> nacre.mgs.v1.Filesystem
-	62, // 70: nacre.admin.v1.Admin.CreateFilesystem:output_type -> nacre.mgs.v1.Filesystem
-	6,  // 71: nacre.admin.v1.Admin.ListTargets:output_type -> nacre.admin.v1.ListTargetsResponse
-	63, // 72: nacre.admin.v1.Admin.GetTarget:output_type -> nacre.mgs.v1.Target
-	64, // 73: nacre.admin.v1.Admin.GetParam:output_type -> nacre.mgs.v1.Param
-	64, // 74: nacre.admin.v1.Admin.SetParam:output_type -> nacre.mgs.v1.Param
-	11, // 75: nacre.admin.v1.Admin.ListParams:output_type -> nacre.admin.v1.ListParamsResponse
-	13, // 76: nacre.admin.v1.Admin.DeleteParam:output_type -> nacre.admin.v1.DeleteParamResponse
-	15, // 77: nacre.admin.v1.Admin.ListPools:output_type -> nacre.admin.v1.ListPoolsResponse
-	65, // 78: nacre.admin.v1.Admin.CreatePool:output_type -> nacre.mgs.v1.Pool
-	65, // 79: nacre.admin.v1.Admin.AddToPool:output_type -> nacre.mgs.v1.Pool
-	65, // 80: nacre.admin.v1.Admin.RemoveFromPool:output_type -> nacre.mgs.v1.Pool
-	20, // 81: nacre.admin.v1.Admin.DestroyPool:output_type -> nacre.admin.v1.DestroyPoolResponse
-	22, // 82: nacre.admin.v1.Admin.Health:output_type -> nacre.admin.v1.HealthResponse
-	26, // 83: nacre.admin.v1.Admin.GetLiveParams:output_type -> nacre.admin.v1.GetLiveParamsResponse
-	29, // 84: nacre.admin.v1.Admin.SetLiveParams:output_type -> nacre.admin.v1.SetLiveParamsResponse
-	32, // 85: nacre.admin.v1.Admin.ListDevices:output_type -> nacre.admin.v1.ListDevicesResponse
-	48, // 86: nacre.admin.v1.Admin.GetClusterOverview:output_type -> nacre.admin.v1.ClusterOverview
-	50, // 87: nacre.admin.v1.Admin.ListTargetClients:output_type -> nacre.admin.v1.ListTargetClientsResponse
-	52, // 88: nacre.admin.v1.Admin.ListJobStats:output_type -> nacre.admin.v1.ListJobStatsResponse
-	54, // 89: nacre.admin.v1.Admin.ListServers:output_type -> nacre.admin.v1.ListServersResponse
-	56, // 90: nacre.admin.v1.Admin.ListLNetPeers:output_type -> nacre.admin.v1.ListLNetPeersResponse
-	58, // 91: nacre.admin.v1.Admin.ListChangelogUsers:output_type -> nacre.admin.v1.ListChangelogUsersResponse
-	68, // [68:92] is the sub-list for method output_type
-	44, // [44:68] is the sub-list for method input_type
+	51, // 64: nacre.admin.v1.Admin.EvictClient:input_type -> nacre.admin.v1.EvictClientRequest
+	53, // 65: nacre.admin.v1.Admin.ListJobStats:input_type -> nacre.admin.v1.ListJobStatsRequest
+	55, // 66: nacre.admin.v1.Admin.ListServers:input_type -> nacre.admin.v1.ListServersRequest
+	57, // 67: nacre.admin.v1.Admin.ListLNetPeers:input_type -> nacre.admin.v1.ListLNetPeersRequest
+	59, // 68: nacre.admin.v1.Admin.ListChangelogUsers:input_type -> nacre.admin.v1.ListChangelogUsersRequest
+	2,  // 69: nacre.admin.v1.Admin.ListFilesystems:output_type -> nacre.admin.v1.ListFilesystemsResponse
+	64, // 70: nacre.admin.v1.Admin.GetFilesystem:output_type -> nacre.mgs.v1.Filesystem
+	64, // 71: nacre.admin.v1.Admin.CreateFilesystem:output_type -> nacre.mgs.v1.Filesystem
+	6,  // 72: nacre.admin.v1.Admin.ListTargets:output_type -> nacre.admin.v1.ListTargetsResponse
+	65, // 73: nacre.admin.v1.Admin.GetTarget:output_type -> nacre.mgs.v1.Target
+	66, // 74: nacre.admin.v1.Admin.GetParam:output_type -> nacre.mgs.v1.Param
+	66, // 75: nacre.admin.v1.Admin.SetParam:output_type -> nacre.mgs.v1.Param
+	11, // 76: nacre.admin.v1.Admin.ListParams:output_type -> nacre.admin.v1.ListParamsResponse
+	13, // 77: nacre.admin.v1.Admin.DeleteParam:output_type -> nacre.admin.v1.DeleteParamResponse
+	15, // 78: nacre.admin.v1.Admin.ListPools:output_type -> nacre.admin.v1.ListPoolsResponse
+	67, // 79: nacre.admin.v1.Admin.CreatePool:output_type -> nacre.mgs.v1.Pool
+	67, // 80: nacre.admin.v1.Admin.AddToPool:output_type -> nacre.mgs.v1.Pool
+	67, // 81: nacre.admin.v1.Admin.RemoveFromPool:output_type -> nacre.mgs.v1.Pool
+	20, // 82: nacre.admin.v1.Admin.DestroyPool:output_type -> nacre.admin.v1.DestroyPoolResponse
+	22, // 83: nacre.admin.v1.Admin.Health:output_type -> nacre.admin.v1.HealthResponse
+	26, // 84: nacre.admin.v1.Admin.GetLiveParams:output_type -> nacre.admin.v1.GetLiveParamsResponse
+	29, // 85: nacre.admin.v1.Admin.SetLiveParams:output_type -> nacre.admin.v1.SetLiveParamsResponse
+	32, // 86: nacre.admin.v1.Admin.ListDevices:output_type -> nacre.admin.v1.ListDevicesResponse
+	48, // 87: nacre.admin.v1.Admin.GetClusterOverview:output_type -> nacre.admin.v1.ClusterOverview
+	50, // 88: nacre.admin.v1.Admin.ListTargetClients:output_type -> nacre.admin.v1.ListTargetClientsResponse
+	52, // 89: nacre.admin.v1.Admin.EvictClient:output_type -> nacre.admin.v1.EvictClientResponse
+	54, // 90: nacre.admin.v1.Admin.ListJobStats:output_type -> nacre.admin.v1.ListJobStatsResponse
+	56, // 91: nacre.admin.v1.Admin.ListServers:output_type -> nacre.admin.v1.ListServersResponse
+	58, // 92: nacre.admin.v1.Admin.ListLNetPeers:output_type -> nacre.admin.v1.ListLNetPeersResponse
+	60, // 93: nacre.admin.v1.Admin.ListChangelogUsers:output_type -> nacre.admin.v1.ListChangelogUsersResponse
+	69, // [69:94] is the sub-list for method output_type
+	44, // [44:69] is the sub-list for method input_type
 	44, // [44:44] is the sub-list for extension type_name
 	44, // [44:44] is the sub-list for extension extendee
 	0,  // [0:44] is the sub-list for field type_name
@@ -4246,7 +4359,7 @@ func file_nacre_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_admin_v1_admin_proto_rawDesc), len(file_nacre_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

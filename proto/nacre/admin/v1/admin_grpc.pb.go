@@ -43,6 +43,7 @@ const (
 	Admin_ListDevices_FullMethodName        = "/nacre.admin.v1.Admin/ListDevices"
 	Admin_GetClusterOverview_FullMethodName = "/nacre.admin.v1.Admin/GetClusterOverview"
 	Admin_ListTargetClients_FullMethodName  = "/nacre.admin.v1.Admin/ListTargetClients"
+	Admin_EvictClient_FullMethodName        = "/nacre.admin.v1.Admin/EvictClient"
 	Admin_ListJobStats_FullMethodName       = "/nacre.admin.v1.Admin/ListJobStats"
 	Admin_ListServers_FullMethodName        = "/nacre.admin.v1.Admin/ListServers"
 	Admin_ListLNetPeers_FullMethodName      = "/nacre.admin.v1.Admin/ListLNetPeers"
@@ -79,6 +80,7 @@ type AdminClient interface {
 	// clients, recovery and I/O, from the servers' status ports.
 	GetClusterOverview(ctx context.Context, in *GetClusterOverviewRequest, opts ...grpc.CallOption) (*ClusterOverview, error)
 	ListTargetClients(ctx context.Context, in *ListTargetClientsRequest, opts ...grpc.CallOption) (*ListTargetClientsResponse, error)
+	EvictClient(ctx context.Context, in *EvictClientRequest, opts ...grpc.CallOption) (*EvictClientResponse, error)
 	ListJobStats(ctx context.Context, in *ListJobStatsRequest, opts ...grpc.CallOption) (*ListJobStatsResponse, error)
 	ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error)
 	ListLNetPeers(ctx context.Context, in *ListLNetPeersRequest, opts ...grpc.CallOption) (*ListLNetPeersResponse, error)
@@ -293,6 +295,16 @@ func (c *adminClient) ListTargetClients(ctx context.Context, in *ListTargetClien
 	return out, nil
 }
 
+func (c *adminClient) EvictClient(ctx context.Context, in *EvictClientRequest, opts ...grpc.CallOption) (*EvictClientResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvictClientResponse)
+	err := c.cc.Invoke(ctx, Admin_EvictClient_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) ListJobStats(ctx context.Context, in *ListJobStatsRequest, opts ...grpc.CallOption) (*ListJobStatsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListJobStatsResponse)
@@ -363,6 +375,7 @@ type AdminServer interface {
 	// clients, recovery and I/O, from the servers' status ports.
 	GetClusterOverview(context.Context, *GetClusterOverviewRequest) (*ClusterOverview, error)
 	ListTargetClients(context.Context, *ListTargetClientsRequest) (*ListTargetClientsResponse, error)
+	EvictClient(context.Context, *EvictClientRequest) (*EvictClientResponse, error)
 	ListJobStats(context.Context, *ListJobStatsRequest) (*ListJobStatsResponse, error)
 	ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error)
 	ListLNetPeers(context.Context, *ListLNetPeersRequest) (*ListLNetPeersResponse, error)
@@ -436,6 +449,9 @@ func (UnimplementedAdminServer) GetClusterOverview(context.Context, *GetClusterO
 }
 func (UnimplementedAdminServer) ListTargetClients(context.Context, *ListTargetClientsRequest) (*ListTargetClientsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTargetClients not implemented")
+}
+func (UnimplementedAdminServer) EvictClient(context.Context, *EvictClientRequest) (*EvictClientResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EvictClient not implemented")
 }
 func (UnimplementedAdminServer) ListJobStats(context.Context, *ListJobStatsRequest) (*ListJobStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListJobStats not implemented")
@@ -830,6 +846,24 @@ func _Admin_ListTargetClients_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_EvictClient_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvictClientRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).EvictClient(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_EvictClient_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).EvictClient(ctx, req.(*EvictClientRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_ListJobStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListJobStatsRequest)
 	if err := dec(in); err != nil {
@@ -988,6 +1022,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTargetClients",
 			Handler:    _Admin_ListTargetClients_Handler,
+		},
+		{
+			MethodName: "EvictClient",
+			Handler:    _Admin_EvictClient_Handler,
 		},
 		{
 			MethodName: "ListJobStats",
