@@ -332,12 +332,9 @@ func (fs *FS) lustreSetxattr(ctx context.Context, cred Cred, f FID, name string,
 	return true, err
 }
 
-// lustreRemovexattr removes lustre.lov from a directory: new files there
-// get what they would get without it. The MDT has no request that drops
-// a directory's default, so it is set to what the directory inherits
-// instead: the root's default, else the file system's (the MDT's
-// DefaultStripe) — the same for every file made later, until the root's
-// default changes. handled is false for a name outside lustre.*.
+// lustreRemovexattr removes lustre.lov from a directory (lfs setstripe
+// -d): new files there get the root's default, else the file system's.
+// handled is false for a name outside lustre.*.
 func (fs *FS) lustreRemovexattr(ctx context.Context, cred Cred, f FID, name string) (handled bool, err error) {
 	if !strings.HasPrefix(name, lustrePrefix) {
 		return false, nil
@@ -360,15 +357,8 @@ func (fs *FS) lustreRemovexattr(ctx context.Context, cred Cred, f FID, name stri
 	if lay == nil {
 		return true, fmt.Errorf("remove %s of %v: no default layout: %w", name, f, syscall.ENODATA)
 	}
-	inherit := defaultTemplate()
-	if f != fs.root {
-		if _, rl, err := fs.mdc.GetattrLayout(octx, cred, fs.root); err != nil {
-			return true, err
-		} else if rl != nil {
-			inherit = template(*rl)
-		}
-	}
-	_, err = fs.SetLayout(ctx, cred, f, inherit)
+	err = fs.mdc.RemoveDefaultLayout(octx, cred, f)
+	fs.cache.invalidate(f)
 	return true, err
 }
 

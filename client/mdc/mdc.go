@@ -380,6 +380,13 @@ func (c *Client) SetLayout(ctx context.Context, cred Cred, f fid.FID, l layout.L
 	return layoutFrom(rep.Layout)
 }
 
+// RemoveDefaultLayout drops directory dir's default layout (lfs
+// setstripe -d); ENODATA if it has none.
+func (c *Client) RemoveDefaultLayout(ctx context.Context, cred Cred, dir fid.FID) error {
+	_, err := c.reint(ctx, cred, setLayoutOp{&mdsv1.SetLayoutOp{Fid: fidTo(dir), Remove: true}}, "remove the default layout of %v", dir)
+	return err
+}
+
 // Setxattr sets f's extended attribute name (flags: XattrCreate,
 // XattrReplace).
 func (c *Client) Setxattr(ctx context.Context, cred Cred, f fid.FID, name string, value []byte, flags int) error {

@@ -153,14 +153,16 @@ func mountsFor(path string) ([]lfsMount, error) {
 	return ms, err
 }
 
-// mountByName returns the mount of file system name (the first one).
+// mountByName returns the mount of file system name (the first one that
+// answers: a mount whose daemon died is skipped).
 func mountByName(name string) (lfsMount, error) {
 	ms, err := nacreMounts()
 	if err != nil {
 		return lfsMount{}, err
 	}
 	for _, m := range ms {
-		if n, err := m.fsName(); err == nil && n == name {
+		var st unix.Statfs_t
+		if n, err := m.fsName(); err == nil && n == name && unix.Statfs(m.Dir, &st) == nil {
 			return m, nil
 		}
 	}

@@ -480,6 +480,41 @@ func (t *tx) setLayout(f fid.FID, alloc func(cur *layout.Layout) (layout.Layout,
 	return l, nil
 }
 
+// RemoveDefaultLayout drops directory dir's default layout (lfs
+// setstripe -d): files made there later get the root's, else the file
+// system's. The caller needs write permission on dir. ENOTDIR for
+// another type, ENODATA if dir has none, EACCES, ENOENT. A LYOUT
+// changelog record is written.
+func (s *Store) RemoveDefaultLayout(r Req, dir fid.FID) error {
+	t := s.begin(&r)
+	return t.finish(t.removeDefaultLayout(dir))
+}
+
+func (t *tx) removeDefaultLayout(dir fid.FID) error {
+	n, err := t.inode(dir)
+	if err != nil {
+		return err
+	}
+	if n.Mode&S_IFMT != S_IFDIR {
+		return fail(syscall.ENOTDIR, "remove the default layout of %v: not a directory", dir)
+	}
+	if err := t.may(n, MayWrite); err != nil {
+		return err
+	}
+	l, err := t.layoutOf(dir)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return fail(syscall.ENODATA, "remove the default layout of %v: it has none", dir)
+	}
+	t.b.Delete(fidKey(pfxLayout, dir), nil)
+	n.Ctime = t.now
+	t.touch(n)
+	t.changelog(ChangelogRecord{Type: CLLayout, TFID: dir})
+	return nil
+}
+
 // GetHSM returns f's HSM attributes (zero if never set); ENOENT if f does
 // not exist.
 func (s *Store) GetHSM(f fid.FID) (HSM, error) {

@@ -574,6 +574,12 @@ func (m *MDT) doSetLayout(ctx context.Context, r *ptlrpc.Request, q reintReq, o 
 		return nil, err
 	}
 	req := m.req(r, q.cred, q.time)
+	if o.remove {
+		if err := m.store.RemoveDefaultLayout(req, o.fid); err != nil {
+			return nil, err
+		}
+		return &mdsv1.ReintReply{Attr: attrTo(a)}, nil
+	}
 	var out layout.Layout
 	if a.Mode&sIFMT != sIFREG {
 		// A directory's default layout is a template; the store refuses

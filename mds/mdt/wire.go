@@ -200,6 +200,7 @@ type (
 	setLayoutOp struct {
 		fid    fid.FID
 		layout layout.Layout
+		remove bool // drop a directory's default
 	}
 	layoutIntentOp struct {
 		fid        fid.FID
@@ -313,6 +314,14 @@ func parseReint(b []byte) (reintReq, error) {
 		s := &setLayoutOp{}
 		if s.fid, err = needFID("file", o.Fid); err != nil {
 			return r, err
+		}
+		if o.Remove {
+			if len(o.Layout) > 0 {
+				return r, bad("remove a default layout and set one at once")
+			}
+			s.remove = true
+			r.op = s
+			break
 		}
 		l, err := template(o.Layout)
 		if err != nil {

@@ -1246,11 +1246,14 @@ func (x *SetxattrOp) GetRemove() bool {
 
 // SetLayoutOp sets a file's layout or a directory's default layout (lfs
 // setstripe): internal/layout encoding. A regular file's template gets its
-// objects allocated by the MDT.
+// objects allocated by the MDT. With remove (and no layout) it drops a
+// directory's default layout instead (lfs setstripe -d): new files there
+// get what they would get without one.
 type SetLayoutOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Fid           *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
 	Layout        []byte                 `protobuf:"bytes,2,opt,name=layout,proto3" json:"layout,omitempty"`
+	Remove        bool                   `protobuf:"varint,3,opt,name=remove,proto3" json:"remove,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,6 +1300,13 @@ func (x *SetLayoutOp) GetLayout() []byte {
 		return x.Layout
 	}
 	return nil
+}
+
+func (x *SetLayoutOp) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
 }
 
 // LayoutIntentOp asks for the components of a composite (PFL) layout that
@@ -3299,10 +3309,11 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\x12\x16\n" +
-	"\x06remove\x18\x05 \x01(\bR\x06remove\"J\n" +
+	"\x06remove\x18\x05 \x01(\bR\x06remove\"b\n" +
 	"\vSetLayoutOp\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x16\n" +
-	"\x06layout\x18\x02 \x01(\fR\x06layout\"]\n" +
+	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x16\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"]\n" +
 	"\x0eLayoutIntentOp\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +

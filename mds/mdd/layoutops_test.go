@@ -1,6 +1,7 @@
 package mdd
 
 import (
+	"errors"
 	"syscall"
 	"testing"
 
@@ -69,6 +70,31 @@ func TestSwapLayouts(t *testing.T) {
 	}
 	if c, err := s.Lookup(root, RootFID, "a"); err != nil || c.FID != a {
 		t.Fatalf("a's name: %v %v", c.FID, err)
+	}
+	check(t, s)
+}
+
+// TestRemoveDefaultLayout: a directory's default goes (lfs setstripe -d)
+// and new files there get the file system's; other types and directories
+// without one are refused.
+func TestRemoveDefaultLayout(t *testing.T) {
+	s := newStore(t)
+	d, err := s.Mkdir(root, RootFID, "d", Spec{Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := create(t, s, root, RootFID, "f", 0o644)
+	wantErrno(t, "without a default", s.RemoveDefaultLayout(root, d.FID), syscall.ENODATA)
+	wantErrno(t, "of a file", s.RemoveDefaultLayout(root, f), syscall.ENOTDIR)
+	if _, err := s.SetLayout(root, d.FID, *striped(2)); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "without write permission", s.RemoveDefaultLayout(user(1000, 1000), d.FID), syscall.EACCES)
+	if err := s.RemoveDefaultLayout(root, d.FID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetLayout(d.FID); !errors.Is(err, syscall.ENODATA) {
+		t.Fatalf("default layout after removal: %v", err)
 	}
 	check(t, s)
 }
