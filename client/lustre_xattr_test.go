@@ -111,9 +111,21 @@ func TestLustreXattrs(t *testing.T) {
 		if err := fs.Removexattr(ctx, cred, d.FID, client.XattrLOV); err != nil {
 			t.Fatal(err)
 		}
-		l, err := layout.Unmarshal(get(d.FID, client.XattrLOV))
-		if err != nil || l.Components[0].StripeCount != layout.DefaultStripeCount {
-			t.Fatalf("default after removal: %v %v, want the file system's", l, err)
+		// Gone: like a directory that never had one, and new files get
+		// the file system's default.
+		if _, err := fs.Getxattr(ctx, cred, d.FID, client.XattrLOV); !errors.Is(err, syscall.ENODATA) {
+			t.Fatalf("lustre.lov of a directory after its removal: %v", err)
+		}
+		if err := fs.Removexattr(ctx, cred, d.FID, client.XattrLOV); !errors.Is(err, syscall.ENODATA) {
+			t.Fatalf("second removal: %v", err)
+		}
+		g, _, err := fs.Create(ctx, cred, d.FID, "g", syscall.O_CREAT|syscall.O_RDWR, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Close(ctx)
+		if n := len(g.Layout().Components[0].Objects); n != layout.DefaultStripeCount {
+			t.Fatalf("a file made after the removal has %d stripes, want the file system's %d", n, layout.DefaultStripeCount)
 		}
 	})
 
