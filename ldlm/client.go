@@ -639,6 +639,48 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 	return out
 }
 
+// CancelUnused gives back, ahead of a request that would conflict with
+// them, the unused granted IBITS locks of imp's namespace on res holding
+// any of bits (Lustre's early lock cancel, mdc_resource_get_unused): their
+// hooks run now and their handles ride on the next enqueue, so the server
+// has no blocking AST to send and wait for. It returns how many it gave
+// back.
+func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return 0
+	}
+	ns := c.nsLocked(imp)
+	var ls []*ClientLock
+	for l := range ns.byRes[res] {
+		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 {
+			continue
+		}
+		if l.lru != nil {
+			ns.lru.Remove(l.lru)
+			l.lru = nil
+		}
+		l.state = lockCancelling
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		if l.hooks.Blocking != nil {
+			l.hooks.Blocking(ctx, l, false)
+		}
+		c.mu.Lock()
+		h := l.remote
+		c.unlinkLocked(l)
+		if len(ns.pending) == 0 {
+			ns.since = time.Now()
+		}
+		ns.pending = append(ns.pending, h)
+		c.mu.Unlock()
+	}
+	return len(ls)
+}
+
 // queueCancel hands l to the cancel workers, which run its hook and queue
 // its handle for the server.
 func (c *Client) queueCancel(l *ClientLock) {

@@ -3,6 +3,7 @@ package mdt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -221,4 +222,39 @@ func TestIntentCallbacks(t *testing.T) {
 		t.Fatalf("b's lock stats %+v", st)
 	}
 	c.check()
+}
+
+// TestCreateEarlyCancel: a client that looked a name up in a directory
+// (and holds the negative entry's PR UPDATE lock on it) and then creates
+// the name gives the lock back inside the create's enqueue: the MDT sends
+// it no blocking AST.
+func TestCreateEarlyCancel(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	d, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		name := fmt.Sprint("f", i)
+		rep, err := n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: d.FID, Name: name}, ldlm.Hooks{})
+		if !errors.Is(err, syscall.ENOENT) || rep == nil || rep.Lock == nil {
+			t.Fatalf("negative lookup of %s: %v %v", name, rep, err)
+		}
+		rep.Lock.Release()
+		before := c.mdt.LockServer().Stats()
+		rep, err = n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItOpen | mdc.ItCreat, Parent: d.FID, Name: name,
+			Flags: syscall.O_CREAT | syscall.O_RDWR, Mode: 0o644}, ldlm.Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := c.mdt.LockServer().Stats()
+		if after.BlockingASTs != before.BlockingASTs || after.EarlyCancels <= before.EarlyCancels {
+			t.Fatalf("create %s: %d blocking ASTs, %d early cancels", name, after.BlockingASTs-before.BlockingASTs, after.EarlyCancels-before.EarlyCancels)
+		}
+		if err := n.mdc.Close(ctx, root, rep.File(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
