@@ -224,6 +224,33 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	}
 }
 
+// lockConverted is every MDC lock's convert hook: the lock keeps its
+// LOOKUP bit (the names cached under it stay) and gives back the bits a
+// change conflicts with (UPDATE, LAYOUT: a create in a directory, a
+// setattr): the attributes and layout cached under it go, and the
+// Notifier hears of the attributes only.
+func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
+	c.mu.Lock()
+	ref, ok := c.byLock[l]
+	if !ok {
+		c.mu.Unlock()
+		return true // nothing cached under it
+	}
+	f := ref.fid
+	ino := c.inodes[f]
+	if ino != nil && ino.opens > 0 && dropped&ldlm.BitLayout != 0 {
+		ino.stale = true
+	}
+	if !ref.layoutOnly && ino != nil && ino.lock == l {
+		ino.valid = false
+	}
+	c.mu.Unlock()
+	if n := fs.cfg.Notify; n != nil && !ref.layoutOnly {
+		n.InvalidateAttr(f)
+	}
+	return true
+}
+
 // dropAll forgets everything (eviction by the MDT, unmount).
 func (c *cache) dropAll(fs *FS) {
 	c.mu.Lock()
@@ -254,5 +281,8 @@ func (c *cache) dropAll(fs *FS) {
 
 // hooks are the hooks of every MDC lock the client takes.
 func (fs *FS) hooks() ldlm.Hooks {
-	return ldlm.Hooks{Blocking: func(_ context.Context, l *ldlm.ClientLock, _ bool) { fs.cache.lockGone(fs, l) }}
+	return ldlm.Hooks{
+		Blocking: func(_ context.Context, l *ldlm.ClientLock, _ bool) { fs.cache.lockGone(fs, l) },
+		Convert:  func(_ context.Context, l *ldlm.ClientLock, dropped ldlm.Bits) bool { return fs.cache.lockConverted(fs, l, dropped) },
+	}
 }

@@ -53,6 +53,12 @@ type Hooks struct {
 	// Glimpse returns the holder's view of the resource (size, times) for
 	// a glimpse AST; nil means the LVB the lock was granted with.
 	Glimpse func(l *ClientLock) LVB
+	// Convert, if not nil, lets an unused IBITS lock whose blocking AST
+	// conflicts with only some of its bits keep the others, LOOKUP among
+	// them (Lustre's ibits convert): it drops what the dropped bits
+	// protected and says whether to go on (false: the lock is given back
+	// whole, Blocking then runs).
+	Convert func(ctx context.Context, l *ClientLock, dropped Bits) bool
 }
 
 // ClientConfig configures a Client.
@@ -79,8 +85,9 @@ type ClientStats struct {
 	// lock without an RPC.
 	Enqueues, Matches uint64
 	// CancelRPCs counts LDLM_CANCEL requests; EarlyCancels the handles
-	// carried inside enqueues instead.
-	CancelRPCs, EarlyCancels uint64
+	// carried inside enqueues instead; Converts the LDLM_CONVERTs that
+	// kept some bits of a lock a blocking AST asked for.
+	CancelRPCs, EarlyCancels, Converts uint64
 	// BlockingASTs, CompletionASTs and GlimpseASTs count callbacks served.
 	BlockingASTs, CompletionASTs, GlimpseASTs uint64
 }
@@ -98,7 +105,9 @@ type Client struct {
 	stop   func()
 	wg     sync.WaitGroup
 	cancel chan *ClientLock // locks whose hooks and CANCEL are due
-	kick   chan struct{}
+	// converts are locks to convert to fewer IBITS bits.
+	converts chan conversion
+	kick     chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -108,7 +117,7 @@ type Client struct {
 		closed bool
 	}
 
-	enqueues, matches, cancelRPCs, earlyCancels, blASTs, cpASTs, glASTs atomic.Uint64
+	enqueues, matches, cancelRPCs, earlyCancels, convertRPCs, blASTs, cpASTs, glASTs atomic.Uint64
 }
 
 // clientNS is a client's view of one target's namespace.
@@ -133,6 +142,7 @@ type lockState uint8
 const (
 	lockWaiting lockState = iota
 	lockGranted
+	lockConverting // giving back some IBITS bits, keeping the rest
 	lockCancelling
 	lockGone
 )
@@ -159,6 +169,9 @@ type ClientLock struct {
 	err       error
 	lru       *list.Element
 	lastUsed  time.Time
+	// reblocked: another blocking AST came while the lock was
+	// converting; it is given back whole then.
+	reblocked bool
 }
 
 // NewClient starts a lock client. Close stops it.
@@ -179,13 +192,14 @@ func NewClient(cfg ClientConfig) *Client {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	c := &Client{cfg: cfg, log: lg, cancel: make(chan *ClientLock, 1024), kick: make(chan struct{}, 1)}
+	c := &Client{cfg: cfg, log: lg, cancel: make(chan *ClientLock, 1024), converts: make(chan conversion, 1024), kick: make(chan struct{}, 1)}
 	c.mu.locks = make(map[uint64]*ClientLock)
 	c.mu.ns = make(map[*ptlrpc.Import]*clientNS)
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	for range cancelWorkers {
 		c.wg.Go(c.cancelWorker)
 	}
+	c.wg.Go(c.convertWorker)
 	c.wg.Go(c.flusher)
 	return c
 }
@@ -209,7 +223,7 @@ func (c *Client) Stats() ClientStats {
 	}
 	c.mu.Unlock()
 	st.Enqueues, st.Matches = c.enqueues.Load(), c.matches.Load()
-	st.CancelRPCs, st.EarlyCancels = c.cancelRPCs.Load(), c.earlyCancels.Load()
+	st.CancelRPCs, st.EarlyCancels, st.Converts = c.cancelRPCs.Load(), c.earlyCancels.Load(), c.convertRPCs.Load()
 	st.BlockingASTs, st.CompletionASTs, st.GlimpseASTs = c.blASTs.Load(), c.cpASTs.Load(), c.glASTs.Load()
 	return st
 }
@@ -657,6 +671,9 @@ func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 {
 			continue
 		}
+		if l.hooks.Convert != nil && l.policy.Bits&^bits&BitLookup != 0 {
+			continue // a blocking AST converts it, keeping its LOOKUP bit
+		}
 		if l.lru != nil {
 			ns.lru.Remove(l.lru)
 			l.lru = nil
@@ -803,20 +820,102 @@ func (c *Client) handleBlocking(_ context.Context, r *ptlrpc.Request) ([]byte, i
 	}
 	c.mu.Lock()
 	l.cbPending = true
-	cancelNow := l.state == lockGranted && l.users == 0
-	if cancelNow {
+	if l.state == lockConverting {
+		l.reblocked = true
+	}
+	var keep Bits
+	if l.state == lockGranted && l.users == 0 && l.Resource.Type == TypeIBits && l.hooks.Convert != nil && ast.ConflictPolicy != nil {
+		if k := l.policy.Bits &^ policyFromWire(ast.ConflictPolicy).Bits; k&BitLookup != 0 && k != l.policy.Bits {
+			keep = k
+		}
+	}
+	cancelNow := keep == 0 && l.state == lockGranted && l.users == 0
+	if cancelNow || keep != 0 {
 		if l.lru != nil {
 			l.ns.lru.Remove(l.lru)
 			l.lru = nil
 		}
 		l.state = lockCancelling
+		if keep != 0 {
+			l.state = lockConverting
+		}
 	}
 	c.mu.Unlock()
-	if cancelNow {
+	switch {
+	case cancelNow:
 		// The flush and the cancel follow on a worker; the reply goes now.
 		c.queueCancel(l)
+	case keep != 0:
+		select {
+		case c.converts <- conversion{l, keep}:
+		case <-c.ctx.Done():
+		}
 	}
 	return nil, 0
+}
+
+// conversion is a lock to convert to the bits in keep.
+type conversion struct {
+	l    *ClientLock
+	keep Bits
+}
+
+// convertWorker converts locks whose blocking ASTs conflict with only some
+// of their bits: the Convert hook drops what the other bits protected,
+// LDLM_CONVERT tells the server, and the lock goes back to the LRU with
+// the bits it kept. A failure, or another AST meanwhile, gives it back
+// whole.
+func (c *Client) convertWorker() {
+	for {
+		var cv conversion
+		select {
+		case <-c.ctx.Done():
+			return
+		case cv = <-c.converts:
+		}
+		l := cv.l
+		c.mu.Lock()
+		dropped, h := l.policy.Bits&^cv.keep, l.remote
+		c.mu.Unlock()
+		ok := l.hooks.Convert(c.ctx, l, dropped)
+		var err error
+		if ok {
+			err = c.convertRPC(l.ns.imp, h, cv.keep)
+		}
+		c.mu.Lock()
+		if l.state != lockConverting {
+			c.mu.Unlock() // dropped meanwhile (eviction)
+			continue
+		}
+		if ok && err == nil && !l.reblocked {
+			l.policy.Bits, l.cbPending, l.state = cv.keep, false, lockGranted
+			if l.users == 0 {
+				l.lastUsed = time.Now()
+				l.lru = l.ns.lru.PushBack(l)
+			}
+			c.mu.Unlock()
+			continue
+		}
+		l.state = lockCancelling
+		c.mu.Unlock()
+		if err != nil {
+			c.log.Info("ldlm: convert failed; giving the lock back", "target", l.ns.imp.Target(), "lock", h, "err", err)
+		}
+		c.queueCancel(l)
+	}
+}
+
+// convertRPC sends one LDLM_CONVERT keeping bits of lock h.
+func (c *Client) convertRPC(imp *ptlrpc.Import, h Handle, bits Bits) error {
+	body, err := proto.Marshal(&ldlmv1.ConvertRequest{Handle: uint64(h), Bits: uint64(bits)})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+	defer cancel()
+	c.convertRPCs.Add(1)
+	_, err = imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMConvert, Body: body})
+	return err
 }
 
 func (c *Client) handleCompletion(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -256,5 +257,58 @@ func TestCreateEarlyCancel(t *testing.T) {
 		if err := n.mdc.Close(ctx, root, rep.File(), nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestDirLockConvert: a client caching a directory under a getattr lock
+// (LOOKUP, UPDATE, PERM, LAYOUT) keeps the lock's LOOKUP bit when another
+// client creates in the directory: the blocking AST for UPDATE is answered
+// by a convert, not a cancel, what UPDATE protected is dropped, and later
+// creates there send the first client no more blocking ASTs.
+func TestDirLockConvert(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	a, b := c.client(), c.client()
+	ctx := ctxT(t, time.Minute)
+	d, err := a.mdc.Mkdir(ctx, root, a.root, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped []ldlm.Bits
+	var mu sync.Mutex
+	hooks := ldlm.Hooks{
+		Blocking: func(context.Context, *ldlm.ClientLock, bool) { t.Error("the directory's lock was given back whole") },
+		Convert: func(_ context.Context, _ *ldlm.ClientLock, bits ldlm.Bits) bool {
+			mu.Lock()
+			dropped = append(dropped, bits)
+			mu.Unlock()
+			return true
+		},
+	}
+	rep, err := a.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, FID: d.FID}, hooks)
+	if err != nil || rep.Lock == nil {
+		t.Fatalf("getattr of the directory: %v %v", rep, err)
+	}
+	rep.Lock.Release()
+	asts := c.mdt.LockServer().Stats().BlockingASTs
+	for i := range 3 {
+		if _, _, err := b.mdc.Create(ctx, root, d.FID, fmt.Sprint("f", i), 0o644, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.locks.Stats().Converts == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := a.locks.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	if st.Converts != 1 || len(dropped) != 1 || dropped[0]&ldlm.BitUpdate == 0 || dropped[0]&ldlm.BitLookup != 0 {
+		t.Fatalf("converts %d, dropped %v", st.Converts, dropped)
+	}
+	if st.Locks != 1 || st.CancelRPCs != 0 {
+		t.Fatalf("client A after the creates: %+v", st)
+	}
+	if n := c.mdt.LockServer().Stats().BlockingASTs - asts; n != 1 {
+		t.Fatalf("%d blocking ASTs for three creates, want one (the first)", n)
 	}
 }
