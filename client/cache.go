@@ -283,6 +283,8 @@ func (c *cache) dropAll(fs *FS) {
 func (fs *FS) hooks() ldlm.Hooks {
 	return ldlm.Hooks{
 		Blocking: func(_ context.Context, l *ldlm.ClientLock, _ bool) { fs.cache.lockGone(fs, l) },
-		Convert:  func(_ context.Context, l *ldlm.ClientLock, dropped ldlm.Bits) bool { return fs.cache.lockConverted(fs, l, dropped) },
+		Convert: func(_ context.Context, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
+			return fs.cache.lockConverted(fs, l, dropped)
+		},
 	}
 }
