@@ -156,6 +156,9 @@ func TestHSMREST(t *testing.T) {
 	if ag["uuid"] != "rest-agent" || ag["in_flight"] != 1.0 || ag["max_requests"] != 2.0 || fmt.Sprint(ag["archive_ids"]) != "[1]" || fmt.Sprint(ag["actions"]) != "["+running+"]" {
 		t.Fatalf("agent: %s", r.raw)
 	}
+	if v, err := reg.Get(false, "mdt.hsmfs-MDT0000.hsm.agents"); err != nil || v[0].Value != "uuid=rest-agent archive_id=1 requests=[current:1 ok:2 errors:1]" {
+		t.Fatalf("lctl get_param mdt.*.hsm.agents: %v %v", v, err)
+	}
 	if got := ids(do("GET", "/api/v1/hsm/actions?states=ACTION_STATE_STARTED", readonlyToken, "", 200), "actions"); fmt.Sprint(got) != "["+running+"]" {
 		t.Fatalf("started actions %v", got)
 	}

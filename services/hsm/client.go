@@ -198,7 +198,9 @@ func (c *Client) Agents(ctx context.Context) ([]*hsmv1.AgentInfo, error) {
 var ErrActionFailed = errors.New("hsm: action failed")
 
 // Wait polls action id until it ends: nil when it succeeded, an error
-// wrapping ErrActionFailed when it failed or was canceled.
+// wrapping ErrActionFailed when it failed or was canceled, NOT_FOUND if
+// the coordinator has no such action (or no more: finished actions are
+// deleted after grace_delay).
 func (c *Client) Wait(ctx context.Context, id uint64) error {
 	poll := 10 * time.Millisecond
 	for {

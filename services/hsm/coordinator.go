@@ -168,6 +168,9 @@ type agent struct {
 	out      chan *hsmv1.AgentResponse // bounded: max actions + acks
 	stop     context.CancelFunc
 	actions  map[uint64]bool // started actions given to it (guarded by Coordinator.mu)
+	// ok and errors count the actions it finished in this session, well
+	// and not (guarded by Coordinator.mu).
+	ok, errors uint64
 }
 
 func (a *agent) serves(archive uint32) bool {
@@ -642,12 +645,9 @@ func (c *Coordinator) cancelOneLocked(ctx context.Context, a *hsmv1.Action, now 
 func (c *Coordinator) CancelAction(ctx context.Context, q *hsmv1.CancelActionRequest) (*hsmv1.Action, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.leaderLocked(); err != nil {
+	a, err := c.actionLocked(q.Id)
+	if err != nil {
 		return nil, err
-	}
-	a := c.mu.actions[q.Id]
-	if a == nil {
-		return nil, status.Errorf(codes.NotFound, "hsm: no action %d", q.Id)
 	}
 	if active(a) {
 		if err := c.cancelOneLocked(ctx, a, time.Now().UnixNano()); err != nil {
@@ -728,18 +728,51 @@ func (c *Coordinator) ActionsText() string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
+// AgentsText lists the registered agents as lctl get_param
+// mdt.*.hsm.agents shows them, one a line: "uuid=U archive_id=1,2
+// requests=[current:N ok:N errors:N]" (ANY for an agent of every archive;
+// ok and errors count this session's actions). Empty on a standby.
+func (c *Coordinator) AgentsText() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lines []string
+	for _, ag := range c.mu.agents {
+		arch := "ANY"
+		if len(ag.archives) > 0 {
+			ids := make([]string, len(ag.archives))
+			for i, id := range ag.archives {
+				ids[i] = strconv.FormatUint(uint64(id), 10)
+			}
+			arch = strings.Join(ids, ",")
+		}
+		lines = append(lines, fmt.Sprintf("uuid=%s archive_id=%s requests=[current:%d ok:%d errors:%d]", ag.uuid, arch, len(ag.actions), ag.ok, ag.errors))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
 // GetAction returns one action: NOT_FOUND if unknown.
 func (c *Coordinator) GetAction(_ context.Context, q *hsmv1.GetActionRequest) (*hsmv1.Action, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	a, err := c.actionLocked(q.Id)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(a).(*hsmv1.Action), nil
+}
+
+// actionLocked returns action id: UNAVAILABLE on a standby, NOT_FOUND if
+// there is no such action (or no more: pruned).
+func (c *Coordinator) actionLocked(id uint64) (*hsmv1.Action, error) {
 	if err := c.leaderLocked(); err != nil {
 		return nil, err
 	}
-	a := c.mu.actions[q.Id]
+	a := c.mu.actions[id]
 	if a == nil {
-		return nil, status.Errorf(codes.NotFound, "hsm: no action %d", q.Id)
+		return nil, status.Errorf(codes.NotFound, "hsm: no action %d", id)
 	}
-	return proto.Clone(a).(*hsmv1.Action), nil
+	return a, nil
 }
 
 // ListActions lists the actions that pass q's filters by id, a page at a
@@ -1038,6 +1071,13 @@ func (c *Coordinator) progress(ctx context.Context, ag *agent, id uint64, p *hsm
 		c.mu.actions[id] = old
 		ack.Errno, ack.Error = int32(syscall.EAGAIN), err.Error()
 		return ack
+	}
+	switch {
+	case d == nil:
+	case d.Errno == 0:
+		ag.ok++
+	default:
+		ag.errors++
 	}
 	if d != nil {
 		c.wake()
