@@ -73,7 +73,8 @@ func ostUsedKiB(t *testing.T, mnt string) int64 {
 // OSTs, and read back through the mount byte for byte (each open restores
 // its file); a file written after its archive is dirty and lfs
 // hsm_release refuses it; lfs hsm_state, the real binary run as lfs, shows
-// Lustre's words at every step.
+// Lustre's words at every step; the archive's shadow namespace leads to
+// every copy.
 func TestHSMFUSEEndToEnd(t *testing.T) {
 	const nFiles = 200
 	// Each OST on a tmpfs of its own, so that lfs df shows its data
@@ -167,6 +168,14 @@ func TestHSMFUSEEndToEnd(t *testing.T) {
 	}
 	t.Logf("archive actions by agent: %v", byAgent)
 	states("archived", func(string) string { return archived })
+	// The copytools' shadow namespace: ARCHIVE/shadow/hsm/fNNN leads to
+	// each file's archive copy.
+	for _, p := range paths {
+		shadow := filepath.Join(archive, "shadow", "hsm", filepath.Base(p))
+		if got, err := os.ReadFile(shadow); err != nil || !bytes.Equal(got, data[p]) {
+			t.Fatalf("shadow %s: %d bytes, %v; want the %d archived", shadow, len(got), err, len(data[p]))
+		}
+	}
 
 	// Written after its archive: dirty, and hsm_release refuses it.
 	dirtyPath := paths[7]
@@ -257,6 +266,10 @@ func TestHSMFUSEEndToEnd(t *testing.T) {
 		t.Error(err)
 	}
 	if t.Failed() {
+		failed, _ := hc.ListActions(ctx, &hsmv1.ListActionsRequest{States: []hsmv1.ActionState{hsmv1.ActionState_ACTION_STATE_FAILED}})
+		for _, a := range failed {
+			t.Logf("failed: action %d %v %v agent %s attempts %d: %s", a.Id, a.Kind, hsm.FIDFrom(a.Fid), a.Agent, a.Attempts, a.Error)
+		}
 		t.FailNow()
 	}
 	t.Logf("read back %d files through the mount in %v", nFiles, time.Since(start))

@@ -322,26 +322,30 @@ func (ct *Copytool) linkShadow(ctx context.Context, f fid.FID) {
 }
 
 // replaceSymlink makes link a relative symlink to target, replacing
-// whatever link was (atomically: a new link renamed over it).
+// whatever link was (atomically: a new link renamed over it). Another
+// copytool sharing the archive may prune the directory it just made (as
+// empty) before the link is in: it makes it again, a few times.
 func replaceSymlink(link, target string) error {
 	dir := filepath.Dir(link)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	rel, err := filepath.Rel(dir, target)
 	if err != nil {
 		return err
 	}
 	tmp := filepath.Join(dir, ".shadow-"+filepath.Base(target))
-	os.Remove(tmp)
-	if err := os.Symlink(rel, tmp); err != nil {
-		return err
+	for try := 0; ; try++ {
+		err := os.MkdirAll(dir, 0o755)
+		if err == nil {
+			os.Remove(tmp)
+			if err = os.Symlink(rel, tmp); err == nil {
+				if err = os.Rename(tmp, link); err != nil {
+					os.Remove(tmp)
+				}
+			}
+		}
+		if err == nil || !errors.Is(err, os.ErrNotExist) || try == 3 {
+			return err
+		}
 	}
-	if err := os.Rename(tmp, link); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // unlinkShadow removes f's shadow link and what remembers it.
