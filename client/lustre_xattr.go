@@ -91,7 +91,34 @@ const (
 	// may hold; Next says where the next one starts. "." and ".." are
 	// left out. The caller needs read permission on the directory.
 	XattrReaddirPrefix = "lustre.readdir."
+	// XattrHSM is a regular file's HSM state, JSON HSMInfo (lfs
+	// hsm_state); EINVAL on a file that is not regular. Setting it to
+	// JSON HSMFlagsChange sets then clears flags (lfs hsm_set, hsm_clear:
+	// the owner or root).
+	XattrHSM = "lustre.hsm"
+	// XattrHSMRelease, set (to any value) on an archived regular file,
+	// releases it (lfs hsm_release; see FS.HSMRelease for its errors).
+	// It cannot be read.
+	XattrHSMRelease = "lustre.hsm_release"
 )
+
+// HSMInfo is a file's HSM state (XattrHSM): Flags are HSM* (Lustre's
+// HS_*), ArchiveID the archive holding its copy, DataVersion its data's
+// version now and ArchivedVersion the one its archive copy holds.
+type HSMInfo struct {
+	Flags           uint32 `json:"flags"`
+	ArchiveID       uint32 `json:"archive_id"`
+	DataVersion     uint64 `json:"data_version"`
+	ArchivedVersion uint64 `json:"archived_version"`
+}
+
+// HSMFlagsChange sets Set then clears Clear (HSM* flags) and, if
+// ArchiveID is not 0, sets the archive id (XattrHSM).
+type HSMFlagsChange struct {
+	Set       uint32 `json:"set"`
+	Clear     uint32 `json:"clear"`
+	ArchiveID uint32 `json:"archive_id"`
+}
 
 // lustrePrefix is the namespace of the virtual attributes.
 const lustrePrefix = "lustre."
@@ -242,6 +269,13 @@ func (fs *FS) lustreGetxattr(ctx context.Context, cred Cred, f FID, name string)
 			return nil, true, err
 		}
 		return strconv.AppendUint(nil, st.DataVersion, 10), true, nil
+	case name == XattrHSM:
+		st, err := fs.HSMState(ctx, cred, f)
+		if err != nil {
+			return nil, true, err
+		}
+		v, err := json.Marshal(HSMInfo{Flags: st.Flags, ArchiveID: st.ArchiveID, DataVersion: st.DataVersion, ArchivedVersion: st.ArchivedVersion})
+		return v, true, err
 	case name == XattrMDTIndex:
 		return []byte("0"), true, nil
 	case name == XattrInstance:
@@ -293,14 +327,26 @@ func (fs *FS) lustreGetxattr(ctx context.Context, cred Cred, f FID, name string)
 	return nil, true, fmt.Errorf("%s: no such attribute: %w", name, syscall.ENODATA)
 }
 
-// lustreSetxattr sets lustre.lov (see XattrLOV); the other lustre.* names
+// lustreSetxattr sets lustre.lov (see XattrLOV), lustre.hsm (XattrHSM)
+// and lustre.hsm_release (XattrHSMRelease); the other lustre.* names
 // cannot be set (EOPNOTSUPP). handled is false for another name.
 func (fs *FS) lustreSetxattr(ctx context.Context, cred Cred, f FID, name string, value []byte, flags int) (handled bool, err error) {
 	if !strings.HasPrefix(name, lustrePrefix) {
 		return false, nil
 	}
-	if name == XattrSwapLayouts {
+	switch name {
+	case XattrSwapLayouts:
 		return true, fs.swapLayoutsXattr(ctx, cred, f, value)
+	case XattrHSM:
+		var ch HSMFlagsChange
+		if err := json.Unmarshal(value, &ch); err != nil {
+			return true, fmt.Errorf("%s of %v: want JSON {\"set\":FLAGS,\"clear\":FLAGS,\"archive_id\":N}: %v: %w", name, f, err, syscall.EINVAL)
+		}
+		_, err := fs.HSMSetFlags(ctx, cred, f, ch.Set, ch.Clear, ch.ArchiveID)
+		return true, err
+	case XattrHSMRelease:
+		_, err := fs.HSMRelease(ctx, cred, f)
+		return true, err
 	}
 	if name != XattrLOV {
 		return true, fmt.Errorf("%s: read-only: %w", name, syscall.EOPNOTSUPP)

@@ -174,6 +174,51 @@ func TestLustreXattrs(t *testing.T) {
 		}
 	})
 
+	t.Run("hsm", func(t *testing.T) {
+		f, a, err := fs.Create(ctx, cred, root, "hsmfile", syscall.O_CREAT|syscall.O_RDWR, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close(ctx)
+		info := func() client.HSMInfo {
+			t.Helper()
+			var h client.HSMInfo
+			if err := json.Unmarshal(get(a.FID, client.XattrHSM), &h); err != nil {
+				t.Fatal(err)
+			}
+			return h
+		}
+		if h := info(); h.Flags != 0 || h.ArchiveID != 0 {
+			t.Fatalf("lustre.hsm of a new file: %+v", h)
+		}
+		change := func(v string) error { return fs.Setxattr(ctx, cred, a.FID, client.XattrHSM, []byte(v), 0) }
+		// Released before any archive: EPERM, nothing changes.
+		if err := fs.Setxattr(ctx, cred, a.FID, client.XattrHSMRelease, []byte("1"), 0); !errors.Is(err, syscall.EPERM) {
+			t.Fatalf("release of a never-archived file: %v, want EPERM", err)
+		}
+		if err := change(`{"set":9,"archive_id":3}`); err != nil {
+			t.Fatal(err)
+		}
+		if h := info(); h.Flags != client.HSMExists|client.HSMArchived || h.ArchiveID != 3 {
+			t.Fatalf("lustre.hsm after setting exists archived: %+v", h)
+		}
+		if err := change(`{"clear":8}`); err != nil {
+			t.Fatal(err)
+		}
+		if h := info(); h.Flags != client.HSMExists || h.ArchiveID != 3 {
+			t.Fatalf("lustre.hsm after clearing archived: %+v", h)
+		}
+		if err := change(`{"set":`); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("lustre.hsm set to bad JSON: %v, want EINVAL", err)
+		}
+		if _, err := fs.Getxattr(ctx, cred, root, client.XattrHSM); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("lustre.hsm of a directory: %v, want EINVAL", err)
+		}
+		if _, err := fs.Getxattr(ctx, cred, a.FID, client.XattrHSMRelease); !errors.Is(err, syscall.ENODATA) {
+			t.Fatalf("reading lustre.hsm_release: %v, want ENODATA", err)
+		}
+	})
+
 	t.Run("readdir pages", func(t *testing.T) {
 		d, err := fs.Mkdir(ctx, cred, root, "big", 0o755)
 		if err != nil {

@@ -1,5 +1,6 @@
 // Package gateway is Nacre's HTTP front: the Admin API as REST under /api/v1
-// (grpc-gateway v2 over the in-process Admin server), its OpenAPI document at
+// (grpc-gateway v2 over the in-process Admin server), the HSM coordinator's
+// queue, agents and statistics under /api/v1/hsm, their OpenAPI document at
 // /openapi.json, /healthz, Prometheus /metrics (the cluster's: its own and
 // every server's, federated) and the web dashboard at /dashboard, with
 // bearer-token auth on /api. It holds no state; every answer comes from the
@@ -24,6 +25,7 @@ import (
 
 	"github.com/nacrefs/nacre/gateway/openapi"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
+	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/auth"
 )
 
@@ -33,7 +35,9 @@ const MaxBodyBytes = 1 << 20
 // Config wires the gateway to the services it fronts.
 type Config struct {
 	Admin adminv1.AdminServer
-	Auth  *auth.Authorizer
+	// HSM, if set, is the HSM coordinator served under /api/v1/hsm.
+	HSM  hsmv1.CoordinatorServer
+	Auth *auth.Authorizer
 	// Healthz answers /healthz: nil error is 200, otherwise 503 with the message.
 	Healthz func(context.Context) error
 	// Gatherer is scraped at /metrics; Registerer receives the gateway's own metrics.
@@ -67,6 +71,11 @@ func New(ctx context.Context, cfg Config) (http.Handler, error) {
 	)
 	if err := adminv1.RegisterAdminHandlerServer(ctx, gw, cfg.Admin); err != nil {
 		return nil, fmt.Errorf("gateway: register admin handlers: %w", err)
+	}
+	if cfg.HSM != nil {
+		if err := hsmv1.RegisterCoordinatorHandlerServer(ctx, gw, cfg.HSM); err != nil {
+			return nil, fmt.Errorf("gateway: register hsm handlers: %w", err)
+		}
 	}
 
 	m := newMetrics(cfg.Registerer)

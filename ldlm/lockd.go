@@ -357,21 +357,33 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 
 // cancelHandles cancels locks of owner and returns how many it cancelled.
 // Early cancels (inside an enqueue) are best effort; an explicit CANCEL is
-// strict, all or nothing: a handle that is unknown or not the owner's
-// refuses the whole request.
+// strict: a handle of another owner's lock refuses the whole request, and
+// so does a request none of whose handles is known (ErrUnknownHandle).
+// Unknown handles beside known ones are skipped, as Lustre's
+// ldlm_request_cancel skips them: the server may have cancelled a lock
+// itself (its holder answered a blocking AST as if it did not know it,
+// or a callback timed out) while the holder's cancel of it was on its
+// way, batched with others that must still go.
 func (s *Server) cancelHandles(owner Owner, handles []uint64, strict bool) (int, error) {
 	s.mu.Lock()
 	if strict {
+		var unknown error
+		known := 0
 		for _, h := range handles {
 			l, err := s.mu.ns.Lookup(Handle(h))
 			if err != nil {
-				s.mu.Unlock()
-				return 0, err
+				unknown = err
+				continue
 			}
 			if l.Owner != owner {
 				s.mu.Unlock()
 				return 0, fmt.Errorf("%w: lock %v", ErrNotOwner, Handle(h))
 			}
+			known++
+		}
+		if known == 0 {
+			s.mu.Unlock()
+			return 0, unknown
 		}
 	}
 	var work []astWork

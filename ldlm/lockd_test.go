@@ -553,3 +553,48 @@ func TestBadInput(t *testing.T) {
 	l2.Release()
 	l.Release()
 }
+
+// TestCancelSkipsStaleHandles: a CANCEL batching a lock the server has
+// let go already with one it still holds cancels the one it holds (a
+// refusal would leave it granted, and its holder evicted when a conflict
+// comes); a batch of nothing but unknown handles, or with another
+// client's lock, is refused and changes nothing.
+func TestCancelSkipsStaleHandles(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	res := func(i uint32) Resource { return Resource{ID: ResIDOfFID(0x100000000, 100+i, 0), Type: TypeExtent} }
+	la, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: res(1), Mode: PR, Policy: Policy{Extent: Whole}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release()
+	lb, _, _, err := b.lc.Enqueue(ctx, b.imp, Enqueue{Resource: res(2), Mode: PR, Policy: Policy{Extent: Whole}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Release()
+	cancel := func(hs ...uint64) error {
+		body, _ := proto.Marshal(&ldlmv1.CancelRequest{Handles: hs})
+		_, err := a.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
+		return err
+	}
+	if err := cancel(0xdead, 0xbeef); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("cancel of unknown handles only: %v, want ESTALE", err)
+	}
+	if err := cancel(uint64(la.Handle()), 0xdead, uint64(lb.Handle())); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("cancel with another client's lock: %v, want EPERM", err)
+	}
+	if len(lc.lockd.Locks(res(1))) != 1 || len(lc.lockd.Locks(res(2))) != 1 {
+		t.Fatalf("a refused cancel changed the locks: %v %v", lc.lockd.Locks(res(1)), lc.lockd.Locks(res(2)))
+	}
+	if err := cancel(0xdead, uint64(la.Handle())); err != nil {
+		t.Fatalf("cancel of a stale and a held lock: %v", err)
+	}
+	if got := lc.lockd.Locks(res(1)); len(got) != 0 {
+		t.Fatalf("the held lock survived its cancel: %v", got)
+	}
+	if len(lc.lockd.Locks(res(2))) != 1 {
+		t.Fatal("another client's lock went")
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nacrefs/nacre/services/hsm"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,6 +35,7 @@ import (
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
 	"github.com/nacrefs/nacre/services/admin"
 	"github.com/nacrefs/nacre/services/auth"
+	"github.com/nacrefs/nacre/services/hsm"
 	"github.com/nacrefs/nacre/services/mgssvc"
 )
 
@@ -234,6 +234,7 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 	go coord.Run(gwCtx)
 	handler, err := gateway.New(gwCtx, gateway.Config{
 		Admin:      adminSrv,
+		HSM:        coord,
 		Auth:       authz,
 		Healthz:    m.healthz,
 		Gatherer:   reg,
@@ -321,8 +322,9 @@ func (m *MGS) Store() *mgs.Store { return m.store }
 
 // RegisterHSMParams registers filesystem fsname's HSM coordinator
 // parameters as Lustre names them on the MDT: mdt.FS-MDT0000.hsm_control
-// (enabled, disabled, purge) and mdt.FS-MDT0000.hsm.actions (the actions
-// not finished). Once per filesystem; the coordinator serves every one.
+// (enabled, disabled, purge), mdt.FS-MDT0000.hsm.actions (the actions
+// not finished), mdt.FS-MDT0000.hsm.agents (the copytool agents) and
+// mdt.FS-MDT0000.hsm.grace_delay (seconds finished actions are kept). Once per filesystem; the coordinator serves every one.
 func (m *MGS) RegisterHSMParams(fsname string) {
 	m.hsmMu.Lock()
 	defer m.hsmMu.Unlock()
@@ -339,6 +341,10 @@ func (m *MGS) RegisterHSMParams(fsname string) {
 				return coord.Control(ctx, v)
 			}, hsm.ControlEnabled, hsm.ControlDisabled, hsm.ControlPurge),
 		params.ReadOnly(p+"hsm.actions", "HSM actions not finished", coord.ActionsText),
+		params.ReadOnly(p+"hsm.agents", "HSM copytool agents registered", coord.AgentsText),
+		params.Int(p+"hsm.grace_delay", "seconds a finished HSM action stays in the queue before it is deleted",
+			func() int64 { return int64(coord.GraceDelay() / time.Second) },
+			func(v int64) error { return coord.SetGraceDelay(time.Duration(v) * time.Second) }, 0, 30*24*3600, nil),
 	)
 	if err != nil {
 		m.log.Warn("hsm parameters", "fs", fsname, "err", err)

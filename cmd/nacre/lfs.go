@@ -37,7 +37,9 @@ Lustre's, with the same commands, options and output: setstripe, getstripe,
 migrate, find, df, mkdir, path2fid, fid2path, getname, osts, mdts, data_version,
 pool_list. It needs no ioctl: it asks the mount through extended attributes of
 the lustre.* namespace (getfattr -n lustre.lov FILE shows one). The hsm_*
-commands reach the file system through the client library (--source).`,
+commands do too (lustre.hsm, lustre.hsm_release), and send requests to the
+coordinator on the mount's MGS; with --source they reach the file system
+through the client library instead, without a mount.`,
 	}
 	root.AddCommand(newLfsSetstripeCmd(), newLfsGetstripeCmd(), newLfsMigrateCmd(), newLfsFindCmd(), newLfsDfCmd(),
 		newLfsMkdirCmd(), newLfsPath2fidCmd(), newLfsFid2pathCmd(), newLfsGetnameCmd(), newLfsTargetsCmd("osts"),

@@ -59,6 +59,12 @@ func mustLfs(t *testing.T, args ...string) string {
 // does) and unmounts it when the test ends.
 func fuseMount(t *testing.T, c *clustertest.Cluster, i int) string {
 	t.Helper()
+	return fuseMountServer(t, c, i).Dir()
+}
+
+// fuseMountServer is fuseMount, returning the mount's server.
+func fuseMountServer(t *testing.T, c *clustertest.Cluster, i int) *llite.Server {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Fatalf("lfs tests need FUSE: %v", err)
 	}
@@ -83,7 +89,7 @@ func fuseMount(t *testing.T, c *clustertest.Cluster, i int) string {
 			srv.Wait()
 		}
 	})
-	return srv.Dir()
+	return srv
 }
 
 // lovOf reads a file's layout through the mount.

@@ -13,16 +13,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
@@ -74,6 +79,11 @@ type Options struct {
 	RecoveryWindow time.Duration
 	// Logger gets the in-process servers' logs; nil means Quiet.
 	Logger *slog.Logger
+	// OSTTmpfs, if not 0, puts each OST on a tmpfs of its own of that
+	// many bytes (the test must run as root), so that an OST's statfs
+	// (lfs df) counts its own data, not the whole host file system's
+	// that every OST and every other program shares.
+	OSTTmpfs int64
 }
 
 // Cluster is a running file system.
@@ -100,7 +110,10 @@ type Cluster struct {
 	recovery time.Duration
 	child    *exec.Cmd // the child OSS
 	mdsProc  *exec.Cmd // the child MDS
-	lg       *slog.Logger
+	// tmpfs is the directory of the OSTs' tmpfs mounts (Options.OSTTmpfs),
+	// unmounted and removed by Close.
+	tmpfs string
+	lg    *slog.Logger
 }
 
 // Start starts a file system "nacre" and stops it when the test ends.
@@ -143,8 +156,20 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c.Port = lnettest.FreePort(t, addrs...)
 	root := t.TempDir()
 	c.root = root
+	ostRoot := root
+	if opts.OSTTmpfs > 0 {
+		if c.tmpfs, err = os.MkdirTemp("", "clustertest-ost-"); err != nil {
+			t.Fatal(err)
+		}
+		ostRoot = c.tmpfs
+	}
 	for i := range opts.OSTs {
-		dir := filepath.Join(root, "ost"+strconv.Itoa(i))
+		dir := filepath.Join(ostRoot, "ost"+strconv.Itoa(i))
+		if opts.OSTTmpfs > 0 {
+			if err := mountTmpfs(dir, opts.OSTTmpfs); err != nil {
+				t.Fatalf("clustertest: OST %d on a tmpfs: %v", i, err)
+			}
+		}
 		if _, err := server.FormatOST(ctx, dir, server.TargetIdentity{FSName: c.FSName, Index: uint32(i), MGSNodes: []string{c.MGS}}); err != nil {
 			t.Fatal(err)
 		}
@@ -273,6 +298,25 @@ func (c *Cluster) Servers() []*server.Storage {
 func (c *Cluster) Source() string {
 	_, port, _ := net.SplitHostPort(c.MGS)
 	return "127.0.0.1@tcp:" + port + ":/" + c.FSName
+}
+
+// OSTObjectBytes sums the sizes of the object files under the OSTs'
+// directories (the files of their OSDs' O/ trees): the data the OSTs
+// hold, less what the host's file system rounds up.
+func (c *Cluster) OSTObjectBytes() int64 {
+	var n int64
+	for _, d := range c.OSTDirs {
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			rel, _ := filepath.Rel(d, p)
+			if err == nil && e.Type().IsRegular() && slices.Contains(strings.Split(rel, string(filepath.Separator)), "O") {
+				if fi, err := e.Info(); err == nil {
+					n += fi.Size()
+				}
+			}
+			return nil
+		})
+	}
+	return n
 }
 
 // ClientConfig returns a Config mounting the file system as client i.
@@ -459,4 +503,26 @@ func (c *Cluster) Close() {
 		c.mgs.Close(ctx)
 		c.mgs = nil
 	}
+	if c.tmpfs != "" {
+		ents, _ := os.ReadDir(c.tmpfs)
+		for _, e := range ents {
+			d := filepath.Join(c.tmpfs, e.Name())
+			if err := unix.Unmount(d, unix.MNT_DETACH); err != nil {
+				c.t.Errorf("clustertest: unmount the tmpfs of %s: %v", d, err)
+			}
+		}
+		os.RemoveAll(c.tmpfs)
+		c.tmpfs = ""
+	}
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on dir (made if missing).
+func mountTmpfs(dir string, size int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+strconv.FormatInt(size, 10)); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s (needs root): %w", dir, err)
+	}
+	return nil
 }

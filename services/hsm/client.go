@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nacrefs/nacre/internal/fid"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
@@ -113,6 +114,11 @@ func (c *Client) Submit(ctx context.Context, kind hsmv1.ActionKind, archiveID ui
 	for _, f := range fids {
 		q.Fids = append(q.Fids, FIDTo(f))
 	}
+	return c.SubmitRequest(ctx, q)
+}
+
+// SubmitRequest submits q and returns the action ids.
+func (c *Client) SubmitRequest(ctx context.Context, q *hsmv1.SubmitRequest) ([]uint64, error) {
 	var ids []uint64
 	err := c.do(ctx, func(ctx context.Context, cc hsmv1.CoordinatorClient) error {
 		rep, err := cc.Submit(ctx, q)
@@ -134,17 +140,45 @@ func (c *Client) Action(ctx context.Context, id uint64) (*hsmv1.Action, error) {
 	return a, err
 }
 
-// Actions lists the actions (only the active ones with active).
+// Actions lists the actions (only the active ones with active), every
+// page of them.
 func (c *Client) Actions(ctx context.Context, activeOnly bool) ([]*hsmv1.Action, error) {
+	return c.ListActions(ctx, &hsmv1.ListActionsRequest{Active: activeOnly})
+}
+
+// ListActions lists the actions that pass q's filters, every page from
+// q's page token on.
+func (c *Client) ListActions(ctx context.Context, q *hsmv1.ListActionsRequest) ([]*hsmv1.Action, error) {
+	q = proto.Clone(q).(*hsmv1.ListActionsRequest)
 	var as []*hsmv1.Action
+	for {
+		var rep *hsmv1.ListActionsResponse
+		err := c.do(ctx, func(ctx context.Context, cc hsmv1.CoordinatorClient) (err error) {
+			rep, err = cc.ListActions(ctx, q)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		as = append(as, rep.Actions...)
+		if rep.NextPageToken == "" {
+			return as, nil
+		}
+		q.PageToken = rep.NextPageToken
+	}
+}
+
+// Stats returns each archive's statistics.
+func (c *Client) Stats(ctx context.Context) ([]*hsmv1.ArchiveStats, error) {
+	var st []*hsmv1.ArchiveStats
 	err := c.do(ctx, func(ctx context.Context, cc hsmv1.CoordinatorClient) error {
-		rep, err := cc.ListActions(ctx, &hsmv1.ListActionsRequest{Active: activeOnly})
+		rep, err := cc.GetStats(ctx, &hsmv1.GetStatsRequest{})
 		if err == nil {
-			as = rep.Actions
+			st = rep.Archives
 		}
 		return err
 	})
-	return as, err
+	return st, err
 }
 
 // Agents lists the registered agents.
@@ -164,7 +198,9 @@ func (c *Client) Agents(ctx context.Context) ([]*hsmv1.AgentInfo, error) {
 var ErrActionFailed = errors.New("hsm: action failed")
 
 // Wait polls action id until it ends: nil when it succeeded, an error
-// wrapping ErrActionFailed when it failed or was canceled.
+// wrapping ErrActionFailed when it failed or was canceled, NOT_FOUND if
+// the coordinator has no such action (or no more: finished actions are
+// deleted after grace_delay).
 func (c *Client) Wait(ctx context.Context, id uint64) error {
 	poll := 10 * time.Millisecond
 	for {

@@ -39,6 +39,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nacrefs/nacre/internal/fid"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 )
 
@@ -50,7 +51,16 @@ const (
 	DefaultMaxAttempts          = 3
 	DefaultSessionTTL           = 5 // seconds
 	DefaultMaxActive            = 100000
-	maxFIDsPerRequest           = 10000
+	DefaultGraceDelay           = 60 * time.Second // Lustre's grace_delay
+	// MaxArchiveID bounds archive ids (and so the per-archive statistics).
+	MaxArchiveID      = 65535
+	maxFIDsPerRequest = 10000
+	// maxPageSize bounds a page of ListActions; pruneBatch the actions
+	// one pruning round deletes (the rest wait for the next round).
+	maxPageSize = 1000
+	pruneBatch  = 1000
+	// pruneEvery is how often the leader looks for actions to prune.
+	pruneEvery = time.Second
 )
 
 // Config configures a Coordinator.
@@ -72,6 +82,10 @@ type Config struct {
 	SessionTTL int
 	// MaxActive bounds the waiting and started actions (RESOURCE_EXHAUSTED).
 	MaxActive int
+	// GraceDelay is how long a finished action (succeeded, failed,
+	// canceled) stays in the queue before it is deleted; 0 means
+	// DefaultGraceDelay (SetGraceDelay can set 0: delete at once).
+	GraceDelay time.Duration
 	// Logger gets the coordinator's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -79,7 +93,7 @@ type Config struct {
 // DefaultConfig returns Lustre's defaults, without etcd.
 func DefaultConfig() Config {
 	return Config{Prefix: DefaultPrefix, ActiveRequestTimeout: DefaultActiveRequestTimeout, MaxRequests: DefaultMaxRequests,
-		MaxAttempts: DefaultMaxAttempts, SessionTTL: DefaultSessionTTL, MaxActive: DefaultMaxActive}
+		MaxAttempts: DefaultMaxAttempts, SessionTTL: DefaultSessionTTL, MaxActive: DefaultMaxActive, GraceDelay: DefaultGraceDelay}
 }
 
 // Validate fills in defaults and checks c.
@@ -106,6 +120,12 @@ func (c *Config) Validate() error {
 	if c.MaxActive <= 0 {
 		c.MaxActive = d.MaxActive
 	}
+	switch {
+	case c.GraceDelay < 0:
+		return fmt.Errorf("hsm: grace delay %v is negative", c.GraceDelay)
+	case c.GraceDelay == 0:
+		c.GraceDelay = d.GraceDelay
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -122,6 +142,8 @@ type Coordinator struct {
 	// disabled pauses dispatching (hsm_control=disabled): actions are
 	// taken and kept, none goes to an agent.
 	disabled atomic.Bool
+	// grace is the grace delay in nanoseconds (SetGraceDelay).
+	grace atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -132,6 +154,9 @@ type Coordinator struct {
 		actions map[uint64]*hsmv1.Action // every action in etcd
 		agents  map[string]*agent        // registered agents by UUID
 		nextID  uint64
+		// stats are the per-archive counts of finished actions, as in
+		// etcd (written with the action that finishes).
+		stats map[uint32]*hsmv1.ArchiveStats
 	}
 }
 
@@ -143,6 +168,9 @@ type agent struct {
 	out      chan *hsmv1.AgentResponse // bounded: max actions + acks
 	stop     context.CancelFunc
 	actions  map[uint64]bool // started actions given to it (guarded by Coordinator.mu)
+	// ok and errors count the actions it finished in this session, well
+	// and not (guarded by Coordinator.mu).
+	ok, errors uint64
 }
 
 func (a *agent) serves(archive uint32) bool {
@@ -155,6 +183,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("hsm", cfg.Name), kick: make(chan struct{}, 1)}
+	c.grace.Store(int64(cfg.GraceDelay))
 	return c, nil
 }
 
@@ -202,6 +231,7 @@ func (c *Coordinator) term(ctx context.Context) error {
 	defer c.stepDown()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -213,6 +243,14 @@ func (c *Coordinator) term(ctx context.Context) error {
 		}
 		if err := c.dispatch(ctx); err != nil {
 			return err
+		}
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			if err := c.prune(ctx); errors.Is(err, errNotLeader) {
+				return err
+			} else if err != nil {
+				c.log.Warn("hsm: pruning", "err", err) // tried again next round
+			}
 		}
 	}
 }
@@ -234,10 +272,34 @@ func (c *Coordinator) takeOver(ctx context.Context, e *concurrency.Election) err
 		actions[a.Id] = a
 		next = max(next, a.Id+1)
 	}
+	resp, err = c.cfg.Etcd.Get(ctx, c.cfg.Prefix+"stats/", clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("hsm: load statistics: %w", err)
+	}
+	stats := map[uint32]*hsmv1.ArchiveStats{}
+	for _, kv := range resp.Kvs {
+		st := &hsmv1.ArchiveStats{}
+		if err := protojson.Unmarshal(kv.Value, st); err != nil {
+			c.log.Error("hsm: bad statistics record", "key", string(kv.Key), "err", err)
+			continue
+		}
+		stats[st.ArchiveId] = st
+	}
+	// The next id is past every id ever given, pruned ones included.
+	if resp, err = c.cfg.Etcd.Get(ctx, c.cfg.Prefix+"next_id"); err != nil {
+		return fmt.Errorf("hsm: load next action id: %w", err)
+	}
+	if len(resp.Kvs) == 1 {
+		n, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+		if err != nil {
+			return fmt.Errorf("hsm: bad next action id %q: %w", resp.Kvs[0].Value, err)
+		}
+		next = max(next, n)
+	}
 	now := time.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.mu.leader, c.mu.elected, c.mu.actions, c.mu.nextID = true, e, actions, next
+	c.mu.leader, c.mu.elected, c.mu.actions, c.mu.nextID, c.mu.stats = true, e, actions, next, stats
 	c.mu.agents = map[string]*agent{}
 	for _, a := range actions {
 		// Started actions keep their agent: it reconnects and reports,
@@ -256,7 +318,7 @@ func (c *Coordinator) stepDown() {
 	for _, a := range c.mu.agents {
 		a.stop()
 	}
-	c.mu.leader, c.mu.elected, c.mu.actions, c.mu.agents = false, nil, nil, nil
+	c.mu.leader, c.mu.elected, c.mu.actions, c.mu.agents, c.mu.stats = false, nil, nil, nil, nil
 	c.log.Info("hsm: no longer the active coordinator")
 }
 
@@ -271,30 +333,81 @@ func actionKey(prefix string, id uint64) string {
 	return prefix + "actions/" + fmt.Sprintf("%016x", id)
 }
 
-// saveLocked writes a to etcd if this instance still leads.
+// saveLocked writes as to etcd if this instance still leads.
 func (c *Coordinator) saveLocked(ctx context.Context, as ...*hsmv1.Action) error {
-	e := c.mu.elected
-	if e == nil {
-		return errNotLeader
-	}
-	ops := make([]clientv3.Op, 0, len(as))
+	return c.saveOpsLocked(ctx, nil, as...)
+}
+
+// saveOpsLocked writes as, and does ops, in one transaction if this
+// instance still leads.
+func (c *Coordinator) saveOpsLocked(ctx context.Context, ops []clientv3.Op, as ...*hsmv1.Action) error {
 	for _, a := range as {
 		b, err := protojson.Marshal(a)
 		if err != nil {
-			return err
+			return fmt.Errorf("hsm: encode action %d: %w", a.Id, err)
 		}
 		ops = append(ops, clientv3.OpPut(actionKey(c.cfg.Prefix, a.Id), string(b)))
+	}
+	return c.txnLocked(ctx, ops)
+}
+
+// txnLocked does ops in one transaction if this instance still leads.
+func (c *Coordinator) txnLocked(ctx context.Context, ops []clientv3.Op) error {
+	e := c.mu.elected
+	if e == nil {
+		return errNotLeader
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := c.cfg.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())).Then(ops...).Commit()
 	if err != nil {
-		return fmt.Errorf("hsm: save actions: %w", err)
+		return fmt.Errorf("hsm: save to etcd: %w", err)
 	}
 	if !resp.Succeeded {
 		return errNotLeader
 	}
 	return nil
+}
+
+// saveFinishedLocked saves a, which was active: if it has finished, with
+// its archive's statistics counting it, in the same transaction.
+func (c *Coordinator) saveFinishedLocked(ctx context.Context, a *hsmv1.Action) error {
+	if active(a) {
+		return c.saveLocked(ctx, a)
+	}
+	st := &hsmv1.ArchiveStats{ArchiveId: a.ArchiveId}
+	if old := c.mu.stats[a.ArchiveId]; old != nil {
+		st = proto.Clone(old).(*hsmv1.ArchiveStats)
+	}
+	countFinished(st, a)
+	b, err := protojson.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("hsm: encode statistics of archive %d: %w", a.ArchiveId, err)
+	}
+	op := clientv3.OpPut(c.cfg.Prefix+"stats/"+fmt.Sprintf("%08x", a.ArchiveId), string(b))
+	if err := c.saveOpsLocked(ctx, []clientv3.Op{op}, a); err != nil {
+		return err
+	}
+	c.mu.stats[a.ArchiveId] = st
+	return nil
+}
+
+// countFinished counts finished action a in st.
+func countFinished(st *hsmv1.ArchiveStats, a *hsmv1.Action) {
+	switch a.State {
+	case hsmv1.ActionState_ACTION_STATE_SUCCEED:
+		st.Succeeded++
+		switch a.Kind {
+		case hsmv1.ActionKind_ACTION_KIND_ARCHIVE:
+			st.BytesArchived += a.BytesTotal
+		case hsmv1.ActionKind_ACTION_KIND_RESTORE:
+			st.BytesRestored += a.BytesTotal
+		}
+	case hsmv1.ActionState_ACTION_STATE_FAILED:
+		st.Failed++
+	case hsmv1.ActionState_ACTION_STATE_CANCELED:
+		st.Canceled++
+	}
 }
 
 var errNotLeader = status.Error(codes.Unavailable, "hsm: not the active coordinator")
@@ -335,7 +448,7 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 		}
 		a.ChangedUnixNs = now
 		c.log.Info("hsm: action timed out", "id", a.Id, "agent", a.Agent, "attempts", a.Attempts)
-		if err := c.saveLocked(ctx, a); err != nil {
+		if err := c.saveFinishedLocked(ctx, a); err != nil {
 			c.mu.actions[id] = old
 			return err
 		}
@@ -402,15 +515,14 @@ func (c *Coordinator) Submit(ctx context.Context, q *hsmv1.SubmitRequest) (*hsmv
 	switch {
 	case q.Kind < hsmv1.ActionKind_ACTION_KIND_ARCHIVE || q.Kind > hsmv1.ActionKind_ACTION_KIND_RELEASE:
 		return nil, status.Errorf(codes.InvalidArgument, "hsm: action kind %v", q.Kind)
-	case len(q.Fids) == 0 || len(q.Fids) > maxFIDsPerRequest:
-		return nil, status.Errorf(codes.InvalidArgument, "hsm: %d FIDs in a request (1..%d)", len(q.Fids), maxFIDsPerRequest)
 	case q.Kind == hsmv1.ActionKind_ACTION_KIND_ARCHIVE && q.ArchiveId == 0:
 		return nil, status.Error(codes.InvalidArgument, "hsm: archive to archive id 0")
+	case q.ArchiveId > MaxArchiveID:
+		return nil, status.Errorf(codes.InvalidArgument, "hsm: archive id %d: at most %d", q.ArchiveId, MaxArchiveID)
 	}
-	for _, f := range q.Fids {
-		if f == nil || f.Seq == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "hsm: bad FID %v", f)
-		}
+	fids, err := requestFIDs(q)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -418,7 +530,7 @@ func (c *Coordinator) Submit(ctx context.Context, q *hsmv1.SubmitRequest) (*hsmv
 		return nil, err
 	}
 	if q.Kind == hsmv1.ActionKind_ACTION_KIND_CANCEL {
-		return c.cancelLocked(ctx, q.Fids)
+		return c.cancelLocked(ctx, fids)
 	}
 	nActive := 0
 	byFID := map[string]uint64{}
@@ -430,13 +542,13 @@ func (c *Coordinator) Submit(ctx context.Context, q *hsmv1.SubmitRequest) (*hsmv
 			}
 		}
 	}
-	if nActive+len(q.Fids) > c.cfg.MaxActive {
+	if nActive+len(fids) > c.cfg.MaxActive {
 		return nil, status.Errorf(codes.ResourceExhausted, "hsm: %d actions queued, at most %d", nActive, c.cfg.MaxActive)
 	}
 	now := time.Now().UnixNano()
 	rep := &hsmv1.SubmitResponse{}
 	var added []*hsmv1.Action
-	for _, f := range q.Fids {
+	for _, f := range fids {
 		if id, ok := byFID[fidKey(f)]; ok {
 			rep.Ids = append(rep.Ids, id)
 			continue
@@ -448,10 +560,13 @@ func (c *Coordinator) Submit(ctx context.Context, q *hsmv1.SubmitRequest) (*hsmv
 		added = append(added, a)
 		rep.Ids = append(rep.Ids, a.Id)
 	}
-	// etcd bounds a transaction's operations (128 by default).
+	// etcd bounds a transaction's operations (128 by default). The next
+	// id is saved with the actions: pruning may delete them all, and a
+	// new leader must not give their ids again.
+	nextOp := clientv3.OpPut(c.cfg.Prefix+"next_id", strconv.FormatUint(c.mu.nextID, 10))
 	for len(added) > 0 {
 		n := min(len(added), 100)
-		if err := c.saveLocked(ctx, added[:n]...); err != nil {
+		if err := c.saveOpsLocked(ctx, []clientv3.Op{nextOp}, added[:n]...); err != nil {
 			return nil, err
 		}
 		for _, a := range added[:n] {
@@ -461,6 +576,30 @@ func (c *Coordinator) Submit(ctx context.Context, q *hsmv1.SubmitRequest) (*hsmv
 	}
 	c.wake()
 	return rep, nil
+}
+
+// requestFIDs returns q's FIDs, fids then fid_names: INVALID_ARGUMENT
+// for a bad one, or for none or too many.
+func requestFIDs(q *hsmv1.SubmitRequest) ([]*hsmv1.FID, error) {
+	n := len(q.Fids) + len(q.FidNames)
+	if n == 0 || n > maxFIDsPerRequest {
+		return nil, status.Errorf(codes.InvalidArgument, "hsm: %d FIDs in a request (1..%d)", n, maxFIDsPerRequest)
+	}
+	fids := make([]*hsmv1.FID, 0, n)
+	for _, f := range q.Fids {
+		if f == nil || f.Seq == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "hsm: bad FID %v", f)
+		}
+		fids = append(fids, f)
+	}
+	for _, s := range q.FidNames {
+		f, err := fid.Parse(s)
+		if err != nil || f.Seq == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "hsm: bad FID %q: want [0xSEQ:0xOID:0xVER]", s)
+		}
+		fids = append(fids, FIDTo(f))
+	}
+	return fids, nil
 }
 
 func fidKey(f *hsmv1.FID) string {
@@ -476,15 +615,8 @@ func (c *Coordinator) cancelLocked(ctx context.Context, fids []*hsmv1.FID) (*hsm
 			if !active(a) || fidKey(a.Fid) != fidKey(f) {
 				continue
 			}
-			old := proto.Clone(a).(*hsmv1.Action)
-			a.State, a.ChangedUnixNs, a.Error = hsmv1.ActionState_ACTION_STATE_CANCELED, now, "canceled"
-			if err := c.saveLocked(ctx, a); err != nil {
-				c.mu.actions[a.Id] = old
+			if err := c.cancelOneLocked(ctx, a, now); err != nil {
 				return nil, err
-			}
-			if ag := c.mu.agents[a.Agent]; ag != nil && ag.actions[a.Id] {
-				delete(ag.actions, a.Id)
-				c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
 			}
 			id = a.Id
 		}
@@ -492,6 +624,38 @@ func (c *Coordinator) cancelLocked(ctx context.Context, fids []*hsmv1.FID) (*hsm
 	}
 	c.wake()
 	return rep, nil
+}
+
+// cancelOneLocked cancels active action a and tells its agent.
+func (c *Coordinator) cancelOneLocked(ctx context.Context, a *hsmv1.Action, now int64) error {
+	old := proto.Clone(a).(*hsmv1.Action)
+	a.State, a.ChangedUnixNs, a.Error = hsmv1.ActionState_ACTION_STATE_CANCELED, now, "canceled"
+	if err := c.saveFinishedLocked(ctx, a); err != nil {
+		c.mu.actions[a.Id] = old
+		return err
+	}
+	if ag := c.mu.agents[a.Agent]; ag != nil && ag.actions[a.Id] {
+		delete(ag.actions, a.Id)
+		c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
+	}
+	return nil
+}
+
+// CancelAction cancels action id (see the service's doc).
+func (c *Coordinator) CancelAction(ctx context.Context, q *hsmv1.CancelActionRequest) (*hsmv1.Action, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.actionLocked(q.Id)
+	if err != nil {
+		return nil, err
+	}
+	if active(a) {
+		if err := c.cancelOneLocked(ctx, a, time.Now().UnixNano()); err != nil {
+			return nil, err
+		}
+		c.wake()
+	}
+	return proto.Clone(a).(*hsmv1.Action), nil
 }
 
 // Control modes (Lustre's hsm_control).
@@ -564,35 +728,185 @@ func (c *Coordinator) ActionsText() string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
+// AgentsText lists the registered agents as lctl get_param
+// mdt.*.hsm.agents shows them, one a line: "uuid=U archive_id=1,2
+// requests=[current:N ok:N errors:N]" (ANY for an agent of every archive;
+// ok and errors count this session's actions). Empty on a standby.
+func (c *Coordinator) AgentsText() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lines []string
+	for _, ag := range c.mu.agents {
+		arch := "ANY"
+		if len(ag.archives) > 0 {
+			ids := make([]string, len(ag.archives))
+			for i, id := range ag.archives {
+				ids[i] = strconv.FormatUint(uint64(id), 10)
+			}
+			arch = strings.Join(ids, ",")
+		}
+		lines = append(lines, fmt.Sprintf("uuid=%s archive_id=%s requests=[current:%d ok:%d errors:%d]", ag.uuid, arch, len(ag.actions), ag.ok, ag.errors))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
 // GetAction returns one action: NOT_FOUND if unknown.
 func (c *Coordinator) GetAction(_ context.Context, q *hsmv1.GetActionRequest) (*hsmv1.Action, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.leaderLocked(); err != nil {
+	a, err := c.actionLocked(q.Id)
+	if err != nil {
 		return nil, err
-	}
-	a := c.mu.actions[q.Id]
-	if a == nil {
-		return nil, status.Errorf(codes.NotFound, "hsm: no action %d", q.Id)
 	}
 	return proto.Clone(a).(*hsmv1.Action), nil
 }
 
-// ListActions lists actions by id.
+// actionLocked returns action id: UNAVAILABLE on a standby, NOT_FOUND if
+// there is no such action (or no more: pruned).
+func (c *Coordinator) actionLocked(id uint64) (*hsmv1.Action, error) {
+	if err := c.leaderLocked(); err != nil {
+		return nil, err
+	}
+	a := c.mu.actions[id]
+	if a == nil {
+		return nil, status.Errorf(codes.NotFound, "hsm: no action %d", id)
+	}
+	return a, nil
+}
+
+// ListActions lists the actions that pass q's filters by id, a page at a
+// time: INVALID_ARGUMENT for a page token not returned by ListActions or
+// a negative page size. A page token is the id the next page starts at,
+// so pages stay right while actions come and go.
 func (c *Coordinator) ListActions(_ context.Context, q *hsmv1.ListActionsRequest) (*hsmv1.ListActionsResponse, error) {
+	size := int(q.PageSize)
+	switch {
+	case size < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "hsm: page size %d is negative", size)
+	case size == 0 || size > maxPageSize:
+		size = maxPageSize
+	}
+	var from uint64
+	if q.PageToken != "" {
+		n, err := strconv.ParseUint(q.PageToken, 10, 64)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "hsm: bad page token %q", q.PageToken)
+		}
+		from = n
+	}
+	for _, st := range q.States {
+		if _, ok := hsmv1.ActionState_name[int32(st)]; !ok || st == hsmv1.ActionState_ACTION_STATE_UNSPECIFIED {
+			return nil, status.Errorf(codes.InvalidArgument, "hsm: action state %v", st)
+		}
+	}
+	if _, ok := hsmv1.ActionKind_name[int32(q.Kind)]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "hsm: action kind %v", q.Kind)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.leaderLocked(); err != nil {
 		return nil, err
 	}
-	rep := &hsmv1.ListActionsResponse{}
-	for _, a := range c.mu.actions {
-		if !q.Active || active(a) {
-			rep.Actions = append(rep.Actions, proto.Clone(a).(*hsmv1.Action))
+	var ids []uint64
+	for id, a := range c.mu.actions {
+		if id >= from && (!q.Active || active(a)) && (len(q.States) == 0 || slices.Contains(q.States, a.State)) &&
+			(q.ArchiveId == 0 || a.ArchiveId == q.ArchiveId) && (q.Kind == hsmv1.ActionKind_ACTION_KIND_UNSPECIFIED || a.Kind == q.Kind) {
+			ids = append(ids, id)
 		}
 	}
-	slices.SortFunc(rep.Actions, func(a, b *hsmv1.Action) int { return int(a.Id) - int(b.Id) })
+	slices.Sort(ids)
+	rep := &hsmv1.ListActionsResponse{}
+	if len(ids) > size {
+		rep.NextPageToken = strconv.FormatUint(ids[size], 10)
+		ids = ids[:size]
+	}
+	for _, id := range ids {
+		rep.Actions = append(rep.Actions, proto.Clone(c.mu.actions[id]).(*hsmv1.Action))
+	}
 	return rep, nil
+}
+
+// GetStats returns each archive's statistics (see the service's doc).
+func (c *Coordinator) GetStats(context.Context, *hsmv1.GetStatsRequest) (*hsmv1.GetStatsResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.leaderLocked(); err != nil {
+		return nil, err
+	}
+	byID := map[uint32]*hsmv1.ArchiveStats{}
+	for id, st := range c.mu.stats {
+		byID[id] = proto.Clone(st).(*hsmv1.ArchiveStats)
+	}
+	for _, a := range c.mu.actions {
+		if !active(a) {
+			continue
+		}
+		st := byID[a.ArchiveId]
+		if st == nil {
+			st = &hsmv1.ArchiveStats{ArchiveId: a.ArchiveId}
+			byID[a.ArchiveId] = st
+		}
+		if a.State == hsmv1.ActionState_ACTION_STATE_WAITING {
+			st.Waiting++
+		} else {
+			st.Running++
+		}
+	}
+	rep := &hsmv1.GetStatsResponse{}
+	for _, st := range byID {
+		rep.Archives = append(rep.Archives, st)
+	}
+	slices.SortFunc(rep.Archives, func(a, b *hsmv1.ArchiveStats) int { return cmp.Compare(a.ArchiveId, b.ArchiveId) })
+	return rep, nil
+}
+
+// GraceDelay is how long finished actions are kept (Lustre's grace_delay).
+func (c *Coordinator) GraceDelay() time.Duration { return time.Duration(c.grace.Load()) }
+
+// SetGraceDelay sets how long finished actions are kept; those older go
+// at the next pruning round (within a second). Negative is an error.
+func (c *Coordinator) SetGraceDelay(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("hsm: grace delay %v is negative", d)
+	}
+	c.grace.Store(int64(d))
+	return nil
+}
+
+// prune deletes finished actions older than the grace delay, up to
+// pruneBatch of them a round.
+func (c *Coordinator) prune(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.mu.leader {
+		return errNotLeader
+	}
+	cutoff := time.Now().UnixNano() - c.grace.Load()
+	var ids []uint64
+	for id, a := range c.mu.actions {
+		if !active(a) && a.ChangedUnixNs <= cutoff {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	ids = ids[:min(len(ids), pruneBatch)]
+	for len(ids) > 0 {
+		n := min(len(ids), 100)
+		ops := make([]clientv3.Op, 0, n)
+		for _, id := range ids[:n] {
+			ops = append(ops, clientv3.OpDelete(actionKey(c.cfg.Prefix, id)))
+		}
+		if err := c.txnLocked(ctx, ops); err != nil {
+			return fmt.Errorf("hsm: prune finished actions: %w", err)
+		}
+		for _, id := range ids[:n] {
+			delete(c.mu.actions, id)
+		}
+		c.log.Debug("hsm: pruned finished actions", "n", n, "first", ids[0])
+		ids = ids[n:]
+	}
+	return nil
 }
 
 // ListAgents lists the registered agents.
@@ -604,7 +918,7 @@ func (c *Coordinator) ListAgents(context.Context, *hsmv1.ListAgentsRequest) (*hs
 	}
 	rep := &hsmv1.ListAgentsResponse{}
 	for _, ag := range c.mu.agents {
-		info := &hsmv1.AgentInfo{Uuid: ag.uuid, ArchiveIds: ag.archives, MaxRequests: uint32(ag.max)}
+		info := &hsmv1.AgentInfo{Uuid: ag.uuid, ArchiveIds: ag.archives, MaxRequests: uint32(ag.max), InFlight: uint32(len(ag.actions))}
 		for id := range ag.actions {
 			info.Actions = append(info.Actions, id)
 		}
@@ -753,10 +1067,17 @@ func (c *Coordinator) progress(ctx context.Context, ag *agent, id uint64, p *hsm
 		}
 		delete(ag.actions, id)
 	}
-	if err := c.saveLocked(ctx, a); err != nil {
+	if err := c.saveFinishedLocked(ctx, a); err != nil {
 		c.mu.actions[id] = old
 		ack.Errno, ack.Error = int32(syscall.EAGAIN), err.Error()
 		return ack
+	}
+	switch {
+	case d == nil:
+	case d.Errno == 0:
+		ag.ok++
+	default:
+		ag.errors++
 	}
 	if d != nil {
 		c.wake()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
 	"github.com/nacrefs/nacre/services/hsm/hsmtest"
+	"github.com/nacrefs/nacre/services/hsm/posix"
 )
 
 func TestMain(m *testing.M) { clustertest.Main(m) }
@@ -27,7 +30,8 @@ func TestPolicy(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
 	fs, agentFS := c.Mount(0), c.Mount(1)
 	_, addrs := hsmtest.StartCoordinators(t, 1, 5*time.Second)
-	hsmtest.StartAgent(t, agentFS, addrs, "agent-1", t.TempDir(), nil)
+	archive := t.TempDir()
+	hsmtest.StartAgent(t, agentFS, addrs, "agent-1", archive, nil)
 	hc, err := hsm.NewClient(addrs)
 	if err != nil {
 		t.Fatal(err)
@@ -129,14 +133,27 @@ func TestPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removes := 0
+	var removes []uint64
 	for _, a := range acts {
 		if a.Kind == hsmv1.ActionKind_ACTION_KIND_REMOVE && hsm.FIDFrom(a.Fid) == fids[5] {
-			removes++
+			removes = append(removes, a.Id)
 		}
 	}
-	if removes != 1 {
-		t.Fatalf("%d REMOVE actions for the deleted file", removes)
+	if len(removes) != 1 {
+		t.Fatalf("%d REMOVE actions for the deleted file", len(removes))
+	}
+	// The copytool removes the deleted file's copy and its shadow link.
+	if err := hc.Wait(ctx, removes[0]); err != nil {
+		t.Fatalf("remove the copy of the deleted file: %v", err)
+	}
+	ct, err := posix.New(posix.Config{FS: agentFS, Root: archive, Logger: clustertest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{ct.Path(fids[5]), filepath.Join(ct.ShadowRoot(), "p5")} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s after the remove: %v", p, err)
+		}
 	}
 	// Bad configuration.
 	if _, err := New(Config{FS: fs, HSM: hc, User: user.ID, Rules: Rules{HighWatermark: 50, LowWatermark: 60}}); err == nil {

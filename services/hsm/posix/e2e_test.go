@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,22 +66,6 @@ func state(t testing.TB, fsys *client.FS, f fid.FID) string {
 	return hsm.FormatState(st.Flags, st.ArchiveID)
 }
 
-// ostBytes sums the sizes of the files under the OSTs' directories.
-func ostBytes(t testing.TB, dirs []string) int64 {
-	var n int64
-	for _, d := range dirs {
-		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
-			if err == nil && e.Type().IsRegular() && strings.Contains(p, "O") {
-				if fi, err := e.Info(); err == nil {
-					n += fi.Size()
-				}
-			}
-			return nil
-		})
-	}
-	return n
-}
-
 func waitAll(t testing.TB, ctx context.Context, hc *hsm.Client, ids []uint64) {
 	t.Helper()
 	for _, id := range ids {
@@ -122,6 +104,7 @@ func TestHSMEndToEnd(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	data := map[fid.FID][]byte{}
 	var fids []fid.FID
+	var total int64
 	start := time.Now()
 	for i := range nFiles {
 		size := []int{0, 1, 4095, 4096, 65537, 300 << 10, 1<<20 + 3}[i%7] + rng.IntN(1000)*(i%3)
@@ -142,6 +125,7 @@ func TestHSMEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		data[f.FID()] = b
+		total += int64(len(b))
 		fids = append(fids, f.FID())
 	}
 	if got := state(t, user, fids[0]); got != "" {
@@ -185,7 +169,10 @@ func TestHSMEndToEnd(t *testing.T) {
 		t.Fatalf("release of a dirty file: %v, want EBUSY", err)
 	}
 
-	before := ostBytes(t, c.OSTDirs)
+	before := c.OSTObjectBytes()
+	if before < total*9/10 {
+		t.Fatalf("the OSTs hold %d bytes of objects, %d bytes written", before, total)
+	}
 	start = time.Now()
 	for _, f := range fids {
 		if f == dirty {
@@ -205,7 +192,7 @@ func TestHSMEndToEnd(t *testing.T) {
 	t.Logf("released %d files in %v", nFiles-1, time.Since(start))
 	var after int64
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if after = ostBytes(t, c.OSTDirs); after <= before-before*8/10 {
+		if after = c.OSTObjectBytes(); after <= before-before*8/10 {
 			break
 		}
 	}

@@ -8,6 +8,16 @@
 // SHA-256 beside it in the same name plus ".sha256". Copies are written to
 // a temporary name, synced and renamed, so an archive that dies midway
 // leaves no copy behind.
+//
+// As lhsmtool_posix does, the copytool also keeps a shadow namespace for
+// people browsing the archive: ROOT/shadow/PATH, where PATH is the file's
+// path in the file system when it was archived (fid2path), is a relative
+// symlink to its archive copy. The copy's PATH is remembered beside it
+// (".shadow"), so that archiving the file again under another name moves
+// the link, and removing the copy removes it; a link that points to
+// another FID's copy (a file since made under the same name) is left
+// alone. The shadow tree is a view: failing to update it is logged, never
+// fails an action.
 package posix
 
 import (
@@ -22,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/nacrefs/nacre/client"
@@ -50,6 +61,9 @@ type Copytool struct {
 	fs   *client.FS
 	root string
 	log  *slog.Logger
+	// shadowMu serializes changes to the shadow tree (a directory made
+	// for one link must not be pruned as empty before the link is in).
+	shadowMu sync.Mutex
 }
 
 var _ hsm.Handler = (*Copytool)(nil)
@@ -162,6 +176,7 @@ func (ct *Copytool) Archive(ctx context.Context, f fid.FID, archiveID uint32, pr
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
 	}
+	ct.linkShadow(ctx, f)
 	if _, err := ct.fs.HSMProgress(ctx, f, client.HSMActionArchive, archiveID, st.DataVersion); err != nil {
 		return "", err
 	}
@@ -239,21 +254,130 @@ func copyIn(ctx context.Context, dst *client.File, src io.Reader, size int64, h 
 	}
 }
 
-// Remove deletes f's archive copy and records it on the MDT: EBUSY for a
-// released file (the copy is its only data).
+// Remove deletes f's archive copy and its shadow link, and records it on
+// the MDT: EBUSY for a released file (the copy is its only data). The
+// copy of a file deleted from the file system (ENOENT on the MDT: the
+// policy engine's remove_deleted) is deleted with nothing to record.
 func (ct *Copytool) Remove(ctx context.Context, f fid.FID) error {
 	st, err := ct.fs.HSMState(ctx, client.Root(), f)
-	if err != nil {
+	gone := errors.Is(err, syscall.ENOENT)
+	switch {
+	case err != nil && !gone:
 		return err
-	}
-	if st.Flags&client.HSMReleased != 0 {
+	case !gone && st.Flags&client.HSMReleased != 0:
 		return fmt.Errorf("posix: remove the archive copy of %v: released: %w", f, syscall.EBUSY)
 	}
 	p := ct.Path(f)
+	ct.unlinkShadow(f)
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return fmt.Errorf("posix: remove the archive copy of %v: %w", f, err)
 	}
 	os.Remove(p + ".sha256")
+	if gone {
+		return nil
+	}
 	_, err = ct.fs.HSMProgress(ctx, f, client.HSMActionRemove, 0, 0)
 	return err
+}
+
+// ShadowRoot is the shadow namespace's directory.
+func (ct *Copytool) ShadowRoot() string { return filepath.Join(ct.root, "shadow") }
+
+// shadowPath returns the shadow link of the file at fsPath ("/dir/file").
+func (ct *Copytool) shadowPath(fsPath string) (string, error) {
+	sr := ct.ShadowRoot()
+	p := filepath.Join(sr, filepath.FromSlash(fsPath))
+	if !strings.HasPrefix(p, sr+string(filepath.Separator)) {
+		return "", fmt.Errorf("posix: shadow of %q: not a path below the root", fsPath)
+	}
+	return p, nil
+}
+
+// linkShadow points ROOT/shadow/PATH at f's archive copy, PATH being f's
+// path now, and drops the link of the name it was archived under before.
+func (ct *Copytool) linkShadow(ctx context.Context, f fid.FID) {
+	paths, err := ct.fs.FID2Path(ctx, client.Root(), f)
+	if err != nil || len(paths) == 0 {
+		ct.log.Warn("posix: no shadow link: fid2path", "fid", f, "err", err)
+		return
+	}
+	link, err := ct.shadowPath(paths[0])
+	if err != nil {
+		ct.log.Warn("posix: no shadow link", "fid", f, "err", err)
+		return
+	}
+	copyPath := ct.Path(f)
+	ct.shadowMu.Lock()
+	defer ct.shadowMu.Unlock()
+	if old, err := os.ReadFile(copyPath + ".shadow"); err == nil && string(old) != paths[0] {
+		ct.dropShadowLocked(string(old), copyPath)
+	}
+	if err := replaceSymlink(link, copyPath); err != nil {
+		ct.log.Warn("posix: no shadow link", "fid", f, "link", link, "err", err)
+		return
+	}
+	if err := os.WriteFile(copyPath+".shadow", []byte(paths[0]), 0o644); err != nil {
+		ct.log.Warn("posix: shadow link not remembered", "fid", f, "err", err)
+	}
+}
+
+// replaceSymlink makes link a relative symlink to target, replacing
+// whatever link was (atomically: a new link renamed over it). Another
+// copytool sharing the archive may prune the directory it just made (as
+// empty) before the link is in: it makes it again, a few times.
+func replaceSymlink(link, target string) error {
+	dir := filepath.Dir(link)
+	rel, err := filepath.Rel(dir, target)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".shadow-"+filepath.Base(target))
+	for try := 0; ; try++ {
+		err := os.MkdirAll(dir, 0o755)
+		if err == nil {
+			os.Remove(tmp)
+			if err = os.Symlink(rel, tmp); err == nil {
+				if err = os.Rename(tmp, link); err != nil {
+					os.Remove(tmp)
+				}
+			}
+		}
+		if err == nil || !errors.Is(err, os.ErrNotExist) || try == 3 {
+			return err
+		}
+	}
+}
+
+// unlinkShadow removes f's shadow link and what remembers it.
+func (ct *Copytool) unlinkShadow(f fid.FID) {
+	copyPath := ct.Path(f)
+	ct.shadowMu.Lock()
+	defer ct.shadowMu.Unlock()
+	if old, err := os.ReadFile(copyPath + ".shadow"); err == nil {
+		ct.dropShadowLocked(string(old), copyPath)
+	}
+	os.Remove(copyPath + ".shadow")
+}
+
+// dropShadowLocked removes the shadow link of fsPath if it still points at
+// copyPath, then the directories it leaves empty.
+func (ct *Copytool) dropShadowLocked(fsPath, copyPath string) {
+	link, err := ct.shadowPath(fsPath)
+	if err != nil {
+		return
+	}
+	target, err := os.Readlink(link)
+	if err != nil || filepath.Join(filepath.Dir(link), target) != copyPath {
+		return // gone, or another file's now
+	}
+	if err := os.Remove(link); err != nil {
+		ct.log.Warn("posix: old shadow link stays", "link", link, "err", err)
+		return
+	}
+	sr := ct.ShadowRoot()
+	for dir := filepath.Dir(link); dir != sr && strings.HasPrefix(dir, sr); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break // not empty
+		}
+	}
 }

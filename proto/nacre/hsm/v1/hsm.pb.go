@@ -7,6 +7,7 @@
 package hsmv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -201,10 +202,14 @@ func (x *FID) GetVer() uint32 {
 }
 
 type SubmitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          ActionKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=nacre.hsm.v1.ActionKind" json:"kind,omitempty"`
-	ArchiveId     uint32                 `protobuf:"varint,2,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
-	Fids          []*FID                 `protobuf:"bytes,3,rep,name=fids,proto3" json:"fids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  ActionKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=nacre.hsm.v1.ActionKind" json:"kind,omitempty"`
+	// archive_id: 1..65535 for ARCHIVE; 0 for the others means the file's.
+	ArchiveId uint32 `protobuf:"varint,2,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
+	Fids      []*FID `protobuf:"bytes,3,rep,name=fids,proto3" json:"fids,omitempty"`
+	// fid_names are more FIDs as lfs path2fid prints them
+	// ("[0x200000401:0x2a:0x0]"), after fids.
+	FidNames      []string `protobuf:"bytes,4,rep,name=fid_names,json=fidNames,proto3" json:"fid_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +261,13 @@ func (x *SubmitRequest) GetArchiveId() uint32 {
 func (x *SubmitRequest) GetFids() []*FID {
 	if x != nil {
 		return x.Fids
+	}
+	return nil
+}
+
+func (x *SubmitRequest) GetFidNames() []string {
+	if x != nil {
+		return x.FidNames
 	}
 	return nil
 }
@@ -350,17 +362,71 @@ func (x *GetActionRequest) GetId() uint64 {
 	return 0
 }
 
+type CancelActionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelActionRequest) Reset() {
+	*x = CancelActionRequest{}
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelActionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelActionRequest) ProtoMessage() {}
+
+func (x *CancelActionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelActionRequest.ProtoReflect.Descriptor instead.
+func (*CancelActionRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CancelActionRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 type ListActionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// active lists only waiting and started actions.
-	Active        bool `protobuf:"varint,1,opt,name=active,proto3" json:"active,omitempty"`
+	Active bool `protobuf:"varint,1,opt,name=active,proto3" json:"active,omitempty"`
+	// states, if any, lists only actions in one of them.
+	States []ActionState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=nacre.hsm.v1.ActionState" json:"states,omitempty"`
+	// archive_id, if not 0, lists only that archive's actions.
+	ArchiveId uint32 `protobuf:"varint,3,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
+	// kind, if set, lists only actions of that kind.
+	Kind ActionKind `protobuf:"varint,4,opt,name=kind,proto3,enum=nacre.hsm.v1.ActionKind" json:"kind,omitempty"`
+	// page_size bounds the actions returned (0: 1000, at most 1000).
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a next_page_token returned before ("": from the start).
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListActionsRequest) Reset() {
 	*x = ListActionsRequest{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[4]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +438,7 @@ func (x *ListActionsRequest) String() string {
 func (*ListActionsRequest) ProtoMessage() {}
 
 func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[4]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +451,7 @@ func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActionsRequest.ProtoReflect.Descriptor instead.
 func (*ListActionsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{4}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListActionsRequest) GetActive() bool {
@@ -395,16 +461,53 @@ func (x *ListActionsRequest) GetActive() bool {
 	return false
 }
 
+func (x *ListActionsRequest) GetStates() []ActionState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListActionsRequest) GetArchiveId() uint32 {
+	if x != nil {
+		return x.ArchiveId
+	}
+	return 0
+}
+
+func (x *ListActionsRequest) GetKind() ActionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ActionKind_ACTION_KIND_UNSPECIFIED
+}
+
+func (x *ListActionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListActionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListActionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actions       []*Action              `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Actions []*Action              `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	// next_page_token asks for the next page; "" after the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListActionsResponse) Reset() {
 	*x = ListActionsResponse{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[5]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +519,7 @@ func (x *ListActionsResponse) String() string {
 func (*ListActionsResponse) ProtoMessage() {}
 
 func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[5]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +532,7 @@ func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActionsResponse.ProtoReflect.Descriptor instead.
 func (*ListActionsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{5}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListActionsResponse) GetActions() []*Action {
@@ -437,6 +540,13 @@ func (x *ListActionsResponse) GetActions() []*Action {
 		return x.Actions
 	}
 	return nil
+}
+
+func (x *ListActionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Action is one queued action and its progress.
@@ -465,7 +575,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[6]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +587,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[6]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +600,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{6}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Action) GetId() uint64 {
@@ -599,7 +709,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[7]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +721,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[7]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +734,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{7}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{8}
 }
 
 type ListAgentsResponse struct {
@@ -636,7 +746,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[8]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +758,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[8]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +771,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{8}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -672,18 +782,20 @@ func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
 }
 
 type AgentInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uuid          string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	ArchiveIds    []uint32               `protobuf:"varint,2,rep,packed,name=archive_ids,json=archiveIds,proto3" json:"archive_ids,omitempty"`
-	MaxRequests   uint32                 `protobuf:"varint,3,opt,name=max_requests,json=maxRequests,proto3" json:"max_requests,omitempty"`
-	Actions       []uint64               `protobuf:"varint,4,rep,packed,name=actions,proto3" json:"actions,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Uuid        string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	ArchiveIds  []uint32               `protobuf:"varint,2,rep,packed,name=archive_ids,json=archiveIds,proto3" json:"archive_ids,omitempty"`
+	MaxRequests uint32                 `protobuf:"varint,3,opt,name=max_requests,json=maxRequests,proto3" json:"max_requests,omitempty"`
+	// actions are the ids of the actions it runs, in_flight their count.
+	Actions       []uint64 `protobuf:"varint,4,rep,packed,name=actions,proto3" json:"actions,omitempty"`
+	InFlight      uint32   `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[9]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +807,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[9]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +820,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{9}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AgentInfo) GetUuid() string {
@@ -739,6 +851,199 @@ func (x *AgentInfo) GetActions() []uint64 {
 	return nil
 }
 
+func (x *AgentInfo) GetInFlight() uint32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+type GetStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatsRequest) Reset() {
+	*x = GetStatsRequest{}
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatsRequest) ProtoMessage() {}
+
+func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetStatsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{11}
+}
+
+type GetStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// archives, by archive id ascending.
+	Archives      []*ArchiveStats `protobuf:"bytes,1,rep,name=archives,proto3" json:"archives,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatsResponse) Reset() {
+	*x = GetStatsResponse{}
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatsResponse) ProtoMessage() {}
+
+func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetStatsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetStatsResponse) GetArchives() []*ArchiveStats {
+	if x != nil {
+		return x.Archives
+	}
+	return nil
+}
+
+// ArchiveStats counts one archive id's actions: waiting and running now,
+// and those finished since the queue was created (kept in etcd, they
+// survive failovers and the pruning of finished actions).
+type ArchiveStats struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ArchiveId uint32                 `protobuf:"varint,1,opt,name=archive_id,json=archiveId,proto3" json:"archive_id,omitempty"`
+	Waiting   uint64                 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Running   uint64                 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Succeeded uint64                 `protobuf:"varint,4,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Failed    uint64                 `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	Canceled  uint64                 `protobuf:"varint,6,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// bytes_archived and bytes_restored are the sizes of the files that
+	// ARCHIVE and RESTORE actions copied successfully.
+	BytesArchived uint64 `protobuf:"varint,7,opt,name=bytes_archived,json=bytesArchived,proto3" json:"bytes_archived,omitempty"`
+	BytesRestored uint64 `protobuf:"varint,8,opt,name=bytes_restored,json=bytesRestored,proto3" json:"bytes_restored,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveStats) Reset() {
+	*x = ArchiveStats{}
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveStats) ProtoMessage() {}
+
+func (x *ArchiveStats) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveStats.ProtoReflect.Descriptor instead.
+func (*ArchiveStats) Descriptor() ([]byte, []int) {
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ArchiveStats) GetArchiveId() uint32 {
+	if x != nil {
+		return x.ArchiveId
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetWaiting() uint64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetSucceeded() uint64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetCanceled() uint64 {
+	if x != nil {
+		return x.Canceled
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetBytesArchived() uint64 {
+	if x != nil {
+		return x.BytesArchived
+	}
+	return 0
+}
+
+func (x *ArchiveStats) GetBytesRestored() uint64 {
+	if x != nil {
+		return x.BytesRestored
+	}
+	return 0
+}
+
 // AgentRequest is what an agent sends: Register first, then progress
 // and completions of the actions it was given.
 type AgentRequest struct {
@@ -755,7 +1060,7 @@ type AgentRequest struct {
 
 func (x *AgentRequest) Reset() {
 	*x = AgentRequest{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[10]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +1072,7 @@ func (x *AgentRequest) String() string {
 func (*AgentRequest) ProtoMessage() {}
 
 func (x *AgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[10]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +1085,7 @@ func (x *AgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRequest.ProtoReflect.Descriptor instead.
 func (*AgentRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{10}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AgentRequest) GetMsg() isAgentRequest_Msg {
@@ -853,7 +1158,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[11]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1170,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[11]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1183,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{11}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Register) GetUuid() string {
@@ -913,7 +1218,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[12]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1230,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[12]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1243,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{12}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Progress) GetId() uint64 {
@@ -975,7 +1280,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[13]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1292,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[13]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1305,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{13}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Done) GetId() uint64 {
@@ -1047,7 +1352,7 @@ type AgentResponse struct {
 
 func (x *AgentResponse) Reset() {
 	*x = AgentResponse{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[14]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1364,7 @@ func (x *AgentResponse) String() string {
 func (*AgentResponse) ProtoMessage() {}
 
 func (x *AgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[14]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1377,7 @@ func (x *AgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentResponse.ProtoReflect.Descriptor instead.
 func (*AgentResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{14}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AgentResponse) GetMsg() isAgentResponse_Msg {
@@ -1157,7 +1462,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[15]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1474,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[15]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1487,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{15}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Registered) GetCoordinator() string {
@@ -1201,7 +1506,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[16]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1518,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[16]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1531,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{16}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Cancel) GetId() uint64 {
@@ -1249,7 +1554,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[17]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1566,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[17]
+	mi := &file_nacre_hsm_v1_hsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1579,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{17}
+	return file_nacre_hsm_v1_hsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Ack) GetId() uint64 {
@@ -1309,24 +1614,35 @@ var File_nacre_hsm_v1_hsm_proto protoreflect.FileDescriptor
 
 const file_nacre_hsm_v1_hsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16nacre/hsm/v1/hsm.proto\x12\fnacre.hsm.v1\";\n" +
+	"\x16nacre/hsm/v1/hsm.proto\x12\fnacre.hsm.v1\x1a\x1cgoogle/api/annotations.proto\";\n" +
 	"\x03FID\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x06R\x03seq\x12\x10\n" +
 	"\x03oid\x18\x02 \x01(\aR\x03oid\x12\x10\n" +
-	"\x03ver\x18\x03 \x01(\aR\x03ver\"\x83\x01\n" +
+	"\x03ver\x18\x03 \x01(\aR\x03ver\"\xa0\x01\n" +
 	"\rSubmitRequest\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.nacre.hsm.v1.ActionKindR\x04kind\x12\x1d\n" +
 	"\n" +
 	"archive_id\x18\x02 \x01(\rR\tarchiveId\x12%\n" +
-	"\x04fids\x18\x03 \x03(\v2\x11.nacre.hsm.v1.FIDR\x04fids\"\"\n" +
+	"\x04fids\x18\x03 \x03(\v2\x11.nacre.hsm.v1.FIDR\x04fids\x12\x1b\n" +
+	"\tfid_names\x18\x04 \x03(\tR\bfidNames\"\"\n" +
 	"\x0eSubmitResponse\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x04R\x03ids\"\"\n" +
 	"\x10GetActionRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\",\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"%\n" +
+	"\x13CancelActionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe8\x01\n" +
 	"\x12ListActionsRequest\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\bR\x06active\"E\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\x121\n" +
+	"\x06states\x18\x02 \x03(\x0e2\x19.nacre.hsm.v1.ActionStateR\x06states\x12\x1d\n" +
+	"\n" +
+	"archive_id\x18\x03 \x01(\rR\tarchiveId\x12,\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x18.nacre.hsm.v1.ActionKindR\x04kind\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"m\n" +
 	"\x13ListActionsResponse\x12.\n" +
-	"\aactions\x18\x01 \x03(\v2\x14.nacre.hsm.v1.ActionR\aactions\"\xd9\x03\n" +
+	"\aactions\x18\x01 \x03(\v2\x14.nacre.hsm.v1.ActionR\aactions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd9\x03\n" +
 	"\x06Action\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.nacre.hsm.v1.ActionKindR\x04kind\x12#\n" +
@@ -1348,13 +1664,27 @@ const file_nacre_hsm_v1_hsm_proto_rawDesc = "" +
 	"\bchecksum\x18\x0e \x01(\tR\bchecksum\"\x13\n" +
 	"\x11ListAgentsRequest\"E\n" +
 	"\x12ListAgentsResponse\x12/\n" +
-	"\x06agents\x18\x01 \x03(\v2\x17.nacre.hsm.v1.AgentInfoR\x06agents\"}\n" +
+	"\x06agents\x18\x01 \x03(\v2\x17.nacre.hsm.v1.AgentInfoR\x06agents\"\x9a\x01\n" +
 	"\tAgentInfo\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x1f\n" +
 	"\varchive_ids\x18\x02 \x03(\rR\n" +
 	"archiveIds\x12!\n" +
 	"\fmax_requests\x18\x03 \x01(\rR\vmaxRequests\x12\x18\n" +
-	"\aactions\x18\x04 \x03(\x04R\aactions\"\xab\x01\n" +
+	"\aactions\x18\x04 \x03(\x04R\aactions\x12\x1b\n" +
+	"\tin_flight\x18\x05 \x01(\rR\binFlight\"\x11\n" +
+	"\x0fGetStatsRequest\"J\n" +
+	"\x10GetStatsResponse\x126\n" +
+	"\barchives\x18\x01 \x03(\v2\x1a.nacre.hsm.v1.ArchiveStatsR\barchives\"\x81\x02\n" +
+	"\fArchiveStats\x12\x1d\n" +
+	"\n" +
+	"archive_id\x18\x01 \x01(\rR\tarchiveId\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x04R\awaiting\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x04R\arunning\x12\x1c\n" +
+	"\tsucceeded\x18\x04 \x01(\x04R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\x04R\x06failed\x12\x1a\n" +
+	"\bcanceled\x18\x06 \x01(\x04R\bcanceled\x12%\n" +
+	"\x0ebytes_archived\x18\a \x01(\x04R\rbytesArchived\x12%\n" +
+	"\x0ebytes_restored\x18\b \x01(\x04R\rbytesRestored\"\xab\x01\n" +
 	"\fAgentRequest\x124\n" +
 	"\bregister\x18\x01 \x01(\v2\x16.nacre.hsm.v1.RegisterH\x00R\bregister\x124\n" +
 	"\bprogress\x18\x02 \x01(\v2\x16.nacre.hsm.v1.ProgressH\x00R\bprogress\x12(\n" +
@@ -1408,13 +1738,15 @@ const file_nacre_hsm_v1_hsm_proto_rawDesc = "" +
 	"\x14ACTION_STATE_STARTED\x10\x02\x12\x17\n" +
 	"\x13ACTION_STATE_FAILED\x10\x03\x12\x19\n" +
 	"\x15ACTION_STATE_CANCELED\x10\x04\x12\x18\n" +
-	"\x14ACTION_STATE_SUCCEED\x10\x052\x80\x03\n" +
-	"\vCoordinator\x12C\n" +
-	"\x06Submit\x12\x1b.nacre.hsm.v1.SubmitRequest\x1a\x1c.nacre.hsm.v1.SubmitResponse\x12A\n" +
-	"\tGetAction\x12\x1e.nacre.hsm.v1.GetActionRequest\x1a\x14.nacre.hsm.v1.Action\x12R\n" +
-	"\vListActions\x12 .nacre.hsm.v1.ListActionsRequest\x1a!.nacre.hsm.v1.ListActionsResponse\x12O\n" +
+	"\x14ACTION_STATE_SUCCEED\x10\x052\xd4\x05\n" +
+	"\vCoordinator\x12d\n" +
+	"\x06Submit\x12\x1b.nacre.hsm.v1.SubmitRequest\x1a\x1c.nacre.hsm.v1.SubmitResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/api/v1/hsm/requests\x12c\n" +
+	"\tGetAction\x12\x1e.nacre.hsm.v1.GetActionRequest\x1a\x14.nacre.hsm.v1.Action\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/api/v1/hsm/actions/{id}\x12p\n" +
+	"\fCancelAction\x12!.nacre.hsm.v1.CancelActionRequest\x1a\x14.nacre.hsm.v1.Action\"'\x82\xd3\xe4\x93\x02!\"\x1f/api/v1/hsm/actions/{id}:cancel\x12o\n" +
+	"\vListActions\x12 .nacre.hsm.v1.ListActionsRequest\x1a!.nacre.hsm.v1.ListActionsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/hsm/actions\x12k\n" +
 	"\n" +
-	"ListAgents\x12\x1f.nacre.hsm.v1.ListAgentsRequest\x1a .nacre.hsm.v1.ListAgentsResponse\x12D\n" +
+	"ListAgents\x12\x1f.nacre.hsm.v1.ListAgentsRequest\x1a .nacre.hsm.v1.ListAgentsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/hsm/agents\x12d\n" +
+	"\bGetStats\x12\x1d.nacre.hsm.v1.GetStatsRequest\x1a\x1e.nacre.hsm.v1.GetStatsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/hsm/stats\x12D\n" +
 	"\x05Agent\x12\x1a.nacre.hsm.v1.AgentRequest\x1a\x1b.nacre.hsm.v1.AgentResponse(\x010\x01B3Z1github.com/nacrefs/nacre/proto/nacre/hsm/v1;hsmv1b\x06proto3"
 
 var (
@@ -1430,7 +1762,7 @@ func file_nacre_hsm_v1_hsm_proto_rawDescGZIP() []byte {
 }
 
 var file_nacre_hsm_v1_hsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nacre_hsm_v1_hsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_nacre_hsm_v1_hsm_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_nacre_hsm_v1_hsm_proto_goTypes = []any{
 	(ActionKind)(0),             // 0: nacre.hsm.v1.ActionKind
 	(ActionState)(0),            // 1: nacre.hsm.v1.ActionState
@@ -1438,51 +1770,62 @@ var file_nacre_hsm_v1_hsm_proto_goTypes = []any{
 	(*SubmitRequest)(nil),       // 3: nacre.hsm.v1.SubmitRequest
 	(*SubmitResponse)(nil),      // 4: nacre.hsm.v1.SubmitResponse
 	(*GetActionRequest)(nil),    // 5: nacre.hsm.v1.GetActionRequest
-	(*ListActionsRequest)(nil),  // 6: nacre.hsm.v1.ListActionsRequest
-	(*ListActionsResponse)(nil), // 7: nacre.hsm.v1.ListActionsResponse
-	(*Action)(nil),              // 8: nacre.hsm.v1.Action
-	(*ListAgentsRequest)(nil),   // 9: nacre.hsm.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),  // 10: nacre.hsm.v1.ListAgentsResponse
-	(*AgentInfo)(nil),           // 11: nacre.hsm.v1.AgentInfo
-	(*AgentRequest)(nil),        // 12: nacre.hsm.v1.AgentRequest
-	(*Register)(nil),            // 13: nacre.hsm.v1.Register
-	(*Progress)(nil),            // 14: nacre.hsm.v1.Progress
-	(*Done)(nil),                // 15: nacre.hsm.v1.Done
-	(*AgentResponse)(nil),       // 16: nacre.hsm.v1.AgentResponse
-	(*Registered)(nil),          // 17: nacre.hsm.v1.Registered
-	(*Cancel)(nil),              // 18: nacre.hsm.v1.Cancel
-	(*Ack)(nil),                 // 19: nacre.hsm.v1.Ack
+	(*CancelActionRequest)(nil), // 6: nacre.hsm.v1.CancelActionRequest
+	(*ListActionsRequest)(nil),  // 7: nacre.hsm.v1.ListActionsRequest
+	(*ListActionsResponse)(nil), // 8: nacre.hsm.v1.ListActionsResponse
+	(*Action)(nil),              // 9: nacre.hsm.v1.Action
+	(*ListAgentsRequest)(nil),   // 10: nacre.hsm.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),  // 11: nacre.hsm.v1.ListAgentsResponse
+	(*AgentInfo)(nil),           // 12: nacre.hsm.v1.AgentInfo
+	(*GetStatsRequest)(nil),     // 13: nacre.hsm.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),    // 14: nacre.hsm.v1.GetStatsResponse
+	(*ArchiveStats)(nil),        // 15: nacre.hsm.v1.ArchiveStats
+	(*AgentRequest)(nil),        // 16: nacre.hsm.v1.AgentRequest
+	(*Register)(nil),            // 17: nacre.hsm.v1.Register
+	(*Progress)(nil),            // 18: nacre.hsm.v1.Progress
+	(*Done)(nil),                // 19: nacre.hsm.v1.Done
+	(*AgentResponse)(nil),       // 20: nacre.hsm.v1.AgentResponse
+	(*Registered)(nil),          // 21: nacre.hsm.v1.Registered
+	(*Cancel)(nil),              // 22: nacre.hsm.v1.Cancel
+	(*Ack)(nil),                 // 23: nacre.hsm.v1.Ack
 }
 var file_nacre_hsm_v1_hsm_proto_depIdxs = []int32{
 	0,  // 0: nacre.hsm.v1.SubmitRequest.kind:type_name -> nacre.hsm.v1.ActionKind
 	2,  // 1: nacre.hsm.v1.SubmitRequest.fids:type_name -> nacre.hsm.v1.FID
-	8,  // 2: nacre.hsm.v1.ListActionsResponse.actions:type_name -> nacre.hsm.v1.Action
-	0,  // 3: nacre.hsm.v1.Action.kind:type_name -> nacre.hsm.v1.ActionKind
-	2,  // 4: nacre.hsm.v1.Action.fid:type_name -> nacre.hsm.v1.FID
-	1,  // 5: nacre.hsm.v1.Action.state:type_name -> nacre.hsm.v1.ActionState
-	11, // 6: nacre.hsm.v1.ListAgentsResponse.agents:type_name -> nacre.hsm.v1.AgentInfo
-	13, // 7: nacre.hsm.v1.AgentRequest.register:type_name -> nacre.hsm.v1.Register
-	14, // 8: nacre.hsm.v1.AgentRequest.progress:type_name -> nacre.hsm.v1.Progress
-	15, // 9: nacre.hsm.v1.AgentRequest.done:type_name -> nacre.hsm.v1.Done
-	17, // 10: nacre.hsm.v1.AgentResponse.registered:type_name -> nacre.hsm.v1.Registered
-	8,  // 11: nacre.hsm.v1.AgentResponse.action:type_name -> nacre.hsm.v1.Action
-	18, // 12: nacre.hsm.v1.AgentResponse.cancel:type_name -> nacre.hsm.v1.Cancel
-	19, // 13: nacre.hsm.v1.AgentResponse.ack:type_name -> nacre.hsm.v1.Ack
-	3,  // 14: nacre.hsm.v1.Coordinator.Submit:input_type -> nacre.hsm.v1.SubmitRequest
-	5,  // 15: nacre.hsm.v1.Coordinator.GetAction:input_type -> nacre.hsm.v1.GetActionRequest
-	6,  // 16: nacre.hsm.v1.Coordinator.ListActions:input_type -> nacre.hsm.v1.ListActionsRequest
-	9,  // 17: nacre.hsm.v1.Coordinator.ListAgents:input_type -> nacre.hsm.v1.ListAgentsRequest
-	12, // 18: nacre.hsm.v1.Coordinator.Agent:input_type -> nacre.hsm.v1.AgentRequest
-	4,  // 19: nacre.hsm.v1.Coordinator.Submit:output_type -> nacre.hsm.v1.SubmitResponse
-	8,  // 20: nacre.hsm.v1.Coordinator.GetAction:output_type -> nacre.hsm.v1.Action
-	7,  // 21: nacre.hsm.v1.Coordinator.ListActions:output_type -> nacre.hsm.v1.ListActionsResponse
-	10, // 22: nacre.hsm.v1.Coordinator.ListAgents:output_type -> nacre.hsm.v1.ListAgentsResponse
-	16, // 23: nacre.hsm.v1.Coordinator.Agent:output_type -> nacre.hsm.v1.AgentResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 2: nacre.hsm.v1.ListActionsRequest.states:type_name -> nacre.hsm.v1.ActionState
+	0,  // 3: nacre.hsm.v1.ListActionsRequest.kind:type_name -> nacre.hsm.v1.ActionKind
+	9,  // 4: nacre.hsm.v1.ListActionsResponse.actions:type_name -> nacre.hsm.v1.Action
+	0,  // 5: nacre.hsm.v1.Action.kind:type_name -> nacre.hsm.v1.ActionKind
+	2,  // 6: nacre.hsm.v1.Action.fid:type_name -> nacre.hsm.v1.FID
+	1,  // 7: nacre.hsm.v1.Action.state:type_name -> nacre.hsm.v1.ActionState
+	12, // 8: nacre.hsm.v1.ListAgentsResponse.agents:type_name -> nacre.hsm.v1.AgentInfo
+	15, // 9: nacre.hsm.v1.GetStatsResponse.archives:type_name -> nacre.hsm.v1.ArchiveStats
+	17, // 10: nacre.hsm.v1.AgentRequest.register:type_name -> nacre.hsm.v1.Register
+	18, // 11: nacre.hsm.v1.AgentRequest.progress:type_name -> nacre.hsm.v1.Progress
+	19, // 12: nacre.hsm.v1.AgentRequest.done:type_name -> nacre.hsm.v1.Done
+	21, // 13: nacre.hsm.v1.AgentResponse.registered:type_name -> nacre.hsm.v1.Registered
+	9,  // 14: nacre.hsm.v1.AgentResponse.action:type_name -> nacre.hsm.v1.Action
+	22, // 15: nacre.hsm.v1.AgentResponse.cancel:type_name -> nacre.hsm.v1.Cancel
+	23, // 16: nacre.hsm.v1.AgentResponse.ack:type_name -> nacre.hsm.v1.Ack
+	3,  // 17: nacre.hsm.v1.Coordinator.Submit:input_type -> nacre.hsm.v1.SubmitRequest
+	5,  // 18: nacre.hsm.v1.Coordinator.GetAction:input_type -> nacre.hsm.v1.GetActionRequest
+	6,  // 19: nacre.hsm.v1.Coordinator.CancelAction:input_type -> nacre.hsm.v1.CancelActionRequest
+	7,  // 20: nacre.hsm.v1.Coordinator.ListActions:input_type -> nacre.hsm.v1.ListActionsRequest
+	10, // 21: nacre.hsm.v1.Coordinator.ListAgents:input_type -> nacre.hsm.v1.ListAgentsRequest
+	13, // 22: nacre.hsm.v1.Coordinator.GetStats:input_type -> nacre.hsm.v1.GetStatsRequest
+	16, // 23: nacre.hsm.v1.Coordinator.Agent:input_type -> nacre.hsm.v1.AgentRequest
+	4,  // 24: nacre.hsm.v1.Coordinator.Submit:output_type -> nacre.hsm.v1.SubmitResponse
+	9,  // 25: nacre.hsm.v1.Coordinator.GetAction:output_type -> nacre.hsm.v1.Action
+	9,  // 26: nacre.hsm.v1.Coordinator.CancelAction:output_type -> nacre.hsm.v1.Action
+	8,  // 27: nacre.hsm.v1.Coordinator.ListActions:output_type -> nacre.hsm.v1.ListActionsResponse
+	11, // 28: nacre.hsm.v1.Coordinator.ListAgents:output_type -> nacre.hsm.v1.ListAgentsResponse
+	14, // 29: nacre.hsm.v1.Coordinator.GetStats:output_type -> nacre.hsm.v1.GetStatsResponse
+	20, // 30: nacre.hsm.v1.Coordinator.Agent:output_type -> nacre.hsm.v1.AgentResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_nacre_hsm_v1_hsm_proto_init() }
@@ -1490,12 +1833,12 @@ func file_nacre_hsm_v1_hsm_proto_init() {
 	if File_nacre_hsm_v1_hsm_proto != nil {
 		return
 	}
-	file_nacre_hsm_v1_hsm_proto_msgTypes[10].OneofWrappers = []any{
+	file_nacre_hsm_v1_hsm_proto_msgTypes[14].OneofWrappers = []any{
 		(*AgentRequest_Register)(nil),
 		(*AgentRequest_Progress)(nil),
 		(*AgentRequest_Done)(nil),
 	}
-	file_nacre_hsm_v1_hsm_proto_msgTypes[14].OneofWrappers = []any{
+	file_nacre_hsm_v1_hsm_proto_msgTypes[18].OneofWrappers = []any{
 		(*AgentResponse_Registered)(nil),
 		(*AgentResponse_Action)(nil),
 		(*AgentResponse_Cancel)(nil),
@@ -1507,7 +1850,7 @@ func file_nacre_hsm_v1_hsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_hsm_v1_hsm_proto_rawDesc), len(file_nacre_hsm_v1_hsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_Submit_FullMethodName      = "/nacre.hsm.v1.Coordinator/Submit"
-	Coordinator_GetAction_FullMethodName   = "/nacre.hsm.v1.Coordinator/GetAction"
-	Coordinator_ListActions_FullMethodName = "/nacre.hsm.v1.Coordinator/ListActions"
-	Coordinator_ListAgents_FullMethodName  = "/nacre.hsm.v1.Coordinator/ListAgents"
-	Coordinator_Agent_FullMethodName       = "/nacre.hsm.v1.Coordinator/Agent"
+	Coordinator_Submit_FullMethodName       = "/nacre.hsm.v1.Coordinator/Submit"
+	Coordinator_GetAction_FullMethodName    = "/nacre.hsm.v1.Coordinator/GetAction"
+	Coordinator_CancelAction_FullMethodName = "/nacre.hsm.v1.Coordinator/CancelAction"
+	Coordinator_ListActions_FullMethodName  = "/nacre.hsm.v1.Coordinator/ListActions"
+	Coordinator_ListAgents_FullMethodName   = "/nacre.hsm.v1.Coordinator/ListAgents"
+	Coordinator_GetStats_FullMethodName     = "/nacre.hsm.v1.Coordinator/GetStats"
+	Coordinator_Agent_FullMethodName        = "/nacre.hsm.v1.Coordinator/Agent"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -34,18 +36,27 @@ const (
 // control-plane service with its queue in etcd): it takes requests,
 // hands actions to copytool agents by archive id and records their
 // progress. Only the elected instance serves; the others answer
-// UNAVAILABLE so that callers try the next address.
+// UNAVAILABLE so that callers try the next address. Every method but
+// Agent is also served as REST under /api/v1/hsm by the gateway of the MGS
+// that runs the instance (a standby's answers 503).
 type CoordinatorClient interface {
 	// Submit queues one action per FID (a request for a FID with an
 	// action of that kind already waiting or running returns that action).
 	// CANCEL cancels the FIDs' active actions.
 	Submit(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (*SubmitResponse, error)
-	// GetAction returns one action.
+	// GetAction returns one action: NOT_FOUND if unknown (finished actions
+	// are kept for grace_delay, then forgotten).
 	GetAction(ctx context.Context, in *GetActionRequest, opts ...grpc.CallOption) (*Action, error)
-	// ListActions lists the actions, oldest first.
+	// CancelAction cancels one action: the action as it is then (an action
+	// already finished is returned unchanged), NOT_FOUND if unknown.
+	CancelAction(ctx context.Context, in *CancelActionRequest, opts ...grpc.CallOption) (*Action, error)
+	// ListActions lists the actions, oldest first, a page at a time.
 	ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error)
 	// ListAgents lists the registered agents.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
+	// GetStats returns the statistics of each archive id that has had
+	// actions.
+	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 	// Agent is a copytool's session: it registers first, then receives
 	// actions (and cancels) and reports progress and completion.
 	Agent(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AgentRequest, AgentResponse], error)
@@ -79,6 +90,16 @@ func (c *coordinatorClient) GetAction(ctx context.Context, in *GetActionRequest,
 	return out, nil
 }
 
+func (c *coordinatorClient) CancelAction(ctx context.Context, in *CancelActionRequest, opts ...grpc.CallOption) (*Action, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Action)
+	err := c.cc.Invoke(ctx, Coordinator_CancelAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListActionsResponse)
@@ -93,6 +114,16 @@ func (c *coordinatorClient) ListAgents(ctx context.Context, in *ListAgentsReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAgentsResponse)
 	err := c.cc.Invoke(ctx, Coordinator_ListAgents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStatsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_GetStats_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -120,18 +151,27 @@ type Coordinator_AgentClient = grpc.BidiStreamingClient[AgentRequest, AgentRespo
 // control-plane service with its queue in etcd): it takes requests,
 // hands actions to copytool agents by archive id and records their
 // progress. Only the elected instance serves; the others answer
-// UNAVAILABLE so that callers try the next address.
+// UNAVAILABLE so that callers try the next address. Every method but
+// Agent is also served as REST under /api/v1/hsm by the gateway of the MGS
+// that runs the instance (a standby's answers 503).
 type CoordinatorServer interface {
 	// Submit queues one action per FID (a request for a FID with an
 	// action of that kind already waiting or running returns that action).
 	// CANCEL cancels the FIDs' active actions.
 	Submit(context.Context, *SubmitRequest) (*SubmitResponse, error)
-	// GetAction returns one action.
+	// GetAction returns one action: NOT_FOUND if unknown (finished actions
+	// are kept for grace_delay, then forgotten).
 	GetAction(context.Context, *GetActionRequest) (*Action, error)
-	// ListActions lists the actions, oldest first.
+	// CancelAction cancels one action: the action as it is then (an action
+	// already finished is returned unchanged), NOT_FOUND if unknown.
+	CancelAction(context.Context, *CancelActionRequest) (*Action, error)
+	// ListActions lists the actions, oldest first, a page at a time.
 	ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error)
 	// ListAgents lists the registered agents.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
+	// GetStats returns the statistics of each archive id that has had
+	// actions.
+	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	// Agent is a copytool's session: it registers first, then receives
 	// actions (and cancels) and reports progress and completion.
 	Agent(grpc.BidiStreamingServer[AgentRequest, AgentResponse]) error
@@ -151,11 +191,17 @@ func (UnimplementedCoordinatorServer) Submit(context.Context, *SubmitRequest) (*
 func (UnimplementedCoordinatorServer) GetAction(context.Context, *GetActionRequest) (*Action, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAction not implemented")
 }
+func (UnimplementedCoordinatorServer) CancelAction(context.Context, *CancelActionRequest) (*Action, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelAction not implemented")
+}
 func (UnimplementedCoordinatorServer) ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListActions not implemented")
 }
 func (UnimplementedCoordinatorServer) ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAgents not implemented")
+}
+func (UnimplementedCoordinatorServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
 }
 func (UnimplementedCoordinatorServer) Agent(grpc.BidiStreamingServer[AgentRequest, AgentResponse]) error {
 	return status.Error(codes.Unimplemented, "method Agent not implemented")
@@ -217,6 +263,24 @@ func _Coordinator_GetAction_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_CancelAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CancelAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CancelAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CancelAction(ctx, req.(*CancelActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_ListActions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListActionsRequest)
 	if err := dec(in); err != nil {
@@ -253,6 +317,24 @@ func _Coordinator_ListAgents_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).GetStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_GetStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).GetStats(ctx, req.(*GetStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_Agent_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(CoordinatorServer).Agent(&grpc.GenericServerStream[AgentRequest, AgentResponse]{ServerStream: stream})
 }
@@ -276,12 +358,20 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Coordinator_GetAction_Handler,
 		},
 		{
+			MethodName: "CancelAction",
+			Handler:    _Coordinator_CancelAction_Handler,
+		},
+		{
 			MethodName: "ListActions",
 			Handler:    _Coordinator_ListActions_Handler,
 		},
 		{
 			MethodName: "ListAgents",
 			Handler:    _Coordinator_ListAgents_Handler,
+		},
+		{
+			MethodName: "GetStats",
+			Handler:    _Coordinator_GetStats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

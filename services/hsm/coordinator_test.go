@@ -1,0 +1,301 @@
+package hsm_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/fid"
+	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
+	"github.com/nacrefs/nacre/services/hsm"
+	"github.com/nacrefs/nacre/services/hsm/hsmtest"
+)
+
+func TestMain(m *testing.M) { clustertest.Main(m) }
+
+// sizedHandler is a copytool that moves no data: it reports a file of
+// Oid*1000 bytes copied, and fails the files of odd Oid with EIO.
+type sizedHandler struct{}
+
+func (sizedHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	n := uint64(a.Fid.Oid) * 1000
+	progress(n, n)
+	if a.Fid.Oid%2 == 1 {
+		return "", fmt.Errorf("sized handler: odd FID %v: %w", hsm.FIDFrom(a.Fid), syscall.EIO)
+	}
+	return "sum", nil
+}
+
+func runAgent(t *testing.T, addrs []string, uuid string, archives ...uint32) {
+	t.Helper()
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hsm.RunAgent(ctx, hsm.AgentConfig{Client: hc, UUID: uuid, ArchiveIDs: archives, MaxRequests: 2, Handler: sizedHandler{}, Logger: clustertest.Quiet})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		hc.Close()
+	})
+}
+
+func statsOf(t *testing.T, ctx context.Context, hc *hsm.Client, archive uint32) *hsmv1.ArchiveStats {
+	t.Helper()
+	sts, err := hc.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.ArchiveId == archive {
+			st.ArchiveId = 0 // compared without it
+			return st
+		}
+	}
+	return &hsmv1.ArchiveStats{}
+}
+
+func wantStats(t *testing.T, what string, got, want *hsmv1.ArchiveStats) {
+	t.Helper()
+	if got.String() != want.String() {
+		t.Fatalf("%s: statistics\n got %v\nwant %v", what, got, want)
+	}
+}
+
+// TestCoordinatorQueue: the queue filters and pages its actions, counts
+// per-archive statistics that survive a failover and the pruning of
+// finished actions, cancels one action by id, takes FIDs as Lustre
+// prints them, refuses bad requests clearly, and deletes finished actions
+// once they are older than grace_delay (never an active one), without
+// ever giving an id twice.
+func TestCoordinatorQueue(t *testing.T) {
+	coords, addrs := hsmtest.StartCoordinators(t, 2, 20*time.Second)
+	for _, co := range coords {
+		if got := co.C.GraceDelay(); got != hsm.DefaultGraceDelay {
+			t.Fatalf("default grace delay %v", got)
+		}
+	}
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runAgent(t, addrs, "agent-1", 1)
+
+	// Archive 1: FIDs 1..6, half fail; given as structs and as names.
+	var fids []fid.FID
+	for oid := uint32(1); oid <= 6; oid++ {
+		fids = append(fids, fid.FID{Seq: 0x200000400, Oid: oid})
+	}
+	q := &hsmv1.SubmitRequest{Kind: hsmv1.ActionKind_ACTION_KIND_ARCHIVE, ArchiveId: 1}
+	for _, f := range fids[:3] {
+		q.Fids = append(q.Fids, hsm.FIDTo(f))
+	}
+	for _, f := range fids[3:] {
+		q.FidNames = append(q.FidNames, f.String())
+	}
+	ids, err := hc.SubmitRequest(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 6 {
+		t.Fatalf("ids %v", ids)
+	}
+	for i, id := range ids {
+		a, err := hc.Action(ctx, id)
+		if err != nil || hsm.FIDFrom(a.Fid) != fids[i] {
+			t.Fatalf("action %d: %v, want FID %v (%v)", id, a, fids[i], err)
+		}
+		err = hc.Wait(ctx, id)
+		if (i%2 == 0) != (err != nil) { // odd Oids fail
+			t.Fatalf("action %d (oid %d): %v", id, fids[i].Oid, err)
+		}
+	}
+	done := &hsmv1.ArchiveStats{Succeeded: 3, Failed: 3, BytesArchived: (2 + 4 + 6) * 1000}
+	wantStats(t, "after archive", statsOf(t, ctx, hc, 1), done)
+
+	// Archive 2 has no agent: its actions wait.
+	var waiting []uint64
+	for oid := uint32(10); oid < 17; oid++ {
+		ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 2, fid.FID{Seq: 0x200000400, Oid: oid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, ids[0])
+	}
+	wantStats(t, "archive 2 waiting", statsOf(t, ctx, hc, 2), &hsmv1.ArchiveStats{Waiting: 7})
+
+	// Filters and pages.
+	list := func(q *hsmv1.ListActionsRequest) []uint64 {
+		t.Helper()
+		as, err := hc.ListActions(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, a := range as {
+			out = append(out, a.Id)
+		}
+		return out
+	}
+	all := list(&hsmv1.ListActionsRequest{})
+	if want := append(slices.Clone(ids), waiting...); !slices.Equal(all, want) {
+		t.Fatalf("all actions %v, want %v", all, want)
+	}
+	if got := list(&hsmv1.ListActionsRequest{States: []hsmv1.ActionState{hsmv1.ActionState_ACTION_STATE_WAITING}}); !slices.Equal(got, waiting) {
+		t.Fatalf("waiting actions %v, want %v", got, waiting)
+	}
+	if got := list(&hsmv1.ListActionsRequest{ArchiveId: 1, States: []hsmv1.ActionState{hsmv1.ActionState_ACTION_STATE_FAILED}}); !slices.Equal(got, []uint64{ids[0], ids[2], ids[4]}) {
+		t.Fatalf("failed actions of archive 1 %v", got)
+	}
+	if got := list(&hsmv1.ListActionsRequest{Kind: hsmv1.ActionKind_ACTION_KIND_RESTORE}); len(got) != 0 {
+		t.Fatalf("restores %v", got)
+	}
+	cc := hsmv1.NewCoordinatorClient(dial(t, coords))
+	var paged []uint64
+	var pages int
+	for tok := ""; ; pages++ {
+		rep, err := cc.ListActions(ctx, &hsmv1.ListActionsRequest{PageSize: 4, PageToken: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Actions) > 4 {
+			t.Fatalf("page of %d actions, asked 4", len(rep.Actions))
+		}
+		for _, a := range rep.Actions {
+			paged = append(paged, a.Id)
+		}
+		if tok = rep.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if !slices.Equal(paged, all) || pages != 3 {
+		t.Fatalf("paged %v in %d pages, want %v in 4", paged, pages+1, all)
+	}
+
+	// Bad requests: clear errors, nothing queued.
+	for _, bad := range []struct {
+		what string
+		err  error
+	}{
+		{"page token", func() error {
+			_, err := cc.ListActions(ctx, &hsmv1.ListActionsRequest{PageToken: "zz"})
+			return err
+		}()},
+		{"page size", func() error { _, err := cc.ListActions(ctx, &hsmv1.ListActionsRequest{PageSize: -1}); return err }()},
+		{"state", func() error {
+			_, err := cc.ListActions(ctx, &hsmv1.ListActionsRequest{States: []hsmv1.ActionState{42}})
+			return err
+		}()},
+		{"FID", func() error {
+			_, err := cc.Submit(ctx, &hsmv1.SubmitRequest{Kind: hsmv1.ActionKind_ACTION_KIND_ARCHIVE, ArchiveId: 1, FidNames: []string{"[0x1:zz]"}})
+			return err
+		}()},
+		{"archive id", func() error {
+			_, err := cc.Submit(ctx, &hsmv1.SubmitRequest{Kind: hsmv1.ActionKind_ACTION_KIND_ARCHIVE, ArchiveId: 1 << 20, FidNames: []string{"[0x200000400:0x1:0x0]"}})
+			return err
+		}()},
+	} {
+		if status.Code(bad.err) != codes.InvalidArgument {
+			t.Errorf("bad %s: %v, want INVALID_ARGUMENT", bad.what, bad.err)
+		}
+	}
+	if _, err := cc.CancelAction(ctx, &hsmv1.CancelActionRequest{Id: 99999}); status.Code(err) != codes.NotFound {
+		t.Errorf("cancel of an unknown action: %v", err)
+	}
+	if got := list(&hsmv1.ListActionsRequest{}); !slices.Equal(got, all) {
+		t.Fatalf("bad requests changed the queue: %v", got)
+	}
+
+	// Cancel one action by id; cancelling a finished one changes nothing.
+	a, err := cc.CancelAction(ctx, &hsmv1.CancelActionRequest{Id: waiting[0]})
+	if err != nil || a.State != hsmv1.ActionState_ACTION_STATE_CANCELED {
+		t.Fatalf("cancel %d: %v %v", waiting[0], a, err)
+	}
+	if a, err := cc.CancelAction(ctx, &hsmv1.CancelActionRequest{Id: ids[1]}); err != nil || a.State != hsmv1.ActionState_ACTION_STATE_SUCCEED {
+		t.Fatalf("cancel of a finished action: %v %v", a, err)
+	}
+	wantStats(t, "after cancel", statsOf(t, ctx, hc, 2), &hsmv1.ArchiveStats{Waiting: 6, Canceled: 1})
+
+	// Pruning: finished actions go after the grace delay, active ones stay.
+	var leader *hsmtest.Coord
+	for _, co := range coords {
+		if co.C.Leader() {
+			leader = co
+		}
+	}
+	if err := leader.C.SetGraceDelay(-time.Second); err == nil {
+		t.Fatal("negative grace delay accepted")
+	}
+	if err := leader.C.SetGraceDelay(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		got := list(&hsmv1.ListActionsRequest{})
+		if slices.Equal(got, waiting[1:]) {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("finished actions not pruned after %v: %v", time.Since(start), got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if time.Since(start) < 500*time.Millisecond {
+		t.Errorf("pruned after %v, before the grace delay", time.Since(start))
+	}
+	if _, err := hc.Action(ctx, ids[0]); status.Code(err) != codes.NotFound {
+		t.Fatalf("pruned action: %v, want NOT_FOUND", err)
+	}
+	wantStats(t, "archive 1 after pruning", statsOf(t, ctx, hc, 1), done)
+
+	// A failover: the new leader finds what etcd holds — the waiting
+	// actions, the statistics — and gives no id twice.
+	leader.Stop()
+	got := list(&hsmv1.ListActionsRequest{}) // retries until the standby leads
+	if !slices.Equal(got, waiting[1:]) {
+		t.Fatalf("after failover: %v, want %v", got, waiting[1:])
+	}
+	wantStats(t, "archive 1 after failover", statsOf(t, ctx, hc, 1), done)
+	wantStats(t, "archive 2 after failover", statsOf(t, ctx, hc, 2), &hsmv1.ArchiveStats{Waiting: 6, Canceled: 1})
+	nids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_REMOVE, 1, fids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nids[0] <= waiting[len(waiting)-1] {
+		t.Fatalf("new action id %d after failover: ids up to %d were given", nids[0], waiting[len(waiting)-1])
+	}
+}
+
+// dial connects to the active one of coords.
+func dial(t *testing.T, coords []*hsmtest.Coord) *grpc.ClientConn {
+	t.Helper()
+	for _, co := range coords {
+		if co.C.Leader() {
+			cc, err := grpc.NewClient(co.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cc.Close() })
+			return cc
+		}
+	}
+	t.Fatal("no active coordinator")
+	return nil
+}
