@@ -40,6 +40,9 @@ func TestMultiRailLoopback(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// An ACK leaves once the data is in place, maybe before B's handler
+	// has seen the last events.
+	waitFor(t, "B's handler", 10*time.Second, func() bool { miss, _, _ := s.missing(n); return len(miss) == 0 })
 	if miss, _, bad := s.missing(n); len(miss) > 0 || len(bad) > 0 {
 		t.Fatalf("missing %v, bad %v", miss, bad)
 	}
