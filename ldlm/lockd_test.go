@@ -313,14 +313,18 @@ func TestIgnoredBlockingAST(t *testing.T) {
 	if st := lc.lockd.Stats(); st.CallbackTimeouts != 1 {
 		t.Fatalf("server stats %+v", st)
 	}
-	// The evicted client finds out, drops its locks, and works again.
+	// The evicted client finds out (its next request, or one after: a
+	// lock it still believes in serves without asking), drops its locks,
+	// and works again.
 	a.stall.Store(false)
-	err := a.access(ctx, PR, func([]byte) bool { return false })
-	if err != nil && !errors.Is(err, ptlrpc.ErrEvicted) {
-		t.Fatal(err)
-	}
-	if err := a.access(ctx, PR, func([]byte) bool { return false }); err != nil {
-		t.Fatalf("after eviction: %v", err)
+	for try := 0; ; try++ {
+		err := a.access(ctx, PR, func([]byte) bool { return false })
+		if err == nil && try > 0 {
+			break
+		}
+		if err != nil && !errors.Is(err, ptlrpc.ErrEvicted) || try == 3 {
+			t.Fatalf("after eviction, try %d: %v", try, err)
+		}
 	}
 }
 
