@@ -128,7 +128,9 @@ func diff(t *testing.T, what, got, want string) {
 // TestLfs runs lfs against a running cluster through a FUSE mount and
 // compares its output with the shapes of Lustre's lfs.
 func TestLfs(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 4})
+	// A name of its own: lfs finds a file system given by name among the
+	// host's mounts, and other tests mount "nacre" meanwhile.
+	c := clustertest.Start(t, clustertest.Options{OSTs: 4, FSName: "lfst"})
 	mnt := fuseMount(t, c, 0)
 	lib := c.Mount(1) // a second client, to check what lfs did
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -331,9 +333,9 @@ func TestLfs(t *testing.T) {
 		row := func(uuid, at string) *regexp.Regexp {
 			return regexp.MustCompile(`^` + regexp.QuoteMeta(fmt.Sprintf("%-20s", uuid)) + ` {1,}(\d+) {1,}(\d+) {1,}(\d+) +\d+% ` + regexp.QuoteMeta(mnt+at) + `$`)
 		}
-		want := []*regexp.Regexp{row("nacre-MDT0000_UUID", "[MDT:0]")}
+		want := []*regexp.Regexp{row("lfst-MDT0000_UUID", "[MDT:0]")}
 		for i := range 4 {
-			want = append(want, row(fmt.Sprintf("nacre-OST%04x_UUID", i), fmt.Sprintf("[OST:%d]", i)))
+			want = append(want, row(fmt.Sprintf("lfst-OST%04x_UUID", i), fmt.Sprintf("[OST:%d]", i)))
 		}
 		var total uint64
 		for i, re := range want {
@@ -355,12 +357,12 @@ func TestLfs(t *testing.T) {
 		}
 		out = mustLfs(t, "df", "-i", mnt)
 		if !strings.HasPrefix(out, "UUID                      Inodes       IUsed       IFree IUse% Mounted on\n") ||
-			!regexp.MustCompile(`(?m)^nacre-MDT0000_UUID +\d+ +\d+ +\d+ +\d+% `+regexp.QuoteMeta(mnt)+`\[MDT:0\]$`).MatchString(out) {
+			!regexp.MustCompile(`(?m)^lfst-MDT0000_UUID +\d+ +\d+ +\d+ +\d+% `+regexp.QuoteMeta(mnt)+`\[MDT:0\]$`).MatchString(out) {
 			t.Fatalf("df -i:\n%s", out)
 		}
 		out = mustLfs(t, "df", "-h", mnt)
 		if !strings.HasPrefix(out, "UUID                       bytes        Used   Available Use% Mounted on\n") ||
-			!regexp.MustCompile(`(?m)^nacre-OST0000_UUID +\d+\.\d[KMGTP] +\d+\.\d[KMGTP] +\d+\.\d[KMGTP] +\d+% `+regexp.QuoteMeta(mnt)+`\[OST:0\]$`).MatchString(out) {
+			!regexp.MustCompile(`(?m)^lfst-OST0000_UUID +\d+\.\d[KMGTP] +\d+\.\d[KMGTP] +\d+\.\d[KMGTP] +\d+% `+regexp.QuoteMeta(mnt)+`\[OST:0\]$`).MatchString(out) {
 			t.Fatalf("df -h:\n%s", out)
 		}
 	})
@@ -378,15 +380,15 @@ func TestLfs(t *testing.T) {
 		diff(t, "path2fid", mustLfs(t, "path2fid", f), fa.FID.String()+"\n")
 		diff(t, "path2fid --parents", mustLfs(t, "path2fid", "--parents", f), a.FID.String()+"/f\n")
 		diff(t, "fid2path", mustLfs(t, "fid2path", mnt, fa.FID.String()), f+"\n")
-		diff(t, "fid2path by file system name", mustLfs(t, "fid2path", "nacre", fa.FID.String()), "dir/f\n")
+		diff(t, "fid2path by file system name", mustLfs(t, "fid2path", "lfst", fa.FID.String()), "dir/f\n")
 		out := mustLfs(t, "getname", mnt)
-		if !regexp.MustCompile(`^nacre-ffff[0-9a-f]{12} ` + regexp.QuoteMeta(mnt) + "\n$").MatchString(out) {
+		if !regexp.MustCompile(`^lfst-ffff[0-9a-f]{12} ` + regexp.QuoteMeta(mnt) + "\n$").MatchString(out) {
 			t.Fatalf("getname: %q", out)
 		}
-		diff(t, "getname -n", mustLfs(t, "getname", "-n", mnt), "nacre "+mnt+"\n")
-		diff(t, "osts", mustLfs(t, "osts", mnt), "OBDS:\n0: nacre-OST0000_UUID ACTIVE\n1: nacre-OST0001_UUID ACTIVE\n"+
-			"2: nacre-OST0002_UUID ACTIVE\n3: nacre-OST0003_UUID ACTIVE\n")
-		diff(t, "mdts", mustLfs(t, "mdts", mnt), "MDTS:\n0: nacre-MDT0000_UUID ACTIVE\n")
+		diff(t, "getname -n", mustLfs(t, "getname", "-n", mnt), "lfst "+mnt+"\n")
+		diff(t, "osts", mustLfs(t, "osts", mnt), "OBDS:\n0: lfst-OST0000_UUID ACTIVE\n1: lfst-OST0001_UUID ACTIVE\n"+
+			"2: lfst-OST0002_UUID ACTIVE\n3: lfst-OST0003_UUID ACTIVE\n")
+		diff(t, "mdts", mustLfs(t, "mdts", mnt), "MDTS:\n0: lfst-MDT0000_UUID ACTIVE\n")
 		diff(t, "getstripe -m", mustLfs(t, "getstripe", "-m", f), "0\n")
 	})
 
@@ -416,15 +418,15 @@ func TestLfs(t *testing.T) {
 		}
 		defer conn.Close()
 		admin := adminv1.NewAdminClient(conn)
-		if _, err := admin.CreatePool(ctx, &adminv1.CreatePoolRequest{Fsname: "nacre", Name: "fast"}); err != nil {
+		if _, err := admin.CreatePool(ctx, &adminv1.CreatePoolRequest{Fsname: "lfst", Name: "fast"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.AddToPool(ctx, &adminv1.AddToPoolRequest{Fsname: "nacre", Name: "fast", Osts: []uint32{2, 3}}); err != nil {
+		if _, err := admin.AddToPool(ctx, &adminv1.AddToPoolRequest{Fsname: "lfst", Name: "fast", Osts: []uint32{2, 3}}); err != nil {
 			t.Fatal(err)
 		}
-		diff(t, "pool_list", mustLfs(t, "pool_list", "nacre"), "Pools from nacre:\nnacre.fast\n")
-		diff(t, "pool_list of a path", mustLfs(t, "pool_list", mnt), "Pools from nacre:\nnacre.fast\n")
-		diff(t, "pool_list of a pool", mustLfs(t, "pool_list", "nacre.fast"), "Pool: nacre.fast\nnacre-OST0002_UUID\nnacre-OST0003_UUID\n")
+		diff(t, "pool_list", mustLfs(t, "pool_list", "lfst"), "Pools from lfst:\nlfst.fast\n")
+		diff(t, "pool_list of a path", mustLfs(t, "pool_list", mnt), "Pools from lfst:\nlfst.fast\n")
+		diff(t, "pool_list of a pool", mustLfs(t, "pool_list", "lfst.fast"), "Pool: lfst.fast\nlfst-OST0002_UUID\nlfst-OST0003_UUID\n")
 		f := filepath.Join(mnt, "pooled")
 		mustLfs(t, "setstripe", "-p", "fast", "-c", "2", f)
 		if out := mustLfs(t, "getstripe", "-p", f); out != "fast\n\n" {
@@ -433,8 +435,8 @@ func TestLfs(t *testing.T) {
 		if out := mustLfs(t, "getstripe", f); !strings.Contains(out, "lmm_stripe_offset: ") || !strings.Contains(out, "\nlmm_pool:          fast\n") {
 			t.Fatalf("getstripe of a pooled file:\n%s", out)
 		}
-		out := mustLfs(t, "df", "-p", "nacre.fast", mnt)
-		if strings.Contains(out, "OST0000") || !strings.Contains(out, "nacre-OST0002_UUID") || !strings.Contains(out, "nacre-OST0003_UUID") {
+		out := mustLfs(t, "df", "-p", "lfst.fast", mnt)
+		if strings.Contains(out, "OST0000") || !strings.Contains(out, "lfst-OST0002_UUID") || !strings.Contains(out, "lfst-OST0003_UUID") {
 			t.Fatalf("df -p:\n%s", out)
 		}
 	})

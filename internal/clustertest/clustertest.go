@@ -9,6 +9,7 @@
 package clustertest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -77,6 +78,10 @@ type Options struct {
 	// RecoveryWindow is the servers' (see server.ServerConfig); 0 means
 	// their default.
 	RecoveryWindow time.Duration
+	// FSName is the file system's name; "" means "nacre". A test that
+	// names its file system to tools that look mounts up by name (lfs
+	// fid2path FSNAME) gives it a name no other test mounts.
+	FSName string
 	// Logger gets the in-process servers' logs; nil means Quiet.
 	Logger *slog.Logger
 	// OSTTmpfs, if not 0, puts each OST on a tmpfs of its own of that
@@ -116,7 +121,8 @@ type Cluster struct {
 	lg    *slog.Logger
 }
 
-// Start starts a file system "nacre" and stops it when the test ends.
+// Start starts a file system (named "nacre" unless opts.FSName says
+// otherwise) and stops it when the test ends.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.OSTs == 0 {
@@ -129,7 +135,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if lg == nil {
 		lg = Quiet
 	}
-	c := &Cluster{t: t, FSName: "nacre", lg: lg, recovery: opts.RecoveryWindow}
+	c := &Cluster{t: t, FSName: cmp.Or(opts.FSName, "nacre"), lg: lg, recovery: opts.RecoveryWindow}
 	ec := etcdtest.Start(t, 1)
 	mcfg := server.DefaultMGSConfig()
 	mcfg.GRPCAddr, mcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
