@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -10,9 +11,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nacrefs/nacre/internal/clustertest"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
+	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
 	"github.com/nacrefs/nacre/services/admin"
 )
 
@@ -145,6 +148,22 @@ func TestClusterParams(t *testing.T) {
 		if !names[want] {
 			t.Fatalf("dl: no %s in %v", want, names)
 		}
+	}
+	// The token never leaves the MGS: not in the targets the API lists,
+	// nor in a client's configuration.
+	tok := o.c.Servers()[0].StatusPort().Token
+	if len(tok) < 32 {
+		t.Fatalf("status token %q", tok)
+	}
+	if body := o.get(t, "/api/v1/filesystems/nacre/targets", 200, nil); strings.Contains(body, tok) {
+		t.Fatal("the targets' REST listing shows a status token")
+	}
+	cfg, err := mgsv1.NewMGSClient(o.conn).GetClientConfig(ctx, &mgsv1.GetClientConfigRequest{Fsname: "nacre"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := proto.Marshal(cfg); bytes.Contains(b, []byte(tok)) {
+		t.Fatal("a client's configuration carries a status token")
 	}
 	// The status port wants its token.
 	for _, ts := range o.serverStatusAddrs(t) {

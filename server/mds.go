@@ -72,7 +72,7 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 	}
 	s.registerMDT(m, id)
 	abs, _ := filepath.Abs(dir)
-	reg, err := Register(ctx, id, nids, abs, s.statusPort(), lg)
+	reg, err := Register(ctx, id, nids, abs, s.StatusPort(), lg)
 	if err != nil {
 		return err
 	}

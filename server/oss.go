@@ -179,7 +179,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		}
 		s.registerOST(o, ids[i])
 		abs, _ := filepath.Abs(dir)
-		reg, err := Register(ctx, ids[i], nids, abs, s.statusPort(), lg)
+		reg, err := Register(ctx, ids[i], nids, abs, s.StatusPort(), lg)
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,7 @@ type overviewCluster struct {
 	c     *clustertest.Cluster
 	https string // the gateway's base URL
 	api   adminv1.AdminClient
+	conn  *grpc.ClientConn // to the MGS
 }
 
 const overviewBytes = 4 << 20
@@ -73,7 +74,7 @@ func startOverviewCluster(t *testing.T) *overviewCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &overviewCluster{c: c, https: "http://" + c.Gateway, api: adminv1.NewAdminClient(cc)}
+	return &overviewCluster{c: c, https: "http://" + c.Gateway, api: adminv1.NewAdminClient(cc), conn: cc}
 }
 
 // get fetches a REST path and decodes the JSON answer into out (a proto

@@ -107,7 +107,8 @@ func (s *Storage) StatusAddr() string { return s.status }
 // the MGS: the address, and the bearer token changes made there need.
 type StatusPort struct{ Addr, Token string }
 
-func (s *Storage) statusPort() StatusPort { return StatusPort{Addr: s.status, Token: s.statusToken} }
+// StatusPort is the status port the server registers with its targets.
+func (s *Storage) StatusPort() StatusPort { return StatusPort{Addr: s.status, Token: s.statusToken} }
 
 // serveParams answers POST admin.ParamsPath: one params.Request (JSON) on
 // the server's registry, as its lctl socket answers it, for the admin
