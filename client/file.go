@@ -60,22 +60,7 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 		op |= mdc.ItCreat
 		fs.cache.forgetEntry(parent, name)
 	}
-	for try := 0; ; try++ {
-		rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts}, fs.hooks())
-		if err != nil {
-			if rep != nil && rep.Lock != nil {
-				rep.Lock.Release()
-			}
-			return nil, Attr{}, err
-		}
-		if mf := rep.File(); mf.Released {
-			if err := fs.restoreReleased(ctx, cred, mf, try); err != nil {
-				return nil, Attr{}, err
-			}
-			continue
-		}
-		return fs.opened(ctx, cred, rep.File(), flags)
-	}
+	return fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})
 }
 
 // Open opens the file f (by FID: the handle a lookup gave) with Linux's
@@ -88,20 +73,29 @@ func (fs *FS) Open(ctx context.Context, cred Cred, f FID, flags uint64) (*File, 
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	return fs.openIntent(ctx, cred, mdc.Intent{Op: mdc.ItOpen, FID: f, Flags: flags})
+}
+
+// openIntent runs an open intent; a file found HSM released is restored
+// first (transparent restore: the data come back before the open
+// completes), then opened again.
+func (fs *FS) openIntent(ctx context.Context, cred Cred, it mdc.Intent) (*File, Attr, error) {
 	for try := 0; ; try++ {
-		rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItOpen, FID: f, Flags: flags}, fs.hooks())
+		rep, err := fs.mdc.Enqueue(ctx, cred, it, fs.hooks())
 		if err != nil {
+			if rep != nil && rep.Lock != nil {
+				rep.Lock.Release()
+			}
 			return nil, Attr{}, err
 		}
-		if mf := rep.File(); mf.Released {
-			// Transparent restore: the data come back before the open
-			// completes.
+		mf := rep.File()
+		if mf.Released {
 			if err := fs.restoreReleased(ctx, cred, mf, try); err != nil {
 				return nil, Attr{}, err
 			}
 			continue
 		}
-		return fs.opened(ctx, cred, rep.File(), flags)
+		return fs.opened(ctx, cred, mf, it.Flags)
 	}
 }
 

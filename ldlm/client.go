@@ -683,17 +683,7 @@ func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		if l.hooks.Blocking != nil {
-			l.hooks.Blocking(ctx, l, false)
-		}
-		c.mu.Lock()
-		h := l.remote
-		c.unlinkLocked(l)
-		if len(ns.pending) == 0 {
-			ns.since = time.Now()
-		}
-		ns.pending = append(ns.pending, h)
-		c.mu.Unlock()
+		c.giveBack(ctx, l)
 	}
 	return len(ls)
 }
@@ -718,26 +708,33 @@ func (c *Client) cancelWorker() {
 			return
 		case l = <-c.cancel:
 		}
-		if l.hooks.Blocking != nil {
-			l.hooks.Blocking(c.ctx, l, false)
+		c.giveBack(c.ctx, l)
+	}
+}
+
+// giveBack runs the hook of l, a lock being cancelled, forgets it and
+// queues its handle for the server: on the next enqueue, or at once by
+// the flusher if the server waits for it (a blocking AST came).
+func (c *Client) giveBack(ctx context.Context, l *ClientLock) {
+	if l.hooks.Blocking != nil {
+		l.hooks.Blocking(ctx, l, false)
+	}
+	c.mu.Lock()
+	ns, h, urgent := l.ns, l.remote, l.cbPending
+	wasGranted := l.state == lockCancelling && h != 0
+	c.unlinkLocked(l)
+	if wasGranted {
+		if len(ns.pending) == 0 {
+			ns.since = time.Now()
 		}
-		c.mu.Lock()
-		ns, h, urgent := l.ns, l.remote, l.cbPending
-		wasGranted := l.state == lockCancelling && h != 0
-		c.unlinkLocked(l)
-		if wasGranted {
-			if len(ns.pending) == 0 {
-				ns.since = time.Now()
-			}
-			ns.pending = append(ns.pending, h)
-			ns.urgent = ns.urgent || urgent
-		}
-		c.mu.Unlock()
-		if urgent {
-			select {
-			case c.kick <- struct{}{}:
-			default:
-			}
+		ns.pending = append(ns.pending, h)
+		ns.urgent = ns.urgent || urgent
+	}
+	c.mu.Unlock()
+	if urgent {
+		select {
+		case c.kick <- struct{}{}:
+		default:
 		}
 	}
 }

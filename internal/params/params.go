@@ -3,6 +3,7 @@ package params
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path"
 	"slices"
@@ -374,12 +375,7 @@ func (r *Registry) List(opts ListOptions, patterns ...string) ([]Info, error) {
 			return nil, newError(ErrNoMatch, pat, "", "", nil)
 		}
 	}
-	out := make([]Info, 0, len(seen))
-	for _, i := range seen {
-		out = append(out, i)
-	}
-	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return slices.SortedFunc(maps.Values(seen), byName), nil
 }
 
 // Get reads every parameter the patterns match, in pattern order and by
@@ -487,3 +483,6 @@ func badValue(name, value string, err error) *Error {
 	}
 	return newError(ErrBadValue, name, value, "", err)
 }
+
+// byName orders parameters by name.
+func byName(a, b Info) int { return strings.Compare(a.Name, b.Name) }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -195,12 +196,7 @@ func (r *Remote) List(ctx context.Context, recursive bool, patterns ...string) (
 			return nil, newError(ErrNoMatch, pat, "", "", nil)
 		}
 	}
-	out := make([]Info, 0, len(seen))
-	for _, i := range seen {
-		out = append(out, i)
-	}
-	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return slices.SortedFunc(maps.Values(seen), byName), nil
 }
 
 // Get is Registry.Get over every process: values in pattern order, then

@@ -20,17 +20,25 @@ import (
 // with names of 255 bytes).
 const maxChangelogBatch = 100
 
+// adminCred checks that a request for what comes with CAP_SYS_ADMIN.
+func adminCred(w *mdsv1.Cred, what string) error {
+	cred, err := credFrom(w)
+	if err != nil {
+		return err
+	}
+	if !cred.Has(mdd.CapSysAdmin) {
+		return fmt.Errorf("mdt: %s without CAP_SYS_ADMIN: %w", what, syscall.EPERM)
+	}
+	return nil
+}
+
 func (m *MDT) changelogRead(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var q mdsv1.ChangelogReadRequest
 	if err := unmarshal(r.Body, &q); err != nil {
 		return m.fail(r, err)
 	}
-	cred, err := credFrom(q.Cred)
-	if err != nil {
+	if err := adminCred(q.Cred, "changelog read"); err != nil {
 		return m.fail(r, err)
-	}
-	if !cred.Has(mdd.CapSysAdmin) {
-		return m.fail(r, fmt.Errorf("mdt: changelog read without CAP_SYS_ADMIN: %w", syscall.EPERM))
 	}
 	n := int(q.Max)
 	if n <= 0 || n > maxChangelogBatch {
@@ -52,12 +60,8 @@ func (m *MDT) changelogClear(_ context.Context, r *ptlrpc.Request) ([]byte, int3
 	if err := unmarshal(r.Body, &q); err != nil {
 		return m.fail(r, err)
 	}
-	cred, err := credFrom(q.Cred)
-	if err != nil {
+	if err := adminCred(q.Cred, "changelog clear"); err != nil {
 		return m.fail(r, err)
-	}
-	if !cred.Has(mdd.CapSysAdmin) {
-		return m.fail(r, fmt.Errorf("mdt: changelog clear without CAP_SYS_ADMIN: %w", syscall.EPERM))
 	}
 	end := q.Endrec
 	if end == 0 {

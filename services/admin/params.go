@@ -1,11 +1,9 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/nacrefs/nacre/internal/errs"
@@ -23,7 +21,7 @@ import (
 // statusEndpoint reaches a server's registry on its status port.
 type statusEndpoint struct {
 	addr, token string
-	http        *http.Client
+	c           *stateClient
 }
 
 // Call implements params.Endpoint.
@@ -34,26 +32,11 @@ func (e statusEndpoint) Call(ctx context.Context, req params.Request) (params.Re
 	if err != nil {
 		return params.Response{}, err
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.addr+ParamsPath, bytes.NewReader(b))
-	if err != nil {
-		return params.Response{}, fmt.Errorf("server %s: %w", e.addr, err)
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Authorization", "Bearer "+e.token)
-	resp, err := e.http.Do(hr)
-	if err != nil {
-		return params.Response{}, fmt.Errorf("server %s: %w", e.addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxStateBytes+1))
-	if err != nil {
+	if b, err = e.c.exchange(ctx, http.MethodPost, "http://"+e.addr+ParamsPath, b, e.token); err != nil {
 		return params.Response{}, fmt.Errorf("server %s: parameters: %w", e.addr, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return params.Response{}, fmt.Errorf("server %s: parameters: HTTP %s: %s", e.addr, resp.Status, bytes.TrimSpace(body))
-	}
 	var out params.Response
-	if err := json.Unmarshal(body, &out); err != nil {
+	if err := json.Unmarshal(b, &out); err != nil {
 		return params.Response{}, fmt.Errorf("server %s: parameters: %w", e.addr, err)
 	}
 	return out, nil
@@ -81,7 +64,7 @@ func (s *Server) cluster(ctx context.Context) (*params.Remote, error) {
 				continue
 			}
 			seen[t.StatusAddr] = true
-			r.Endpoints = append(r.Endpoints, statusEndpoint{addr: t.StatusAddr, token: t.StatusToken, http: s.nodes.http})
+			r.Endpoints = append(r.Endpoints, statusEndpoint{addr: t.StatusAddr, token: t.StatusToken, c: s.nodes})
 		}
 	}
 	return r, nil

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -66,30 +67,51 @@ func (c *stateClient) state(ctx context.Context, addr string, req *adminv1.Serve
 	q.Set("clients", fmt.Sprint(req.GetClients()))
 	q.Set("jobs", fmt.Sprint(req.GetJobs()))
 	q.Set("peers", fmt.Sprint(req.GetPeers()))
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+StatePath+"?"+q.Encode(), nil)
+	b, err := c.exchange(ctx, http.MethodGet, "http://"+addr+StatePath+"?"+q.Encode(), nil, "")
 	if err != nil {
-		return nil, fmt.Errorf("server %s: %w", addr, err)
-	}
-	resp, err := c.http.Do(hr)
-	if err != nil {
-		return nil, fmt.Errorf("server %s: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxStateBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("server %s: read state: %w", addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("server %s: state: HTTP %s", addr, resp.Status)
-	}
-	if len(b) > maxStateBytes {
-		return nil, fmt.Errorf("server %s: state over %d bytes", addr, maxStateBytes)
+		return nil, fmt.Errorf("server %s: state: %w", addr, err)
 	}
 	st := &adminv1.ServerState{}
 	if err := proto.Unmarshal(b, st); err != nil {
 		return nil, fmt.Errorf("server %s: bad state: %w", addr, err)
 	}
 	return st, nil
+}
+
+// exchange sends one request to a status port (body and bearer token if
+// not empty) and returns the answer's body, bounded by maxStateBytes; an
+// answer other than 200 is an error naming its status and what it said.
+func (c *stateClient) exchange(ctx context.Context, method, url string, body []byte, token string) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		hr.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxStateBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %s: %s", resp.Status, bytes.TrimSpace(b[:min(len(b), 512)]))
+	}
+	if len(b) > maxStateBytes {
+		return nil, fmt.Errorf("answer over %d bytes", maxStateBytes)
+	}
+	return b, nil
 }
 
 // serverView is one server's answer.
