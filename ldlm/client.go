@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/jobstats"
@@ -429,7 +427,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	c.earlyCancels.Add(uint64(n))
 
 	flags := uint32(e.Flags)
-	body, err := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
+	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
 		Policy: policyToWire(e.Policy), Flags: flags, ClientHandle: l.handle, Cancels: cancels, Intent: e.Intent})
 	if err != nil {
 		c.forget(l)
@@ -442,7 +440,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		return nil, nil, 0, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
 	}
 	var rep ldlmv1.EnqueueReply
-	if err := proto.Unmarshal(repBody, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
 		c.forget(l)
 		return nil, nil, 0, fmt.Errorf("ldlm: enqueue reply from %s: %w", imp.Target(), err)
 	}
@@ -503,7 +501,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 // Glimpse asks the server of imp for res's attributes as the holders of
 // write locks see them, without taking a lock.
 func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) (LVB, error) {
-	body, err := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(PR),
+	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(PR),
 		Policy: policyToWire(Policy{Extent: Whole}), Flags: wireGlimpse})
 	if err != nil {
 		return LVB{}, err
@@ -513,7 +511,7 @@ func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) 
 		return LVB{}, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
 	}
 	var rep ldlmv1.EnqueueReply
-	if err := proto.Unmarshal(repBody, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
 		return LVB{}, fmt.Errorf("ldlm: glimpse reply from %s: %w", imp.Target(), err)
 	}
 	return lvbFromWire(rep.Lvb), nil
@@ -621,7 +619,7 @@ func (l *ClientLock) Cancel(ctx context.Context) error {
 	h := l.remote
 	c.unlinkLocked(l)
 	c.mu.Unlock()
-	body, err := proto.Marshal(&ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}})
+	body, err := ptlrpc.Marshal(&ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}})
 	if err != nil {
 		return err
 	}
@@ -779,7 +777,7 @@ func (c *Client) flusher() {
 			c.queueCancel(l)
 		}
 		for _, b := range batches {
-			body, _ := proto.Marshal(&ldlmv1.CancelRequest{Handles: b.handles})
+			body, _ := ptlrpc.Marshal(&ldlmv1.CancelRequest{Handles: b.handles})
 			ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 			_, err := b.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
 			cancel()
@@ -807,7 +805,7 @@ func (c *Client) lookupAST(clientHandle uint64, h Handle) *ClientLock {
 
 func (c *Client) handleBlocking(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var ast ldlmv1.BlockingAST
-	if err := proto.Unmarshal(r.Body, &ast); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &ast); err != nil {
 		return nil, -int32(syscall.EPROTO)
 	}
 	c.blASTs.Add(1)
@@ -904,7 +902,7 @@ func (c *Client) convertWorker() {
 
 // convertRPC sends one LDLM_CONVERT keeping bits of lock h.
 func (c *Client) convertRPC(imp *ptlrpc.Import, h Handle, bits Bits) error {
-	body, err := proto.Marshal(&ldlmv1.ConvertRequest{Handle: uint64(h), Bits: uint64(bits)})
+	body, err := ptlrpc.Marshal(&ldlmv1.ConvertRequest{Handle: uint64(h), Bits: uint64(bits)})
 	if err != nil {
 		return err
 	}
@@ -917,7 +915,7 @@ func (c *Client) convertRPC(imp *ptlrpc.Import, h Handle, bits Bits) error {
 
 func (c *Client) handleCompletion(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var ast ldlmv1.CompletionAST
-	if err := proto.Unmarshal(r.Body, &ast); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &ast); err != nil {
 		return nil, -int32(syscall.EPROTO)
 	}
 	c.cpASTs.Add(1)
@@ -948,7 +946,7 @@ func (c *Client) handleCompletion(_ context.Context, r *ptlrpc.Request) ([]byte,
 
 func (c *Client) handleGlimpse(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var ast ldlmv1.GlimpseAST
-	if err := proto.Unmarshal(r.Body, &ast); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &ast); err != nil {
 		return nil, -int32(syscall.EPROTO)
 	}
 	c.glASTs.Add(1)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
@@ -44,7 +42,7 @@ func (c *Client) Flock(ctx context.Context, imp *ptlrpc.Import, res Resource, mo
 // lock of mode (PR or PW) over pol.Extent from being granted (F_GETLK):
 // its mode, range, owner and pid; found false when none does.
 func (c *Client) TestFlock(ctx context.Context, imp *ptlrpc.Import, res Resource, mode Mode, pol Policy) (conflict Policy, cmode Mode, found bool, err error) {
-	body, err := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(mode),
+	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(mode),
 		Policy: policyToWire(pol), Flags: wireTestLock})
 	if err != nil {
 		return Policy{}, 0, false, err
@@ -54,7 +52,7 @@ func (c *Client) TestFlock(ctx context.Context, imp *ptlrpc.Import, res Resource
 		return Policy{}, 0, false, fmt.Errorf("ldlm: test flock %v on %s: %w", res, imp.Target(), err)
 	}
 	var rep ldlmv1.EnqueueReply
-	if err := proto.Unmarshal(repBody, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
 		return Policy{}, 0, false, fmt.Errorf("ldlm: test flock reply from %s: %w", imp.Target(), err)
 	}
 	m, err := modeFromWire(rep.Mode)

@@ -241,7 +241,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		return nil, -int32(syscall.ENOTCONN)
 	}
 	var er ldlmv1.EnqueueRequest
-	if err := proto.Unmarshal(r.Body, &er); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &er); err != nil {
 		return s.bad(r, fmt.Errorf("%w: enqueue body: %v", ErrInvalid, err))
 	}
 	s.enqueues.Add(1)
@@ -409,7 +409,7 @@ func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int
 		return nil, -int32(syscall.ENOTCONN)
 	}
 	var cr ldlmv1.CancelRequest
-	if err := proto.Unmarshal(r.Body, &cr); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &cr); err != nil {
 		return s.bad(r, fmt.Errorf("%w: cancel body: %v", ErrInvalid, err))
 	}
 	if len(cr.Handles) == 0 {
@@ -428,7 +428,7 @@ func (s *Server) handleConvert(_ context.Context, r *ptlrpc.Request) ([]byte, in
 		return nil, -int32(syscall.ENOTCONN)
 	}
 	var cr ldlmv1.ConvertRequest
-	if err := proto.Unmarshal(r.Body, &cr); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &cr); err != nil {
 		return s.bad(r, fmt.Errorf("%w: convert body: %v", ErrInvalid, err))
 	}
 	var to Conversion
@@ -457,7 +457,7 @@ func (s *Server) handleConvert(_ context.Context, r *ptlrpc.Request) ([]byte, in
 }
 
 func marshal(m proto.Message) ([]byte, int32) {
-	b, err := proto.Marshal(m)
+	b, err := ptlrpc.Marshal(m)
 	if err != nil {
 		return nil, -int32(syscall.EIO)
 	}
@@ -565,7 +565,7 @@ func (s *Server) sendASTs(work []astWork) {
 	calls := make([]ptlrpc.Call, 0, len(work))
 	sent := work[:0:0]
 	for _, w := range work {
-		body, err := proto.Marshal(w.body)
+		body, err := ptlrpc.Marshal(w.body)
 		if err != nil {
 			s.log.Error("ldlm: marshal callback", "op", w.op, "err", err)
 			continue
@@ -658,7 +658,7 @@ func (s *Server) Glimpse(ctx context.Context, res Resource) (LVB, error) {
 		if exp == nil {
 			continue
 		}
-		body, err := proto.Marshal(&ldlmv1.GlimpseAST{Handle: uint64(l.Handle), ClientHandle: s.mu.remote[l.Handle]})
+		body, err := ptlrpc.Marshal(&ldlmv1.GlimpseAST{Handle: uint64(l.Handle), ClientHandle: s.mu.remote[l.Handle]})
 		if err != nil {
 			s.mu.Unlock()
 			return LVB{}, err
@@ -675,7 +675,7 @@ func (s *Server) Glimpse(ctx context.Context, res Resource) (LVB, error) {
 	for i, r := range s.cfg.Client.CallSet(ctx, calls) {
 		var gr ldlmv1.GlimpseReply
 		if r.Err == nil {
-			r.Err = proto.Unmarshal(r.Reply, &gr)
+			r.Err = ptlrpc.Unmarshal(r.Reply, &gr)
 		}
 		if r.Err != nil {
 			s.astErrs.Add(1)

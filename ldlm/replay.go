@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
@@ -45,7 +43,7 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 			er.Flags = wireReplay
 		}
 		c.mu.Unlock()
-		body, err := proto.Marshal(er)
+		body, err := ptlrpc.Marshal(er)
 		if err != nil {
 			return err
 		}
@@ -54,7 +52,7 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 			return fmt.Errorf("ldlm: replay of lock %v on %s: %w", l.Resource, imp.Target(), err)
 		}
 		var rep ldlmv1.EnqueueReply
-		if err := proto.Unmarshal(repBody, &rep); err != nil || rep.Handle == 0 {
+		if err := ptlrpc.Unmarshal(repBody, &rep); err != nil || rep.Handle == 0 {
 			return fmt.Errorf("ldlm: replay of lock %v on %s: bad reply (%v)", l.Resource, imp.Target(), err)
 		}
 		c.mu.Lock()

@@ -9,6 +9,7 @@ BUF_VERSION=v1.75.0
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 GRPC_GATEWAY_VERSION=v2.32.0
+VTPROTOBUF_VERSION=v0.6.0
 
 export GOBIN="$PWD/.bin"
 install() { [ -x "$GOBIN/$1" ] && [ "$(cat "$GOBIN/.$1.version" 2>/dev/null)" = "$3" ] && return 0
@@ -16,6 +17,7 @@ install() { [ -x "$GOBIN/$1" ] && [ "$(cat "$GOBIN/.$1.version" 2>/dev/null)" = 
 install buf github.com/bufbuild/buf/cmd/buf "$BUF_VERSION"
 install protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
+install protoc-gen-go-vtproto github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto "$VTPROTOBUF_VERSION"
 install protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway "$GRPC_GATEWAY_VERSION"
 install protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 "$GRPC_GATEWAY_VERSION"
 

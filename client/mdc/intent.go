@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
@@ -54,7 +53,7 @@ func (r *IntentReply) File() *File {
 // intentReply decodes an intent's answer.
 func intentReply(b []byte, status int32) (*mdsv1.IntentReply, error) {
 	var rep mdsv1.IntentReply
-	if err := proto.Unmarshal(b, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(b, &rep); err != nil {
 		return nil, fmt.Errorf("%w: intent: %v", ErrBadReply, err)
 	}
 	if status > 0 || status < -4095 {
@@ -88,7 +87,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 			req.NewFid = fidTo(f)
 		}
 	}
-	body, err := proto.Marshal(req)
+	body, err := ptlrpc.Marshal(req)
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func (c *Client) do(ctx context.Context, op wire.Opcode, msg proto.Message, repl
 	var body []byte
 	if msg != nil {
 		var err error
-		if body, err = proto.Marshal(msg); err != nil {
+		if body, err = ptlrpc.Marshal(msg); err != nil {
 			return nil, err
 		}
 	}
@@ -95,7 +95,7 @@ func (c *Client) call(ctx context.Context, op wire.Opcode, msg, rep proto.Messag
 		return err
 	}
 	if rep != nil {
-		if err := proto.Unmarshal(b, rep); err != nil {
+		if err := ptlrpc.Unmarshal(b, rep); err != nil {
 			return fmt.Errorf("%w: %v reply: %v", ErrBadReply, op, err)
 		}
 	}
@@ -121,7 +121,7 @@ func (c *Client) GetRoot(ctx context.Context) (fid.FID, error) {
 // getattrReply decodes a getattr or lookup reply.
 func getattrReply(b []byte) (Attr, *layout.Layout, string, error) {
 	var rep mdsv1.GetattrReply
-	if err := proto.Unmarshal(b, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(b, &rep); err != nil {
 		return Attr{}, nil, "", fmt.Errorf("%w: %v", ErrBadReply, err)
 	}
 	a := attrFrom(rep.Attr)
@@ -523,7 +523,7 @@ func (c *Client) ReplayOpens(ctx context.Context) error {
 		req := &mdsv1.ReintRequest{Cred: credTo(Cred{})}
 		openOp{&mdsv1.OpenOp{Fid: fidTo(o.fid), Flags: o.flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC),
 			ReplayHandle: h}}.set(req)
-		body, err := proto.Marshal(req)
+		body, err := ptlrpc.Marshal(req)
 		if err != nil {
 			return err
 		}
@@ -576,7 +576,7 @@ func (c *Client) Close(ctx context.Context, cred Cred, f *File, lsom *LSOM) erro
 // readdirReply decodes a page.
 func readdirReply(b []byte) ([]DirEntry, uint64, error) {
 	var rep mdsv1.ReaddirReply
-	if err := proto.Unmarshal(b, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(b, &rep); err != nil {
 		return nil, 0, fmt.Errorf("%w: readdir: %v", ErrBadReply, err)
 	}
 	out := make([]DirEntry, len(rep.Entries))

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/ldlm"
@@ -224,7 +222,7 @@ func (c *Client) learnGrantLocked() {
 		return
 	}
 	var cd ostv1.ConnectData
-	if err := proto.Unmarshal(info.TargetData, &cd); err != nil {
+	if err := ptlrpc.Unmarshal(info.TargetData, &cd); err != nil {
 		c.log.Warn("osc: bad connect data", "err", err)
 	}
 	c.mu.grant.reset(cd.Grant)

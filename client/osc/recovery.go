@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
@@ -136,7 +134,7 @@ func (c *Client) recover(ctx context.Context, imp *ptlrpc.Import) error {
 		return err
 	}
 	var cd ostv1.ConnectData
-	if err := proto.Unmarshal(imp.Info().TargetData, &cd); err == nil {
+	if err := ptlrpc.Unmarshal(imp.Info().TargetData, &cd); err == nil {
 		c.mu.Lock()
 		c.mu.grant.reset(cd.Grant)
 		c.mu.grantKnown = true

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
@@ -127,7 +125,7 @@ func (c *Client) brwReq(r *brwRPC) (*ptlrpc.Req, error) {
 	if err != nil {
 		return nil, fmt.Errorf("osc: ost%04x: %v: %w", c.index, r.obj.fid, err)
 	}
-	body, err := proto.Marshal(&ostv1.BRWRequest{Fid: fidToWire(r.obj.fid), Niobufs: nbs, FromGrant: r.fromGrant, GrantWant: r.want, Mtime: r.mtime})
+	body, err := ptlrpc.Marshal(&ostv1.BRWRequest{Fid: fidToWire(r.obj.fid), Niobufs: nbs, FromGrant: r.fromGrant, GrantWant: r.want, Mtime: r.mtime})
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +157,7 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 		return nil, fmt.Errorf("osc: ost%04x: %s %v [%d,%d): %w", c.index, what, r.obj.fid, first, last, err)
 	}
 	var rep ostv1.BRWReply
-	if err := proto.Unmarshal(repBody, &rep); err != nil {
+	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
 		return nil, fmt.Errorf("osc: ost%04x: %v: bad reply: %w", c.index, r.obj.fid, err)
 	}
 	if r.write {
@@ -177,7 +175,7 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 // punch sends OST_PUNCH for [start, end) of f (end = ^0: truncate at start).
 func (c *Client) punch(ctx context.Context, f fid.FID, start, end uint64) error {
 	now := time.Now().UnixNano()
-	body, err := proto.Marshal(&ostv1.PunchRequest{Fid: fidToWire(f), Start: start, End: end, Mtime: now, Ctime: now})
+	body, err := ptlrpc.Marshal(&ostv1.PunchRequest{Fid: fidToWire(f), Start: start, End: end, Mtime: now, Ctime: now})
 	if err != nil {
 		return err
 	}
@@ -189,7 +187,7 @@ func (c *Client) punch(ctx context.Context, f fid.FID, start, end uint64) error 
 
 // getattr returns f's attributes as the OST has them.
 func (c *Client) getattr(ctx context.Context, f fid.FID) (*ostv1.Attr, error) {
-	body, err := proto.Marshal(&ostv1.ObjectRequest{Fid: fidToWire(f)})
+	body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: fidToWire(f)})
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +196,7 @@ func (c *Client) getattr(ctx context.Context, f fid.FID) (*ostv1.Attr, error) {
 		return nil, fmt.Errorf("osc: ost%04x: getattr %v: %w", c.index, f, err)
 	}
 	var or ostv1.ObjectReply
-	if err := proto.Unmarshal(rep, &or); err != nil {
+	if err := ptlrpc.Unmarshal(rep, &or); err != nil {
 		return nil, fmt.Errorf("osc: ost%04x: getattr %v: bad reply: %w", c.index, f, err)
 	}
 	return or.Attr, nil
@@ -212,7 +210,7 @@ func (c *Client) syncOST(ctx context.Context, f fid.FID) error {
 	if u := c.imp.Uncommitted(); len(u) > 0 {
 		upTo = u[len(u)-1]
 	}
-	body, err := proto.Marshal(&ostv1.SyncRequest{Fid: fidToWire(f)})
+	body, err := ptlrpc.Marshal(&ostv1.SyncRequest{Fid: fidToWire(f)})
 	if err != nil {
 		return err
 	}
@@ -245,7 +243,7 @@ func (c *Client) Statfs(ctx context.Context) (*ostv1.StatfsReply, error) {
 		return nil, fmt.Errorf("osc: ost%04x: statfs: %w", c.index, err)
 	}
 	var sr ostv1.StatfsReply
-	if err := proto.Unmarshal(rep, &sr); err != nil {
+	if err := ptlrpc.Unmarshal(rep, &sr); err != nil {
 		return nil, fmt.Errorf("osc: ost%04x: statfs: bad reply: %w", c.index, err)
 	}
 	return &sr, nil

@@ -443,6 +443,8 @@ func (ts *TargetSet) lookup(handle uint64) *Export {
 // named target.
 func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	var cr ptlrpcv1.ConnectRequest
+	// proto.Unmarshal, not the generated decoder: it checks the UUID strings
+	// are UTF-8, and they go on to the Admin API's gRPC replies.
 	if err := proto.Unmarshal(req.Body, &cr); err != nil {
 		return nil, -errnoEPROTO
 	}
@@ -541,7 +543,7 @@ func (ts *TargetSet) disconnect(req *Request) ([]byte, int32) {
 }
 
 func marshalReply(m proto.Message) ([]byte, int32) {
-	b, err := proto.Marshal(m)
+	b, err := Marshal(m)
 	if err != nil {
 		return nil, -errnoEIO
 	}

@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -598,7 +596,7 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, transn
 
 // connectRPC sends one CONNECT.
 func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectRequest, timeout time.Duration) (*ptlrpcv1.ConnectReply, error) {
-	body, err := proto.Marshal(cr)
+	body, err := Marshal(cr)
 	if err != nil {
 		return nil, err
 	}
@@ -618,7 +616,7 @@ func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectReques
 		return nil, err
 	}
 	var rep ptlrpcv1.ConnectReply
-	if err := proto.Unmarshal(m.body, &rep); err != nil {
+	if err := Unmarshal(m.body, &rep); err != nil {
 		return nil, fmt.Errorf("%w: connect reply: %w", ErrBadReply, err)
 	}
 	if rep.Handle == 0 {

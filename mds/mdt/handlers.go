@@ -134,7 +134,7 @@ func (m *MDT) fail(r *ptlrpc.Request, err error) ([]byte, int32) {
 }
 
 func marshal(msg proto.Message) ([]byte, int32) {
-	b, err := proto.Marshal(msg)
+	b, err := ptlrpc.Marshal(msg)
 	if err != nil {
 		return nil, -int32(syscall.EIO)
 	}

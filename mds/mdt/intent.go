@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"syscall"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/ldlm"
@@ -64,7 +62,7 @@ func (m *MDT) intent(ctx context.Context, r *ptlrpc.Request, _ ldlm.Request, bod
 
 // granted builds the result of an intent that holds lock l.
 func granted(l ldlm.Lock, rep *mdsv1.IntentReply, status int32) ldlm.IntentResult {
-	b, err := proto.Marshal(rep)
+	b, err := ptlrpc.Marshal(rep)
 	if err != nil {
 		return ldlm.IntentResult{Skip: true, Status: -int32(syscall.EIO)}
 	}
@@ -72,7 +70,7 @@ func granted(l ldlm.Lock, rep *mdsv1.IntentReply, status int32) ldlm.IntentResul
 }
 
 func noLock(rep *mdsv1.IntentReply) ldlm.IntentResult {
-	b, err := proto.Marshal(rep)
+	b, err := ptlrpc.Marshal(rep)
 	if err != nil {
 		return ldlm.IntentResult{Skip: true, Status: -int32(syscall.EIO)}
 	}

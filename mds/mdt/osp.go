@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
@@ -323,14 +321,14 @@ func (p *osp) cleanup(ctx context.Context) error {
 	seq, taken := p.mu.seq, p.mu.taken
 	p.mu.needCleanup = false
 	p.mu.Unlock()
-	body, err := proto.Marshal(&ostv1.CreateRequest{Seq: seq, DeleteOrphans: true, LastUsed: taken})
+	body, err := ptlrpc.Marshal(&ostv1.CreateRequest{Seq: seq, DeleteOrphans: true, LastUsed: taken})
 	if err != nil {
 		return err
 	}
 	rep, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body})
 	var cr ostv1.CreateReply
 	if err == nil {
-		err = proto.Unmarshal(rep, &cr)
+		err = ptlrpc.Unmarshal(rep, &cr)
 	}
 	if err == nil && (cr.Seq != seq || cr.First != taken+1) {
 		err = fmt.Errorf("orphan cleanup reply %v, want sequence %#x from %d", &cr, seq, taken+1)
@@ -391,14 +389,14 @@ func (p *osp) refill(ctx context.Context) error {
 		return nil
 	}
 	p.mu.Unlock()
-	body, err := proto.Marshal(&ostv1.CreateRequest{Seq: seq, Count: uint32(n)})
+	body, err := ptlrpc.Marshal(&ostv1.CreateRequest{Seq: seq, Count: uint32(n)})
 	if err != nil {
 		return err
 	}
 	rep, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body})
 	var cr ostv1.CreateReply
 	if err == nil {
-		err = proto.Unmarshal(rep, &cr)
+		err = ptlrpc.Unmarshal(rep, &cr)
 	}
 	if err != nil {
 		return fmt.Errorf("precreate %d on %s: %w", n, p.ost.Name, err)
@@ -426,7 +424,7 @@ func (p *osp) statfs(ctx context.Context) error {
 	rep, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTStatfs})
 	var sr ostv1.StatfsReply
 	if err == nil {
-		err = proto.Unmarshal(rep, &sr)
+		err = ptlrpc.Unmarshal(rep, &sr)
 	}
 	if err != nil {
 		return fmt.Errorf("statfs of %s: %w", p.ost.Name, err)
@@ -447,7 +445,7 @@ func (p *osp) statfs(ctx context.Context) error {
 func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
 	calls := make([]ptlrpc.SetCall, len(objs))
 	for i, f := range objs {
-		body, err := proto.Marshal(&ostv1.ObjectRequest{Fid: &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver}})
+		body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver}})
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/mds/mdd"
@@ -115,7 +116,7 @@ func template(b []byte) (*layout.Layout, error) {
 }
 
 func unmarshal(b []byte, m proto.Message) error {
-	if err := proto.Unmarshal(b, m); err != nil {
+	if err := ptlrpc.Unmarshal(b, m); err != nil {
 		return bad("%T: %v", m, err)
 	}
 	return nil

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
@@ -32,7 +30,7 @@ type brw struct {
 
 func (o *OFD) parseBRW(r *ptlrpc.Request) (*brw, error) {
 	b := &brw{}
-	if err := proto.Unmarshal(r.Body, &b.req); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &b.req); err != nil {
 		return nil, fmt.Errorf("%w: brw body: %v", errBadRequest, err)
 	}
 	var err error
@@ -215,7 +213,7 @@ func (o *OFD) connectGrant(e *ptlrpc.Export) []byte {
 		o.gmu.total += g
 	}
 	o.gmu.Unlock()
-	b, _ := proto.Marshal(&ostv1.ConnectData{Grant: g})
+	b, _ := ptlrpc.Marshal(&ostv1.ConnectData{Grant: g})
 	return b
 }
 

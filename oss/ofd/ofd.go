@@ -328,7 +328,7 @@ func (o *OFD) refuse(r *ptlrpc.Request, format string, args ...any) ([]byte, int
 }
 
 func marshal(m proto.Message) ([]byte, int32) {
-	b, err := proto.Marshal(m)
+	b, err := ptlrpc.Marshal(m)
 	if err != nil {
 		return nil, -int32(syscall.EIO)
 	}
@@ -432,7 +432,7 @@ func lastIDFID(seq uint64) fid.FID { return fid.FID{Seq: seq} }
 // create serves OST_CREATE: precreate count objects in a sequence.
 func (o *OFD) create(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var cr ostv1.CreateRequest
-	if err := proto.Unmarshal(r.Body, &cr); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &cr); err != nil {
 		return o.refuse(r, "%w: create body: %v", errBadRequest, err)
 	}
 	if cr.DeleteOrphans {
@@ -571,7 +571,7 @@ func (o *OFD) readLastID(ctx context.Context, seq uint64) (uint32, error) {
 
 func (o *OFD) objectRequest(r *ptlrpc.Request) (fid.FID, *ostv1.ObjectRequest, error) {
 	var or ostv1.ObjectRequest
-	if err := proto.Unmarshal(r.Body, &or); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &or); err != nil {
 		return fid.FID{}, nil, fmt.Errorf("%w: body: %v", errBadRequest, err)
 	}
 	f, err := fidFromWire(or.Fid)
@@ -638,7 +638,7 @@ func (o *OFD) setattr(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 
 func (o *OFD) punch(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var pr ostv1.PunchRequest
-	if err := proto.Unmarshal(r.Body, &pr); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &pr); err != nil {
 		return o.refuse(r, "%w: punch body: %v", errBadRequest, err)
 	}
 	f, err := fidFromWire(pr.Fid)
@@ -703,7 +703,7 @@ type Advisor interface {
 
 func (o *OFD) ladvise(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var lr ostv1.LadviseRequest
-	if err := proto.Unmarshal(r.Body, &lr); err != nil {
+	if err := ptlrpc.Unmarshal(r.Body, &lr); err != nil {
 		return o.refuse(r, "%w: ladvise body: %v", errBadRequest, err)
 	}
 	f, err := fidFromWire(lr.Fid)

@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
@@ -260,7 +258,7 @@ func (c *Cluster) ServerLNet() *lnet.LNet { return c.srv }
 
 // Precreate makes n objects on OST ost, as the MDS's precreate does.
 func (c *Cluster) Precreate(ctx context.Context, ost int, n uint32) ([]fid.FID, error) {
-	body, err := proto.Marshal(&ostv1.CreateRequest{Seq: Seq, Count: n})
+	body, err := ptlrpc.Marshal(&ostv1.CreateRequest{Seq: Seq, Count: n})
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +267,7 @@ func (c *Cluster) Precreate(ctx context.Context, ost int, n uint32) ([]fid.FID, 
 		return nil, fmt.Errorf("precreate on %s: %w", OSTLabel(ost), err)
 	}
 	var cr ostv1.CreateReply
-	if err := proto.Unmarshal(rep, &cr); err != nil {
+	if err := ptlrpc.Unmarshal(rep, &cr); err != nil {
 		return nil, err
 	}
 	out := make([]fid.FID, cr.Count)
