@@ -89,13 +89,18 @@ type Config struct {
 	MaxCachedObjects int
 	// SyncWorkers is how many data files the committer fsyncs at once.
 	SyncWorkers int
+	// DirectWriteMin is the size from which a bulk write goes to its file
+	// with O_DIRECT, around the page cache (Lustre's
+	// writethrough_max_io_mb); 0 sends every write through the page
+	// cache.
+	DirectWriteMin int
 	// Logger receives the device's log lines; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxCachedObjects: 4096, SyncWorkers: 8}
+	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 1 << 20}
 }
 
 // Validate reports what is wrong with c, wrapping osd.ErrInvalid.
@@ -105,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.SyncWorkers < 1 || c.SyncWorkers > 256 {
 		return fmt.Errorf("%w: SyncWorkers %d: want 1 to 256", osd.ErrInvalid, c.SyncWorkers)
+	}
+	if c.DirectWriteMin < 0 {
+		return fmt.Errorf("%w: DirectWriteMin %d: want 0 or more", osd.ErrInvalid, c.DirectWriteMin)
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ type Device struct {
 	life    sync.RWMutex
 	closing atomic.Bool
 
+	// noDirect is set once the store refused an O_DIRECT write.
+	noDirect atomic.Bool
+
 	mu struct { // the object table
 		sync.Mutex
 		objects map[fid.FID]*object

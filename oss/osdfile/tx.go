@@ -387,7 +387,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			fd := p.o.mu.fd
 			p.o.mu.Unlock()
 			var n int
-			n, err = pwritevFull(fd, s.bufs, int64(s.off))
+			n, err = d.writeData(p.o, fd, s.bufs, int64(s.off))
 			if n > 0 {
 				p.written = append(p.written, [2]uint64{s.off, s.off + uint64(n)})
 				p.wrote = true

@@ -1,0 +1,99 @@
+package osdfile
+
+import (
+	"errors"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// directAlign is what O_DIRECT asks of file offsets, lengths and memory
+// addresses on the stores osd-file runs on: the logical block size of
+// 4 KiB-sector disks (512-byte-sector ones accept it too).
+const directAlign = 4096
+
+// writeData writes a bulk write's bufs at off into o's file, whose buffered
+// descriptor is fd, and returns how many bytes from the start reached it.
+//
+// A large write goes around the page cache (O_DIRECT) for its block-aligned
+// middle, as osd-ldiskfs sends I/O above writethrough_max_io_mb straight to
+// the disk: a buffered write costs the OSS a copy into freshly allocated
+// page-cache pages and later their writeback, which on a small server is
+// CPU the network needs, and the pages would mostly push out data that is
+// read more. The unaligned head and tail, small writes, and stores that do
+// not take O_DIRECT go through the page cache. The kernel keeps the two
+// ways coherent (a direct write flushes and drops cached pages of its
+// range), and the committer's fsync makes either durable.
+func (d *Device) writeData(o *object, fd int, bufs [][]byte, off int64) (int, error) {
+	if d.cfg.DirectWriteMin <= 0 || d.noDirect.Load() || len(bufs) != 1 || len(bufs[0]) < d.cfg.DirectWriteMin {
+		return pwritevFull(fd, bufs, off)
+	}
+	b := bufs[0]
+	head := int((directAlign - off%directAlign) % directAlign)
+	if head >= len(b) {
+		return pwritevFull(fd, bufs, off)
+	}
+	mid := (len(b) - head) &^ (directAlign - 1)
+	if mid == 0 || uintptr(unsafe.Pointer(&b[head]))%directAlign != 0 {
+		return pwritevFull(fd, bufs, off)
+	}
+	done := 0
+	if head > 0 {
+		n, err := pwritevFull(fd, [][]byte{b[:head]}, off)
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	n, err := d.pwriteDirect(o, b[head:head+mid], off+int64(head))
+	done += n
+	if err != nil {
+		return done, err
+	}
+	// The tail, and whatever a short direct write left.
+	n, err = pwritevFull(fd, [][]byte{b[done:]}, off+int64(done))
+	return done + n, err
+}
+
+// pwriteDirect writes b at off through a descriptor of o's file opened with
+// O_DIRECT. It returns how many bytes it wrote; fewer than len(b) without an
+// error means the rest is for the buffered path. A store that refuses
+// O_DIRECT (EINVAL at open or at the first write, before anything is
+// written) turns direct writes off for the device.
+func (d *Device) pwriteDirect(o *object, b []byte, off int64) (int, error) {
+	dfd, err := openFile(o.path, unix.O_DIRECT)
+	if errors.Is(err, unix.EINVAL) {
+		d.refuseDirect(err)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dfd)
+	done := 0
+	for done < len(b) {
+		n, err := unix.Pwrite(dfd, b[done:], off+int64(done))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EINVAL) && done == 0:
+			d.refuseDirect(err)
+			return 0, nil
+		case err != nil:
+			return done, err
+		case n <= 0 || n%directAlign != 0:
+			// Short of space, or a partial block: let the buffered path
+			// finish (and report what stops it).
+			return done + max(n, 0), nil
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// refuseDirect turns direct writes off for the device, once.
+func (d *Device) refuseDirect(err error) {
+	if d.noDirect.CompareAndSwap(false, true) {
+		d.log.Warn("osd-file: the store refuses O_DIRECT; bulk writes go through the page cache", "dir", d.dir, "err", err)
+	}
+}
