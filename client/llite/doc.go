@@ -54,9 +54,18 @@
 // called the lock back): so a write on one client is seen by a read on
 // another as soon as the write returns. Files opened O_APPEND use direct
 // I/O: the kernel's idea of the end of the file may be stale, and the
-// library appends at the real end. The kernel reads security.capability
-// before every write; a file found without one is taken to have none for
-// a second instead of asking the MDT each time.
+// library appends at the real end. The kernel's writeback cache
+// (FUSE_WRITEBACK_CACHE) stays off: with it the kernel keeps a regular
+// file's size and times from its own writes and takes them from the file
+// system only when it first loads the inode (fuse_get_cache_mask), so
+// another client's truncate or extension of an open file would not show
+// here, and nothing in the FUSE protocol can shrink the kernel's size. Writes are cached instead by the
+// library (the OSC's dirty pages, up to max_dirty_mb, written back in full
+// RPCs under extent locks), where a lock callback can reach them.
+//
+// The kernel reads security.capability before every write; a file found
+// without one is taken to have none for a second instead of asking the
+// MDT each time.
 //
 // # Layouts (lfs)
 //
