@@ -114,10 +114,17 @@ func TestNetnsMultiRailLinkDown(t *testing.T) {
 	if sb.NMissing != 0 || sb.Seen != streamN {
 		t.Fatalf("B saw %d of %d sequence numbers; missing %v...", sb.Seen, streamN, sb.Missing)
 	}
+	// What was left of the stream when the link went down: the snapshot
+	// that took it down may come well after the first third on a busy
+	// machine (it is polled), so "most of the rest" is measured from it.
+	left := streamN - int(s1.NIs[a1].Sends+s1.NIs[a2].Sends)
 	moved := s2.NIs[a2].Sends - s1.NIs[a2].Sends
 	stuck := s2.NIs[a1].Sends - s1.NIs[a1].Sends
-	if moved < streamN/2 || stuck > moved/4 {
-		t.Fatalf("after the link went down A sent %d on %s and %d on %s", moved, a2, stuck, a1)
+	if left < streamN/6 {
+		t.Fatalf("the link went down with only %d of %d PUTs left: too late to tell", left, streamN)
+	}
+	if int(moved) < left*3/4 || stuck > moved/4 {
+		t.Fatalf("after the link went down (%d PUTs left) A sent %d on %s and %d on %s", left, moved, a2, stuck, a1)
 	}
 	if st := s2.NIs[a1].Status; st != "down" {
 		t.Fatalf("A's NI on the down link is %q", st)
