@@ -63,6 +63,11 @@
 // library (the OSC's dirty pages, up to max_dirty_mb, written back in full
 // RPCs under extent locks), where a lock callback can reach them.
 //
+// The kernel caps a FUSE mount's readahead at 128 KiB whatever the file
+// system asks at INIT; the mount raises it through sysfs to
+// max_read_ahead_mb, at most 4 MiB (see readahead.go), so that a
+// sequential reader does not wait for a round trip every 128 KiB.
+//
 // The kernel reads security.capability before every write; a file found
 // without one is taken to have none for a second instead of asking the
 // MDT each time.

@@ -120,3 +120,17 @@ func TestNotifierNeverBlocks(t *testing.T) {
 		t.Fatalf("took %v", d)
 	}
 }
+
+func TestKernelReadAheadKB(t *testing.T) {
+	for _, c := range []struct{ mb, kb int }{
+		{0, 128}, // no library readahead: the kernel's default, never 0
+		{1, 1024},
+		{4, 4096},
+		{64, 4096},
+		{1 << 20, 4096},
+	} {
+		if got := kernelReadAheadKB(c.mb); got != c.kb {
+			t.Errorf("max_read_ahead_mb %d: kernel window %d KiB, want %d", c.mb, got, c.kb)
+		}
+	}
+}

@@ -168,6 +168,9 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 		srv.Unmount()
 		return nil, fmt.Errorf("llite: mount %s on %s: %w", fsName, abs, err)
 	}
+	if err := setKernelReadAhead(abs, kernelReadAheadKB(cfg.Data.MaxReadAheadMB)); err != nil {
+		lg.Info("kernel readahead window left at its default", "dir", abs, "err", err)
+	}
 	n.start(srv, root.EmbeddedInode(), fsys.Root())
 	s := &Server{dir: abs, fs: fsys, srv: srv, m: m, log: lg, done: make(chan struct{})}
 	go s.run()

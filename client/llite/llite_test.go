@@ -124,6 +124,15 @@ func TestLlite(t *testing.T) {
 		if !strings.Contains(string(mounts), want) {
 			t.Fatalf("/proc/self/mounts lacks %q:\n%s", want, mounts)
 		}
+		// The kernel's readahead window: raised from its 128 KiB to a
+		// full RPC (root can write sysfs; others keep the default).
+		wantKB := 4096
+		if os.Geteuid() != 0 {
+			wantKB = 128
+		}
+		if kb, err := llite.KernelReadAheadKB(a.Dir()); err != nil || kb != wantKB {
+			t.Errorf("kernel readahead of %s: %d KiB, %v; want %d", a.Dir(), kb, err, wantKB)
+		}
 	})
 	t.Run("posix/root", func(t *testing.T) {
 		base := mkdir(t, filepath.Join(a.Dir(), "root"), 0o755)
