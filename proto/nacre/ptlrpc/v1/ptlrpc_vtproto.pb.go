@@ -7,7 +7,6 @@ package ptlrpcv1
 import (
 	fmt "fmt"
 	protohelpers "github.com/planetscale/vtprotobuf/protohelpers"
-	proto "google.golang.org/protobuf/proto"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	io "io"
 )
@@ -19,130 +18,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-func (m *ConnectRequest) CloneVT() *ConnectRequest {
-	if m == nil {
-		return (*ConnectRequest)(nil)
-	}
-	r := new(ConnectRequest)
-	r.Target = m.Target
-	r.ClientUuid = m.ClientUuid
-	r.Features = m.Features
-	r.Version = m.Version
-	r.Handle = m.Handle
-	r.ConnCount = m.ConnCount
-	if len(m.unknownFields) > 0 {
-		r.unknownFields = make([]byte, len(m.unknownFields))
-		copy(r.unknownFields, m.unknownFields)
-	}
-	return r
-}
-
-func (m *ConnectRequest) CloneMessageVT() proto.Message {
-	return m.CloneVT()
-}
-
-func (m *ConnectReply) CloneVT() *ConnectReply {
-	if m == nil {
-		return (*ConnectReply)(nil)
-	}
-	r := new(ConnectReply)
-	r.Handle = m.Handle
-	r.Features = m.Features
-	r.Version = m.Version
-	r.Reconnected = m.Reconnected
-	r.Evicted = m.Evicted
-	r.Instance = m.Instance
-	r.TargetUuid = m.TargetUuid
-	if rhs := m.TargetData; rhs != nil {
-		tmpBytes := make([]byte, len(rhs))
-		copy(tmpBytes, rhs)
-		r.TargetData = tmpBytes
-	}
-	if len(m.unknownFields) > 0 {
-		r.unknownFields = make([]byte, len(m.unknownFields))
-		copy(r.unknownFields, m.unknownFields)
-	}
-	return r
-}
-
-func (m *ConnectReply) CloneMessageVT() proto.Message {
-	return m.CloneVT()
-}
-
-func (this *ConnectRequest) EqualVT(that *ConnectRequest) bool {
-	if this == that {
-		return true
-	} else if this == nil || that == nil {
-		return false
-	}
-	if this.Target != that.Target {
-		return false
-	}
-	if this.ClientUuid != that.ClientUuid {
-		return false
-	}
-	if this.Features != that.Features {
-		return false
-	}
-	if this.Version != that.Version {
-		return false
-	}
-	if this.Handle != that.Handle {
-		return false
-	}
-	if this.ConnCount != that.ConnCount {
-		return false
-	}
-	return string(this.unknownFields) == string(that.unknownFields)
-}
-
-func (this *ConnectRequest) EqualMessageVT(thatMsg proto.Message) bool {
-	that, ok := thatMsg.(*ConnectRequest)
-	if !ok {
-		return false
-	}
-	return this.EqualVT(that)
-}
-func (this *ConnectReply) EqualVT(that *ConnectReply) bool {
-	if this == that {
-		return true
-	} else if this == nil || that == nil {
-		return false
-	}
-	if this.Handle != that.Handle {
-		return false
-	}
-	if this.Features != that.Features {
-		return false
-	}
-	if this.Version != that.Version {
-		return false
-	}
-	if this.Reconnected != that.Reconnected {
-		return false
-	}
-	if this.Evicted != that.Evicted {
-		return false
-	}
-	if this.Instance != that.Instance {
-		return false
-	}
-	if this.TargetUuid != that.TargetUuid {
-		return false
-	}
-	if string(this.TargetData) != string(that.TargetData) {
-		return false
-	}
-	return string(this.unknownFields) == string(that.unknownFields)
-}
-
-func (this *ConnectReply) EqualMessageVT(thatMsg proto.Message) bool {
-	that, ok := thatMsg.(*ConnectReply)
-	if !ok {
-		return false
-	}
-	return this.EqualVT(that)
-}
 func (m *ConnectRequest) MarshalVT() (dAtA []byte, err error) {
 	if m == nil {
 		return nil, nil
