@@ -26,6 +26,7 @@ import (
 const (
 	opEcho    = wire.OSTGetattr
 	opBlock   = wire.MDSGetattr
+	opHeld    = wire.MDSClose
 	reqPortal = 23
 	rplPortal = 24
 )
@@ -346,5 +347,88 @@ func TestRepostAndOversize(t *testing.T) {
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRequestBuffersGrow: requests that take long hold their request
+// buffers (a buffer is posted again only when every request in it is
+// done); the service adds buffers meanwhile, up to MaxBuffers, so that
+// other requests still land and are answered.
+func TestRequestBuffersGrow(t *testing.T) {
+	e := loEnv(t)
+	release := make(chan struct{})
+	var held atomic.Int32
+	slow := func(ctx context.Context, req *Request) ([]byte, int32) {
+		held.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return bytes.Clone(req.Body), 0
+	}
+	const base, most = 2, 8
+	s, err := NewService(e.srv, ServiceConfig{Name: "grow", RequestPortal: reqPortal, Logger: quiet,
+		BufferSize: 8 << 10, Buffers: base, MaxBuffers: most, MaxBodySize: 1024, MaxThreads: 64,
+		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}, opHeld: {Fn: slow}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) }) // on failure too: Close waits for the handlers
+	c := NewClient(e.cli, ClientConfig{ReplyPortal: rplPortal})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// 24 slow requests of 1000 bytes: about 6 fill a buffer, so they hold
+	// more buffers than the service started with.
+	const slowN = 24
+	var wg sync.WaitGroup
+	errs := make(chan error, slowN)
+	for i := range slowN {
+		body := pattern(1000, i)
+		wg.Go(func() {
+			got, err := c.Call(ctx, e.target, reqPortal, opHeld, body)
+			if err == nil && !bytes.Equal(got, body) {
+				err = fmt.Errorf("slow request %d: reply differs", i)
+			}
+			errs <- err
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for held.Load() < slowN && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // every slow request is in a handler
+	}
+	if st := s.Stats(); st.Buffers <= base || st.Buffers > most || st.Grown == 0 {
+		t.Fatalf("with %d slow requests held: %d request buffers (grown %d); want more than %d, at most %d", slowN, st.Buffers, st.Grown, base, most)
+	}
+	// Other requests still land and are answered at once.
+	for i := range 50 {
+		qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+		body := pattern(500, 1000+i)
+		got, err := c.Call(qctx, e.target, reqPortal, opEcho, body)
+		qcancel()
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("echo %d while slow requests hold buffers: %v; %+v", i, err, s.Stats())
+		}
+	}
+	releaseOnce.Do(func() { close(release) })
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The service goes on with what it has: buffers are reposted, and no
+	// more are added while requests are quick.
+	grown := s.Stats().Buffers
+	for i := range 200 {
+		if _, err := c.Call(ctx, e.target, reqPortal, opEcho, pattern(1000, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := s.Stats(); st.Buffers != grown || st.Reposts == 0 {
+		t.Fatalf("after the slow requests: %d request buffers (were %d), %d reposts", st.Buffers, grown, st.Reposts)
 	}
 }

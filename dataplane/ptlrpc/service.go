@@ -156,6 +156,12 @@ type ServiceConfig struct {
 	BufferSize int
 	// Buffers is the number of request buffers; 0 means 4.
 	Buffers int
+	// MaxBuffers bounds the request buffers when requests that take long
+	// (a bulk waiting for a slow client) hold them: a buffer is reposted
+	// only once every request in it is done, so the service adds buffers
+	// while fewer than two are posted, up to MaxBuffers, and keeps them
+	// (Lustre grows its rqbds the same way). 0 means 4 × Buffers.
+	MaxBuffers int
 	// MaxBodySize is the largest request body accepted; 0 means 64 KiB. It
 	// is capped so that header and body fit one LNet message.
 	MaxBodySize int
@@ -223,6 +229,10 @@ type ServiceStats struct {
 	ReplyErrors uint64
 	// Reposts counts request buffers posted again after filling up.
 	Reposts uint64
+	// Buffers is the number of request buffers (ServiceConfig.Buffers and
+	// those added since), and Grown counts those added.
+	Buffers int
+	Grown   uint64
 	// Threads is the number of handler goroutines running now.
 	Threads int
 	// Queued is the number of requests waiting for a handler.
@@ -277,7 +287,7 @@ type Service struct {
 	received, malformed, busy, unsupported, oversize, notConn, stale atomic.Uint64
 	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors atomic.Uint64
 	observer                                                         atomic.Pointer[func(op wire.Opcode, service, queue time.Duration)]
-	reposts                                                          atomic.Uint64
+	reposts, grown                                                   atomic.Uint64
 }
 
 // NewService starts a service: it posts the request buffers and starts the
@@ -298,6 +308,10 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 	if cfg.Buffers <= 0 {
 		cfg.Buffers = 4
 	}
+	if cfg.MaxBuffers <= 0 {
+		cfg.MaxBuffers = 4 * cfg.Buffers
+	}
+	cfg.MaxBuffers = max(cfg.MaxBuffers, cfg.Buffers)
 	if cfg.MaxBodySize <= 0 {
 		cfg.MaxBodySize = 64 << 10
 	}
@@ -414,15 +428,48 @@ func (s *Service) bufEvent(ev lnet.Event) {
 		s.mu.Lock()
 		b.refs++
 		unlink := !b.full && len(b.mem)-end < s.maxReq
+		var extra *rqbd
 		if unlink {
 			b.full = true
+			extra = s.growLocked()
 		}
 		s.mu.Unlock()
 		if unlink {
 			s.ln.Unlink(ev.MD)
 		}
+		if extra != nil {
+			if err := s.post(extra); err != nil {
+				s.log.Error("ptlrpc: post an extra request buffer", "err", err)
+			}
+		}
 		s.incoming(b, ev, b.mem[ev.Offset:end:end])
 	}
+}
+
+// lowPosted is the fewest request buffers the service keeps posted while
+// it may add buffers: one filling up leaves another to land in.
+const lowPosted = 2
+
+// growLocked returns a new request buffer for the caller to post if fewer
+// than lowPosted buffers are posted and MaxBuffers allows one more, else
+// nil. s.mu is held.
+func (s *Service) growLocked() *rqbd {
+	if s.closed || len(s.bufs) >= s.cfg.MaxBuffers {
+		return nil
+	}
+	posted := 0
+	for _, b := range s.bufs {
+		if !b.full && !b.unlinked {
+			posted++
+		}
+	}
+	if posted >= lowPosted {
+		return nil
+	}
+	b := &rqbd{mem: make([]byte, s.cfg.BufferSize)}
+	s.bufs = append(s.bufs, b)
+	s.grown.Add(1)
+	return b
 }
 
 // release marks one request of b done.
@@ -568,7 +615,20 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 		s.errorReply(req, -errnoEAGAIN)
 		return
 	}
-	if s.idle.Load() == 0 && int(s.threads.Load()) < s.cfg.MaxThreads {
+	s.moreWorkers()
+}
+
+// moreWorkers starts a handler goroutine if requests wait that no idle
+// one will take. Both sides call it: incoming after queueing (more queued
+// than idle), and a worker that just took a request and left none idle,
+// so that a request queued while the last idle worker was taking another
+// is not left waiting for the next arrival — with handlers that block
+// (a bulk waiting for a client gone quiet) it could wait until then.
+func (s *Service) moreWorkers() {
+	if int(s.threads.Load()) >= s.cfg.MaxThreads {
+		return
+	}
+	if q := s.nrs.Len(); q > 0 && q > int(s.idle.Load()) {
 		s.startWorker(true)
 	}
 }
@@ -604,6 +664,9 @@ func (s *Service) worker(extra bool) {
 		it, err := s.nrs.Get(ctx)
 		s.idle.Add(-1)
 		cancel()
+		if err == nil {
+			s.moreWorkers()
+		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil && s.threads.Load() > int32(s.cfg.MinThreads) {
 				return
@@ -776,7 +839,7 @@ func (s *Service) Stats() ServiceStats {
 		Unsupported: s.unsupported.Load(), Oversize: s.oversize.Load(), NotConnected: s.notConn.Load(),
 		Stale: s.stale.Load(), Reconstructed: s.reconstructed.Load(), EarlyReplies: s.early.Load(),
 		Dropped: s.dropped.Load(), BulkChecksumErrors: s.cksumErrs.Load(), BulkBytes: s.bulkBytes.Load(),
-		ReplyErrors: s.replyErrors.Load(), Reposts: s.reposts.Load(),
+		ReplyErrors: s.replyErrors.Load(), Reposts: s.reposts.Load(), Grown: s.grown.Load(),
 		Threads: int(s.threads.Load()), Queued: s.nrs.Len(), ServiceEstimate: s.at.current(),
 		Ops: make(map[wire.Opcode]OpStats),
 	}
@@ -784,6 +847,7 @@ func (s *Service) Stats() ServiceStats {
 	for k, v := range s.ops {
 		st.Ops[k] = v
 	}
+	st.Buffers = len(s.bufs)
 	s.mu.Unlock()
 	return st
 }
