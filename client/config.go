@@ -137,6 +137,8 @@ func (c *Config) ParseOptions(opts string) (rest []string, err error) {
 			c.LazyStatfs = false
 		case "max_read_ahead_mb":
 			c.Data.MaxReadAheadMB, err = num(0, 1<<20)
+		case "max_read_ahead_per_file_mb":
+			c.Data.MaxReadAheadPerFileMB, err = num(0, 1<<20)
 		case "max_dirty_mb":
 			c.Data.MaxDirtyMB, err = num(1, 1<<20)
 		case "max_cached_mb":

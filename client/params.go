@@ -18,7 +18,7 @@ import (
 // A mount's live parameters, named as Lustre names a client's (lctl
 // get_param / set_param), and its devices (lctl dl):
 //
-//	llite.FS-ID.{max_read_ahead_mb,max_cached_mb,read_ahead_stats,uuid}
+//	llite.FS-ID.{max_read_ahead_mb,max_read_ahead_per_file_mb,max_cached_mb,read_ahead_stats,uuid}
 //	lov.FS-clilov-ID.{target_obd,numobd,activeobd}
 //	osc.FS-OSTxxxx-osc-ID.{max_rpcs_in_flight,max_dirty_mb,max_pages_per_rpc,
 //	    checksums,cur_grant_bytes,cur_dirty_bytes,stats,rpc_stats,import,ost_server_uuid}
@@ -106,6 +106,10 @@ func (fs *FS) registerParams(mdt *mgsv1.Target) {
 			func() int64 { _, ra := cache.Limits(); return int64(ra) },
 			func(n int64) error { mb, _ := cache.Limits(); return cache.SetLimits(mb, int(n)) },
 			0, 1<<20, func(n int64) error { mb, _ := cache.Limits(); return cache.CheckLimits(mb, int(n)) }),
+		params.Int(llite+"max_read_ahead_per_file_mb", "read-ahead window of each object of a file read sequentially, MiB",
+			func() int64 { return int64(cache.ReadAheadPerFile()) },
+			func(n int64) error { return cache.SetReadAheadPerFile(int(n)) },
+			0, 1<<20, nil),
 		params.Param{Name: llite + "max_cached_mb", Help: "page cache of the client, MiB",
 			Get: func() (string, error) { return cachedMBText(cache), nil },
 			Validate: func(v string) error {

@@ -27,9 +27,11 @@ const evictTries = 64
 type Cache struct {
 	cfg Config
 	log *slog.Logger
-	// raMB is max_read_ahead_mb; tunMu serializes SetLimits.
-	raMB  atomic.Int64
-	tunMu sync.Mutex
+	// raMB is max_read_ahead_mb, raFileMB max_read_ahead_per_file_mb;
+	// tunMu serializes SetLimits.
+	raMB     atomic.Int64
+	raFileMB atomic.Int64
+	tunMu    sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -59,6 +61,7 @@ func NewCache(cfg Config) (*Cache, error) {
 	c := &Cache{cfg: cfg, log: lg}
 	c.mu.maxPages = cfg.cachePages()
 	c.raMB.Store(int64(cfg.MaxReadAheadMB))
+	c.raFileMB.Store(int64(cfg.MaxReadAheadPerFileMB))
 	c.mu.space = make(chan struct{})
 	c.mu.clients = make(map[*Client]struct{})
 	return c, nil

@@ -21,8 +21,11 @@ const (
 	DefaultMaxPagesPerRPC  = 1024 // 4 MiB RPCs
 	DefaultMaxRPCsInFlight = 8
 	DefaultMaxReadAheadMB  = 64
-	DefaultMaxCachedMB     = 512
-	DefaultDirtyExpire     = 5 * time.Second
+	// DefaultMaxReadAheadPerFileMB is half the client's budget: two files
+	// read sequentially at once both get their whole window.
+	DefaultMaxReadAheadPerFileMB = 32
+	DefaultMaxCachedMB           = 512
+	DefaultDirtyExpire           = 5 * time.Second
 )
 
 // Config holds the tunables of a client's data path. The page cache and
@@ -42,6 +45,11 @@ type Config struct {
 	// MaxReadAheadMB bounds the pages read ahead and not yet used by a
 	// reader, over the whole client, in MiB. 0 turns read-ahead off.
 	MaxReadAheadMB int
+	// MaxReadAheadPerFileMB bounds the read-ahead window of one object (each
+	// stripe of a file read sequentially), in MiB, as
+	// llite.*.max_read_ahead_per_file_mb does per file; never less than two
+	// RPCs, never more than MaxReadAheadMB. 0 turns read-ahead off.
+	MaxReadAheadPerFileMB int
 	// MaxCachedMB bounds the client's page cache, clean and dirty pages
 	// together, in MiB. Clean pages are evicted least recently used first.
 	MaxCachedMB int
@@ -57,13 +65,14 @@ type Config struct {
 // DefaultConfig returns Lustre's defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxDirtyMB:      DefaultMaxDirtyMB,
-		MaxPagesPerRPC:  DefaultMaxPagesPerRPC,
-		MaxRPCsInFlight: DefaultMaxRPCsInFlight,
-		MaxReadAheadMB:  DefaultMaxReadAheadMB,
-		MaxCachedMB:     DefaultMaxCachedMB,
-		Checksums:       true,
-		DirtyExpire:     DefaultDirtyExpire,
+		MaxDirtyMB:            DefaultMaxDirtyMB,
+		MaxPagesPerRPC:        DefaultMaxPagesPerRPC,
+		MaxRPCsInFlight:       DefaultMaxRPCsInFlight,
+		MaxReadAheadMB:        DefaultMaxReadAheadMB,
+		MaxReadAheadPerFileMB: DefaultMaxReadAheadPerFileMB,
+		MaxCachedMB:           DefaultMaxCachedMB,
+		Checksums:             true,
+		DirtyExpire:           DefaultDirtyExpire,
 	}
 }
 
@@ -87,6 +96,8 @@ func (c Config) Validate() error {
 		return bad("max_dirty_mb %d: want at least 1", c.MaxDirtyMB)
 	case c.MaxReadAheadMB < 0:
 		return bad("max_read_ahead_mb %d is negative", c.MaxReadAheadMB)
+	case c.MaxReadAheadPerFileMB < 0:
+		return bad("max_read_ahead_per_file_mb %d is negative", c.MaxReadAheadPerFileMB)
 	case c.MaxCachedMB < 1:
 		return bad("max_cached_mb %d: want at least 1", c.MaxCachedMB)
 	case c.DirtyExpire <= 0:

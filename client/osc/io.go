@@ -301,17 +301,21 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	return done, nil
 }
 
-// raWindow is the most one object reads ahead: an eighth of the client's
-// budget (a file striped over several OSTs reads ahead on each), at least
-// two RPCs so that one is in flight while the reader takes the other.
+// raWindow is the most one object reads ahead.
 func (c *Client) raWindow() uint64 {
-	ra := c.cache.raPages()
-	if ra == 0 {
+	return raWindowOf(c.cache.raPages(), int(c.cache.raFileMB.Load())<<20/PageSize, c.rpcPages())
+}
+
+// raWindowOf is the read-ahead window of one object, in bytes, for a
+// client budget, a per-file window and an RPC size, all in pages:
+// max_read_ahead_per_file_mb, but at least two RPCs (one in flight while
+// the reader takes the other) and at most the client's budget. Either
+// budget at 0 turns read-ahead off.
+func raWindowOf(budgetPages, perFilePages, rpcPages int) uint64 {
+	if budgetPages == 0 || perFilePages == 0 {
 		return 0
 	}
-	rpc := uint64(c.rpcPages()) * PageSize
-	budget := uint64(ra) * PageSize
-	return min(budget, max(budget/8, 2*rpc))
+	return min(uint64(budgetPages), uint64(max(perFilePages, 2*rpcPages))) * PageSize
 }
 
 // clipExtents cuts exts at limit.

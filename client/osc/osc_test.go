@@ -537,3 +537,68 @@ func TestStridedReadAhead(t *testing.T) {
 		t.Fatalf("strided reads: %d pages hit read-ahead, %d bytes in %d RPCs", st.ReadAheadHits, st.ReadBytes, st.ReadRPCs)
 	}
 }
+
+// TestReadAheadPerFile: max_read_ahead_per_file_mb bounds how far one
+// object is read ahead of a sequential reader, and changing it at run time
+// changes that for the next reader.
+func TestReadAheadPerFile(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	cfg := osc.DefaultConfig()
+	cfg.MaxPagesPerRPC, cfg.MaxRPCsInFlight, cfg.MaxReadAheadPerFileMB = 256, 32, 2 // 1 MiB RPCs
+	b := newNode(t, c, 1, cfg)
+	ctx := ctxT(t, time.Minute)
+	const size, reads = 48 << 20, 16
+	// readAhead reads the first reads MiB of a new object sequentially on
+	// b and returns how much b read ahead meanwhile.
+	readAhead := func(seed uint64) int {
+		t.Helper()
+		f := precreate(t, c, 0)
+		oa := a.OSCs[0].Open(f)
+		defer oa.Close()
+		data := pattern(size, seed)
+		if _, err := oa.WriteAt(ctx, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := oa.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ob := b.OSCs[0].Open(f)
+		defer ob.Close()
+		before := b.OSCs[0].Stats().ReadAheadPages
+		got := make([]byte, 1<<20)
+		for i := range reads {
+			off := i << 20
+			if _, err := ob.ReadAt(ctx, got, uint64(off)); err != nil || !bytes.Equal(got, data[off:off+len(got)]) {
+				t.Fatalf("read at %d: %v (bytes differ: %v)", off, err, !bytes.Equal(got, data[off:off+len(got)]))
+			}
+		}
+		return int(b.OSCs[0].Stats().ReadAheadPages-before) * osc.PageSize
+	}
+	// A 2 MiB window: never more than the reads, the window and one RPC.
+	if n := readAhead(1); n > (reads+2+1)<<20 {
+		t.Fatalf("max_read_ahead_per_file_mb=2: %d MiB read ahead for %d MiB read", n>>20, reads)
+	}
+	if err := b.Cache.SetReadAheadPerFile(32); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Cache.ReadAheadPerFile(); got != 32 {
+		t.Fatalf("ReadAheadPerFile after setting 32: %d", got)
+	}
+	if n := readAhead(2); n <= (reads+2+1)<<20 {
+		t.Fatalf("max_read_ahead_per_file_mb=32: only %d MiB read ahead for %d MiB read", n>>20, reads)
+	} else {
+		t.Logf("max_read_ahead_per_file_mb=32: %d MiB read ahead for %d MiB read", n>>20, reads)
+	}
+	if err := b.Cache.SetReadAheadPerFile(-1); !errors.Is(err, osc.ErrInvalidConfig) {
+		t.Fatalf("SetReadAheadPerFile(-1): %v", err)
+	}
+	// Closing b with read-ahead in flight is quick: the OST's handlers
+	// left waiting for b's bulk hold request buffers, and the service adds
+	// more for b's DISCONNECT (it took 10 s, a resend, before).
+	start := time.Now()
+	b.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("closing the reader's OSC took %v", d)
+	}
+}

@@ -87,3 +87,22 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestReadAheadWindow(t *testing.T) {
+	const mib = (1 << 20) / PageSize // pages in a MiB
+	for _, c := range []struct {
+		budget, perFile, rpc int // pages
+		want                 uint64
+	}{
+		{64 * mib, 32 * mib, 4 * mib, 32 << 20},
+		{64 * mib, 2 * mib, 4 * mib, 8 << 20},   // at least two RPCs
+		{16 * mib, 32 * mib, 4 * mib, 16 << 20}, // at most the client's budget
+		{6 * mib, 1 * mib, 4 * mib, 6 << 20},    // the budget wins over two RPCs
+		{0, 32 * mib, 4 * mib, 0},               // read-ahead off for the client
+		{64 * mib, 0, 4 * mib, 0},               // or per file
+	} {
+		if got := raWindowOf(c.budget, c.perFile, c.rpc); got != c.want {
+			t.Errorf("budget %d, per file %d, rpc %d pages: window %d, want %d", c.budget, c.perFile, c.rpc, got, c.want)
+		}
+	}
+}

@@ -151,6 +151,19 @@ func (c *Client) ClearRPCStats() {
 // raPages returns max_read_ahead_mb in pages.
 func (c *Cache) raPages() int { return int(c.raMB.Load()) << 20 / PageSize }
 
+// ReadAheadPerFile returns max_read_ahead_per_file_mb.
+func (c *Cache) ReadAheadPerFile() int { return int(c.raFileMB.Load()) }
+
+// SetReadAheadPerFile changes max_read_ahead_per_file_mb; reads already
+// ahead keep their window until their next read-ahead.
+func (c *Cache) SetReadAheadPerFile(mb int) error {
+	if mb < 0 || mb > 1<<20 {
+		return fmt.Errorf("osc: cache: %w: max_read_ahead_per_file_mb %d: want 0 to %d", ErrInvalidConfig, mb, 1<<20)
+	}
+	c.raFileMB.Store(int64(mb))
+	return nil
+}
+
 // Limits returns the cache's max_cached_mb and max_read_ahead_mb.
 func (c *Cache) Limits() (maxCachedMB, maxReadAheadMB int) {
 	c.mu.Lock()

@@ -52,7 +52,7 @@ after a NID when it is not the default), then ':/' and the file system name:
   nacre mount 127.0.0.1@tcp:9880:/nacre /mnt/nacre -o port=9888,noflock
 
 Options (-o, comma-separated): Lustre's (ro, rw, flock, noflock, user_xattr,
-nouser_xattr, lazystatfs, max_read_ahead_mb=N, max_dirty_mb=N, max_cached_mb=N,
+nouser_xattr, lazystatfs, max_read_ahead_mb=N, max_read_ahead_per_file_mb=N, max_dirty_mb=N, max_cached_mb=N,
 max_pages_per_rpc=N, max_rpcs_in_flight=N, checksums, lru_size=N, timeout=SECS,
 nid=ADDR@NET, port=SOCKLND_PORT) and FUSE's (allow_other, on by default for
 root; debug; nosuid, nodev, noexec, default_permissions, sync, dirsync).
