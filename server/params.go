@@ -226,6 +226,20 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
 	)
 	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("filter-"+name+"_UUID", o.LockServer(), s.params.since)...)
+	if dw, ok := o.Device().(directWriter); ok {
+		s.addParams(false, params.Int("osd-file."+name+".direct_write_min_kb",
+			"bulk writes of at least this many KiB go around the OSS page cache (O_DIRECT); 0: all through it",
+			func() int64 { return int64(dw.DirectWriteMin() >> 10) },
+			func(n int64) error { return dw.SetDirectWriteMin(int(n) << 10) },
+			0, 1<<20, nil))
+	}
+}
+
+// directWriter is an OSD backend whose bulk writes can bypass the page
+// cache (osd-file).
+type directWriter interface {
+	DirectWriteMin() int
+	SetDirectWriteMin(int) error
 }
 
 // registerMDS registers the MDS's service and device.

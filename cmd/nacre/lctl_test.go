@@ -148,6 +148,21 @@ func TestLctl(t *testing.T) {
 		if out := mustLctl(t, "get_param", "-n", osc0+".max_dirty_mb"); out != "64\n" {
 			t.Errorf("get_param -n: %q", out)
 		}
+		// The OSS's direct-write threshold (in the child) and the mount's
+		// per-file read-ahead window, read and changed at run time.
+		for _, p := range []struct{ name, def, set string }{
+			{"osd-file.nacre-OST0001.direct_write_min_kb", "1024", "0"},
+			{"llite.nacre-" + id + ".max_read_ahead_per_file_mb", "32", "8"},
+		} {
+			if out := mustLctl(t, "get_param", "-n", p.name); out != p.def+"\n" {
+				t.Errorf("get_param -n %s: %q, want %s", p.name, out, p.def)
+			}
+			mustLctl(t, "set_param", p.name+"="+p.set)
+			if out := mustLctl(t, "get_param", "-n", p.name); out != p.set+"\n" {
+				t.Errorf("after set_param %s=%s: %q", p.name, p.set, out)
+			}
+			mustLctl(t, "set_param", p.name+"="+p.def)
+		}
 		if out := mustLctl(t, "get_param", "-N", "osc.*.max_dirty_mb"); out != osc0+".max_dirty_mb\n"+osc1+".max_dirty_mb\n" {
 			t.Errorf("get_param -N: %q", out)
 		}

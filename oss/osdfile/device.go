@@ -37,8 +37,10 @@ type Device struct {
 	life    sync.RWMutex
 	closing atomic.Bool
 
-	// noDirect is set once the store refused an O_DIRECT write.
-	noDirect atomic.Bool
+	// noDirect is set once the store refused an O_DIRECT write;
+	// directMin is Config.DirectWriteMin, changed at run time.
+	noDirect  atomic.Bool
+	directMin atomic.Int64
 
 	mu struct { // the object table
 		sync.Mutex
@@ -109,6 +111,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Device, error) {
 		jfd:    -1,
 	}
 	d.maxRecord = int(min((conf.JournalSize-areaStart)/2, 64<<20))
+	d.directMin.Store(int64(cfg.DirectWriteMin))
 	d.mu.objects = make(map[fid.FID]*object)
 	d.jmu.pending = make(map[uint64]int)
 	d.jmu.durableCh = make(chan struct{})

@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nacrefs/nacre/oss/osd"
 )
 
 // directAlign is what O_DIRECT asks of file offsets, lengths and memory
@@ -25,7 +27,7 @@ const directAlign = 4096
 // ways coherent (a direct write flushes and drops cached pages of its
 // range), and the committer's fsync makes either durable.
 func (d *Device) writeData(o *object, fd int, bufs [][]byte, off int64) (int, error) {
-	if d.cfg.DirectWriteMin <= 0 || d.noDirect.Load() || len(bufs) != 1 || len(bufs[0]) < d.cfg.DirectWriteMin {
+	if dmin := int(d.directMin.Load()); dmin <= 0 || d.noDirect.Load() || len(bufs) != 1 || len(bufs[0]) < dmin {
 		return pwritevFull(fd, bufs, off)
 	}
 	b := bufs[0]
@@ -89,6 +91,22 @@ func (d *Device) pwriteDirect(o *object, b []byte, off int64) (int, error) {
 		done += n
 	}
 	return done, nil
+}
+
+// DirectWriteMin returns the size from which bulk writes go around the
+// page cache (0: never).
+func (d *Device) DirectWriteMin() int { return int(d.directMin.Load()) }
+
+// SetDirectWriteMin changes it at run time (the OST's
+// osd-file.*.direct_write_min_kb): 0 sends every write through the page
+// cache, which keeps freshly written data there for readers, at the cost
+// of the copy and the writeback.
+func (d *Device) SetDirectWriteMin(n int) error {
+	if n < 0 {
+		return d.errorf("direct write min %d: %w", n, osd.ErrInvalid)
+	}
+	d.directMin.Store(int64(n))
+	return nil
 }
 
 // refuseDirect turns direct writes off for the device, once.

@@ -62,7 +62,9 @@ func resident(t *testing.T, path string, from, to int64) []bool {
 func TestDirectWrites(t *testing.T) {
 	d, dir := newTarget(t, 0)
 	defer d.Close()
-	d.cfg.DirectWriteMin = 64 << 10
+	if err := d.SetDirectWriteMin(64 << 10); err != nil {
+		t.Fatal(err)
+	}
 	direct := storeTakesDirect(t, dir)
 	t.Logf("store takes O_DIRECT: %v", direct)
 
