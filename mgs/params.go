@@ -84,7 +84,6 @@ var catalog = []ParamSpec{
 	{Name: "osc.grant_shrink", Scope: ScopeOST, Type: TypeBool, Help: "return unused grant to the OST"},
 	{Name: "ost.nrs_policies", Scope: ScopeOST, Type: TypeEnum, Enum: []string{"fifo", "tbf", "tbf nid", "tbf jobid", "tbf opcode"}, Help: "request scheduling policy of the OST I/O service"},
 	{Name: "obdfilter.sync_journal", Scope: ScopeOST, Type: TypeBool, Help: "commit every write before replying"},
-	{Name: "obdfilter.precreate_batch", Scope: ScopeOST, Type: TypeInt, Min: 1, Max: 65536, Help: "objects precreated per batch"},
 	{Name: "obdfilter.degraded", Scope: ScopeOST, Type: TypeBool, Help: "avoid this OST for new objects"},
 	{Name: "mdc.max_rpcs_in_flight", Scope: ScopeMDT, Type: TypeInt, Min: 1, Max: 512, Help: "concurrent metadata RPCs per MDC"},
 	{Name: "mdc.max_mod_rpcs_in_flight", Scope: ScopeMDT, Type: TypeInt, Min: 1, Max: 511, Help: "concurrent modifying metadata RPCs per MDC"},

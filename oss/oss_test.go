@@ -677,3 +677,46 @@ func TestDeleteOrphans(t *testing.T) {
 		t.Fatalf("a refused cleanup changed the objects: %v", err)
 	}
 }
+
+// TestSyncJournal: with obdfilter.*.sync_journal, a write's reply says it
+// is committed (the client keeps nothing for replay); without it, replies
+// come before the commit.
+func TestSyncJournal(t *testing.T) {
+	e := newOSSEnv(t, 1, 1)
+	oc := e.client(0)
+	ctx := ctxT(t, 30*time.Second)
+	objs := oc.precreate(ctx, 0, 1)
+	o := e.oss.OSTs()[0]
+	imp := oc.imps[0]
+	data := pattern(64<<10, 3)
+	writes := func() (uncommitted int) {
+		t.Helper()
+		for i := range 20 {
+			if _, err := imp.Do(ctx, oc.writeReq(objs[0], []wire.Niobuf{{Offset: uint64(i) << 16, Len: 64 << 10}}, [][]byte{data}, false)); err != nil {
+				t.Fatal(err)
+			}
+			if imp.Info().Uncommitted > 0 {
+				uncommitted++
+			}
+		}
+		return uncommitted
+	}
+	if n := writes(); n == 0 {
+		t.Fatalf("sync_journal off: every one of 20 writes was committed by its reply")
+	}
+	o.SetSyncJournal(true)
+	if !o.SyncJournal() {
+		t.Fatal("SyncJournal after SetSyncJournal(true)")
+	}
+	if err := imp.Ping(ctx); err != nil { // the earlier writes commit meanwhile
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := writes(); n != 0 {
+		t.Fatalf("sync_journal on: %d of 20 writes left uncommitted by their reply", n)
+	}
+	got := make([]byte, 64<<10)
+	if _, err := imp.Do(ctx, oc.readReq(objs[0], []wire.Niobuf{{Offset: 19 << 16, Len: 64 << 10}}, [][]byte{got}, false)); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %v", err)
+	}
+}

@@ -223,6 +223,10 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
 		jobStatsParam(p+"job_stats", o.JobStats(), "read_bytes", "write_bytes"),
+		params.Bool(p+"sync_journal", "commit every modifying request before its reply", o.SyncJournal,
+			func(on bool) error { o.SetSyncJournal(on); return nil }),
+		params.Bool(p+"degraded", "give this OST new objects only when too few others can take them", o.Degraded,
+			func(on bool) error { o.SetDegraded(on); return nil }),
 	)
 	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("filter-"+name+"_UUID", o.LockServer(), s.params.since)...)

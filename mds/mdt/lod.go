@@ -179,18 +179,21 @@ func (m *MDT) allocateComp(ctx context.Context, tmpl layout.Layout, comp int) (*
 	}
 	order := m.orderOSTs(cands, r.StripeOffset)
 	if r.StripeOffset == layout.AnyOffset {
-		// Prefer OSTs with objects at hand: a create waits for an OST only
-		// when too few have any.
-		slices.SortStableFunc(order, func(a, b *osp) int {
-			ha, hb := a.avail() > 0, b.avail() > 0
-			switch {
-			case ha && !hb:
-				return -1
-			case hb && !ha:
-				return 1
+		// Prefer healthy OSTs (a degraded or read-only one takes new
+		// objects only when too few others are left, as Lustre's
+		// allocator does), then OSTs with objects at hand: a create waits
+		// for an OST only when too few have any.
+		rank := func(o *osp) int {
+			r := 0
+			if o.isDegraded() {
+				r += 2
 			}
-			return 0
-		})
+			if o.avail() == 0 {
+				r++
+			}
+			return r
+		}
+		slices.SortStableFunc(order, func(a, b *osp) int { return rank(a) - rank(b) })
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.AllocTimeout)
 	defer cancel()

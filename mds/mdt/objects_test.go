@@ -539,3 +539,65 @@ func TestAwaitOSTs(t *testing.T) {
 	}
 	c.check()
 }
+
+// TestDegradedOST: an OST set degraded (obdfilter.*.degraded) or read-only
+// gets no objects of new files while the others can take them, still gets
+// its stripe when a file needs every OST, and gets objects again once it
+// is healthy.
+func TestDegradedOST(t *testing.T) {
+	c := newCluster(t, 4, func(cfg *Config) { cfg.StatfsInterval = 50 * time.Millisecond })
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	m, r := n.mdc, n.root
+	osts := c.oss.oss.OSTs()
+	if len(osts) != 4 {
+		t.Fatalf("%d OFDs", len(osts))
+	}
+	used := func(prefix string, files int, count int32) map[uint32]int {
+		t.Helper()
+		per := map[uint32]int{}
+		for i := range files {
+			_, l, err := m.Create(ctx, root, r, fmt.Sprintf("%s%d", prefix, i), 0o644, &mdc.CreateOptions{Layout: stripes(count, 1<<20, -1, "")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objectsOf(l) {
+				per[o.OSTIndex]++
+			}
+		}
+		return per
+	}
+	// seen waits until the MDT's last statfs of OST2 says degraded (or not).
+	seen := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c.mdt.ospMu.Lock()
+			p := c.mdt.osps[2]
+			c.mdt.ospMu.Unlock()
+			if p != nil && p.isDegraded() == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the MDT has not seen OST2 degraded=%v for 10 s", want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	osts[2].SetDegraded(true)
+	seen(true)
+	if per := used("one", 24, 1); per[2] != 0 || per[0]+per[1]+per[3] != 24 {
+		t.Fatalf("stripe count 1 with OST2 degraded: objects per OST %v; want all on the other three", per)
+	}
+	if per := used("three", 8, 3); per[2] != 0 {
+		t.Fatalf("stripe count 3 with OST2 degraded: objects per OST %v", per)
+	}
+	if per := used("all", 4, -1); per[2] != 4 {
+		t.Fatalf("stripe count -1 with OST2 degraded: objects per OST %v; want one on OST2 each time", per)
+	}
+	osts[2].SetDegraded(false)
+	seen(false)
+	if per := used("back", 16, 1); per[2] == 0 {
+		t.Fatalf("OST2 healthy again: objects per OST %v", per)
+	}
+}

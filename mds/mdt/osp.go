@@ -61,6 +61,7 @@ type osp struct {
 		filling     bool   // the pool fell to half its aim: refill up to the aim
 		free        uint64 // bytes available on the OST (statfs)
 		freeKnown   bool
+		degraded    bool // the OST said degraded or read-only (statfs)
 		changed     chan struct{} // closed and replaced when the pool or state changes
 	}
 }
@@ -435,8 +436,20 @@ func (p *osp) statfs(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	p.mu.free, p.mu.freeKnown = free, true
+	if d := sr.Degraded || sr.Readonly; d != p.mu.degraded {
+		p.mu.degraded = d
+		p.log.Info("mdt: OST state for new objects", "degraded", sr.Degraded, "readonly", sr.Readonly)
+	}
 	p.mu.Unlock()
 	return nil
+}
+
+// isDegraded reports whether the OST asked, at its last statfs, to be
+// given new objects only when others cannot take them.
+func (p *osp) isDegraded() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.degraded
 }
 
 // destroy destroys OST objects (a destroy log record's) and then syncs the

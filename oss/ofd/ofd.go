@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -147,7 +148,29 @@ type OFD struct {
 		reads, writes SizeStats
 	}
 	since time.Time
+
+	// syncJournal and degraded are obdfilter.*.sync_journal and degraded.
+	syncJournal, degraded atomic.Bool
 }
+
+// SyncJournal reports whether every modifying request is committed before
+// its reply (obdfilter.*.sync_journal).
+func (o *OFD) SyncJournal() bool { return o.syncJournal.Load() }
+
+// SetSyncJournal sets obdfilter.*.sync_journal: with it, a write's reply
+// waits until the write is durable, and its last_committed says so, so
+// that clients drop their copies at once (fewer pages held for replay,
+// more disk syncs).
+func (o *OFD) SetSyncJournal(on bool) { o.syncJournal.Store(on) }
+
+// Degraded reports obdfilter.*.degraded.
+func (o *OFD) Degraded() bool { return o.degraded.Load() }
+
+// SetDegraded sets obdfilter.*.degraded: the OST says so in its statfs
+// replies, and the MDS then gives it new objects only when too few other
+// OSTs can take them (a RAID rebuilding under it, say). Files already on it
+// are served as before.
+func (o *OFD) SetDegraded(on bool) { o.degraded.Store(on) }
 
 // New starts the OFD of one OST: its target in cfg.Targets, its lock
 // server, and the goroutine that reports commits. Close stops them.
@@ -423,7 +446,16 @@ func (o *OFD) updateLVB(ctx context.Context, f fid.FID) (osd.Attr, error) {
 // change of the target) and commits it.
 func (o *OFD) commit(ctx context.Context, r *ptlrpc.Request, tx osd.Tx) error {
 	r.AssignTransno(tx.SetTransno)
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if o.syncJournal.Load() {
+		if err := o.dev.Sync(ctx); err != nil {
+			return err
+		}
+		o.tgt.Committed(o.dev.LastCommitted())
+	}
+	return nil
 }
 
 // lastIDFID is the bookkeeping object holding a sequence's LAST_ID.
@@ -693,7 +725,8 @@ func (o *OFD) statfs(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	o.gmu.sfs, o.gmu.sfsAt = sfs, time.Now()
 	o.gmu.Unlock()
 	return marshal(&ostv1.StatfsReply{Blocks: sfs.Blocks, Bfree: sfs.BFree, Bavail: sfs.BAvail, Files: sfs.Files, Ffree: sfs.FFree,
-		Bsize: sfs.BSize, Namelen: sfs.NameLen, Maxbytes: sfs.MaxBytes, Granted: granted, Readonly: sfs.ReadOnly})
+		Bsize: sfs.BSize, Namelen: sfs.NameLen, Maxbytes: sfs.MaxBytes, Granted: granted, Readonly: sfs.ReadOnly,
+		Degraded: o.degraded.Load()})
 }
 
 // Advisor is what a device implements to take ladvise hints.

@@ -780,8 +780,11 @@ type StatfsReply struct {
 	Namelen  uint32                 `protobuf:"varint,7,opt,name=namelen,proto3" json:"namelen,omitempty"`
 	Maxbytes uint64                 `protobuf:"varint,8,opt,name=maxbytes,proto3" json:"maxbytes,omitempty"`
 	// Granted is the space all clients hold as grant.
-	Granted       uint64 `protobuf:"varint,9,opt,name=granted,proto3" json:"granted,omitempty"`
-	Readonly      bool   `protobuf:"varint,10,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	Granted  uint64 `protobuf:"varint,9,opt,name=granted,proto3" json:"granted,omitempty"`
+	Readonly bool   `protobuf:"varint,10,opt,name=readonly,proto3" json:"readonly,omitempty"`
+	// Degraded is obdfilter.*.degraded (Lustre's OS_STATE_DEGRADED): the
+	// MDS gives the OST new objects only when too few others can take them.
+	Degraded      bool `protobuf:"varint,11,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -882,6 +885,13 @@ func (x *StatfsReply) GetGranted() uint64 {
 func (x *StatfsReply) GetReadonly() bool {
 	if x != nil {
 		return x.Readonly
+	}
+	return false
+}
+
+func (x *StatfsReply) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
 	}
 	return false
 }
@@ -1103,7 +1113,7 @@ const file_nacre_ost_v1_ost_proto_rawDesc = "" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.ost.v1.AttrR\x04attr\x12\x14\n" +
 	"\x05grant\x18\x02 \x01(\x04R\x05grant\"2\n" +
 	"\vSyncRequest\x12#\n" +
-	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\"\x81\x02\n" +
+	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\"\x9d\x02\n" +
 	"\vStatfsReply\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12\x14\n" +
 	"\x05bfree\x18\x02 \x01(\x04R\x05bfree\x12\x16\n" +
@@ -1115,7 +1125,8 @@ const file_nacre_ost_v1_ost_proto_rawDesc = "" +
 	"\bmaxbytes\x18\b \x01(\x04R\bmaxbytes\x12\x18\n" +
 	"\agranted\x18\t \x01(\x04R\agranted\x12\x1a\n" +
 	"\breadonly\x18\n" +
-	" \x01(\bR\breadonly\"c\n" +
+	" \x01(\bR\breadonly\x12\x1a\n" +
+	"\bdegraded\x18\v \x01(\bR\bdegraded\"c\n" +
 	"\x0eLadviseRequest\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\x12,\n" +
 	"\x06advice\x18\x02 \x03(\v2\x14.nacre.ost.v1.AdviceR\x06advice\"\xa3\x01\n" +

@@ -628,6 +628,16 @@ func (m *StatfsReply) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Degraded {
+		i--
+		if m.Degraded {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x58
+	}
 	if m.Readonly {
 		i--
 		if m.Readonly {
@@ -1086,6 +1096,9 @@ func (m *StatfsReply) SizeVT() (n int) {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Granted))
 	}
 	if m.Readonly {
+		n += 2
+	}
+	if m.Degraded {
 		n += 2
 	}
 	n += len(m.unknownFields)
@@ -2686,6 +2699,26 @@ func (m *StatfsReply) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Readonly = bool(v != 0)
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Degraded", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Degraded = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
