@@ -61,7 +61,7 @@ type osp struct {
 		filling     bool   // the pool fell to half its aim: refill up to the aim
 		free        uint64 // bytes available on the OST (statfs)
 		freeKnown   bool
-		degraded    bool // the OST said degraded or read-only (statfs)
+		degraded    bool          // the OST said degraded or read-only (statfs)
 		changed     chan struct{} // closed and replaced when the pool or state changes
 	}
 }
