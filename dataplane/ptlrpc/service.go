@@ -708,9 +708,6 @@ func (s *Service) handle(req *Request) {
 	}
 	st.MaxServiceTime = max(st.MaxServiceTime, d)
 	q := t0.Sub(req.Arrived)
-	if fn := s.observer.Load(); fn != nil {
-		defer (*fn)(h.Opcode, d, q)
-	}
 	st.QueueTime += q
 	if st.Count == 1 || q < st.MinQueueTime {
 		st.MinQueueTime = q
@@ -721,6 +718,11 @@ func (s *Service) handle(req *Request) {
 	}
 	s.ops[h.Opcode] = st
 	s.mu.Unlock()
+	// Observed before the reply goes: a client that saw the reply and
+	// then reads the metrics finds its request counted.
+	if fn := s.observer.Load(); fn != nil {
+		(*fn)(h.Opcode, d, q)
+	}
 
 	if status > 0 {
 		status = -status
