@@ -15,6 +15,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/nrs"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdt"
@@ -277,8 +278,31 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		jobStatsParam(p+"job_stats", m.JobStats(), mdtJobOps...),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)
+	s.addParams(false, lodParams("lod."+name+"-mdtlov.", m)...)
 	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
+}
+
+// lodParams are the file system's default striping, lod.NAME-mdtlov.*:
+// each changes one field of it, for files created from then on.
+func lodParams(p string, m *mdt.MDT) []params.Param {
+	field := func(name, help string, get func(layout.RAID0) int64, set func(*layout.RAID0, int64), lo, hi int64) params.Param {
+		return params.Int(p+name, help, func() int64 { return get(m.DefaultStripe()) },
+			func(n int64) error { r := m.DefaultStripe(); set(&r, n); return m.SetDefaultStripe(r) },
+			lo, hi, func(n int64) error {
+				r := m.DefaultStripe()
+				set(&r, n)
+				return layout.Plain(r).Validate()
+			})
+	}
+	return []params.Param{
+		field("stripesize", "default stripe size of new files, bytes",
+			func(r layout.RAID0) int64 { return int64(r.StripeSize) }, func(r *layout.RAID0, n int64) { r.StripeSize = uint32(n) }, 65536, 1<<32-65536),
+		field("stripecount", "default stripe count of new files (-1: all OSTs)",
+			func(r layout.RAID0) int64 { return int64(r.StripeCount) }, func(r *layout.RAID0, n int64) { r.StripeCount = int32(n) }, -1, 2000),
+		field("stripeoffset", "default first OST of new files (-1: the allocator's choice)",
+			func(r layout.RAID0) int64 { return int64(r.StripeOffset) }, func(r *layout.RAID0, n int64) { r.StripeOffset = int32(n) }, -1, 65535),
+	}
 }
 
 // lockServerParams are a server namespace's ldlm.namespaces.NS.*.

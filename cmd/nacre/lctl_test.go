@@ -18,6 +18,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/params"
 )
 
@@ -220,6 +221,42 @@ func TestLctl(t *testing.T) {
 			t.Errorf("rpc_stats shape:\n%s", out)
 		}
 		mustLctl(t, "set_param", "osc.*.max_pages_per_rpc=1024")
+	})
+
+	t.Run("default striping", func(t *testing.T) {
+		// lod.*.stripecount and stripesize are the file system's default
+		// layout: a new file where no directory says otherwise gets them.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		create := func(name string) layout.RAID0 {
+			t.Helper()
+			f, _, err := fs.Create(ctx, client.Root(), fs.Root(), name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close(ctx)
+			if f.Layout() == nil || len(f.Layout().Components) != 1 {
+				t.Fatalf("%s: layout %v", name, f.Layout())
+			}
+			return f.Layout().Components[0].RAID0
+		}
+		if r := create("lod-default"); r.StripeCount != 1 || r.StripeSize != 1<<20 {
+			t.Fatalf("default striping: %+v", r)
+		}
+		mustLctl(t, "set_param", "lod.*.stripecount=2", "lod.*.stripesize=2097152")
+		defer mustLctl(t, "set_param", "lod.*.stripecount=1", "lod.*.stripesize=1048576")
+		if out := mustLctl(t, "get_param", "-n", "lod.nacre-MDT0000-mdtlov.stripecount"); out != "2\n" {
+			t.Fatalf("get_param stripecount after setting 2: %q", out)
+		}
+		if r := create("lod-two"); r.StripeCount != 2 || r.StripeSize != 2<<20 {
+			t.Fatalf("after lod.*.stripecount=2, stripesize=2M: %+v", r)
+		}
+		if _, _, err := lctl(t, "set_param", "lod.*.stripesize=1000"); err == nil {
+			t.Fatal("stripesize=1000 (not a multiple of 64 KiB) accepted")
+		}
+		if r := create("lod-still-two"); r.StripeCount != 2 || r.StripeSize != 2<<20 {
+			t.Fatalf("a refused stripesize changed the default: %+v", r)
+		}
 	})
 
 	t.Run("bad input changes nothing", func(t *testing.T) {

@@ -135,7 +135,32 @@ func (m *MDT) defaultLayout(parent fid.FID) layout.Layout {
 			return l
 		}
 	}
-	return layout.Plain(m.cfg.DefaultStripe)
+	return layout.Plain(m.DefaultStripe())
+}
+
+// DefaultStripe returns the file system's default striping (lod.*.stripesize,
+// stripecount, stripeoffset), for files in directories without a default
+// layout of their own or of the root's.
+func (m *MDT) DefaultStripe() layout.RAID0 {
+	m.ospMu.Lock()
+	defer m.ospMu.Unlock()
+	return m.defStripe
+}
+
+// SetDefaultStripe changes the file system's default striping for files
+// created from now on; a striping that is not valid is refused and changes
+// nothing.
+func (m *MDT) SetDefaultStripe(r layout.RAID0) error {
+	if r.Objects != nil || r.Pool != "" {
+		return fmt.Errorf("mdt: default striping: %w: no objects or pool", syscall.EINVAL)
+	}
+	if err := layout.Plain(r).Validate(); err != nil {
+		return fmt.Errorf("mdt: default striping: %w", err)
+	}
+	m.ospMu.Lock()
+	m.defStripe = r
+	m.ospMu.Unlock()
+	return nil
 }
 
 // plan is a new file's objects: one reserved object on each OST chosen

@@ -290,13 +290,15 @@ type Stats struct {
 // lock server, its OSTs' object pools, and its destroy log worker. Safe
 // for concurrent use.
 type MDT struct {
-	cfg      Config
-	log      *slog.Logger
-	srv      *Server
-	store    *mdd.Store
-	tgt      *ptlrpc.Target
-	lockd    *ldlm.Server
-	handlers map[wire.Opcode]ptlrpc.Handler
+	cfg Config
+	// defStripe is cfg.DefaultStripe as changed at run time (ospMu).
+	defStripe layout.RAID0
+	log       *slog.Logger
+	srv       *Server
+	store     *mdd.Store
+	tgt       *ptlrpc.Target
+	lockd     *ldlm.Server
+	handlers  map[wire.Opcode]ptlrpc.Handler
 	// jobs counts metadata operations by the job id of the requests
 	// (mdt.*.job_stats).
 	jobs *jobstats.Stats
@@ -344,7 +346,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	if lg == nil {
 		lg = s.log
 	}
-	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
+	m := &MDT{cfg: cfg, defStripe: cfg.DefaultStripe, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
 		opens: map[*ptlrpc.Export]map[uint64]openFile{}, nextHandle: rand.Uint64() >> 1,
 		destroyKick: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0), ops: map[string]uint64{}}
 	m.SetPools(cfg.Pools)
