@@ -345,6 +345,12 @@ func (m *MGS) RegisterHSMParams(fsname string) {
 		params.Int(p+"hsm.grace_delay", "seconds a finished HSM action stays in the queue before it is deleted",
 			func() int64 { return int64(coord.GraceDelay() / time.Second) },
 			func(v int64) error { return coord.SetGraceDelay(time.Duration(v) * time.Second) }, 0, 30*24*3600, nil),
+		params.Int(p+"hsm.active_request_timeout", "seconds a started HSM action may go unheard of before another agent gets it",
+			func() int64 { return int64(coord.ActiveRequestTimeout() / time.Second) },
+			func(v int64) error { return coord.SetActiveRequestTimeout(time.Duration(v) * time.Second) }, 1, 7*24*3600, nil),
+		params.Int(p+"hsm.max_requests", "HSM actions an agent that names no limit is given at once",
+			func() int64 { return int64(coord.MaxRequests()) },
+			func(v int64) error { return coord.SetMaxRequests(int(v)) }, 1, 65536, nil),
 	)
 	if err != nil {
 		m.log.Warn("hsm parameters", "fs", fsname, "err", err)

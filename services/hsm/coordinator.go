@@ -144,6 +144,9 @@ type Coordinator struct {
 	disabled atomic.Bool
 	// grace is the grace delay in nanoseconds (SetGraceDelay).
 	grace atomic.Int64
+	// activeTimeout and maxReq are cfg.ActiveRequestTimeout and
+	// cfg.MaxRequests, changed at run time (mdt.*.hsm.*).
+	activeTimeout, maxReq atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -184,6 +187,8 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c := &Coordinator{cfg: cfg, log: cfg.Logger.With("hsm", cfg.Name), kick: make(chan struct{}, 1)}
 	c.grace.Store(int64(cfg.GraceDelay))
+	c.activeTimeout.Store(int64(cfg.ActiveRequestTimeout))
+	c.maxReq.Store(int64(cfg.MaxRequests))
 	return c, nil
 }
 
@@ -305,7 +310,7 @@ func (c *Coordinator) takeOver(ctx context.Context, e *concurrency.Election) err
 		// Started actions keep their agent: it reconnects and reports,
 		// or the deadline (at least a full timeout from now) retries it.
 		if a.State == hsmv1.ActionState_ACTION_STATE_STARTED {
-			a.DeadlineUnixNs = max(a.DeadlineUnixNs, now+int64(c.cfg.ActiveRequestTimeout))
+			a.DeadlineUnixNs = max(a.DeadlineUnixNs, now+c.activeTimeout.Load())
 		}
 	}
 	return nil
@@ -465,7 +470,7 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 		old := proto.Clone(a).(*hsmv1.Action)
 		a.State, a.Agent, a.Error = hsmv1.ActionState_ACTION_STATE_STARTED, ag.uuid, ""
 		a.Attempts++
-		a.ChangedUnixNs, a.DeadlineUnixNs = now, now+int64(c.cfg.ActiveRequestTimeout)
+		a.ChangedUnixNs, a.DeadlineUnixNs = now, now+c.activeTimeout.Load()
 		a.BytesDone = 0
 		if err := c.saveLocked(ctx, a); err != nil {
 			c.mu.actions[id] = old
@@ -864,6 +869,35 @@ func (c *Coordinator) GetStats(context.Context, *hsmv1.GetStatsRequest) (*hsmv1.
 // GraceDelay is how long finished actions are kept (Lustre's grace_delay).
 func (c *Coordinator) GraceDelay() time.Duration { return time.Duration(c.grace.Load()) }
 
+// ActiveRequestTimeout is how long a started action may go unheard of
+// before it is given to another agent (mdt.*.hsm.active_request_timeout).
+func (c *Coordinator) ActiveRequestTimeout() time.Duration {
+	return time.Duration(c.activeTimeout.Load())
+}
+
+// SetActiveRequestTimeout changes it for actions started or heard of from
+// now on.
+func (c *Coordinator) SetActiveRequestTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("hsm: active request timeout %v: want a positive duration", d)
+	}
+	c.activeTimeout.Store(int64(d))
+	return nil
+}
+
+// MaxRequests is the actions an agent that names no limit of its own is
+// given at once (mdt.*.hsm.max_requests).
+func (c *Coordinator) MaxRequests() int { return int(c.maxReq.Load()) }
+
+// SetMaxRequests changes it for agents registering from now on.
+func (c *Coordinator) SetMaxRequests(n int) error {
+	if n < 1 || n > 65536 {
+		return fmt.Errorf("hsm: max requests %d: want 1 to 65536", n)
+	}
+	c.maxReq.Store(int64(n))
+	return nil
+}
+
 // SetGraceDelay sets how long finished actions are kept; those older go
 // at the next pruning round (within a second). Negative is an error.
 func (c *Coordinator) SetGraceDelay(d time.Duration) error {
@@ -948,7 +982,7 @@ func (c *Coordinator) Agent(stream grpc.BidiStreamingServer[hsmv1.AgentRequest, 
 	defer cancel()
 	mx := int(reg.MaxRequests)
 	if mx <= 0 {
-		mx = c.cfg.MaxRequests
+		mx = int(c.maxReq.Load())
 	}
 	mx = min(mx, 1024)
 	ag := &agent{uuid: reg.Uuid, archives: reg.ArchiveIds, max: mx, out: make(chan *hsmv1.AgentResponse, 2*mx+16), stop: cancel, actions: map[uint64]bool{}}

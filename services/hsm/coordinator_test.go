@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -298,4 +299,72 @@ func dial(t *testing.T, coords []*hsmtest.Coord) *grpc.ClientConn {
 	}
 	t.Fatal("no active coordinator")
 	return nil
+}
+
+// limitHandler counts the actions it runs at once.
+type limitHandler struct{ now, most *atomic.Int32 }
+
+func (h limitHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	n := h.now.Add(1)
+	defer h.now.Add(-1)
+	for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+	}
+	select {
+	case <-time.After(100 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	progress(1, 1)
+	return "", nil
+}
+
+// TestCoordinatorMaxRequests: mdt.*.hsm.max_requests, changed at run time,
+// is what an agent that names no limit of its own is given at once.
+func TestCoordinatorMaxRequests(t *testing.T) {
+	coords, addrs := hsmtest.StartCoordinators(t, 1, 20*time.Second)
+	c := coords[0].C
+	if err := c.SetActiveRequestTimeout(90 * time.Second); err != nil || c.ActiveRequestTimeout() != 90*time.Second {
+		t.Fatalf("active_request_timeout after setting 90s: %v (%v)", c.ActiveRequestTimeout(), err)
+	}
+	for _, bad := range []int{0, -1, 65537} {
+		if err := c.SetMaxRequests(bad); err == nil {
+			t.Fatalf("SetMaxRequests(%d) accepted", bad)
+		}
+	}
+	if err := c.SetActiveRequestTimeout(0); err == nil {
+		t.Fatal("SetActiveRequestTimeout(0) accepted")
+	}
+	if err := c.SetMaxRequests(1); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var now, most atomic.Int32
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hsm.RunAgent(agentCtx, hsm.AgentConfig{Client: hc, UUID: "one-at-a-time", ArchiveIDs: []uint32{1}, Handler: limitHandler{&now, &most}, Logger: clustertest.Quiet})
+	}()
+	defer func() { stopAgent(); <-done }()
+	var ids []uint64
+	for oid := uint32(1); oid <= 4; oid++ {
+		got, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fid.FID{Seq: 0x200000400, Oid: oid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got...)
+	}
+	for _, id := range ids {
+		if err := hc.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("max_requests=1: the agent ran %d actions at once", m)
+	}
 }
