@@ -197,6 +197,8 @@ func namespaceParams(lk *ldlm.Client, dev string, imp *ptlrpc.Import) []params.P
 	return []params.Param{
 		params.Int(p+"lru_size", "unused locks kept (0: the default)", func() int64 { return int64(lk.LRUSize(imp)) },
 			func(n int64) error { return lk.SetLRUSize(imp, int(n)) }, 0, 1<<24, nil),
+		params.Int(p+"lru_max_age", "milliseconds an unused lock is kept", func() int64 { return lk.LRUMaxAge(imp).Milliseconds() },
+			func(n int64) error { return lk.SetLRUMaxAge(imp, time.Duration(n)*time.Millisecond) }, 1, 1<<31, nil),
 		params.ReadOnly(p+"lock_count", "locks held", func() string { n, _ := lk.NamespaceStats(imp); return strconv.Itoa(n) }),
 		params.ReadOnly(p+"lock_unused_count", "unused locks in the LRU", func() string { _, n := lk.NamespaceStats(imp); return strconv.Itoa(n) }),
 	}

@@ -131,7 +131,8 @@ type clientNS struct {
 	urgent  bool
 	// lruSize overrides ClientConfig.LRUSize for this namespace when
 	// not 0 (ldlm.namespaces.*.lru_size).
-	lruSize int
+	lruSize   int
+	lruMaxAge time.Duration // lru_max_age of this namespace; 0: ClientConfig.LRUMaxAge
 }
 
 // lockState is where a client lock is in its life.
@@ -235,6 +236,32 @@ func (c *Client) LRUSize(imp *ptlrpc.Import) int {
 		return ns.lruSize
 	}
 	return c.cfg.LRUSize
+}
+
+// LRUMaxAge returns how long an unused lock of imp's namespace is kept.
+func (c *Client) LRUMaxAge(imp *ptlrpc.Import) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns := c.mu.ns[imp]; ns != nil && ns.lruMaxAge > 0 {
+		return ns.lruMaxAge
+	}
+	return c.cfg.LRUMaxAge
+}
+
+// SetLRUMaxAge sets how long an unused lock of imp's namespace is kept
+// (Lustre's lru_max_age); older ones are given back at the next trim.
+func (c *Client) SetLRUMaxAge(imp *ptlrpc.Import, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("ldlm: lru_max_age %v: want a positive duration", d)
+	}
+	c.mu.Lock()
+	c.nsLocked(imp).lruMaxAge = d
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // SetLRUSize sets how many unused locks the client keeps for imp's
@@ -640,7 +667,11 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 		if ns.lruSize > 0 {
 			size = ns.lruSize
 		}
-		if ns.lru.Len() <= size && now.Sub(l.lastUsed) < c.cfg.LRUMaxAge {
+		age := c.cfg.LRUMaxAge
+		if ns.lruMaxAge > 0 {
+			age = ns.lruMaxAge
+		}
+		if ns.lru.Len() <= size && now.Sub(l.lastUsed) < age {
 			break
 		}
 		ns.lru.Remove(e)

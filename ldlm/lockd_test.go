@@ -409,6 +409,22 @@ func TestLRU(t *testing.T) {
 	if err := a.lc.SetLRUSize(a.imp, -1); err == nil {
 		t.Fatal("lru_size -1 accepted")
 	}
+	// lru_max_age set at run time gives back the unused locks older than it.
+	if err := a.lc.SetLRUMaxAge(a.imp, 0); err == nil {
+		t.Fatal("lru_max_age 0 accepted")
+	}
+	if got := a.lc.LRUMaxAge(a.imp); got != DefaultLRUMaxAge {
+		t.Fatalf("lru_max_age before setting: %v", got)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if err := a.lc.SetLRUMaxAge(a.imp, 50*time.Millisecond); err != nil || a.lc.LRUMaxAge(a.imp) != 50*time.Millisecond {
+		t.Fatalf("SetLRUMaxAge: %v (now %v)", err, a.lc.LRUMaxAge(a.imp))
+	}
+	for deadline := time.Now().Add(5 * time.Second); lc.lockd.Stats().Namespace.Granted != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after lru_max_age=50ms: server %+v", lc.lockd.Stats().Namespace)
+		}
+	}
 }
 
 // TestEarlyCancel: locks trimmed from the LRU ride on the next enqueue
