@@ -615,15 +615,19 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 		s.errorReply(req, -errnoEAGAIN)
 		return
 	}
-	s.moreWorkers()
+	if s.idle.Load() == 0 {
+		s.moreWorkers()
+	}
 }
 
 // moreWorkers starts a handler goroutine if requests wait that no idle
-// one will take. Both sides call it: incoming after queueing (more queued
-// than idle), and a worker that just took a request and left none idle,
-// so that a request queued while the last idle worker was taking another
-// is not left waiting for the next arrival — with handlers that block
-// (a bulk waiting for a client gone quiet) it could wait until then.
+// one will take. Both sides call it when they see no handler idle:
+// incoming after queueing, and a worker that just took a request, so that
+// a request queued while the last idle worker was taking another is not
+// left waiting for the next arrival — with handlers that block (a bulk
+// waiting for a client gone quiet) it could wait until then. (Each side
+// writes first — the queue, the idle count — and reads the other's after,
+// so one of them sees both.)
 func (s *Service) moreWorkers() {
 	if int(s.threads.Load()) >= s.cfg.MaxThreads {
 		return
@@ -664,7 +668,7 @@ func (s *Service) worker(extra bool) {
 		it, err := s.nrs.Get(ctx)
 		s.idle.Add(-1)
 		cancel()
-		if err == nil {
+		if err == nil && s.idle.Load() == 0 {
 			s.moreWorkers()
 		}
 		if err != nil {
