@@ -150,6 +150,9 @@ func (fs *FS) registerParams(mdt *mgsv1.Target) {
 		params.ReadOnly("mdc."+dev+".mds_server_uuid", "the MDT and the connection's state", func() string {
 			return targetUUID(mdt) + "\t" + imp.State().String()
 		}),
+		params.Int("mdc."+dev+".max_rpcs_in_flight", "metadata RPCs in flight at once",
+			func() int64 { n, _ := imp.MaxRPCsInFlight(); return int64(n) },
+			func(n int64) error { return imp.SetMaxRPCsInFlight(int(n)) }, 1, 512, nil),
 	)
 	fs.register(namespaceParams(fs.lk, dev, imp)...)
 }

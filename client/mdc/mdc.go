@@ -35,8 +35,11 @@ const (
 // and MDS_CONNECT/MDS_DISCONNECT. The caller may tune the rest.
 func ImportConfig(target string, servers ...lwire.ProcessID) ptlrpc.ImportConfig {
 	return ptlrpc.ImportConfig{Target: target, Servers: servers, Portal: ptlrpc.MDSRequestPortal,
-		ConnectOp: wire.MDSConnect, DisconnectOp: wire.MDSDisconnect}
+		ConnectOp: wire.MDSConnect, DisconnectOp: wire.MDSDisconnect, MaxRPCsInFlight: DefaultMaxRPCsInFlight}
 }
+
+// DefaultMaxRPCsInFlight is an MDC's mdc.*.max_rpcs_in_flight (Lustre's).
+const DefaultMaxRPCsInFlight = 8
 
 // Client is the client of one MDT (Lustre's MDC): typed methods over an
 // import, each one RPC; intents through a lock client; and the FID

@@ -488,10 +488,10 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		c.st.misses.Add(uint64(filling + len(zeroed)))
 		if len(r.segs) > 0 {
 			startRA()
-			err := c.rslots.acquire(ctx)
+			err := c.rslots.Acquire(ctx)
 			if err == nil {
 				_, err = c.brw(ctx, r)
-				c.rslots.release()
+				c.rslots.Release()
 			}
 			o.fillDone(r, err)
 			if err != nil {
@@ -544,7 +544,7 @@ func (o *Object) readAhead(exts []extent) {
 	}
 	o.mu.Unlock()
 	for _, g := range groups {
-		if !c.rslots.tryAcquireSpare() {
+		if !c.rslots.TryAcquireSpare() {
 			return
 		}
 		budget := c.cache.raCharge(len(g))
@@ -574,7 +574,7 @@ func (o *Object) readAhead(exts []extent) {
 		o.mu.Unlock()
 		c.cache.raUsed(budget - len(r.segs))
 		if len(r.segs) == 0 {
-			c.rslots.release()
+			c.rslots.Release()
 			if exhausted {
 				return
 			}
@@ -583,7 +583,7 @@ func (o *Object) readAhead(exts []extent) {
 		c.st.raPages.Add(uint64(len(r.segs)))
 		c.wg.Go(func() {
 			_, err := c.brw(c.ctx, r)
-			c.rslots.release()
+			c.rslots.Release()
 			o.fillDone(r, err)
 		})
 		if exhausted {

@@ -577,7 +577,7 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		if err := c.wslots.acquire(ctx); err != nil {
+		if err := c.wslots.Acquire(ctx); err != nil {
 			return err
 		}
 		o.mu.Lock()
@@ -599,7 +599,7 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 			}
 			ch := o.mu.changed
 			o.mu.Unlock()
-			c.wslots.release()
+			c.wslots.Release()
 			if !busy {
 				return nil
 			}
@@ -611,7 +611,7 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		o.mu.Unlock()
 		c.startWrite(r)
 		wg.Go(func() {
-			defer func() { c.wslots.release(); c.kickWriteback(false) }()
+			defer func() { c.wslots.Release(); c.kickWriteback(false) }()
 			c.finishWrite(ctx, r)
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/slots"
 	"github.com/nacrefs/nacre/ldlm"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
 )
@@ -53,8 +54,8 @@ type Client struct {
 	wg   sync.WaitGroup // the engine and every async RPC goroutine
 	kick chan struct{}  // wakes the engine (capacity 1)
 
-	wslots *slots // write RPCs in flight (max_rpcs_in_flight)
-	rslots *slots // read RPCs in flight (max_rpcs_in_flight)
+	wslots *slots.Slots // write RPCs in flight (max_rpcs_in_flight)
+	rslots *slots.Slots // read RPCs in flight (max_rpcs_in_flight)
 
 	// tun are the tunables lctl set_param changes at run time, read by
 	// the data path without locks; tunMu serializes SetTunables.
@@ -160,7 +161,7 @@ func New(cfg ClientConfig) (*Client, error) {
 	}
 	cc := cfg.Cache.cfg
 	c := &Client{cfg: cc, cache: cfg.Cache, index: cfg.Index, locks: cfg.Locks,
-		kick: make(chan struct{}, 1), wslots: newSlots(cc.MaxRPCsInFlight), rslots: newSlots(cc.MaxRPCsInFlight)}
+		kick: make(chan struct{}, 1), wslots: slots.New(cc.MaxRPCsInFlight), rslots: slots.New(cc.MaxRPCsInFlight)}
 	c.tun.maxRPCs.Store(int64(cc.MaxRPCsInFlight))
 	c.tun.maxDirtyMB.Store(int64(cc.MaxDirtyMB))
 	c.tun.rpcPages.Store(int64(cc.MaxPagesPerRPC))
@@ -493,13 +494,13 @@ func (c *Client) writebackPass() {
 	budget := len(c.mu.queue) + c.maxRPCs()
 	c.mu.Unlock()
 	for ; budget > 0; budget-- {
-		if !c.wslots.tryAcquire() {
+		if !c.wslots.TryAcquire() {
 			return
 		}
 		c.mu.Lock()
 		if (c.lowSpaceLocked() && c.mu.grantWrites > 0) || len(c.mu.queue) == 0 {
 			c.mu.Unlock()
-			c.wslots.release()
+			c.wslots.Release()
 			return
 		}
 		o := c.mu.queue[0]
@@ -521,12 +522,12 @@ func (c *Client) writebackPass() {
 		}
 		o.mu.Unlock()
 		if r == nil {
-			c.wslots.release()
+			c.wslots.Release()
 			continue
 		}
 		c.startWrite(r)
 		c.wg.Go(func() {
-			defer func() { c.wslots.release(); c.kickWriteback(false) }()
+			defer func() { c.wslots.Release(); c.kickWriteback(false) }()
 			c.finishWrite(c.ctx, r)
 		})
 	}

@@ -80,8 +80,8 @@ func (c *Client) SetTunables(t Tunables) error {
 	c.tun.maxDirtyMB.Store(int64(t.MaxDirtyMB))
 	c.tun.checksums.Store(t.Checksums)
 	c.tun.maxRPCs.Store(int64(t.MaxRPCsInFlight))
-	c.wslots.setLimit(t.MaxRPCsInFlight)
-	c.rslots.setLimit(t.MaxRPCsInFlight)
+	c.wslots.SetLimit(t.MaxRPCsInFlight)
+	c.rslots.SetLimit(t.MaxRPCsInFlight)
 	c.mu.Lock()
 	c.broadcastLocked()
 	c.mu.Unlock()
@@ -113,8 +113,8 @@ type RPCStats struct {
 func (c *Client) RPCStats() RPCStats {
 	var s RPCStats
 	var limit int
-	s.SlotsUsed[0], limit = c.rslots.state()
-	s.SlotsUsed[1], _ = c.wslots.state()
+	s.SlotsUsed[0], limit = c.rslots.State()
+	s.SlotsUsed[1], _ = c.wslots.State()
 	s.SlotsLimit = limit
 	c.mu.Lock()
 	s.PendingPages[1] = int(c.mu.grant.unsent / PageSize)

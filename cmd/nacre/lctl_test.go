@@ -156,6 +156,7 @@ func TestLctl(t *testing.T) {
 			{"obdfilter.nacre-OST0001.sync_journal", "0", "1"},
 			{"obdfilter.nacre-OST0001.degraded", "0", "1"},
 			{"llite.nacre-" + id + ".max_read_ahead_per_file_mb", "32", "8"},
+			{"mdc.nacre-MDT0000-mdc-" + id + ".max_rpcs_in_flight", "8", "2"},
 		} {
 			if out := mustLctl(t, "get_param", "-n", p.name); out != p.def+"\n" {
 				t.Errorf("get_param -n %s: %q, want %s", p.name, out, p.def)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/slots"
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	ptlrpcv1 "github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1"
@@ -91,6 +92,13 @@ type ImportConfig struct {
 	// MaxUncommitted bounds the uncommitted modifying requests kept for
 	// replay; 0 means DefaultMaxUncommitted.
 	MaxUncommitted int
+	// MaxRPCsInFlight, if positive, bounds the requests Do has in flight
+	// at once (an MDC's max_rpcs_in_flight); more wait for a slot. Pings,
+	// connection requests and lock cancels are not counted: a cancel may
+	// be what the requests in flight wait for (the server holds a
+	// conflicting enqueue until the lock comes back). DoSet is not
+	// limited. SetMaxRPCsInFlight changes it.
+	MaxRPCsInFlight int
 	// OnEvict, if not nil, is called on the import's goroutine when the
 	// import learns it was evicted, after the requests of the old export
 	// have failed and before any request goes out on the new one: the
@@ -141,6 +149,10 @@ type Import struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when run returns
 	lastUse  atomic.Int64  // unix nanoseconds of the last reply
+	// slots is MaxRPCsInFlight (nil: no limit); peak is the most requests
+	// held slots at once.
+	slots *slots.Slots
+	peak  atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -229,6 +241,9 @@ func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
 		c: c, cfg: cfg, log: c.log.With("import", cfg.Target), replySrc: cfg.Servers[0],
 		svcAT: newEstimator(cfg.InitialTimeout, 0), netAT: newEstimator(0, 0),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	if cfg.MaxRPCsInFlight > 0 {
+		imp.slots = slots.New(cfg.MaxRPCsInFlight)
 	}
 	imp.ctx, imp.cancel = context.WithCancel(context.Background())
 	if len(cfg.Servers) > 1 {
@@ -932,12 +947,54 @@ func (imp *Import) end(ic *icall) {
 // req was outstanding: whether it ran is unknown. A successful reply with
 // a transno keeps req until the server reports it committed.
 func (imp *Import) Do(ctx context.Context, req *Req) ([]byte, error) {
+	if s := imp.slots; s != nil && limited(req.Opcode) {
+		if err := s.Acquire(ctx); err != nil {
+			return nil, err
+		}
+		defer s.Release()
+		if used, _ := s.State(); int32(used) > imp.peak.Load() {
+			imp.peak.Store(int32(used)) // a statistic: a lost race only lowers it
+		}
+	}
 	ic, err := imp.begin(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	defer imp.end(ic)
 	return imp.collect(ctx, ic)
+}
+
+// limited reports whether requests of op count against MaxRPCsInFlight.
+func limited(op wire.Opcode) bool {
+	switch op {
+	case wire.OBDPing, wire.LDLMCancel, wire.LDLMConvert, wire.OSTConnect, wire.OSTDisconnect, wire.MDSConnect, wire.MDSDisconnect:
+		return false
+	}
+	return true
+}
+
+// MaxRPCsInFlight returns the import's limit of requests in flight (0:
+// none) and the most it has had in flight at once.
+func (imp *Import) MaxRPCsInFlight() (limit, peak int) {
+	if imp.slots == nil {
+		return 0, 0
+	}
+	_, limit = imp.slots.State()
+	return limit, int(imp.peak.Load())
+}
+
+// SetMaxRPCsInFlight changes the limit of an import made with one (n at
+// least 1); requests over a lowered limit finish, and no new one goes
+// until fewer are in flight.
+func (imp *Import) SetMaxRPCsInFlight(n int) error {
+	if imp.slots == nil {
+		return fmt.Errorf("ptlrpc: import %s: made without a limit of RPCs in flight", imp.cfg.Target)
+	}
+	if n < 1 || n > 512 {
+		return fmt.Errorf("ptlrpc: import %s: max_rpcs_in_flight %d: want 1 to 512", imp.cfg.Target, n)
+	}
+	imp.slots.SetLimit(n)
+	return nil
 }
 
 // Ping sends an OBD_PING and waits for its reply.

@@ -123,6 +123,7 @@ func runImports(t *testing.T, mk func(testing.TB) env) {
 	t.Run("last-transno", func(t *testing.T) { testLastTransno(t, mk) })
 	t.Run("set", func(t *testing.T) { testImportSet(t, mk) })
 	t.Run("not-connected", func(t *testing.T) { testNotConnected(t, mk) })
+	t.Run("max-rpcs-in-flight", func(t *testing.T) { testMaxInFlight(t, mk) })
 }
 
 func TestImportLolnd(t *testing.T)   { runImports(t, loEnv) }
@@ -486,5 +487,71 @@ func testNotConnected(t *testing.T, mk func(testing.TB) env) {
 	}
 	if got, err := te.c.Call(ctx, te.target, reqPortal, opEcho, []byte("x")); !errors.Is(err, syscall.ENOTCONN) || got != nil {
 		t.Fatalf("echo without export: %v", err)
+	}
+}
+
+// testMaxInFlight: an import with MaxRPCsInFlight has no more requests at
+// the server at once, whatever its callers do; pings go past the limit; a
+// new limit applies to the requests that come after.
+func testMaxInFlight(t *testing.T, mk func(testing.TB) env) {
+	te := newTgtEnv(t, mk, TargetConfig{AutoCommit: true})
+	cfg := te.importCfg()
+	cfg.MinTimeout = 5 * time.Second
+	cfg.MaxRPCsInFlight = 2
+	imp := te.newImport(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// burst sends n requests of 50 ms at once and returns how long they
+	// took: at least n/limit rounds of 50 ms if the server never has more
+	// than limit at once.
+	burst := func(n int) time.Duration {
+		t.Helper()
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for range n {
+			wg.Go(func() {
+				_, err := imp.Do(ctx, &Req{Opcode: opSlow, Body: ms(50 * time.Millisecond)})
+				errs <- err
+			})
+		}
+		// While the slots are taken, a ping still goes.
+		time.Sleep(10 * time.Millisecond)
+		pctx, pcancel := context.WithTimeout(ctx, 40*time.Millisecond)
+		if err := imp.Ping(pctx); err != nil {
+			t.Errorf("ping while the slots are taken: %v", err)
+		}
+		pcancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	if d := burst(8); d < 4*50*time.Millisecond {
+		t.Fatalf("max_rpcs_in_flight 2: 8 requests of 50 ms took %v, less than 4 rounds", d)
+	}
+	if limit, peak := imp.MaxRPCsInFlight(); limit != 2 || peak != 2 {
+		t.Fatalf("max_rpcs_in_flight 2: limit %d, peak %d", limit, peak)
+	}
+	if err := imp.SetMaxRPCsInFlight(0); err == nil {
+		t.Fatal("max_rpcs_in_flight 0 accepted")
+	}
+	if err := imp.SetMaxRPCsInFlight(6); err != nil {
+		t.Fatal(err)
+	}
+	burst(8)
+	if limit, peak := imp.MaxRPCsInFlight(); limit != 6 || peak < 3 || peak > 6 {
+		t.Fatalf("max_rpcs_in_flight 6: limit %d, peak %d", limit, peak)
+	}
+	if got := te.runs.Load(); got != 16 {
+		t.Fatalf("%d requests ran, want 16", got)
+	}
+	unlimited := te.newImport(t, te.importCfg())
+	if err := unlimited.SetMaxRPCsInFlight(4); err == nil {
+		t.Fatal("SetMaxRPCsInFlight on an import made without a limit")
 	}
 }

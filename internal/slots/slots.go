@@ -1,15 +1,17 @@
-package osc
+// Package slots is a counting semaphore whose limit may change while it is
+// in use: an RPC-in-flight limit (max_rpcs_in_flight) set at run time.
+package slots
 
 import (
 	"context"
 	"sync"
 )
 
-// slots is a counting semaphore whose limit may change while it is in
+// Slots is a counting semaphore whose limit may change while it is in
 // use (max_rpcs_in_flight set at run time): lowering the limit lets the
 // holders finish and admits nobody until fewer than the new limit hold a
 // slot; raising it admits waiters at once. Safe for concurrent use.
-type slots struct {
+type Slots struct {
 	mu struct {
 		sync.Mutex
 		limit, used int
@@ -18,15 +20,15 @@ type slots struct {
 	}
 }
 
-func newSlots(limit int) *slots {
-	s := &slots{}
+func New(limit int) *Slots {
+	s := &Slots{}
 	s.mu.limit = limit
 	s.mu.freed = make(chan struct{})
 	return s
 }
 
-// tryAcquire takes a slot if one is free.
-func (s *slots) tryAcquire() bool {
+// TryAcquire takes a slot if one is free.
+func (s *Slots) TryAcquire() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.used >= s.mu.limit {
@@ -36,9 +38,9 @@ func (s *slots) tryAcquire() bool {
 	return true
 }
 
-// tryAcquireSpare takes a slot only if another would still be free after
+// TryAcquireSpare takes a slot only if another would still be free after
 // it (read-ahead keeps one for readers).
-func (s *slots) tryAcquireSpare() bool {
+func (s *Slots) TryAcquireSpare() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.used+1 >= s.mu.limit {
@@ -48,8 +50,8 @@ func (s *slots) tryAcquireSpare() bool {
 	return true
 }
 
-// acquire waits for a slot until ctx ends.
-func (s *slots) acquire(ctx context.Context) error {
+// Acquire waits for a slot until ctx ends.
+func (s *Slots) Acquire(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		if s.mu.used < s.mu.limit {
@@ -67,30 +69,30 @@ func (s *slots) acquire(ctx context.Context) error {
 	}
 }
 
-// release gives a slot back.
-func (s *slots) release() {
+// Release gives a slot back.
+func (s *Slots) Release() {
 	s.mu.Lock()
 	s.mu.used--
 	s.wakeLocked()
 	s.mu.Unlock()
 }
 
-// setLimit changes the limit.
-func (s *slots) setLimit(n int) {
+// SetLimit changes the limit.
+func (s *Slots) SetLimit(n int) {
 	s.mu.Lock()
 	s.mu.limit = n
 	s.wakeLocked()
 	s.mu.Unlock()
 }
 
-// state returns the slots held and the limit.
-func (s *slots) state() (used, limit int) {
+// State returns the slots held and the limit.
+func (s *Slots) State() (used, limit int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.mu.used, s.mu.limit
 }
 
-func (s *slots) wakeLocked() {
+func (s *Slots) wakeLocked() {
 	close(s.mu.freed)
 	s.mu.freed = make(chan struct{})
 }
