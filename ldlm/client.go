@@ -254,13 +254,7 @@ func (c *Client) SetLRUMaxAge(imp *ptlrpc.Import, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("ldlm: lru_max_age %v: want a positive duration", d)
 	}
-	c.mu.Lock()
-	c.nsLocked(imp).lruMaxAge = d
-	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+	c.setNS(imp, func(ns *clientNS) { ns.lruMaxAge = d })
 	return nil
 }
 
@@ -273,14 +267,25 @@ func (c *Client) SetLRUSize(imp *ptlrpc.Import, n int) error {
 	if n < 0 {
 		return fmt.Errorf("ldlm: lru_size %d is negative", n)
 	}
+	c.setNS(imp, func(ns *clientNS) { ns.lruSize = n })
+	return nil
+}
+
+// setNS changes imp's namespace with set and has the flusher trim its LRU
+// by the new rules.
+func (c *Client) setNS(imp *ptlrpc.Import, set func(*clientNS)) {
 	c.mu.Lock()
-	c.nsLocked(imp).lruSize = n
+	set(c.nsLocked(imp))
 	c.mu.Unlock()
+	c.kickFlusher()
+}
+
+// kickFlusher wakes the flusher, if it is not awake already.
+func (c *Client) kickFlusher() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // NamespaceStats returns the locks the client holds in imp's namespace
@@ -761,10 +766,7 @@ func (c *Client) giveBack(ctx context.Context, l *ClientLock) {
 	}
 	c.mu.Unlock()
 	if urgent {
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
+		c.kickFlusher()
 	}
 }
 
