@@ -545,6 +545,11 @@ func (o *Object) readAhead(exts []extent) {
 	o.mu.Unlock()
 	for _, g := range groups {
 		if !c.rslots.TryAcquireSpare() {
+			// No RPC slot to spare: what is left goes ahead at the
+			// reader's next access instead of never.
+			o.mu.Lock()
+			o.mu.ra.rewind(g[0] * PageSize)
+			o.mu.Unlock()
 			return
 		}
 		budget := c.cache.raCharge(len(g))

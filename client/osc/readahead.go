@@ -112,6 +112,14 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 	return out
 }
 
+// rewind marks the bytes from off on as not read ahead (their RPCs could
+// not be sent), so that the next access reads them ahead again.
+func (r *raState) rewind(off uint64) {
+	if r.next > off {
+		r.next = off
+	}
+}
+
 // reset forgets every pattern.
 func (r *raState) reset() {
 	*r = raState{lastOff: r.lastOff, lastEnd: r.lastEnd, started: r.started}

@@ -106,3 +106,28 @@ func TestReadAheadWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAheadRewind: read-ahead that could not be sent is asked for
+// again at the next access.
+func TestReadAheadRewind(t *testing.T) {
+	const mib = 1 << 20
+	var r raState
+	r.access(0, mib, 32*mib, 4*mib)
+	first := r.access(mib, mib, 32*mib, 4*mib)
+	if len(first) != 1 || first[0].start != 2*mib {
+		t.Fatalf("second sequential read: read ahead %v", first)
+	}
+	// Only the first 4 MiB of it went out.
+	r.rewind(first[0].start + 4*mib)
+	again := r.access(2*mib, mib, 32*mib, 4*mib)
+	if len(again) != 1 || again[0].start != first[0].start+4*mib {
+		t.Fatalf("after the rewind: read ahead %v, want from %d", again, first[0].start+4*mib)
+	}
+	// Without one, the same access asks for nothing new so soon.
+	var s raState
+	s.access(0, mib, 32*mib, 4*mib)
+	s.access(mib, mib, 32*mib, 4*mib)
+	if more := s.access(2*mib, mib, 32*mib, 4*mib); len(more) != 0 {
+		t.Fatalf("no rewind: read ahead %v again", more)
+	}
+}
