@@ -303,7 +303,7 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 
 // raWindow is the most one object reads ahead.
 func (c *Client) raWindow() uint64 {
-	return raWindowOf(c.cache.raPages(), int(c.cache.raFileMB.Load())<<20/PageSize, c.rpcPages())
+	return raWindowOf(c.cache.raPages(), c.cache.raFilePages(), c.rpcPages())
 }
 
 // raWindowOf is the read-ahead window of one object, in bytes, for a

@@ -151,6 +151,9 @@ func (c *Client) ClearRPCStats() {
 // raPages returns max_read_ahead_mb in pages.
 func (c *Cache) raPages() int { return int(c.raMB.Load()) << 20 / PageSize }
 
+// raFilePages returns max_read_ahead_per_file_mb in pages.
+func (c *Cache) raFilePages() int { return int(c.raFileMB.Load()) << 20 / PageSize }
+
 // ReadAheadPerFile returns max_read_ahead_per_file_mb.
 func (c *Cache) ReadAheadPerFile() int { return int(c.raFileMB.Load()) }
 

@@ -93,8 +93,8 @@ type ImportConfig struct {
 	// replay; 0 means DefaultMaxUncommitted.
 	MaxUncommitted int
 	// MaxRPCsInFlight, if positive, bounds the requests Do has in flight
-	// at once (an MDC's max_rpcs_in_flight); more wait for a slot. Pings,
-	// connection requests and lock cancels are not counted: a cancel may
+	// at once (an MDC's max_rpcs_in_flight); more wait for a slot. Pings
+	// and lock cancels and converts are not counted: a cancel may
 	// be what the requests in flight wait for (the server holds a
 	// conflicting enqueue until the lock comes back). DoSet is not
 	// limited. SetMaxRPCsInFlight changes it.
@@ -964,13 +964,10 @@ func (imp *Import) Do(ctx context.Context, req *Req) ([]byte, error) {
 	return imp.collect(ctx, ic)
 }
 
-// limited reports whether requests of op count against MaxRPCsInFlight.
+// limited reports whether requests of op count against MaxRPCsInFlight
+// (connects and disconnects do not go through Do).
 func limited(op wire.Opcode) bool {
-	switch op {
-	case wire.OBDPing, wire.LDLMCancel, wire.LDLMConvert, wire.OSTConnect, wire.OSTDisconnect, wire.MDSConnect, wire.MDSDisconnect:
-		return false
-	}
-	return true
+	return op != wire.OBDPing && op != wire.LDLMCancel && op != wire.LDLMConvert
 }
 
 // MaxRPCsInFlight returns the import's limit of requests in flight (0:

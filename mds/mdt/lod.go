@@ -142,9 +142,7 @@ func (m *MDT) defaultLayout(parent fid.FID) layout.Layout {
 // stripecount, stripeoffset), for files in directories without a default
 // layout of their own or of the root's.
 func (m *MDT) DefaultStripe() layout.RAID0 {
-	m.ospMu.Lock()
-	defer m.ospMu.Unlock()
-	return m.defStripe
+	return *m.defStripe.Load()
 }
 
 // SetDefaultStripe changes the file system's default striping for files
@@ -157,9 +155,7 @@ func (m *MDT) SetDefaultStripe(r layout.RAID0) error {
 	if err := layout.Plain(r).Validate(); err != nil {
 		return fmt.Errorf("mdt: default striping: %w", err)
 	}
-	m.ospMu.Lock()
-	m.defStripe = r
-	m.ospMu.Unlock()
+	m.defStripe.Store(&r)
 	return nil
 }
 
@@ -208,17 +204,16 @@ func (m *MDT) allocateComp(ctx context.Context, tmpl layout.Layout, comp int) (*
 		// objects only when too few others are left, as Lustre's
 		// allocator does), then OSTs with objects at hand: a create waits
 		// for an OST only when too few have any.
-		rank := func(o *osp) int {
-			r := 0
+		rank := make(map[*osp]int, len(order))
+		for _, o := range order {
 			if o.isDegraded() {
-				r += 2
+				rank[o] += 2
 			}
 			if o.avail() == 0 {
-				r++
+				rank[o]++
 			}
-			return r
 		}
-		slices.SortStableFunc(order, func(a, b *osp) int { return rank(a) - rank(b) })
+		slices.SortStableFunc(order, func(a, b *osp) int { return rank[a] - rank[b] })
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.AllocTimeout)
 	defer cancel()

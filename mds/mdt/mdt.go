@@ -291,8 +291,8 @@ type Stats struct {
 // for concurrent use.
 type MDT struct {
 	cfg Config
-	// defStripe is cfg.DefaultStripe as changed at run time (ospMu).
-	defStripe layout.RAID0
+	// defStripe is cfg.DefaultStripe as changed at run time.
+	defStripe atomic.Pointer[layout.RAID0]
 	log       *slog.Logger
 	srv       *Server
 	store     *mdd.Store
@@ -346,10 +346,12 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	if lg == nil {
 		lg = s.log
 	}
-	m := &MDT{cfg: cfg, defStripe: cfg.DefaultStripe, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
+	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
 		opens: map[*ptlrpc.Export]map[uint64]openFile{}, nextHandle: rand.Uint64() >> 1,
 		destroyKick: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0), ops: map[string]uint64{}}
 	m.SetPools(cfg.Pools)
+	def := cfg.DefaultStripe
+	m.defStripe.Store(&def)
 	sc := cfg.Store
 	sc.Index, sc.SyncInterval = cfg.Index, 0
 	sc.OnCommit = func(n uint64) {

@@ -52,6 +52,9 @@ func (d *Device) writeData(o *object, fd int, bufs [][]byte, off int64) (int, er
 	if err != nil {
 		return done, err
 	}
+	if done == len(b) {
+		return done, nil
+	}
 	// The tail, and whatever a short direct write left.
 	n, err = pwritevFull(fd, [][]byte{b[done:]}, off+int64(done))
 	return done + n, err
