@@ -1,6 +1,7 @@
 package ptlrpc
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -169,8 +170,9 @@ type Import struct {
 		gen uint64
 		// changed is closed and replaced on every state change.
 		changed chan struct{}
-		// inflight holds the requests between begin and end, by XID.
-		inflight map[uint64]*icall
+		// inflight holds the requests between begin and end, a heap by
+		// XID: every request carries the lowest (lastXID).
+		inflight xidHeap
 		// recover counts requests of an older connection still to be
 		// resent before RECOVER becomes FULL.
 		recover int
@@ -196,6 +198,7 @@ type icall struct {
 	needSend  bool
 	tries     int
 	recovered bool // counted in mu.recover and not yet resent
+	hidx      int  // index in mu.inflight
 }
 
 // replayReq is a modifying request kept until it is committed (Lustre's
@@ -252,7 +255,6 @@ func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
 	imp.mu.state = StateDisconn
 	imp.mu.changed = make(chan struct{})
 	imp.mu.committed = make(chan struct{})
-	imp.mu.inflight = make(map[uint64]*icall)
 	go imp.run()
 	return imp, nil
 }
@@ -735,16 +737,32 @@ func (imp *Import) Uncommitted() []uint64 {
 func (imp *Import) lastXID() uint64 {
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
-	low := uint64(0)
-	for x := range imp.mu.inflight {
-		if low == 0 || x < low {
-			low = x
-		}
-	}
-	if low == 0 {
+	if len(imp.mu.inflight) == 0 {
 		return imp.mu.lastReplied
 	}
-	return low - 1
+	return imp.mu.inflight[0].r.xid - 1
+}
+
+// xidHeap is a container/heap of requests by XID.
+type xidHeap []*icall
+
+func (h xidHeap) Len() int           { return len(h) }
+func (h xidHeap) Less(i, j int) bool { return h[i].r.xid < h[j].r.xid }
+func (h xidHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
+}
+func (h *xidHeap) Push(x any) {
+	ic := x.(*icall)
+	ic.hidx = len(*h)
+	*h = append(*h, ic)
+}
+func (h *xidHeap) Pop() any {
+	old := *h
+	ic := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return ic
 }
 
 // waitRoom waits until the replay list has room, pinging to learn what the
@@ -824,7 +842,7 @@ func (imp *Import) begin(ctx context.Context, req *Req) (*icall, error) {
 	}
 	imp.mu.Lock()
 	ic := &icall{r: r, gen: imp.mu.gen, needSend: true}
-	imp.mu.inflight[r.xid] = ic
+	heap.Push(&imp.mu.inflight, ic)
 	imp.mu.Unlock()
 	if err := imp.sendNext(ctx, ic); err != nil && ctx.Err() != nil {
 		imp.end(ic)
@@ -931,7 +949,10 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 // end releases ic.
 func (imp *Import) end(ic *icall) {
 	imp.mu.Lock()
-	delete(imp.mu.inflight, ic.r.xid)
+	if ic.hidx >= 0 {
+		heap.Remove(&imp.mu.inflight, ic.hidx)
+		ic.hidx = -1
+	}
 	imp.doneRecoveringLocked(ic)
 	imp.mu.lastReplied = max(imp.mu.lastReplied, ic.r.xid)
 	imp.mu.Unlock()

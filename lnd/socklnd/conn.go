@@ -235,6 +235,10 @@ type conn struct {
 	writable bool
 	// busy is set while the writer or an inline Send is writing.
 	busy bool
+	// combining is set while a Send that found c idle yields before
+	// writing what is queued (conn.combine): Sends meanwhile queue
+	// without waking the writer.
+	combining bool
 	// exiting is set by an exiting writer that waits for an inline write
 	// to end: the inline writer then kicks it.
 	exiting bool

@@ -12,7 +12,7 @@ import (
 )
 
 type counters struct {
-	txMsgs, txBytes, txErrors                atomic.Uint64
+	txMsgs, txBytes, txErrors, txWrites      atomic.Uint64
 	rxMsgs, rxBytes, rxRefused               atomic.Uint64
 	connsMade, connsDropped, connectFailures atomic.Uint64
 	handshakeFailures, connRaces, badHeaders atomic.Uint64
@@ -25,6 +25,10 @@ type Stats struct {
 	TxMsgs   uint64 // messages written to a socket (finalized with nil)
 	TxBytes  uint64 // bytes of those
 	TxErrors uint64 // messages finalized with an error
+	// TxWrites counts the system calls that wrote messages: TxMsgs over
+	// TxWrites is how many a write carries on average (one writev takes
+	// every small message queued on a connection when it starts).
+	TxWrites uint64
 
 	RxMsgs    uint64 // messages received whole (payload placed or drained)
 	RxBytes   uint64 // bytes of those
@@ -51,6 +55,7 @@ func (ni *NI) Stats() Stats {
 		TxMsgs:            s.txMsgs.Load(),
 		TxBytes:           s.txBytes.Load(),
 		TxErrors:          s.txErrors.Load(),
+		TxWrites:          s.txWrites.Load(),
 		RxMsgs:            s.rxMsgs.Load(),
 		RxBytes:           s.rxBytes.Load(),
 		RxRefused:         s.rxRefused.Load(),

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"time"
 
@@ -240,10 +241,17 @@ func (ni *NI) send(msg *lnet.Msg, hold bool) *conn {
 	if c != nil {
 		it.inc = p.mu.incarnation
 		if !hold && c.idleLocked(q) && ni.inlineOK(msg) && !q.full(ni.qcap) {
-			c.busy = true
-			q.out++
+			if !combineWrites {
+				c.busy = true
+				q.out++
+				p.mu.Unlock()
+				c.sendInline(&it)
+				return nil
+			}
+			q.push(&it, ni.qcap)
+			c.combining = true
 			p.mu.Unlock()
-			c.sendInline(&it)
+			c.combine()
 			return nil
 		}
 	}
@@ -256,12 +264,13 @@ func (ni *NI) send(msg *lnet.Msg, hold bool) *conn {
 	if c == nil {
 		ni.dialLocked(p, t)
 	}
+	wake := c != nil && !hold && !c.combining
 	p.mu.Unlock()
 	switch {
 	case c == nil:
 	case hold:
 		return c
-	default:
+	case wake:
 		c.wake()
 	}
 	return nil
@@ -339,6 +348,23 @@ func (c *conn) sendInline(it *txItem) {
 	c.writeNow(c.batch)
 }
 
+// combine writes the small message Send just queued on an idle c, and
+// those queued behind it meanwhile, with one writev on the caller's
+// goroutine. It first yields the processor: the goroutines runnable now
+// (handlers finishing, callers woken by replies the reader just
+// delivered) queue their messages behind this one instead of each paying
+// for a system call of its own, and the writer is not woken for them
+// (c.combining). With nothing else runnable the yield costs next to
+// nothing; under load it turns one writev per message into one per
+// batch, which on loopback is most of the cost of a small RPC.
+func (c *conn) combine() {
+	runtime.Gosched()
+	c.p.mu.Lock()
+	c.combining = false
+	c.p.mu.Unlock()
+	c.flush()
+}
+
 // flush writes what is queued for c with one non-blocking writev on the
 // caller's goroutine if c's write side is free and the first message is
 // small, as Send would write it; otherwise it leaves it to the writer.
@@ -375,6 +401,9 @@ func (c *conn) writeNow(batch []txItem) {
 	n, err := c.nbw.write(vec)
 	clear(vec) // do not keep the callers' buffers alive
 	c.vec = vec[:0]
+	if n > 0 {
+		ni.stats.txWrites.Add(1)
+	}
 
 	done := 0
 	for ; done < len(batch) && n >= batch[done].wireLen(); done++ {
@@ -532,6 +561,7 @@ func (c *conn) writeBatch(batch []txItem) bool {
 		c.nc.SetWriteDeadline(now.Add(ni.conf.Timeout))
 		bufs := net.Buffers(vec) // WriteTo consumes bufs, not vec
 		n, err = bufs.WriteTo(c.nc)
+		ni.stats.txWrites.Add(1)
 		if err == nil {
 			// An inline write may come next, and must not find a deadline
 			// that has since passed.

@@ -10,6 +10,10 @@ import (
 // goroutine (see conn.sendInline); it needs nbWriter.
 const inlineWrites = true
 
+// combineWrites says whether an inline Send yields first, so that messages
+// queued meanwhile go in the same writev (conn.combine).
+const combineWrites = true
+
 // maxIOV is the most vectors one writev takes (IOV_MAX).
 const maxIOV = 1024
 

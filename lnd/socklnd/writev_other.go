@@ -13,3 +13,6 @@ type nbWriter struct{}
 func (*nbWriter) init(*net.TCPConn) {}
 
 func (*nbWriter) write([][]byte) (int, error) { return 0, nil }
+
+// combineWrites is false with inlineWrites.
+const combineWrites = false
