@@ -403,12 +403,7 @@ func (s *Store) DestroyOrphans(r Req) ([]Removal, error) {
 // GetLayout returns f's layout (for a directory, its default layout);
 // ENODATA if it has none, ENOENT if f does not exist.
 func (s *Store) GetLayout(f fid.FID) (layout.Layout, error) {
-	t := s.read(&Req{})
-	defer t.done()
-	if _, err := t.inode(f); err != nil {
-		return layout.Layout{}, err
-	}
-	l, err := t.layoutOf(f)
+	l, err := s.LayoutIfAny(f)
 	if err != nil {
 		return layout.Layout{}, err
 	}
@@ -416,6 +411,18 @@ func (s *Store) GetLayout(f fid.FID) (layout.Layout, error) {
 		return layout.Layout{}, fail(syscall.ENODATA, "layout of %v", f)
 	}
 	return *l, nil
+}
+
+// LayoutIfAny is GetLayout for callers to whom no layout is an ordinary
+// answer (nil, nil), such as the search for a directory's default layout
+// on every create: it builds no error for it.
+func (s *Store) LayoutIfAny(f fid.FID) (*layout.Layout, error) {
+	t := s.read(&Req{})
+	defer t.done()
+	if _, err := t.inode(f); err != nil {
+		return nil, err
+	}
+	return t.layoutOf(f)
 }
 
 // SetLayout sets f's layout: a regular file's (instantiating components,

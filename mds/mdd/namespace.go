@@ -191,10 +191,14 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 		}
 	} else if err := t.s.checkNewFIDLocked(f); err != nil {
 		return nil, err
-	} else if _, err := t.inode(f); err == nil {
-		return nil, fail(syscall.EEXIST, "create %q: FID %v in use", clampName(name), f)
-	} else if Errno(err) != syscall.ENOENT {
+	} else if unused, err := t.s.unusedFIDLocked(f); err != nil {
 		return nil, err
+	} else if !unused {
+		if _, err := t.inode(f); err == nil {
+			return nil, fail(syscall.EEXIST, "create %q: FID %v in use", clampName(name), f)
+		} else if Errno(err) != syscall.ENOENT {
+			return nil, err
+		}
 	}
 	mode := sp.Mode
 	n := &inode{Attr: Attr{FID: f, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: sp.Rdev,

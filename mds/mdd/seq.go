@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"syscall"
@@ -160,6 +161,50 @@ func (s *Store) checkNewFIDLocked(f fid.FID) error {
 		return fail(syscall.EINVAL, "new FID %v: sequence not on MDT%04x", f, s.cfg.Index)
 	}
 	return nil
+}
+
+// maxOIDHigh bounds the sequences whose highest OID the store keeps (one
+// per client mount that created files since the store opened, usually):
+// past it the table starts over, and each sequence costs one seek again.
+const maxOIDHigh = 4096
+
+// unusedFIDLocked reports whether no inode can have FID f because f's OID
+// is above every OID of its sequence in the store: what makes most
+// creates with a client's FID (which the client mints in order) skip the
+// lookup of an inode that does not exist. The highest OID of a sequence
+// is found with one seek the first time, then kept by noteOIDLocked for
+// every inode a commit writes. false means only "look it up".
+func (s *Store) unusedFIDLocked(f fid.FID) (bool, error) {
+	high, ok := s.mu.oidHigh[f.Seq]
+	if !ok {
+		lo, hi := fidKey(pfxInode, fid.FID{Seq: f.Seq}), fidKey(pfxInode, fid.FID{Seq: f.Seq + 1})
+		if f.Seq == math.MaxUint64 {
+			hi = []byte{pfxInode + 1}
+		}
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return false, ioError(err, "inodes of sequence %#x", f.Seq)
+		}
+		if it.Last() {
+			high = getFID(it.Key()[1:]).Oid
+		}
+		err = it.Close()
+		if err != nil {
+			return false, ioError(err, "inodes of sequence %#x", f.Seq)
+		}
+		if len(s.mu.oidHigh) >= maxOIDHigh {
+			clear(s.mu.oidHigh)
+		}
+		s.mu.oidHigh[f.Seq] = high
+	}
+	return f.Oid > high, nil
+}
+
+// noteOIDLocked keeps unusedFIDLocked's table right as inode f is written.
+func (s *Store) noteOIDLocked(f fid.FID) {
+	if high, ok := s.mu.oidHigh[f.Seq]; ok && f.Oid > high {
+		s.mu.oidHigh[f.Seq] = f.Oid
+	}
 }
 
 // mintLocked mints a FID for the store's own use (creates that came

@@ -1,6 +1,7 @@
 package mdd
 
 import (
+	"fmt"
 	"sync"
 	"syscall"
 	"testing"
@@ -105,4 +106,59 @@ func TestFIDAllocator(t *testing.T) {
 	}
 	_, err = s.Create(root, RootFID, "y", Spec{FID: f})
 	wantErrno(t, "create with a used FID", err, syscall.EEXIST)
+}
+
+// A FID already in use is refused whatever the order clients' FIDs come
+// in, also after a restart, when the highest OID of each sequence is
+// learned again from the store: FIDs above it skip the inode lookup, the
+// others are looked up.
+func TestCreateFIDInUse(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := s.AllocClientSeq()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(oid uint32) fid.FID { return fid.FID{Seq: seq, Oid: oid} }
+	mk := func(s *Store, name string, oid uint32, want syscall.Errno) {
+		t.Helper()
+		got, err := s.Create(root, RootFID, name, Spec{FID: at(oid)})
+		if want != 0 {
+			wantErrno(t, fmt.Sprintf("create %s with OID %d", name, oid), err, want)
+			return
+		}
+		if err != nil || got.FID != at(oid) {
+			t.Fatalf("create %s with OID %d = %v, %v", name, oid, got.FID, err)
+		}
+	}
+	mk(s, "a", 10, 0)
+	mk(s, "b", 4, 0) // below the highest: looked up, free
+	mk(s, "c", 10, syscall.EEXIST)
+	mk(s, "d", 4, syscall.EEXIST)
+	mk(s, "e", 11, 0)
+	mk(s, "f", 11, syscall.EEXIST)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mk(s, "g", 11, syscall.EEXIST)
+	mk(s, "h", 10, syscall.EEXIST)
+	mk(s, "i", 7, 0)
+	mk(s, "j", 12, 0)
+	mk(s, "k", 12, syscall.EEXIST)
+	// A directory's FID counts as well.
+	if _, err := s.Mkdir(root, RootFID, "dir", Spec{FID: at(20), Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	mk(s, "l", 20, syscall.EEXIST)
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -118,6 +118,7 @@ type Store struct {
 		fld         []FLDEntry                // the FLD, sorted by Start
 		alloc       struct{ seq, oid uint64 } // the store's own FID minting
 		lastObj     map[uint32]fid.FID        // OST index → last object used (objects.go)
+		oidHigh     map[uint64]uint32         // sequence → no inode of it has a higher OID (seq.go)
 	}
 
 	cache     *valueCache   // hot records (cache.go)
@@ -168,6 +169,7 @@ func Open(cfg Config) (*Store, error) {
 	s.mu.clUsers = map[uint32]uint64{}
 	s.mu.opens = map[fid.FID]int{}
 	s.mu.lastObj = map[uint32]fid.FID{}
+	s.mu.oidHigh = map[uint64]uint32{}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err

@@ -72,6 +72,7 @@ func (t *tx) commit() error {
 	for f := range t.dirty {
 		if n := t.inodes[f]; n != nil {
 			t.b.Set(fidKey(pfxInode, f), n.marshal(), nil)
+			s.noteOIDLocked(f) // before the commit: a failed one may be in
 		}
 	}
 	clNext := s.mu.clNext

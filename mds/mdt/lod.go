@@ -131,8 +131,8 @@ func (m *MDT) ospOf(idx uint32) *osp {
 // parent's default layout, else the root's, else the file system's.
 func (m *MDT) defaultLayout(parent fid.FID) layout.Layout {
 	for _, d := range []fid.FID{parent, mdd.RootFID} {
-		if l, err := m.store.GetLayout(d); err == nil {
-			return l
+		if l, err := m.store.LayoutIfAny(d); err == nil && l != nil {
+			return *l
 		}
 	}
 	return layout.Plain(m.DefaultStripe())
