@@ -531,22 +531,24 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 }
 
 // Glimpse asks the server of imp for res's attributes as the holders of
-// write locks see them, without taking a lock.
-func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) (LVB, error) {
+// write locks see them, without taking a lock. valid says the server
+// vouches for them as the object's (it read the object, or keeps the LVB
+// of a locked resource); otherwise only the lock holders' part is known.
+func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) (lvb LVB, valid bool, err error) {
 	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(PR),
 		Policy: policyToWire(Policy{Extent: Whole}), Flags: wireGlimpse})
 	if err != nil {
-		return LVB{}, err
+		return LVB{}, false, err
 	}
 	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)})
 	if err != nil {
-		return LVB{}, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
+		return LVB{}, false, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
 	}
 	var rep ldlmv1.EnqueueReply
 	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
-		return LVB{}, fmt.Errorf("ldlm: glimpse reply from %s: %w", imp.Target(), err)
+		return LVB{}, false, fmt.Errorf("ldlm: glimpse reply from %s: %w", imp.Target(), err)
 	}
-	return lvbFromWire(rep.Lvb), nil
+	return lvbFromWire(rep.Lvb), rep.LvbValid, nil
 }
 
 // LockAhead asks for a write lock on ext of res before any I/O (Lustre's

@@ -37,6 +37,11 @@ var (
 	// (nothing queued) or carried by a Failure when a queued request is
 	// found in a cycle later. Kind Conflict; errno EDEADLK.
 	ErrDeadlock = errors.New("ldlm: flock deadlock")
+	// ErrNoObject: what ServerConfig.LVBInit returns when the target has
+	// no object behind the resource (an OST object never created or
+	// destroyed): the resource then has an empty LVB, and a glimpse does
+	// not vouch for it. Kind NotExist; errno ENOENT.
+	ErrNoObject = errors.New("ldlm: no object behind the resource")
 )
 
 var sentinels = []struct {
@@ -50,6 +55,7 @@ var sentinels = []struct {
 	{ErrNotOwner, errs.Permission, syscall.EPERM},
 	{ErrWouldBlock, errs.Conflict, syscall.EAGAIN},
 	{ErrDeadlock, errs.Conflict, syscall.EDEADLK},
+	{ErrNoObject, errs.NotExist, syscall.ENOENT},
 }
 
 // Errno maps an error of this package to the errno the wire carries (only

@@ -80,7 +80,10 @@ type ServerConfig struct {
 	// enqueue with an intent is refused with EOPNOTSUPP.
 	Intent IntentPolicy
 	// LVBInit, if not nil, gives a new resource its LVB (an OST reads the
-	// object's size): Lustre's lvbo_init.
+	// object's size): Lustre's lvbo_init. It returns an error wrapping
+	// ErrNoObject when there is no object (the LVB stays empty, quietly).
+	// A glimpse of a resource without locks gets its LVB from it too, and
+	// the client takes that as the object's attributes.
 	LVBInit func(res Resource) (LVB, error)
 	// Evict evicts a client that failed a callback (its export's target
 	// drops it, which calls ExportGone). Nil means ExportGone directly.
@@ -266,11 +269,11 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		return s.bad(r, fmt.Errorf("%w: lock replay outside recovery", ErrInvalid))
 	}
 	if er.Flags&wireGlimpse != 0 {
-		lvb, err := s.Glimpse(ctx, res)
+		lvb, valid, err := s.glimpse(ctx, res)
 		if err != nil {
 			return s.bad(r, err)
 		}
-		return marshal(&ldlmv1.EnqueueReply{Lvb: lvbToWire(lvb)})
+		return marshal(&ldlmv1.EnqueueReply{Lvb: lvbToWire(lvb), LvbValid: valid})
 	}
 	if er.Flags&wireTestLock != 0 {
 		s.mu.Lock()
@@ -331,7 +334,9 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	if result.NewResource && s.cfg.LVBInit != nil {
 		lvb, err := s.cfg.LVBInit(res)
 		if err != nil {
-			s.log.Warn("ldlm: lvb init", "resource", res, "err", err)
+			if !errors.Is(err, ErrNoObject) {
+				s.log.Warn("ldlm: lvb init", "resource", res, "err", err)
+			}
 		} else if err := s.mu.ns.SetLVB(result.Lock.Resource, lvb); err != nil {
 			s.log.Warn("ldlm: set lvb", "resource", res, "err", err)
 		}
@@ -647,8 +652,35 @@ func (s *Server) ExportGone(exp *ptlrpc.Export) {
 // merged with the resource's LVB, by a glimpse AST to each (Lustre's
 // ldlm_glimpse_locks). Holders that do not answer are left out.
 func (s *Server) Glimpse(ctx context.Context, res Resource) (LVB, error) {
+	lvb, _, err := s.glimpse(ctx, res)
+	return lvb, err
+}
+
+// glimpse is Glimpse, also saying whether the LVB vouches for the object
+// (valid): the resource has locks, whose LVB LVBInit filled and writes
+// and glimpse callbacks keep up, or it has none, and LVBInit read the
+// object just now (as Lustre's glimpse of an unlocked resource runs
+// lvbo_init) — no client caches anything of it then. Without LVBInit, or
+// without an object, it does not.
+func (s *Server) glimpse(ctx context.Context, res Resource) (LVB, bool, error) {
 	s.mu.Lock()
-	lvb, _ := s.mu.ns.LVB(res)
+	lvb, known := s.mu.ns.LVB(res)
+	if !known {
+		s.mu.Unlock()
+		if s.cfg.LVBInit == nil {
+			return LVB{}, false, nil
+		}
+		lvb, err := s.cfg.LVBInit(res)
+		switch {
+		case errors.Is(err, ErrNoObject):
+			return LVB{}, false, nil
+		case err != nil:
+			return LVB{}, false, err
+		}
+		return lvb, true, nil
+	}
+	// An LVB still empty may be one LVBInit found no object for.
+	valid := s.cfg.LVBInit != nil && (lvb.Size != 0 || lvb.Blocks != 0 || lvb.MTime != 0 || lvb.CTime != 0)
 	var calls []ptlrpc.Call
 	for _, l := range s.mu.ns.Locks(res) {
 		if l.State != Granted || (l.Mode != PW && l.Mode != EX && l.Mode != GROUP) {
@@ -661,13 +693,13 @@ func (s *Server) Glimpse(ctx context.Context, res Resource) (LVB, error) {
 		body, err := ptlrpc.Marshal(&ldlmv1.GlimpseAST{Handle: uint64(l.Handle), ClientHandle: s.mu.remote[l.Handle]})
 		if err != nil {
 			s.mu.Unlock()
-			return LVB{}, err
+			return LVB{}, false, err
 		}
 		calls = append(calls, ptlrpc.Call{Target: exp.Peer(), Portal: s.cfg.CallbackPortal, Opcode: wire.LDLMGlCallback, Body: body})
 	}
 	s.mu.Unlock()
 	if len(calls) == 0 {
-		return lvb, nil
+		return lvb, valid, nil
 	}
 	s.glASTs.Add(uint64(len(calls)))
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallbackTimeout)
@@ -689,7 +721,7 @@ func (s *Server) Glimpse(ctx context.Context, res Resource) (LVB, error) {
 		s.mu.ns.SetLVB(res, mergeLVB(old, lvb))
 	}
 	s.mu.Unlock()
-	return lvb, nil
+	return lvb, valid, nil
 }
 
 // SetLVB updates a resource's LVB (an OST after a write or truncate).

@@ -333,7 +333,7 @@ func TestGlimpse(t *testing.T) {
 	lc := newLockCluster(t, 2, 5*time.Second)
 	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
 	ctx := ctxT(t, 10*time.Second)
-	lvb, err := b.lc.Glimpse(ctx, b.imp, objRes)
+	lvb, _, err := b.lc.Glimpse(ctx, b.imp, objRes)
 	if err != nil || lvb.Size != 0 {
 		t.Fatalf("glimpse with no lock: %+v %v", lvb, err)
 	}
@@ -342,7 +342,7 @@ func TestGlimpse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lvb, err = b.lc.Glimpse(ctx, b.imp, objRes)
+	lvb, _, err = b.lc.Glimpse(ctx, b.imp, objRes)
 	if err != nil || lvb.Size != 123457 {
 		t.Fatalf("glimpse: %+v %v, want size 123457", lvb, err)
 	}

@@ -566,6 +566,21 @@ func TestExtentLockLVB(t *testing.T) {
 	lc := ldlm.NewClient(ldlm.ClientConfig{Logger: quiet})
 	defer lc.Close()
 	res := ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeExtent}
+	// Nobody holds a lock yet: the glimpse reads the object and vouches
+	// for what it read, so a client needs no getattr besides.
+	getattrs := func() uint64 { return e.oss.Service().Stats().Ops[wire.OSTGetattr].Count }
+	before := getattrs()
+	if lvb, valid, err := lc.Glimpse(ctx, oc.imps[0], res); err != nil || !valid || lvb.Size != 100+uint64(len(data)) || lvb.Blocks == 0 {
+		t.Fatalf("glimpse of an unlocked object: %+v valid %v, %v", lvb, valid, err)
+	}
+	// An object that does not exist: nothing to vouch for.
+	gone := ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid+1000, 0), Type: ldlm.TypeExtent}
+	if lvb, valid, err := lc.Glimpse(ctx, oc.imps[0], gone); err != nil || valid || lvb.Size != 0 {
+		t.Fatalf("glimpse of no object: %+v valid %v, %v", lvb, valid, err)
+	}
+	if n := getattrs() - before; n != 0 {
+		t.Fatalf("glimpses made %d getattrs", n)
+	}
 	l, _, _, err := lc.Enqueue(ctx, oc.imps[0], ldlm.Enqueue{Resource: res, Mode: ldlm.PR, Policy: ldlm.Policy{Extent: ldlm.Whole}})
 	if err != nil {
 		t.Fatal(err)
@@ -578,9 +593,9 @@ func TestExtentLockLVB(t *testing.T) {
 	if _, err := oc.imps[0].Do(ctx, oc.writeReq(f, []wire.Niobuf{{Offset: 1 << 20, Len: 10}}, [][]byte{data[:10]}, false)); err != nil {
 		t.Fatal(err)
 	}
-	lvb, err := lc.Glimpse(ctx, oc.imps[0], res)
-	if err != nil || lvb.Size != 1<<20+10 {
-		t.Fatalf("glimpse after a write: %+v %v", lvb, err)
+	lvb, valid, err := lc.Glimpse(ctx, oc.imps[0], res)
+	if err != nil || lvb.Size != 1<<20+10 || !valid {
+		t.Fatalf("glimpse after a write: %+v valid %v, %v", lvb, valid, err)
 	}
 }
 

@@ -180,15 +180,16 @@ func (o *Object) Size(ctx context.Context) (uint64, error) {
 		return s, nil
 	}
 	c := o.c
-	lvb, err := c.locks.Glimpse(ctx, c.imp, o.res)
+	lvb, valid, err := c.locks.Glimpse(ctx, c.imp, o.res)
 	if err != nil {
 		return 0, o.errorf("glimpse: %w", err)
 	}
 	size := lvb.Size
-	if lvb.Size == 0 && lvb.Blocks == 0 && lvb.MTime == 0 {
-		// A resource nobody holds a lock on has no LVB on the lock server
-		// (ldlm drops it with the last lock): without locks there is no
-		// cached data anywhere, so the object's attributes are the truth.
+	if !valid && lvb.Size == 0 && lvb.Blocks == 0 && lvb.MTime == 0 {
+		// The lock server did not read the object (an object it found
+		// missing, a server that does not): ask the OST, which says
+		// whether the object exists. Without locks there is no cached
+		// data anywhere, so its attributes are the truth.
 		a, err := c.getattr(ctx, o.fid)
 		if err != nil {
 			return 0, err

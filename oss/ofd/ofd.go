@@ -417,7 +417,7 @@ func (o *OFD) lvbInit(res ldlm.Resource) (ldlm.LVB, error) {
 	f := fid.FID{Seq: res.ID[0], Oid: uint32(res.ID[1]), Ver: uint32(res.ID[1] >> 32)}
 	a, err := o.dev.GetAttr(context.Background(), f)
 	if errors.Is(err, osd.ErrNotExist) {
-		return ldlm.LVB{}, nil
+		return ldlm.LVB{}, fmt.Errorf("ofd: object %v: %w", f, ldlm.ErrNoObject)
 	}
 	if err != nil {
 		return ldlm.LVB{}, err

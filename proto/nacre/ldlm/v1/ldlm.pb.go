@@ -389,7 +389,11 @@ type EnqueueReply struct {
 	// policy gave a lock on another resource than the one asked for (a
 	// lookup asked on the parent directory is granted on the child found:
 	// Lustre's ELDLM_LOCK_REPLACED); absent otherwise.
-	Resource      *Resource `protobuf:"bytes,10,opt,name=resource,proto3" json:"resource,omitempty"`
+	Resource *Resource `protobuf:"bytes,10,opt,name=resource,proto3" json:"resource,omitempty"`
+	// LvbValid, on a glimpse, says the LVB holds the object's attributes as
+	// the target knows them (read from the object when no lock holds the
+	// resource), so the client needs no getattr besides.
+	LvbValid      bool `protobuf:"varint,11,opt,name=lvb_valid,json=lvbValid,proto3" json:"lvb_valid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,6 +496,13 @@ func (x *EnqueueReply) GetResource() *Resource {
 		return x.Resource
 	}
 	return nil
+}
+
+func (x *EnqueueReply) GetLvbValid() bool {
+	if x != nil {
+		return x.LvbValid
+	}
+	return false
 }
 
 // ConvertRequest downgrades a granted lock (LDLM_CONVERT).
@@ -995,7 +1006,7 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\x12#\n" +
 	"\rclient_handle\x18\x05 \x01(\x04R\fclientHandle\x12\x18\n" +
 	"\acancels\x18\x06 \x03(\x04R\acancels\x12\x16\n" +
-	"\x06intent\x18\a \x01(\fR\x06intent\"\xf0\x02\n" +
+	"\x06intent\x18\a \x01(\fR\x06intent\"\x8d\x03\n" +
 	"\fEnqueueReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\bR\agranted\x12\x12\n" +
@@ -1008,7 +1019,8 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\fintent_reply\x18\b \x01(\fR\vintentReply\x12#\n" +
 	"\rintent_status\x18\t \x01(\x05R\fintentStatus\x123\n" +
 	"\bresource\x18\n" +
-	" \x01(\v2\x17.nacre.ldlm.v1.ResourceR\bresource\"P\n" +
+	" \x01(\v2\x17.nacre.ldlm.v1.ResourceR\bresource\x12\x1b\n" +
+	"\tlvb_valid\x18\v \x01(\bR\blvbValid\"P\n" +
 	"\x0eConvertRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +

@@ -321,6 +321,16 @@ func (m *EnqueueReply) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.LvbValid {
+		i--
+		if m.LvbValid {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x58
+	}
 	if m.Resource != nil {
 		size, err := m.Resource.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -985,6 +995,9 @@ func (m *EnqueueReply) SizeVT() (n int) {
 	if m.Resource != nil {
 		l = m.Resource.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.LvbValid {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2173,6 +2186,26 @@ func (m *EnqueueReply) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LvbValid", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.LvbValid = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
