@@ -12,6 +12,7 @@ import (
 	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
 )
 
 // Types of the MDC the library's callers use.
@@ -345,7 +346,30 @@ func (fs *FS) Unlink(ctx context.Context, cred Cred, parent FID, name string) er
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.giveBack(ctx, parent, name)
 	return fs.mdc.Unlink(ctx, cred, parent, name)
+}
+
+// GiveBack gives back f's unused locks now, ahead of a change of one of
+// its names that would call them back (early lock cancel: their handles
+// ride on the change's request). Unlink, Rmdir and Rename do it for the
+// files whose names the cache knows; a caller that knows the file some
+// other way (the kernel's dentry, whose entry came with a create) tells
+// it here first.
+func (fs *FS) GiveBack(ctx context.Context, f FID) {
+	fs.mdc.GiveBack(ctx, f)
+}
+
+// giveBack gives back, with the request that changes name in parent,
+// what the change would call back (early lock cancel): the UPDATE bit of
+// parent's locks (the entries change; their LOOKUP stays), and every
+// lock of the file name leads to, if the cache knows it (its link count
+// or name changes).
+func (fs *FS) giveBack(ctx context.Context, parent FID, name string) {
+	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
+	if f, ok := fs.cache.lookup(parent, name); ok {
+		fs.mdc.GiveBack(ctx, f)
+	}
 }
 
 // Rmdir removes the empty directory name from parent.
@@ -355,6 +379,7 @@ func (fs *FS) Rmdir(ctx context.Context, cred Cred, parent FID, name string) err
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.giveBack(ctx, parent, name)
 	return fs.mdc.Rmdir(ctx, cred, parent, name)
 }
 
@@ -369,6 +394,8 @@ func (fs *FS) Rename(ctx context.Context, cred Cred, sp FID, sname string, tp FI
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.giveBack(ctx, sp, sname)
+	fs.giveBack(ctx, tp, tname)
 	return fs.mdc.Rename(ctx, cred, sp, sname, tp, tname, flags)
 }
 

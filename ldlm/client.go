@@ -129,6 +129,10 @@ type clientNS struct {
 	pending []Handle
 	since   time.Time
 	urgent  bool
+	// converted are locks converted locally (ConvertUnused) whose new
+	// bits the server has not been told yet: the next MDS request takes
+	// them (TakeConverts).
+	converted []Convert
 	// lruSize overrides ClientConfig.LRUSize for this namespace when
 	// not 0 (ldlm.namespaces.*.lru_size).
 	lruSize   int
@@ -446,17 +450,8 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	}
 	set[l] = struct{}{}
 	// Early lock cancel: what waits to be given back rides along.
-	n := min(len(ns.pending), c.cfg.CancelBatch)
-	cancels := make([]uint64, n)
-	for i, h := range ns.pending[:n] {
-		cancels[i] = uint64(h)
-	}
-	ns.pending = ns.pending[n:]
-	if len(ns.pending) == 0 {
-		ns.urgent = false
-	}
+	cancels := c.takePendingLocked(ns)
 	c.mu.Unlock()
-	c.earlyCancels.Add(uint64(n))
 
 	flags := uint32(e.Flags)
 	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
@@ -528,6 +523,117 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		return nil, nil, 0, err
 	}
 	return l, rep.IntentReply, rep.IntentStatus, nil
+}
+
+// takePendingLocked takes up to CancelBatch of the handles ns has given
+// back and not yet told the server of, for a request to carry.
+func (c *Client) takePendingLocked(ns *clientNS) []uint64 {
+	n := min(len(ns.pending), c.cfg.CancelBatch)
+	if n == 0 {
+		return nil
+	}
+	cancels := make([]uint64, n)
+	for i, h := range ns.pending[:n] {
+		cancels[i] = uint64(h)
+	}
+	ns.pending = ns.pending[n:]
+	if len(ns.pending) == 0 {
+		ns.urgent = false
+	}
+	c.earlyCancels.Add(uint64(n))
+	return cancels
+}
+
+// TakeCancels returns handles of locks on imp's target given back locally
+// (CancelUnused, LRU trimming) whose CANCEL has not gone out, for a
+// request of the caller's to carry instead (Lustre packs them into any
+// MDS request, not only an enqueue). The server must be told: the caller
+// sends them, or the locks stay granted there until a blocking AST finds
+// them gone.
+func (c *Client) TakeCancels(imp *ptlrpc.Import) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil
+	}
+	return c.takePendingLocked(c.nsLocked(imp))
+}
+
+// Convert is a lock converted locally: its server handle and the inode
+// bits it keeps.
+type Convert struct {
+	Handle Handle
+	Keep   Bits
+}
+
+// ConvertUnused drops bits from the unused granted IBITS locks of res
+// that would keep their LOOKUP bit (those with a Convert hook, which
+// CancelUnused leaves for a blocking AST to convert): the hook drops what
+// the bits protected, the lock keeps the rest, and the server is told by
+// the next request of the caller's (TakeConverts), ahead of a change that
+// would otherwise call the lock back. It returns how many it converted.
+func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return 0
+	}
+	ns := c.nsLocked(imp)
+	var ls []*ClientLock
+	for l := range ns.byRes[res] {
+		keep := l.policy.Bits &^ bits
+		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.hooks.Convert == nil || keep == l.policy.Bits || keep&BitLookup == 0 {
+			continue
+		}
+		if l.lru != nil {
+			ns.lru.Remove(l.lru)
+			l.lru = nil
+		}
+		l.state = lockConverting
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	n := 0
+	for _, l := range ls {
+		keep := l.policy.Bits &^ bits
+		ok := l.hooks.Convert(ctx, l, l.policy.Bits&bits)
+		c.mu.Lock()
+		switch {
+		case l.state != lockConverting:
+			// Dropped meanwhile (eviction).
+		case ok && !l.reblocked:
+			l.policy.Bits, l.state = keep, lockGranted
+			ns.converted = append(ns.converted, Convert{Handle: l.remote, Keep: keep})
+			if l.users == 0 {
+				l.lastUsed = time.Now()
+				l.lru = ns.lru.PushBack(l)
+			}
+			n++
+		default:
+			l.state = lockCancelling
+			c.mu.Unlock()
+			c.queueCancel(l)
+			continue
+		}
+		c.mu.Unlock()
+	}
+	return n
+}
+
+// TakeConverts returns the conversions ConvertUnused made on imp's
+// target that the server has not been told of, for a request of the
+// caller's to carry. If it never arrives, a blocking AST for the dropped
+// bits finds the lock without them and it is given back whole.
+func (c *Client) TakeConverts(imp *ptlrpc.Import) []Convert {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil
+	}
+	ns := c.nsLocked(imp)
+	out := ns.converted
+	ns.converted = nil
+	return out
 }
 
 // Glimpse asks the server of imp for res's attributes as the holders of
@@ -696,6 +802,18 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 // has no blocking AST to send and wait for. It returns how many it gave
 // back.
 func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
+	return c.cancelUnused(ctx, imp, res, bits, false)
+}
+
+// CancelUnusedWhole is CancelUnused for a change that takes every lock
+// holding any of bits away (an unlink, a rename): locks a blocking AST
+// would convert are given back whole as well, as Lustre's
+// ldlm_cancel_resource_local does for early lock cancel.
+func (c *Client) CancelUnusedWhole(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
+	return c.cancelUnused(ctx, imp, res, bits, true)
+}
+
+func (c *Client) cancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, whole bool) int {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
@@ -707,7 +825,7 @@ func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 {
 			continue
 		}
-		if l.hooks.Convert != nil && l.policy.Bits&^bits&BitLookup != 0 {
+		if !whole && l.hooks.Convert != nil && l.policy.Bits&^bits&BitLookup != 0 {
 			continue // a blocking AST converts it, keeping its LOOKUP bit
 		}
 		if l.lru != nil {

@@ -778,6 +778,51 @@ func (s *Server) IntentLock(ctx context.Context, r *ptlrpc.Request, req Request)
 	return l, err
 }
 
+// CancelFor cancels the locks handles name that the client of r holds,
+// as the cancels an MDS request carries (early lock cancel); handles the
+// server no longer knows, or that are another client's, are skipped. It
+// returns how many it cancelled.
+func (s *Server) CancelFor(r *ptlrpc.Request, handles []uint64) int {
+	exp := r.Export()
+	if exp == nil || len(handles) == 0 {
+		return 0
+	}
+	n, _ := s.cancelHandles(ownerOf(exp), handles, false)
+	s.earlyCancels.Add(uint64(n))
+	return n
+}
+
+// ConvertFor applies the conversions an MDS request of r's client
+// carries (Client.TakeConverts), as LDLM_CONVERTs would; one the server
+// refuses (an unknown handle, another client's lock, more bits than the
+// lock has) is skipped and logged. It returns how many it applied.
+func (s *Server) ConvertFor(r *ptlrpc.Request, cvs []Convert) int {
+	exp := r.Export()
+	if exp == nil || len(cvs) == 0 {
+		return 0
+	}
+	owner := ownerOf(exp)
+	n := 0
+	var work []astWork
+	s.mu.Lock()
+	for _, cv := range cvs {
+		res, err := s.mu.ns.Convert(cv.Handle, owner, Conversion{Bits: cv.Keep})
+		if err != nil {
+			s.log.Debug("ldlm: early convert", "lock", cv.Handle, "bits", cv.Keep, "err", err)
+			continue
+		}
+		if !res.Lock.CallbackPending {
+			s.stopTimerLocked(res.Lock.Handle)
+		}
+		work = append(work, s.effectsLocked(res.Effects)...)
+		n++
+	}
+	s.mu.Unlock()
+	s.dispatch(work)
+	s.converts.Add(uint64(n))
+	return n
+}
+
 // CancelIntentLock gives back a lock IntentLock took that the policy does
 // not return after all.
 func (s *Server) CancelIntentLock(r *ptlrpc.Request, l Lock) {

@@ -319,16 +319,29 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	n.giveBack(ctx, name)
 	if err := n.m.fs.Unlink(ctx, cred, n.fid, name); err != nil {
 		return n.m.errno(err, "unlink", n.fid, "name", name)
 	}
 	return 0
 }
 
+// giveBack gives back the locks of the file the kernel knows as name
+// (its entry may have come with a create, which the library's cache of
+// names does not hold), ahead of a change of the name.
+func (n *node) giveBack(ctx context.Context, name string) {
+	if c := n.GetChild(name); c != nil {
+		if cn, ok := c.Operations().(*node); ok {
+			n.m.fs.GiveBack(ctx, cn.fid)
+		}
+	}
+}
+
 // Rmdir removes an empty directory.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	n.giveBack(ctx, name)
 	if err := n.m.fs.Rmdir(ctx, cred, n.fid, name); err != nil {
 		return n.m.errno(err, "rmdir", n.fid, "name", name)
 	}
@@ -353,6 +366,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	n.giveBack(ctx, name)
+	np.giveBack(ctx, newName)
 	if err := n.m.fs.Rename(ctx, cred, n.fid, name, np.fid, newName, flags); err != nil {
 		return n.m.errno(err, "rename", n.fid, "name", name, "to", np.fid, "newname", newName, "flags", flags)
 	}

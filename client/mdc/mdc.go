@@ -193,6 +193,14 @@ func (c *Client) Lookup(ctx context.Context, cred Cred, parent fid.FID, name str
 // The error says what failed: format and args, formatted only then.
 func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format string, args ...any) (*mdsv1.ReintReply, error) {
 	req := &mdsv1.ReintRequest{Cred: credTo(cred)}
+	if c.locks != nil {
+		// Locks given back or converted ahead of this change (GiveBack,
+		// GiveBackBits) ride along.
+		req.Cancels = c.locks.TakeCancels(c.imp)
+		for _, cv := range c.locks.TakeConverts(c.imp) {
+			req.Converts = append(req.Converts, &mdsv1.LockConvert{Handle: uint64(cv.Handle), Bits: uint64(cv.Keep)})
+		}
+	}
 	op.set(req)
 	var rep mdsv1.ReintReply
 	if err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap); err != nil {
@@ -332,6 +340,36 @@ func (c *Client) Symlink(ctx context.Context, cred Cred, parent fid.FID, name, t
 func (c *Client) Unlink(ctx context.Context, cred Cred, parent fid.FID, name string) error {
 	_, err := c.reint(ctx, cred, unlinkOp{&mdsv1.UnlinkOp{Parent: fidTo(parent), Name: []byte(name)}}, "unlink %q in %v", name, parent)
 	return err
+}
+
+// GiveBack gives back, ahead of a change of f that would call them back
+// (an unlink, a rename), f's unused locks, whole (early lock cancel):
+// their hooks run now, and their handles ride on the next request to the
+// MDT, whose locks for the change then find nothing to call back. It
+// returns how many it gave back.
+func (c *Client) GiveBack(ctx context.Context, f fid.FID) int {
+	if c.locks == nil {
+		return 0
+	}
+	return c.locks.CancelUnusedWhole(ctx, c.imp, ibitsRes(f), ldlm.AllBits)
+}
+
+// GiveBackBits gives back bits of dir's unused locks ahead of a change
+// that takes them (UPDATE, for an entry made or removed): a lock that
+// can keep its LOOKUP bit is converted locally (so the kernel keeps the
+// directory's entry and the entries under it), the others are given
+// back; the next request to the MDT tells it of both. It returns how many
+// locks it converted or gave back.
+func (c *Client) GiveBackBits(ctx context.Context, dir fid.FID, bits ldlm.Bits) int {
+	if c.locks == nil {
+		return 0
+	}
+	res := ibitsRes(dir)
+	return c.locks.ConvertUnused(ctx, c.imp, res, bits) + c.locks.CancelUnused(ctx, c.imp, res, bits)
+}
+
+func ibitsRes(f fid.FID) ldlm.Resource {
+	return ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeIBits}
 }
 
 // Rmdir removes the empty directory name from parent.

@@ -244,6 +244,10 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return m.fail(r, err)
 	}
 	m.countOp(r, reintJobOp(q.op))
+	// The client's early cancels go first, so that the change's own locks
+	// find them gone instead of calling the client back.
+	m.lockd.CancelFor(r, q.cancels)
+	m.lockd.ConvertFor(r, q.converts)
 	var rep *mdsv1.ReintReply
 	switch o := q.op.(type) {
 	case *createOp:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/ldlm"
 )
 
@@ -257,6 +258,87 @@ func TestCreateEarlyCancel(t *testing.T) {
 		if err := n.mdc.Close(ctx, root, rep.File(), nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestUnlinkRenameEarlyCancel: a client holding getattr locks (LOOKUP,
+// UPDATE, PERM, LAYOUT) on a directory and on files in it gives the files'
+// back and converts the directory's to keep LOOKUP, inside its unlink and
+// rename requests (GiveBack, GiveBackBits; the reint carries the handles
+// and the conversions): the MDT applies them first and sends no blocking
+// AST, and the changes are made.
+func TestUnlinkRenameEarlyCancel(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	d, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The directory's lock can keep LOOKUP, as the library's can.
+	var dropped []ldlm.Bits
+	dirHooks := ldlm.Hooks{Convert: func(_ context.Context, _ *ldlm.ClientLock, bits ldlm.Bits) bool {
+		dropped = append(dropped, bits)
+		return true
+	}}
+	// getattr caches d and name under locks, as a stat does.
+	getattr := func(name string) fid.FID {
+		t.Helper()
+		rep, err := n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, FID: d.FID}, dirHooks)
+		if err != nil || rep.Lock == nil {
+			t.Fatalf("getattr of d: %v", err)
+		}
+		rep.Lock.Release()
+		rep, err = n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: d.FID, Name: name}, ldlm.Hooks{})
+		if err != nil || rep.Lock == nil {
+			t.Fatalf("getattr of %s: %v", name, err)
+		}
+		rep.Lock.Release()
+		return rep.Attr.FID
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := n.mdc.Mknod(ctx, root, d.FID, name, syscall.S_IFREG|0o644, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, before ldlm.ServerStats, gave int) {
+		t.Helper()
+		after := c.mdt.LockServer().Stats()
+		early := after.EarlyCancels - before.EarlyCancels + after.Converts - before.Converts
+		if gave < 2 || after.BlockingASTs != before.BlockingASTs || after.Converts == before.Converts || early != uint64(gave) {
+			t.Fatalf("%s: gave back %d locks; %d blocking ASTs, %d early cancels, %d converts", what, gave,
+				after.BlockingASTs-before.BlockingASTs, after.EarlyCancels-before.EarlyCancels, after.Converts-before.Converts)
+		}
+		if len(dropped) == 0 || dropped[len(dropped)-1] != ldlm.BitUpdate {
+			t.Fatalf("%s: the directory's lock dropped %v", what, dropped)
+		}
+	}
+
+	f := getattr("a")
+	before := c.mdt.LockServer().Stats()
+	gave := n.mdc.GiveBackBits(ctx, d.FID, ldlm.BitUpdate) + n.mdc.GiveBack(ctx, f)
+	if err := n.mdc.Unlink(ctx, root, d.FID, "a"); err != nil {
+		t.Fatal(err)
+	}
+	check("unlink", before, gave)
+
+	g, h := getattr("b"), getattr("c")
+	before = c.mdt.LockServer().Stats()
+	gave = n.mdc.GiveBackBits(ctx, d.FID, ldlm.BitUpdate) + n.mdc.GiveBack(ctx, g) + n.mdc.GiveBack(ctx, h)
+	if err := n.mdc.Rename(ctx, root, d.FID, "b", d.FID, "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	check("rename over c", before, gave)
+
+	var names []string
+	for e, err := range n.mdc.Readdir(ctx, root, d.FID) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, e.Name)
+	}
+	if fmt.Sprint(names) != "[. .. c]" {
+		t.Fatalf("d holds %v, want . .. c", names)
 	}
 }
 

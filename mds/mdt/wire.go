@@ -10,6 +10,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdd"
 	mdsv1 "github.com/nacrefs/nacre/proto/nacre/mds/v1"
 )
@@ -223,9 +224,11 @@ type (
 )
 
 type reintReq struct {
-	cred mdd.Cred
-	time int64
-	op   any // one of the *Op types above
+	cred     mdd.Cred
+	time     int64
+	op       any      // one of the *Op types above
+	cancels  []uint64 // lock handles the client gave back with it
+	converts []ldlm.Convert
 }
 
 // allAttrBits are the SetAttr bits a client may send.
@@ -244,7 +247,10 @@ func parseReint(b []byte) (reintReq, error) {
 	if w.Time < 0 {
 		return reintReq{}, bad("time %d", w.Time)
 	}
-	r := reintReq{cred: c, time: w.Time}
+	r := reintReq{cred: c, time: w.Time, cancels: w.Cancels}
+	for _, cv := range w.Converts {
+		r.converts = append(r.converts, ldlm.Convert{Handle: ldlm.Handle(cv.Handle), Keep: ldlm.Bits(cv.Bits)})
+	}
 	switch op := w.Op.(type) {
 	case *mdsv1.ReintRequest_Create:
 		o := op.Create

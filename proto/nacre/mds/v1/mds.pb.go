@@ -523,6 +523,14 @@ type ReintRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Cred  *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
 	Time  int64                  `protobuf:"varint,2,opt,name=time,proto3" json:"time,omitempty"`
+	// Cancels are handles of locks the client gave back with this request
+	// (Lustre's early lock cancel): the unused locks of the files the
+	// change touches, so that the MDT's locks for it call nobody back.
+	Cancels []uint64 `protobuf:"varint,3,rep,packed,name=cancels,proto3" json:"cancels,omitempty"`
+	// Converts are locks the client kept with fewer inode bits (a
+	// directory's LOOKUP, without the UPDATE the change takes): the MDT
+	// converts them first, as an LDLM_CONVERT each would.
+	Converts []*LockConvert `protobuf:"bytes,4,rep,name=converts,proto3" json:"converts,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*ReintRequest_Create
@@ -581,6 +589,20 @@ func (x *ReintRequest) GetTime() int64 {
 		return x.Time
 	}
 	return 0
+}
+
+func (x *ReintRequest) GetCancels() []uint64 {
+	if x != nil {
+		return x.Cancels
+	}
+	return nil
+}
+
+func (x *ReintRequest) GetConverts() []*LockConvert {
+	if x != nil {
+		return x.Converts
+	}
+	return nil
 }
 
 func (x *ReintRequest) GetOp() isReintRequest_Op {
@@ -729,6 +751,60 @@ func (*ReintRequest_SetLayout) isReintRequest_Op() {}
 
 func (*ReintRequest_LayoutIntent) isReintRequest_Op() {}
 
+// LockConvert is one lock an MDS request converts: the handle and the
+// inode bits it keeps.
+type LockConvert struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Bits          uint64                 `protobuf:"varint,2,opt,name=bits,proto3" json:"bits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockConvert) Reset() {
+	*x = LockConvert{}
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockConvert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockConvert) ProtoMessage() {}
+
+func (x *LockConvert) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockConvert.ProtoReflect.Descriptor instead.
+func (*LockConvert) Descriptor() ([]byte, []int) {
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LockConvert) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *LockConvert) GetBits() uint64 {
+	if x != nil {
+		return x.Bits
+	}
+	return 0
+}
+
 // CreateOp makes name in parent (REINT_CREATE): the type in mode's S_IFMT
 // bits says what — a regular file, a directory, a symlink to target, a
 // device (rdev), a FIFO or socket. fid is the new file's FID as the client
@@ -752,7 +828,7 @@ type CreateOp struct {
 
 func (x *CreateOp) Reset() {
 	*x = CreateOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +840,7 @@ func (x *CreateOp) String() string {
 func (*CreateOp) ProtoMessage() {}
 
 func (x *CreateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +853,7 @@ func (x *CreateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOp.ProtoReflect.Descriptor instead.
 func (*CreateOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{7}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateOp) GetParent() *FID {
@@ -848,7 +924,7 @@ type UnlinkOp struct {
 
 func (x *UnlinkOp) Reset() {
 	*x = UnlinkOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +936,7 @@ func (x *UnlinkOp) String() string {
 func (*UnlinkOp) ProtoMessage() {}
 
 func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +949,7 @@ func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkOp.ProtoReflect.Descriptor instead.
 func (*UnlinkOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{8}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnlinkOp) GetParent() *FID {
@@ -913,7 +989,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1001,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1014,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{9}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenameOp) GetSrcParent() *FID {
@@ -988,7 +1064,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1076,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1089,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{10}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LinkOp) GetFid() *FID {
@@ -1061,7 +1137,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1149,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1162,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{11}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetattrOp) GetFid() *FID {
@@ -1181,7 +1257,7 @@ type SetxattrOp struct {
 
 func (x *SetxattrOp) Reset() {
 	*x = SetxattrOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1269,7 @@ func (x *SetxattrOp) String() string {
 func (*SetxattrOp) ProtoMessage() {}
 
 func (x *SetxattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1282,7 @@ func (x *SetxattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetxattrOp.ProtoReflect.Descriptor instead.
 func (*SetxattrOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{12}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetxattrOp) GetFid() *FID {
@@ -1260,7 +1336,7 @@ type SetLayoutOp struct {
 
 func (x *SetLayoutOp) Reset() {
 	*x = SetLayoutOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1348,7 @@ func (x *SetLayoutOp) String() string {
 func (*SetLayoutOp) ProtoMessage() {}
 
 func (x *SetLayoutOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1361,7 @@ func (x *SetLayoutOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLayoutOp.ProtoReflect.Descriptor instead.
 func (*SetLayoutOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{13}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetLayoutOp) GetFid() *FID {
@@ -1324,7 +1400,7 @@ type LayoutIntentOp struct {
 
 func (x *LayoutIntentOp) Reset() {
 	*x = LayoutIntentOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1412,7 @@ func (x *LayoutIntentOp) String() string {
 func (*LayoutIntentOp) ProtoMessage() {}
 
 func (x *LayoutIntentOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1425,7 @@ func (x *LayoutIntentOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayoutIntentOp.ProtoReflect.Descriptor instead.
 func (*LayoutIntentOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{14}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LayoutIntentOp) GetFid() *FID {
@@ -1398,7 +1474,7 @@ type OpenOp struct {
 
 func (x *OpenOp) Reset() {
 	*x = OpenOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1486,7 @@ func (x *OpenOp) String() string {
 func (*OpenOp) ProtoMessage() {}
 
 func (x *OpenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1499,7 @@ func (x *OpenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenOp.ProtoReflect.Descriptor instead.
 func (*OpenOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{15}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenOp) GetParent() *FID {
@@ -1508,7 +1584,7 @@ type ReintReply struct {
 
 func (x *ReintReply) Reset() {
 	*x = ReintReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1596,7 @@ func (x *ReintReply) String() string {
 func (*ReintReply) ProtoMessage() {}
 
 func (x *ReintReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1609,7 @@ func (x *ReintReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReintReply.ProtoReflect.Descriptor instead.
 func (*ReintReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{16}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReintReply) GetAttr() *Attr {
@@ -1597,7 +1673,7 @@ type SwapLayoutsRequest struct {
 
 func (x *SwapLayoutsRequest) Reset() {
 	*x = SwapLayoutsRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1685,7 @@ func (x *SwapLayoutsRequest) String() string {
 func (*SwapLayoutsRequest) ProtoMessage() {}
 
 func (x *SwapLayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1698,7 @@ func (x *SwapLayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapLayoutsRequest.ProtoReflect.Descriptor instead.
 func (*SwapLayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SwapLayoutsRequest) GetCred() *Cred {
@@ -1684,7 +1760,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1772,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1785,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CloseRequest) GetCred() *Cred {
@@ -1768,7 +1844,7 @@ type ReaddirRequest struct {
 
 func (x *ReaddirRequest) Reset() {
 	*x = ReaddirRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1856,7 @@ func (x *ReaddirRequest) String() string {
 func (*ReaddirRequest) ProtoMessage() {}
 
 func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1869,7 @@ func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirRequest.ProtoReflect.Descriptor instead.
 func (*ReaddirRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReaddirRequest) GetCred() *Cred {
@@ -1838,7 +1914,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1926,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1939,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -1906,7 +1982,7 @@ type ReaddirReply struct {
 
 func (x *ReaddirReply) Reset() {
 	*x = ReaddirReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +1994,7 @@ func (x *ReaddirReply) String() string {
 func (*ReaddirReply) ProtoMessage() {}
 
 func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2007,7 @@ func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReply.ProtoReflect.Descriptor instead.
 func (*ReaddirReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReaddirReply) GetEntries() []*DirEntry {
@@ -1966,7 +2042,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2054,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2067,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatfsReply) GetFiles() uint64 {
@@ -2057,7 +2133,7 @@ type GetxattrRequest struct {
 
 func (x *GetxattrRequest) Reset() {
 	*x = GetxattrRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2145,7 @@ func (x *GetxattrRequest) String() string {
 func (*GetxattrRequest) ProtoMessage() {}
 
 func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2158,7 @@ func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrRequest.ProtoReflect.Descriptor instead.
 func (*GetxattrRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetxattrRequest) GetCred() *Cred {
@@ -2124,7 +2200,7 @@ type GetxattrReply struct {
 
 func (x *GetxattrReply) Reset() {
 	*x = GetxattrReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2212,7 @@ func (x *GetxattrReply) String() string {
 func (*GetxattrReply) ProtoMessage() {}
 
 func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2225,7 @@ func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrReply.ProtoReflect.Descriptor instead.
 func (*GetxattrReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetxattrReply) GetValue() []byte {
@@ -2176,7 +2252,7 @@ type GetRootReply struct {
 
 func (x *GetRootReply) Reset() {
 	*x = GetRootReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2264,7 @@ func (x *GetRootReply) String() string {
 func (*GetRootReply) ProtoMessage() {}
 
 func (x *GetRootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2277,7 @@ func (x *GetRootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootReply.ProtoReflect.Descriptor instead.
 func (*GetRootReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetRootReply) GetFid() *FID {
@@ -2224,7 +2300,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2312,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2325,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetInfoRequest) GetCred() *Cred {
@@ -2283,7 +2359,7 @@ type GetInfoReply struct {
 
 func (x *GetInfoReply) Reset() {
 	*x = GetInfoReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2371,7 @@ func (x *GetInfoReply) String() string {
 func (*GetInfoReply) ProtoMessage() {}
 
 func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2384,7 @@ func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoReply.ProtoReflect.Descriptor instead.
 func (*GetInfoReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetInfoReply) GetPaths() [][]byte {
@@ -2331,7 +2407,7 @@ type ChangelogReadRequest struct {
 
 func (x *ChangelogReadRequest) Reset() {
 	*x = ChangelogReadRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2419,7 @@ func (x *ChangelogReadRequest) String() string {
 func (*ChangelogReadRequest) ProtoMessage() {}
 
 func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2432,7 @@ func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogReadRequest.ProtoReflect.Descriptor instead.
 func (*ChangelogReadRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ChangelogReadRequest) GetCred() *Cred {
@@ -2392,7 +2468,7 @@ type ChangelogReadReply struct {
 
 func (x *ChangelogReadReply) Reset() {
 	*x = ChangelogReadReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2480,7 @@ func (x *ChangelogReadReply) String() string {
 func (*ChangelogReadReply) ProtoMessage() {}
 
 func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2493,7 @@ func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogReadReply.ProtoReflect.Descriptor instead.
 func (*ChangelogReadReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChangelogReadReply) GetRecords() [][]byte {
@@ -2447,7 +2523,7 @@ type ChangelogClearRequest struct {
 
 func (x *ChangelogClearRequest) Reset() {
 	*x = ChangelogClearRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2535,7 @@ func (x *ChangelogClearRequest) String() string {
 func (*ChangelogClearRequest) ProtoMessage() {}
 
 func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2548,7 @@ func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogClearRequest.ProtoReflect.Descriptor instead.
 func (*ChangelogClearRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ChangelogClearRequest) GetCred() *Cred {
@@ -2508,7 +2584,7 @@ type SeqQueryReply struct {
 
 func (x *SeqQueryReply) Reset() {
 	*x = SeqQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2596,7 @@ func (x *SeqQueryReply) String() string {
 func (*SeqQueryReply) ProtoMessage() {}
 
 func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2609,7 @@ func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqQueryReply.ProtoReflect.Descriptor instead.
 func (*SeqQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SeqQueryReply) GetSeq() uint64 {
@@ -2560,7 +2636,7 @@ type FldQueryRequest struct {
 
 func (x *FldQueryRequest) Reset() {
 	*x = FldQueryRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2648,7 @@ func (x *FldQueryRequest) String() string {
 func (*FldQueryRequest) ProtoMessage() {}
 
 func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2661,7 @@ func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryRequest.ProtoReflect.Descriptor instead.
 func (*FldQueryRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FldQueryRequest) GetSeq() uint64 {
@@ -2609,7 +2685,7 @@ type FldQueryReply struct {
 
 func (x *FldQueryReply) Reset() {
 	*x = FldQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2697,7 @@ func (x *FldQueryReply) String() string {
 func (*FldQueryReply) ProtoMessage() {}
 
 func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2710,7 @@ func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryReply.ProtoReflect.Descriptor instead.
 func (*FldQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FldQueryReply) GetStart() uint64 {
@@ -2690,7 +2766,7 @@ type IntentRequest struct {
 
 func (x *IntentRequest) Reset() {
 	*x = IntentRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2778,7 @@ func (x *IntentRequest) String() string {
 func (*IntentRequest) ProtoMessage() {}
 
 func (x *IntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2791,7 @@ func (x *IntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentRequest.ProtoReflect.Descriptor instead.
 func (*IntentRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IntentRequest) GetOp() uint32 {
@@ -2816,7 +2892,7 @@ type IntentReply struct {
 
 func (x *IntentReply) Reset() {
 	*x = IntentReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2904,7 @@ func (x *IntentReply) String() string {
 func (*IntentReply) ProtoMessage() {}
 
 func (x *IntentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2917,7 @@ func (x *IntentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentReply.ProtoReflect.Descriptor instead.
 func (*IntentReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *IntentReply) GetAttr() *Attr {
@@ -2897,7 +2973,7 @@ type HsmStateGetRequest struct {
 
 func (x *HsmStateGetRequest) Reset() {
 	*x = HsmStateGetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2985,7 @@ func (x *HsmStateGetRequest) String() string {
 func (*HsmStateGetRequest) ProtoMessage() {}
 
 func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +2998,7 @@ func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateGetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateGetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HsmStateGetRequest) GetCred() *Cred {
@@ -2956,7 +3032,7 @@ type HsmState struct {
 
 func (x *HsmState) Reset() {
 	*x = HsmState{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3044,7 @@ func (x *HsmState) String() string {
 func (*HsmState) ProtoMessage() {}
 
 func (x *HsmState) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3057,7 @@ func (x *HsmState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmState.ProtoReflect.Descriptor instead.
 func (*HsmState) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HsmState) GetFlags() uint32 {
@@ -3032,7 +3108,7 @@ type HsmStateSetRequest struct {
 
 func (x *HsmStateSetRequest) Reset() {
 	*x = HsmStateSetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3120,7 @@ func (x *HsmStateSetRequest) String() string {
 func (*HsmStateSetRequest) ProtoMessage() {}
 
 func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3133,7 @@ func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateSetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateSetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HsmStateSetRequest) GetCred() *Cred {
@@ -3134,7 +3210,7 @@ type HsmProgressRequest struct {
 
 func (x *HsmProgressRequest) Reset() {
 	*x = HsmProgressRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3222,7 @@ func (x *HsmProgressRequest) String() string {
 func (*HsmProgressRequest) ProtoMessage() {}
 
 func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3235,7 @@ func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmProgressRequest.ProtoReflect.Descriptor instead.
 func (*HsmProgressRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{39}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HsmProgressRequest) GetCred() *Cred {
@@ -3249,10 +3325,12 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\fGetattrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x12\n" +
-	"\x04link\x18\x03 \x01(\fR\x04link\"\xac\x04\n" +
+	"\x04link\x18\x03 \x01(\fR\x04link\"\xfd\x04\n" +
 	"\fReintRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x12\n" +
-	"\x04time\x18\x02 \x01(\x03R\x04time\x120\n" +
+	"\x04time\x18\x02 \x01(\x03R\x04time\x12\x18\n" +
+	"\acancels\x18\x03 \x03(\x04R\acancels\x125\n" +
+	"\bconverts\x18\x04 \x03(\v2\x19.nacre.mds.v1.LockConvertR\bconverts\x120\n" +
 	"\x06create\x18\n" +
 	" \x01(\v2\x16.nacre.mds.v1.CreateOpH\x00R\x06create\x120\n" +
 	"\x06unlink\x18\v \x01(\v2\x16.nacre.mds.v1.UnlinkOpH\x00R\x06unlink\x120\n" +
@@ -3264,7 +3342,10 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\n" +
 	"set_layout\x18\x11 \x01(\v2\x19.nacre.mds.v1.SetLayoutOpH\x00R\tsetLayout\x12C\n" +
 	"\rlayout_intent\x18\x12 \x01(\v2\x1c.nacre.mds.v1.LayoutIntentOpH\x00R\flayoutIntentB\x04\n" +
-	"\x02op\"\xe9\x01\n" +
+	"\x02op\"9\n" +
+	"\vLockConvert\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x12\n" +
+	"\x04bits\x18\x02 \x01(\x04R\x04bits\"\xe9\x01\n" +
 	"\bCreateOp\x12)\n" +
 	"\x06parent\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12#\n" +
@@ -3471,7 +3552,7 @@ func file_nacre_mds_v1_mds_proto_rawDescGZIP() []byte {
 	return file_nacre_mds_v1_mds_proto_rawDescData
 }
 
-var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*FID)(nil),                   // 0: nacre.mds.v1.FID
 	(*Cred)(nil),                  // 1: nacre.mds.v1.Cred
@@ -3480,39 +3561,40 @@ var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*LookupRequest)(nil),         // 4: nacre.mds.v1.LookupRequest
 	(*GetattrReply)(nil),          // 5: nacre.mds.v1.GetattrReply
 	(*ReintRequest)(nil),          // 6: nacre.mds.v1.ReintRequest
-	(*CreateOp)(nil),              // 7: nacre.mds.v1.CreateOp
-	(*UnlinkOp)(nil),              // 8: nacre.mds.v1.UnlinkOp
-	(*RenameOp)(nil),              // 9: nacre.mds.v1.RenameOp
-	(*LinkOp)(nil),                // 10: nacre.mds.v1.LinkOp
-	(*SetattrOp)(nil),             // 11: nacre.mds.v1.SetattrOp
-	(*SetxattrOp)(nil),            // 12: nacre.mds.v1.SetxattrOp
-	(*SetLayoutOp)(nil),           // 13: nacre.mds.v1.SetLayoutOp
-	(*LayoutIntentOp)(nil),        // 14: nacre.mds.v1.LayoutIntentOp
-	(*OpenOp)(nil),                // 15: nacre.mds.v1.OpenOp
-	(*ReintReply)(nil),            // 16: nacre.mds.v1.ReintReply
-	(*SwapLayoutsRequest)(nil),    // 17: nacre.mds.v1.SwapLayoutsRequest
-	(*CloseRequest)(nil),          // 18: nacre.mds.v1.CloseRequest
-	(*ReaddirRequest)(nil),        // 19: nacre.mds.v1.ReaddirRequest
-	(*DirEntry)(nil),              // 20: nacre.mds.v1.DirEntry
-	(*ReaddirReply)(nil),          // 21: nacre.mds.v1.ReaddirReply
-	(*StatfsReply)(nil),           // 22: nacre.mds.v1.StatfsReply
-	(*GetxattrRequest)(nil),       // 23: nacre.mds.v1.GetxattrRequest
-	(*GetxattrReply)(nil),         // 24: nacre.mds.v1.GetxattrReply
-	(*GetRootReply)(nil),          // 25: nacre.mds.v1.GetRootReply
-	(*GetInfoRequest)(nil),        // 26: nacre.mds.v1.GetInfoRequest
-	(*GetInfoReply)(nil),          // 27: nacre.mds.v1.GetInfoReply
-	(*ChangelogReadRequest)(nil),  // 28: nacre.mds.v1.ChangelogReadRequest
-	(*ChangelogReadReply)(nil),    // 29: nacre.mds.v1.ChangelogReadReply
-	(*ChangelogClearRequest)(nil), // 30: nacre.mds.v1.ChangelogClearRequest
-	(*SeqQueryReply)(nil),         // 31: nacre.mds.v1.SeqQueryReply
-	(*FldQueryRequest)(nil),       // 32: nacre.mds.v1.FldQueryRequest
-	(*FldQueryReply)(nil),         // 33: nacre.mds.v1.FldQueryReply
-	(*IntentRequest)(nil),         // 34: nacre.mds.v1.IntentRequest
-	(*IntentReply)(nil),           // 35: nacre.mds.v1.IntentReply
-	(*HsmStateGetRequest)(nil),    // 36: nacre.mds.v1.HsmStateGetRequest
-	(*HsmState)(nil),              // 37: nacre.mds.v1.HsmState
-	(*HsmStateSetRequest)(nil),    // 38: nacre.mds.v1.HsmStateSetRequest
-	(*HsmProgressRequest)(nil),    // 39: nacre.mds.v1.HsmProgressRequest
+	(*LockConvert)(nil),           // 7: nacre.mds.v1.LockConvert
+	(*CreateOp)(nil),              // 8: nacre.mds.v1.CreateOp
+	(*UnlinkOp)(nil),              // 9: nacre.mds.v1.UnlinkOp
+	(*RenameOp)(nil),              // 10: nacre.mds.v1.RenameOp
+	(*LinkOp)(nil),                // 11: nacre.mds.v1.LinkOp
+	(*SetattrOp)(nil),             // 12: nacre.mds.v1.SetattrOp
+	(*SetxattrOp)(nil),            // 13: nacre.mds.v1.SetxattrOp
+	(*SetLayoutOp)(nil),           // 14: nacre.mds.v1.SetLayoutOp
+	(*LayoutIntentOp)(nil),        // 15: nacre.mds.v1.LayoutIntentOp
+	(*OpenOp)(nil),                // 16: nacre.mds.v1.OpenOp
+	(*ReintReply)(nil),            // 17: nacre.mds.v1.ReintReply
+	(*SwapLayoutsRequest)(nil),    // 18: nacre.mds.v1.SwapLayoutsRequest
+	(*CloseRequest)(nil),          // 19: nacre.mds.v1.CloseRequest
+	(*ReaddirRequest)(nil),        // 20: nacre.mds.v1.ReaddirRequest
+	(*DirEntry)(nil),              // 21: nacre.mds.v1.DirEntry
+	(*ReaddirReply)(nil),          // 22: nacre.mds.v1.ReaddirReply
+	(*StatfsReply)(nil),           // 23: nacre.mds.v1.StatfsReply
+	(*GetxattrRequest)(nil),       // 24: nacre.mds.v1.GetxattrRequest
+	(*GetxattrReply)(nil),         // 25: nacre.mds.v1.GetxattrReply
+	(*GetRootReply)(nil),          // 26: nacre.mds.v1.GetRootReply
+	(*GetInfoRequest)(nil),        // 27: nacre.mds.v1.GetInfoRequest
+	(*GetInfoReply)(nil),          // 28: nacre.mds.v1.GetInfoReply
+	(*ChangelogReadRequest)(nil),  // 29: nacre.mds.v1.ChangelogReadRequest
+	(*ChangelogReadReply)(nil),    // 30: nacre.mds.v1.ChangelogReadReply
+	(*ChangelogClearRequest)(nil), // 31: nacre.mds.v1.ChangelogClearRequest
+	(*SeqQueryReply)(nil),         // 32: nacre.mds.v1.SeqQueryReply
+	(*FldQueryRequest)(nil),       // 33: nacre.mds.v1.FldQueryRequest
+	(*FldQueryReply)(nil),         // 34: nacre.mds.v1.FldQueryReply
+	(*IntentRequest)(nil),         // 35: nacre.mds.v1.IntentRequest
+	(*IntentReply)(nil),           // 36: nacre.mds.v1.IntentReply
+	(*HsmStateGetRequest)(nil),    // 37: nacre.mds.v1.HsmStateGetRequest
+	(*HsmState)(nil),              // 38: nacre.mds.v1.HsmState
+	(*HsmStateSetRequest)(nil),    // 39: nacre.mds.v1.HsmStateSetRequest
+	(*HsmProgressRequest)(nil),    // 40: nacre.mds.v1.HsmProgressRequest
 }
 var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 0: nacre.mds.v1.Attr.fid:type_name -> nacre.mds.v1.FID
@@ -3522,62 +3604,63 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 4: nacre.mds.v1.LookupRequest.parent:type_name -> nacre.mds.v1.FID
 	2,  // 5: nacre.mds.v1.GetattrReply.attr:type_name -> nacre.mds.v1.Attr
 	1,  // 6: nacre.mds.v1.ReintRequest.cred:type_name -> nacre.mds.v1.Cred
-	7,  // 7: nacre.mds.v1.ReintRequest.create:type_name -> nacre.mds.v1.CreateOp
-	8,  // 8: nacre.mds.v1.ReintRequest.unlink:type_name -> nacre.mds.v1.UnlinkOp
-	9,  // 9: nacre.mds.v1.ReintRequest.rename:type_name -> nacre.mds.v1.RenameOp
-	10, // 10: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
-	11, // 11: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
-	12, // 12: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
-	15, // 13: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
-	13, // 14: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
-	14, // 15: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
-	0,  // 16: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 17: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 18: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 19: nacre.mds.v1.RenameOp.src_parent:type_name -> nacre.mds.v1.FID
-	0,  // 20: nacre.mds.v1.RenameOp.tgt_parent:type_name -> nacre.mds.v1.FID
-	0,  // 21: nacre.mds.v1.LinkOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 22: nacre.mds.v1.LinkOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 23: nacre.mds.v1.SetattrOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 24: nacre.mds.v1.SetxattrOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 25: nacre.mds.v1.SetLayoutOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 26: nacre.mds.v1.LayoutIntentOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 27: nacre.mds.v1.OpenOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 28: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 29: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 30: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 31: nacre.mds.v1.SwapLayoutsRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 32: nacre.mds.v1.SwapLayoutsRequest.fid1:type_name -> nacre.mds.v1.FID
-	0,  // 33: nacre.mds.v1.SwapLayoutsRequest.fid2:type_name -> nacre.mds.v1.FID
-	1,  // 34: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 35: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 36: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 37: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 38: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
-	20, // 39: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
-	1,  // 40: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 41: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 42: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
-	1,  // 43: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 44: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 45: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
-	1,  // 46: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
-	1,  // 47: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 48: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
-	0,  // 49: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 50: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 51: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 52: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 53: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 54: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 55: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 56: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 57: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
-	58, // [58:58] is the sub-list for method output_type
-	58, // [58:58] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	7,  // 7: nacre.mds.v1.ReintRequest.converts:type_name -> nacre.mds.v1.LockConvert
+	8,  // 8: nacre.mds.v1.ReintRequest.create:type_name -> nacre.mds.v1.CreateOp
+	9,  // 9: nacre.mds.v1.ReintRequest.unlink:type_name -> nacre.mds.v1.UnlinkOp
+	10, // 10: nacre.mds.v1.ReintRequest.rename:type_name -> nacre.mds.v1.RenameOp
+	11, // 11: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
+	12, // 12: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
+	13, // 13: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
+	16, // 14: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
+	14, // 15: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
+	15, // 16: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
+	0,  // 17: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 18: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 19: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 20: nacre.mds.v1.RenameOp.src_parent:type_name -> nacre.mds.v1.FID
+	0,  // 21: nacre.mds.v1.RenameOp.tgt_parent:type_name -> nacre.mds.v1.FID
+	0,  // 22: nacre.mds.v1.LinkOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 23: nacre.mds.v1.LinkOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 24: nacre.mds.v1.SetattrOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 25: nacre.mds.v1.SetxattrOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 26: nacre.mds.v1.SetLayoutOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 27: nacre.mds.v1.LayoutIntentOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 28: nacre.mds.v1.OpenOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 29: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 30: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 31: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 32: nacre.mds.v1.SwapLayoutsRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 33: nacre.mds.v1.SwapLayoutsRequest.fid1:type_name -> nacre.mds.v1.FID
+	0,  // 34: nacre.mds.v1.SwapLayoutsRequest.fid2:type_name -> nacre.mds.v1.FID
+	1,  // 35: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 36: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 37: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 38: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 39: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
+	21, // 40: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
+	1,  // 41: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 42: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 43: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
+	1,  // 44: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 45: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 46: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 47: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 48: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 49: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
+	0,  // 50: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 51: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 52: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 53: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 54: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 55: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 56: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 57: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 58: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_nacre_mds_v1_mds_proto_init() }
@@ -3602,7 +3685,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_mds_v1_mds_proto_rawDesc), len(file_nacre_mds_v1_mds_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
