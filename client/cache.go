@@ -64,6 +64,9 @@ type cache struct {
 type lockRef struct {
 	fid        fid.FID
 	layoutOnly bool
+	// entry is the name an open's lock protects (its LOOKUP bit), if the
+	// open was by name.
+	entry dentKey
 }
 
 func (c *cache) init() {
@@ -85,13 +88,24 @@ func (ino *inode) closeData() {
 }
 
 // openLock records the lock an open was granted: its callback marks the
-// open file's layout stale.
-func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock) {
+// open file's layout stale and, if the open was by name (entry), drops
+// the entry, which the lock's LOOKUP bit kept valid: the cache knows the
+// name leads to f until then. It reports whether it keeps the entry so.
+func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock, entry dentKey) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.byLock[l]; !ok {
-		c.byLock[l] = lockRef{fid: f, layoutOnly: true}
+	if _, ok := c.byLock[l]; ok {
+		return false
 	}
+	if entry.name == "" || l.Policy().Bits&ldlm.BitLookup == 0 {
+		entry = dentKey{}
+	}
+	c.byLock[l] = lockRef{fid: f, layoutOnly: true, entry: entry}
+	if entry.name == "" {
+		return false
+	}
+	c.dents[entry] = f
+	return true
 }
 
 // getLocked returns f's inode, making an empty one.
@@ -195,7 +209,18 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 		ino.stale = true
 	}
 	if ref.layoutOnly {
+		var entry dentKey
+		if ref.entry.name != "" && c.dents[ref.entry] == f {
+			entry = ref.entry
+			delete(c.dents, entry)
+			if ino != nil {
+				delete(ino.names, entry)
+			}
+		}
 		c.mu.Unlock()
+		if n := fs.cfg.Notify; n != nil && entry.name != "" {
+			n.InvalidateEntry(entry.parent, entry.name)
+		}
 		return
 	}
 	var names []dentKey

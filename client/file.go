@@ -28,6 +28,11 @@ type File struct {
 	// objects yet).
 	ino *inode
 
+	// entryLocked says the name the file was opened by is cached under
+	// the open's lock (its LOOKUP bit): a caller may let the kernel keep
+	// the entry until the lock's callback says otherwise.
+	entryLocked bool
+
 	mu      sync.Mutex
 	closed  bool
 	written bool
@@ -95,16 +100,23 @@ func (fs *FS) openIntent(ctx context.Context, cred Cred, it mdc.Intent) (*File, 
 			}
 			continue
 		}
-		return fs.opened(ctx, cred, mf, it.Flags)
+		return fs.opened(ctx, cred, mf, it.Flags, dentKey{it.Parent, it.Name})
 	}
 }
 
+// EntryLocked reports whether the name f was opened by stays valid under
+// a lock of the client's, whose loss the Notifier hears of
+// (InvalidateEntry): a FUSE mount then lets the kernel cache the entry.
+func (f *File) EntryLocked() bool { return f.entryLocked }
+
 // opened sets up the File of an open intent's reply.
-func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64) (_ *File, _ Attr, err error) {
+func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64, name dentKey) (_ *File, _ Attr, err error) {
+	entryLocked := false
 	if mf.Lock != nil {
 		// The open lock (LOOKUP, LAYOUT) stays in the LRU; its callback
-		// says the layout changed.
-		fs.cache.openLock(mf.FID, mf.Lock)
+		// says the layout changed, and that the name it was opened by
+		// may lead elsewhere now.
+		entryLocked = fs.cache.openLock(mf.FID, mf.Lock, name)
 		mf.Lock.Release()
 		mf.Lock = nil
 	}
@@ -112,7 +124,7 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64)
 	ino := fs.cache.getLocked(mf.FID)
 	ino.opens++
 	fs.cache.mu.Unlock()
-	f := &File{fs: fs, cred: cred, flags: flags, mf: mf, ino: ino}
+	f := &File{fs: fs, cred: cred, flags: flags, mf: mf, ino: ino, entryLocked: entryLocked}
 	defer func() {
 		if err != nil {
 			f.Close(context.Background())

@@ -168,7 +168,7 @@ func (fs *FS) OpenRestore(ctx context.Context, f FID) (*File, error) {
 		fs.mdc.Close(ctx, Root(), mf, nil)
 		return nil, fmt.Errorf("restore of %v: not released: %w", f, syscall.EINVAL)
 	}
-	file, _, err := fs.opened(ctx, Root(), mf, syscall.O_WRONLY)
+	file, _, err := fs.opened(ctx, Root(), mf, syscall.O_WRONLY, dentKey{})
 	if err != nil {
 		return nil, err
 	}

@@ -818,4 +818,36 @@ func testNames(t *testing.T, a, b *llite.Server) {
 	if _, err := os.Stat(pb("new")); err != nil {
 		t.Fatalf("b after a's mkdir: %v", err)
 	}
+	// Entries a's creates made, which its kernel caches under the opens'
+	// locks, follow b's renames and unlinks: a finds the new names and
+	// not the old, and a name b reused leads a to the new file.
+	if err := os.Chmod(filepath.Join(a.Dir(), "names"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"c1", "c2", "c3"} {
+		if err := os.WriteFile(pa(n), []byte("a's "+n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(pa(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(pb("c1"), pb("c1-moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pb("c2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pb("c3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pb("c3"), []byte("b's c3"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a sees c1 renamed", func() bool { _, err := os.Stat(pa("c1")); return errors.Is(err, syscall.ENOENT) })
+	if got, err := os.ReadFile(pa("c1-moved")); err != nil || string(got) != "a's c1" {
+		t.Fatalf("a reads c1-moved: %q %v", got, err)
+	}
+	eventually("a sees c2 unlinked", func() bool { _, err := os.Stat(pa("c2")); return errors.Is(err, syscall.ENOENT) })
+	eventually("a finds b's c3", func() bool { got, err := os.ReadFile(pa("c3")); return err == nil && string(got) == "b's c3" })
 }

@@ -2,6 +2,7 @@ package llite
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -16,6 +17,9 @@ type node struct {
 	fs.Inode
 	m   *mount
 	fid client.FID
+	// mode is the file's mode as last seen (0: not yet), for the search
+	// permission a create's entry needs to be cached without an RPC.
+	mode atomic.Uint32
 }
 
 var (
@@ -45,8 +49,12 @@ var (
 // child returns the kernel's node for a, which go-fuse matches with the
 // node it already has for the same inode number.
 func (n *node) child(ctx context.Context, a client.Attr) *fs.Inode {
-	return n.NewInode(ctx, &node{m: n.m, fid: a.FID},
+	ch := n.NewInode(ctx, &node{m: n.m, fid: a.FID},
 		fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: inoOf(a.FID), Gen: uint64(a.FID.Ver)})
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.mode.Store(a.Mode)
+	}
+	return ch
 }
 
 // Lookup resolves name in the directory (cached by the library under the
@@ -80,6 +88,7 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		return n.m.errno(err, "getattr", n.fid)
 	}
 	fillAttr(a, &out.Attr)
+	n.mode.Store(a.Mode)
 	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		out.SetTimeout(cacheTTL)
 	}
@@ -153,6 +162,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		}
 	}
 	fillAttr(a, &out.Attr)
+	n.mode.Store(a.Mode)
 	return 0
 }
 
@@ -226,7 +236,12 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, n.m.errno(err, "create", n.fid, "name", name, "flags", flags)
 	}
-	fillEntry(a, out, false)
+	// The open's lock keeps the new entry valid (its callback drops it):
+	// the kernel may cache it, so that the next access by name needs no
+	// LOOKUP; as in Lookup, not in a directory not everyone may search
+	// (by the mode last seen: the create just changed the directory, and
+	// asking for its attributes again would cost an RPC).
+	fillEntry(a, out, f.EntryLocked() && n.mode.Load()&0o001 != 0)
 	ch := n.child(ctx, a)
 	h, fl := n.m.newHandle(f, flags)
 	return ch, h, fl, 0
