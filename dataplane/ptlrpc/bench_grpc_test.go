@@ -35,9 +35,14 @@ var echoDesc = grpc.ServiceDesc{
 	}},
 }
 
-// grpcNullCalls makes n empty unary calls with k in flight over loopback TCP
-// and returns how long they took.
-func grpcNullCalls(b *testing.B, n, k int) time.Duration {
+// grpcEcho is a grpc-go server and client of echoDesc over loopback TCP.
+type grpcEcho struct {
+	cc *grpc.ClientConn
+}
+
+// newGRPCEcho starts the server, connects and warms the connection up;
+// both end with the benchmark.
+func newGRPCEcho(b *testing.B) *grpcEcho {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -45,21 +50,29 @@ func grpcNullCalls(b *testing.B, n, k int) time.Duration {
 	s := grpc.NewServer()
 	s.RegisterService(&echoDesc, struct{}{})
 	go s.Serve(l)
-	defer s.Stop()
+	b.Cleanup(s.Stop)
 	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cc.Close()
+	b.Cleanup(func() { cc.Close() })
+	g := &grpcEcho{cc: cc}
+	g.calls(b, 100, 1) // connect and warm up
+	return g
+}
+
+// calls makes n empty unary calls with k in flight and returns how long
+// they took.
+func (g *grpcEcho) calls(b *testing.B, n, k int) time.Duration {
 	ctx := context.Background()
-	call := func() error {
-		return cc.Invoke(ctx, "/nacre.bench.Echo/Call", &wrapperspb.BytesValue{}, new(wrapperspb.BytesValue))
-	}
-	for range 100 { // connect and warm up
-		if err := call(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return inFlight(b, n, k, func() error {
+		return g.cc.Invoke(ctx, "/nacre.bench.Echo/Call", &wrapperspb.BytesValue{}, new(wrapperspb.BytesValue))
+	})
+}
+
+// inFlight runs n calls of call from k goroutines and returns how long
+// they took.
+func inFlight(b *testing.B, n, k int, call func() error) time.Duration {
 	var left atomic.Int64
 	left.Store(int64(n))
 	var wg sync.WaitGroup
@@ -78,15 +91,19 @@ func grpcNullCalls(b *testing.B, n, k int) time.Duration {
 	return time.Since(start)
 }
 
-// rawTCPPingPong makes n exchanges of msg-byte requests and msg-byte
-// replies with k outstanding on one loopback TCP connection (Nagle off) and
-// returns how long they took.
-func rawTCPPingPong(b *testing.B, n, k, msg int) time.Duration {
+// rawEcho is one loopback TCP connection (Nagle off, Go's default) to a
+// server that echoes msg-byte messages.
+type rawEcho struct {
+	c   net.Conn
+	msg int
+}
+
+func newRawEcho(b *testing.B, msg int) *rawEcho {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	b.Cleanup(func() { l.Close() })
 	go func() {
 		c, err := l.Accept()
 		if err != nil {
@@ -107,23 +124,30 @@ func rawTCPPingPong(b *testing.B, n, k, msg int) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
+	return &rawEcho{c: c, msg: msg}
+}
+
+// pingPong makes n exchanges with k outstanding and returns how long they
+// took.
+func (r *rawEcho) pingPong(b *testing.B, n, k int) time.Duration {
 	slots := make(chan struct{}, k)
 	start := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		buf := make([]byte, msg)
+		buf := make([]byte, r.msg)
 		for range n {
-			if _, err := io.ReadFull(c, buf); err != nil {
+			if _, err := io.ReadFull(r.c, buf); err != nil {
+				b.Error(err)
 				return
 			}
 			<-slots
 		}
 	})
-	req := make([]byte, msg)
+	req := make([]byte, r.msg)
 	for range n {
 		slots <- struct{}{}
-		if _, err := c.Write(req); err != nil {
+		if _, err := r.c.Write(req); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -134,7 +158,8 @@ func rawTCPPingPong(b *testing.B, n, k, msg int) time.Duration {
 // BenchmarkNullRPCvsGRPC: empty PtlRPC calls over socklnd (127.0.0.1 ->
 // 127.0.0.2) against grpc-go unary calls of the same empty payload on
 // loopback, the same number of calls with the same number in flight, in the
-// same run (DESIGN §4 goal: at least 2x gRPC). conn=import goes through a
+// same run, the three taking turns in ten rounds (DESIGN §4 goal: at least
+// 2x gRPC). conn=import goes through a
 // connected import and an export (handle check, last_xid, adaptive
 // timeouts), as every server's clients do; conn=none is a bare
 // connectionless call.
@@ -178,27 +203,26 @@ func BenchmarkNullRPCvsGRPC(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				var left atomic.Int64
-				left.Store(int64(b.N))
-				var wg sync.WaitGroup
+				// Ten rounds, each running a tenth of the calls on the three
+				// in turn, so that a drift in the machine's speed weighs on
+				// all alike.
+				g, raw := newGRPCEcho(b), newRawEcho(b, wire.HeaderSize)
 				b.ResetTimer()
-				start := time.Now()
-				for range k {
-					wg.Go(func() {
-						for left.Add(-1) >= 0 {
-							if err := call(); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				el := time.Since(start)
 				b.StopTimer()
-				g := grpcNullCalls(b, b.N, k)
-				raw := rawTCPPingPong(b, b.N, k, wire.HeaderSize)
-				rate, grate, rawRate := float64(b.N)/el.Seconds(), float64(b.N)/g.Seconds(), float64(b.N)/raw.Seconds()
+				var el, gel, rawEl time.Duration
+				const rounds = 10
+				for r := range rounds {
+					n := (r+1)*b.N/rounds - r*b.N/rounds
+					if n == 0 {
+						continue
+					}
+					b.StartTimer()
+					el += inFlight(b, n, k, call)
+					b.StopTimer()
+					gel += g.calls(b, n, k)
+					rawEl += raw.pingPong(b, n, k)
+				}
+				rate, grate, rawRate := float64(b.N)/el.Seconds(), float64(b.N)/gel.Seconds(), float64(b.N)/rawEl.Seconds()
 				b.ReportMetric(rate, "calls/s")
 				b.ReportMetric(grate, "grpc-calls/s")
 				b.ReportMetric(rate/grate, "x-vs-grpc")
