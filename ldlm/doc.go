@@ -56,7 +56,11 @@
 // has not cancelled when it fires, or whose callback fails, is evicted
 // (ServerConfig.Evict, then ExportGone drops its locks and grants the
 // waiters). Glimpse asks the holders of write locks for their view of a
-// resource's LVB. LockLocal takes a lock for the target itself (an MDT
+// resource's LVB; for a resource no lock holds it reads the object
+// (ServerConfig.LVBInit) and vouches for the answer (lvb_valid), so a
+// client needs no getattr besides. CancelFor and ConvertFor apply the
+// early cancels and conversions a target's own requests carry (an MDS
+// reint). LockLocal takes a lock for the target itself (an MDT
 // locking what a namespace change touches): it waits, in the caller, for
 // the holders of conflicting locks to give them back. An intent policy
 // may take the lock it grants with IntentLock before it reads what the
@@ -71,7 +75,12 @@
 // lru_max_age), from which trimmed locks are given back on a worker that
 // first runs the owner's Hooks.Blocking (flush and invalidate), and whose
 // handles ride on the next enqueue to the target (early lock cancel) or, if
-// none comes within CancelDelay, go in a CANCEL of their own. A blocking
+// none comes within CancelDelay, go in a CANCEL of their own. Ahead of a
+// change that would call them back, a caller gives back a file's unused
+// locks (CancelUnused, CancelUnusedWhole) or only some bits of a
+// directory's, keeping LOOKUP (ConvertUnused); its own request to the
+// target carries them (TakeCancels, TakeConverts), so the change's locks
+// call nobody back. A blocking
 // AST marks a lock callback-pending: it is given back as soon as its last
 // user releases it. LockAhead takes a write extent before the I/O without
 // waiting or calling anybody back.
