@@ -136,6 +136,21 @@ func (c *valueCache) applied(b *pebble.Batch) {
 	}
 }
 
+// noteAbsent caches key as known not to exist, unless the cache has it
+// already (a batch just wrote it); the caller holds the store's write lock
+// after a commit that left key absent.
+func (c *valueCache) noteAbsent(key []byte) {
+	if !cachedKey(key) {
+		return
+	}
+	sh := c.shard(key)
+	sh.Lock()
+	if _, ok := sh.m[string(key)]; !ok {
+		c.putLocked(sh, key, nil, false)
+	}
+	sh.Unlock()
+}
+
 // rangeCached reports whether [lo, hi) may hold cached records.
 func rangeCached(lo, hi []byte) bool {
 	for _, p := range []byte{pfxInode, pfxDirent, pfxLSOM, pfxLayout} {

@@ -250,6 +250,9 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 	}
 	t.inodes[f] = n
 	t.touch(n)
+	// A new FID is nobody's (unusedFIDLocked, or minted here): it has no
+	// LSOM record.
+	t.absent = append(t.absent, fidKey(pfxLSOM, f))
 	dir.Mtime, dir.Ctime = t.now, t.now
 	t.touch(dir)
 	t.addEntry(parent, name, n)

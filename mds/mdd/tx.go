@@ -28,6 +28,10 @@ type tx struct {
 	destroys   []DestroyRecord
 	orphansOff []fid.FID          // orphans destroyed: forget their open counts
 	lastObj    map[uint32]fid.FID // OSTs' last objects raised by this tx
+	// absent are keys of cached kinds the tx knows do not exist once it
+	// commits (a new inode's LSOM): the cache learns so, sparing the first
+	// getattr a Pebble miss.
+	absent [][]byte
 }
 
 // begin takes the store's write lock and starts a tx; the caller must end
@@ -115,6 +119,9 @@ func (t *tx) commit() error {
 		return ioError(err, "commit")
 	}
 	s.cache.applied(t.b)
+	for _, k := range t.absent {
+		s.cache.noteAbsent(k)
+	}
 	s.mu.clNext, s.mu.destroyNext, s.mu.inodes = clNext, destroyNext, inodes
 	s.mu.transno = max(s.mu.transno, tn)
 	for ost, f := range t.lastObj {
