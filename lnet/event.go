@@ -102,6 +102,12 @@ func (ln *LNet) enqueueLocked(m *md, ev Event, d *dispatchList) {
 	if m.handler == nil {
 		return
 	}
+	if m.evHead > 0 && len(m.evq) == cap(m.evq) {
+		// Reuse the slots already handed out before growing.
+		n := copy(m.evq, m.evq[m.evHead:])
+		clear(m.evq[n:])
+		m.evq, m.evHead = m.evq[:n], 0
+	}
 	m.evq = append(m.evq, ev)
 	if len(*d) == 0 || (*d)[len(*d)-1] != m {
 		*d = append(*d, m)
@@ -119,11 +125,14 @@ func (ln *LNet) dispatch(d dispatchList, fromNet bool) {
 	}
 }
 
+// backlog is how many events wait for m's handler.
+func (m *md) backlog() int { return len(m.evq) - m.evHead }
+
 func (ln *LNet) runHandler(m *md, fromNet bool) {
 	ln.res.Lock()
 	if m.dispatching {
 		if fromNet {
-			for m.dispatching && len(m.evq) > maxEventBacklog {
+			for m.dispatching && m.backlog() > maxEventBacklog {
 				ln.res.evWaiters++
 				ln.res.evCond.Wait()
 				ln.res.evWaiters--
@@ -133,14 +142,19 @@ func (ln *LNet) runHandler(m *md, fromNet bool) {
 		return
 	}
 	m.dispatching = true
-	for len(m.evq) > 0 {
-		ev := m.evq[0]
-		m.evq[0] = Event{}
-		m.evq = m.evq[1:]
-		if len(m.evq) == 0 {
-			m.evq = nil // let the backing array go
+	for m.backlog() > 0 {
+		ev := m.evq[m.evHead]
+		m.evq[m.evHead] = Event{}
+		m.evHead++
+		if m.evHead == len(m.evq) {
+			// Drained: keep a small array for the MD's next events (most
+			// MDs see a few, one at a time), let a grown one go.
+			m.evq, m.evHead = m.evq[:0], 0
+			if cap(m.evq) > 4 {
+				m.evq = nil
+			}
 		}
-		if ln.res.evWaiters > 0 && len(m.evq) <= maxEventBacklog/2 {
+		if ln.res.evWaiters > 0 && m.backlog() <= maxEventBacklog/2 {
 			ln.res.evCond.Broadcast()
 		}
 		ln.res.Unlock()

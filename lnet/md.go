@@ -131,8 +131,9 @@ type md struct {
 	refs        int     // operations in flight
 	zombie      bool    // Unlink was called; unlinks when refs drops to 0
 	dead        bool    // unlinked: out of every table
-	evq         []Event // events not yet handed to handler
-	dispatching bool    // a goroutine is running handler
+	evq         []Event // events: evq[evHead:] not yet handed to handler
+	evHead      int
+	dispatching bool // a goroutine is running handler
 }
 
 func (m *md) handle() MDHandle { return MDHandle{m.cookie} }
