@@ -150,10 +150,8 @@ type Import struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when run returns
 	lastUse  atomic.Int64  // unix nanoseconds of the last reply
-	// slots is MaxRPCsInFlight (nil: no limit); peak is the most requests
-	// held slots at once.
+	// slots is MaxRPCsInFlight (nil: no limit).
 	slots *slots.Slots
-	peak  atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -973,9 +971,6 @@ func (imp *Import) Do(ctx context.Context, req *Req) ([]byte, error) {
 			return nil, err
 		}
 		defer s.Release()
-		if used, _ := s.State(); int32(used) > imp.peak.Load() {
-			imp.peak.Store(int32(used)) // a statistic: a lost race only lowers it
-		}
 	}
 	ic, err := imp.begin(ctx, req)
 	if err != nil {
@@ -998,7 +993,7 @@ func (imp *Import) MaxRPCsInFlight() (limit, peak int) {
 		return 0, 0
 	}
 	_, limit = imp.slots.State()
-	return limit, int(imp.peak.Load())
+	return limit, imp.slots.Peak()
 }
 
 // SetMaxRPCsInFlight changes the limit of an import made with one (n at

@@ -15,6 +15,7 @@ type Slots struct {
 	mu struct {
 		sync.Mutex
 		limit, used int
+		peak        int // the most slots held at once
 		// freed is closed and replaced when a slot may have become free.
 		freed chan struct{}
 	}
@@ -34,7 +35,7 @@ func (s *Slots) TryAcquire() bool {
 	if s.mu.used >= s.mu.limit {
 		return false
 	}
-	s.mu.used++
+	s.takeLocked()
 	return true
 }
 
@@ -46,7 +47,7 @@ func (s *Slots) TryAcquireSpare() bool {
 	if s.mu.used+1 >= s.mu.limit {
 		return false
 	}
-	s.mu.used++
+	s.takeLocked()
 	return true
 }
 
@@ -55,7 +56,7 @@ func (s *Slots) Acquire(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		if s.mu.used < s.mu.limit {
-			s.mu.used++
+			s.takeLocked()
 			s.mu.Unlock()
 			return nil
 		}
@@ -90,6 +91,18 @@ func (s *Slots) State() (used, limit int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.mu.used, s.mu.limit
+}
+
+// Peak returns the most slots held at once so far.
+func (s *Slots) Peak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.peak
+}
+
+func (s *Slots) takeLocked() {
+	s.mu.used++
+	s.mu.peak = max(s.mu.peak, s.mu.used)
 }
 
 func (s *Slots) wakeLocked() {

@@ -49,3 +49,29 @@ func TestSlotsLimitChange(t *testing.T) {
 		t.Fatal("read-ahead must leave one slot free")
 	}
 }
+
+// Peak is the most slots held at once, whichever way they were taken.
+func TestPeak(t *testing.T) {
+	s := New(4)
+	ctx := context.Background()
+	for range 3 {
+		if err := s.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Release()
+	s.Release()
+	if !s.TryAcquire() || !s.TryAcquireSpare() {
+		t.Fatal("free slots refused")
+	}
+	if used, _ := s.State(); used != 3 || s.Peak() != 3 {
+		t.Fatalf("used %d, peak %d; want 3, 3", used, s.Peak())
+	}
+	if !s.TryAcquire() {
+		t.Fatal("the last slot refused")
+	}
+	s.Release()
+	if s.Peak() != 4 {
+		t.Fatalf("peak %d, want 4", s.Peak())
+	}
+}
