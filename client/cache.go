@@ -92,13 +92,13 @@ func (ino *inode) closeData() {
 // the entry, which the lock's LOOKUP bit kept valid: the cache knows the
 // name leads to f until then. It reports whether it keeps the entry so.
 func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock, entry dentKey) bool {
+	if l.Policy().Bits&ldlm.BitLookup == 0 { // (the lock's own mutex, before the cache's)
+		entry = dentKey{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byLock[l]; ok {
 		return false
-	}
-	if entry.name == "" || l.Policy().Bits&ldlm.BitLookup == 0 {
-		entry = dentKey{}
 	}
 	c.byLock[l] = lockRef{fid: f, layoutOnly: true, entry: entry}
 	if entry.name == "" {
