@@ -579,7 +579,11 @@ func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 		return 0
 	}
 	ns := c.nsLocked(imp)
-	var ls []*ClientLock
+	type todo struct {
+		l             *ClientLock
+		keep, dropped Bits
+	}
+	var cvs []todo
 	for l := range ns.byRes[res] {
 		keep := l.policy.Bits &^ bits
 		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.hooks.Convert == nil || keep == l.policy.Bits || keep&BitLookup == 0 {
@@ -590,13 +594,13 @@ func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 			l.lru = nil
 		}
 		l.state = lockConverting
-		ls = append(ls, l)
+		cvs = append(cvs, todo{l, keep, l.policy.Bits & bits})
 	}
 	c.mu.Unlock()
 	n := 0
-	for _, l := range ls {
-		keep := l.policy.Bits &^ bits
-		ok := l.hooks.Convert(ctx, l, l.policy.Bits&bits)
+	for _, cv := range cvs {
+		l, keep := cv.l, cv.keep
+		ok := l.hooks.Convert(ctx, l, cv.dropped)
 		c.mu.Lock()
 		switch {
 		case l.state != lockConverting:
