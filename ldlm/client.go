@@ -130,9 +130,9 @@ type clientNS struct {
 	since   time.Time
 	urgent  bool
 	// converted are locks converted locally (ConvertUnused) whose new
-	// bits the server has not been told yet: the next MDS request takes
-	// them (TakeConverts).
-	converted []Convert
+	// bits the server has not been told yet: the next enqueue or MDS
+	// request takes them (TakeConverts).
+	converted []*ldlmv1.ConvertRequest
 	// lruSize overrides ClientConfig.LRUSize for this namespace when
 	// not 0 (ldlm.namespaces.*.lru_size).
 	lruSize   int
@@ -234,22 +234,34 @@ func (c *Client) Stats() ClientStats {
 // LRUSize returns how many unused locks the client keeps for the
 // namespace of imp's target (Lustre's ldlm.namespaces.*.lru_size).
 func (c *Client) LRUSize(imp *ptlrpc.Import) int {
+	size, _ := c.lruRules(imp)
+	return size
+}
+
+// lruRules returns imp's namespace's lru_size and lru_max_age.
+func (c *Client) lruRules(imp *ptlrpc.Import) (size int, age time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ns := c.mu.ns[imp]; ns != nil && ns.lruSize > 0 {
-		return ns.lruSize
+	return c.lruRulesLocked(c.mu.ns[imp])
+}
+
+// lruRulesLocked returns ns's lru_size and lru_max_age: its own where
+// set, else the client's (ns may be nil: none yet).
+func (c *Client) lruRulesLocked(ns *clientNS) (size int, age time.Duration) {
+	size, age = c.cfg.LRUSize, c.cfg.LRUMaxAge
+	if ns != nil && ns.lruSize > 0 {
+		size = ns.lruSize
 	}
-	return c.cfg.LRUSize
+	if ns != nil && ns.lruMaxAge > 0 {
+		age = ns.lruMaxAge
+	}
+	return size, age
 }
 
 // LRUMaxAge returns how long an unused lock of imp's namespace is kept.
 func (c *Client) LRUMaxAge(imp *ptlrpc.Import) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ns := c.mu.ns[imp]; ns != nil && ns.lruMaxAge > 0 {
-		return ns.lruMaxAge
-	}
-	return c.cfg.LRUMaxAge
+	_, age := c.lruRules(imp)
+	return age
 }
 
 // SetLRUMaxAge sets how long an unused lock of imp's namespace is kept
@@ -449,13 +461,15 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		ns.byRes[e.Resource] = set
 	}
 	set[l] = struct{}{}
-	// Early lock cancel: what waits to be given back rides along.
-	cancels := c.takePendingLocked(ns)
+	// Early lock cancel: what waits to be given back rides along, and
+	// what was converted.
+	cancels, converts := c.takePendingLocked(ns), ns.converted
+	ns.converted = nil
 	c.mu.Unlock()
 
 	flags := uint32(e.Flags)
 	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
-		Policy: policyToWire(e.Policy), Flags: flags, ClientHandle: l.handle, Cancels: cancels, Intent: e.Intent})
+		Policy: policyToWire(e.Policy), Flags: flags, ClientHandle: l.handle, Cancels: cancels, Converts: converts, Intent: e.Intent})
 	if err != nil {
 		c.forget(l)
 		return nil, nil, 0, err
@@ -559,13 +573,6 @@ func (c *Client) TakeCancels(imp *ptlrpc.Import) []uint64 {
 	return c.takePendingLocked(c.nsLocked(imp))
 }
 
-// Convert is a lock converted locally: its server handle and the inode
-// bits it keeps.
-type Convert struct {
-	Handle Handle
-	Keep   Bits
-}
-
 // ConvertUnused drops bits from the unused granted IBITS locks of res
 // that would keep their LOOKUP bit (those with a Convert hook, which
 // CancelUnused leaves for a blocking AST to convert): the hook drops what
@@ -579,56 +586,87 @@ func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 		return 0
 	}
 	ns := c.nsLocked(imp)
-	type todo struct {
-		l             *ClientLock
-		keep, dropped Bits
-	}
-	var cvs []todo
+	var cvs []conversion
 	for l := range ns.byRes[res] {
-		keep := l.policy.Bits &^ bits
-		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.hooks.Convert == nil || keep == l.policy.Bits || keep&BitLookup == 0 {
+		if l.remote == 0 {
 			continue
 		}
-		if l.lru != nil {
-			ns.lru.Remove(l.lru)
-			l.lru = nil
+		if keep := l.keepOnConvertLocked(bits); keep != 0 {
+			c.startConvertLocked(l)
+			cvs = append(cvs, conversion{l, keep})
 		}
-		l.state = lockConverting
-		cvs = append(cvs, todo{l, keep, l.policy.Bits & bits})
 	}
 	c.mu.Unlock()
 	n := 0
 	for _, cv := range cvs {
-		l, keep := cv.l, cv.keep
-		ok := l.hooks.Convert(ctx, l, cv.dropped)
 		c.mu.Lock()
-		switch {
-		case l.state != lockConverting:
-			// Dropped meanwhile (eviction).
-		case ok && !l.reblocked:
-			l.policy.Bits, l.state = keep, lockGranted
-			ns.converted = append(ns.converted, Convert{Handle: l.remote, Keep: keep})
-			if l.users == 0 {
-				l.lastUsed = time.Now()
-				l.lru = ns.lru.PushBack(l)
-			}
+		dropped, h := cv.l.policy.Bits&^cv.keep, cv.l.remote
+		c.mu.Unlock()
+		ok := cv.l.hooks.Convert(ctx, cv.l, dropped)
+		c.mu.Lock()
+		kept, cancel := c.endConvertLocked(cv.l, cv.keep, ok)
+		if kept {
+			ns.converted = append(ns.converted, &ldlmv1.ConvertRequest{Handle: uint64(h), Bits: uint64(cv.keep)})
 			n++
-		default:
-			l.state = lockCancelling
-			c.mu.Unlock()
-			c.queueCancel(l)
-			continue
 		}
 		c.mu.Unlock()
+		if cancel {
+			c.queueCancel(cv.l)
+		}
 	}
 	return n
+}
+
+// keepOnConvertLocked returns the inode bits l keeps if it gives up drop
+// by a conversion rather than whole: an unused granted IBITS lock whose
+// owner can drop part of what it caches (Hooks.Convert), left with its
+// LOOKUP bit; 0 if it cannot be converted so.
+func (l *ClientLock) keepOnConvertLocked(drop Bits) Bits {
+	if l.state != lockGranted || l.users != 0 || l.Resource.Type != TypeIBits || l.hooks.Convert == nil {
+		return 0
+	}
+	if keep := l.policy.Bits &^ drop; keep&BitLookup != 0 && keep != l.policy.Bits {
+		return keep
+	}
+	return 0
+}
+
+// startConvertLocked takes l, which keepOnConvertLocked allowed, out of
+// the LRU for its conversion.
+func (c *Client) startConvertLocked(l *ClientLock) {
+	if l.lru != nil {
+		l.ns.lru.Remove(l.lru)
+		l.lru = nil
+	}
+	l.state = lockConverting
+}
+
+// endConvertLocked ends l's conversion to keep, ok saying the hook (and
+// the server, if it was asked) agreed: l goes back to the LRU with keep,
+// unless a blocking AST came meanwhile or it failed, when it is to be
+// given back whole (cancel: the caller queues it once the mutex is let
+// go). A lock dropped meanwhile (eviction) is left alone.
+func (c *Client) endConvertLocked(l *ClientLock, keep Bits, ok bool) (kept, cancel bool) {
+	if l.state != lockConverting {
+		return false, false
+	}
+	if !ok || l.reblocked {
+		l.state = lockCancelling
+		return false, true
+	}
+	l.policy.Bits, l.cbPending, l.state = keep, false, lockGranted
+	if l.users == 0 {
+		l.lastUsed = time.Now()
+		l.lru = l.ns.lru.PushBack(l)
+	}
+	return true, false
 }
 
 // TakeConverts returns the conversions ConvertUnused made on imp's
 // target that the server has not been told of, for a request of the
 // caller's to carry. If it never arrives, a blocking AST for the dropped
 // bits finds the lock without them and it is given back whole.
-func (c *Client) TakeConverts(imp *ptlrpc.Import) []Convert {
+func (c *Client) TakeConverts(imp *ptlrpc.Import) []*ldlmv1.ConvertRequest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.closed {
@@ -780,14 +818,7 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 	var out []*ClientLock
 	for e := ns.lru.Front(); e != nil; e = ns.lru.Front() {
 		l := e.Value.(*ClientLock)
-		size := c.cfg.LRUSize
-		if ns.lruSize > 0 {
-			size = ns.lruSize
-		}
-		age := c.cfg.LRUMaxAge
-		if ns.lruMaxAge > 0 {
-			age = ns.lruMaxAge
-		}
+		size, age := c.lruRulesLocked(ns)
 		if ns.lru.Len() <= size && now.Sub(l.lastUsed) < age {
 			break
 		}
@@ -829,7 +860,7 @@ func (c *Client) cancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 {
 			continue
 		}
-		if !whole && l.hooks.Convert != nil && l.policy.Bits&^bits&BitLookup != 0 {
+		if !whole && l.keepOnConvertLocked(bits) != 0 {
 			continue // a blocking AST converts it, keeping its LOOKUP bit
 		}
 		if l.lru != nil {
@@ -976,21 +1007,19 @@ func (c *Client) handleBlocking(_ context.Context, r *ptlrpc.Request) ([]byte, i
 		l.reblocked = true
 	}
 	var keep Bits
-	if l.state == lockGranted && l.users == 0 && l.Resource.Type == TypeIBits && l.hooks.Convert != nil && ast.ConflictPolicy != nil {
-		if k := l.policy.Bits &^ policyFromWire(ast.ConflictPolicy).Bits; k&BitLookup != 0 && k != l.policy.Bits {
-			keep = k
-		}
+	if ast.ConflictPolicy != nil {
+		keep = l.keepOnConvertLocked(policyFromWire(ast.ConflictPolicy).Bits)
 	}
 	cancelNow := keep == 0 && l.state == lockGranted && l.users == 0
-	if cancelNow || keep != 0 {
+	switch {
+	case keep != 0:
+		c.startConvertLocked(l)
+	case cancelNow:
 		if l.lru != nil {
 			l.ns.lru.Remove(l.lru)
 			l.lru = nil
 		}
 		l.state = lockCancelling
-		if keep != 0 {
-			l.state = lockConverting
-		}
 	}
 	c.mu.Unlock()
 	switch {
@@ -1035,25 +1064,14 @@ func (c *Client) convertWorker() {
 			err = c.convertRPC(l.ns.imp, h, cv.keep)
 		}
 		c.mu.Lock()
-		if l.state != lockConverting {
-			c.mu.Unlock() // dropped meanwhile (eviction)
-			continue
-		}
-		if ok && err == nil && !l.reblocked {
-			l.policy.Bits, l.cbPending, l.state = cv.keep, false, lockGranted
-			if l.users == 0 {
-				l.lastUsed = time.Now()
-				l.lru = l.ns.lru.PushBack(l)
-			}
-			c.mu.Unlock()
-			continue
-		}
-		l.state = lockCancelling
+		_, cancel := c.endConvertLocked(l, cv.keep, ok && err == nil)
 		c.mu.Unlock()
 		if err != nil {
 			c.log.Info("ldlm: convert failed; giving the lock back", "target", l.ns.imp.Target(), "lock", h, "err", err)
 		}
-		c.queueCancel(l)
+		if cancel {
+			c.queueCancel(l)
+		}
 	}
 }
 

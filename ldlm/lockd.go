@@ -249,10 +249,8 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	}
 	s.enqueues.Add(1)
 	owner := ownerOf(exp)
-	if len(er.Cancels) > 0 {
-		n, _ := s.cancelHandles(owner, er.Cancels, false)
-		s.earlyCancels.Add(uint64(n))
-	}
+	s.cancelEarly(owner, er.Cancels)
+	s.convertEarly(owner, er.Converts)
 	res, err := resourceFromWire(er.Resource)
 	if err != nil {
 		return s.bad(r, err)
@@ -436,29 +434,38 @@ func (s *Server) handleConvert(_ context.Context, r *ptlrpc.Request) ([]byte, in
 	if err := ptlrpc.Unmarshal(r.Body, &cr); err != nil {
 		return s.bad(r, fmt.Errorf("%w: convert body: %v", ErrInvalid, err))
 	}
+	s.converts.Add(1)
+	s.mu.Lock()
+	l, work, err := s.convertLocked(ownerOf(exp), &cr)
+	s.mu.Unlock()
+	if err != nil {
+		return s.bad(r, err)
+	}
+	s.dispatch(work)
+	return marshal(&ldlmv1.ConvertReply{Mode: uint32(l.Mode), Policy: policyToWire(l.Policy)})
+}
+
+// convertLocked converts owner's lock as cr says (LDLM_CONVERT, or one
+// an enqueue or an MDS request carries) and returns the lock as it now
+// stands and the callbacks to send.
+func (s *Server) convertLocked(owner Owner, cr *ldlmv1.ConvertRequest) (Lock, []astWork, error) {
 	var to Conversion
 	if cr.Mode != 0 {
 		m, err := modeFromWire(cr.Mode)
 		if err != nil {
-			return s.bad(r, err)
+			return Lock{}, nil, err
 		}
 		to.Mode = m
 	}
 	to.Bits = Bits(cr.Bits)
-	s.converts.Add(1)
-	s.mu.Lock()
-	res, err := s.mu.ns.Convert(Handle(cr.Handle), ownerOf(exp), to)
+	res, err := s.mu.ns.Convert(Handle(cr.Handle), owner, to)
 	if err != nil {
-		s.mu.Unlock()
-		return s.bad(r, err)
+		return Lock{}, nil, err
 	}
 	if !res.Lock.CallbackPending {
 		s.stopTimerLocked(res.Lock.Handle)
 	}
-	work := s.effectsLocked(res.Effects)
-	s.mu.Unlock()
-	s.dispatch(work)
-	return marshal(&ldlmv1.ConvertReply{Mode: uint32(res.Lock.Mode), Policy: policyToWire(res.Lock.Policy)})
+	return res.Lock, s.effectsLocked(res.Effects), nil
 }
 
 func marshal(m proto.Message) ([]byte, int32) {
@@ -784,37 +791,50 @@ func (s *Server) IntentLock(ctx context.Context, r *ptlrpc.Request, req Request)
 // returns how many it cancelled.
 func (s *Server) CancelFor(r *ptlrpc.Request, handles []uint64) int {
 	exp := r.Export()
-	if exp == nil || len(handles) == 0 {
+	if exp == nil {
 		return 0
 	}
-	n, _ := s.cancelHandles(ownerOf(exp), handles, false)
+	return s.cancelEarly(ownerOf(exp), handles)
+}
+
+// cancelEarly cancels the locks of owner a request gives back with it.
+func (s *Server) cancelEarly(owner Owner, handles []uint64) int {
+	if len(handles) == 0 {
+		return 0
+	}
+	n, _ := s.cancelHandles(owner, handles, false)
 	s.earlyCancels.Add(uint64(n))
 	return n
 }
 
-// ConvertFor applies the conversions an MDS request of r's client
-// carries (Client.TakeConverts), as LDLM_CONVERTs would; one the server
-// refuses (an unknown handle, another client's lock, more bits than the
-// lock has) is skipped and logged. It returns how many it applied.
-func (s *Server) ConvertFor(r *ptlrpc.Request, cvs []Convert) int {
+// ConvertFor applies the conversions a request of r's client carries
+// (Client.TakeConverts: an MDS reint's), as LDLM_CONVERTs would.
+func (s *Server) ConvertFor(r *ptlrpc.Request, cvs []*ldlmv1.ConvertRequest) int {
 	exp := r.Export()
-	if exp == nil || len(cvs) == 0 {
+	if exp == nil {
 		return 0
 	}
-	owner := ownerOf(exp)
+	return s.convertEarly(ownerOf(exp), cvs)
+}
+
+// convertEarly applies conversions a request carries; one the server
+// refuses (an unknown handle, another client's lock, more bits than the
+// lock has) is skipped and logged: the client gives the lock back whole
+// at its next blocking AST. It returns how many it applied.
+func (s *Server) convertEarly(owner Owner, cvs []*ldlmv1.ConvertRequest) int {
+	if len(cvs) == 0 {
+		return 0
+	}
 	n := 0
 	var work []astWork
 	s.mu.Lock()
-	for _, cv := range cvs {
-		res, err := s.mu.ns.Convert(cv.Handle, owner, Conversion{Bits: cv.Keep})
+	for _, cr := range cvs {
+		_, w, err := s.convertLocked(owner, cr)
 		if err != nil {
-			s.log.Debug("ldlm: early convert", "lock", cv.Handle, "bits", cv.Keep, "err", err)
+			s.log.Debug("ldlm: early convert", "lock", Handle(cr.Handle), "bits", Bits(cr.Bits), "err", err)
 			continue
 		}
-		if !res.Lock.CallbackPending {
-			s.stopTimerLocked(res.Lock.Handle)
-		}
-		work = append(work, s.effectsLocked(res.Effects)...)
+		work = append(work, w...)
 		n++
 	}
 	s.mu.Unlock()

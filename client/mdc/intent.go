@@ -95,13 +95,13 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	if on.IsZero() {
 		on = it.FID
 	}
-	res := ldlm.Resource{ID: ldlm.ResIDOfFID(on.Seq, on.Oid, on.Ver), Type: ldlm.TypeIBits}
+	res := ibitsRes(on)
 	if it.Op&ItCreat != 0 && !it.Parent.IsZero() {
 		// A create changes the directory: the MDT's CW UPDATE lock would
 		// call back our own PR UPDATE locks on it (a negative lookup's,
-		// a getattr's). Give the unused ones back with this request
-		// instead of on a blocking AST the create waits for.
-		c.locks.CancelUnused(ctx, c.imp, res, ldlm.BitUpdate)
+		// a getattr's). Give their UPDATE back with this request instead
+		// of on a blocking AST the create waits for.
+		c.GiveBackBits(ctx, it.Parent, ldlm.BitUpdate)
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})

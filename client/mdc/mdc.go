@@ -196,10 +196,7 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 	if c.locks != nil {
 		// Locks given back or converted ahead of this change (GiveBack,
 		// GiveBackBits) ride along.
-		req.Cancels = c.locks.TakeCancels(c.imp)
-		for _, cv := range c.locks.TakeConverts(c.imp) {
-			req.Converts = append(req.Converts, &mdsv1.LockConvert{Handle: uint64(cv.Handle), Bits: uint64(cv.Keep)})
-		}
+		req.Cancels, req.Converts = c.locks.TakeCancels(c.imp), c.locks.TakeConverts(c.imp)
 	}
 	op.set(req)
 	var rep mdsv1.ReintReply

@@ -227,9 +227,10 @@ func TestIntentCallbacks(t *testing.T) {
 }
 
 // TestCreateEarlyCancel: a client that looked a name up in a directory
-// (and holds the negative entry's PR UPDATE lock on it) and then creates
-// the name gives the lock back inside the create's enqueue: the MDT sends
-// it no blocking AST.
+// (and holds the negative entry's PR UPDATE lock on it) and cached the
+// directory under a getattr lock, and then creates the name, gives the
+// first lock back and converts the second to keep LOOKUP inside the
+// create's enqueue: the MDT sends it no blocking AST.
 func TestCreateEarlyCancel(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	n := c.client()
@@ -238,9 +239,16 @@ func TestCreateEarlyCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	converted := 0
+	dirHooks := ldlm.Hooks{Convert: func(context.Context, *ldlm.ClientLock, ldlm.Bits) bool { converted++; return true }}
 	for i := range 5 {
 		name := fmt.Sprint("f", i)
-		rep, err := n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: d.FID, Name: name}, ldlm.Hooks{})
+		rep, err := n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, FID: d.FID}, dirHooks)
+		if err != nil || rep.Lock == nil {
+			t.Fatalf("getattr of d: %v", err)
+		}
+		rep.Lock.Release()
+		rep, err = n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: d.FID, Name: name}, ldlm.Hooks{})
 		if !errors.Is(err, syscall.ENOENT) || rep == nil || rep.Lock == nil {
 			t.Fatalf("negative lookup of %s: %v %v", name, rep, err)
 		}
@@ -252,8 +260,9 @@ func TestCreateEarlyCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := c.mdt.LockServer().Stats()
-		if after.BlockingASTs != before.BlockingASTs || after.EarlyCancels <= before.EarlyCancels {
-			t.Fatalf("create %s: %d blocking ASTs, %d early cancels", name, after.BlockingASTs-before.BlockingASTs, after.EarlyCancels-before.EarlyCancels)
+		if after.BlockingASTs != before.BlockingASTs || after.EarlyCancels <= before.EarlyCancels || after.Converts <= before.Converts || converted != i+1 {
+			t.Fatalf("create %s: %d blocking ASTs, %d early cancels, %d converts (%d by the client)", name, after.BlockingASTs-before.BlockingASTs,
+				after.EarlyCancels-before.EarlyCancels, after.Converts-before.Converts, converted)
 		}
 		if err := n.mdc.Close(ctx, root, rep.File(), nil); err != nil {
 			t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
-	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdd"
+	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
 	mdsv1 "github.com/nacrefs/nacre/proto/nacre/mds/v1"
 )
 
@@ -228,7 +228,7 @@ type reintReq struct {
 	time     int64
 	op       any      // one of the *Op types above
 	cancels  []uint64 // lock handles the client gave back with it
-	converts []ldlm.Convert
+	converts []*ldlmv1.ConvertRequest
 }
 
 // allAttrBits are the SetAttr bits a client may send.
@@ -247,10 +247,7 @@ func parseReint(b []byte) (reintReq, error) {
 	if w.Time < 0 {
 		return reintReq{}, bad("time %d", w.Time)
 	}
-	r := reintReq{cred: c, time: w.Time, cancels: w.Cancels}
-	for _, cv := range w.Converts {
-		r.converts = append(r.converts, ldlm.Convert{Handle: ldlm.Handle(cv.Handle), Keep: ldlm.Bits(cv.Bits)})
-	}
+	r := reintReq{cred: c, time: w.Time, cancels: w.Cancels, converts: w.Converts}
 	switch op := w.Op.(type) {
 	case *mdsv1.ReintRequest_Create:
 		o := op.Create

@@ -277,7 +277,11 @@ type EnqueueRequest struct {
 	// Intent is an operation for the target to run with the enqueue (MDS
 	// open, lookup, getattr, create); the lock manager hands it to the
 	// target's intent policy and does not read it.
-	Intent        []byte `protobuf:"bytes,7,opt,name=intent,proto3" json:"intent,omitempty"`
+	Intent []byte `protobuf:"bytes,7,opt,name=intent,proto3" json:"intent,omitempty"`
+	// Converts are locks the client kept with fewer inode bits (a
+	// directory's LOOKUP without the UPDATE a create takes), applied
+	// before the enqueue as LDLM_CONVERTs would be (early convert).
+	Converts      []*ConvertRequest `protobuf:"bytes,8,rep,name=converts,proto3" json:"converts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -357,6 +361,13 @@ func (x *EnqueueRequest) GetCancels() []uint64 {
 func (x *EnqueueRequest) GetIntent() []byte {
 	if x != nil {
 		return x.Intent
+	}
+	return nil
+}
+
+func (x *EnqueueRequest) GetConverts() []*ConvertRequest {
+	if x != nil {
+		return x.Converts
 	}
 	return nil
 }
@@ -998,7 +1009,7 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\x05mtime\x18\x03 \x01(\x03R\x05mtime\x12\x14\n" +
 	"\x05atime\x18\x04 \x01(\x03R\x05atime\x12\x14\n" +
 	"\x05ctime\x18\x05 \x01(\x03R\x05ctime\x12\x16\n" +
-	"\x06opaque\x18\x06 \x01(\fR\x06opaque\"\xf5\x01\n" +
+	"\x06opaque\x18\x06 \x01(\fR\x06opaque\"\xb0\x02\n" +
 	"\x0eEnqueueRequest\x123\n" +
 	"\bresource\x18\x01 \x01(\v2\x17.nacre.ldlm.v1.ResourceR\bresource\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12-\n" +
@@ -1006,7 +1017,8 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\x12#\n" +
 	"\rclient_handle\x18\x05 \x01(\x04R\fclientHandle\x12\x18\n" +
 	"\acancels\x18\x06 \x03(\x04R\acancels\x12\x16\n" +
-	"\x06intent\x18\a \x01(\fR\x06intent\"\x8d\x03\n" +
+	"\x06intent\x18\a \x01(\fR\x06intent\x129\n" +
+	"\bconverts\x18\b \x03(\v2\x1d.nacre.ldlm.v1.ConvertRequestR\bconverts\"\x8d\x03\n" +
 	"\fEnqueueReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\bR\agranted\x12\x12\n" +
@@ -1083,19 +1095,20 @@ var file_nacre_ldlm_v1_ldlm_proto_goTypes = []any{
 var file_nacre_ldlm_v1_ldlm_proto_depIdxs = []int32{
 	0,  // 0: nacre.ldlm.v1.EnqueueRequest.resource:type_name -> nacre.ldlm.v1.Resource
 	1,  // 1: nacre.ldlm.v1.EnqueueRequest.policy:type_name -> nacre.ldlm.v1.Policy
-	1,  // 2: nacre.ldlm.v1.EnqueueReply.policy:type_name -> nacre.ldlm.v1.Policy
-	2,  // 3: nacre.ldlm.v1.EnqueueReply.lvb:type_name -> nacre.ldlm.v1.LVB
-	0,  // 4: nacre.ldlm.v1.EnqueueReply.resource:type_name -> nacre.ldlm.v1.Resource
-	1,  // 5: nacre.ldlm.v1.ConvertReply.policy:type_name -> nacre.ldlm.v1.Policy
-	1,  // 6: nacre.ldlm.v1.BlockingAST.conflict_policy:type_name -> nacre.ldlm.v1.Policy
-	1,  // 7: nacre.ldlm.v1.CompletionAST.policy:type_name -> nacre.ldlm.v1.Policy
-	2,  // 8: nacre.ldlm.v1.CompletionAST.lvb:type_name -> nacre.ldlm.v1.LVB
-	2,  // 9: nacre.ldlm.v1.GlimpseReply.lvb:type_name -> nacre.ldlm.v1.LVB
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 2: nacre.ldlm.v1.EnqueueRequest.converts:type_name -> nacre.ldlm.v1.ConvertRequest
+	1,  // 3: nacre.ldlm.v1.EnqueueReply.policy:type_name -> nacre.ldlm.v1.Policy
+	2,  // 4: nacre.ldlm.v1.EnqueueReply.lvb:type_name -> nacre.ldlm.v1.LVB
+	0,  // 5: nacre.ldlm.v1.EnqueueReply.resource:type_name -> nacre.ldlm.v1.Resource
+	1,  // 6: nacre.ldlm.v1.ConvertReply.policy:type_name -> nacre.ldlm.v1.Policy
+	1,  // 7: nacre.ldlm.v1.BlockingAST.conflict_policy:type_name -> nacre.ldlm.v1.Policy
+	1,  // 8: nacre.ldlm.v1.CompletionAST.policy:type_name -> nacre.ldlm.v1.Policy
+	2,  // 9: nacre.ldlm.v1.CompletionAST.lvb:type_name -> nacre.ldlm.v1.LVB
+	2,  // 10: nacre.ldlm.v1.GlimpseReply.lvb:type_name -> nacre.ldlm.v1.LVB
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_nacre_ldlm_v1_ldlm_proto_init() }

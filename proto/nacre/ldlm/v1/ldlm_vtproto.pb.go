@@ -226,6 +226,18 @@ func (m *EnqueueRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Converts) > 0 {
+		for iNdEx := len(m.Converts) - 1; iNdEx >= 0; iNdEx-- {
+			size, err := m.Converts[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+			i--
+			dAtA[i] = 0x42
+		}
+	}
 	if len(m.Intent) > 0 {
 		i -= len(m.Intent)
 		copy(dAtA[i:], m.Intent)
@@ -951,6 +963,12 @@ func (m *EnqueueRequest) SizeVT() (n int) {
 	l = len(m.Intent)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if len(m.Converts) > 0 {
+		for _, e := range m.Converts {
+			l = e.SizeVT()
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1874,6 +1892,40 @@ func (m *EnqueueRequest) UnmarshalVT(dAtA []byte) error {
 			m.Intent = append(m.Intent[:0], dAtA[iNdEx:postIndex]...)
 			if m.Intent == nil {
 				m.Intent = []byte{}
+			}
+			iNdEx = postIndex
+		case 8:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Converts", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Converts = append(m.Converts, &ConvertRequest{})
+			if err := m.Converts[len(m.Converts)-1].UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+				return err
 			}
 			iNdEx = postIndex
 		default:

@@ -15,6 +15,7 @@
 package mdsv1
 
 import (
+	v1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -530,7 +531,7 @@ type ReintRequest struct {
 	// Converts are locks the client kept with fewer inode bits (a
 	// directory's LOOKUP, without the UPDATE the change takes): the MDT
 	// converts them first, as an LDLM_CONVERT each would.
-	Converts []*LockConvert `protobuf:"bytes,4,rep,name=converts,proto3" json:"converts,omitempty"`
+	Converts []*v1.ConvertRequest `protobuf:"bytes,4,rep,name=converts,proto3" json:"converts,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*ReintRequest_Create
@@ -598,7 +599,7 @@ func (x *ReintRequest) GetCancels() []uint64 {
 	return nil
 }
 
-func (x *ReintRequest) GetConverts() []*LockConvert {
+func (x *ReintRequest) GetConverts() []*v1.ConvertRequest {
 	if x != nil {
 		return x.Converts
 	}
@@ -751,60 +752,6 @@ func (*ReintRequest_SetLayout) isReintRequest_Op() {}
 
 func (*ReintRequest_LayoutIntent) isReintRequest_Op() {}
 
-// LockConvert is one lock an MDS request converts: the handle and the
-// inode bits it keeps.
-type LockConvert struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
-	Bits          uint64                 `protobuf:"varint,2,opt,name=bits,proto3" json:"bits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LockConvert) Reset() {
-	*x = LockConvert{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LockConvert) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LockConvert) ProtoMessage() {}
-
-func (x *LockConvert) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LockConvert.ProtoReflect.Descriptor instead.
-func (*LockConvert) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *LockConvert) GetHandle() uint64 {
-	if x != nil {
-		return x.Handle
-	}
-	return 0
-}
-
-func (x *LockConvert) GetBits() uint64 {
-	if x != nil {
-		return x.Bits
-	}
-	return 0
-}
-
 // CreateOp makes name in parent (REINT_CREATE): the type in mode's S_IFMT
 // bits says what — a regular file, a directory, a symlink to target, a
 // device (rdev), a FIFO or socket. fid is the new file's FID as the client
@@ -828,7 +775,7 @@ type CreateOp struct {
 
 func (x *CreateOp) Reset() {
 	*x = CreateOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +787,7 @@ func (x *CreateOp) String() string {
 func (*CreateOp) ProtoMessage() {}
 
 func (x *CreateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +800,7 @@ func (x *CreateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOp.ProtoReflect.Descriptor instead.
 func (*CreateOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{8}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateOp) GetParent() *FID {
@@ -924,7 +871,7 @@ type UnlinkOp struct {
 
 func (x *UnlinkOp) Reset() {
 	*x = UnlinkOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +883,7 @@ func (x *UnlinkOp) String() string {
 func (*UnlinkOp) ProtoMessage() {}
 
 func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +896,7 @@ func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkOp.ProtoReflect.Descriptor instead.
 func (*UnlinkOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{9}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnlinkOp) GetParent() *FID {
@@ -989,7 +936,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +948,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +961,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{10}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenameOp) GetSrcParent() *FID {
@@ -1064,7 +1011,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1023,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1036,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{11}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LinkOp) GetFid() *FID {
@@ -1137,7 +1084,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1096,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1109,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{12}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetattrOp) GetFid() *FID {
@@ -1257,7 +1204,7 @@ type SetxattrOp struct {
 
 func (x *SetxattrOp) Reset() {
 	*x = SetxattrOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1216,7 @@ func (x *SetxattrOp) String() string {
 func (*SetxattrOp) ProtoMessage() {}
 
 func (x *SetxattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1229,7 @@ func (x *SetxattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetxattrOp.ProtoReflect.Descriptor instead.
 func (*SetxattrOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{13}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetxattrOp) GetFid() *FID {
@@ -1336,7 +1283,7 @@ type SetLayoutOp struct {
 
 func (x *SetLayoutOp) Reset() {
 	*x = SetLayoutOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1295,7 @@ func (x *SetLayoutOp) String() string {
 func (*SetLayoutOp) ProtoMessage() {}
 
 func (x *SetLayoutOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1308,7 @@ func (x *SetLayoutOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLayoutOp.ProtoReflect.Descriptor instead.
 func (*SetLayoutOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{14}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetLayoutOp) GetFid() *FID {
@@ -1400,7 +1347,7 @@ type LayoutIntentOp struct {
 
 func (x *LayoutIntentOp) Reset() {
 	*x = LayoutIntentOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1359,7 @@ func (x *LayoutIntentOp) String() string {
 func (*LayoutIntentOp) ProtoMessage() {}
 
 func (x *LayoutIntentOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1372,7 @@ func (x *LayoutIntentOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayoutIntentOp.ProtoReflect.Descriptor instead.
 func (*LayoutIntentOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{15}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LayoutIntentOp) GetFid() *FID {
@@ -1474,7 +1421,7 @@ type OpenOp struct {
 
 func (x *OpenOp) Reset() {
 	*x = OpenOp{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1433,7 @@ func (x *OpenOp) String() string {
 func (*OpenOp) ProtoMessage() {}
 
 func (x *OpenOp) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1446,7 @@ func (x *OpenOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenOp.ProtoReflect.Descriptor instead.
 func (*OpenOp) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{16}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenOp) GetParent() *FID {
@@ -1584,7 +1531,7 @@ type ReintReply struct {
 
 func (x *ReintReply) Reset() {
 	*x = ReintReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1543,7 @@ func (x *ReintReply) String() string {
 func (*ReintReply) ProtoMessage() {}
 
 func (x *ReintReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1556,7 @@ func (x *ReintReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReintReply.ProtoReflect.Descriptor instead.
 func (*ReintReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReintReply) GetAttr() *Attr {
@@ -1673,7 +1620,7 @@ type SwapLayoutsRequest struct {
 
 func (x *SwapLayoutsRequest) Reset() {
 	*x = SwapLayoutsRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1632,7 @@ func (x *SwapLayoutsRequest) String() string {
 func (*SwapLayoutsRequest) ProtoMessage() {}
 
 func (x *SwapLayoutsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1645,7 @@ func (x *SwapLayoutsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapLayoutsRequest.ProtoReflect.Descriptor instead.
 func (*SwapLayoutsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SwapLayoutsRequest) GetCred() *Cred {
@@ -1760,7 +1707,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1719,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1732,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseRequest) GetCred() *Cred {
@@ -1844,7 +1791,7 @@ type ReaddirRequest struct {
 
 func (x *ReaddirRequest) Reset() {
 	*x = ReaddirRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1803,7 @@ func (x *ReaddirRequest) String() string {
 func (*ReaddirRequest) ProtoMessage() {}
 
 func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1816,7 @@ func (x *ReaddirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirRequest.ProtoReflect.Descriptor instead.
 func (*ReaddirRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReaddirRequest) GetCred() *Cred {
@@ -1914,7 +1861,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +1873,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +1886,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -1982,7 +1929,7 @@ type ReaddirReply struct {
 
 func (x *ReaddirReply) Reset() {
 	*x = ReaddirReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +1941,7 @@ func (x *ReaddirReply) String() string {
 func (*ReaddirReply) ProtoMessage() {}
 
 func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +1954,7 @@ func (x *ReaddirReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReply.ProtoReflect.Descriptor instead.
 func (*ReaddirReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReaddirReply) GetEntries() []*DirEntry {
@@ -2042,7 +1989,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2001,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2014,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatfsReply) GetFiles() uint64 {
@@ -2133,7 +2080,7 @@ type GetxattrRequest struct {
 
 func (x *GetxattrRequest) Reset() {
 	*x = GetxattrRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2092,7 @@ func (x *GetxattrRequest) String() string {
 func (*GetxattrRequest) ProtoMessage() {}
 
 func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2105,7 @@ func (x *GetxattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrRequest.ProtoReflect.Descriptor instead.
 func (*GetxattrRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetxattrRequest) GetCred() *Cred {
@@ -2200,7 +2147,7 @@ type GetxattrReply struct {
 
 func (x *GetxattrReply) Reset() {
 	*x = GetxattrReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2159,7 @@ func (x *GetxattrReply) String() string {
 func (*GetxattrReply) ProtoMessage() {}
 
 func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2172,7 @@ func (x *GetxattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetxattrReply.ProtoReflect.Descriptor instead.
 func (*GetxattrReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetxattrReply) GetValue() []byte {
@@ -2252,7 +2199,7 @@ type GetRootReply struct {
 
 func (x *GetRootReply) Reset() {
 	*x = GetRootReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2211,7 @@ func (x *GetRootReply) String() string {
 func (*GetRootReply) ProtoMessage() {}
 
 func (x *GetRootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2224,7 @@ func (x *GetRootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootReply.ProtoReflect.Descriptor instead.
 func (*GetRootReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetRootReply) GetFid() *FID {
@@ -2300,7 +2247,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2259,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2272,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetInfoRequest) GetCred() *Cred {
@@ -2359,7 +2306,7 @@ type GetInfoReply struct {
 
 func (x *GetInfoReply) Reset() {
 	*x = GetInfoReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2318,7 @@ func (x *GetInfoReply) String() string {
 func (*GetInfoReply) ProtoMessage() {}
 
 func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2331,7 @@ func (x *GetInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoReply.ProtoReflect.Descriptor instead.
 func (*GetInfoReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetInfoReply) GetPaths() [][]byte {
@@ -2407,7 +2354,7 @@ type ChangelogReadRequest struct {
 
 func (x *ChangelogReadRequest) Reset() {
 	*x = ChangelogReadRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2366,7 @@ func (x *ChangelogReadRequest) String() string {
 func (*ChangelogReadRequest) ProtoMessage() {}
 
 func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2379,7 @@ func (x *ChangelogReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogReadRequest.ProtoReflect.Descriptor instead.
 func (*ChangelogReadRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ChangelogReadRequest) GetCred() *Cred {
@@ -2468,7 +2415,7 @@ type ChangelogReadReply struct {
 
 func (x *ChangelogReadReply) Reset() {
 	*x = ChangelogReadReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2427,7 @@ func (x *ChangelogReadReply) String() string {
 func (*ChangelogReadReply) ProtoMessage() {}
 
 func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2440,7 @@ func (x *ChangelogReadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogReadReply.ProtoReflect.Descriptor instead.
 func (*ChangelogReadReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ChangelogReadReply) GetRecords() [][]byte {
@@ -2523,7 +2470,7 @@ type ChangelogClearRequest struct {
 
 func (x *ChangelogClearRequest) Reset() {
 	*x = ChangelogClearRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2482,7 @@ func (x *ChangelogClearRequest) String() string {
 func (*ChangelogClearRequest) ProtoMessage() {}
 
 func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2495,7 @@ func (x *ChangelogClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangelogClearRequest.ProtoReflect.Descriptor instead.
 func (*ChangelogClearRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChangelogClearRequest) GetCred() *Cred {
@@ -2584,7 +2531,7 @@ type SeqQueryReply struct {
 
 func (x *SeqQueryReply) Reset() {
 	*x = SeqQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2543,7 @@ func (x *SeqQueryReply) String() string {
 func (*SeqQueryReply) ProtoMessage() {}
 
 func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2556,7 @@ func (x *SeqQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqQueryReply.ProtoReflect.Descriptor instead.
 func (*SeqQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SeqQueryReply) GetSeq() uint64 {
@@ -2636,7 +2583,7 @@ type FldQueryRequest struct {
 
 func (x *FldQueryRequest) Reset() {
 	*x = FldQueryRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2595,7 @@ func (x *FldQueryRequest) String() string {
 func (*FldQueryRequest) ProtoMessage() {}
 
 func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2608,7 @@ func (x *FldQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryRequest.ProtoReflect.Descriptor instead.
 func (*FldQueryRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FldQueryRequest) GetSeq() uint64 {
@@ -2685,7 +2632,7 @@ type FldQueryReply struct {
 
 func (x *FldQueryReply) Reset() {
 	*x = FldQueryReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2644,7 @@ func (x *FldQueryReply) String() string {
 func (*FldQueryReply) ProtoMessage() {}
 
 func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2657,7 @@ func (x *FldQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FldQueryReply.ProtoReflect.Descriptor instead.
 func (*FldQueryReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FldQueryReply) GetStart() uint64 {
@@ -2766,7 +2713,7 @@ type IntentRequest struct {
 
 func (x *IntentRequest) Reset() {
 	*x = IntentRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2725,7 @@ func (x *IntentRequest) String() string {
 func (*IntentRequest) ProtoMessage() {}
 
 func (x *IntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2738,7 @@ func (x *IntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentRequest.ProtoReflect.Descriptor instead.
 func (*IntentRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IntentRequest) GetOp() uint32 {
@@ -2892,7 +2839,7 @@ type IntentReply struct {
 
 func (x *IntentReply) Reset() {
 	*x = IntentReply{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +2851,7 @@ func (x *IntentReply) String() string {
 func (*IntentReply) ProtoMessage() {}
 
 func (x *IntentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +2864,7 @@ func (x *IntentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentReply.ProtoReflect.Descriptor instead.
 func (*IntentReply) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IntentReply) GetAttr() *Attr {
@@ -2973,7 +2920,7 @@ type HsmStateGetRequest struct {
 
 func (x *HsmStateGetRequest) Reset() {
 	*x = HsmStateGetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +2932,7 @@ func (x *HsmStateGetRequest) String() string {
 func (*HsmStateGetRequest) ProtoMessage() {}
 
 func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +2945,7 @@ func (x *HsmStateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateGetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateGetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HsmStateGetRequest) GetCred() *Cred {
@@ -3032,7 +2979,7 @@ type HsmState struct {
 
 func (x *HsmState) Reset() {
 	*x = HsmState{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +2991,7 @@ func (x *HsmState) String() string {
 func (*HsmState) ProtoMessage() {}
 
 func (x *HsmState) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3004,7 @@ func (x *HsmState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmState.ProtoReflect.Descriptor instead.
 func (*HsmState) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HsmState) GetFlags() uint32 {
@@ -3108,7 +3055,7 @@ type HsmStateSetRequest struct {
 
 func (x *HsmStateSetRequest) Reset() {
 	*x = HsmStateSetRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3067,7 @@ func (x *HsmStateSetRequest) String() string {
 func (*HsmStateSetRequest) ProtoMessage() {}
 
 func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3080,7 @@ func (x *HsmStateSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmStateSetRequest.ProtoReflect.Descriptor instead.
 func (*HsmStateSetRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{39}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HsmStateSetRequest) GetCred() *Cred {
@@ -3210,7 +3157,7 @@ type HsmProgressRequest struct {
 
 func (x *HsmProgressRequest) Reset() {
 	*x = HsmProgressRequest{}
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[40]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3169,7 @@ func (x *HsmProgressRequest) String() string {
 func (*HsmProgressRequest) ProtoMessage() {}
 
 func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_mds_v1_mds_proto_msgTypes[40]
+	mi := &file_nacre_mds_v1_mds_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3182,7 @@ func (x *HsmProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HsmProgressRequest.ProtoReflect.Descriptor instead.
 func (*HsmProgressRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{40}
+	return file_nacre_mds_v1_mds_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HsmProgressRequest) GetCred() *Cred {
@@ -3284,7 +3231,7 @@ var File_nacre_mds_v1_mds_proto protoreflect.FileDescriptor
 
 const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\n" +
-	"\x16nacre/mds/v1/mds.proto\x12\fnacre.mds.v1\";\n" +
+	"\x16nacre/mds/v1/mds.proto\x12\fnacre.mds.v1\x1a\x18nacre/ldlm/v1/ldlm.proto\";\n" +
 	"\x03FID\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x06R\x03seq\x12\x10\n" +
 	"\x03oid\x18\x02 \x01(\aR\x03oid\x12\x10\n" +
@@ -3325,12 +3272,12 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\fGetattrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x12\n" +
-	"\x04link\x18\x03 \x01(\fR\x04link\"\xfd\x04\n" +
+	"\x04link\x18\x03 \x01(\fR\x04link\"\x81\x05\n" +
 	"\fReintRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12\x18\n" +
-	"\acancels\x18\x03 \x03(\x04R\acancels\x125\n" +
-	"\bconverts\x18\x04 \x03(\v2\x19.nacre.mds.v1.LockConvertR\bconverts\x120\n" +
+	"\acancels\x18\x03 \x03(\x04R\acancels\x129\n" +
+	"\bconverts\x18\x04 \x03(\v2\x1d.nacre.ldlm.v1.ConvertRequestR\bconverts\x120\n" +
 	"\x06create\x18\n" +
 	" \x01(\v2\x16.nacre.mds.v1.CreateOpH\x00R\x06create\x120\n" +
 	"\x06unlink\x18\v \x01(\v2\x16.nacre.mds.v1.UnlinkOpH\x00R\x06unlink\x120\n" +
@@ -3342,10 +3289,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\n" +
 	"set_layout\x18\x11 \x01(\v2\x19.nacre.mds.v1.SetLayoutOpH\x00R\tsetLayout\x12C\n" +
 	"\rlayout_intent\x18\x12 \x01(\v2\x1c.nacre.mds.v1.LayoutIntentOpH\x00R\flayoutIntentB\x04\n" +
-	"\x02op\"9\n" +
-	"\vLockConvert\x12\x16\n" +
-	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x12\n" +
-	"\x04bits\x18\x02 \x01(\x04R\x04bits\"\xe9\x01\n" +
+	"\x02op\"\xe9\x01\n" +
 	"\bCreateOp\x12)\n" +
 	"\x06parent\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12#\n" +
@@ -3552,7 +3496,7 @@ func file_nacre_mds_v1_mds_proto_rawDescGZIP() []byte {
 	return file_nacre_mds_v1_mds_proto_rawDescData
 }
 
-var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_nacre_mds_v1_mds_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*FID)(nil),                   // 0: nacre.mds.v1.FID
 	(*Cred)(nil),                  // 1: nacre.mds.v1.Cred
@@ -3561,40 +3505,40 @@ var file_nacre_mds_v1_mds_proto_goTypes = []any{
 	(*LookupRequest)(nil),         // 4: nacre.mds.v1.LookupRequest
 	(*GetattrReply)(nil),          // 5: nacre.mds.v1.GetattrReply
 	(*ReintRequest)(nil),          // 6: nacre.mds.v1.ReintRequest
-	(*LockConvert)(nil),           // 7: nacre.mds.v1.LockConvert
-	(*CreateOp)(nil),              // 8: nacre.mds.v1.CreateOp
-	(*UnlinkOp)(nil),              // 9: nacre.mds.v1.UnlinkOp
-	(*RenameOp)(nil),              // 10: nacre.mds.v1.RenameOp
-	(*LinkOp)(nil),                // 11: nacre.mds.v1.LinkOp
-	(*SetattrOp)(nil),             // 12: nacre.mds.v1.SetattrOp
-	(*SetxattrOp)(nil),            // 13: nacre.mds.v1.SetxattrOp
-	(*SetLayoutOp)(nil),           // 14: nacre.mds.v1.SetLayoutOp
-	(*LayoutIntentOp)(nil),        // 15: nacre.mds.v1.LayoutIntentOp
-	(*OpenOp)(nil),                // 16: nacre.mds.v1.OpenOp
-	(*ReintReply)(nil),            // 17: nacre.mds.v1.ReintReply
-	(*SwapLayoutsRequest)(nil),    // 18: nacre.mds.v1.SwapLayoutsRequest
-	(*CloseRequest)(nil),          // 19: nacre.mds.v1.CloseRequest
-	(*ReaddirRequest)(nil),        // 20: nacre.mds.v1.ReaddirRequest
-	(*DirEntry)(nil),              // 21: nacre.mds.v1.DirEntry
-	(*ReaddirReply)(nil),          // 22: nacre.mds.v1.ReaddirReply
-	(*StatfsReply)(nil),           // 23: nacre.mds.v1.StatfsReply
-	(*GetxattrRequest)(nil),       // 24: nacre.mds.v1.GetxattrRequest
-	(*GetxattrReply)(nil),         // 25: nacre.mds.v1.GetxattrReply
-	(*GetRootReply)(nil),          // 26: nacre.mds.v1.GetRootReply
-	(*GetInfoRequest)(nil),        // 27: nacre.mds.v1.GetInfoRequest
-	(*GetInfoReply)(nil),          // 28: nacre.mds.v1.GetInfoReply
-	(*ChangelogReadRequest)(nil),  // 29: nacre.mds.v1.ChangelogReadRequest
-	(*ChangelogReadReply)(nil),    // 30: nacre.mds.v1.ChangelogReadReply
-	(*ChangelogClearRequest)(nil), // 31: nacre.mds.v1.ChangelogClearRequest
-	(*SeqQueryReply)(nil),         // 32: nacre.mds.v1.SeqQueryReply
-	(*FldQueryRequest)(nil),       // 33: nacre.mds.v1.FldQueryRequest
-	(*FldQueryReply)(nil),         // 34: nacre.mds.v1.FldQueryReply
-	(*IntentRequest)(nil),         // 35: nacre.mds.v1.IntentRequest
-	(*IntentReply)(nil),           // 36: nacre.mds.v1.IntentReply
-	(*HsmStateGetRequest)(nil),    // 37: nacre.mds.v1.HsmStateGetRequest
-	(*HsmState)(nil),              // 38: nacre.mds.v1.HsmState
-	(*HsmStateSetRequest)(nil),    // 39: nacre.mds.v1.HsmStateSetRequest
-	(*HsmProgressRequest)(nil),    // 40: nacre.mds.v1.HsmProgressRequest
+	(*CreateOp)(nil),              // 7: nacre.mds.v1.CreateOp
+	(*UnlinkOp)(nil),              // 8: nacre.mds.v1.UnlinkOp
+	(*RenameOp)(nil),              // 9: nacre.mds.v1.RenameOp
+	(*LinkOp)(nil),                // 10: nacre.mds.v1.LinkOp
+	(*SetattrOp)(nil),             // 11: nacre.mds.v1.SetattrOp
+	(*SetxattrOp)(nil),            // 12: nacre.mds.v1.SetxattrOp
+	(*SetLayoutOp)(nil),           // 13: nacre.mds.v1.SetLayoutOp
+	(*LayoutIntentOp)(nil),        // 14: nacre.mds.v1.LayoutIntentOp
+	(*OpenOp)(nil),                // 15: nacre.mds.v1.OpenOp
+	(*ReintReply)(nil),            // 16: nacre.mds.v1.ReintReply
+	(*SwapLayoutsRequest)(nil),    // 17: nacre.mds.v1.SwapLayoutsRequest
+	(*CloseRequest)(nil),          // 18: nacre.mds.v1.CloseRequest
+	(*ReaddirRequest)(nil),        // 19: nacre.mds.v1.ReaddirRequest
+	(*DirEntry)(nil),              // 20: nacre.mds.v1.DirEntry
+	(*ReaddirReply)(nil),          // 21: nacre.mds.v1.ReaddirReply
+	(*StatfsReply)(nil),           // 22: nacre.mds.v1.StatfsReply
+	(*GetxattrRequest)(nil),       // 23: nacre.mds.v1.GetxattrRequest
+	(*GetxattrReply)(nil),         // 24: nacre.mds.v1.GetxattrReply
+	(*GetRootReply)(nil),          // 25: nacre.mds.v1.GetRootReply
+	(*GetInfoRequest)(nil),        // 26: nacre.mds.v1.GetInfoRequest
+	(*GetInfoReply)(nil),          // 27: nacre.mds.v1.GetInfoReply
+	(*ChangelogReadRequest)(nil),  // 28: nacre.mds.v1.ChangelogReadRequest
+	(*ChangelogReadReply)(nil),    // 29: nacre.mds.v1.ChangelogReadReply
+	(*ChangelogClearRequest)(nil), // 30: nacre.mds.v1.ChangelogClearRequest
+	(*SeqQueryReply)(nil),         // 31: nacre.mds.v1.SeqQueryReply
+	(*FldQueryRequest)(nil),       // 32: nacre.mds.v1.FldQueryRequest
+	(*FldQueryReply)(nil),         // 33: nacre.mds.v1.FldQueryReply
+	(*IntentRequest)(nil),         // 34: nacre.mds.v1.IntentRequest
+	(*IntentReply)(nil),           // 35: nacre.mds.v1.IntentReply
+	(*HsmStateGetRequest)(nil),    // 36: nacre.mds.v1.HsmStateGetRequest
+	(*HsmState)(nil),              // 37: nacre.mds.v1.HsmState
+	(*HsmStateSetRequest)(nil),    // 38: nacre.mds.v1.HsmStateSetRequest
+	(*HsmProgressRequest)(nil),    // 39: nacre.mds.v1.HsmProgressRequest
+	(*v1.ConvertRequest)(nil),     // 40: nacre.ldlm.v1.ConvertRequest
 }
 var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 0: nacre.mds.v1.Attr.fid:type_name -> nacre.mds.v1.FID
@@ -3604,16 +3548,16 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	0,  // 4: nacre.mds.v1.LookupRequest.parent:type_name -> nacre.mds.v1.FID
 	2,  // 5: nacre.mds.v1.GetattrReply.attr:type_name -> nacre.mds.v1.Attr
 	1,  // 6: nacre.mds.v1.ReintRequest.cred:type_name -> nacre.mds.v1.Cred
-	7,  // 7: nacre.mds.v1.ReintRequest.converts:type_name -> nacre.mds.v1.LockConvert
-	8,  // 8: nacre.mds.v1.ReintRequest.create:type_name -> nacre.mds.v1.CreateOp
-	9,  // 9: nacre.mds.v1.ReintRequest.unlink:type_name -> nacre.mds.v1.UnlinkOp
-	10, // 10: nacre.mds.v1.ReintRequest.rename:type_name -> nacre.mds.v1.RenameOp
-	11, // 11: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
-	12, // 12: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
-	13, // 13: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
-	16, // 14: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
-	14, // 15: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
-	15, // 16: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
+	40, // 7: nacre.mds.v1.ReintRequest.converts:type_name -> nacre.ldlm.v1.ConvertRequest
+	7,  // 8: nacre.mds.v1.ReintRequest.create:type_name -> nacre.mds.v1.CreateOp
+	8,  // 9: nacre.mds.v1.ReintRequest.unlink:type_name -> nacre.mds.v1.UnlinkOp
+	9,  // 10: nacre.mds.v1.ReintRequest.rename:type_name -> nacre.mds.v1.RenameOp
+	10, // 11: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
+	11, // 12: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
+	12, // 13: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
+	15, // 14: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
+	13, // 15: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
+	14, // 16: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
 	0,  // 17: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
 	0,  // 18: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
 	0,  // 19: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
@@ -3637,7 +3581,7 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	1,  // 37: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
 	0,  // 38: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
 	0,  // 39: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
-	21, // 40: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
+	20, // 40: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
 	1,  // 41: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
 	0,  // 42: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
 	0,  // 43: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
@@ -3685,7 +3629,7 @@ func file_nacre_mds_v1_mds_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_mds_v1_mds_proto_rawDesc), len(file_nacre_mds_v1_mds_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
