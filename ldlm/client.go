@@ -159,9 +159,12 @@ type ClientLock struct {
 	hooks  Hooks
 	// Resource is the lock's resource.
 	Resource Resource
-	done     chan struct{} // closed when granted or failed
 
 	// Guarded by c.mu.
+	// done is made by an Enqueue that must wait for the grant (most are
+	// granted in the reply and make none) and closed when the lock leaves
+	// lockWaiting: granted, failed or gone.
+	done      chan struct{}
 	remote    Handle
 	mode      Mode
 	policy    Policy
@@ -453,7 +456,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	}
 	c.mu.next++
 	l = &ClientLock{c: c, ns: ns, handle: c.mu.next, hooks: e.Hooks, Resource: e.Resource, mode: e.Mode, policy: e.Policy,
-		users: 1, done: make(chan struct{})}
+		users: 1}
 	c.mu.locks[l.handle] = l
 	set := ns.byRes[e.Resource]
 	if set == nil {
@@ -467,9 +470,13 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	ns.converted = nil
 	c.mu.Unlock()
 
-	flags := uint32(e.Flags)
-	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
-		Policy: policyToWire(e.Policy), Flags: flags, ClientHandle: l.handle, Cancels: cancels, Converts: converts, Intent: e.Intent})
+	// The request and the reply are encoded by their own generated
+	// methods rather than through ptlrpc's proto.Message interface, so that
+	// they and their parts stay on the stack: an uncontended lock is two
+	// RPCs, and its allocations are most of what it adds to them.
+	er := ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
+		Policy: policyToWire(e.Policy), Flags: uint32(e.Flags), ClientHandle: l.handle, Cancels: cancels, Converts: converts, Intent: e.Intent}
+	body, err := er.MarshalVT()
 	if err != nil {
 		c.forget(l)
 		return nil, nil, 0, err
@@ -481,7 +488,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		return nil, nil, 0, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
 	}
 	var rep ldlmv1.EnqueueReply
-	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
+	if err := rep.UnmarshalVT(repBody); err != nil {
 		c.forget(l)
 		return nil, nil, 0, fmt.Errorf("ldlm: enqueue reply from %s: %w", imp.Target(), err)
 	}
@@ -520,18 +527,26 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	if l.state == lockWaiting && rep.Granted {
 		l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
 	}
-	c.mu.Unlock()
-	select {
-	case <-l.done:
-	case <-ctx.Done():
-		// Give the waiting lock back; the server's completion AST will find
-		// it gone.
-		l.Release()
-		return nil, nil, 0, ctx.Err()
+	var done chan struct{}
+	if l.state == lockWaiting {
+		l.done = make(chan struct{})
+		done = l.done
 	}
-	c.mu.Lock()
 	err = l.err
 	c.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// Give the waiting lock back; the server's completion AST will
+			// find it gone.
+			l.Release()
+			return nil, nil, 0, ctx.Err()
+		}
+		c.mu.Lock()
+		err = l.err
+		c.mu.Unlock()
+	}
 	if err != nil {
 		c.forget(l)
 		return nil, nil, 0, err
@@ -720,7 +735,16 @@ func (l *ClientLock) grantLocked(m Mode, p Policy, lvb LVB, cbPending bool) {
 	}
 	l.state, l.mode, l.policy, l.lvb = lockGranted, m, p, lvb
 	l.cbPending = l.cbPending || cbPending
-	close(l.done)
+	l.settledLocked()
+}
+
+// settledLocked wakes the Enqueue waiting for l to leave lockWaiting,
+// if one is.
+func (l *ClientLock) settledLocked() {
+	if l.done != nil {
+		close(l.done)
+		l.done = nil
+	}
 }
 
 // forget drops a lock the server does not hold (refused, failed, or never
@@ -745,7 +769,7 @@ func (c *Client) unlinkLocked(l *ClientLock) {
 		l.lru = nil
 	}
 	if l.state == lockWaiting {
-		close(l.done)
+		l.settledLocked()
 	}
 	l.state = lockGone
 }
@@ -801,7 +825,8 @@ func (l *ClientLock) Cancel(ctx context.Context) error {
 	h := l.remote
 	c.unlinkLocked(l)
 	c.mu.Unlock()
-	body, err := ptlrpc.Marshal(&ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}})
+	cr := ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}}
+	body, err := cr.MarshalVT() // on the stack, as in Enqueue
 	if err != nil {
 		return err
 	}
@@ -1107,7 +1132,7 @@ func (c *Client) handleCompletion(_ context.Context, r *ptlrpc.Request) ([]byte,
 		if l.state == lockWaiting {
 			l.err = fmt.Errorf("%w: %v on %v: %w", ErrLockFailed, l.mode, l.Resource, syscall.Errno(-ast.Status))
 			l.state = lockGone
-			close(l.done)
+			l.settledLocked()
 		}
 		return nil, 0
 	}

@@ -243,8 +243,10 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	if exp == nil {
 		return nil, -int32(syscall.ENOTCONN)
 	}
+	// Request and reply stay on the stack, encoded by their own methods
+	// (see Client.Enqueue).
 	var er ldlmv1.EnqueueRequest
-	if err := ptlrpc.Unmarshal(r.Body, &er); err != nil {
+	if err := er.UnmarshalVT(r.Body); err != nil {
 		return s.bad(r, fmt.Errorf("%w: enqueue body: %v", ErrInvalid, err))
 	}
 	s.enqueues.Add(1)
@@ -271,7 +273,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		if err != nil {
 			return s.bad(r, err)
 		}
-		return marshal(&ldlmv1.EnqueueReply{Lvb: lvbToWire(lvb), LvbValid: valid})
+		return marshalEnqueueReply(&ldlmv1.EnqueueReply{Lvb: lvbToWire(lvb), LvbValid: valid})
 	}
 	if er.Flags&wireTestLock != 0 {
 		s.mu.Lock()
@@ -281,11 +283,11 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 			return s.bad(r, err)
 		}
 		if !found {
-			return marshal(&ldlmv1.EnqueueReply{Mode: uint32(NL)})
+			return marshalEnqueueReply(&ldlmv1.EnqueueReply{Mode: uint32(NL)})
 		}
-		return marshal(&ldlmv1.EnqueueReply{Mode: uint32(g.Mode), Policy: policyToWire(g.Policy)})
+		return marshalEnqueueReply(&ldlmv1.EnqueueReply{Mode: uint32(g.Mode), Policy: policyToWire(g.Policy)})
 	}
-	rep := &ldlmv1.EnqueueReply{}
+	var rep ldlmv1.EnqueueReply
 	if len(er.Intent) > 0 {
 		if s.cfg.Intent == nil {
 			return nil, -int32(syscall.EOPNOTSUPP)
@@ -301,10 +303,10 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 			if g.Resource != res {
 				rep.Resource = resourceToWire(g.Resource)
 			}
-			return marshal(rep)
+			return marshalEnqueueReply(&rep)
 		}
 		if ir.Skip {
-			return marshal(rep)
+			return marshalEnqueueReply(&rep)
 		}
 		if ir.Lock != nil {
 			req = *ir.Lock
@@ -355,7 +357,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	rep.NoTimeout = result.NoTimeout
 	rep.CallbackPending = l.CallbackPending
 	rep.Lvb = lvbToWire(lvb)
-	return marshal(rep)
+	return marshalEnqueueReply(&rep)
 }
 
 // cancelHandles cancels locks of owner and returns how many it cancelled.
@@ -412,7 +414,7 @@ func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int
 		return nil, -int32(syscall.ENOTCONN)
 	}
 	var cr ldlmv1.CancelRequest
-	if err := ptlrpc.Unmarshal(r.Body, &cr); err != nil {
+	if err := cr.UnmarshalVT(r.Body); err != nil { // on the stack (see Client.Enqueue)
 		return s.bad(r, fmt.Errorf("%w: cancel body: %v", ErrInvalid, err))
 	}
 	if len(cr.Handles) == 0 {
@@ -470,6 +472,16 @@ func (s *Server) convertLocked(owner Owner, cr *ldlmv1.ConvertRequest) (Lock, []
 
 func marshal(m proto.Message) ([]byte, int32) {
 	b, err := ptlrpc.Marshal(m)
+	if err != nil {
+		return nil, -int32(syscall.EIO)
+	}
+	return b, 0
+}
+
+// marshalEnqueueReply is marshal without the interface, through which
+// rep would escape to the heap.
+func marshalEnqueueReply(rep *ldlmv1.EnqueueReply) ([]byte, int32) {
+	b, err := rep.MarshalVT()
 	if err != nil {
 		return nil, -int32(syscall.EIO)
 	}
