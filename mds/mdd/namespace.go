@@ -234,6 +234,7 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 	case S_IFDIR:
 		n.Nlink, n.Size = 2, DirSize
 		dir.Nlink++
+		t.newDirs = append(t.newDirs, f)
 	case S_IFLNK:
 		n.Size = uint64(len(target))
 	}

@@ -168,15 +168,64 @@ func (s *Store) checkNewFIDLocked(f fid.FID) error {
 // past it the table starts over, and each sequence costs one seek again.
 const maxOIDHigh = 4096
 
+// oidWindow is how many OIDs below a sequence's highest the store knows
+// the inodes of: a client's creates reach the MDS out of the order their
+// FIDs were minted in when several run at once (mdtest with 16 threads),
+// and one below the highest is still known free if no commit wrote it.
+const oidWindow = 1024
+
+// oidMark is what the store knows of a sequence's OIDs: no inode has one
+// above high; of those in (max(base, high-oidWindow), high], exactly the
+// ones whose bit (OID mod oidWindow) is set have been written since the
+// store first looked (base, the highest it found then).
+type oidMark struct {
+	high, base uint32
+	used       [oidWindow / 64]uint64
+}
+
+func (m *oidMark) known(oid uint32) bool {
+	low := m.base
+	if m.high > oidWindow && m.high-oidWindow > low {
+		low = m.high - oidWindow
+	}
+	return oid > low
+}
+
+func (m *oidMark) bit(oid uint32) (*uint64, uint64) {
+	i := oid % oidWindow
+	return &m.used[i/64], 1 << (i % 64)
+}
+
+// note records an inode written with oid.
+func (m *oidMark) note(oid uint32) {
+	if oid > m.high {
+		if oid-m.high >= oidWindow {
+			clear(m.used[:])
+		} else {
+			for o := m.high + 1; o < oid; o++ { // their slots held OIDs leaving the window
+				w, b := m.bit(o)
+				*w &^= b
+			}
+		}
+		m.high = oid
+	} else if !m.known(oid) {
+		return
+	}
+	w, b := m.bit(oid)
+	*w |= b
+}
+
 // unusedFIDLocked reports whether no inode can have FID f because f's OID
-// is above every OID of its sequence in the store: what makes most
-// creates with a client's FID (which the client mints in order) skip the
-// lookup of an inode that does not exist. The highest OID of a sequence
-// is found with one seek the first time, then kept by noteOIDLocked for
-// every inode a commit writes. false means only "look it up".
+// is above every OID of its sequence in the store, or below the highest
+// but not written since the store found the highest: what makes creates
+// with a client's FID (which the client mints in order) skip the lookup
+// of an inode that does not exist. The highest OID of a sequence is found
+// with one seek the first time, then kept by noteOIDLocked for every
+// inode a commit writes. false means only "look it up".
 func (s *Store) unusedFIDLocked(f fid.FID) (bool, error) {
-	high, ok := s.mu.oidHigh[f.Seq]
-	if !ok {
+	m := s.mu.oidHigh[f.Seq]
+	if m == nil {
+		var high uint32
 		lo, hi := fidKey(pfxInode, fid.FID{Seq: f.Seq}), fidKey(pfxInode, fid.FID{Seq: f.Seq + 1})
 		if f.Seq == math.MaxUint64 {
 			hi = []byte{pfxInode + 1}
@@ -195,15 +244,28 @@ func (s *Store) unusedFIDLocked(f fid.FID) (bool, error) {
 		if len(s.mu.oidHigh) >= maxOIDHigh {
 			clear(s.mu.oidHigh)
 		}
-		s.mu.oidHigh[f.Seq] = high
+		m = &oidMark{high: high, base: high}
+		s.mu.oidHigh[f.Seq] = m
 	}
-	return f.Oid > high, nil
+	return m.unused(f.Oid), nil
+}
+
+// unused reports whether no inode has oid, as far as m knows.
+func (m *oidMark) unused(oid uint32) bool {
+	if oid > m.high {
+		return true
+	}
+	if !m.known(oid) {
+		return false
+	}
+	w, b := m.bit(oid)
+	return *w&b == 0
 }
 
 // noteOIDLocked keeps unusedFIDLocked's table right as inode f is written.
 func (s *Store) noteOIDLocked(f fid.FID) {
-	if high, ok := s.mu.oidHigh[f.Seq]; ok && f.Oid > high {
-		s.mu.oidHigh[f.Seq] = f.Oid
+	if m := s.mu.oidHigh[f.Seq]; m != nil {
+		m.note(f.Oid)
 	}
 }
 

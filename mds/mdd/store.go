@@ -118,10 +118,11 @@ type Store struct {
 		fld         []FLDEntry                // the FLD, sorted by Start
 		alloc       struct{ seq, oid uint64 } // the store's own FID minting
 		lastObj     map[uint32]fid.FID        // OST index → last object used (objects.go)
-		oidHigh     map[uint64]uint32         // sequence → no inode of it has a higher OID (seq.go)
+		oidHigh     map[uint64]*oidMark       // sequence → what is known of its OIDs (seq.go)
 	}
 
 	cache     *valueCache   // hot records (cache.go)
+	names     nameFilters   // names in new directories (names.go); under mu's write lock
 	syncMu    sync.Mutex    // one Sync at a time, so OnCommit calls are ordered
 	committed atomic.Uint64 // LastCommitted
 	closed    atomic.Bool
@@ -169,7 +170,7 @@ func Open(cfg Config) (*Store, error) {
 	s.mu.clUsers = map[uint32]uint64{}
 	s.mu.opens = map[fid.FID]int{}
 	s.mu.lastObj = map[uint32]fid.FID{}
-	s.mu.oidHigh = map[uint64]uint32{}
+	s.mu.oidHigh = map[uint64]*oidMark{}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err

@@ -32,6 +32,15 @@ type tx struct {
 	// commits (a new inode's LSOM): the cache learns so, sparing the first
 	// getattr a Pebble miss.
 	absent [][]byte
+	// added are the entries the tx adds and newDirs the directories it
+	// makes, for the name filters once it commits.
+	added   []dirName
+	newDirs []fid.FID
+}
+
+type dirName struct {
+	dir  fid.FID
+	name string
 }
 
 // begin takes the store's write lock and starts a tx; the caller must end
@@ -116,9 +125,18 @@ func (t *tx) commit() error {
 	}
 	if err := t.b.Commit(pebble.NoSync); err != nil {
 		s.cache.reset() // the batch may or may not be in
+		s.names.reset()
 		return ioError(err, "commit")
 	}
 	s.cache.applied(t.b)
+	for _, d := range t.newDirs {
+		s.names.track(d)
+	}
+	for _, a := range t.added {
+		if s.names.added(a.dir, a.name) {
+			s.regrowNamesLocked(a.dir)
+		}
+	}
 	for _, k := range t.absent {
 		s.cache.noteAbsent(k)
 	}
@@ -177,6 +195,9 @@ func (t *tx) touch(n *inode) { t.dirty[n.FID] = true }
 // lookup returns the entry name of parent; found is false if there is
 // none.
 func (t *tx) lookup(parent fid.FID, name string) (child fid.FID, typ DType, found bool, err error) {
+	if t.b != nil && t.s.names.absent(parent, name) { // a write tx holds the filters' lock
+		return fid.FID{}, 0, false, nil
+	}
 	v, err := t.s.get(direntKey(parent, name))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return fid.FID{}, 0, false, nil
@@ -196,6 +217,7 @@ func (t *tx) addEntry(parent fid.FID, name string, child *inode) {
 	dt, _ := dtype(child.Mode)
 	t.b.Set(direntKey(parent, name), marshalDirent(child.FID, dt), nil)
 	t.b.Set(linkKey(child.FID, parent, name), nil, nil)
+	t.added = append(t.added, dirName{parent, name})
 }
 
 func (t *tx) delEntry(parent fid.FID, name string, child fid.FID) {
