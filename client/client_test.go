@@ -155,3 +155,80 @@ func TestExplicitMtimeSurvivesClose(t *testing.T) {
 		t.Fatalf("mtime after a write %v (%v)", time.Unix(0, a.Mtime), err)
 	}
 }
+
+// TestTimesAcrossClients: another client sees a write's mtime as soon as
+// the write returns, while the writer still has the file open with the
+// data in its cache (the glimpse brings the writer's time, as Lustre's
+// LVB does), and an explicit older time set by one client (touch -d) wins
+// everywhere over the writes before it, also over a writer's cached ones,
+// until the next write.
+func TestTimesAcrossClients(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	a, b := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cred := client.Root()
+	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 1 << 16})
+	f, _, err := a.Create(ctx, cred, a.Root(), "m", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(ctx)
+	if _, _, err := f.WriteAt(ctx, []byte("data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(fs *client.FS, who string) client.Attr {
+		t.Helper()
+		at, err := fs.Getattr(ctx, cred, f.FID())
+		if err != nil {
+			t.Fatalf("%s: getattr: %v", who, err)
+		}
+		return at
+	}
+	first := seen(b, "b")
+	time.Sleep(20 * time.Millisecond)
+	before := time.Now().UnixNano()
+	// Past the first stripe: the second object gets the newer time.
+	if _, _, err := f.WriteAt(ctx, []byte("more"), 1<<16+5); err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range []*client.FS{b, a} {
+		at := seen(fs, "after a write")
+		if at.Size != 1<<16+9 || at.Mtime < before || at.Ctime < before || at.Mtime <= first.Mtime {
+			t.Fatalf("after a write at %v: size %d mtime %v ctime %v (first mtime %v)", time.Unix(0, before), at.Size,
+				time.Unix(0, at.Mtime), time.Unix(0, at.Ctime), time.Unix(0, first.Mtime))
+		}
+	}
+	// b sets an old time while a holds the data in its cache.
+	if _, _, err := f.WriteAt(ctx, []byte("cached"), 100); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC).UnixNano()
+	if _, err := b.Setattr(ctx, cred, f.FID(), client.SetAttr{Valid: 1 << 5, Mtime: old}); err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range []*client.FS{a, b} {
+		if at := seen(fs, "after touch -d"); at.Mtime != old {
+			t.Fatalf("mtime after an explicit set: %v, want %v", time.Unix(0, at.Mtime), time.Unix(0, old))
+		}
+	}
+	got := make([]byte, 6)
+	// The cached write reached the OST before the time was set.
+	g, _, err := b.Open(ctx, cred, f.FID(), syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	if _, err := g.ReadAt(ctx, got, 100); err != nil || string(got) != "cached" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	before = time.Now().UnixNano()
+	if _, _, err := f.WriteAt(ctx, []byte("again"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range []*client.FS{b, a} {
+		if at := seen(fs, "after the next write"); at.Mtime < before {
+			t.Fatalf("mtime after the next write: %v, want at least %v", time.Unix(0, at.Mtime), time.Unix(0, before))
+		}
+	}
+}

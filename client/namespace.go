@@ -156,12 +156,17 @@ func (fs *FS) withSize(ctx context.Context, a Attr, lay *layout.Layout) (Attr, e
 		return a, err
 	}
 	defer done()
-	size, err := d.Size(ctx)
+	da, err := d.Attr(ctx)
 	if err != nil {
 		return a, fmt.Errorf("size of %v: %w", a.FID, err)
 	}
-	a.Size = uint64(size)
+	a.Size = uint64(da.Size)
 	a.Blocks = (a.Size + 511) / 512
+	// A write another client holds in its cache, or that reached the OSTs
+	// after the MDT last heard, is newer than the MDT's times (Lustre's
+	// ll_merge_attr). Explicit times go to the objects too (Setattr), so
+	// the newest is the right one.
+	a.Mtime, a.Ctime = max(a.Mtime, da.Mtime), max(a.Ctime, da.Ctime)
 	return a, nil
 }
 
@@ -278,6 +283,20 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 	if a.Mode&sIFMT == sIFREG && lay == nil {
 		if lay, err = fs.Layout(ctx, cred, f); err != nil {
 			return Attr{}, err
+		}
+	}
+	if sa.Valid&mdc.AttrMtime != 0 && a.Mode&sIFMT == sIFREG && lay != nil && anyObjects(lay) {
+		// An explicit mtime, perhaps older than the objects' (touch -d,
+		// tar, cp -p): the objects get it too, or their newer one would
+		// win in withSize.
+		d, done, err := fs.dataOf(f, lay)
+		if err != nil {
+			return Attr{}, err
+		}
+		err = d.SetTimes(ctx, a.Mtime, a.Ctime)
+		done()
+		if err != nil {
+			return Attr{}, fmt.Errorf("set times of %v: %w", f, err)
 		}
 	}
 	return fs.withSize(ctx, a, lay)

@@ -383,12 +383,63 @@ func (f *File) KnownSize() uint64 {
 // lov_merge_lvb_kms): every object's size at once, known from the
 // client's locks or by a glimpse, combined by the layout.
 func (f *File) Size(ctx context.Context) (int64, error) {
-	tab, err := f.sizes(func(_, _ int, o *osc.Object) (uint64, error) { return o.Size(ctx) })
+	a, err := f.Attr(ctx)
+	return a.Size, err
+}
+
+// Attr is what a file's objects say of it.
+type Attr struct {
+	Size         int64
+	Mtime, Ctime int64 // the newest of the objects'; 0 unknown
+}
+
+// Attr returns the file's size, as Size does, with the newest mtime and
+// ctime of its objects.
+func (f *File) Attr(ctx context.Context) (Attr, error) {
+	var mu sync.Mutex
+	var a Attr
+	tab, err := f.sizes(func(_, _ int, o *osc.Object) (uint64, error) {
+		oa, err := o.Attr(ctx)
+		mu.Lock()
+		a.Mtime, a.Ctime = max(a.Mtime, oa.Mtime), max(a.Ctime, oa.Ctime)
+		mu.Unlock()
+		return oa.Size, err
+	})
 	if err != nil {
-		return 0, err
+		return Attr{}, err
 	}
 	size, err := f.l.FileSize(tab)
-	return int64(size), err
+	a.Size = int64(size)
+	return a, err
+}
+
+// SetTimes sets the mtime and ctime of every object (an explicit time set
+// on the file), under a write lock on each whole object taken in layout
+// order, so that writes other clients cached go to the OSTs first and the
+// times set are the objects' last.
+func (f *File) SetTimes(ctx context.Context, mtime, ctime int64) error {
+	var locks []*osc.Lock
+	defer func() {
+		for _, l := range locks {
+			l.Release()
+		}
+	}()
+	for _, objs := range f.objs { // layout order
+		for _, o := range objs {
+			l, err := o.Lock(ctx, true, 0, ldlm.EOF)
+			if err != nil {
+				return err
+			}
+			locks = append(locks, l)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(locks))
+	for i, l := range locks {
+		wg.Go(func() { errs[i] = l.SetTimes(ctx, mtime, ctime) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Truncate sets the file's size: every object that holds bytes at or past

@@ -62,8 +62,13 @@ type Object struct {
 		// sizeSeen is the largest size learnt from lock grants and local
 		// writes, as set by local truncates; see kmsLocked.
 		sizeSeen uint64
-		// mtime is when the client last wrote, for glimpses.
-		mtime int64
+		// mtime is when the client last wrote (or the mtime it last set),
+		// for glimpses and write RPCs; lvbTime is the newest mtime and
+		// ctime the OST told with a lock. Both are forgotten with the
+		// client's last lock on the object: another client may set older
+		// times then (touch -d, tar), and only the OST knows them.
+		mtime   int64
+		lvbTime struct{ m, c int64 }
 		// err is the first error of an async write since the last Sync.
 		err error
 		// job and readJob are the job ids of the last writer and reader,
@@ -173,33 +178,51 @@ func (o *Object) KnownSize() uint64 {
 // lock that settles it, otherwise by a glimpse to the OST's lock server,
 // which asks the holders of write locks for their view.
 func (o *Object) Size(ctx context.Context) (uint64, error) {
+	a, err := o.Attr(ctx)
+	return a.Size, err
+}
+
+// Attr is what the objects of a file say of it: its size, and the newest
+// mtime and ctime of its writes (Lustre's LVB, merged with the MDT's times
+// by ll_merge_attr).
+type Attr struct {
+	Size         uint64
+	Mtime, Ctime int64 // ns since the epoch; 0 unknown
+}
+
+// Attr returns the object's size, as Size does, and its mtime and ctime:
+// with a lock that settles the size, the newest of this client's writes
+// and of what the OST told with the lock; otherwise the glimpse's, which
+// counts the writes other clients hold in their caches.
+func (o *Object) Attr(ctx context.Context) (Attr, error) {
 	o.mu.Lock()
 	exact, s := o.exactSizeLocked()
+	a := Attr{Size: s, Mtime: max(o.mu.mtime, o.mu.lvbTime.m), Ctime: max(o.mu.mtime, o.mu.lvbTime.c)}
 	o.mu.Unlock()
 	if exact {
-		return s, nil
+		return a, nil
 	}
 	c := o.c
 	lvb, valid, err := c.locks.Glimpse(ctx, c.imp, o.res)
 	if err != nil {
-		return 0, o.errorf("glimpse: %w", err)
+		return Attr{}, o.errorf("glimpse: %w", err)
 	}
-	size := lvb.Size
+	a = Attr{Size: lvb.Size, Mtime: lvb.MTime, Ctime: lvb.CTime}
 	if !valid && lvb.Size == 0 && lvb.Blocks == 0 && lvb.MTime == 0 {
 		// The lock server did not read the object (an object it found
 		// missing, a server that does not): ask the OST, which says
 		// whether the object exists. Without locks there is no cached
 		// data anywhere, so its attributes are the truth.
-		a, err := c.getattr(ctx, o.fid)
+		oa, err := c.getattr(ctx, o.fid)
 		if err != nil {
-			return 0, err
+			return Attr{}, err
 		}
-		size = a.GetSize()
+		a = Attr{Size: oa.GetSize(), Mtime: oa.GetMtime(), Ctime: oa.GetCtime()}
 	}
 	o.mu.Lock()
-	size = max(size, o.kmsLocked())
+	a.Size = max(a.Size, o.kmsLocked())
 	o.mu.Unlock()
-	return size, nil
+	return a, nil
 }
 
 // Lock is an extent lock on an object that the caller holds, for I/O
@@ -258,7 +281,9 @@ func (o *Object) enqueue(ctx context.Context, mode ldlm.Mode, ext ldlm.Extent, f
 	o.mu.Lock()
 	if _, ok := o.mu.locks[l]; !ok {
 		o.mu.locks[l] = info
-		o.mu.sizeSeen = max(o.mu.sizeSeen, l.LVB().Size)
+		lvb := l.LVB()
+		o.mu.sizeSeen = max(o.mu.sizeSeen, lvb.Size)
+		o.mu.lvbTime.m, o.mu.lvbTime.c = max(o.mu.lvbTime.m, lvb.MTime), max(o.mu.lvbTime.c, lvb.CTime)
 	}
 	o.mu.Unlock()
 	return l, info, nil
@@ -301,7 +326,7 @@ func (l *Lock) covers(write bool, off, end uint64) bool {
 func (o *Object) glimpse(*ldlm.ClientLock) ldlm.LVB {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return ldlm.LVB{Size: o.kmsLocked(), MTime: o.mu.mtime}
+	return ldlm.LVB{Size: o.kmsLocked(), MTime: o.mu.mtime, CTime: o.mu.mtime}
 }
 
 // blocking is the lock's blocking hook (Lustre's osc_ldlm_blocking_ast):
@@ -331,6 +356,11 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 		o.c.releaseCommitted()
 	}
 	o.dropPages(ctx, first, last, lost)
+	o.mu.Lock()
+	if len(o.mu.locks) == 0 && len(o.mu.dirtyIdx) == 0 {
+		o.mu.mtime, o.mu.lvbTime.m, o.mu.lvbTime.c = 0, 0, 0
+	}
+	o.mu.Unlock()
 	if fn := o.onDrop.Load(); fn != nil {
 		(*fn)()
 	}
@@ -672,6 +702,28 @@ func (l *Lock) Truncate(ctx context.Context, size uint64) error {
 		return o.errorf("truncate to %d under %v %v: %w", size, l.info.mode, l.info.ext, ErrLockRange)
 	}
 	return o.truncate(ctx, size)
+}
+
+// SetTimes sets the object's mtime and ctime on the OST (an explicit time:
+// touch -d, tar, cp -p), under the lock, which must be a write lock on the
+// whole object, so that no other client holds writes that would carry
+// their own times there later. What this client wrote before goes first,
+// with the times of its writes; later writes carry theirs.
+func (l *Lock) SetTimes(ctx context.Context, mtime, ctime int64) error {
+	o := l.obj
+	if !l.covers(true, 0, 1) || l.info.ext.End != ldlm.EOF {
+		return o.errorf("set times under %v %v: %w", l.info.mode, l.info.ext, ErrLockRange)
+	}
+	if err := o.Flush(ctx); err != nil {
+		return err
+	}
+	if err := o.c.setTimes(ctx, o.fid, mtime, ctime); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.mu.mtime, o.mu.lvbTime.m, o.mu.lvbTime.c = mtime, mtime, ctime
+	o.mu.Unlock()
+	return nil
 }
 
 // truncate is Truncate under a write lock on [size, EOF].

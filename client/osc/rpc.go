@@ -202,6 +202,21 @@ func (c *Client) getattr(ctx context.Context, f fid.FID) (*ostv1.Attr, error) {
 	return or.Attr, nil
 }
 
+// setTimes sends OST_SETATTR of f's mtime and ctime. The valid bits are
+// those of ostv1.Attr (the OSD's attribute mask: Mtime 1<<2, Ctime 1<<4).
+func (c *Client) setTimes(ctx context.Context, f fid.FID, mtime, ctime int64) error {
+	const validMtime, validCtime = 1 << 2, 1 << 4
+	body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: fidToWire(f),
+		Attr: &ostv1.Attr{Mtime: mtime, Ctime: ctime, Valid: validMtime | validCtime}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSetattr, Body: body}); err != nil {
+		return fmt.Errorf("osc: ost%04x: setattr %v: %w", c.index, f, err)
+	}
+	return nil
+}
+
 // syncOST sends OST_SYNC for f and waits until the OST reports committed
 // every change the import keeps for replay, so that whatever the client
 // wrote before is durable.

@@ -1246,6 +1246,13 @@ func migrate(path string, la *layoutArgs) (err error) {
 		unix.Close(dst)
 		return errnoErr(err)
 	}
+	// The copy's objects get the file's times (as Lustre's lfs migrate
+	// does): the file keeps its own after the swap, and a stat takes the
+	// newest of its times and its objects'.
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp, []unix.Timespec{st.Atim, st.Mtim}, 0); err != nil {
+		unix.Close(dst)
+		return errnoErr(err)
+	}
 	if err := unix.Close(dst); err != nil {
 		return errnoErr(err)
 	}
