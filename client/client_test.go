@@ -150,9 +150,12 @@ func TestExplicitMtimeSurvivesClose(t *testing.T) {
 	}
 	before := time.Now().Add(-time.Second).UnixNano()
 	g.WriteAt(ctx, []byte("more"), 4)
+	// The mtime is the write's, not the close's (which carries it).
+	time.Sleep(20 * time.Millisecond)
+	closing := time.Now().UnixNano()
 	g.Close(ctx)
-	if a, err := fs.Getattr(ctx, cred, f.FID()); err != nil || a.Mtime < before {
-		t.Fatalf("mtime after a write %v (%v)", time.Unix(0, a.Mtime), err)
+	if a, err := fs.Getattr(ctx, cred, f.FID()); err != nil || a.Mtime < before || a.Mtime >= closing {
+		t.Fatalf("mtime after a write %v (%v), want between %v and %v", time.Unix(0, a.Mtime), err, time.Unix(0, before), time.Unix(0, closing))
 	}
 }
 

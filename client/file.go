@@ -359,34 +359,41 @@ func (f *File) Close(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	var lsom *mdc.LSOM
+	var mtime int64
 	if d, err := f.data(ctx); err != nil {
 		errs = append(errs, err)
 	} else if d != nil && written {
 		// The size goes to the MDT (LSOM) only when this open changed it;
-		// the locks the writes took make it known without a glimpse.
+		// the locks the writes took make it known without a glimpse, and
+		// the time of the last write with it.
 		if err := d.Flush(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		if size, err := d.Size(ctx); err == nil {
-			lsom = &mdc.LSOM{Size: uint64(size), Blocks: (uint64(size) + 511) / 512}
+		if a, err := d.Attr(ctx); err == nil {
+			lsom = &mdc.LSOM{Size: uint64(a.Size), Blocks: (uint64(a.Size) + 511) / 512}
+			mtime = a.Mtime
 		}
 	}
 	fs.cache.mu.Lock()
 	explicit := f.ino.mtimeGen != f.mtimeGen
 	fs.cache.mu.Unlock()
+	var ctime int64
 	if written && !explicit {
-		// The writes' mtime goes to the MDT at the last moment it can:
-		// unless someone set the times explicitly since the first write
-		// (touch, cp -p, utime), which must stand.
-		now := time.Now().UnixNano()
-		if _, err := fs.mdc.Setattr(ctx, Root(), f.mf.FID, SetAttr{Valid: mdc.AttrMtime | mdc.AttrCtime, Mtime: now, Ctime: now}); err != nil &&
-			!errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, err)
+		// The writes' mtime goes to the MDT with the close, the last
+		// moment it can: unless someone set the times explicitly since the
+		// first write (touch, cp -p, utime), which must stand.
+		if mtime == 0 {
+			mtime = time.Now().UnixNano()
 		}
-		fs.cache.invalidate(f.mf.FID)
+		ctime = mtime
+	} else {
+		mtime = 0
 	}
-	if err := fs.mdc.Close(ctx, f.cred, f.mf, lsom); err != nil {
+	if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, ctime); err != nil {
 		errs = append(errs, err)
+	}
+	if mtime != 0 {
+		fs.cache.invalidate(f.mf.FID)
 	}
 	fs.cache.mu.Lock()
 	var gone *inode

@@ -296,6 +296,10 @@ type CloseInfo struct {
 	// LSOM, if set, becomes the file's lazy size (the client's size and
 	// blocks at close).
 	LSOM *LSOM
+	// Mtime and Ctime, if not 0, become a regular file's mtime and ctime:
+	// the times of the writes of an open for write, which the client
+	// sends with the close unless the times were set explicitly since.
+	Mtime, Ctime int64
 }
 
 // CloseFile ends one OpenFile of f. When it was the last open of an orphan, the
@@ -341,6 +345,15 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 		if err := t.dataChanged(f); err != nil {
 			return Removal{}, err
 		}
+	}
+	if ci.Write && !rm.Last && n.Mode&S_IFMT == S_IFREG && (ci.Mtime != 0 || ci.Ctime != 0) {
+		if ci.Mtime != 0 {
+			n.Mtime = ci.Mtime
+		}
+		if ci.Ctime != 0 {
+			n.Ctime = ci.Ctime
+		}
+		t.touch(n)
 	}
 	if ci.Write {
 		t.changelog(ChangelogRecord{Type: CLClose, TFID: f})

@@ -874,7 +874,8 @@ func (m *MDT) closeFile(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if !ok || o.fid != q.fid {
 		return m.fail(r, fmt.Errorf("mdt: close of %v: handle %#x is not open: %w", q.fid, q.handle, syscall.EBADF))
 	}
-	rm, err := m.store.CloseFile(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: o.flags&mdd.OpenAccMode != mdd.OpenReadOnly, LSOM: q.lsom})
+	rm, err := m.store.CloseFile(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: o.flags&mdd.OpenAccMode != mdd.OpenReadOnly, LSOM: q.lsom,
+		Mtime: q.mtime, Ctime: q.ctime})
 	if err != nil {
 		return m.fail(r, err)
 	}

@@ -379,8 +379,34 @@ func TestOpen(t *testing.T) {
 	if err := m.Close(ctx, root, w, &mdc.LSOM{Size: 123456, Blocks: 248}); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := m.Getattr(ctx, root, f.FID); err != nil || a.Size != 123456 || a.Blocks != 248 {
-		t.Fatalf("size after close: %+v %v", a, err)
+	a0, err := m.Getattr(ctx, root, f.FID)
+	if err != nil || a0.Size != 123456 || a0.Blocks != 248 {
+		t.Fatalf("size after close: %+v %v", a0, err)
+	}
+	// A writer's close carries the times of its writes (one RPC, no
+	// setattr); a reader's, or a writer's without them, leaves the times.
+	wrote := time.Date(2020, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()
+	for _, tc := range []struct {
+		name         string
+		flags        uint64
+		mtime, ctime int64
+		want         mdc.Attr
+	}{
+		{"writer without times", syscall.O_WRONLY, 0, 0, a0},
+		{"reader with times", syscall.O_RDONLY, wrote, wrote, a0},
+		{"writer with times", syscall.O_RDWR, wrote, wrote + 1, mdc.Attr{Mtime: wrote, Ctime: wrote + 1}},
+	} {
+		h, err := m.OpenFID(ctx, root, f.FID, tc.flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.CloseWritten(ctx, root, h, nil, tc.mtime, tc.ctime); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		a, err := m.Getattr(ctx, root, f.FID)
+		if err != nil || a.Mtime != tc.want.Mtime || a.Ctime != tc.want.Ctime || a.Size != 123456 {
+			t.Fatalf("%s: mtime %d ctime %d size %d (%v), want mtime %d ctime %d", tc.name, a.Mtime, a.Ctime, a.Size, err, tc.want.Mtime, tc.want.Ctime)
+		}
 	}
 	if c.mdt.Stats().Opens != 0 {
 		t.Fatalf("opens left: %d", c.mdt.Stats().Opens)

@@ -392,9 +392,10 @@ func openFrom(parent *mdsv1.FID, name []byte, f *mdsv1.FID, flags uint64, mode u
 
 type closeReq struct {
 	cred   mdd.Cred
-	handle uint64
-	fid    fid.FID
-	lsom   *mdd.LSOM
+	handle       uint64
+	fid          fid.FID
+	lsom         *mdd.LSOM
+	mtime, ctime int64
 }
 
 func parseClose(b []byte) (closeReq, error) {
@@ -406,7 +407,7 @@ func parseClose(b []byte) (closeReq, error) {
 	if err != nil {
 		return closeReq{}, err
 	}
-	r := closeReq{cred: c, handle: w.Handle}
+	r := closeReq{cred: c, handle: w.Handle, mtime: w.Mtime, ctime: w.Ctime}
 	if r.fid, err = needFID("file", w.Fid); err != nil {
 		return r, err
 	}

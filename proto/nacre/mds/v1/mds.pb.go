@@ -1694,13 +1694,19 @@ func (x *SwapLayoutsRequest) GetDv1() uint64 {
 // the file's lazy size becomes size and blocks (the client's view at its
 // last close).
 type CloseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cred          *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
-	Handle        uint64                 `protobuf:"fixed64,2,opt,name=handle,proto3" json:"handle,omitempty"`
-	Fid           *FID                   `protobuf:"bytes,3,opt,name=fid,proto3" json:"fid,omitempty"`
-	Lsom          bool                   `protobuf:"varint,4,opt,name=lsom,proto3" json:"lsom,omitempty"`
-	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
-	Blocks        uint64                 `protobuf:"varint,6,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cred   *Cred                  `protobuf:"bytes,1,opt,name=cred,proto3" json:"cred,omitempty"`
+	Handle uint64                 `protobuf:"fixed64,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	Fid    *FID                   `protobuf:"bytes,3,opt,name=fid,proto3" json:"fid,omitempty"`
+	Lsom   bool                   `protobuf:"varint,4,opt,name=lsom,proto3" json:"lsom,omitempty"`
+	Size   uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Blocks uint64                 `protobuf:"varint,6,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	// mtime and ctime (ns since the epoch), if not 0, are the times of the
+	// writes of this open: the file's mtime and ctime become them, in the
+	// transaction of the close (Lustre's MDS_CLOSE carries the inode's
+	// times).
+	Mtime         int64 `protobuf:"varint,7,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Ctime         int64 `protobuf:"varint,8,opt,name=ctime,proto3" json:"ctime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1773,6 +1779,20 @@ func (x *CloseRequest) GetSize() uint64 {
 func (x *CloseRequest) GetBlocks() uint64 {
 	if x != nil {
 		return x.Blocks
+	}
+	return 0
+}
+
+func (x *CloseRequest) GetMtime() int64 {
+	if x != nil {
+		return x.Mtime
+	}
+	return 0
+}
+
+func (x *CloseRequest) GetCtime() int64 {
+	if x != nil {
+		return x.Ctime
 	}
 	return 0
 }
@@ -3368,14 +3388,16 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x04fid2\x18\x03 \x01(\v2\x11.nacre.mds.v1.FIDR\x04fid2\x12\x12\n" +
 	"\x04time\x18\x04 \x01(\x03R\x04time\x12\x1b\n" +
 	"\tcheck_dv1\x18\x05 \x01(\bR\bcheckDv1\x12\x10\n" +
-	"\x03dv1\x18\x06 \x01(\x04R\x03dv1\"\xb3\x01\n" +
+	"\x03dv1\x18\x06 \x01(\x04R\x03dv1\"\xdf\x01\n" +
 	"\fCloseRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x06R\x06handle\x12#\n" +
 	"\x03fid\x18\x03 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x12\n" +
 	"\x04lsom\x18\x04 \x01(\bR\x04lsom\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06blocks\x18\x06 \x01(\x04R\x06blocks\"\x96\x01\n" +
+	"\x06blocks\x18\x06 \x01(\x04R\x06blocks\x12\x14\n" +
+	"\x05mtime\x18\a \x01(\x03R\x05mtime\x12\x14\n" +
+	"\x05ctime\x18\b \x01(\x03R\x05ctime\"\x96\x01\n" +
 	"\x0eReaddirRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12#\n" +
 	"\x03fid\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x16\n" +

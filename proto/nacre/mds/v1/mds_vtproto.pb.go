@@ -1594,6 +1594,16 @@ func (m *CloseRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Ctime != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Ctime))
+		i--
+		dAtA[i] = 0x40
+	}
+	if m.Mtime != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Mtime))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.Blocks != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Blocks))
 		i--
@@ -3581,6 +3591,12 @@ func (m *CloseRequest) SizeVT() (n int) {
 	}
 	if m.Blocks != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Blocks))
+	}
+	if m.Mtime != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Mtime))
+	}
+	if m.Ctime != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Ctime))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -8141,6 +8157,44 @@ func (m *CloseRequest) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.Blocks |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Mtime", wireType)
+			}
+			m.Mtime = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Mtime |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Ctime", wireType)
+			}
+			m.Ctime = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Ctime |= int64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
