@@ -391,7 +391,7 @@ func openFrom(parent *mdsv1.FID, name []byte, f *mdsv1.FID, flags uint64, mode u
 }
 
 type closeReq struct {
-	cred   mdd.Cred
+	cred         mdd.Cred
 	handle       uint64
 	fid          fid.FID
 	lsom         *mdd.LSOM
