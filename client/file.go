@@ -330,21 +330,6 @@ func (f *File) Flush(ctx context.Context) error {
 	return d.Flush(ctx)
 }
 
-// AsyncErr returns, and forgets, the errors of asynchronous writes of the
-// file's data since the last Sync or AsyncErr (ENOSPC, data lost to an
-// eviction), without writing anything: what a close(2) reports (Lustre's
-// ll_flush), while the data still cached go to the OSTs later — the
-// locks keep other clients' views right meanwhile.
-func (f *File) AsyncErr() error {
-	f.fs.cache.mu.Lock()
-	d := f.ino.data
-	f.fs.cache.mu.Unlock()
-	if d == nil {
-		return nil
-	}
-	return d.TakeErr()
-}
-
 // Sync makes the file's data durable (fsync), reporting errors of earlier
 // asynchronous writes.
 func (f *File) Sync(ctx context.Context) error {

@@ -78,16 +78,12 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(n), 0
 }
 
-// Flush answers close(2): the errors of writes of the file that failed
-// since (ENOSPC, EIO), as Lustre's ll_flush. It writes nothing back: the
-// data stay in the client's cache, where the locks make every other
-// client's open see them, and go to the OSTs when their time comes, the
-// locks are called back, or the last close (Release) ends the open, which
-// the MDT learns of only after them.
+// Flush writes back the file's dirty data at close(2) (close-to-open: the
+// next open anywhere sees it).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	_, _, done := h.m.req(ctx)
+	ctx, _, done := h.m.req(ctx)
 	defer done()
-	if err := h.f.AsyncErr(); err != nil {
+	if err := h.f.Flush(ctx); err != nil {
 		return h.m.errno(err, "flush", h.f.FID())
 	}
 	return 0

@@ -484,20 +484,6 @@ func (f *File) Sync(ctx context.Context) error {
 	return f.each(func(_, _ int, o *osc.Object) error { return o.Sync(ctx) })
 }
 
-// TakeErr returns, and forgets, the errors of async writes of the file's
-// objects since the last Sync or TakeErr, without writing anything.
-func (f *File) TakeErr() error {
-	var errs []error
-	for _, objs := range f.objs {
-		for _, o := range objs {
-			if err := o.TakeErr(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Flush writes back the file's dirty pages and waits for the OSTs to
 // acknowledge them, without making them durable.
 func (f *File) Flush(ctx context.Context) error {

@@ -673,16 +673,6 @@ func (o *Object) Sync(ctx context.Context) error {
 	return err
 }
 
-// TakeErr returns, and forgets, the first error of an async write of the
-// object since the last Sync or TakeErr, without writing anything.
-func (o *Object) TakeErr() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	err := o.mu.err
-	o.mu.err = nil
-	return err
-}
-
 // Truncate sets the object's size (shrinking or extending it) with
 // OST_PUNCH under a PW lock on [size, EOF], as Lustre's osc_punch: cached
 // pages past the new size go (dirty ones unsent, their grant back), the

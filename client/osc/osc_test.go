@@ -602,34 +602,3 @@ func TestReadAheadPerFile(t *testing.T) {
 		t.Errorf("closing the reader's OSC took %v", d)
 	}
 }
-
-// TestTakeErr: the data an eviction lost is reported once, by whichever
-// asks first: TakeErr (a close(2) through the mount) without writing
-// anything, or Sync.
-func TestTakeErr(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 1})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	ctx := ctxT(t, time.Minute)
-	f := precreate(t, c, 0)
-	o := a.OSCs[0].Open(f)
-	defer o.Close()
-	if _, err := o.WriteAt(ctx, pattern(1<<20, 1), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.TakeErr(); err != nil {
-		t.Fatalf("TakeErr with nothing failed: %v", err)
-	}
-	if err := c.OSS.OSTs()[0].Target().Evict("client-0"); err != nil {
-		t.Fatal(err)
-	}
-	o.Flush(ctx) // the writes fail: the client learns of the eviction
-	if err := o.TakeErr(); err == nil {
-		t.Fatal("TakeErr after an eviction lost dirty data: no error")
-	}
-	if err := o.TakeErr(); err != nil {
-		t.Fatalf("TakeErr again: %v", err)
-	}
-	if err := o.Sync(ctx); err != nil {
-		t.Fatalf("Sync after TakeErr reported the loss: %v", err)
-	}
-}
