@@ -512,7 +512,7 @@ func TestParseRefusals(t *testing.T) {
 	} {
 		hdr := base
 		mod(&hdr)
-		rx := &fakeRx{m: &lnet.Msg{Payload: [][]byte{make([]byte, hdr.PayloadLen)}}}
+		rx := &fakeRx{m: &lnet.Msg{Payload: [][]byte{make([]byte, hdr.PayloadLen)}}, done: make(chan struct{})}
 		err := host.Parse(&hdr, from, rx)
 		if !errors.Is(err, lnet.ErrDropped) {
 			t.Errorf("%s: Parse returned %v, want ErrDropped", name, err)
