@@ -88,6 +88,11 @@ func (c *Client) do(ctx context.Context, op wire.Opcode, msg proto.Message, repl
 			return nil, err
 		}
 	}
+	return c.send(ctx, op, body, replyCap)
+}
+
+// send sends a request with body encoded already and returns the reply's.
+func (c *Client) send(ctx context.Context, op wire.Opcode, body []byte, replyCap int) ([]byte, error) {
 	return c.imp.Do(ctx, &ptlrpc.Req{Opcode: op, Body: body, ReplyCap: replyCap, JobID: jobstats.JobOf(ctx)})
 }
 
@@ -123,8 +128,8 @@ func (c *Client) GetRoot(ctx context.Context) (fid.FID, error) {
 
 // getattrReply decodes a getattr or lookup reply.
 func getattrReply(b []byte) (Attr, *layout.Layout, string, error) {
-	var rep mdsv1.GetattrReply
-	if err := ptlrpc.Unmarshal(b, &rep); err != nil {
+	var rep mdsv1.GetattrReply // decoded on the stack (see parseLookup's twin on the MDT)
+	if err := rep.UnmarshalVT(b); err != nil {
 		return Attr{}, nil, "", fmt.Errorf("%w: %v", ErrBadReply, err)
 	}
 	a := attrFrom(rep.Attr)
@@ -181,7 +186,13 @@ func (c *Client) Readlink(ctx context.Context, cred Cred, f fid.FID) (string, er
 // (MDS_GETATTR_NAME): ENOENT, ENOTDIR, EACCES, ENAMETOOLONG, EINVAL as
 // lookup(2) would fail.
 func (c *Client) Lookup(ctx context.Context, cred Cred, parent fid.FID, name string) (Attr, error) {
-	b, err := c.do(ctx, wire.MDSGetattrName, &mdsv1.LookupRequest{Cred: credTo(cred), Parent: fidTo(parent), Name: []byte(name)}, 0)
+	// Encoded by its own generated method, so that it stays on the stack.
+	req := mdsv1.LookupRequest{Cred: credTo(cred), Parent: fidTo(parent), Name: []byte(name)}
+	body, err := req.MarshalVT()
+	if err != nil {
+		return Attr{}, err
+	}
+	b, err := c.send(ctx, wire.MDSGetattrName, body, 0)
 	if err != nil {
 		return Attr{}, fmt.Errorf("mdc: lookup %q in %v: %w", name, parent, err)
 	}

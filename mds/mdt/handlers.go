@@ -229,13 +229,17 @@ func (m *MDT) lookup(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return m.fail(r, err)
 	}
-	rep := &mdsv1.GetattrReply{Attr: attrTo(a)}
+	rep := mdsv1.GetattrReply{Attr: attrTo(a)} // on the stack, as parseLookup's request
 	if q.wantLayout {
 		if rep.Layout, err = m.layoutBytes(a.FID); err != nil {
 			return m.fail(r, err)
 		}
 	}
-	return marshal(rep)
+	b, err := rep.MarshalVT()
+	if err != nil {
+		return nil, -int32(syscall.EIO)
+	}
+	return b, 0
 }
 
 func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
