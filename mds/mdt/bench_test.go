@@ -51,8 +51,9 @@ func runRange(b *testing.B, from, to, k int, op func(w, i int) error) time.Durat
 // in the same run, the two alternating in ten rounds (goals: stat ≥ 0.8, create ≥ 0.5 x-vs-nullrpc). With
 // osts=4 each file gets one object from the precreated pools of an OSS
 // with 4 osd-file OSTs in the same process, the pools warmed up for the
-// run (so that creates measure the MDS, not how fast the OSTs precreate);
-// with osts=0 files get no objects.
+// run (so that creates measure the MDS, not how fast the OSTs precreate),
+// and every run starts once the objects of the files unlinked before are
+// destroyed; with osts=0 files get no objects.
 func BenchmarkMDTest(b *testing.B) {
 	for _, osts := range []int{0, 4} {
 		b.Run(fmt.Sprintf("osts=%d", osts), func(b *testing.B) { benchMDTest(b, osts) })
@@ -92,6 +93,20 @@ func warmPools(b *testing.B, m *MDT, need int) {
 			}
 			m.ospMu.Unlock()
 			b.Fatal("the pools do not fill up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// drainDestroys waits until the MDT's destroy log is empty: the objects
+// of the files an earlier run unlinked are destroyed on the OSTs in the
+// background, and would otherwise compete with the next run for the CPUs
+// and the disk (as warmPools keeps the OSTs' precreation out of a run).
+func drainDestroys(b *testing.B, m *MDT) {
+	deadline := time.Now().Add(10 * time.Minute)
+	for m.Stats().PendingDestroys > 0 {
+		if time.Now().After(deadline) {
+			b.Fatalf("the destroy log does not drain: %d records left", m.Stats().PendingDestroys)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -173,6 +188,7 @@ func benchMDTest(b *testing.B, nOSTs int) {
 			// in ten alternating rounds (so that a drift in the machine's
 			// speed weighs on both alike) and reports them.
 			measure := func(b *testing.B, op func(w, i int) error) {
+				drainDestroys(b, c.mdt)
 				const rounds = 10
 				s0 := c.srv.Service().Stats()
 				b.StartTimer()
