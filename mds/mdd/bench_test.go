@@ -21,14 +21,16 @@ func BenchmarkNamespace(b *testing.B) {
 	s.Setattr(root, d.FID, SetAttr{Valid: AttrMode, Mode: 0o777})
 	// FIDs come from a client's sequence, as the MDT's creates do.
 	fids := NewFIDAllocator(1<<17, s.AllocClientSeq)
+	runs := 0 // -count reruns Create on the same store: new names each time
 	b.Run("Create", func(b *testing.B) {
+		runs++
 		i := 0
 		for b.Loop() {
 			f, err := fids.Next()
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.Create(u, d.FID, fmt.Sprintf("c%d", i), Spec{FID: f, Mode: 0o644, Layout: striped(uint32(i))}); err != nil {
+			if _, err := s.Create(u, d.FID, fmt.Sprintf("c%d.%d", runs, i), Spec{FID: f, Mode: 0o644, Layout: striped(uint32(i))}); err != nil {
 				b.Fatal(err)
 			}
 			if i++; i%1000 == 0 {
