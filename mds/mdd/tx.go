@@ -321,7 +321,10 @@ func (t *tx) destroy(n *inode, rm *Removal) error {
 	for _, p := range []byte{pfxInode, pfxLayout, pfxLSOM, pfxHSM, pfxOrphan} {
 		t.b.Delete(fidKey(p, f), nil)
 	}
-	for _, p := range []byte{pfxXattr, pfxLink} {
+	// Its link EAs went with its entries (delEntry deletes both, and an
+	// inode is destroyed only when it has none left; Check finds any
+	// left over), so only its extended attributes are searched for.
+	for _, p := range []byte{pfxXattr} {
 		lo, hi := fidPrefix(p, f)
 		if err := t.s.scanRange(lo, hi, func(k, _ []byte) error {
 			t.b.Delete(append([]byte(nil), k...), nil)
