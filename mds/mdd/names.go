@@ -27,19 +27,26 @@ type nameFilters struct {
 	skipped uint64
 }
 
+// nameFilter is a scalable Bloom filter (Almeida et al.): when the last
+// stage is full a new one twice its size takes the names that follow, with
+// half its false-positive rate, so that the rate of the whole stays under
+// twice the first stage's. A growing directory never has its names read
+// back from Pebble, which would hold the store's write lock for as long.
 type nameFilter struct {
-	f     *bloom.BloomFilter
-	n     uint // names added
-	limit uint // names the filter was sized for
+	stages []*bloom.BloomFilter
+	n      uint // names in the last stage
+	limit  uint // names the last stage was sized for
+	fp     float64
+	total  uint // names the stages were sized for, summed
 }
 
 const (
 	// nameFilterMin is the size of a new directory's filter, in names.
 	nameFilterMin = 1 << 10
-	// nameFilterBudget bounds the names all filters are sized for (at 1%
-	// false positives, about 1.2 bytes a name: 5 MiB). Past it, filters
-	// are dropped (whichever the map yields first) to make room; a
-	// directory bigger than half of it has none.
+	// nameFilterBudget bounds the names all filters are sized for (about
+	// 1.2 bytes a name at these rates: 5 MiB). Past it, filters are
+	// dropped (whichever the map yields first) to make room; a directory
+	// that would need more than half of it loses its filter.
 	nameFilterBudget = 1 << 22
 	nameFilterFP     = 0.01
 )
@@ -49,27 +56,30 @@ func (nf *nameFilters) track(d fid.FID) {
 	if nf.dirs == nil {
 		nf.dirs = make(map[fid.FID]*nameFilter)
 	}
-	nf.put(d, nameFilterMin)
+	nf.drop(d)
+	if !nf.room(nameFilterMin) {
+		return
+	}
+	nf.dirs[d] = &nameFilter{stages: []*bloom.BloomFilter{bloom.NewWithEstimates(nameFilterMin, nameFilterFP)},
+		limit: nameFilterMin, fp: nameFilterFP, total: nameFilterMin}
+	nf.names += nameFilterMin
 }
 
-// put gives d an empty filter of limit names, making room in the budget.
-func (nf *nameFilters) put(d fid.FID, limit uint) *nameFilter {
-	nf.drop(d)
+// room makes room for n more names in the budget, dropping other
+// directories' filters, and reports whether it could.
+func (nf *nameFilters) room(n uint) bool {
 	for other := range nf.dirs {
-		if nf.names+limit <= nameFilterBudget {
+		if nf.names+n <= nameFilterBudget {
 			break
 		}
 		nf.drop(other)
 	}
-	f := &nameFilter{f: bloom.NewWithEstimates(limit, nameFilterFP), limit: limit}
-	nf.dirs[d] = f
-	nf.names += limit
-	return f
+	return nf.names+n <= nameFilterBudget
 }
 
 func (nf *nameFilters) drop(d fid.FID) {
 	if f := nf.dirs[d]; f != nil {
-		nf.names -= f.limit
+		nf.names -= f.total
 		delete(nf.dirs, d)
 	}
 }
@@ -83,52 +93,46 @@ func (nf *nameFilters) reset() {
 // absent reports whether name is known not to be in d.
 func (nf *nameFilters) absent(d fid.FID, name string) bool {
 	f := nf.dirs[d]
-	if f == nil || f.f.TestString(name) {
+	if f == nil {
 		return false
+	}
+	for _, s := range f.stages {
+		if s.TestString(name) {
+			return false
+		}
 	}
 	nf.skipped++
 	return true
 }
 
-// added puts a committed entry of d in d's filter, if d has one, and
-// reports whether the filter is now fuller than it was sized for (the
-// caller regrows it).
-func (nf *nameFilters) added(d fid.FID, name string) (full bool) {
+// added puts a committed entry of d in d's filter, if d has one, first
+// adding a stage if the last is full (or dropping the filter if that would
+// go past the budget).
+func (nf *nameFilters) added(d fid.FID, name string) {
 	f := nf.dirs[d]
 	if f == nil {
-		return false
-	}
-	f.f.AddString(name)
-	f.n++
-	return f.n > f.limit
-}
-
-// regrowNamesLocked replaces d's full filter with one twice as big,
-// filled from d's entries in Pebble (amortized over the names added since
-// the last size, a few per create), or drops it if that is beyond the
-// budget or the scan fails. The caller holds the write lock.
-func (s *Store) regrowNamesLocked(d fid.FID) {
-	nf := &s.names
-	old := nf.dirs[d]
-	if old == nil {
 		return
 	}
-	limit := 2 * old.limit
-	if limit > nameFilterBudget/2 {
-		nf.drop(d)
-		return
-	}
-	f := nf.put(d, limit)
-	lo, _ := fidPrefix(pfxDirent, d)
-	err := s.scan(lo, func(k, _ []byte) error {
-		if _, _, name, ok := parseDirentKey(k); ok {
-			f.f.AddString(name)
-			f.n++
+	if f.n >= f.limit {
+		limit := 2 * f.limit
+		if f.total+limit > nameFilterBudget/2 {
+			nf.drop(d)
+			return
 		}
-		return nil
-	})
-	if err != nil {
-		s.log.Warn("mdd: directory name filter dropped", "dir", d, "err", err)
-		nf.drop(d)
+		delete(nf.dirs, d) // not a candidate for room's drops
+		nf.names -= f.total
+		ok := nf.room(f.total + limit)
+		nf.dirs[d] = f
+		nf.names += f.total
+		if !ok {
+			nf.drop(d)
+			return
+		}
+		f.fp /= 2
+		f.stages = append(f.stages, bloom.NewWithEstimates(limit, f.fp))
+		f.limit, f.n, f.total = limit, 0, f.total+limit
+		nf.names += limit
 	}
+	f.stages[len(f.stages)-1].AddString(name)
+	f.n++
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // TestNameFilter: a directory made since the store opened answers "no
-// such name" from its filter, through regrowths, and never for a name it
-// holds: every name added by create, mkdir, symlink, link or rename is
+// such name" from its filter, as it grows stage by stage, and never for a
+// name it holds: every name added by create, mkdir, symlink, link or rename is
 // still refused with EEXIST, whatever filled the filter, and so are the
 // names of a directory made before a restart, which has none.
 func TestNameFilter(t *testing.T) {
@@ -25,7 +25,7 @@ func TestNameFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Past two regrowths: the filter is refilled from Pebble each time.
+	// Past two new stages (1024, 2048 and 4096 names).
 	const n = 4*nameFilterMin + 10
 	for i := range n {
 		if _, err := s.Create(root, d.FID, fmt.Sprintf("f%d", i), Spec{Mode: 0o644}); err != nil {
@@ -35,8 +35,8 @@ func TestNameFilter(t *testing.T) {
 	if s.names.skipped < n*9/10 { // 1% false positives go to Pebble
 		t.Fatalf("the filter answered %d of %d lookups of new names", s.names.skipped, n)
 	}
-	if f := s.names.dirs[d.FID]; f == nil || f.limit < n {
-		t.Fatalf("filter of d: %+v, want one sized for %d names", f, n)
+	if f := s.names.dirs[d.FID]; f == nil || f.total < n || len(f.stages) != 3 {
+		t.Fatalf("filter of d: %+v, want three stages sized for %d names or more", f, n)
 	}
 	// Names that came other ways than create.
 	src, err := s.Create(root, other.FID, "src", Spec{Mode: 0o644})

@@ -133,9 +133,7 @@ func (t *tx) commit() error {
 		s.names.track(d)
 	}
 	for _, a := range t.added {
-		if s.names.added(a.dir, a.name) {
-			s.regrowNamesLocked(a.dir)
-		}
+		s.names.added(a.dir, a.name)
 	}
 	for _, k := range t.absent {
 		s.cache.noteAbsent(k)
