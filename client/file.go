@@ -359,7 +359,7 @@ func (f *File) Close(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	var lsom *mdc.LSOM
-	var mtime int64
+	var lastWrite int64
 	if d, err := f.data(ctx); err != nil {
 		errs = append(errs, err)
 	} else if d != nil && written {
@@ -371,25 +371,23 @@ func (f *File) Close(ctx context.Context) error {
 		}
 		if a, err := d.Attr(ctx); err == nil {
 			lsom = &mdc.LSOM{Size: uint64(a.Size), Blocks: (uint64(a.Size) + 511) / 512}
-			mtime = a.Mtime
+			lastWrite = a.Mtime
 		}
 	}
 	fs.cache.mu.Lock()
 	explicit := f.ino.mtimeGen != f.mtimeGen
 	fs.cache.mu.Unlock()
-	var ctime int64
+	var mtime int64 // 0: the close leaves the times
 	if written && !explicit {
 		// The writes' mtime goes to the MDT with the close, the last
 		// moment it can: unless someone set the times explicitly since the
 		// first write (touch, cp -p, utime), which must stand.
+		mtime = lastWrite
 		if mtime == 0 {
 			mtime = time.Now().UnixNano()
 		}
-		ctime = mtime
-	} else {
-		mtime = 0
 	}
-	if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, ctime); err != nil {
+	if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, mtime); err != nil {
 		errs = append(errs, err)
 	}
 	if mtime != 0 {

@@ -698,8 +698,9 @@ func (c *Client) TakeConverts(imp *ptlrpc.Import) []*ldlmv1.ConvertRequest {
 // vouches for them as the object's (it read the object, or keeps the LVB
 // of a locked resource); otherwise only the lock holders' part is known.
 func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) (lvb LVB, valid bool, err error) {
-	body, err := ptlrpc.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(PR),
-		Policy: policyToWire(Policy{Extent: Whole}), Flags: wireGlimpse})
+	er := ldlmv1.EnqueueRequest{Resource: resourceToWire(res), Mode: uint32(PR), // on the stack, as in Enqueue
+		Policy: policyToWire(Policy{Extent: Whole}), Flags: wireGlimpse}
+	body, err := er.MarshalVT()
 	if err != nil {
 		return LVB{}, false, err
 	}
@@ -708,7 +709,7 @@ func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) 
 		return LVB{}, false, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
 	}
 	var rep ldlmv1.EnqueueReply
-	if err := ptlrpc.Unmarshal(repBody, &rep); err != nil {
+	if err := rep.UnmarshalVT(repBody); err != nil {
 		return LVB{}, false, fmt.Errorf("ldlm: glimpse reply from %s: %w", imp.Target(), err)
 	}
 	return lvbFromWire(rep.Lvb), rep.LvbValid, nil

@@ -414,32 +414,17 @@ func (f *File) Attr(ctx context.Context) (Attr, error) {
 }
 
 // SetTimes sets the mtime and ctime of every object (an explicit time set
-// on the file), under a write lock on each whole object taken in layout
-// order, so that writes other clients cached go to the OSTs first and the
-// times set are the objects' last.
+// on the file), under a write lock on each whole object, so that writes
+// other clients cached go to the OSTs first and the times set are the
+// objects' last.
 func (f *File) SetTimes(ctx context.Context, mtime, ctime int64) error {
-	var locks []*osc.Lock
-	defer func() {
-		for _, l := range locks {
-			l.Release()
-		}
-	}()
-	for _, objs := range f.objs { // layout order
+	var targets []objectEnd
+	for _, objs := range f.objs {
 		for _, o := range objs {
-			l, err := o.Lock(ctx, true, 0, ldlm.EOF)
-			if err != nil {
-				return err
-			}
-			locks = append(locks, l)
+			targets = append(targets, objectEnd{o, 0})
 		}
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(locks))
-	for i, l := range locks {
-		wg.Go(func() { errs[i] = l.SetTimes(ctx, mtime, ctime) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return underWriteLocks(ctx, targets, func(l *osc.Lock, _ uint64) error { return l.SetTimes(ctx, mtime, ctime) })
 }
 
 // Truncate sets the file's size: every object that holds bytes at or past
@@ -455,23 +440,42 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err != nil {
 		return fmt.Errorf("lov: truncate to %d: %w", size, err)
 	}
-	locks := make([]*osc.Lock, 0, len(objs))
+	targets := make([]objectEnd, len(objs))
+	for i, os := range objs {
+		targets[i] = objectEnd{f.objs[os.Component][os.Stripe], os.Size}
+	}
+	return underWriteLocks(ctx, targets, func(l *osc.Lock, from uint64) error { return l.Truncate(ctx, from) })
+}
+
+// objectEnd is an object and the offset from which a change takes all of
+// it to its end.
+type objectEnd struct {
+	o    *osc.Object
+	from uint64
+}
+
+// underWriteLocks takes a PW lock on [from, EOF] of each target, in the
+// order given (layout order, so that two such changes never deadlock),
+// then runs fn on every object at once while all are held, and releases
+// them.
+func underWriteLocks(ctx context.Context, targets []objectEnd, fn func(l *osc.Lock, from uint64) error) error {
+	locks := make([]*osc.Lock, 0, len(targets))
 	defer func() {
 		for _, l := range locks {
 			l.Release()
 		}
 	}()
-	for _, os := range objs { // layout order
-		l, err := f.objs[os.Component][os.Stripe].Lock(ctx, true, os.Size, ldlm.EOF)
+	for _, t := range targets {
+		l, err := t.o.Lock(ctx, true, t.from, ldlm.EOF)
 		if err != nil {
 			return err
 		}
 		locks = append(locks, l)
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(objs))
-	for i, os := range objs {
-		wg.Go(func() { errs[i] = locks[i].Truncate(ctx, os.Size) })
+	errs := make([]error, len(locks))
+	for i, l := range locks {
+		wg.Go(func() { errs[i] = fn(l, targets[i].from) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -322,14 +322,12 @@ func (t *tx) destroy(n *inode, rm *Removal) error {
 	// Its link EAs went with its entries (delEntry deletes both, and an
 	// inode is destroyed only when it has none left; Check finds any
 	// left over), so only its extended attributes are searched for.
-	for _, p := range []byte{pfxXattr} {
-		lo, hi := fidPrefix(p, f)
-		if err := t.s.scanRange(lo, hi, func(k, _ []byte) error {
-			t.b.Delete(append([]byte(nil), k...), nil)
-			return nil
-		}); err != nil {
-			return ioError(err, "destroy %v", f)
-		}
+	lo, hi := fidPrefix(pfxXattr, f)
+	if err := t.s.scanRange(lo, hi, func(k, _ []byte) error {
+		t.b.Delete(append([]byte(nil), k...), nil)
+		return nil
+	}); err != nil {
+		return ioError(err, "destroy %v", f)
 	}
 	t.inodes[f] = nil
 	delete(t.dirty, f)
