@@ -16,11 +16,14 @@ type Slots struct {
 		sync.Mutex
 		limit, used int
 		peak        int // the most slots held at once
-		// freed is closed and replaced when a slot may have become free.
-		freed chan struct{}
+		// freed is closed and replaced when a slot may have become free
+		// and someone waits for one (waiting).
+		freed   chan struct{}
+		waiting int
 	}
 }
 
+// New returns Slots with limit slots.
 func New(limit int) *Slots {
 	s := &Slots{}
 	s.mu.limit = limit
@@ -61,11 +64,19 @@ func (s *Slots) Acquire(ctx context.Context) error {
 			return nil
 		}
 		ch := s.mu.freed
+		s.mu.waiting++
 		s.mu.Unlock()
+		var err error
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		s.mu.Lock()
+		s.mu.waiting--
+		s.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -105,7 +116,12 @@ func (s *Slots) takeLocked() {
 	s.mu.peak = max(s.mu.peak, s.mu.used)
 }
 
+// wakeLocked wakes the waiters, if any (a release with nobody waiting,
+// the common case on an RPC's path, makes no new channel).
 func (s *Slots) wakeLocked() {
+	if s.mu.waiting == 0 {
+		return
+	}
 	close(s.mu.freed)
 	s.mu.freed = make(chan struct{})
 }
