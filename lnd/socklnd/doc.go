@@ -61,8 +61,10 @@
 // together, callers woken by replies that came in one read) queue theirs
 // behind it, and the one writev carries them all (Stats.TxWrites counts
 // the writes). On loopback a write costs more than the rest of a small
-// RPC, so under load this is most of the layer's throughput; alone, the
-// yield costs next to nothing. Otherwise the message, with its header marshalled, goes on the
+// RPC, so under load this is most of the layer's throughput. The yield
+// costs little when nothing else is runnable; behind other runnable
+// goroutines (a server's background work) the message waits their turn.
+// Otherwise the message, with its header marshalled, goes on the
 // peer's queue for its connection type, and the connection's writer
 // goroutine sends it, together with whatever queued behind it (up to 64
 // messages or 64 KiB to one writev), again straight from LNet's buffers. An
