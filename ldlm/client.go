@@ -120,9 +120,13 @@ type Client struct {
 
 // clientNS is a client's view of one target's namespace.
 type clientNS struct {
-	imp   *ptlrpc.Import
-	byRes map[Resource]map[*ClientLock]struct{}
-	lru   list.List // unused granted locks, least recently used first
+	imp *ptlrpc.Import
+	// byRes holds the first of each resource's locks, which are chained
+	// through their resPrev/resNext (no set to make per resource: an
+	// uncontended lock is on a resource of its own).
+	byRes  map[Resource]*ClientLock
+	nlocks int
+	lru    list.List // unused granted locks, least recently used first
 	// pending are server handles given back locally and not yet told to
 	// the server; since is when the oldest was added, urgent says one of
 	// them answers a blocking AST.
@@ -178,6 +182,43 @@ type ClientLock struct {
 	// reblocked: another blocking AST came while the lock was
 	// converting; it is given back whole then.
 	reblocked bool
+	// The resource's other locks in clientNS.byRes; linked says l is there.
+	resPrev, resNext *ClientLock
+	linked           bool
+}
+
+// link files l under its resource.
+func (ns *clientNS) link(l *ClientLock) {
+	if l.linked {
+		return
+	}
+	first := ns.byRes[l.Resource]
+	l.resPrev, l.resNext, l.linked = nil, first, true
+	if first != nil {
+		first.resPrev = l
+	}
+	ns.byRes[l.Resource] = l
+	ns.nlocks++
+}
+
+// unlink takes l out of its resource's chain.
+func (ns *clientNS) unlink(l *ClientLock) {
+	if !l.linked {
+		return
+	}
+	switch {
+	case l.resPrev != nil:
+		l.resPrev.resNext = l.resNext
+	case l.resNext != nil:
+		ns.byRes[l.Resource] = l.resNext
+	default:
+		delete(ns.byRes, l.Resource)
+	}
+	if l.resNext != nil {
+		l.resNext.resPrev = l.resPrev
+	}
+	l.resPrev, l.resNext, l.linked = nil, nil, false
+	ns.nlocks--
 }
 
 // NewClient starts a lock client. Close stops it.
@@ -316,10 +357,7 @@ func (c *Client) NamespaceStats(imp *ptlrpc.Import) (locks, unused int) {
 	if ns == nil {
 		return 0, 0
 	}
-	for _, set := range ns.byRes {
-		locks += len(set)
-	}
-	return locks, ns.lru.Len()
+	return ns.nlocks, ns.lru.Len()
 }
 
 // Mode returns the lock's mode as granted.
@@ -372,7 +410,7 @@ type Enqueue struct {
 func (c *Client) nsLocked(imp *ptlrpc.Import) *clientNS {
 	ns := c.mu.ns[imp]
 	if ns == nil {
-		ns = &clientNS{imp: imp, byRes: make(map[Resource]map[*ClientLock]struct{})}
+		ns = &clientNS{imp: imp, byRes: make(map[Resource]*ClientLock)}
 		c.mu.ns[imp] = ns
 	}
 	return ns
@@ -420,7 +458,7 @@ func serves(t Type, have Mode, hp Policy, want Mode, wp Policy) bool {
 
 // matchLocked finds a granted lock that serves e and takes a reference.
 func (c *Client) matchLocked(ns *clientNS, e *Enqueue) *ClientLock {
-	for l := range ns.byRes[e.Resource] {
+	for l := ns.byRes[e.Resource]; l != nil; l = l.resNext {
 		if l.state != lockGranted || l.cbPending || !serves(e.Resource.Type, l.mode, l.policy, e.Mode, e.Policy) {
 			continue
 		}
@@ -458,12 +496,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	l = &ClientLock{c: c, ns: ns, handle: c.mu.next, hooks: e.Hooks, Resource: e.Resource, mode: e.Mode, policy: e.Policy,
 		users: 1}
 	c.mu.locks[l.handle] = l
-	set := ns.byRes[e.Resource]
-	if set == nil {
-		set = make(map[*ClientLock]struct{})
-		ns.byRes[e.Resource] = set
-	}
-	set[l] = struct{}{}
+	ns.link(l)
 	// Early lock cancel: what waits to be given back rides along, and
 	// what was converted.
 	cancels, converts := c.takePendingLocked(ns), ns.converted
@@ -510,19 +543,9 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	if moved != nil && *moved != l.Resource {
 		// The target's intent policy granted a lock on another resource
 		// (the child a lookup found): file it there.
-		if set := ns.byRes[l.Resource]; set != nil {
-			delete(set, l)
-			if len(set) == 0 {
-				delete(ns.byRes, l.Resource)
-			}
-		}
+		ns.unlink(l)
 		l.Resource = *moved
-		set := ns.byRes[l.Resource]
-		if set == nil {
-			set = make(map[*ClientLock]struct{})
-			ns.byRes[l.Resource] = set
-		}
-		set[l] = struct{}{}
+		ns.link(l)
 	}
 	if l.state == lockWaiting && rep.Granted {
 		l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
@@ -602,7 +625,7 @@ func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 	}
 	ns := c.nsLocked(imp)
 	var cvs []conversion
-	for l := range ns.byRes[res] {
+	for l := ns.byRes[res]; l != nil; l = l.resNext {
 		if l.remote == 0 {
 			continue
 		}
@@ -759,12 +782,7 @@ func (c *Client) forget(l *ClientLock) {
 // unlinkLocked removes l from every table.
 func (c *Client) unlinkLocked(l *ClientLock) {
 	delete(c.mu.locks, l.handle)
-	if set := l.ns.byRes[l.Resource]; set != nil {
-		delete(set, l)
-		if len(set) == 0 {
-			delete(l.ns.byRes, l.Resource)
-		}
-	}
+	l.ns.unlink(l)
 	if l.lru != nil {
 		l.ns.lru.Remove(l.lru)
 		l.lru = nil
@@ -882,7 +900,7 @@ func (c *Client) cancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 	}
 	ns := c.nsLocked(imp)
 	var ls []*ClientLock
-	for l := range ns.byRes[res] {
+	for l := ns.byRes[res]; l != nil; l = l.resNext {
 		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 {
 			continue
 		}
@@ -1186,8 +1204,8 @@ func (c *Client) dropImport(imp *ptlrpc.Import) int {
 	ns := c.mu.ns[imp]
 	var all []*ClientLock
 	if ns != nil {
-		for _, set := range ns.byRes {
-			for l := range set {
+		for _, first := range ns.byRes {
+			for l := first; l != nil; l = l.resNext {
 				all = append(all, l)
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -211,7 +210,7 @@ func (s *Server) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
 
 // ownerOf names an export's locks: the export handle, unique per
 // connection, so a client evicted and reconnected never inherits locks.
-func ownerOf(exp *ptlrpc.Export) Owner { return Owner(strconv.FormatUint(exp.Handle(), 16)) }
+func ownerOf(exp *ptlrpc.Export) Owner { return Owner(exp.HandleString()) }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {

@@ -26,8 +26,8 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 	}
 	ns.pending, ns.urgent = nil, false
 	var locks []*ClientLock
-	for _, set := range ns.byRes {
-		for l := range set {
+	for _, first := range ns.byRes {
+		for l := first; l != nil; l = l.resNext {
 			if l.state == lockGranted || (l.state == lockWaiting && l.remote != 0) {
 				locks = append(locks, l)
 			}

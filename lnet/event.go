@@ -89,8 +89,34 @@ type Event struct {
 }
 
 // dispatchList collects the MDs that got events under LNet.res, to run
-// their handlers once the lock is released.
-type dispatchList []*md
+// their handlers once the lock is released. It lives on its caller's stack:
+// most calls touch one or two MDs, and every message went through several
+// of these, each a heap allocation when it was a plain slice.
+type dispatchList struct {
+	small [4]*md
+	n     int
+	more  []*md
+}
+
+// add appends m unless it is already last.
+func (d *dispatchList) add(m *md) {
+	if d.n > 0 && d.last() == m {
+		return
+	}
+	if d.n < len(d.small) {
+		d.small[d.n] = m
+	} else {
+		d.more = append(d.more, m)
+	}
+	d.n++
+}
+
+func (d *dispatchList) last() *md {
+	if d.n > len(d.small) {
+		return d.more[len(d.more)-1]
+	}
+	return d.small[d.n-1]
+}
 
 // maxEventBacklog bounds the events waiting for one MD's busy handler:
 // past it, a receive path blocks until the handler catches up, pushing back
@@ -109,9 +135,7 @@ func (ln *LNet) enqueueLocked(m *md, ev Event, d *dispatchList) {
 		m.evq, m.evHead = m.evq[:n], 0
 	}
 	m.evq = append(m.evq, ev)
-	if len(*d) == 0 || (*d)[len(*d)-1] != m {
-		*d = append(*d, m)
-	}
+	d.add(m)
 }
 
 // dispatch runs the handlers of the MDs in d with no lock held. For each MD
@@ -119,8 +143,11 @@ func (ln *LNet) enqueueLocked(m *md, ev Event, d *dispatchList) {
 // first to find it idle delivers until the queue is empty, later ones leave
 // their events to it. With fromNet (a receive path), a caller that finds
 // the backlog over maxEventBacklog waits for the handler to catch up.
-func (ln *LNet) dispatch(d dispatchList, fromNet bool) {
-	for _, m := range d {
+func (ln *LNet) dispatch(d *dispatchList, fromNet bool) {
+	for _, m := range d.small[:min(d.n, len(d.small))] {
+		ln.runHandler(m, fromNet)
+	}
+	for _, m := range d.more {
 		ln.runHandler(m, fromNet)
 	}
 }
@@ -147,12 +174,8 @@ func (ln *LNet) runHandler(m *md, fromNet bool) {
 		m.evq[m.evHead] = Event{}
 		m.evHead++
 		if m.evHead == len(m.evq) {
-			// Drained: keep a small array for the MD's next events (most
-			// MDs see a few, one at a time), let a grown one go.
-			m.evq, m.evHead = m.evq[:0], 0
-			if cap(m.evq) > 4 {
-				m.evq = nil
-			}
+			// Drained: back to the MD's own array, letting a grown one go.
+			m.evq, m.evHead = m.evBuf[:0], 0
 		}
 		if ln.res.evWaiters > 0 && m.backlog() <= maxEventBacklog/2 {
 			ln.res.evCond.Broadcast()

@@ -406,7 +406,7 @@ func (ln *LNet) close(ctx context.Context) error {
 		ln.respFailLocked(m, ErrShutdown, &d)
 	}
 	ln.res.Unlock()
-	ln.dispatch(d, false)
+	ln.dispatch(&d, false)
 
 	ln.rtr.resumed.Wait()
 	ln.timer.stop()

@@ -134,6 +134,10 @@ type md struct {
 	evq         []Event // events: evq[evHead:] not yet handed to handler
 	evHead      int
 	dispatching bool // a goroutine is running handler
+	// evBuf backs evq until an MD has more than two events waiting: most
+	// see one or two (SEND, then REPLY or UNLINK), one at a time.
+	evBuf [2]Event
+	meBuf me // an attached MD's match entry, one allocation with it
 }
 
 func (m *md) handle() MDHandle { return MDHandle{m.cookie} }
@@ -277,6 +281,7 @@ func (ln *LNet) newMDLocked(d *MD, length int, internal bool) *md {
 		user:      d.User,
 		internal:  internal,
 	}
+	m.evq = m.evBuf[:0]
 	ln.res.mds[m.cookie] = m
 	if internal {
 		ln.res.internal++
@@ -315,7 +320,8 @@ func (ln *LNet) attach(portalIndex uint32, src wire.ProcessID, match, ignore uin
 		ln.res.portals[portalIndex] = p
 	}
 	m := ln.newMDLocked(&d, length, internal)
-	e := &me{src: src, match: match, ignore: ignore, md: m}
+	m.meBuf = me{src: src, match: match, ignore: ignore, md: m}
+	e := &m.meBuf
 	m.me = e
 	p.insert(e, pos)
 	return m.handle(), nil
@@ -361,7 +367,7 @@ func (ln *LNet) Unlink(h MDHandle) error {
 		ln.unlinkLocked(m, &d)
 	}
 	ln.res.Unlock()
-	ln.dispatch(d, false)
+	ln.dispatch(&d, false)
 	return nil
 }
 
@@ -378,10 +384,7 @@ func (ln *LNet) unlinkLocked(m *md, d *dispatchList) {
 	}
 	if e := m.me; e != nil && e.portal != nil {
 		p := e.portal
-		p.remove(e)
-		if p.n == 0 {
-			delete(ln.res.portals, p.index)
-		}
+		p.remove(e) // an empty portal stays: the next request's reply MD goes there
 	}
 	ln.enqueueLocked(m, Event{Type: EventUnlink, MD: m.handle(), User: m.user, Unlinked: true}, d)
 }
@@ -438,11 +441,27 @@ func (ln *LNet) matchLocked(op wire.MsgType, portalIndex uint32, src wire.Proces
 	return nil, 0, 0, false
 }
 
+// viewLen returns the total length of bufs if they can serve as their own
+// views (none empty, none with capacity past its length), else -1.
+func viewLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		if len(b) == 0 || cap(b) != len(b) {
+			return -1
+		}
+		n += len(b)
+	}
+	return n
+}
+
 // iov returns views of n bytes of bufs starting at off, without copying.
 // The caller guarantees off+n is within the buffers' total length.
 func iov(bufs [][]byte, off, n int) [][]byte {
 	if n == 0 {
 		return nil
+	}
+	if off == 0 && n == viewLen(bufs) {
+		return bufs // the whole MD, as sends and replies mostly are: no new slice
 	}
 	var out [][]byte
 	for _, b := range bufs {

@@ -151,7 +151,7 @@ func (ln *LNet) parsePut(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) e
 		}
 		ln.launchResponse(a)
 	}
-	ln.dispatch(d, true)
+	ln.dispatch(&d, true)
 	return err
 }
 
@@ -247,7 +247,7 @@ func (ln *LNet) parseAck(via *ni, hdr *wire.Header, rx Rx) error {
 	ev.MLength = hdr.MLength
 	ln.respondLocked(m, ev, &d)
 	ln.res.Unlock()
-	ln.dispatch(d, true)
+	ln.dispatch(&d, true)
 	return nil
 }
 
@@ -293,7 +293,7 @@ func (ln *LNet) parseReply(via *ni, hdr *wire.Header, rx Rx) error {
 	}
 	ln.respondLocked(m, ev, &d)
 	ln.res.Unlock()
-	ln.dispatch(d, true)
+	ln.dispatch(&d, true)
 	return err
 }
 
@@ -339,7 +339,7 @@ func (ln *LNet) peerEvent(via *ni, nid wire.NID, ev PeerEvent) {
 	if n > 0 {
 		ln.log.Info("peer restarted: failed the operations awaiting it", "peer", nid, "operations", n)
 	}
-	ln.dispatch(d, false)
+	ln.dispatch(&d, false)
 }
 
 // deadline is when a message started now times out.

@@ -246,7 +246,7 @@ func (ln *LNet) abort(m *msg) {
 	}
 	ln.abortLocked(m.md, &d)
 	ln.res.Unlock()
-	ln.dispatch(d, false)
+	ln.dispatch(&d, false)
 }
 
 // launch publishes an initiator's message and posts it for credits,
@@ -568,7 +568,7 @@ func (ln *LNet) completeSend(m *msg, err error) {
 		ln.timer.del(m)
 	}
 	ln.res.Unlock()
-	ln.dispatch(d, false)
+	ln.dispatch(&d, false)
 }
 
 // respEvent builds the ACK or REPLY event of an initiator's operation.
@@ -641,5 +641,5 @@ func (ln *LNet) expire(m *msg) {
 		}
 		ln.net.Unlock()
 	}
-	ln.dispatch(d, false)
+	ln.dispatch(&d, false)
 }

@@ -159,6 +159,11 @@ type Head struct {
 	}
 }
 
+// waiters keeps the waiters of Get calls that have returned: a service's
+// handler goroutine sleeps in Get between requests, and a new waiter (and
+// its channel) for every sleep was two allocations per request.
+var waiters = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
+
 // waiter is one Get call asleep.
 type waiter struct {
 	ch        chan struct{} // receives the one signal, capacity 1
@@ -236,6 +241,11 @@ func (h *Head) enqueueLocked(it *Item) bool {
 // goroutines may call Get at once; each item goes to exactly one of them.
 func (h *Head) Get(ctx context.Context) (*Item, error) {
 	var w *waiter
+	defer func() {
+		if w != nil {
+			waiters.Put(w) // left (leaveLocked) at the end of its last wait
+		}
+	}()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for {
@@ -253,7 +263,7 @@ func (h *Head) Get(ctx context.Context) (*Item, error) {
 			return it, nil
 		}
 		if w == nil {
-			w = &waiter{ch: make(chan struct{}, 1)}
+			w = waiters.Get().(*waiter)
 		}
 		w.inList = true
 		h.mu.waiters = append(h.mu.waiters, w)

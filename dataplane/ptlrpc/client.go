@@ -234,7 +234,7 @@ func (c *Client) Do(ctx context.Context, target lwire.ProcessID, portal uint32, 
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
 		}
-		m, err := r.attempt(ctx, target, portal, h, timeout, nil)
+		m, err := r.attempt(ctx, target, portal, &h, timeout, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +285,8 @@ func (c *Client) CallSet(ctx context.Context, calls []Call) []Result {
 		}
 		r, err := c.newRPC(req, call.Target)
 		if err == nil {
-			err = r.send(ctx, call.Target, call.Portal, r.header(0, 0, 0, false), timeout)
+			h := r.header(0, 0, 0, false)
+			err = r.send(ctx, call.Target, call.Portal, &h, timeout)
 			if err != nil {
 				r.finish()
 			}
@@ -341,6 +342,14 @@ type rpc struct {
 	nsent    int // sends in all
 	gotReply bool
 	sentAt   time.Time
+
+	// The reply MD's buffer list and the first send's header and buffer
+	// list live here rather than in allocations of their own: a null RPC
+	// made some fifty, which cost more than the RPC's own work. (A resend
+	// may overlap a send LNet still holds, so later sends allocate.)
+	replyBufs [1][]byte
+	hdr       [wire.HeaderSize]byte
+	msg       [2][]byte
 }
 
 // replyMsg is a decoded final reply, with its body copied out of the
@@ -395,11 +404,11 @@ func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
 	}
 	r.pool = replyPool(replyCap)
 	r.bp = r.pool.Get().(*[]byte)
-	buf := *r.bp
+	r.replyBufs[0] = *r.bp
 	rmd, err := c.ln.Attach(c.cfg.ReplyPortal, server, r.xid, 0, lnet.InsertLast, lnet.MD{
-		Buffers: [][]byte{buf}, Threshold: lnet.ThresholdInfinite,
+		Buffers: r.replyBufs[:], Threshold: lnet.ThresholdInfinite,
 		Options: lnet.MDOpPut | lnet.MDManageRemote | lnet.MDTruncate,
-		Handler: func(ev lnet.Event) { r.replyEvent(ev, buf) },
+		Handler: replyHandler, User: r,
 	})
 	if err != nil {
 		r.pool.Put(r.bp)
@@ -419,8 +428,8 @@ func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
 }
 
 // header builds the request header for one send of r.
-func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend bool) *wire.Header {
-	h := &wire.Header{
+func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend bool) wire.Header {
+	h := wire.Header{
 		Type: wire.TypeRequest, Opcode: r.req.Opcode, XID: r.xid, BodyLen: uint32(len(r.req.Body)),
 		Handle: handle, ConnCount: connCount, LastXID: lastXID,
 	}
@@ -451,20 +460,22 @@ func (r *rpc) send(ctx context.Context, target lwire.ProcessID, portal uint32, h
 	if timeout > 0 {
 		h.Timeout = uint32(min(max(timeout/time.Millisecond, 1), 1<<31))
 	}
-	hdr := make([]byte, wire.HeaderSize)
+	var hdr []byte
+	var msg [][]byte
+	if r.nsent == 0 {
+		hdr, msg = r.hdr[:], r.msg[:1]
+	} else {
+		hdr, msg = make([]byte, wire.HeaderSize), make([][]byte, 1, 2)
+	}
 	if err := h.Marshal(hdr); err != nil {
 		return fmt.Errorf("ptlrpc: %v xid %d: %w", h.Opcode, h.XID, err)
 	}
-	msg := [][]byte{hdr}
+	msg[0] = hdr
 	if len(r.req.Body) > 0 {
 		msg = append(msg, r.req.Body)
 	}
 	c := r.c
-	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Handler: func(ev lnet.Event) {
-		if ev.Type == lnet.EventSend {
-			r.sendDone <- ev.Status
-		}
-	}})
+	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Handler: sendHandler, User: r})
 	if err == nil {
 		r.sends++
 		r.nsent++
@@ -580,7 +591,19 @@ func (r *rpc) checkBulkReply(h *wire.Header) error {
 
 // replyEvent decodes what landed in the reply MD. It runs on LNet's event
 // path, serialized for the MD.
-func (r *rpc) replyEvent(ev lnet.Event, buf []byte) {
+// replyHandler and sendHandler are the handlers of every request's reply
+// and send MDs, which carry their rpc as User: one function for all, not a
+// closure per request.
+func replyHandler(ev lnet.Event) { ev.User.(*rpc).replyEvent(ev) }
+
+func sendHandler(ev lnet.Event) {
+	if ev.Type == lnet.EventSend {
+		ev.User.(*rpc).sendDone <- ev.Status
+	}
+}
+
+func (r *rpc) replyEvent(ev lnet.Event) {
+	buf := r.replyBufs[0]
 	switch ev.Type {
 	case lnet.EventUnlink:
 		r.pool.Put(r.bp)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -339,6 +340,9 @@ func (t *Target) Close(ctx context.Context) error {
 type Export struct {
 	target *Target
 	handle uint64
+	// handleHex is handle in hex, made once: the lock manager names every
+	// lock's owner by it.
+	handleHex string
 	// prevHandle is the handle of the target's previous life the client
 	// presented when recovery took it back: a connect with it again (the
 	// first reply was lost) is a reconnect, not a new client.
@@ -400,6 +404,9 @@ func (e *Export) Target() *Target { return e.target }
 
 // Handle returns the export's handle cookie.
 func (e *Export) Handle() uint64 { return e.handle }
+
+// HandleString returns the export's handle in hexadecimal.
+func (e *Export) HandleString() string { return e.handleHex }
 
 // ClientUUID returns the client's uuid.
 func (e *Export) ClientUUID() string { return e.uuid }
@@ -514,6 +521,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	}
 	ts.byHandle[e.handle] = e
 	ts.mu.Unlock()
+	e.handleHex = strconv.FormatUint(e.handle, 16)
 	t.mu.Lock()
 	t.exports[e.uuid] = e
 	t.mu.Unlock()

@@ -112,7 +112,8 @@ func FuzzReplyDecode(f *testing.F) {
 		buf := make([]byte, replyOffset+len(data))
 		copy(buf[replyOffset:], data)
 		ev := lnet.Event{Type: lnet.EventPut, Offset: replyOffset, MLength: uint32(len(data)), RLength: uint32(len(data)) + uint32(truncated%2)}
-		r.replyEvent(ev, buf)
+		r.replyBufs[0] = buf
+		r.replyEvent(ev)
 		select {
 		case m := <-r.final:
 			if m.err == nil {

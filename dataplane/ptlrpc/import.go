@@ -595,7 +595,7 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, transn
 	h := r.header(cn.handle, cn.count, 0, false)
 	h.Flags |= wire.MsgReplay
 	h.Transno = transno
-	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, h, timeout, cn.down)
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, cn.down)
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +622,8 @@ func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectReques
 	defer r.finish()
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
 	defer cancel()
-	m, err := r.attempt(ctx, server, imp.cfg.Portal, r.header(0, 0, 0, false), timeout, nil)
+	h := r.header(0, 0, 0, false)
+	m, err := r.attempt(ctx, server, imp.cfg.Portal, &h, timeout, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -660,7 +661,8 @@ func (imp *Import) pingOnce() {
 	timeout := imp.timeout()
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
 	defer cancel()
-	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, r.header(cn.handle, cn.count, imp.lastXID(), false), timeout, cn.down)
+	h := r.header(cn.handle, cn.count, imp.lastXID(), false)
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, cn.down)
 	if err == nil {
 		imp.measure(r, &m.hdr)
 		if m.hdr.Status == -errnoENOTCONN {
@@ -865,7 +867,7 @@ func (imp *Import) sendNext(ctx context.Context, ic *icall) error {
 	resend := ic.r.nsent > 0
 	h := ic.r.header(cn.handle, cn.count, imp.lastXID(), resend)
 	ic.timeout = timeout
-	if err := ic.r.send(ctx, cn.server, imp.cfg.Portal, h, timeout); err != nil {
+	if err := ic.r.send(ctx, cn.server, imp.cfg.Portal, &h, timeout); err != nil {
 		if ctx.Err() == nil {
 			imp.failConn(cn, err)
 		}
@@ -1081,7 +1083,8 @@ func (imp *Import) disconnect(ctx context.Context, cn *connInfo) error {
 	}
 	defer r.finish()
 	timeout := imp.timeout()
-	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, r.header(cn.handle, cn.count, imp.lastXID(), false), timeout, nil)
+	h := r.header(cn.handle, cn.count, imp.lastXID(), false)
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, nil)
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,12 @@ type Request struct {
 	erNext     time.Time // when to send the next early reply
 	erIdx      int       // index in svc.erHeap, -1 if not in it
 	erTimeout  time.Duration
+
+	// The final reply's header and buffer list (early replies, which may
+	// overlap one LNet still sends, allocate theirs).
+	replyHdr  [wire.HeaderSize]byte
+	replyMsg  [2][]byte
+	replyUsed bool
 }
 
 // Export returns the export the request came through, nil for NoExport
@@ -803,20 +809,27 @@ func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint
 	if rh.Type == wire.TypeReply && rh.Flags&wire.MsgEarlyReply == 0 {
 		rh.BodyLen = uint32(len(body))
 	}
-	hdr := make([]byte, wire.HeaderSize)
+	var hdr []byte
+	var msg [][]byte
+	if rh.Flags&wire.MsgEarlyReply == 0 && !req.replyUsed {
+		req.replyUsed = true
+		hdr, msg = req.replyHdr[:], req.replyMsg[:1]
+	} else {
+		hdr, msg = make([]byte, wire.HeaderSize), make([][]byte, 1, 2)
+	}
 	if err := rh.Marshal(hdr); err != nil {
 		s.log.Error("ptlrpc: marshal reply", "xid", rh.XID, "err", err)
 		return
 	}
-	msg := [][]byte{hdr}
+	msg[0] = hdr
 	if len(body) > 0 {
 		msg = append(msg, body)
 	}
 	md, err := s.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1})
 	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), replySendTimeout)
+		ctx := &sendCtx{timeout: replySendTimeout}
 		err = s.ln.Put(ctx, md, lnet.NoAckReq, req.Peer, req.replyPortal, req.Header.XID, off, 0)
-		cancel()
+		ctx.stop()
 		if err != nil {
 			s.ln.Unlink(md)
 		}
@@ -824,6 +837,47 @@ func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint
 	if err != nil {
 		s.replyErrors.Add(1)
 		s.log.Warn("ptlrpc: send reply", "to", req.Peer, "xid", req.Header.XID, "err", err)
+	}
+}
+
+// sendCtx bounds a reply PUT's wait for LNet credits to timeout, counted
+// from when it starts waiting: the timer is made only if Put waits (asks for
+// Done), which almost no reply does. A context.WithTimeout per reply was
+// four allocations and a timer for nothing.
+type sendCtx struct {
+	timeout time.Duration
+	mu      sync.Mutex
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func (c *sendCtx) started() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		c.ctx, c.cancel = context.WithTimeout(context.Background(), c.timeout)
+	}
+	return c.ctx
+}
+
+func (c *sendCtx) Done() <-chan struct{}       { return c.started().Done() }
+func (c *sendCtx) Value(key any) any           { return nil }
+func (c *sendCtx) Deadline() (time.Time, bool) { return time.Time{}, false } // none until waiting starts
+
+func (c *sendCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		return nil
+	}
+	return c.ctx.Err()
+}
+
+func (c *sendCtx) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel()
 	}
 }
 
