@@ -371,7 +371,11 @@ func (ln *LNet) drain(n *ni) {
 		if batcher == nil || len(n.ready) == 1 {
 			m := n.ready[0]
 			n.ready[0] = nil
-			n.ready = n.ready[1:]
+			if len(n.ready) == 1 {
+				n.ready = n.ready[:0] // keep the array for the next message
+			} else {
+				n.ready = n.ready[1:]
+			}
 			m.inLND, m.handing = true, true
 			ln.net.Unlock()
 			lnd.Send(&m.lm)
@@ -399,7 +403,9 @@ func (ln *LNet) drain(n *ni) {
 		clear(ms)
 		n.handed = ms[:0]
 	}
-	n.ready = nil
+	if cap(n.ready) > 256 {
+		n.ready = nil // let a burst's array go
+	}
 	n.sending = false
 	if ln.net.closed {
 		ln.net.idle.Broadcast()

@@ -506,6 +506,14 @@ func (r *rpc) attempt(ctx context.Context, target lwire.ProcessID, portal uint32
 	return r.wait(ctx, timeout, abort)
 }
 
+// waitTimers keeps stopped timers for wait: one per RPC was two
+// allocations.
+var waitTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
 // errSendFailed wraps a send that LNet reported failed after Put returned.
 var errSendFailed = errors.New("ptlrpc: send failed")
 
@@ -518,8 +526,12 @@ var errSendFailed = errors.New("ptlrpc: send failed")
 func (r *rpc) wait(ctx context.Context, timeout time.Duration, abort <-chan struct{}) (replyMsg, error) {
 	var timer <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(time.Until(r.sentAt.Add(timeout)))
-		defer t.Stop()
+		t := waitTimers.Get().(*time.Timer)
+		t.Reset(time.Until(r.sentAt.Add(timeout)))
+		defer func() {
+			t.Stop() // since Go 1.23 no stale expiry is received after Stop
+			waitTimers.Put(t)
+		}()
 		timer = t.C
 		for {
 			select {
@@ -589,8 +601,6 @@ func (r *rpc) checkBulkReply(h *wire.Header) error {
 	return fmt.Errorf("%w: %w: %v xid %d", ErrBulkChecksum, errCksumRetry, r.req.Opcode, r.xid)
 }
 
-// replyEvent decodes what landed in the reply MD. It runs on LNet's event
-// path, serialized for the MD.
 // replyHandler and sendHandler are the handlers of every request's reply
 // and send MDs, which carry their rpc as User: one function for all, not a
 // closure per request.
@@ -602,6 +612,8 @@ func sendHandler(ev lnet.Event) {
 	}
 }
 
+// replyEvent decodes what landed in the reply MD. It runs on LNet's event
+// path, serialized for the MD.
 func (r *rpc) replyEvent(ev lnet.Event) {
 	buf := r.replyBufs[0]
 	switch ev.Type {
