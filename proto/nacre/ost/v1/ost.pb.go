@@ -27,6 +27,81 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AttrValid names the bits of Attr.valid, which says which fields are meant
+// (Lustre's OBD_MD_* bits); they are oss/osd's AttrMask.
+type AttrValid int32
+
+const (
+	AttrValid_ATTR_VALID_UNSPECIFIED    AttrValid = 0
+	AttrValid_ATTR_VALID_SIZE           AttrValid = 1
+	AttrValid_ATTR_VALID_BLOCKS         AttrValid = 2
+	AttrValid_ATTR_VALID_MTIME          AttrValid = 4
+	AttrValid_ATTR_VALID_ATIME          AttrValid = 8
+	AttrValid_ATTR_VALID_CTIME          AttrValid = 16
+	AttrValid_ATTR_VALID_MODE           AttrValid = 32
+	AttrValid_ATTR_VALID_UID            AttrValid = 64
+	AttrValid_ATTR_VALID_GID            AttrValid = 128
+	AttrValid_ATTR_VALID_PARENT         AttrValid = 256
+	AttrValid_ATTR_VALID_LAYOUT_VERSION AttrValid = 512
+)
+
+// Enum value maps for AttrValid.
+var (
+	AttrValid_name = map[int32]string{
+		0:   "ATTR_VALID_UNSPECIFIED",
+		1:   "ATTR_VALID_SIZE",
+		2:   "ATTR_VALID_BLOCKS",
+		4:   "ATTR_VALID_MTIME",
+		8:   "ATTR_VALID_ATIME",
+		16:  "ATTR_VALID_CTIME",
+		32:  "ATTR_VALID_MODE",
+		64:  "ATTR_VALID_UID",
+		128: "ATTR_VALID_GID",
+		256: "ATTR_VALID_PARENT",
+		512: "ATTR_VALID_LAYOUT_VERSION",
+	}
+	AttrValid_value = map[string]int32{
+		"ATTR_VALID_UNSPECIFIED":    0,
+		"ATTR_VALID_SIZE":           1,
+		"ATTR_VALID_BLOCKS":         2,
+		"ATTR_VALID_MTIME":          4,
+		"ATTR_VALID_ATIME":          8,
+		"ATTR_VALID_CTIME":          16,
+		"ATTR_VALID_MODE":           32,
+		"ATTR_VALID_UID":            64,
+		"ATTR_VALID_GID":            128,
+		"ATTR_VALID_PARENT":         256,
+		"ATTR_VALID_LAYOUT_VERSION": 512,
+	}
+)
+
+func (x AttrValid) Enum() *AttrValid {
+	p := new(AttrValid)
+	*p = x
+	return p
+}
+
+func (x AttrValid) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AttrValid) Descriptor() protoreflect.EnumDescriptor {
+	return file_nacre_ost_v1_ost_proto_enumTypes[0].Descriptor()
+}
+
+func (AttrValid) Type() protoreflect.EnumType {
+	return &file_nacre_ost_v1_ost_proto_enumTypes[0]
+}
+
+func (x AttrValid) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AttrValid.Descriptor instead.
+func (AttrValid) EnumDescriptor() ([]byte, []int) {
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{0}
+}
+
 type Advice_Kind int32
 
 const (
@@ -60,11 +135,11 @@ func (x Advice_Kind) String() string {
 }
 
 func (Advice_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_nacre_ost_v1_ost_proto_enumTypes[0].Descriptor()
+	return file_nacre_ost_v1_ost_proto_enumTypes[1].Descriptor()
 }
 
 func (Advice_Kind) Type() protoreflect.EnumType {
-	return &file_nacre_ost_v1_ost_proto_enumTypes[0]
+	return &file_nacre_ost_v1_ost_proto_enumTypes[1]
 }
 
 func (x Advice_Kind) Number() protoreflect.EnumNumber {
@@ -137,8 +212,8 @@ func (x *FID) GetVer() uint32 {
 	return 0
 }
 
-// Attr is an object's attributes (Lustre's obdo); valid says which fields
-// are meant (OBD_MD_* bits as AttrMask in oss/osd).
+// Attr is an object's attributes (Lustre's obdo); valid is a set of
+// AttrValid bits.
 type Attr struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Size          uint64                 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
@@ -1139,7 +1214,19 @@ const file_nacre_ost_v1_ost_proto_rawDesc = "" +
 	"\rKIND_WILLNEED\x10\x01\x12\x11\n" +
 	"\rKIND_DONTNEED\x10\x02\"#\n" +
 	"\vConnectData\x12\x14\n" +
-	"\x05grant\x18\x01 \x01(\x04R\x05grantB3Z1github.com/nacrefs/nacre/proto/nacre/ost/v1;ostv1b\x06proto3"
+	"\x05grant\x18\x01 \x01(\x04R\x05grant*\x8b\x02\n" +
+	"\tAttrValid\x12\x1a\n" +
+	"\x16ATTR_VALID_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fATTR_VALID_SIZE\x10\x01\x12\x15\n" +
+	"\x11ATTR_VALID_BLOCKS\x10\x02\x12\x14\n" +
+	"\x10ATTR_VALID_MTIME\x10\x04\x12\x14\n" +
+	"\x10ATTR_VALID_ATIME\x10\b\x12\x14\n" +
+	"\x10ATTR_VALID_CTIME\x10\x10\x12\x13\n" +
+	"\x0fATTR_VALID_MODE\x10 \x12\x12\n" +
+	"\x0eATTR_VALID_UID\x10@\x12\x13\n" +
+	"\x0eATTR_VALID_GID\x10\x80\x01\x12\x16\n" +
+	"\x11ATTR_VALID_PARENT\x10\x80\x02\x12\x1e\n" +
+	"\x19ATTR_VALID_LAYOUT_VERSION\x10\x80\x04B3Z1github.com/nacrefs/nacre/proto/nacre/ost/v1;ostv1b\x06proto3"
 
 var (
 	file_nacre_ost_v1_ost_proto_rawDescOnce sync.Once
@@ -1153,37 +1240,38 @@ func file_nacre_ost_v1_ost_proto_rawDescGZIP() []byte {
 	return file_nacre_ost_v1_ost_proto_rawDescData
 }
 
-var file_nacre_ost_v1_ost_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_nacre_ost_v1_ost_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_nacre_ost_v1_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_nacre_ost_v1_ost_proto_goTypes = []any{
-	(Advice_Kind)(0),       // 0: nacre.ost.v1.Advice.Kind
-	(*FID)(nil),            // 1: nacre.ost.v1.FID
-	(*Attr)(nil),           // 2: nacre.ost.v1.Attr
-	(*ObjectRequest)(nil),  // 3: nacre.ost.v1.ObjectRequest
-	(*ObjectReply)(nil),    // 4: nacre.ost.v1.ObjectReply
-	(*CreateRequest)(nil),  // 5: nacre.ost.v1.CreateRequest
-	(*CreateReply)(nil),    // 6: nacre.ost.v1.CreateReply
-	(*PunchRequest)(nil),   // 7: nacre.ost.v1.PunchRequest
-	(*BRWRequest)(nil),     // 8: nacre.ost.v1.BRWRequest
-	(*BRWReply)(nil),       // 9: nacre.ost.v1.BRWReply
-	(*SyncRequest)(nil),    // 10: nacre.ost.v1.SyncRequest
-	(*StatfsReply)(nil),    // 11: nacre.ost.v1.StatfsReply
-	(*LadviseRequest)(nil), // 12: nacre.ost.v1.LadviseRequest
-	(*Advice)(nil),         // 13: nacre.ost.v1.Advice
-	(*ConnectData)(nil),    // 14: nacre.ost.v1.ConnectData
+	(AttrValid)(0),         // 0: nacre.ost.v1.AttrValid
+	(Advice_Kind)(0),       // 1: nacre.ost.v1.Advice.Kind
+	(*FID)(nil),            // 2: nacre.ost.v1.FID
+	(*Attr)(nil),           // 3: nacre.ost.v1.Attr
+	(*ObjectRequest)(nil),  // 4: nacre.ost.v1.ObjectRequest
+	(*ObjectReply)(nil),    // 5: nacre.ost.v1.ObjectReply
+	(*CreateRequest)(nil),  // 6: nacre.ost.v1.CreateRequest
+	(*CreateReply)(nil),    // 7: nacre.ost.v1.CreateReply
+	(*PunchRequest)(nil),   // 8: nacre.ost.v1.PunchRequest
+	(*BRWRequest)(nil),     // 9: nacre.ost.v1.BRWRequest
+	(*BRWReply)(nil),       // 10: nacre.ost.v1.BRWReply
+	(*SyncRequest)(nil),    // 11: nacre.ost.v1.SyncRequest
+	(*StatfsReply)(nil),    // 12: nacre.ost.v1.StatfsReply
+	(*LadviseRequest)(nil), // 13: nacre.ost.v1.LadviseRequest
+	(*Advice)(nil),         // 14: nacre.ost.v1.Advice
+	(*ConnectData)(nil),    // 15: nacre.ost.v1.ConnectData
 }
 var file_nacre_ost_v1_ost_proto_depIdxs = []int32{
-	1,  // 0: nacre.ost.v1.Attr.parent:type_name -> nacre.ost.v1.FID
-	1,  // 1: nacre.ost.v1.ObjectRequest.fid:type_name -> nacre.ost.v1.FID
-	2,  // 2: nacre.ost.v1.ObjectRequest.attr:type_name -> nacre.ost.v1.Attr
-	2,  // 3: nacre.ost.v1.ObjectReply.attr:type_name -> nacre.ost.v1.Attr
-	1,  // 4: nacre.ost.v1.PunchRequest.fid:type_name -> nacre.ost.v1.FID
-	1,  // 5: nacre.ost.v1.BRWRequest.fid:type_name -> nacre.ost.v1.FID
-	2,  // 6: nacre.ost.v1.BRWReply.attr:type_name -> nacre.ost.v1.Attr
-	1,  // 7: nacre.ost.v1.SyncRequest.fid:type_name -> nacre.ost.v1.FID
-	1,  // 8: nacre.ost.v1.LadviseRequest.fid:type_name -> nacre.ost.v1.FID
-	13, // 9: nacre.ost.v1.LadviseRequest.advice:type_name -> nacre.ost.v1.Advice
-	0,  // 10: nacre.ost.v1.Advice.kind:type_name -> nacre.ost.v1.Advice.Kind
+	2,  // 0: nacre.ost.v1.Attr.parent:type_name -> nacre.ost.v1.FID
+	2,  // 1: nacre.ost.v1.ObjectRequest.fid:type_name -> nacre.ost.v1.FID
+	3,  // 2: nacre.ost.v1.ObjectRequest.attr:type_name -> nacre.ost.v1.Attr
+	3,  // 3: nacre.ost.v1.ObjectReply.attr:type_name -> nacre.ost.v1.Attr
+	2,  // 4: nacre.ost.v1.PunchRequest.fid:type_name -> nacre.ost.v1.FID
+	2,  // 5: nacre.ost.v1.BRWRequest.fid:type_name -> nacre.ost.v1.FID
+	3,  // 6: nacre.ost.v1.BRWReply.attr:type_name -> nacre.ost.v1.Attr
+	2,  // 7: nacre.ost.v1.SyncRequest.fid:type_name -> nacre.ost.v1.FID
+	2,  // 8: nacre.ost.v1.LadviseRequest.fid:type_name -> nacre.ost.v1.FID
+	14, // 9: nacre.ost.v1.LadviseRequest.advice:type_name -> nacre.ost.v1.Advice
+	1,  // 10: nacre.ost.v1.Advice.kind:type_name -> nacre.ost.v1.Advice.Kind
 	11, // [11:11] is the sub-list for method output_type
 	11, // [11:11] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
@@ -1201,7 +1289,7 @@ func file_nacre_ost_v1_ost_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_ost_v1_ost_proto_rawDesc), len(file_nacre_ost_v1_ost_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
