@@ -202,8 +202,7 @@ func (c *Client) getattr(ctx context.Context, f fid.FID) (*ostv1.Attr, error) {
 	return or.Attr, nil
 }
 
-// setTimes sends OST_SETATTR of f's mtime and ctime. The valid bits are
-// those of ostv1.Attr (the OSD's attribute mask: Mtime 1<<2, Ctime 1<<4).
+// setTimes sends OST_SETATTR of f's mtime and ctime.
 func (c *Client) setTimes(ctx context.Context, f fid.FID, mtime, ctime int64) error {
 	body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: fidToWire(f),
 		Attr: &ostv1.Attr{Mtime: mtime, Ctime: ctime, Valid: uint32(ostv1.AttrValid_ATTR_VALID_MTIME | ostv1.AttrValid_ATTR_VALID_CTIME)}})

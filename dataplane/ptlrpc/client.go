@@ -343,13 +343,39 @@ type rpc struct {
 	gotReply bool
 	sentAt   time.Time
 
-	// The reply MD's buffer list and the first send's header and buffer
-	// list live here rather than in allocations of their own: a null RPC
-	// made some fifty, which cost more than the RPC's own work. (A resend
-	// may overlap a send LNet still holds, so later sends allocate.)
+	// The reply MD's buffer list and the first send's message live here
+	// rather than in allocations of their own: a null RPC made some fifty,
+	// which cost more than the RPC's own work.
 	replyBufs [1][]byte
-	hdr       [wire.HeaderSize]byte
-	msg       [2][]byte
+	first     msgBufs
+}
+
+// msgBufs holds a message's header bytes and buffer list, for the one send
+// of a request or reply that may use them: another may overlap a send LNet
+// still holds (a resend, an early reply), and allocates its own.
+type msgBufs struct {
+	hdr [wire.HeaderSize]byte
+	vec [2][]byte
+}
+
+// message marshals h and returns the buffer list of h and body, in b's
+// arrays, or in new ones if b is nil.
+func message(b *msgBufs, h *wire.Header, body []byte) ([][]byte, error) {
+	var hdr []byte
+	var vec [][]byte
+	if b != nil {
+		hdr, vec = b.hdr[:], b.vec[:1]
+	} else {
+		hdr, vec = make([]byte, wire.HeaderSize), make([][]byte, 1, 2)
+	}
+	if err := h.Marshal(hdr); err != nil {
+		return nil, err
+	}
+	vec[0] = hdr
+	if len(body) > 0 {
+		vec = append(vec, body)
+	}
+	return vec, nil
 }
 
 // replyMsg is a decoded final reply, with its body copied out of the
@@ -460,19 +486,13 @@ func (r *rpc) send(ctx context.Context, target lwire.ProcessID, portal uint32, h
 	if timeout > 0 {
 		h.Timeout = uint32(min(max(timeout/time.Millisecond, 1), 1<<31))
 	}
-	var hdr []byte
-	var msg [][]byte
+	var own *msgBufs
 	if r.nsent == 0 {
-		hdr, msg = r.hdr[:], r.msg[:1]
-	} else {
-		hdr, msg = make([]byte, wire.HeaderSize), make([][]byte, 1, 2)
+		own = &r.first
 	}
-	if err := h.Marshal(hdr); err != nil {
+	msg, err := message(own, h, r.req.Body)
+	if err != nil {
 		return fmt.Errorf("ptlrpc: %v xid %d: %w", h.Opcode, h.XID, err)
-	}
-	msg[0] = hdr
-	if len(r.req.Body) > 0 {
-		msg = append(msg, r.req.Body)
 	}
 	c := r.c
 	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Handler: sendHandler, User: r})

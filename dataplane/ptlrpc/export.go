@@ -519,9 +519,9 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 			break
 		}
 	}
+	e.handleHex = strconv.FormatUint(e.handle, 16) // before anyone can find e
 	ts.byHandle[e.handle] = e
 	ts.mu.Unlock()
-	e.handleHex = strconv.FormatUint(e.handle, 16)
 	t.mu.Lock()
 	t.exports[e.uuid] = e
 	t.mu.Unlock()

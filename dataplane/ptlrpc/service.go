@@ -96,10 +96,8 @@ type Request struct {
 	erIdx      int       // index in svc.erHeap, -1 if not in it
 	erTimeout  time.Duration
 
-	// The final reply's header and buffer list (early replies, which may
-	// overlap one LNet still sends, allocate theirs).
-	replyHdr  [wire.HeaderSize]byte
-	replyMsg  [2][]byte
+	// The final reply's message (see msgBufs); replyUsed once it is sent.
+	reply     msgBufs
 	replyUsed bool
 }
 
@@ -809,21 +807,15 @@ func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint
 	if rh.Type == wire.TypeReply && rh.Flags&wire.MsgEarlyReply == 0 {
 		rh.BodyLen = uint32(len(body))
 	}
-	var hdr []byte
-	var msg [][]byte
+	var own *msgBufs
 	if rh.Flags&wire.MsgEarlyReply == 0 && !req.replyUsed {
 		req.replyUsed = true
-		hdr, msg = req.replyHdr[:], req.replyMsg[:1]
-	} else {
-		hdr, msg = make([]byte, wire.HeaderSize), make([][]byte, 1, 2)
+		own = &req.reply
 	}
-	if err := rh.Marshal(hdr); err != nil {
+	msg, err := message(own, rh, body)
+	if err != nil {
 		s.log.Error("ptlrpc: marshal reply", "xid", rh.XID, "err", err)
 		return
-	}
-	msg[0] = hdr
-	if len(body) > 0 {
-		msg = append(msg, body)
 	}
 	md, err := s.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1})
 	if err == nil {
