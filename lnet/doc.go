@@ -111,6 +111,13 @@
 // is back-pressure, not a deadlock, unless the handler waits for traffic
 // on that same connection.
 //
+// A handler with longer work — a PtlRPC service running a request — can
+// hand it back to the receiving goroutine with Event.Continue instead of
+// waking another goroutine for it: when the LND is a Continuer (socklnd),
+// the work runs on that goroutine after LNet is done with the message, and
+// the LND gives the connection to a new reader should it run long (so it
+// may wait for traffic on that connection).
+//
 // Messages to one peer are handed to the LND in the order they got their
 // credits, which is the order they were sent, so an ordered LND delivers
 // them in order (several NIs on one net may reorder across rails).

@@ -86,6 +86,51 @@ type Event struct {
 	// last operation after it was unlinked or used up, and EventUnlink.
 	// After it the handle is stale.
 	Unlinked bool
+
+	// rx is the receive this event completes, while its handler runs on
+	// the goroutine that received it (for Continue); nil otherwise.
+	rx Continuer
+}
+
+// A Continuation is work that an MD's handler hands back to the goroutine
+// that received its message: see Event.Continue.
+type Continuation interface {
+	// Continue runs the work. It may take as long as it needs, block, and
+	// send and receive messages: the connection is read by another
+	// goroutine by then.
+	Continue()
+}
+
+// Continuer is an Rx whose LND can give up the goroutine that received
+// the message once LNet is done with it: it lets another goroutine take
+// over receiving on the connection, then runs the continuation on the
+// receiving one. It saves the hand-off of a request to another goroutine
+// (a wakeup, often of an idle CPU) on the path of every RPC. LNet compares
+// Continuers with ==: implementations are pointers.
+type Continuer interface {
+	Rx
+	// Continuable reports whether Continue would take a continuation.
+	Continuable() bool
+	// Continue arranges for c to run as said above, once, and reports
+	// whether it will; it takes one continuation per message.
+	Continue(c Continuation) bool
+}
+
+// Continuable reports whether Continue would take a continuation: the
+// handler runs on the goroutine that received the event's message, and its
+// LND is a Continuer.
+func (ev *Event) Continuable() bool {
+	return ev.rx != nil && ev.rx.Continuable()
+}
+
+// Continue asks for c to run, after the handler returns, on the goroutine
+// that received the event's message, once the LND has let another goroutine
+// take over receiving; it reports false, doing nothing, when that cannot be
+// (an event handed to the handler on another goroutine, an LND that cannot
+// let its receiving goroutine go, a second continuation). Only EventPut
+// events of incoming messages can continue.
+func (ev *Event) Continue(c Continuation) bool {
+	return ev.rx != nil && ev.rx.Continue(c)
 }
 
 // dispatchList collects the MDs that got events under LNet.res, to run
@@ -96,6 +141,7 @@ type dispatchList struct {
 	small [4]*md
 	n     int
 	more  []*md
+	rx    Continuer // the receive this goroutine is in, whose events may continue
 }
 
 // add appends m unless it is already last.
@@ -145,17 +191,20 @@ func (ln *LNet) enqueueLocked(m *md, ev Event, d *dispatchList) {
 // the backlog over maxEventBacklog waits for the handler to catch up.
 func (ln *LNet) dispatch(d *dispatchList, fromNet bool) {
 	for _, m := range d.small[:min(d.n, len(d.small))] {
-		ln.runHandler(m, fromNet)
+		ln.runHandler(m, fromNet, d.rx)
 	}
 	for _, m := range d.more {
-		ln.runHandler(m, fromNet)
+		ln.runHandler(m, fromNet, d.rx)
 	}
 }
 
 // backlog is how many events wait for m's handler.
 func (m *md) backlog() int { return len(m.evq) - m.evHead }
 
-func (ln *LNet) runHandler(m *md, fromNet bool) {
+// runHandler delivers m's events; rx is the receive the calling goroutine
+// is in (nil if none): only its own events keep their rx, since a
+// continuation can run only on the goroutine that received the message.
+func (ln *LNet) runHandler(m *md, fromNet bool, rx Continuer) {
 	ln.res.Lock()
 	if m.dispatching {
 		if fromNet {
@@ -181,6 +230,9 @@ func (ln *LNet) runHandler(m *md, fromNet bool) {
 			ln.res.evCond.Broadcast()
 		}
 		ln.res.Unlock()
+		if ev.rx != rx {
+			ev.rx = nil
+		}
 		m.handler(ev)
 		ln.res.Lock()
 	}

@@ -126,12 +126,14 @@ func (ln *LNet) parsePut(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) e
 		RLength: hdr.PayloadLen, MLength: uint32(mlen), Offset: uint32(off), HdrData: hdr.HdrData,
 		MD: m.handle(), User: m.user,
 	}
+	cont, _ := rx.(Continuer)
+	ev.rx = cont
 	dst := iov(m.bufs, off, mlen)
 	ln.res.Unlock()
 
 	err := rx.Recv(dst, mlen)
 
-	var d dispatchList
+	d := dispatchList{rx: cont}
 	ln.res.Lock()
 	if err != nil {
 		ev.Status = fmt.Errorf("lnet: receive PUT from %v: %w", src, err)

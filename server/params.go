@@ -184,6 +184,7 @@ func serviceStatsText(st ptlrpc.ServiceStats, since time.Time) string {
 	}
 	out.Sum("req_waittime", wait.Count, "usec", wait.Min, wait.Max, wait.Sum)
 	out.Count("req_busy", st.Busy, "reqs")
+	out.Count("req_direct", st.Direct, "reqs") // handled by the goroutine that received them
 	out.Count("req_timeout", st.EarlyReplies, "reqs")
 	for _, op := range ops {
 		s := st.Ops[wire.Opcode(op)]

@@ -221,6 +221,12 @@ func (h *Head) enqueueLocked(it *Item) bool {
 		h.mu.rejected++
 		return false
 	}
+	h.wakeLocked(h.addLocked(it))
+	return true
+}
+
+// addLocked puts it in the policy's queue and returns the time it used.
+func (h *Head) addLocked(it *Item) time.Time {
 	h.mu.seq++
 	it.seq, it.queued = h.mu.seq, true
 	h.mu.queued++
@@ -230,8 +236,29 @@ func (h *Head) enqueueLocked(it *Item) bool {
 	} else {
 		h.mu.tbf.enqueue(it, now)
 	}
-	h.wakeLocked(now)
-	return true
+	return now
+}
+
+// EnqueueOrTake is Enqueue for a caller that can run the item itself: when
+// nothing is queued and the policy releases it at once (always under fifo;
+// under TBF when its class has a token), it is counted in and out as if
+// queued and returned by Get, and EnqueueOrTake reports taken; no sleeping
+// Get is woken. Otherwise it is queued as Enqueue queues it (ok), or
+// refused as Enqueue refuses (!ok). Items queued earlier always go first:
+// one is never taken past them.
+func (h *Head) EnqueueOrTake(it *Item) (taken, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.queued > 0 || it == nil || it.queued || h.mu.closed {
+		return false, h.enqueueLocked(it)
+	}
+	now := h.addLocked(it)
+	if got, _ := h.dequeueLocked(now); got != nil {
+		// The only item queued, so it.
+		return true, true
+	}
+	h.wakeLocked(now) // its class has no token: a Get waits for it
+	return false, true
 }
 
 // Get returns the next item the policy releases, waiting as long as it

@@ -29,8 +29,13 @@
 // every request in it has been handled the memory is posted again. Requests
 // go through the NRS head (dataplane/nrs: FIFO or TBF, bounded at
 // MaxQueued; past it -EAGAIN) to between MinThreads and MaxThreads handler
-// goroutines. The handler table maps opcodes to a function, flags
-// (Modifying, HasBulk, NoExport) and a fault-injection id.
+// goroutines. A request that the NRS would release at once (nothing queued
+// before it) is instead handled by the goroutine that received it, once
+// LNet is done with it (lnet.Event.Continue; over socklnd), at most
+// MaxThreads such at once: making a handler goroutine runnable wakes an
+// idle CPU, which at one RPC in flight costs more than a small handler
+// (ServiceStats.Direct counts them). The handler table maps opcodes to a
+// function, flags (Modifying, HasBulk, NoExport) and a fault-injection id.
 //
 // # Bulk
 //

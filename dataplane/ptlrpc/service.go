@@ -210,6 +210,10 @@ type ServiceStats struct {
 	Malformed uint64
 	// Busy counts requests answered -EAGAIN because the queue was full.
 	Busy uint64
+	// Direct counts requests whose handler ran on the goroutine that
+	// received them (nothing queued before them), not on a handler
+	// goroutine.
+	Direct uint64
 	// Unsupported counts requests for opcodes without a handler.
 	Unsupported uint64
 	// Oversize counts requests answered -EMSGSIZE (body or bulk too big).
@@ -271,6 +275,9 @@ type Service struct {
 	workers  sync.WaitGroup
 	threads  atomic.Int32 // handler goroutines running
 	idle     atomic.Int32 // handler goroutines waiting for work
+	direct   atomic.Int32 // requests run by the goroutine that received them (queue), not finished
+	// directRuns counts the requests run so.
+	directRuns atomic.Uint64
 
 	mu      sync.Mutex // guards bufs, closed, ops and the rqbds
 	bufs    []*rqbd
@@ -612,7 +619,12 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	// Watch before queueing: a handler may take the request at once, and
 	// its unwatch must find it watched.
 	s.watchEarly(req)
-	if !s.nrs.Enqueue(&nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}) {
+	it := &nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}
+	ran, ok := s.queue(&ev, it)
+	if ran {
+		return
+	}
+	if !ok {
 		s.busy.Add(1)
 		s.unwatchEarly(req)
 		req.finishExport(nil)
@@ -622,6 +634,46 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	if s.idle.Load() == 0 {
 		s.moreWorkers()
 	}
+}
+
+// queue queues the request of it in the NRS, as nrs.Head.Enqueue (ok
+// reports it queued), unless the NRS releases it at once (nothing queued
+// before it, and under TBF a token in its class): then, if LNet can
+// (lnet.Event.Continue), it runs on the goroutine that received it, after
+// LNet is done with the message, and queue reports ran. That saves the
+// hand-off to a handler goroutine — a wakeup, often of an idle CPU, on
+// the path of every RPC. Requests run so run besides the handler
+// goroutines, at most MaxThreads at once.
+func (s *Service) queue(ev *lnet.Event, it *nrs.Item) (ran, ok bool) {
+	if !ev.Continuable() {
+		return false, s.nrs.Enqueue(it)
+	}
+	if s.direct.Add(1) > int32(s.cfg.MaxThreads) {
+		s.direct.Add(-1)
+		return false, s.nrs.Enqueue(it)
+	}
+	taken, ok := s.nrs.EnqueueOrTake(it)
+	if taken && ev.Continue((*direct)(it.Value.(*Request))) {
+		s.directRuns.Add(1)
+		return true, true
+	}
+	s.direct.Add(-1)
+	if taken {
+		// Continuable said yes; should the LND change its mind, a worker
+		// runs it.
+		ok = s.nrs.Enqueue(it)
+	}
+	return false, ok
+}
+
+// direct is a request run by the goroutine that received it (queue): an
+// lnet.Continuation.
+type direct Request
+
+func (d *direct) Continue() {
+	req := (*Request)(d)
+	defer req.svc.direct.Add(-1)
+	req.svc.handle(req)
 }
 
 // moreWorkers starts a handler goroutine if requests wait that no idle
@@ -887,7 +939,7 @@ func (s *Service) SetObserver(fn func(op wire.Opcode, service, queue time.Durati
 // Stats returns a snapshot of the service's counters.
 func (s *Service) Stats() ServiceStats {
 	st := ServiceStats{
-		Received: s.received.Load(), Malformed: s.malformed.Load(), Busy: s.busy.Load(),
+		Received: s.received.Load(), Malformed: s.malformed.Load(), Busy: s.busy.Load(), Direct: s.directRuns.Load(),
 		Unsupported: s.unsupported.Load(), Oversize: s.oversize.Load(), NotConnected: s.notConn.Load(),
 		Stale: s.stale.Load(), Reconstructed: s.reconstructed.Load(), EarlyReplies: s.early.Load(),
 		Dropped: s.dropped.Load(), BulkChecksumErrors: s.cksumErrs.Load(), BulkBytes: s.bulkBytes.Load(),

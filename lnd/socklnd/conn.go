@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nacrefs/nacre/lnet"
@@ -252,6 +253,13 @@ type conn struct {
 	nbw   nbWriter // non-blocking writes, for inline ones
 
 	rb rxBuf // reader only, and Recv while the reader waits for it
+
+	// rstate is the reader's state while it runs a continuation (cont.go).
+	rstate atomic.Int32
+	// Guarded by NI.cont.mu: when the running continuation started, and
+	// where c is in the watchdog's list (-1: not in it).
+	contSince time.Time
+	watchIdx  int
 }
 
 func (ni *NI) newConn(p *peer, tc *net.TCPConn, t wire.ConnType, active bool) *conn {
@@ -268,6 +276,8 @@ func (ni *NI) newConn(p *peer, tc *net.TCPConn, t wire.ConnType, active bool) *c
 		kick:    make(chan struct{}, 1),
 		rxDone:  make(chan error, 1),
 		closing: make(chan struct{}),
+
+		watchIdx: -1,
 	}
 	c.nbw.init(tc)
 	c.rb.init(t)
@@ -459,7 +469,7 @@ func (ni *NI) learnLocked(p *peer, h *wire.Hello, d *deferred) {
 func (ni *NI) startConn(c *conn) {
 	ni.log.Debug("socklnd: connected", "peer", c.p.nid.String(), "type", c.typ.String(), "active", c.active,
 		"local", c.local.String(), "remote", c.remote.String())
-	if !ni.spawn(c.readLoop) {
+	if !c.startReader() {
 		c.shut(lnet.ErrShutdown)
 	}
 	if !ni.spawn(c.writeLoop) {

@@ -85,6 +85,13 @@
 // into the views. The reader reads nothing more until Recv has run, so a
 // slow consumer pushes back on its sender through TCP.
 //
+// The reader is an lnet.Continuer: a message's handler may leave work
+// (a PtlRPC request's handler) to run on the reader goroutine after the
+// message, when nothing more from the peer is in the read buffer, and the
+// reader reads on after it. A continuation that runs for a millisecond has
+// the connection taken from it by a watchdog, which starts a new reader,
+// so one that waits for the peer's next message gets it (cont.go).
+//
 // That copy is the one exception to "no copies of payloads", and it is
 // bounded and kept off bulk data: a small message arrives with its header
 // in one read, and one memory copy of it (the messages on control
@@ -104,7 +111,9 @@
 // Every NI method is safe for concurrent use. Each goroutine (the acceptor,
 // one per handshake, one dialer per peer and connection type while one is
 // needed, one reader and one writer per connection) belongs to the NI and
-// ends by Shutdown. Host callbacks are never made with a socklnd lock held.
+// ends by Shutdown; a reader running a continuation is the upper layer's
+// until the continuation returns, and a connection has at most one reader
+// reading. Host callbacks are never made with a socklnd lock held.
 // A message refused at once, or written whole inline, is finalized before
 // Send returns, on the caller's goroutine; messages that queued behind an
 // inline write are finalized on the goroutine that wrote them.

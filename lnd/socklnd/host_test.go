@@ -31,6 +31,9 @@ type testHost struct {
 	// deferRecv makes Parse return without calling Recv, handing the Rx to
 	// the test on pending instead.
 	deferRecv atomic.Bool
+	// parsed, if set, is called by Parse after Recv, as LNet calls an
+	// MD's handler: it may leave a continuation (lnet.Continuer).
+	parsed atomic.Pointer[func(hdr *wire.Header, rx lnet.Rx)]
 
 	rxs     chan rxRec
 	pending chan pendingRx
@@ -97,6 +100,9 @@ func (h *testHost) Parse(hdr *wire.Header, from wire.NID, rx lnet.Rx) error {
 	dst, mlen := h.dst(hdr)
 	err := rx.Recv(dst, mlen)
 	h.rxs <- rxRec{*hdr, from, dst, mlen, err}
+	if f := h.parsed.Load(); f != nil {
+		(*f)(hdr, rx)
+	}
 	return nil
 }
 

@@ -27,13 +27,19 @@ type rx struct {
 	hdr  wire.Header
 	c    *conn
 	used atomic.Bool // Recv has been called
+	// later is what the message's handler left to run on the reader
+	// goroutine (lnet.Continuer); only the reader touches it, during
+	// Host.Parse and after.
+	later   lnet.Continuation
+	parsing bool // in Host.Parse: Continue may be called
 }
 
-// readLoop is c's reader. It stops, dropping the connection, on a read
-// error, a bad header (a peer that lost framing or speaks something else:
-// logged with the peer and the reason) or a failed Recv; and when c is
-// closed by anyone else.
-func (c *conn) readLoop() {
+// readLoop reads messages off c until one of them leaves a continuation
+// (cont.go), which it returns, with more set if c is still to be read. It
+// stops, dropping the connection, on a read error, a bad header (a peer
+// that lost framing or speaks something else: logged with the peer and the
+// reason) or a failed Recv; and when c is closed by anyone else.
+func (c *conn) readLoop() (later lnet.Continuation, more bool) {
 	ni, from := c.ni, c.p.nid
 	for {
 		b, err := c.rb.next(c.nc, wire.HeaderSize)
@@ -43,15 +49,18 @@ func (c *conn) readLoop() {
 			} else {
 				c.readFailed("reading header", err)
 			}
-			return
+			return nil, false
 		}
 		r := &rx{c: c}
 		if err := r.hdr.Unmarshal(b); err != nil {
 			ni.stats.badHeaders.Add(1)
 			ni.dropConn(c, slog.LevelWarn, "bad header", err)
-			return
+			return nil, false
 		}
-		if err := ni.host.Parse(&r.hdr, from, r); err != nil {
+		r.parsing = true
+		err = ni.host.Parse(&r.hdr, from, r)
+		r.parsing = false
+		if err != nil {
 			ni.stats.rxRefused.Add(1)
 			ni.log.Debug("socklnd: message refused by LNet", "peer", from.String(), "msg", r.hdr.Type.String(),
 				"src", r.hdr.Src().String(), "dst", r.hdr.Dst().String(), "err", err)
@@ -65,10 +74,13 @@ func (c *conn) readLoop() {
 		case err := <-c.rxDone:
 			if err != nil {
 				c.readFailed("reading payload", err)
-				return
+				return r.later, false
 			}
 		case <-c.closing:
-			return
+			return r.later, false
+		}
+		if r.later != nil {
+			return r.later, true
 		}
 	}
 }

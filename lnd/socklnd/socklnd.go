@@ -250,6 +250,7 @@ type NI struct {
 	done   chan struct{} // closed when Shutdown has finished
 	wg     sync.WaitGroup
 	stats  counters
+	cont   watchdog // of the readers that run continuations (cont.go)
 
 	mu struct {
 		sync.Mutex
@@ -292,6 +293,7 @@ func Start(ctx context.Context, cfg lnet.NIConfig, c Config, host lnet.Host) (*N
 		log:  cfg.Logger,
 		done: make(chan struct{}),
 	}
+	ni.cont.ni = ni
 	if ni.tun.Credits <= 0 {
 		ni.tun.Credits = defaultCredits
 	}

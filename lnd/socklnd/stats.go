@@ -14,6 +14,7 @@ import (
 type counters struct {
 	txMsgs, txBytes, txErrors, txWrites      atomic.Uint64
 	rxMsgs, rxBytes, rxRefused               atomic.Uint64
+	rxContinued, rxHandoffs                  atomic.Uint64
 	connsMade, connsDropped, connectFailures atomic.Uint64
 	handshakeFailures, connRaces, badHeaders atomic.Uint64
 	peersRefused, peersReaped                atomic.Uint64
@@ -33,6 +34,10 @@ type Stats struct {
 	RxMsgs    uint64 // messages received whole (payload placed or drained)
 	RxBytes   uint64 // bytes of those
 	RxRefused uint64 // headers LNet refused (Parse returned an error)
+	// RxContinued counts the continuations readers ran (lnet.Continuer);
+	// RxHandoffs those that ran so long that the watchdog gave their
+	// connection a new reader.
+	RxContinued, RxHandoffs uint64
 
 	ConnsMade       uint64 // connections established (hellos exchanged, installed)
 	ConnsDropped    uint64 // connections closed, for any reason
@@ -59,6 +64,8 @@ func (ni *NI) Stats() Stats {
 		RxMsgs:            s.rxMsgs.Load(),
 		RxBytes:           s.rxBytes.Load(),
 		RxRefused:         s.rxRefused.Load(),
+		RxContinued:       s.rxContinued.Load(),
+		RxHandoffs:        s.rxHandoffs.Load(),
 		ConnsMade:         s.connsMade.Load(),
 		ConnsDropped:      s.connsDropped.Load(),
 		ConnectFailures:   s.connectFailures.Load(),

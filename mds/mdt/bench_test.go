@@ -74,11 +74,16 @@ func warmPools(b *testing.B, m *MDT, need int) {
 				full = false
 				p.mu.filling = true // fill up to the aim now, not at the refill mark
 			}
-			if need > int(p.mu.high)/2 {
-				b.Fatalf("a run of %d objects per OST drains the pools of %d below their refill mark: use -benchtime 4000x or less", need, p.mu.high)
-			}
+			high := int(p.mu.high)
 			p.mu.Unlock()
 			p.wake()
+			if need > high/2 {
+				// Not with the locks held: Fatal ends this goroutine, and
+				// the cluster's cleanup needs them.
+				m.ospMu.Unlock()
+				b.Fatalf("a run of %d objects per OST drains the pools of %d below their refill mark: use -benchtime %dx or less",
+					need, high, (high/2-64)*max(len(m.osps), 1))
+			}
 		}
 		m.ospMu.Unlock()
 		if full {
@@ -113,7 +118,7 @@ func drainDestroys(b *testing.B, m *MDT) {
 }
 
 func benchMDTest(b *testing.B, nOSTs int) {
-	// Pools of 2048 objects: a run of up to 4000 creates takes them from
+	// Pools of 2048 objects: a run of up to 3840 creates takes them from
 	// the pools without a refill. (More would not help on one machine:
 	// osd-file keeps up to 4096 objects of each OST open, and four OSTs
 	// in one process come close to the file descriptor limit.)

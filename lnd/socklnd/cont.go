@@ -1,0 +1,196 @@
+package socklnd
+
+// Continuations (lnet.Continuer): the handler of a message may leave work
+// to the connection's reader goroutine, to be done once LNet is done with
+// the message. A PtlRPC service runs a request's handler so when nothing
+// waits before it: handing the request to a handler goroutine would make
+// that goroutine runnable, which wakes an idle CPU, and at one RPC in
+// flight that wakeup (and the other CPU it keeps spinning) costs more than
+// the handler.
+//
+// While the reader runs a continuation nothing reads the connection. A
+// continuation that waits for a message on the same connection — a reply
+// to an RPC it sends back to the peer, a lock the peer's next request
+// gives back — would then wait forever; one that runs long would hold up
+// everything the peer sends after. So a continuation that has run for
+// handoffAfter has the reading taken from it: a watchdog starts a new
+// reader for the connection, and the old goroutine ends when its
+// continuation does. The watchdog is a timer armed only while
+// continuations run, so an idle NI has nothing ticking.
+
+import (
+	"sync"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet"
+)
+
+// handoffAfter is how long a continuation runs before the watchdog starts
+// a new reader for its connection. A small RPC's handler takes tens of
+// microseconds; a message that waits behind a longer one waits at most
+// about this long (two of it, with the timer's lateness).
+const handoffAfter = time.Millisecond
+
+// Continuable reports whether the message may leave a continuation: it is
+// being parsed, has not left one, and nothing more from the peer is in the
+// read buffer already (a peer with requests pipelined has them handed to
+// handler goroutines, which serve them in parallel).
+func (r *rx) Continuable() bool {
+	return r.parsing && r.later == nil && r.c.rb.buffered() == 0
+}
+
+// Continue takes c to run on the reader goroutine after the message.
+func (r *rx) Continue(c lnet.Continuation) bool {
+	if c == nil || !r.Continuable() {
+		return false
+	}
+	r.later = c
+	return true
+}
+
+// Reader states (conn.rstate) while a reader runs a continuation.
+const (
+	readerReading  int32 = iota // the reader reads, or runs no continuation
+	readerRunning               // it runs a continuation and will read on after
+	readerReplaced              // the watchdog started another reader: it ends after the continuation
+)
+
+// startReader starts a reader goroutine for c, unless Shutdown has begun.
+func (c *conn) startReader() bool {
+	ni := c.ni
+	ni.mu.Lock()
+	defer ni.mu.Unlock()
+	if ni.mu.closing {
+		return false
+	}
+	ni.wg.Add(1)
+	go c.read()
+	return true
+}
+
+// read is a reader goroutine of c: it reads, and runs the continuations the
+// messages leave, until c ends or the watchdog gives the reading to another
+// goroutine. It is not the NI's while it runs a continuation, which is the
+// upper layer's work: Shutdown does not wait for it.
+func (c *conn) read() {
+	ni := c.ni
+	for {
+		later, more := c.readLoop()
+		ni.wg.Done()
+		if later == nil {
+			return
+		}
+		if !more {
+			later.Continue()
+			return
+		}
+		ni.stats.rxContinued.Add(1)
+		ni.cont.watch(c)
+		later.Continue()
+		if !ni.cont.unwatch(c) || !c.rejoin() {
+			return
+		}
+	}
+}
+
+// rejoin makes the goroutine that ran a continuation c's reader again: the
+// NI's, unless Shutdown has begun (c is then closed).
+func (c *conn) rejoin() bool {
+	ni := c.ni
+	ni.mu.Lock()
+	defer ni.mu.Unlock()
+	if ni.mu.closing {
+		return false
+	}
+	ni.wg.Add(1)
+	return true
+}
+
+// watchdog starts a new reader for the connections whose continuation has
+// run for handoffAfter. It holds at most one entry per connection.
+type watchdog struct {
+	ni *NI
+	mu sync.Mutex
+	// running are the connections whose reader runs a continuation, each
+	// at its conn.watchIdx.
+	running []*conn
+	timer   *time.Timer // made on first use; armed while running is not empty
+	armed   bool
+}
+
+// watch registers c, whose reader is about to run a continuation.
+func (w *watchdog) watch(c *conn) {
+	c.rstate.Store(readerRunning)
+	now := time.Now()
+	w.mu.Lock()
+	c.contSince, c.watchIdx = now, len(w.running)
+	w.running = append(w.running, c)
+	if !w.armed {
+		w.armed = true
+		if w.timer == nil {
+			w.timer = time.AfterFunc(handoffAfter, w.fire)
+		} else {
+			w.timer.Reset(handoffAfter)
+		}
+	}
+	w.mu.Unlock()
+}
+
+// unwatch is called by c's reader when its continuation has returned; it
+// reports whether the goroutine is still c's reader.
+func (w *watchdog) unwatch(c *conn) bool {
+	w.mu.Lock()
+	if c.watchIdx >= 0 {
+		w.removeLocked(c)
+	}
+	w.mu.Unlock()
+	return c.rstate.CompareAndSwap(readerRunning, readerReading)
+}
+
+func (w *watchdog) removeLocked(c *conn) {
+	i, last := c.watchIdx, len(w.running)-1
+	w.running[i] = w.running[last]
+	w.running[i].watchIdx = i
+	w.running[last] = nil
+	w.running = w.running[:last]
+	c.watchIdx = -1
+}
+
+// fire starts new readers for the connections whose continuation has run
+// too long, and arms the timer again for the next one due.
+func (w *watchdog) fire() {
+	type lateConn struct {
+		c   *conn
+		ran time.Duration
+	}
+	now := time.Now()
+	var late []lateConn
+	w.mu.Lock()
+	next := handoffAfter
+	for i := 0; i < len(w.running); {
+		c := w.running[i]
+		ran := now.Sub(c.contSince)
+		if ran < handoffAfter {
+			next = min(next, handoffAfter-ran)
+			i++
+			continue
+		}
+		w.removeLocked(c) // moves the last entry to i
+		if c.rstate.CompareAndSwap(readerRunning, readerReplaced) {
+			late = append(late, lateConn{c, ran})
+		}
+	}
+	w.armed = len(w.running) > 0
+	if w.armed {
+		w.timer.Reset(next)
+	}
+	w.mu.Unlock()
+	for _, l := range late {
+		w.ni.stats.rxHandoffs.Add(1)
+		w.ni.log.Debug("socklnd: a continuation runs long: a new reader takes the connection",
+			"peer", l.c.p.nid.String(), "type", l.c.typ.String(), "ran", l.ran)
+		if !l.c.startReader() {
+			l.c.shut(lnet.ErrShutdown)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package socklnd
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+type contFunc func()
+
+func (f contFunc) Continue() { f() }
+
+// A message's handler may leave work to the connection's reader: it runs
+// after the message, and the reader reads on after it.
+func TestContinuation(t *testing.T) {
+	a, b := pair(t, nil)
+	ran := make(chan uint64, 16)
+	var late, twice, afterParse = make(chan bool, 16), make(chan bool, 16), make(chan bool, 16)
+	parsed := func(hdr *wire.Header, rx lnet.Rx) {
+		c, ok := rx.(lnet.Continuer)
+		if !ok {
+			t.Error("socklnd's Rx is not an lnet.Continuer")
+			return
+		}
+		bits := hdr.MatchBits
+		took := c.Continue(contFunc(func() {
+			afterParse <- c.Continuable()
+			ran <- bits
+		}))
+		late <- took
+		twice <- c.Continue(contFunc(func() { t.Error("a second continuation ran") }))
+	}
+	b.h.parsed.Store(&parsed)
+	for i := range uint64(5) {
+		want := pattern(i, 100)
+		a.h.send(t, a.ni, put(a.nid, b.nid, i, want))
+		r := b.h.nextRx(t)
+		if r.hdr.MatchBits != i || !bytes.Equal(joined(r.dst, r.mlen), want) {
+			t.Fatalf("message %d: got bits %d, payload equal %v", i, r.hdr.MatchBits, bytes.Equal(joined(r.dst, r.mlen), want))
+		}
+		if !<-late {
+			t.Fatalf("message %d: Continue refused", i)
+		}
+		if <-twice {
+			t.Fatalf("message %d: a second Continue was taken", i)
+		}
+		select {
+		case got := <-ran:
+			if got != i {
+				t.Fatalf("continuation of message %d ran after message %d", got, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the continuation of message %d did not run", i)
+		}
+		if <-afterParse {
+			t.Fatalf("message %d: Continuable after its parse", i)
+		}
+	}
+	if st := b.ni.Stats(); st.RxContinued != 5 || st.RxHandoffs != 0 || st.RxMsgs != 5 {
+		t.Errorf("stats: %d continued, %d handed off, %d received; want 5, 0, 5", st.RxContinued, st.RxHandoffs, st.RxMsgs)
+	}
+}
+
+// A continuation that waits for the next message from the same peer — a
+// handler waiting for the reply to an RPC it sent back — gets it: the
+// watchdog gives the connection a new reader.
+func TestContinuationWaitsForNextMessage(t *testing.T) {
+	a, b := pair(t, nil)
+	second := make(chan struct{})
+	done := make(chan time.Duration, 1)
+	parsed := func(hdr *wire.Header, rx lnet.Rx) {
+		switch hdr.MatchBits {
+		case 1:
+			start := time.Now()
+			if !rx.(lnet.Continuer).Continue(contFunc(func() {
+				select {
+				case <-second:
+					done <- time.Since(start)
+				case <-time.After(10 * time.Second):
+					done <- -1
+				}
+			})) {
+				t.Error("Continue refused")
+			}
+		case 2:
+			close(second)
+		}
+	}
+	b.h.parsed.Store(&parsed)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 1, pattern(1, 10)))
+	b.h.nextRx(t)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 2, pattern(2, 10)))
+	if d := <-done; d < 0 {
+		t.Fatal("the continuation never saw the next message: the connection was not read while it ran")
+	} else if d < handoffAfter {
+		t.Errorf("the next message came %v after the first: the watchdog should have taken at least %v", d, handoffAfter)
+	}
+	// The new reader reads on; the old goroutine is gone.
+	want := pattern(3, 5000)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 3, want))
+	for _, bits := range []uint64{2, 3} {
+		if r := b.h.nextRx(t); r.hdr.MatchBits != bits || (bits == 3 && !bytes.Equal(joined(r.dst, r.mlen), want)) {
+			t.Fatalf("got message %d, want %d with its payload", r.hdr.MatchBits, bits)
+		}
+	}
+	if st := b.ni.Stats(); st.RxContinued != 1 || st.RxHandoffs != 1 {
+		t.Errorf("stats: %d continued, %d handed off; want 1, 1", st.RxContinued, st.RxHandoffs)
+	}
+	b.ni.cont.mu.Lock()
+	n := len(b.ni.cont.running)
+	b.ni.cont.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the watchdog still lists %d connections", n)
+	}
+}
