@@ -893,6 +893,9 @@ func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Expor
 	if wait == nil {
 		return l, nil
 	}
+	// The lock that blocks it may be the requester's own: its cancel comes
+	// on the connection this handler's request came on.
+	ptlrpc.Blocking(ctx)
 	select {
 	case err := <-wait:
 		if err != nil {

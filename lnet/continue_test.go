@@ -26,7 +26,7 @@ func (r *contRx) Continue(c lnet.Continuation) bool {
 
 type nop struct{}
 
-func (nop) Continue() {}
+func (nop) Continue(lnet.Releaser) {}
 
 // An event can continue only on the goroutine that received its message:
 // a PUT whose event another goroutine delivers (its MD's handler was busy

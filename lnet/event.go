@@ -96,10 +96,17 @@ type Event struct {
 // that received its message: see Event.Continue.
 type Continuation interface {
 	// Continue runs the work. It may take as long as it needs, block, and
-	// send and receive messages: the connection is read by another
-	// goroutine by then.
-	Continue()
+	// send and receive messages. Until it calls r.Release, though, its
+	// goroutine is the connection's reader (the LND's watchdog gives the
+	// connection a new one after a while): work about to wait for the
+	// network — the reply to an RPC it sent, a lock that the peer's next
+	// request gives back — calls r.Release first, so that the connection
+	// is read meanwhile. Release may be called any number of times.
+	Continue(r Releaser)
 }
+
+// A Releaser lets a continuation give up its connection's reading.
+type Releaser interface{ Release() }
 
 // Continuer is an Rx whose LND can give up the goroutine that received
 // the message once LNet is done with it: it lets another goroutine take

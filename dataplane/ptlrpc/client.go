@@ -544,6 +544,7 @@ var errSendFailed = errors.New("ptlrpc: send failed")
 // error, ErrEvicted when abort closes, or the reply (whose decoding may
 // have failed: then the error wraps ErrBadReply).
 func (r *rpc) wait(ctx context.Context, timeout time.Duration, abort <-chan struct{}) (replyMsg, error) {
+	Blocking(ctx) // a handler's RPC: its reply may come on the handler's connection
 	var timer <-chan time.Time
 	if timeout > 0 {
 		t := waitTimers.Get().(*time.Timer)

@@ -34,8 +34,13 @@
 // LNet is done with it (lnet.Event.Continue; over socklnd), at most
 // MaxThreads such at once: making a handler goroutine runnable wakes an
 // idle CPU, which at one RPC in flight costs more than a small handler
-// (ServiceStats.Direct counts them). The handler table maps opcodes to a
-// function, flags (Modifying, HasBulk, NoExport) and a fault-injection id.
+// (ServiceStats.Direct counts them). Such a handler's context carries the
+// connection's lnet.Releaser: code about to wait for the network calls
+// Blocking (Client calls and LDLM lock waits do), so the connection is
+// read meanwhile; handlers that move bulk always go to the handler
+// goroutines, since a small bulk comes on the request's connection. The
+// handler table maps opcodes to a function, flags (Modifying, HasBulk,
+// NoExport) and a fault-injection id.
 //
 // # Bulk
 //

@@ -99,6 +99,11 @@ type Request struct {
 	// The final reply's message (see msgBufs); replyUsed once it is sent.
 	reply     msgBufs
 	replyUsed bool
+
+	// hctx is the handler's context when it runs on the goroutine that
+	// received the request (queue): it carries the lnet.Releaser that
+	// Blocking calls.
+	hctx handlerCtx
 }
 
 // Export returns the export the request came through, nil for NoExport
@@ -645,7 +650,10 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 // the path of every RPC. Requests run so run besides the handler
 // goroutines, at most MaxThreads at once.
 func (s *Service) queue(ev *lnet.Event, it *nrs.Item) (ran, ok bool) {
-	if !ev.Continuable() {
+	// Not a handler that moves bulk: a bulk under 64 KiB comes on the
+	// connection the request came on, which its reader would then not
+	// read until socklnd's watchdog gave it another (a millisecond).
+	if !ev.Continuable() || it.Value.(*Request).spec.Flags&HasBulk != 0 {
 		return false, s.nrs.Enqueue(it)
 	}
 	if s.direct.Add(1) > int32(s.cfg.MaxThreads) {
@@ -670,10 +678,45 @@ func (s *Service) queue(ev *lnet.Event, it *nrs.Item) (ran, ok bool) {
 // lnet.Continuation.
 type direct Request
 
-func (d *direct) Continue() {
+func (d *direct) Continue(rel lnet.Releaser) {
 	req := (*Request)(d)
 	defer req.svc.direct.Add(-1)
+	req.hctx.rel = rel
 	req.svc.handle(req)
+}
+
+// handlerCtx is the context of a handler that runs on the goroutine that
+// received its request: the service's, carrying the Releaser of the
+// connection it came on. It lives in the Request (no allocation); as its
+// Done is the service context's own, contexts derived from it need no
+// goroutine to follow it.
+type handlerCtx struct {
+	context.Context
+	rel lnet.Releaser
+}
+
+type releaserKey struct{}
+
+func (c *handlerCtx) Value(key any) any {
+	if key == (releaserKey{}) {
+		return c.rel
+	}
+	return c.Context.Value(key)
+}
+
+// Blocking is called with a handler's context (or one derived from it)
+// by code that is about to wait for the network: the reply to an RPC, a
+// lock that another request must give back. When the handler runs on the
+// goroutine that received its request, that goroutine stops being the
+// reader of the connection the request came on, which gets a new one
+// now, so that what the wait is for can arrive on it. (Without the call
+// it would arrive once socklnd's watchdog stepped in, a millisecond
+// later.) Otherwise it does nothing; it is cheap, and may be called any
+// number of times.
+func Blocking(ctx context.Context) {
+	if r, ok := ctx.Value(releaserKey{}).(lnet.Releaser); ok {
+		r.Release()
+	}
 }
 
 // moreWorkers starts a handler goroutine if requests wait that no idle
@@ -752,7 +795,12 @@ func (s *Service) handle(req *Request) {
 		s.release(req.buf)
 		return
 	}
-	body, status := req.spec.Fn(s.ctx, req)
+	ctx := s.ctx
+	if req.hctx.rel != nil {
+		req.hctx.Context = s.ctx
+		ctx = &req.hctx
+	}
+	body, status := req.spec.Fn(ctx, req)
 	if req.spec.Flags&Modifying != 0 && req.exp != nil && req.transno == 0 && status == 0 {
 		// The handler did not number its change itself (AssignTransno).
 		req.transno = req.exp.target.NextTransno()

@@ -256,8 +256,9 @@ type conn struct {
 
 	// rstate is the reader's state while it runs a continuation (cont.go).
 	rstate atomic.Int32
-	// Guarded by NI.cont.mu: when the running continuation started, and
-	// where c is in the watchdog's list (-1: not in it).
+	// Guarded by NI.cont.mu: the message whose continuation runs, when it
+	// started, and where c is in the watchdog's list (-1: not in it).
+	contRx    *rx
 	contSince time.Time
 	watchIdx  int
 }

@@ -48,6 +48,18 @@ func (r *rx) Continue(c lnet.Continuation) bool {
 	return true
 }
 
+// continued returns r if it left a continuation, else nil.
+func (r *rx) continued() *rx {
+	if r.later == nil {
+		return nil
+	}
+	return r
+}
+
+// Release gives r's connection a new reader now, if r's continuation is
+// still its reader (lnet.Releaser): the continuation is about to wait.
+func (r *rx) Release() { r.c.ni.cont.release(r) }
+
 // Reader states (conn.rstate) while a reader runs a continuation.
 const (
 	readerReading  int32 = iota // the reader reads, or runs no continuation
@@ -75,23 +87,29 @@ func (c *conn) startReader() bool {
 func (c *conn) read() {
 	ni := c.ni
 	for {
-		later, more := c.readLoop()
+		r, more := c.readLoop()
 		ni.wg.Done()
-		if later == nil {
+		if r == nil {
 			return
 		}
 		if !more {
-			later.Continue()
+			r.later.Continue(noRelease{})
 			return
 		}
 		ni.stats.rxContinued.Add(1)
-		ni.cont.watch(c)
-		later.Continue()
+		ni.cont.watch(c, r)
+		r.later.Continue(r)
 		if !ni.cont.unwatch(c) || !c.rejoin() {
 			return
 		}
 	}
 }
+
+// noRelease is the Releaser of a continuation whose connection is no
+// longer read.
+type noRelease struct{}
+
+func (noRelease) Release() {}
 
 // rejoin makes the goroutine that ran a continuation c's reader again: the
 // NI's, unless Shutdown has begun (c is then closed).
@@ -118,12 +136,12 @@ type watchdog struct {
 	armed   bool
 }
 
-// watch registers c, whose reader is about to run a continuation.
-func (w *watchdog) watch(c *conn) {
+// watch registers c, whose reader is about to run r's continuation.
+func (w *watchdog) watch(c *conn, r *rx) {
 	c.rstate.Store(readerRunning)
 	now := time.Now()
 	w.mu.Lock()
-	c.contSince, c.watchIdx = now, len(w.running)
+	c.contSince, c.watchIdx, c.contRx = now, len(w.running), r
 	w.running = append(w.running, c)
 	if !w.armed {
 		w.armed = true
@@ -147,13 +165,33 @@ func (w *watchdog) unwatch(c *conn) bool {
 	return c.rstate.CompareAndSwap(readerRunning, readerReading)
 }
 
+// release hands r's connection to a new reader if r's continuation is
+// still its reader.
+func (w *watchdog) release(r *rx) {
+	c := r.c
+	w.mu.Lock()
+	if c.watchIdx < 0 || c.contRx != r {
+		w.mu.Unlock()
+		return
+	}
+	w.removeLocked(c)
+	replaced := c.rstate.CompareAndSwap(readerRunning, readerReplaced)
+	w.mu.Unlock()
+	if replaced {
+		w.ni.stats.rxReleased.Add(1)
+		if !c.startReader() {
+			c.shut(lnet.ErrShutdown)
+		}
+	}
+}
+
 func (w *watchdog) removeLocked(c *conn) {
 	i, last := c.watchIdx, len(w.running)-1
 	w.running[i] = w.running[last]
 	w.running[i].watchIdx = i
 	w.running[last] = nil
 	w.running = w.running[:last]
-	c.watchIdx = -1
+	c.watchIdx, c.contRx = -1, nil
 }
 
 // fire starts new readers for the connections whose continuation has run

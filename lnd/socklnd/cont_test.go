@@ -11,7 +11,7 @@ import (
 
 type contFunc func()
 
-func (f contFunc) Continue() { f() }
+func (f contFunc) Continue(lnet.Releaser) { f() }
 
 // A message's handler may leave work to the connection's reader: it runs
 // after the message, and the reader reads on after it.
@@ -114,5 +114,53 @@ func TestContinuationWaitsForNextMessage(t *testing.T) {
 	b.ni.cont.mu.Unlock()
 	if n != 0 {
 		t.Errorf("the watchdog still lists %d connections", n)
+	}
+}
+
+type releaseFunc func(lnet.Releaser)
+
+func (f releaseFunc) Continue(r lnet.Releaser) { f(r) }
+
+// A continuation that releases its connection before it waits has the
+// next message read at once, not after the watchdog's delay.
+func TestContinuationRelease(t *testing.T) {
+	a, b := pair(t, nil)
+	second := make(chan struct{})
+	done := make(chan bool, 1)
+	parsed := func(hdr *wire.Header, rx lnet.Rx) {
+		switch hdr.MatchBits {
+		case 1:
+			rx.(lnet.Continuer).Continue(releaseFunc(func(r lnet.Releaser) {
+				r.Release()
+				r.Release() // a second call does nothing
+				select {
+				case <-second:
+					done <- true
+				case <-time.After(10 * time.Second):
+					done <- false
+				}
+			}))
+		case 2:
+			close(second)
+		}
+	}
+	b.h.parsed.Store(&parsed)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 1, pattern(1, 10)))
+	b.h.nextRx(t)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 2, pattern(2, 10)))
+	if !<-done {
+		t.Fatal("the continuation never saw the next message")
+	}
+	b.h.nextRx(t)
+	// One reader reads on: the next messages come once each, in order.
+	for i := uint64(3); i < 6; i++ {
+		want := pattern(i, 3000)
+		a.h.send(t, a.ni, put(a.nid, b.nid, i, want))
+		if r := b.h.nextRx(t); r.hdr.MatchBits != i || !bytes.Equal(joined(r.dst, r.mlen), want) {
+			t.Fatalf("got message %d, want %d with its payload", r.hdr.MatchBits, i)
+		}
+	}
+	if st := b.ni.Stats(); st.RxContinued != 1 || st.RxReleased != 1 || st.RxHandoffs != 0 {
+		t.Errorf("stats: %d continued, %d released, %d handed off by the watchdog; want 1, 1, 0", st.RxContinued, st.RxReleased, st.RxHandoffs)
 	}
 }

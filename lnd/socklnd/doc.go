@@ -88,9 +88,11 @@
 // The reader is an lnet.Continuer: a message's handler may leave work
 // (a PtlRPC request's handler) to run on the reader goroutine after the
 // message, when nothing more from the peer is in the read buffer, and the
-// reader reads on after it. A continuation that runs for a millisecond has
-// the connection taken from it by a watchdog, which starts a new reader,
-// so one that waits for the peer's next message gets it (cont.go).
+// reader reads on after it. A continuation about to wait for the network
+// gives the connection to a new reader first (lnet.Releaser); one that
+// runs for a millisecond without doing so has it taken by a watchdog, so
+// that one waiting for the peer's next message gets it all the same
+// (cont.go).
 //
 // That copy is the one exception to "no copies of payloads", and it is
 // bounded and kept off bulk data: a small message arrives with its header

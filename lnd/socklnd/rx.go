@@ -35,11 +35,12 @@ type rx struct {
 }
 
 // readLoop reads messages off c until one of them leaves a continuation
-// (cont.go), which it returns, with more set if c is still to be read. It
+// (cont.go): it returns that message, with more set if c is still to be
+// read. It
 // stops, dropping the connection, on a read error, a bad header (a peer
 // that lost framing or speaks something else: logged with the peer and the
 // reason) or a failed Recv; and when c is closed by anyone else.
-func (c *conn) readLoop() (later lnet.Continuation, more bool) {
+func (c *conn) readLoop() (cont *rx, more bool) {
 	ni, from := c.ni, c.p.nid
 	for {
 		b, err := c.rb.next(c.nc, wire.HeaderSize)
@@ -74,13 +75,13 @@ func (c *conn) readLoop() (later lnet.Continuation, more bool) {
 		case err := <-c.rxDone:
 			if err != nil {
 				c.readFailed("reading payload", err)
-				return r.later, false
+				return r.continued(), false
 			}
 		case <-c.closing:
-			return r.later, false
+			return r.continued(), false
 		}
 		if r.later != nil {
-			return r.later, true
+			return r, true
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 type counters struct {
 	txMsgs, txBytes, txErrors, txWrites      atomic.Uint64
 	rxMsgs, rxBytes, rxRefused               atomic.Uint64
-	rxContinued, rxHandoffs                  atomic.Uint64
+	rxContinued, rxHandoffs, rxReleased      atomic.Uint64
 	connsMade, connsDropped, connectFailures atomic.Uint64
 	handshakeFailures, connRaces, badHeaders atomic.Uint64
 	peersRefused, peersReaped                atomic.Uint64
@@ -35,9 +35,10 @@ type Stats struct {
 	RxBytes   uint64 // bytes of those
 	RxRefused uint64 // headers LNet refused (Parse returned an error)
 	// RxContinued counts the continuations readers ran (lnet.Continuer);
-	// RxHandoffs those that ran so long that the watchdog gave their
-	// connection a new reader.
-	RxContinued, RxHandoffs uint64
+	// RxReleased those that gave their connection to a new reader before
+	// waiting (lnet.Releaser), RxHandoffs those that ran so long that the
+	// watchdog did.
+	RxContinued, RxReleased, RxHandoffs uint64
 
 	ConnsMade       uint64 // connections established (hellos exchanged, installed)
 	ConnsDropped    uint64 // connections closed, for any reason
@@ -66,6 +67,7 @@ func (ni *NI) Stats() Stats {
 		RxRefused:         s.rxRefused.Load(),
 		RxContinued:       s.rxContinued.Load(),
 		RxHandoffs:        s.rxHandoffs.Load(),
+		RxReleased:        s.rxReleased.Load(),
 		ConnsMade:         s.connsMade.Load(),
 		ConnsDropped:      s.connsDropped.Load(),
 		ConnectFailures:   s.connectFailures.Load(),
