@@ -12,9 +12,10 @@ package socklnd
 // continuation that waits for a message on the same connection — a reply
 // to an RPC it sends back to the peer, a lock the peer's next request
 // gives back — would then wait forever; one that runs long would hold up
-// everything the peer sends after. So a continuation that has run for
-// handoffAfter has the reading taken from it: a watchdog starts a new
-// reader for the connection, and the old goroutine ends when its
+// everything the peer sends after. So a continuation about to wait calls
+// its lnet.Releaser, which starts a new reader for the connection at once,
+// and one that has run for handoffAfter without doing so has the reading
+// taken from it by a watchdog; either way the old goroutine ends when its
 // continuation does. The watchdog is a timer armed only while
 // continuations run, so an idle NI has nothing ticking.
 
@@ -64,7 +65,7 @@ func (r *rx) Release() { r.c.ni.cont.release(r) }
 const (
 	readerReading  int32 = iota // the reader reads, or runs no continuation
 	readerRunning               // it runs a continuation and will read on after
-	readerReplaced              // the watchdog started another reader: it ends after the continuation
+	readerReplaced              // another reader was started: it ends after the continuation
 )
 
 // startReader starts a reader goroutine for c, unless Shutdown has begun.
@@ -81,8 +82,8 @@ func (c *conn) startReader() bool {
 }
 
 // read is a reader goroutine of c: it reads, and runs the continuations the
-// messages leave, until c ends or the watchdog gives the reading to another
-// goroutine. It is not the NI's while it runs a continuation, which is the
+// messages leave, until c ends or a continuation's reading goes to another
+// goroutine (release, or the watchdog). It is not the NI's while it runs a continuation, which is the
 // upper layer's work: Shutdown does not wait for it.
 func (c *conn) read() {
 	ni := c.ni

@@ -36,10 +36,9 @@ type rx struct {
 
 // readLoop reads messages off c until one of them leaves a continuation
 // (cont.go): it returns that message, with more set if c is still to be
-// read. It
-// stops, dropping the connection, on a read error, a bad header (a peer
-// that lost framing or speaks something else: logged with the peer and the
-// reason) or a failed Recv; and when c is closed by anyone else.
+// read. It stops, dropping the connection, on a read error, a bad header
+// (a peer that lost framing or speaks something else: logged with the peer
+// and the reason) or a failed Recv; and when c is closed by anyone else.
 func (c *conn) readLoop() (cont *rx, more bool) {
 	ni, from := c.ni, c.p.nid
 	for {
