@@ -235,3 +235,44 @@ func TestTimesAcrossClients(t *testing.T) {
 		}
 	}
 }
+
+// LookupLazySize gives the MDT's lazy size (LSOM, as of the last close)
+// without glimpsing the objects; Lookup gives the objects' size.
+func TestLookupLazySize(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	a, b := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cred := client.Root()
+	f, _, err := a.Create(ctx, cred, a.Root(), "lazy", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.WriteAt(ctx, []byte("some data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	full, err := b.Lookup(ctx, cred, b.Root(), "lazy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy, err := b.LookupLazySize(ctx, cred, b.Root(), "lazy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Size != 9 || lazy.Size != 0 {
+		t.Errorf("while open for writing: Lookup size %d, LookupLazySize %d; want 9 (the objects') and 0 (the MDT's)", full.Size, lazy.Size)
+	}
+	if lazy.FID != full.FID || lazy.Mode != full.Mode || lazy.Nlink != full.Nlink || lazy.UID != full.UID {
+		t.Errorf("LookupLazySize %+v differs from Lookup %+v beyond the size", lazy, full)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The close told the MDT the size: a client that never looked finds it.
+	if got, err := c.Mount(2).LookupLazySize(ctx, cred, b.Root(), "lazy"); err != nil || got.Size != 9 {
+		t.Errorf("after close: LookupLazySize size %d, %v; want 9", got.Size, err)
+	}
+	if _, err := b.LookupLazySize(ctx, cred, b.Root(), "missing"); client.Errno(err) != syscall.ENOENT {
+		t.Errorf("LookupLazySize of a missing name: %v, want ENOENT", err)
+	}
+}

@@ -71,14 +71,34 @@ func (fs *FS) writable() error {
 
 // Lookup returns the attributes of name in parent: from the cache when the
 // entry and the file are cached under locks, else by one LDLM_ENQUEUE with
-// a getattr intent (which grants the lock that caches them).
+// a getattr intent (which grants the lock that caches them). A regular
+// file's size and blocks are its objects' (see Getattr).
 func (fs *FS) Lookup(ctx context.Context, cred Cred, parent FID, name string) (Attr, error) {
+	return fs.lookup(ctx, cred, parent, name, true)
+}
+
+// LookupLazySize is Lookup for a caller that asks for a regular file's
+// size again before it uses it: the size and blocks are the MDT's lazy
+// ones (LSOM), which may lag behind writes in progress, and finding them
+// costs no glimpse of the file's objects. A FUSE lookup is such a caller:
+// the kernel holds a regular file's attributes as expired (it caches them
+// for no time) and asks for them (GETATTR) for a stat or a read past the
+// size it has, as Lustre's lookup leaves the size to getattr's glimpse.
+func (fs *FS) LookupLazySize(ctx context.Context, cred Cred, parent FID, name string) (Attr, error) {
+	return fs.lookup(ctx, cred, parent, name, false)
+}
+
+func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, size bool) (Attr, error) {
 	if err := checkName(name); err != nil {
 		return Attr{}, err
 	}
+	withSize := fs.withSize
+	if !size {
+		withSize = lazySize
+	}
 	if f, ok := fs.cache.lookup(parent, name); ok && fs.mayExec(cred, parent) {
 		if a, lay, ok := fs.cache.attr(f); ok {
-			return fs.withSize(ctx, a, lay)
+			return withSize(ctx, a, lay)
 		}
 	}
 	ctx, cancel := fs.op(ctx)
@@ -94,8 +114,11 @@ func (fs *FS) Lookup(ctx context.Context, cred Cred, parent FID, name string) (A
 	if rep.Lock != nil {
 		rep.Lock.Release()
 	}
-	return fs.withSize(ctx, rep.Attr, rep.Layout)
+	return withSize(ctx, rep.Attr, rep.Layout)
 }
+
+// lazySize leaves the MDT's attributes as they are (LookupLazySize).
+func lazySize(_ context.Context, a Attr, _ *layout.Layout) (Attr, error) { return a, nil }
 
 // mayExec says whether cred may search dir by the permission bits of its
 // cached attributes (a cached entry skips the MDT's check).

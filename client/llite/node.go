@@ -67,7 +67,10 @@ func (n *node) child(ctx context.Context, a client.Attr) *fs.Inode {
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
-	a, err := n.m.fs.Lookup(ctx, cred, n.fid, name)
+	// A regular file's attributes are not cached by the kernel (fillEntry):
+	// the GETATTR of a stat that follows glimpses its size, so this one
+	// need not (it would be a second glimpse of every stat).
+	a, err := n.m.fs.LookupLazySize(ctx, cred, n.fid, name)
 	if err != nil {
 		return nil, n.m.errno(err, "lookup", n.fid, "name", name)
 	}
