@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"syscall"
@@ -274,5 +275,69 @@ func TestLookupLazySize(t *testing.T) {
 	}
 	if _, err := b.LookupLazySize(ctx, cred, b.Root(), "missing"); client.Errno(err) != syscall.ENOENT {
 		t.Errorf("LookupLazySize of a missing name: %v, want ENOENT", err)
+	}
+}
+
+// Unlinking, removing and renaming names the client looked up gives their
+// files' locks back inside the change's request (early lock cancel): the
+// MDT has no lock to call back, so no blocking AST and no CANCEL RPC.
+func TestChangeGivesBackLocks(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	cfg := c.ClientConfig(0)
+	cfg.LRUSize = 1000 // keep every lock the test takes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fs, err := client.Mount(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	cred := client.Root()
+	d, err := fs.Mkdir(ctx, cred, fs.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		f, _, err := fs.Create(ctx, cred, d.FID, fmt.Sprint("f", i), syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fs.Mkdir(ctx, cred, d.FID, "sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "sub"} {
+		if _, err := fs.Lookup(ctx, cred, d.FID, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := fs.LockStats()
+	for i := range n - 2 {
+		if err := fs.Unlink(ctx, cred, d.FID, fmt.Sprint("f", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fs.Rename(ctx, cred, d.FID, "f6", d.FID, "f7", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Rmdir(ctx, cred, d.FID, "sub"); err != nil {
+		t.Fatal(err)
+	}
+	after := fs.LockStats()
+	if got := after.BlockingASTs - before.BlockingASTs; got != 0 {
+		t.Errorf("%d blocking ASTs for changes of names the client had looked up, want 0", got)
+	}
+	if after.EarlyCancels == before.EarlyCancels {
+		t.Error("no lock was given back inside a change's request")
+	}
+	if _, err := fs.Lookup(ctx, cred, d.FID, "f0"); client.Errno(err) != syscall.ENOENT {
+		t.Errorf("lookup of an unlinked name: %v, want ENOENT", err)
+	}
+	if a, err := fs.Lookup(ctx, cred, d.FID, "f7"); err != nil || a.Nlink != 1 {
+		t.Errorf("lookup of the rename's target: %+v, %v", a, err)
 	}
 }

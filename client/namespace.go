@@ -370,20 +370,25 @@ func (fs *FS) Readlink(ctx context.Context, cred Cred, f FID) (string, error) {
 }
 
 func (fs *FS) precheck(parent FID, name string) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	if err := fs.writable(); err != nil {
+	if err := fs.checkChange(name); err != nil {
 		return err
 	}
 	fs.cache.forgetEntry(parent, name)
 	return nil
 }
 
+// checkChange checks a change of name: a valid name on a writable mount.
+func (fs *FS) checkChange(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	return fs.writable()
+}
+
 // Unlink removes name (not a directory) from parent. The file's data
 // stays readable through handles still open until the last closes.
 func (fs *FS) Unlink(ctx context.Context, cred Cred, parent FID, name string) error {
-	if err := fs.precheck(parent, name); err != nil {
+	if err := fs.checkChange(name); err != nil {
 		return err
 	}
 	ctx, cancel := fs.op(ctx)
@@ -402,21 +407,26 @@ func (fs *FS) GiveBack(ctx context.Context, f FID) {
 	fs.mdc.GiveBack(ctx, f)
 }
 
-// giveBack gives back, with the request that changes name in parent,
-// what the change would call back (early lock cancel): the UPDATE bit of
-// parent's locks (the entries change; their LOOKUP stays), and every
-// lock of the file name leads to, if the cache knows it (its link count
-// or name changes).
+// giveBack forgets the cached entry name in parent, which a change is
+// about to remove or replace, and gives back, with the request that makes
+// the change, what the change would call back (early lock cancel): the
+// UPDATE bit of parent's locks (the entries change; their LOOKUP stays),
+// and every lock of the file name led to, if the cache knew it (its link
+// count or name changes). Otherwise the MDT calls each back with a
+// blocking AST, and the client answers each with a CANCEL: two RPCs more
+// per lock, for an unlink of a file looked up before.
 func (fs *FS) giveBack(ctx context.Context, parent FID, name string) {
+	f, ok := fs.cache.lookup(parent, name)
+	fs.cache.forgetEntry(parent, name)
 	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
-	if f, ok := fs.cache.lookup(parent, name); ok {
+	if ok {
 		fs.mdc.GiveBack(ctx, f)
 	}
 }
 
 // Rmdir removes the empty directory name from parent.
 func (fs *FS) Rmdir(ctx context.Context, cred Cred, parent FID, name string) error {
-	if err := fs.precheck(parent, name); err != nil {
+	if err := fs.checkChange(name); err != nil {
 		return err
 	}
 	ctx, cancel := fs.op(ctx)
@@ -428,10 +438,10 @@ func (fs *FS) Rmdir(ctx context.Context, cred Cred, parent FID, name string) err
 // Rename moves sname in sp to tname in tp (flags: RenameNoReplace,
 // RenameExchange).
 func (fs *FS) Rename(ctx context.Context, cred Cred, sp FID, sname string, tp FID, tname string, flags uint32) error {
-	if err := fs.precheck(sp, sname); err != nil {
+	if err := fs.checkChange(sname); err != nil {
 		return err
 	}
-	if err := fs.precheck(tp, tname); err != nil {
+	if err := fs.checkChange(tname); err != nil {
 		return err
 	}
 	ctx, cancel := fs.op(ctx)

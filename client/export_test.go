@@ -1,0 +1,6 @@
+package client
+
+import "github.com/nacrefs/nacre/ldlm"
+
+// LockStats exposes the client's lock counters to the tests.
+func (fs *FS) LockStats() ldlm.ClientStats { return fs.lk.Stats() }
