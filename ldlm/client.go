@@ -20,8 +20,15 @@ import (
 // Defaults of a ClientConfig.
 const (
 	// DefaultLRUSize is how many unused locks a client keeps per target
-	// (Lustre's lru_size).
-	DefaultLRUSize = 128
+	// (Lustre's lru_size). Lustre's fixed default is 100 per CPU, but by
+	// default its servers size the clients' LRUs (lru_size=0, from the
+	// server's lock volume), which lets a client keep thousands; without
+	// that, a fixed bound of that order serves alike: a client that walks
+	// a directory of a few thousand files (ls -l, mdtest, a build) keeps
+	// their names and attributes cached, instead of giving back the lock
+	// of one file to take that of the next, an RPC each. A lock and what
+	// the client caches under it take about 1 KiB.
+	DefaultLRUSize = 4096
 	// DefaultLRUMaxAge is how long an unused lock is kept (Lustre's
 	// lru_max_age, 3900 s).
 	DefaultLRUMaxAge = 3900 * time.Second

@@ -20,6 +20,7 @@ import (
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/ldlm"
 )
 
 // lctl runs the lctl command in this process and returns its output.
@@ -179,7 +180,7 @@ func TestLctl(t *testing.T) {
 		}
 		out = mustLctl(t, "get_param", "mdt.*.job_stats", "ldlm.namespaces.*.lru_size")
 		if !strings.Contains(out, "mdt.nacre-MDT0000.job_stats=job_stats:\n") ||
-			!strings.Contains(out, "ldlm.namespaces.nacre-MDT0000-mdc-"+id+".lru_size=128\n") {
+			!strings.Contains(out, "ldlm.namespaces.nacre-MDT0000-mdc-"+id+".lru_size="+strconv.Itoa(ldlm.DefaultLRUSize)+"\n") {
 			t.Errorf("get_param mdt, ldlm:\n%s", out)
 		}
 		// dl: the devices of both processes, numbered as one node's.
