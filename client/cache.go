@@ -171,17 +171,20 @@ func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent
 	}
 }
 
-// forgetEntry drops a cached name (the client itself changed it).
-func (c *cache) forgetEntry(parent fid.FID, name string) {
+// forgetEntry drops a cached name (the client itself changes it) and
+// returns the FID it led to, if it was cached.
+func (c *cache) forgetEntry(parent fid.FID, name string) (fid.FID, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
-	if f, ok := c.dents[k]; ok {
+	f, ok := c.dents[k]
+	if ok {
 		delete(c.dents, k)
 		if ino := c.inodes[f]; ino != nil {
 			delete(ino.names, k)
 		}
 	}
+	return f, ok
 }
 
 // invalidate drops f's cached attributes (the client itself changed them).

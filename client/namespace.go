@@ -416,8 +416,7 @@ func (fs *FS) GiveBack(ctx context.Context, f FID) {
 // blocking AST, and the client answers each with a CANCEL: two RPCs more
 // per lock, for an unlink of a file looked up before.
 func (fs *FS) giveBack(ctx context.Context, parent FID, name string) {
-	f, ok := fs.cache.lookup(parent, name)
-	fs.cache.forgetEntry(parent, name)
+	f, ok := fs.cache.forgetEntry(parent, name)
 	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	if ok {
 		fs.mdc.GiveBack(ctx, f)

@@ -625,7 +625,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	// its unwatch must find it watched.
 	s.watchEarly(req)
 	it := &nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}
-	ran, ok := s.queue(&ev, it)
+	ran, ok := s.queue(&ev, req, it)
 	if ran {
 		return
 	}
@@ -641,7 +641,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	}
 }
 
-// queue queues the request of it in the NRS, as nrs.Head.Enqueue (ok
+// queue queues req, whose NRS item is it, as nrs.Head.Enqueue (ok
 // reports it queued), unless the NRS releases it at once (nothing queued
 // before it, and under TBF a token in its class): then, if LNet can
 // (lnet.Event.Continue), it runs on the goroutine that received it, after
@@ -649,11 +649,11 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 // hand-off to a handler goroutine — a wakeup, often of an idle CPU, on
 // the path of every RPC. Requests run so run besides the handler
 // goroutines, at most MaxThreads at once.
-func (s *Service) queue(ev *lnet.Event, it *nrs.Item) (ran, ok bool) {
+func (s *Service) queue(ev *lnet.Event, req *Request, it *nrs.Item) (ran, ok bool) {
 	// Not a handler that moves bulk: a bulk under 64 KiB comes on the
-	// connection the request came on, which its reader would then not
-	// read until socklnd's watchdog gave it another (a millisecond).
-	if !ev.Continuable() || it.Value.(*Request).spec.Flags&HasBulk != 0 {
+	// connection the request came on, so the handler would always have to
+	// release it (Blocking), starting a goroutine all the same.
+	if !ev.Continuable() || req.spec.Flags&HasBulk != 0 {
 		return false, s.nrs.Enqueue(it)
 	}
 	if s.direct.Add(1) > int32(s.cfg.MaxThreads) {
@@ -661,7 +661,7 @@ func (s *Service) queue(ev *lnet.Event, it *nrs.Item) (ran, ok bool) {
 		return false, s.nrs.Enqueue(it)
 	}
 	taken, ok := s.nrs.EnqueueOrTake(it)
-	if taken && ev.Continue((*direct)(it.Value.(*Request))) {
+	if taken && ev.Continue((*direct)(req)) {
 		s.directRuns.Add(1)
 		return true, true
 	}
@@ -681,7 +681,7 @@ type direct Request
 func (d *direct) Continue(rel lnet.Releaser) {
 	req := (*Request)(d)
 	defer req.svc.direct.Add(-1)
-	req.hctx.rel = rel
+	req.hctx = handlerCtx{Context: req.svc.ctx, rel: rel}
 	req.svc.handle(req)
 }
 
@@ -797,7 +797,6 @@ func (s *Service) handle(req *Request) {
 	}
 	ctx := s.ctx
 	if req.hctx.rel != nil {
-		req.hctx.Context = s.ctx
 		ctx = &req.hctx
 	}
 	body, status := req.spec.Fn(ctx, req)

@@ -470,9 +470,7 @@ func (ni *NI) learnLocked(p *peer, h *wire.Hello, d *deferred) {
 func (ni *NI) startConn(c *conn) {
 	ni.log.Debug("socklnd: connected", "peer", c.p.nid.String(), "type", c.typ.String(), "active", c.active,
 		"local", c.local.String(), "remote", c.remote.String())
-	if !c.startReader() {
-		c.shut(lnet.ErrShutdown)
-	}
+	c.startReader()
 	if !ni.spawn(c.writeLoop) {
 		c.shut(lnet.ErrShutdown)
 		close(c.wdone)

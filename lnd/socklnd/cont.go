@@ -68,23 +68,21 @@ const (
 	readerReplaced              // another reader was started: it ends after the continuation
 )
 
-// startReader starts a reader goroutine for c, unless Shutdown has begun.
-func (c *conn) startReader() bool {
-	ni := c.ni
-	ni.mu.Lock()
-	defer ni.mu.Unlock()
-	if ni.mu.closing {
-		return false
+// startReader starts a reader goroutine for c or, once Shutdown has begun,
+// closes c.
+func (c *conn) startReader() {
+	if !c.ni.join() {
+		c.shut(lnet.ErrShutdown)
+		return
 	}
-	ni.wg.Add(1)
 	go c.read()
-	return true
 }
 
 // read is a reader goroutine of c: it reads, and runs the continuations the
 // messages leave, until c ends or a continuation's reading goes to another
-// goroutine (release, or the watchdog). It is not the NI's while it runs a continuation, which is the
-// upper layer's work: Shutdown does not wait for it.
+// goroutine (release, or the watchdog). It is not the NI's while it runs
+// a continuation, which is the upper layer's work: Shutdown does not wait
+// for it (and closes c meanwhile, so the goroutine does not read on).
 func (c *conn) read() {
 	ni := c.ni
 	for {
@@ -100,7 +98,7 @@ func (c *conn) read() {
 		ni.stats.rxContinued.Add(1)
 		ni.cont.watch(c, r)
 		r.later.Continue(r)
-		if !ni.cont.unwatch(c) || !c.rejoin() {
+		if !ni.cont.unwatch(c) || !ni.join() {
 			return
 		}
 	}
@@ -111,19 +109,6 @@ func (c *conn) read() {
 type noRelease struct{}
 
 func (noRelease) Release() {}
-
-// rejoin makes the goroutine that ran a continuation c's reader again: the
-// NI's, unless Shutdown has begun (c is then closed).
-func (c *conn) rejoin() bool {
-	ni := c.ni
-	ni.mu.Lock()
-	defer ni.mu.Unlock()
-	if ni.mu.closing {
-		return false
-	}
-	ni.wg.Add(1)
-	return true
-}
 
 // watchdog starts a new reader for the connections whose continuation has
 // run for handoffAfter. It holds at most one entry per connection.
@@ -180,9 +165,7 @@ func (w *watchdog) release(r *rx) {
 	w.mu.Unlock()
 	if replaced {
 		w.ni.stats.rxReleased.Add(1)
-		if !c.startReader() {
-			c.shut(lnet.ErrShutdown)
-		}
+		c.startReader()
 	}
 }
 
@@ -228,8 +211,6 @@ func (w *watchdog) fire() {
 		w.ni.stats.rxHandoffs.Add(1)
 		w.ni.log.Debug("socklnd: a continuation runs long: a new reader takes the connection",
 			"peer", l.c.p.nid.String(), "type", l.c.typ.String(), "ran", l.ran)
-		if !l.c.startReader() {
-			l.c.shut(lnet.ErrShutdown)
-		}
+		l.c.startReader()
 	}
 }

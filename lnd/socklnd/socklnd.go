@@ -354,16 +354,25 @@ func (ni *NI) Tunables() lnet.Tunables { return ni.tun }
 // it reports whether f was started. It may be called with a peer's lock
 // held (ni.mu is taken after peer.mu, never before).
 func (ni *NI) spawn(f func()) bool {
+	if !ni.join() {
+		return false
+	}
+	go func() {
+		defer ni.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// join counts one more goroutine as the NI's, which Shutdown waits for
+// (it calls ni.wg.Done when it is no longer), unless Shutdown has begun.
+func (ni *NI) join() bool {
 	ni.mu.Lock()
 	defer ni.mu.Unlock()
 	if ni.mu.closing {
 		return false
 	}
 	ni.wg.Add(1)
-	go func() {
-		defer ni.wg.Done()
-		f()
-	}()
 	return true
 }
 
