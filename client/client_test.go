@@ -341,3 +341,43 @@ func TestChangeGivesBackLocks(t *testing.T) {
 		t.Errorf("lookup of the rename's target: %+v, %v", a, err)
 	}
 }
+
+// TestNegativeLookupsKeepOneLock: every lookup of a missing name is granted
+// a PR UPDATE lock on the directory; the client keeps the one it holds and
+// gives each new one back with its next request, and the kept lock still
+// answers for the directory: a name another client makes is found.
+func TestNegativeLookupsKeepOneLock(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := c.Mount(0), c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := a.LockStats()
+	const n = 50
+	for i := range n {
+		if _, err := a.Lookup(ctx, cred, d.FID, fmt.Sprint("missing", i)); client.Errno(err) != syscall.ENOENT {
+			t.Fatalf("lookup of a missing name: %v, want ENOENT", err)
+		}
+	}
+	after := a.LockStats()
+	if got := after.Duplicates - before.Duplicates; got < n-1 {
+		t.Errorf("%d duplicate directory locks given back for %d negative lookups, want at least %d", got, n, n-1)
+	}
+	if after.Locks > before.Locks+1 {
+		t.Errorf("the client holds %d locks after %d negative lookups (%d before), want at most one more", after.Locks, n, before.Locks)
+	}
+	f, _, err := b.Create(ctx, cred, d.FID, "missing7", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Lookup(ctx, cred, d.FID, "missing7"); err != nil || got.FID != f.FID() {
+		t.Errorf("lookup of the name another client made: %+v, %v, want %v", got, err, f.FID())
+	}
+}

@@ -89,6 +89,9 @@ type ClientStats struct {
 	// Enqueues counts enqueue RPCs; Matches enqueues served from a cached
 	// lock without an RPC.
 	Enqueues, Matches uint64
+	// Duplicates counts intent locks given back at once because a lock
+	// the client held already served (the old one was kept).
+	Duplicates uint64
 	// CancelRPCs counts LDLM_CANCEL requests; EarlyCancels the handles
 	// carried inside enqueues instead; Converts the LDLM_CONVERTs that
 	// kept some bits of a lock a blocking AST asked for.
@@ -122,7 +125,7 @@ type Client struct {
 		closed bool
 	}
 
-	enqueues, matches, cancelRPCs, earlyCancels, convertRPCs, blASTs, cpASTs, glASTs atomic.Uint64
+	enqueues, matches, duplicates, cancelRPCs, earlyCancels, convertRPCs, blASTs, cpASTs, glASTs atomic.Uint64
 }
 
 // clientNS is a client's view of one target's namespace.
@@ -276,7 +279,7 @@ func (c *Client) Stats() ClientStats {
 		st.Unused += ns.lru.Len()
 	}
 	c.mu.Unlock()
-	st.Enqueues, st.Matches = c.enqueues.Load(), c.matches.Load()
+	st.Enqueues, st.Matches, st.Duplicates = c.enqueues.Load(), c.matches.Load(), c.duplicates.Load()
 	st.CancelRPCs, st.EarlyCancels, st.Converts = c.cancelRPCs.Load(), c.earlyCancels.Load(), c.convertRPCs.Load()
 	st.BlockingASTs, st.CompletionASTs, st.GlimpseASTs = c.blASTs.Load(), c.cpASTs.Load(), c.glASTs.Load()
 	return st
@@ -556,6 +559,12 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	}
 	if l.state == lockWaiting && rep.Granted {
 		l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
+		if e.Intent != nil {
+			if old := c.keepOldLocked(l); old != nil {
+				c.mu.Unlock()
+				return old, rep.IntentReply, rep.IntentStatus, nil
+			}
+		}
 	}
 	var done chan struct{}
 	if l.state == lockWaiting {
@@ -582,6 +591,40 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		return nil, nil, 0, err
 	}
 	return l, rep.IntentReply, rep.IntentStatus, nil
+}
+
+// keepOldLocked is Lustre's mdc_finish_intent_lock check: an intent's
+// lock l, just granted, that a lock the client already holds serves is a
+// duplicate (the intent could not be matched locally, as it asks the
+// target something: every negative lookup in a directory is granted
+// another PR UPDATE lock on it). The old lock, with a reference, replaces
+// it, and l goes back with the next request, without its hook: the old
+// lock still covers what was cached under either. Without this the
+// duplicates fill the LRU and lengthen the resource's queues on both
+// sides. The old lock's hooks serve for l's: a namespace's intents all
+// come from one layer with one set of hooks.
+func (c *Client) keepOldLocked(l *ClientLock) *ClientLock {
+	ns := l.ns
+	for old := ns.byRes[l.Resource]; old != nil; old = old.resNext {
+		if old == l || old.state != lockGranted || old.cbPending || old.remote == 0 ||
+			!serves(l.Resource.Type, old.mode, old.policy, l.mode, l.policy) {
+			continue
+		}
+		old.users++
+		if old.lru != nil {
+			ns.lru.Remove(old.lru)
+			old.lru = nil
+		}
+		l.users, l.state = 0, lockCancelling
+		c.unlinkLocked(l)
+		if len(ns.pending) == 0 {
+			ns.since = time.Now()
+		}
+		ns.pending = append(ns.pending, l.remote)
+		c.duplicates.Add(1)
+		return old
+	}
+	return nil
 }
 
 // takePendingLocked takes up to CancelBatch of the handles ns has given
