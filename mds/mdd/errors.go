@@ -2,7 +2,10 @@ package mdd
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
+
+	"github.com/nacrefs/nacre/internal/fid"
 
 	"github.com/nacrefs/nacre/internal/errs"
 )
@@ -74,4 +77,23 @@ func ioError(err error, format string, args ...any) error {
 		}
 	}
 	return errs.Errorf(errs.Internal, "mdd: "+format+": %w (%w)", append(args, err, syscall.EIO)...)
+}
+
+// missingName is the ENOENT of a lookup of a name its directory does not
+// hold, the commonest error of a metadata server (a create looks its name
+// up first, a shell or a compiler searches paths): unlike fail's, its
+// message is made only when printed.
+type missingName struct {
+	parent fid.FID
+	name   string
+}
+
+func (e *missingName) Error() string {
+	return fmt.Sprintf("mdd: lookup %q in %v: %v", clampName(e.name), e.parent, syscall.ENOENT)
+}
+
+func (e *missingName) Unwrap() error { return syscall.ENOENT }
+
+func notFound(parent fid.FID, name string) error {
+	return &errs.Error{Kind: errs.NotExist, Err: &missingName{parent, name}}
 }

@@ -1,6 +1,8 @@
 package mdd
 
 import (
+	"sync/atomic"
+
 	"github.com/bits-and-blooms/bloom/v3"
 
 	"github.com/nacrefs/nacre/internal/fid"
@@ -18,13 +20,14 @@ import (
 // goes into its filter with the same lock held. A commit that fails
 // drops every filter, as it empties the value cache.
 //
-// Guarded by the store's write lock: only write transactions, which hold
-// it, read the filters.
+// Changed under the store's write lock, read under its read lock too: a
+// read transaction's lookup of a missing name (a negative lookup, as every
+// create through FUSE makes first) is answered without Pebble as well.
 type nameFilters struct {
 	dirs  map[fid.FID]*nameFilter
 	names uint // names the filters are sized for, summed
 	// skipped counts lookups a filter answered (tests).
-	skipped uint64
+	skipped atomic.Uint64
 }
 
 // nameFilter is a scalable Bloom filter (Almeida et al.): when the last
@@ -101,7 +104,7 @@ func (nf *nameFilters) absent(d fid.FID, name string) bool {
 			return false
 		}
 	}
-	nf.skipped++
+	nf.skipped.Add(1)
 	return true
 }
 

@@ -2,8 +2,11 @@ package mdd
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nacrefs/nacre/internal/errs"
 )
 
 // TestNameFilter: a directory made since the store opened answers "no
@@ -32,8 +35,8 @@ func TestNameFilter(t *testing.T) {
 			t.Fatalf("create f%d: %v", i, err)
 		}
 	}
-	if s.names.skipped < n*9/10 { // 1% false positives go to Pebble
-		t.Fatalf("the filter answered %d of %d lookups of new names", s.names.skipped, n)
+	if s.names.skipped.Load() < n*9/10 { // 1% false positives go to Pebble
+		t.Fatalf("the filter answered %d of %d lookups of new names", s.names.skipped.Load(), n)
 	}
 	if f := s.names.dirs[d.FID]; f == nil || f.total < n || len(f.stages) != 3 {
 		t.Fatalf("filter of d: %+v, want three stages sized for %d names or more", f, n)
@@ -70,6 +73,24 @@ func TestNameFilter(t *testing.T) {
 		}
 	}
 	refused(s, "filtered")
+	// Lookups (read transactions) ask the filter too: it answers for a
+	// missing name, and every name held is still found.
+	skipped := s.names.skipped.Load()
+	for i := range 100 {
+		_, err := s.Lookup(root, d.FID, fmt.Sprintf("nx%d", i))
+		wantErrno(t, "lookup of a missing name", err, syscall.ENOENT)
+		if errs.KindOf(err) != errs.NotExist || !strings.Contains(err.Error(), fmt.Sprintf("%q", fmt.Sprintf("nx%d", i))) {
+			t.Fatalf("lookup of a missing name: %v (kind %v)", err, errs.KindOf(err))
+		}
+	}
+	if got := s.names.skipped.Load() - skipped; got < 90 {
+		t.Errorf("the filter answered %d of 100 lookups of missing names", got)
+	}
+	for _, name := range names {
+		if _, err := s.Lookup(root, d.FID, name); err != nil {
+			t.Errorf("lookup of %s: %v", name, err)
+		}
+	}
 	// A name unlinked is free again (the filter still says "maybe").
 	if _, err := s.Unlink(root, d.FID, "f1"); err != nil {
 		t.Fatal(err)

@@ -193,7 +193,7 @@ func (t *tx) touch(n *inode) { t.dirty[n.FID] = true }
 // lookup returns the entry name of parent; found is false if there is
 // none.
 func (t *tx) lookup(parent fid.FID, name string) (child fid.FID, typ DType, found bool, err error) {
-	if t.b != nil && t.s.names.absent(parent, name) { // a write tx holds the filters' lock
+	if t.s.names.absent(parent, name) {
 		return fid.FID{}, 0, false, nil
 	}
 	v, err := t.s.get(direntKey(parent, name))
