@@ -236,6 +236,25 @@ func (d *Device) apply(r *txRecord) error {
 		o := op.o
 		o.mu.Lock()
 		fd := o.mu.fd
+		if o.mu.fileless {
+			// A lazy object: its create's attributes are in memory and
+			// this record; its destroy has no file to remove, unless a
+			// create that never committed left one.
+			switch op.op {
+			case opAttr:
+				o.mu.createApplied = true
+				o.mu.Unlock()
+				continue
+			case opDestroy:
+				o.mu.fileless = false
+				o.mu.Unlock()
+				if err := unix.Unlink(o.path); err != nil && !errors.Is(err, unix.ENOENT) {
+					return fmt.Errorf("apply record %d to %v (%s): %w", r.lsn, o.fid, o.path, err)
+				}
+				d.unpinLazy(o)
+				continue
+			}
+		}
 		o.mu.Unlock()
 		if fd < 0 {
 			return fmt.Errorf("apply record %d to %v: the object has no open file", r.lsn, o.fid)
@@ -277,6 +296,9 @@ func (d *Device) apply(r *txRecord) error {
 // longer needed. Only the committer calls it, or Open and Close while the
 // committer is not running.
 func (d *Device) checkpoint() error {
+	if err := d.materializeDurable(); err != nil {
+		return fmt.Errorf("make the files of lazy objects: %w", err)
+	}
 	if err := ignoreEINTR(func() error { return unix.Syncfs(d.dirfd) }); err != nil {
 		return fmt.Errorf("syncfs: %w", err)
 	}

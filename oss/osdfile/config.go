@@ -94,13 +94,17 @@ type Config struct {
 	// writethrough_max_io_mb); 0 sends every write through the page
 	// cache.
 	DirectWriteMin int
+	// LazyObjects bounds the objects that exist without a file (created
+	// and not written yet, see lazy.go); 0 makes every object's file at
+	// its create.
+	LazyObjects int
 	// Logger receives the device's log lines; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 1 << 20}
+	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 1 << 20, LazyObjects: 1 << 15}
 }
 
 // Validate reports what is wrong with c, wrapping osd.ErrInvalid.
@@ -110,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	if c.SyncWorkers < 1 || c.SyncWorkers > 256 {
 		return fmt.Errorf("%w: SyncWorkers %d: want 1 to 256", osd.ErrInvalid, c.SyncWorkers)
+	}
+	if c.LazyObjects < 0 {
+		return fmt.Errorf("%w: LazyObjects %d: want 0 or more", osd.ErrInvalid, c.LazyObjects)
 	}
 	if c.DirectWriteMin < 0 {
 		return fmt.Errorf("%w: DirectWriteMin %d: want 0 or more", osd.ErrInvalid, c.DirectWriteMin)

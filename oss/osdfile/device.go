@@ -48,6 +48,12 @@ type Device struct {
 		lru     list.List // unreferenced objects, most recently used first
 	}
 
+	// lazy holds the objects without a file (lazy.go), lazyCount how
+	// many there are or are about to be (reserved by commits).
+	lazyMu    sync.Mutex
+	lazy      map[*object]struct{}
+	lazyCount atomic.Int64
+
 	dirMu sync.Mutex // serializes creating sequence and bucket directories
 	dirs  sync.Map   // bucket directories known to exist (path → struct{})
 
@@ -113,6 +119,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Device, error) {
 	d.maxRecord = int(min((conf.JournalSize-areaStart)/2, 64<<20))
 	d.directMin.Store(int64(cfg.DirectWriteMin))
 	d.mu.objects = make(map[fid.FID]*object)
+	d.lazy = make(map[*object]struct{})
 	d.jmu.pending = make(map[uint64]int)
 	d.jmu.durableCh = make(chan struct{})
 	if err := d.open(ctx); err != nil {
@@ -372,6 +379,10 @@ func (d *Device) GetAttr(ctx context.Context, f fid.FID) (osd.Attr, error) {
 	if !exists {
 		return osd.Attr{}, d.errorf("getattr %v: %w", f, osd.ErrNotExist)
 	}
+	if fd < 0 {
+		a.Blocks = 0 // a lazy object: no file, no blocks
+		return a, nil
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return osd.Attr{}, d.errorf("getattr %v: stat: %w", f, err)
@@ -414,6 +425,12 @@ func (d *Device) ReadAt(ctx context.Context, f fid.FID, bufs [][]byte, off int64
 	}
 	n := int(min(uint64(total), size-uint64(off)))
 	rb := limit(bufs, n)
+	if fd < 0 {
+		// A lazy object: never written, zeros up to its size (and
+		// nothing pending: any change but a destroy gives it a file).
+		zeroBufs(rb, 0, n)
+		return n, nil
+	}
 	got, err := preadvFull(fd, rb, off)
 	if err != nil {
 		return 0, d.errorf("read %v [%d,%d): %w", f, off, off+int64(n), err)
@@ -631,6 +648,9 @@ func (d *Device) Advise(ctx context.Context, f fid.FID, willNeed bool, start, en
 	o.mu.Unlock()
 	if !exists {
 		return d.errorf("advise %v: %w", f, osd.ErrNotExist)
+	}
+	if fd < 0 {
+		return nil // a lazy object: nothing cached to drop or read ahead
 	}
 	advice := unix.FADV_DONTNEED
 	if willNeed {

@@ -31,6 +31,14 @@
 //	        mode, uid, gid, stripe index, layout version, valid mask, parent FID
 //	104 u32 crc32c of bytes 0..103
 //
+// An object that was only created has no file yet (a lazy object, see
+// lazy.go): it lives in its Create record and in memory, reads as zeros up
+// to its size, and gets its file from the first Tx that does anything else
+// to it, or from the checkpoint that drops its record; a destroy before
+// either touches no file at all. Precreated objects of files that stay
+// empty or are unlinked soon, as most of an mdtest's are, never cost the
+// store a create, a directory fsync or an unlink.
+//
 // The attribute size, not the file's length, is the object's size. A file
 // without the attribute is not an object: it is what a creation that never
 // committed leaves, and it is reused by the next Create of its FID. Blocks
@@ -70,6 +78,9 @@
 // makes every applied change durable, then a new generation starts at the
 // beginning of the record area, its header written into the other of two
 // header slots. Open and Close checkpoint too.
+//
+// A checkpoint first gives their files to the lazy objects whose create is
+// durable, attributes included, since their records go with it.
 //
 // At Open, the records of the current generation are replayed in order,
 // stopping at the first that does not check out (a torn write). Replay is

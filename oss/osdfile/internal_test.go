@@ -133,9 +133,8 @@ func TestCorruptAttributes(t *testing.T) {
 	defer d.Close()
 	a, b := fidN(1), fidN(2)
 	mustDo(t, d, func(tx osd.Tx) error { return errors.Join(tx.Create(a, osd.Attr{}), tx.Create(b, osd.Attr{})) })
-	if err := d.Sync(bg); err != nil {
-		t.Fatal(err)
-	}
+	d.Close() // the checkpoint gives the lazy objects their files
+	d = reopen(t, d.dir)
 	// Damage a's lma and give b a copy of a's: both must be refused once
 	// read from disk.
 	lmaA := make([]byte, lmaSize)
@@ -429,5 +428,131 @@ func TestRegistry(t *testing.T) {
 	defer d.Close()
 	if d.Label() != "nacre-OST0007" {
 		t.Fatalf("label %q", d.Label())
+	}
+}
+
+// TestLazyObjects: an object only created has no file (lazy.go) and reads
+// as zeros up to its size; a write or a setattr gives it its file (with
+// its attributes once its create is durable), a destroy leaves nothing,
+// and neither a checkpoint that drops its create record nor a crash
+// before one loses it. The bound makes files past it.
+func TestLazyObjects(t *testing.T) {
+	d, dir := newTarget(t, MinJournalSize)
+	a, b, c, e := fidN(1), fidN(2), fidN(3), fidN(4)
+	fileless := func(d *Device, f fid.FID) bool {
+		t.Helper()
+		_, err := os.Stat(objPath(d.dir, f))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return err != nil
+	}
+	sync := func(d *Device) {
+		t.Helper()
+		if err := d.Sync(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustDo(t, d, func(tx osd.Tx) error {
+		return errors.Join(tx.Create(a, osd.Attr{}), tx.Create(b, osd.Attr{Size: 100, Valid: osd.AttrSize}),
+			tx.Create(c, osd.Attr{}), tx.Create(e, osd.Attr{UID: 5, Valid: osd.AttrUID}))
+	})
+	sync(d)
+	for _, f := range []fid.FID{a, b, c, e} {
+		if !fileless(d, f) {
+			t.Fatalf("%v has a file after its create alone", f)
+		}
+	}
+	if n := d.lazyCount.Load(); n != 4 {
+		t.Fatalf("%d lazy objects, want 4", n)
+	}
+	// A create that fails gives its reservation back.
+	tx, _ := d.Begin(bg)
+	tx.Create(a, osd.Attr{})
+	if err := tx.Commit(bg); !errors.Is(err, osd.ErrExist) {
+		t.Fatalf("create of an existing lazy object: %v", err)
+	}
+	if n := d.lazyCount.Load(); n != 4 {
+		t.Fatalf("%d lazy objects after a failed create, want 4", n)
+	}
+	if at, err := d.GetAttr(bg, b); err != nil || at.Size != 100 || at.Blocks != 0 {
+		t.Fatalf("GetAttr of a lazy object: %+v, %v", at, err)
+	}
+	buf := bytes.Repeat([]byte{0xff}, 150)
+	if n, err := d.ReadAt(bg, b, [][]byte{buf}, 0); err != nil || n != 100 || !bytes.Equal(buf[:100], make([]byte, 100)) {
+		t.Fatalf("read of a lazy object of 100 bytes: %d, %v, %q", n, err, buf[:n])
+	}
+
+	// A write and a setattr make the files.
+	mustDo(t, d, func(tx osd.Tx) error { return tx.WriteAt(a, [][]byte{[]byte("hello")}, 10) })
+	mustDo(t, d, func(tx osd.Tx) error { return tx.SetAttr(c, osd.Attr{UID: 7, Valid: osd.AttrUID}) })
+	sync(d)
+	if fileless(d, a) || fileless(d, c) {
+		t.Fatal("a write or setattr left a lazy object without its file")
+	}
+	if got := readAll(t, d, a); string(got) != "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00hello" {
+		t.Fatalf("a: %q", got)
+	}
+	for _, f := range []fid.FID{a, c} {
+		if _, err := unix.Getxattr(objPath(d.dir, f), d.xattr, make([]byte, lmaSize)); err != nil {
+			t.Fatalf("the file of %v has no attributes once durable: %v", f, err)
+		}
+	}
+	// A destroy leaves no file.
+	mustDo(t, d, func(tx osd.Tx) error { return tx.Destroy(b) })
+	sync(d)
+	if _, err := d.GetAttr(bg, b); !errors.Is(err, osd.ErrNotExist) || !fileless(d, b) {
+		t.Fatalf("a destroyed lazy object: %v", err)
+	}
+	if n := d.lazyCount.Load(); n != 1 {
+		t.Fatalf("%d lazy objects, want 1 (e)", n)
+	}
+
+	// Fill the journal until a checkpoint drops e's create record: e must
+	// have its file then, with its attributes, and survive a crash.
+	rec := bytes.Repeat([]byte("r"), 64<<10)
+	for i := 0; fileless(d, e); i++ {
+		if i == 100 {
+			t.Fatal("no checkpoint after 6 MiB of records in a 1 MiB journal")
+		}
+		mustDo(t, d, func(tx osd.Tx) error { return tx.WriteRecord(a, rec, 1<<20) })
+		sync(d)
+	}
+	// And one made after it is in the new generation's records.
+	f := fidN(5)
+	mustDo(t, d, func(tx osd.Tx) error { return tx.Create(f, osd.Attr{Size: 3, Valid: osd.AttrSize}) })
+	sync(d)
+	abandon(t, d)
+	d = reopen(t, dir)
+	if at, err := d.GetAttr(bg, e); err != nil || at.UID != 5 {
+		t.Fatalf("e after a checkpoint and a crash: %+v, %v", at, err)
+	}
+	if at, err := d.GetAttr(bg, f); err != nil || at.Size != 3 || fileless(d, f) {
+		t.Fatalf("f after a crash (replayed): %+v, %v, file %v", at, err, !fileless(d, f))
+	}
+	if at, err := d.GetAttr(bg, c); err != nil || at.UID != 7 {
+		t.Fatalf("c after a crash: %+v, %v", at, err)
+	}
+	if got := readAll(t, d, a); len(got) != 1<<20+len(rec) || string(got[10:15]) != "hello" {
+		t.Fatalf("a after a crash: %d bytes, %q at 10", len(got), got[10:15])
+	}
+	if _, err := d.GetAttr(bg, b); !errors.Is(err, osd.ErrNotExist) {
+		t.Fatalf("b after a crash: %v", err)
+	}
+	d.Close()
+
+	// The bound: past it, creates make their files.
+	cfg := testConfig(t)
+	cfg.LazyObjects = 1
+	d, err := Open(bg, dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	g, h := fidN(6), fidN(7)
+	mustDo(t, d, func(tx osd.Tx) error { return errors.Join(tx.Create(g, osd.Attr{}), tx.Create(h, osd.Attr{})) })
+	sync(d)
+	if fileless(d, g) == fileless(d, h) {
+		t.Fatalf("with room for one lazy object, g fileless %v, h fileless %v", fileless(d, g), fileless(d, h))
 	}
 }

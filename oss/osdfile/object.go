@@ -73,6 +73,12 @@ type object struct {
 		// failed write; a Tx holding the lock exclusively cuts them off
 		// before anything can grow the object over them.
 		staleTail bool
+		// A lazy object (lazy.go): fileless while it exists without a
+		// file (fd is -1), made by record createLSN with lazyAttr;
+		// createApplied once that record is applied.
+		fileless, createApplied bool
+		createLSN               uint64
+		lazyAttr                osd.Attr
 	}
 
 	// refs and elem are protected by Device.mu: refs counts users (calls

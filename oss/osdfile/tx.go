@@ -205,18 +205,23 @@ func (t *tx) Abort() {
 
 // objPlan is what Commit knows about one object of the Tx.
 type objPlan struct {
-	fid       fid.FID
-	o         *object
-	excl      bool // holds the lock exclusively
-	locked    bool
-	eager     bool // creates the file or bulk-writes it ahead of the journal
-	created   bool // the file was created by this Tx
-	wrote     bool // bulk data went to the file
-	startSize uint64
-	written   [][2]uint64 // byte ranges bulk-written, for undoing a failure
-	exists    bool        // simulated through the steps
-	destroyed bool        // a Destroy step was seen (ordering rule)
-	journaled bool        // a journaled change to the bytes was seen (ordering rule)
+	fid     fid.FID
+	o       *object
+	excl    bool // holds the lock exclusively
+	locked  bool
+	eager   bool // creates the file or bulk-writes it ahead of the journal
+	created bool // the file was created by this Tx
+	// lazy: the Tx creates the object and does nothing else to it, so
+	// it makes no file (lazy.go); needsFile: it does something to the
+	// object that a lazy one needs its file for; materialized: it made
+	// the file of a lazy object.
+	lazy, needsFile, materialized bool
+	wrote                         bool // bulk data went to the file
+	startSize                     uint64
+	written                       [][2]uint64 // byte ranges bulk-written, for undoing a failure
+	exists                        bool        // simulated through the steps
+	destroyed                     bool        // a Destroy step was seen (ordering rule)
+	journaled                     bool        // a journaled change to the bytes was seen (ordering rule)
 }
 
 // Commit implements osd.Tx. It runs in four phases: plan (ordering rules,
@@ -263,6 +268,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		if p.destroyed {
 			return d.errorf("%v: %w: a step on an object after its Destroy in the same transaction", s, osd.ErrInvalid)
 		}
+		if s.kind != kCreate && s.kind != kDestroy {
+			p.needsFile = true
+		}
 		switch s.kind {
 		case kWrite:
 			if p.journaled {
@@ -270,7 +278,7 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			}
 			p.eager = true
 		case kCreate:
-			p.excl, p.eager = true, true
+			p.excl, p.eager, p.lazy = true, true, true
 			size += stepSize(0)
 		case kDestroy:
 			p.excl, p.destroyed = true, true
@@ -293,6 +301,28 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return d.errorf("commit: %w: the transaction needs a %d-byte journal record, the journal takes at most %d", osd.ErrInvalid, size, d.maxRecord)
 	}
 	slices.SortFunc(order, func(a, b *objPlan) int { return fid.Compare(a.fid, b.fid) })
+	// Reserve room among the lazy objects for the creates that need no
+	// file; the commit point pins them (buildLocked).
+	for _, p := range order {
+		if !p.lazy {
+			continue
+		}
+		if p.needsFile || p.destroyed || d.lazyCount.Add(1) > int64(d.cfg.LazyObjects) {
+			if !p.needsFile && !p.destroyed {
+				d.lazyCount.Add(-1)
+			}
+			p.lazy = false
+		}
+	}
+	defer func() {
+		if !queued {
+			for _, p := range order {
+				if p.lazy {
+					d.lazyCount.Add(-1)
+				}
+			}
+		}
+	}()
 
 	// Lock, in FID order, and check the steps against the objects' state.
 	for _, p := range order {
@@ -375,13 +405,26 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			d.undoEager(p)
 		}
 	}
+	for _, p := range order {
+		if !p.needsFile {
+			continue
+		}
+		made, err := d.materialize(p.o)
+		if err != nil {
+			undo()
+			return d.errorf("commit: %w", ioErr(err))
+		}
+		p.materialized = p.materialized || made
+	}
 	for i := range t.steps {
 		s := &t.steps[i]
 		p := plans[s.fid]
 		var err error
 		switch s.kind {
 		case kCreate:
-			err = d.createFile(p)
+			if !p.lazy {
+				err = d.createFile(p)
+			}
 		case kWrite:
 			p.o.mu.Lock()
 			fd := p.o.mu.fd
@@ -568,10 +611,13 @@ func (d *Device) buildLocked(t *tx, plans map[fid.FID]*objPlan, order []*objPlan
 		o.mu.Unlock()
 		d.refMore(o)
 		rec.objs = append(rec.objs, o)
-		if p.wrote || p.created {
+		if p.lazy {
+			d.pinLazy(o, lsn)
+		}
+		if p.wrote || p.created || p.materialized {
 			rec.syncFiles = append(rec.syncFiles, o)
 		}
-		if p.created {
+		if p.created || p.materialized {
 			rec.syncDirs = append(rec.syncDirs, bucketDir(d.dir, p.fid))
 		}
 	}
