@@ -96,7 +96,10 @@ type Config struct {
 	DirectWriteMin int
 	// LazyObjects bounds the objects that exist without a file (created
 	// and not written yet, see lazy.go); 0 makes every object's file at
-	// its create.
+	// its create. A checkpoint makes the files of the lazy objects it
+	// finds, so the bound is also what one checkpoint may have to create
+	// (the precreated pool of an OST is up to 1024 objects, which an
+	// MDT takes from as files are made).
 	LazyObjects int
 	// Logger receives the device's log lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -104,7 +107,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 1 << 20, LazyObjects: 1 << 15}
+	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 1 << 20, LazyObjects: 4096}
 }
 
 // Validate reports what is wrong with c, wrapping osd.ErrInvalid.
