@@ -93,6 +93,20 @@ type LND interface {
 	Shutdown(ctx context.Context) error
 }
 
+// CountingLND is an LND with counters of its own (socklnd's writes,
+// continuations and connections), which Stats reports with the NI's and
+// lnetctl net show -v lists.
+type CountingLND interface {
+	LND
+	Counters() []Counter
+}
+
+// Counter is one named counter of an LND.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
 // BatchLND is an LND that can be handed several messages at once. LNet
 // hands one NI's messages to its LND from one goroutine at a time, in
 // order; the messages that became ready while an earlier Send was in

@@ -46,6 +46,8 @@ type NIStats struct {
 	// DropCount and DropBytes count received messages refused (no match,
 	// late or stale ACK/REPLY, not for us).
 	DropCount, DropBytes uint64
+	// LND are the LND's own counters (CountingLND); nil if it keeps none.
+	LND []Counter
 }
 
 // PeerNIStats are the counters of one peer NI.
@@ -70,8 +72,11 @@ type PeerNIStats struct {
 // Stats returns a snapshot of the counters. It is safe for concurrent use.
 func (ln *LNet) Stats() Stats {
 	var s Stats
+	var lnds []CountingLND // read after unlocking: an LND takes locks of its own
 	ln.net.Lock()
 	for _, n := range ln.nis {
+		c, _ := n.lnd.(CountingLND)
+		lnds = append(lnds, c)
 		st := wire.NIStatusUp
 		if n.linkDown {
 			st = wire.NIStatusDown
@@ -93,6 +98,11 @@ func (ln *LNet) Stats() Stats {
 	}
 	s.Gateways = ln.gatewayStatsLocked()
 	ln.net.Unlock()
+	for i, c := range lnds {
+		if c != nil {
+			s.NIs[i].LND = c.Counters()
+		}
+	}
 	slices.SortFunc(s.Peers, func(a, b PeerNIStats) int { return compareNID(a.NID, b.NID) })
 	s.Router = ln.rtr.stats(ln.cfg.Routing)
 	ln.res.Lock()

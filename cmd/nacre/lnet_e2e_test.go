@@ -123,6 +123,23 @@ func TestLNetServeLnetctlAndLst(t *testing.T) {
 	if err == nil || !strings.Contains(out, "size") {
 		t.Fatalf("lst with an over-MTU size: %v\n%s", err, out)
 	}
+	// net show -v after the selftest: socklnd's own counters saw it.
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "net", "show", "-v")
+	var lnd struct {
+		Net []struct {
+			NIs []struct {
+				NID string            `yaml:"nid"`
+				LND map[string]uint64 `yaml:"lnd statistics"`
+			} `yaml:"local NI(s)"`
+		} `yaml:"net"`
+	}
+	if err != nil || yaml.Unmarshal([]byte(out), &lnd) != nil || len(lnd.Net) != 2 {
+		t.Fatalf("net show -v after the selftest: %v\n%s", err, out)
+	}
+	if sock := lnd.Net[1].NIs[0].LND; sock["rx_msgs"] == 0 || sock["tx_msgs"] == 0 || sock["tx_writes"] == 0 || sock["conns_made"] == 0 ||
+		sock["rx_bytes"] < 3*256<<10 {
+		t.Fatalf("socklnd counters after the selftest: %v\n%s", sock, out)
+	}
 
 	// ping and peer show: node 2 pings node 3 and then knows it.
 	out, err = nacre(t, "lnetctl", "--socket", sock2, "ping", "127.0.0.3@tcp")

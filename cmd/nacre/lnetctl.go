@@ -43,6 +43,9 @@ type yamlNI struct {
 	Statistics *yamlNIStats   `yaml:"statistics,omitempty"`
 	Tunables   *yamlTunables  `yaml:"tunables,omitempty"`
 	Health     *yamlHealth    `yaml:"health stats,omitempty"`
+	// LND are the LND's own counters (socklnd's writes, continuations,
+	// connections).
+	LND map[string]uint64 `yaml:"lnd statistics,omitempty"`
 }
 
 type yamlNet struct {
@@ -168,6 +171,12 @@ func newLNetCtlCmd() *cobra.Command {
 							y.Statistics = &yamlNIStats{s.GetSendCount(), s.GetRecvCount(), s.GetDropCount()}
 							y.Tunables = &yamlTunables{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}
 							y.Health = &yamlHealth{ni.GetHealthValue()}
+							for _, c := range ni.GetLndStatistics() {
+								if y.LND == nil {
+									y.LND = map[string]uint64{}
+								}
+								y.LND[c.GetName()] = c.GetValue()
+							}
 						}
 						yn.NIs = append(yn.NIs, y)
 					}

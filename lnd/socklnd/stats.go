@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -77,6 +78,22 @@ func (ni *NI) Stats() Stats {
 		PeersRefused:      s.peersRefused.Load(),
 		PeersReaped:       s.peersReaped.Load(),
 		Peers:             ni.npeers(),
+	}
+}
+
+// Counters implements lnet.CountingLND: Stats by the names lnetctl net
+// show -v lists them under.
+func (ni *NI) Counters() []lnet.Counter {
+	s := ni.Stats()
+	return []lnet.Counter{
+		{Name: "tx_msgs", Value: s.TxMsgs}, {Name: "tx_bytes", Value: s.TxBytes}, {Name: "tx_errors", Value: s.TxErrors},
+		{Name: "tx_writes", Value: s.TxWrites},
+		{Name: "rx_msgs", Value: s.RxMsgs}, {Name: "rx_bytes", Value: s.RxBytes}, {Name: "rx_refused", Value: s.RxRefused},
+		{Name: "rx_continued", Value: s.RxContinued}, {Name: "rx_released", Value: s.RxReleased}, {Name: "rx_handoffs", Value: s.RxHandoffs},
+		{Name: "conns_made", Value: s.ConnsMade}, {Name: "conns_dropped", Value: s.ConnsDropped},
+		{Name: "connect_failures", Value: s.ConnectFailures}, {Name: "handshake_failures", Value: s.HandshakeFailures},
+		{Name: "conn_races", Value: s.ConnRaces}, {Name: "bad_headers", Value: s.BadHeaders},
+		{Name: "peers", Value: uint64(s.Peers)}, {Name: "peers_refused", Value: s.PeersRefused}, {Name: "peers_reaped", Value: s.PeersReaped},
 	}
 }
 

@@ -63,6 +63,9 @@ func (s *Server) ShowNets(_ context.Context, req *lnetv1.ShowNetsRequest) (*lnet
 			pni.Tunables = &lnetv1.Tunables{PeerTimeout: int32(ni.Tunables.PeerTimeout / time.Second), PeerCredits: int32(ni.Tunables.PeerCredits), Credits: int32(ni.Tunables.Credits)}
 			pni.HealthValue = int32(ni.Health)
 			pni.TxCreditsAvailable, pni.TxCreditsMin, pni.TxQueued = int32(ni.Credits), int32(ni.MinCredits), int32(ni.Queued)
+			for _, c := range ni.LND {
+				pni.LndStatistics = append(pni.LndStatistics, &lnetv1.LNDCounter{Name: c.Name, Value: c.Value})
+			}
 		}
 		n.LocalNis = append(n.LocalNis, pni)
 	}

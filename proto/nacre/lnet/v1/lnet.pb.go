@@ -184,8 +184,11 @@ type NI struct {
 	TxCreditsAvailable int32         `protobuf:"varint,7,opt,name=tx_credits_available,json=txCreditsAvailable,proto3" json:"tx_credits_available,omitempty"`
 	TxCreditsMin       int32         `protobuf:"varint,8,opt,name=tx_credits_min,json=txCreditsMin,proto3" json:"tx_credits_min,omitempty"`
 	TxQueued           int32         `protobuf:"varint,9,opt,name=tx_queued,json=txQueued,proto3" json:"tx_queued,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The LND's own counters (socklnd: writes, continuations,
+	// connections), in the LND's order.
+	LndStatistics []*LNDCounter `protobuf:"bytes,10,rep,name=lnd_statistics,json=lndStatistics,proto3" json:"lnd_statistics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NI) Reset() {
@@ -281,6 +284,66 @@ func (x *NI) GetTxQueued() int32 {
 	return 0
 }
 
+func (x *NI) GetLndStatistics() []*LNDCounter {
+	if x != nil {
+		return x.LndStatistics
+	}
+	return nil
+}
+
+// LNDCounter is one counter of an LND.
+type LNDCounter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         uint64                 `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LNDCounter) Reset() {
+	*x = LNDCounter{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LNDCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LNDCounter) ProtoMessage() {}
+
+func (x *LNDCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LNDCounter.ProtoReflect.Descriptor instead.
+func (*LNDCounter) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LNDCounter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LNDCounter) GetValue() uint64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 // Net is one LNet network with its local NIs.
 type Net struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -292,7 +355,7 @@ type Net struct {
 
 func (x *Net) Reset() {
 	*x = Net{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[3]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +367,7 @@ func (x *Net) String() string {
 func (*Net) ProtoMessage() {}
 
 func (x *Net) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[3]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +380,7 @@ func (x *Net) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Net.ProtoReflect.Descriptor instead.
 func (*Net) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{3}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Net) GetNetType() string {
@@ -345,7 +408,7 @@ type RDMADevice struct {
 
 func (x *RDMADevice) Reset() {
 	*x = RDMADevice{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[4]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +420,7 @@ func (x *RDMADevice) String() string {
 func (*RDMADevice) ProtoMessage() {}
 
 func (x *RDMADevice) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[4]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +433,7 @@ func (x *RDMADevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDMADevice.ProtoReflect.Descriptor instead.
 func (*RDMADevice) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{4}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RDMADevice) GetName() string {
@@ -396,7 +459,7 @@ type ShowNetsRequest struct {
 
 func (x *ShowNetsRequest) Reset() {
 	*x = ShowNetsRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[5]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +471,7 @@ func (x *ShowNetsRequest) String() string {
 func (*ShowNetsRequest) ProtoMessage() {}
 
 func (x *ShowNetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[5]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +484,7 @@ func (x *ShowNetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNetsRequest.ProtoReflect.Descriptor instead.
 func (*ShowNetsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{5}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ShowNetsRequest) GetVerbose() bool {
@@ -443,7 +506,7 @@ type ShowNetsResponse struct {
 
 func (x *ShowNetsResponse) Reset() {
 	*x = ShowNetsResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[6]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +518,7 @@ func (x *ShowNetsResponse) String() string {
 func (*ShowNetsResponse) ProtoMessage() {}
 
 func (x *ShowNetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[6]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +531,7 @@ func (x *ShowNetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowNetsResponse.ProtoReflect.Descriptor instead.
 func (*ShowNetsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{6}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ShowNetsResponse) GetNets() []*Net {
@@ -511,7 +574,7 @@ type PeerNI struct {
 
 func (x *PeerNI) Reset() {
 	*x = PeerNI{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[7]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +586,7 @@ func (x *PeerNI) String() string {
 func (*PeerNI) ProtoMessage() {}
 
 func (x *PeerNI) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[7]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +599,7 @@ func (x *PeerNI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerNI.ProtoReflect.Descriptor instead.
 func (*PeerNI) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{7}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeerNI) GetNid() string {
@@ -621,7 +684,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[8]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +696,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[8]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +709,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{8}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Peer) GetPrimaryNid() string {
@@ -678,7 +741,7 @@ type ShowPeersRequest struct {
 
 func (x *ShowPeersRequest) Reset() {
 	*x = ShowPeersRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[9]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +753,7 @@ func (x *ShowPeersRequest) String() string {
 func (*ShowPeersRequest) ProtoMessage() {}
 
 func (x *ShowPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[9]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +766,7 @@ func (x *ShowPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPeersRequest.ProtoReflect.Descriptor instead.
 func (*ShowPeersRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{9}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{10}
 }
 
 type ShowPeersResponse struct {
@@ -715,7 +778,7 @@ type ShowPeersResponse struct {
 
 func (x *ShowPeersResponse) Reset() {
 	*x = ShowPeersResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +790,7 @@ func (x *ShowPeersResponse) String() string {
 func (*ShowPeersResponse) ProtoMessage() {}
 
 func (x *ShowPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +803,7 @@ func (x *ShowPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPeersResponse.ProtoReflect.Descriptor instead.
 func (*ShowPeersResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{10}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShowPeersResponse) GetPeers() []*Peer {
@@ -765,7 +828,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +840,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +853,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{11}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Route) GetNet() string {
@@ -836,7 +899,7 @@ type ShowRoutesRequest struct {
 
 func (x *ShowRoutesRequest) Reset() {
 	*x = ShowRoutesRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +911,7 @@ func (x *ShowRoutesRequest) String() string {
 func (*ShowRoutesRequest) ProtoMessage() {}
 
 func (x *ShowRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +924,7 @@ func (x *ShowRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ShowRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{12}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{13}
 }
 
 type ShowRoutesResponse struct {
@@ -874,7 +937,7 @@ type ShowRoutesResponse struct {
 
 func (x *ShowRoutesResponse) Reset() {
 	*x = ShowRoutesResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +949,7 @@ func (x *ShowRoutesResponse) String() string {
 func (*ShowRoutesResponse) ProtoMessage() {}
 
 func (x *ShowRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +962,7 @@ func (x *ShowRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ShowRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{13}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShowRoutesResponse) GetRoutes() []*Route {
@@ -925,7 +988,7 @@ type AddRouteRequest struct {
 
 func (x *AddRouteRequest) Reset() {
 	*x = AddRouteRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1000,7 @@ func (x *AddRouteRequest) String() string {
 func (*AddRouteRequest) ProtoMessage() {}
 
 func (x *AddRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1013,7 @@ func (x *AddRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRouteRequest.ProtoReflect.Descriptor instead.
 func (*AddRouteRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{14}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddRouteRequest) GetRoute() *Route {
@@ -968,7 +1031,7 @@ type AddRouteResponse struct {
 
 func (x *AddRouteResponse) Reset() {
 	*x = AddRouteResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1043,7 @@ func (x *AddRouteResponse) String() string {
 func (*AddRouteResponse) ProtoMessage() {}
 
 func (x *AddRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1056,7 @@ func (x *AddRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRouteResponse.ProtoReflect.Descriptor instead.
 func (*AddRouteResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{15}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{16}
 }
 
 type DeleteRouteRequest struct {
@@ -1007,7 +1070,7 @@ type DeleteRouteRequest struct {
 
 func (x *DeleteRouteRequest) Reset() {
 	*x = DeleteRouteRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1082,7 @@ func (x *DeleteRouteRequest) String() string {
 func (*DeleteRouteRequest) ProtoMessage() {}
 
 func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1095,7 @@ func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{16}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteRouteRequest) GetNet() string {
@@ -1057,7 +1120,7 @@ type DeleteRouteResponse struct {
 
 func (x *DeleteRouteResponse) Reset() {
 	*x = DeleteRouteResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1132,7 @@ func (x *DeleteRouteResponse) String() string {
 func (*DeleteRouteResponse) ProtoMessage() {}
 
 func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1145,7 @@ func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{17}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{18}
 }
 
 type PingRequest struct {
@@ -1095,7 +1158,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1170,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1183,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{18}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PingRequest) GetNid() string {
@@ -1149,7 +1212,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1224,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1237,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{19}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PingResponse) GetPrimaryNid() string {
@@ -1215,7 +1278,7 @@ type DiscoverRequest struct {
 
 func (x *DiscoverRequest) Reset() {
 	*x = DiscoverRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1290,7 @@ func (x *DiscoverRequest) String() string {
 func (*DiscoverRequest) ProtoMessage() {}
 
 func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1303,7 @@ func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{20}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DiscoverRequest) GetNid() string {
@@ -1266,7 +1329,7 @@ type DiscoverResponse struct {
 
 func (x *DiscoverResponse) Reset() {
 	*x = DiscoverResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1341,7 @@ func (x *DiscoverResponse) String() string {
 func (*DiscoverResponse) ProtoMessage() {}
 
 func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1354,7 @@ func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{21}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DiscoverResponse) GetPeer() *Peer {
@@ -1333,7 +1396,7 @@ type Statistics struct {
 
 func (x *Statistics) Reset() {
 	*x = Statistics{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1408,7 @@ func (x *Statistics) String() string {
 func (*Statistics) ProtoMessage() {}
 
 func (x *Statistics) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1421,7 @@ func (x *Statistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Statistics.ProtoReflect.Descriptor instead.
 func (*Statistics) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{22}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Statistics) GetMsgsAlloc() uint64 {
@@ -1530,7 +1593,7 @@ type ShowStatsRequest struct {
 
 func (x *ShowStatsRequest) Reset() {
 	*x = ShowStatsRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1605,7 @@ func (x *ShowStatsRequest) String() string {
 func (*ShowStatsRequest) ProtoMessage() {}
 
 func (x *ShowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1618,7 @@ func (x *ShowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatsRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{23}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{24}
 }
 
 type ShowStatsResponse struct {
@@ -1567,7 +1630,7 @@ type ShowStatsResponse struct {
 
 func (x *ShowStatsResponse) Reset() {
 	*x = ShowStatsResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1642,7 @@ func (x *ShowStatsResponse) String() string {
 func (*ShowStatsResponse) ProtoMessage() {}
 
 func (x *ShowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1655,7 @@ func (x *ShowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatsResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{24}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShowStatsResponse) GetStatistics() *Statistics {
@@ -1622,7 +1685,7 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"\n" +
 	"send_bytes\x18\x04 \x01(\x04R\tsendBytes\x12\x1d\n" +
 	"\n" +
-	"recv_bytes\x18\x05 \x01(\x04R\trecvBytes\"\xd8\x02\n" +
+	"recv_bytes\x18\x05 \x01(\x04R\trecvBytes\"\x9a\x03\n" +
 	"\x02NI\x12\x10\n" +
 	"\x03nid\x18\x01 \x01(\tR\x03nid\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1e\n" +
@@ -1636,7 +1699,13 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"\fhealth_value\x18\x06 \x01(\x05R\vhealthValue\x120\n" +
 	"\x14tx_credits_available\x18\a \x01(\x05R\x12txCreditsAvailable\x12$\n" +
 	"\x0etx_credits_min\x18\b \x01(\x05R\ftxCreditsMin\x12\x1b\n" +
-	"\ttx_queued\x18\t \x01(\x05R\btxQueued\"P\n" +
+	"\ttx_queued\x18\t \x01(\x05R\btxQueued\x12@\n" +
+	"\x0elnd_statistics\x18\n" +
+	" \x03(\v2\x19.nacre.lnet.v1.LNDCounterR\rlndStatistics\"6\n" +
+	"\n" +
+	"LNDCounter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"P\n" +
 	"\x03Net\x12\x19\n" +
 	"\bnet_type\x18\x01 \x01(\tR\anetType\x12.\n" +
 	"\tlocal_nis\x18\x02 \x03(\v2\x11.nacre.lnet.v1.NIR\blocalNis\"A\n" +
@@ -1771,67 +1840,69 @@ func file_nacre_lnet_v1_lnet_proto_rawDescGZIP() []byte {
 	return file_nacre_lnet_v1_lnet_proto_rawDescData
 }
 
-var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*Tunables)(nil),            // 0: nacre.lnet.v1.Tunables
 	(*NIStatistics)(nil),        // 1: nacre.lnet.v1.NIStatistics
 	(*NI)(nil),                  // 2: nacre.lnet.v1.NI
-	(*Net)(nil),                 // 3: nacre.lnet.v1.Net
-	(*RDMADevice)(nil),          // 4: nacre.lnet.v1.RDMADevice
-	(*ShowNetsRequest)(nil),     // 5: nacre.lnet.v1.ShowNetsRequest
-	(*ShowNetsResponse)(nil),    // 6: nacre.lnet.v1.ShowNetsResponse
-	(*PeerNI)(nil),              // 7: nacre.lnet.v1.PeerNI
-	(*Peer)(nil),                // 8: nacre.lnet.v1.Peer
-	(*ShowPeersRequest)(nil),    // 9: nacre.lnet.v1.ShowPeersRequest
-	(*ShowPeersResponse)(nil),   // 10: nacre.lnet.v1.ShowPeersResponse
-	(*Route)(nil),               // 11: nacre.lnet.v1.Route
-	(*ShowRoutesRequest)(nil),   // 12: nacre.lnet.v1.ShowRoutesRequest
-	(*ShowRoutesResponse)(nil),  // 13: nacre.lnet.v1.ShowRoutesResponse
-	(*AddRouteRequest)(nil),     // 14: nacre.lnet.v1.AddRouteRequest
-	(*AddRouteResponse)(nil),    // 15: nacre.lnet.v1.AddRouteResponse
-	(*DeleteRouteRequest)(nil),  // 16: nacre.lnet.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil), // 17: nacre.lnet.v1.DeleteRouteResponse
-	(*PingRequest)(nil),         // 18: nacre.lnet.v1.PingRequest
-	(*PingResponse)(nil),        // 19: nacre.lnet.v1.PingResponse
-	(*DiscoverRequest)(nil),     // 20: nacre.lnet.v1.DiscoverRequest
-	(*DiscoverResponse)(nil),    // 21: nacre.lnet.v1.DiscoverResponse
-	(*Statistics)(nil),          // 22: nacre.lnet.v1.Statistics
-	(*ShowStatsRequest)(nil),    // 23: nacre.lnet.v1.ShowStatsRequest
-	(*ShowStatsResponse)(nil),   // 24: nacre.lnet.v1.ShowStatsResponse
+	(*LNDCounter)(nil),          // 3: nacre.lnet.v1.LNDCounter
+	(*Net)(nil),                 // 4: nacre.lnet.v1.Net
+	(*RDMADevice)(nil),          // 5: nacre.lnet.v1.RDMADevice
+	(*ShowNetsRequest)(nil),     // 6: nacre.lnet.v1.ShowNetsRequest
+	(*ShowNetsResponse)(nil),    // 7: nacre.lnet.v1.ShowNetsResponse
+	(*PeerNI)(nil),              // 8: nacre.lnet.v1.PeerNI
+	(*Peer)(nil),                // 9: nacre.lnet.v1.Peer
+	(*ShowPeersRequest)(nil),    // 10: nacre.lnet.v1.ShowPeersRequest
+	(*ShowPeersResponse)(nil),   // 11: nacre.lnet.v1.ShowPeersResponse
+	(*Route)(nil),               // 12: nacre.lnet.v1.Route
+	(*ShowRoutesRequest)(nil),   // 13: nacre.lnet.v1.ShowRoutesRequest
+	(*ShowRoutesResponse)(nil),  // 14: nacre.lnet.v1.ShowRoutesResponse
+	(*AddRouteRequest)(nil),     // 15: nacre.lnet.v1.AddRouteRequest
+	(*AddRouteResponse)(nil),    // 16: nacre.lnet.v1.AddRouteResponse
+	(*DeleteRouteRequest)(nil),  // 17: nacre.lnet.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil), // 18: nacre.lnet.v1.DeleteRouteResponse
+	(*PingRequest)(nil),         // 19: nacre.lnet.v1.PingRequest
+	(*PingResponse)(nil),        // 20: nacre.lnet.v1.PingResponse
+	(*DiscoverRequest)(nil),     // 21: nacre.lnet.v1.DiscoverRequest
+	(*DiscoverResponse)(nil),    // 22: nacre.lnet.v1.DiscoverResponse
+	(*Statistics)(nil),          // 23: nacre.lnet.v1.Statistics
+	(*ShowStatsRequest)(nil),    // 24: nacre.lnet.v1.ShowStatsRequest
+	(*ShowStatsResponse)(nil),   // 25: nacre.lnet.v1.ShowStatsResponse
 }
 var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	1,  // 0: nacre.lnet.v1.NI.statistics:type_name -> nacre.lnet.v1.NIStatistics
 	0,  // 1: nacre.lnet.v1.NI.tunables:type_name -> nacre.lnet.v1.Tunables
-	2,  // 2: nacre.lnet.v1.Net.local_nis:type_name -> nacre.lnet.v1.NI
-	3,  // 3: nacre.lnet.v1.ShowNetsResponse.nets:type_name -> nacre.lnet.v1.Net
-	4,  // 4: nacre.lnet.v1.ShowNetsResponse.rdma_devices:type_name -> nacre.lnet.v1.RDMADevice
-	7,  // 5: nacre.lnet.v1.Peer.peer_nis:type_name -> nacre.lnet.v1.PeerNI
-	8,  // 6: nacre.lnet.v1.ShowPeersResponse.peers:type_name -> nacre.lnet.v1.Peer
-	11, // 7: nacre.lnet.v1.ShowRoutesResponse.routes:type_name -> nacre.lnet.v1.Route
-	11, // 8: nacre.lnet.v1.AddRouteRequest.route:type_name -> nacre.lnet.v1.Route
-	8,  // 9: nacre.lnet.v1.DiscoverResponse.peer:type_name -> nacre.lnet.v1.Peer
-	22, // 10: nacre.lnet.v1.ShowStatsResponse.statistics:type_name -> nacre.lnet.v1.Statistics
-	5,  // 11: nacre.lnet.v1.LNetControl.ShowNets:input_type -> nacre.lnet.v1.ShowNetsRequest
-	9,  // 12: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
-	12, // 13: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
-	14, // 14: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
-	16, // 15: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
-	18, // 16: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
-	20, // 17: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
-	23, // 18: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
-	6,  // 19: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
-	10, // 20: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
-	13, // 21: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
-	15, // 22: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
-	17, // 23: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
-	19, // 24: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
-	21, // 25: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
-	24, // 26: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 2: nacre.lnet.v1.NI.lnd_statistics:type_name -> nacre.lnet.v1.LNDCounter
+	2,  // 3: nacre.lnet.v1.Net.local_nis:type_name -> nacre.lnet.v1.NI
+	4,  // 4: nacre.lnet.v1.ShowNetsResponse.nets:type_name -> nacre.lnet.v1.Net
+	5,  // 5: nacre.lnet.v1.ShowNetsResponse.rdma_devices:type_name -> nacre.lnet.v1.RDMADevice
+	8,  // 6: nacre.lnet.v1.Peer.peer_nis:type_name -> nacre.lnet.v1.PeerNI
+	9,  // 7: nacre.lnet.v1.ShowPeersResponse.peers:type_name -> nacre.lnet.v1.Peer
+	12, // 8: nacre.lnet.v1.ShowRoutesResponse.routes:type_name -> nacre.lnet.v1.Route
+	12, // 9: nacre.lnet.v1.AddRouteRequest.route:type_name -> nacre.lnet.v1.Route
+	9,  // 10: nacre.lnet.v1.DiscoverResponse.peer:type_name -> nacre.lnet.v1.Peer
+	23, // 11: nacre.lnet.v1.ShowStatsResponse.statistics:type_name -> nacre.lnet.v1.Statistics
+	6,  // 12: nacre.lnet.v1.LNetControl.ShowNets:input_type -> nacre.lnet.v1.ShowNetsRequest
+	10, // 13: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
+	13, // 14: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
+	15, // 15: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
+	17, // 16: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
+	19, // 17: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
+	21, // 18: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
+	24, // 19: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
+	7,  // 20: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
+	11, // 21: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
+	14, // 22: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
+	16, // 23: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
+	18, // 24: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
+	20, // 25: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
+	22, // 26: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
+	25, // 27: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_nacre_lnet_v1_lnet_proto_init() }
@@ -1845,7 +1916,7 @@ func file_nacre_lnet_v1_lnet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_lnet_v1_lnet_proto_rawDesc), len(file_nacre_lnet_v1_lnet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
