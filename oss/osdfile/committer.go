@@ -140,9 +140,24 @@ func (d *Device) commitBatch(batch []*txRecord, bounds []uint64) error {
 	// The batch is durable: apply its changes to the files. The caller
 	// tells the waiters (markDurable) once it has dropped the records'
 	// references to their objects.
+	unlinked := map[string]bool{}
 	for _, r := range batch {
-		if err := d.apply(r); err != nil {
+		if err := d.apply(r, unlinked); err != nil {
 			return err
+		}
+	}
+	// A destroyed object may be created again as soon as its unlink is
+	// applied, and a lazy create makes no file: the unlink must be durable
+	// by then, or a crash could bring the old file back under the new
+	// object (replay skips a destroy that a create of the FID follows).
+	for dir := range unlinked {
+		if err := fsyncDir(dir); err != nil {
+			return fmt.Errorf("sync directory %s: %w", dir, err)
+		}
+	}
+	for _, r := range batch {
+		for _, o := range r.objs {
+			o.appliedThrough(r.lsn)
 		}
 	}
 	return nil
@@ -228,9 +243,10 @@ func (d *Device) syncData(batch []*txRecord) error {
 	return errors.Join(all...)
 }
 
-// apply applies a durable record's changes to the object files, then drops
-// them from the objects' pending lists.
-func (d *Device) apply(r *txRecord) error {
+// apply applies a durable record's changes to the object files, adding to
+// unlinked the directories it removed files from. The caller drops the
+// changes from the objects' pending lists (appliedThrough).
+func (d *Device) apply(r *txRecord, unlinked map[string]bool) error {
 	lma := make([]byte, lmaSize)
 	for _, op := range r.ops {
 		o := op.o
@@ -248,10 +264,11 @@ func (d *Device) apply(r *txRecord) error {
 			case opDestroy:
 				o.mu.fileless = false
 				o.mu.Unlock()
-				if err := unix.Unlink(o.path); err != nil && !errors.Is(err, unix.ENOENT) {
+				err := unix.Unlink(o.path)
+				d.unpinLazy(o)
+				if err != nil && !errors.Is(err, unix.ENOENT) {
 					return fmt.Errorf("apply record %d to %v (%s): %w", r.lsn, o.fid, o.path, err)
 				}
-				d.unpinLazy(o)
 				continue
 			}
 		}
@@ -271,6 +288,9 @@ func (d *Device) apply(r *txRecord) error {
 			err = ignoreEINTR(func() error { return unix.Fsetxattr(fd, d.xattr, encodeLMA(lma, o.fid, r.lsn, &op.attr), 0) })
 		case opDestroy:
 			err = unix.Unlink(o.path)
+			if err == nil {
+				unlinked[bucketDir(d.dir, o.fid)] = true
+			}
 			if errors.Is(err, unix.ENOENT) {
 				err = nil
 			}
@@ -284,9 +304,6 @@ func (d *Device) apply(r *txRecord) error {
 		if err != nil {
 			return fmt.Errorf("apply record %d to %v (%s): %w", r.lsn, o.fid, o.path, err)
 		}
-	}
-	for _, o := range r.objs {
-		o.appliedThrough(r.lsn)
 	}
 	return nil
 }

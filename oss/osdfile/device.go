@@ -314,7 +314,7 @@ func (d *Device) load(o *object) error {
 	if errors.Is(err, unix.ENODATA) {
 		// A file whose creation never committed: not an object.
 		unix.Close(fd)
-		o.mu.loaded = true
+		o.mu.loaded, o.mu.staleFile = true, true
 		return nil
 	}
 	if err != nil {
@@ -474,9 +474,11 @@ func (d *Device) Statfs(ctx context.Context) (osd.Statfs, error) {
 	if bsize == 0 {
 		bsize = st.Bsize
 	}
+	// Lazy objects have no inode yet but will: they are not free.
+	ffree := st.Ffree - min(st.Ffree, uint64(max(d.lazyCount.Load(), 0)))
 	return osd.Statfs{
 		Blocks: st.Blocks, BFree: st.Bfree, BAvail: st.Bavail,
-		Files: st.Files, FFree: st.Ffree,
+		Files: st.Files, FFree: ffree,
 		BSize: uint32(bsize), NameLen: uint32(st.Namelen),
 		MaxBytes: osd.MaxObjectSize,
 		ReadOnly: d.writable() != nil,

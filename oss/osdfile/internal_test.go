@@ -556,3 +556,78 @@ func TestLazyObjects(t *testing.T) {
 		t.Fatalf("with room for one lazy object, g fileless %v, h fileless %v", fileless(d, g), fileless(d, h))
 	}
 }
+
+// TestLazyCreateOverStaleFile: a file a create that never committed left
+// at an object's path makes the next create of that FID make its file at
+// once, truncating it, so that no replay can show its bytes as the new
+// object's.
+func TestLazyCreateOverStaleFile(t *testing.T) {
+	d, dir := newTarget(t, MinJournalSize)
+	f := fidN(8)
+	if err := d.ensureDir(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(objPath(d.dir, f), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, d, func(tx osd.Tx) error { return tx.Create(f, osd.Attr{Size: 4, Valid: osd.AttrSize}) })
+	if n := d.lazyCount.Load(); n != 0 {
+		t.Fatalf("a create over a stale file made a lazy object (%d)", n)
+	}
+	if err := d.Sync(bg); err != nil {
+		t.Fatal(err)
+	}
+	abandon(t, d)
+	d = reopen(t, dir)
+	defer d.Close()
+	if got := readAll(t, d, f); !bytes.Equal(got, make([]byte, 4)) {
+		t.Fatalf("the new object reads %q, want four zeros", got)
+	}
+}
+
+// TestLazyObjectsNeedInodes: lazy objects count as used inodes in Statfs,
+// and creates make their files at once when the store has no more inodes
+// for them than a margin, so that a checkpoint can always give every lazy
+// object its file.
+func TestLazyObjectsNeedInodes(t *testing.T) {
+	mnt := mountTmpfs(t, "16m,nr_inodes=1200")
+	dir := mnt + "/ost"
+	d := formatOpen(t, dir, MinJournalSize)
+	t.Cleanup(func() { d.Close() }) // before the unmount, whatever happens
+	var raw unix.Statfs_t
+	lazy := 0
+	for i := 1; ; i++ {
+		if i > 1200 {
+			t.Fatal("creates never stopped being lazy on a store of 1200 inodes")
+		}
+		f := fidN(i)
+		mustDo(t, d, func(tx osd.Tx) error { return tx.Create(f, osd.Attr{}) })
+		if _, err := os.Stat(objPath(d.dir, f)); err == nil {
+			break // made its file: no inodes to spare
+		}
+		lazy++
+	}
+	if err := unix.Statfs(dir, &raw); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Statfs(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It stopped when the store had fewer free inodes than the lazy
+	// objects and the margin (the eager create then took one), and every
+	// lazy object still has one.
+	if lazy == 0 || int64(lazy) != d.lazyCount.Load() || st.FFree != raw.Ffree-uint64(lazy) ||
+		raw.Ffree+1 >= uint64(lazy)+lazyInodeMargin || raw.Ffree < uint64(lazy) {
+		t.Fatalf("%d lazy objects (count %d), Statfs FFree %d, store's %d", lazy, d.lazyCount.Load(), st.FFree, raw.Ffree)
+	}
+	if err := d.Close(); err != nil { // the checkpoint makes every file
+		t.Fatalf("close with %d lazy objects: %v", lazy, err)
+	}
+	d = reopen(t, dir)
+	for i := 1; i <= lazy; i++ {
+		if _, err := os.Stat(objPath(d.dir, fidN(i))); err != nil {
+			t.Fatalf("object %d has no file after close: %v", i, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package osdfile
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +24,18 @@ import (
 // drops the records that hold it; a Destroy of a fileless object only
 // unpins it. Replay makes every object's file, so after a restart there
 // are none. Config.LazyObjects bounds how many there are at once; past it
-// creates make their files as before.
+// creates make their files as before, and so they do when the store has
+// fewer free inodes than the lazy objects and a margin (each needs one by
+// the next checkpoint, which must not fail for want of it; Statfs counts
+// them as used).
+//
+// Replay takes the file at an object's path for the object a create
+// replayed made, so a lazy create must find no other file there: a create
+// over a file that a create that never committed left (staleFile) makes
+// its file at once, truncating it, and the committer makes unlinks durable
+// (an fsync of their directories) before a destroyed object can be created
+// again. A file a Tx makes for a lazy object has its directory synced with
+// the next record on the object, whichever Tx's it is (dirUnsynced).
 //
 // The object's state is in object.mu: fileless says it has no file yet;
 // createLSN is the record that created it and lazyAttr the attributes it
@@ -83,7 +95,7 @@ func (d *Device) materializeLocked(o *object) (bool, error) {
 			return false, fmt.Errorf("write the attributes of %v: %w", o.fid, err)
 		}
 	}
-	o.mu.fd, o.mu.fileless = fd, false
+	o.mu.fd, o.mu.fileless, o.mu.dirUnsynced = fd, false, true
 	return true, nil
 }
 
@@ -99,10 +111,27 @@ func (d *Device) materialize(o *object) (made bool, err error) {
 	return made, err
 }
 
+// lazyInodeMargin is how many free inodes a store keeps beyond its lazy
+// objects' before creates make their files at once again.
+const lazyInodeMargin = 1024
+
+// inodesForLazy reports whether the store has inodes for more lazy
+// objects: each will need one at the latest at the next checkpoint (or
+// replay), when running out of them would take the target down; a create
+// that makes its file fails alone, with ENOSPC. A store that counts no
+// inodes (Files 0) always has room.
+func (d *Device) inodesForLazy() bool {
+	var st unix.Statfs_t
+	if err := ignoreEINTR(func() error { return unix.Fstatfs(d.dirfd, &st) }); err != nil {
+		return false
+	}
+	return st.Files == 0 || st.Ffree >= uint64(max(d.lazyCount.Load(), 0))+lazyInodeMargin
+}
+
 // materializeDurable gives a file to every lazy object whose create is
-// durable, before a checkpoint drops the records that hold them. Objects
-// whose create is not yet applied are in records the new generation will
-// hold.
+// durable, before a checkpoint drops the records that hold them, with
+// Config.SyncWorkers creates at once. Objects whose create is not yet
+// applied are in records the new generation will hold.
 func (d *Device) materializeDurable() error {
 	d.lazyMu.Lock()
 	objs := make([]*object, 0, len(d.lazy))
@@ -110,20 +139,40 @@ func (d *Device) materializeDurable() error {
 		objs = append(objs, o)
 	}
 	d.lazyMu.Unlock()
+	if len(objs) == 0 {
+		return nil
+	}
+	jobs := make(chan *object)
+	errs := make(chan error, len(objs))
+	var wg sync.WaitGroup
+	for range min(d.cfg.SyncWorkers, len(objs)) {
+		wg.Go(func() {
+			for o := range jobs {
+				o.mu.Lock()
+				if !o.mu.createApplied {
+					o.mu.Unlock()
+					continue
+				}
+				made, err := d.materializeLocked(o)
+				o.mu.Unlock()
+				if made {
+					d.unpinLazy(o)
+				}
+				errs <- err
+			}
+		})
+	}
 	for _, o := range objs {
-		o.mu.Lock()
-		if !o.mu.createApplied {
-			o.mu.Unlock()
-			continue
-		}
-		made, err := d.materializeLocked(o)
-		o.mu.Unlock()
+		jobs <- o
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
 		if err != nil {
-			return err
-		}
-		if made {
-			d.unpinLazy(o)
+			all = append(all, err)
 		}
 	}
-	return nil
+	return errors.Join(all...)
 }

@@ -79,6 +79,13 @@ type object struct {
 		fileless, createApplied bool
 		createLSN               uint64
 		lazyAttr                osd.Attr
+		// staleFile: a file without attributes is at the path (a
+		// create that never committed left it), so the next create
+		// makes its file at once, truncating it. dirUnsynced: a Tx
+		// made the object's file (materialize), and its directory
+		// entry is not yet known durable: the next record on the
+		// object syncs the directory.
+		staleFile, dirUnsynced bool
 	}
 
 	// refs and elem are protected by Device.mu: refs counts users (calls
@@ -94,6 +101,13 @@ func (o *object) addPendingLocked(p pending) {
 		o.mu.drained = make(chan struct{})
 	}
 	o.mu.pend = append(o.mu.pend, p)
+}
+
+// staleFile reports whether a file that is not an object sits at o's path.
+func (o *object) staleFile() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.staleFile
 }
 
 // appliedThrough drops the pending changes of records up to lsn, which the

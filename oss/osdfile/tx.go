@@ -301,28 +301,6 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 		return d.errorf("commit: %w: the transaction needs a %d-byte journal record, the journal takes at most %d", osd.ErrInvalid, size, d.maxRecord)
 	}
 	slices.SortFunc(order, func(a, b *objPlan) int { return fid.Compare(a.fid, b.fid) })
-	// Reserve room among the lazy objects for the creates that need no
-	// file; the commit point pins them (buildLocked).
-	for _, p := range order {
-		if !p.lazy {
-			continue
-		}
-		if p.needsFile || p.destroyed || d.lazyCount.Add(1) > int64(d.cfg.LazyObjects) {
-			if !p.needsFile && !p.destroyed {
-				d.lazyCount.Add(-1)
-			}
-			p.lazy = false
-		}
-	}
-	defer func() {
-		if !queued {
-			for _, p := range order {
-				if p.lazy {
-					d.lazyCount.Add(-1)
-				}
-			}
-		}
-	}()
 
 	// Lock, in FID order, and check the steps against the objects' state.
 	for _, p := range order {
@@ -378,6 +356,42 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			p.exists = false
 		}
 	}
+
+	// Reserve room among the lazy objects for the creates that need no
+	// file; the commit point pins them (buildLocked).
+	inodes := 0 // 1: the store has inodes for more lazy objects, -1: not; 0: not asked yet
+	for _, p := range order {
+		if !p.lazy {
+			continue
+		}
+		p.lazy = false
+		if p.needsFile || p.destroyed || p.o.staleFile() {
+			continue
+		}
+		if inodes == 0 {
+			inodes = -1
+			if d.inodesForLazy() {
+				inodes = 1
+			}
+		}
+		if inodes < 0 {
+			continue
+		}
+		if d.lazyCount.Add(1) > int64(d.cfg.LazyObjects) {
+			d.lazyCount.Add(-1)
+			continue
+		}
+		p.lazy = true
+	}
+	defer func() {
+		if !queued {
+			for _, p := range order {
+				if p.lazy {
+					d.lazyCount.Add(-1)
+				}
+			}
+		}
+	}()
 
 	// Wait until the files are up to date with every earlier commit where
 	// this Tx writes ahead of the journal or must cut a stale tail.
@@ -506,7 +520,7 @@ func (d *Device) createFile(p *objPlan) error {
 	if p.o.mu.fd >= 0 {
 		unix.Close(p.o.mu.fd)
 	}
-	p.o.mu.fd = fd
+	p.o.mu.fd, p.o.mu.staleFile = fd, false
 	p.o.mu.Unlock()
 	p.created = true
 	return nil
@@ -614,10 +628,14 @@ func (d *Device) buildLocked(t *tx, plans map[fid.FID]*objPlan, order []*objPlan
 		if p.lazy {
 			d.pinLazy(o, lsn)
 		}
+		o.mu.Lock()
+		dirUnsynced := o.mu.dirUnsynced
+		o.mu.dirUnsynced = false
+		o.mu.Unlock()
 		if p.wrote || p.created || p.materialized {
 			rec.syncFiles = append(rec.syncFiles, o)
 		}
-		if p.created || p.materialized {
+		if p.created || p.materialized || dirUnsynced {
 			rec.syncDirs = append(rec.syncDirs, bucketDir(d.dir, p.fid))
 		}
 	}
