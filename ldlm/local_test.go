@@ -23,7 +23,7 @@ func TestLockLocal(t *testing.T) {
 	if err := a.access(ctx, PW, func(obj []byte) bool { copy(obj, "dirty"); return true }); err != nil {
 		t.Fatal(err)
 	}
-	release, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Flags: NoExpansion})
+	release, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Flags: NoExpansion}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,15 +55,19 @@ func TestLockLocal(t *testing.T) {
 	b.stall.Store(true)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if _, err := lc.lockd.LockLocal(short, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lc.lockd.LockLocal(short, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}}, 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("local lock behind a stalled holder: %v", err)
+	}
+	// The same bounded by wait instead of the context's deadline.
+	if _, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}}, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("local lock behind a stalled holder, waiting 100ms: %v", err)
 	}
 	for _, l := range lc.lockd.Locks(objRes) {
 		if l.Owner == LocalOwner {
 			t.Fatalf("an abandoned local lock stayed: %+v", l)
 		}
 	}
-	if _, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: 0}); !errors.Is(err, ErrInvalid) {
+	if _, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: 0}, 0); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("invalid local lock: %v", err)
 	}
 }
@@ -85,7 +89,7 @@ func TestIntentLock(t *testing.T) {
 		if lock.Resource != parent {
 			return IntentResult{Skip: true, Status: -71}
 		}
-		l, err := lc.lockd.IntentLock(ctx, r, Request{Resource: child(n), Mode: PR, Policy: Policy{Bits: BitLookup | BitUpdate}})
+		l, err := lc.lockd.IntentLock(ctx, r, Request{Resource: child(n), Mode: PR, Policy: Policy{Bits: BitLookup | BitUpdate}}, 0)
 		if err != nil {
 			return IntentResult{Skip: true, Status: -int32(Errno(err))}
 		}
@@ -115,7 +119,7 @@ func TestIntentLock(t *testing.T) {
 	}
 	m.Release()
 	// A local EX on the child calls the client's lock back.
-	release, err := lc.lockd.LockLocal(ctx, Request{Resource: child(1), Mode: EX, Policy: Policy{Bits: BitLookup}})
+	release, err := lc.lockd.LockLocal(ctx, Request{Resource: child(1), Mode: EX, Policy: Policy{Bits: BitLookup}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -760,10 +760,13 @@ type clientHandleKey struct{}
 // which grants what waited behind. Take several locks in a fixed order
 // (by resource) so that two callers never wait on each other. It fails
 // with ctx's error (nothing held), ESHUTDOWN after Close, or an error
-// wrapping ErrInvalid for a malformed request. Safe for concurrent use.
-func (s *Server) LockLocal(ctx context.Context, req Request) (release func(), err error) {
+// wrapping ErrInvalid for a malformed request. wait, if not 0, bounds
+// the wait for conflicting locks to go (context.DeadlineExceeded after
+// it): unlike a deadline on ctx it costs nothing when the lock is granted
+// at once, as almost every one is. Safe for concurrent use.
+func (s *Server) LockLocal(ctx context.Context, req Request, wait time.Duration) (release func(), err error) {
 	req.Owner = LocalOwner
-	l, err := s.enqueueWait(ctx, req, nil, 0)
+	l, err := s.enqueueWait(ctx, req, nil, 0, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -778,15 +781,15 @@ func (s *Server) LockLocal(ctx context.Context, req Request) (release func(), er
 // IntentResult.Granted (Lustre's mdt_object_lock in an intent). A policy
 // that does not return the lock after all gives it back with
 // CancelIntentLock. It fails with ctx's error (nothing held), ESHUTDOWN,
-// or ErrInvalid for a malformed request.
-func (s *Server) IntentLock(ctx context.Context, r *ptlrpc.Request, req Request) (Lock, error) {
+// or ErrInvalid for a malformed request. wait is LockLocal's.
+func (s *Server) IntentLock(ctx context.Context, r *ptlrpc.Request, req Request, wait time.Duration) (Lock, error) {
 	exp := r.Export()
 	if exp == nil {
 		return Lock{}, fmt.Errorf("%w: intent lock without an export", ErrInvalid)
 	}
 	ch, _ := ctx.Value(clientHandleKey{}).(uint64)
 	req.Owner = ownerOf(exp)
-	l, err := s.enqueueWait(ctx, req, exp, ch)
+	l, err := s.enqueueWait(ctx, req, exp, ch, wait)
 	if err == nil && exp.Gone() {
 		// The client went while it waited: ExportGone may have run
 		// before the lock existed.
@@ -864,7 +867,7 @@ func (s *Server) CancelIntentLock(r *ptlrpc.Request, l Lock) {
 
 // enqueueWait enqueues req and waits for its grant. exp, if not nil, is
 // the client owning it, whose handle clientHandle names it in callbacks.
-func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Export, clientHandle uint64) (Lock, error) {
+func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Export, clientHandle uint64, limit time.Duration) (Lock, error) {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -892,6 +895,11 @@ func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Expor
 	s.dispatch(work)
 	if wait == nil {
 		return l, nil
+	}
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
 	}
 	// The lock that blocks it may be the requester's own: its cancel comes
 	// on the connection this handler's request came on.

@@ -426,6 +426,28 @@ func (s *Store) GetLayout(f fid.FID) (layout.Layout, error) {
 	return *l, nil
 }
 
+// DefaultLayout returns the first default layout found on dirs, in order
+// (a new file's directory, then the root), or nil: what every create asks,
+// answered from the value cache under one read lock without reading the
+// directories' inodes. A directory that does not exist has none; one whose
+// layout does not decode is passed over, and the error returned if no
+// other has one.
+func (s *Store) DefaultLayout(dirs ...fid.FID) (*layout.Layout, error) {
+	t := s.read(&Req{})
+	defer t.done()
+	var first error
+	for _, d := range dirs {
+		l, err := t.layoutOf(d)
+		if l != nil {
+			return l, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
 // LayoutIfAny is GetLayout for callers to whom no layout is an ordinary
 // answer (nil, nil), such as the search for a directory's default layout
 // on every create: it builds no error for it.

@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 )
 
@@ -97,4 +98,54 @@ func TestRemoveDefaultLayout(t *testing.T) {
 		t.Fatalf("default layout after removal: %v", err)
 	}
 	check(t, s)
+}
+
+func template(stripes int32) layout.Layout {
+	return layout.Plain(layout.RAID0{StripeCount: stripes, StripeSize: 1 << 20, StripeOffset: layout.AnyOffset})
+}
+
+// TestDefaultLayout: a create's template is its directory's default, else
+// the root's, else none; a directory removed or never made has none.
+func TestDefaultLayout(t *testing.T) {
+	s := newStore(t)
+	d, err := s.Mkdir(root, RootFID, "d", Spec{Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Mkdir(root, RootFID, "e", Spec{Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripes := func(dir fid.FID) int {
+		t.Helper()
+		l, err := s.DefaultLayout(dir, RootFID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == nil {
+			return 0
+		}
+		return int(l.Components[0].RAID0.StripeCount)
+	}
+	if n := stripes(d.FID); n != 0 {
+		t.Fatalf("a default layout (%d stripes) where none was set", n)
+	}
+	if _, err := s.SetLayout(root, RootFID, template(3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetLayout(root, d.FID, template(2)); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := stripes(d.FID), stripes(e.FID); n != 2 || m != 3 {
+		t.Fatalf("d's default %d stripes, want its own 2; e's %d, want the root's 3", n, m)
+	}
+	if err := s.RemoveDefaultLayout(root, d.FID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rmdir(root, RootFID, "e"); err != nil {
+		t.Fatal(err)
+	}
+	if n, m, x := stripes(d.FID), stripes(e.FID), stripes(fid.FID{Seq: 0x200000401, Oid: 77}); n != 3 || m != 3 || x != 3 {
+		t.Fatalf("after removal: d %d, removed e %d, unknown FID %d stripes, want the root's 3", n, m, x)
+	}
 }

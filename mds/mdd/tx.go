@@ -57,7 +57,7 @@ func (s *Store) begin(r *Req) *tx {
 // read starts a read-only tx under the read lock; end it with done.
 func (s *Store) read(r *Req) *tx {
 	s.mu.RLock()
-	return &tx{s: s, r: r, inodes: map[fid.FID]*inode{}}
+	return &tx{s: s, r: r} // inodes made by the first inode read
 }
 
 func (t *tx) done() { t.s.mu.RUnlock() }
@@ -167,6 +167,9 @@ func (t *tx) inode(f fid.FID) (*inode, error) {
 	n, err := decodeInode(v)
 	if err != nil {
 		return nil, ioError(err, "inode %v", f)
+	}
+	if t.inodes == nil {
+		t.inodes = make(map[fid.FID]*inode, 2)
 	}
 	t.inodes[f] = &n
 	return &n, nil

@@ -79,9 +79,7 @@ func noLock(rep *mdsv1.IntentReply) ldlm.IntentResult {
 
 // lockFor takes the lock an intent grants on f for the requesting client.
 func (m *MDT) lockFor(ctx context.Context, r *ptlrpc.Request, f fid.FID, bits ldlm.Bits) (ldlm.Lock, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.lockTimeout())
-	defer cancel()
-	return m.lockd.IntentLock(ctx, r, ldlm.Request{Resource: objRes(f), Mode: ldlm.PR, Policy: ldlm.Policy{Bits: bits}})
+	return m.lockd.IntentLock(ctx, r, ldlm.Request{Resource: objRes(f), Mode: ldlm.PR, Policy: ldlm.Policy{Bits: bits}}, m.lockTimeout())
 }
 
 // intentLookup serves IT_LOOKUP and IT_GETATTR, by name or by FID.

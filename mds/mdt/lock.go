@@ -3,6 +3,7 @@ package mdt
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"syscall"
@@ -95,8 +96,8 @@ func (m *MDT) lock(ctx context.Context, reqs ...lockReq) (func(), error) {
 		}
 		merged = append(merged, r)
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.lockTimeout())
-	defer cancel()
+	// One deadline for all of them, armed only if one has to wait.
+	deadline := time.Now().Add(m.lockTimeout())
 	var held []func()
 	release := func() {
 		for i := len(held) - 1; i >= 0; i-- {
@@ -104,10 +105,10 @@ func (m *MDT) lock(ctx context.Context, reqs ...lockReq) (func(), error) {
 		}
 	}
 	for _, r := range merged {
-		rel, err := m.lockd.LockLocal(ctx, ldlm.Request{Resource: r.res, Mode: r.mode, Policy: ldlm.Policy{Bits: r.bits}})
+		rel, err := m.lockd.LockLocal(ctx, ldlm.Request{Resource: r.res, Mode: r.mode, Policy: ldlm.Policy{Bits: r.bits}}, max(time.Until(deadline), time.Nanosecond))
 		if err != nil {
 			release()
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 				return nil, fmt.Errorf("mdt: lock %v %v: clients did not give it back: %w", r.mode, r.res, syscall.ETIMEDOUT)
 			}
 			return nil, fmt.Errorf("mdt: lock %v %v: %w", r.mode, r.res, err)

@@ -130,10 +130,8 @@ func (m *MDT) ospOf(idx uint32) *osp {
 // defaultLayout is the layout template a new regular file in parent gets:
 // parent's default layout, else the root's, else the file system's.
 func (m *MDT) defaultLayout(parent fid.FID) layout.Layout {
-	for _, d := range []fid.FID{parent, mdd.RootFID} {
-		if l, err := m.store.LayoutIfAny(d); err == nil && l != nil {
-			return *l
-		}
+	if l, _ := m.store.DefaultLayout(parent, mdd.RootFID); l != nil {
+		return *l
 	}
 	return layout.Plain(m.DefaultStripe())
 }
