@@ -205,33 +205,46 @@ func (d *Device) syncData(batch []*txRecord) error {
 			dirs[dir] = true
 		}
 	}
-	jobs := make(chan func() error)
-	errs := make(chan error, len(fds)+len(dirs))
-	var wg sync.WaitGroup
-	for range min(d.cfg.SyncWorkers, len(fds)+len(dirs)) {
-		wg.Go(func() {
-			for job := range jobs {
-				errs <- job()
-			}
-		})
-	}
+	jobs := make([]func() error, 0, len(fds)+len(dirs))
 	for _, fd := range fds {
-		jobs <- func() error {
+		jobs = append(jobs, func() error {
 			if err := ignoreEINTR(func() error { return unix.Fsync(fd) }); err != nil {
 				return fmt.Errorf("sync object data: %w", err)
 			}
 			return nil
-		}
+		})
 	}
 	for dir := range dirs {
-		jobs <- func() error {
+		jobs = append(jobs, func() error {
 			if err := fsyncDir(dir); err != nil {
 				return fmt.Errorf("sync directory %s: %w", dir, err)
 			}
 			return nil
-		}
+		})
 	}
-	close(jobs)
+	return parallel(d.cfg.SyncWorkers, jobs)
+}
+
+// parallel runs jobs on at most workers goroutines and returns their
+// errors joined.
+func parallel(workers int, jobs []func() error) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ch := make(chan func() error)
+	errs := make(chan error, len(jobs))
+	var wg sync.WaitGroup
+	for range min(workers, len(jobs)) {
+		wg.Go(func() {
+			for job := range ch {
+				errs <- job()
+			}
+		})
+	}
+	for _, job := range jobs {
+		ch <- job
+	}
+	close(ch)
 	wg.Wait()
 	close(errs)
 	var all []error

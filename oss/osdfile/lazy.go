@@ -3,7 +3,6 @@ package osdfile
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -139,40 +138,21 @@ func (d *Device) materializeDurable() error {
 		objs = append(objs, o)
 	}
 	d.lazyMu.Unlock()
-	if len(objs) == 0 {
-		return nil
-	}
-	jobs := make(chan *object)
-	errs := make(chan error, len(objs))
-	var wg sync.WaitGroup
-	for range min(d.cfg.SyncWorkers, len(objs)) {
-		wg.Go(func() {
-			for o := range jobs {
-				o.mu.Lock()
-				if !o.mu.createApplied {
-					o.mu.Unlock()
-					continue
-				}
-				made, err := d.materializeLocked(o)
+	jobs := make([]func() error, len(objs))
+	for i, o := range objs {
+		jobs[i] = func() error {
+			o.mu.Lock()
+			if !o.mu.createApplied {
 				o.mu.Unlock()
-				if made {
-					d.unpinLazy(o)
-				}
-				errs <- err
+				return nil
 			}
-		})
-	}
-	for _, o := range objs {
-		jobs <- o
-	}
-	close(jobs)
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		if err != nil {
-			all = append(all, err)
+			made, err := d.materializeLocked(o)
+			o.mu.Unlock()
+			if made {
+				d.unpinLazy(o)
+			}
+			return err
 		}
 	}
-	return errors.Join(all...)
+	return parallel(d.cfg.SyncWorkers, jobs)
 }
