@@ -260,6 +260,20 @@ func testSlowServer(t *testing.T, mk func(testing.TB) env) {
 	if imp.Info().Timeout <= timeout {
 		t.Fatalf("timeout %v after a slow request, was %v", imp.Info().Timeout, timeout)
 	}
+	// Fast requests in between leave the early replier's timer where it
+	// was (no wakeup each); a slow one after them is still kept alive.
+	for range 100 {
+		if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	early := te.svc.Stats().EarlyReplies
+	if _, err := imp.Do(ctx, &Req{Opcode: opSlow, Body: ms(2 * imp.Info().Timeout)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := te.c.Stats(); te.svc.Stats().EarlyReplies == early || st.Resent != 0 || st.Timeouts != 0 {
+		t.Fatalf("a slow request after fast ones: %d early replies before, %d after, client %+v", early, te.svc.Stats().EarlyReplies, st)
+	}
 }
 
 // testSlowNoEarly: a slow handler whose early replies are lost: the client
