@@ -19,6 +19,8 @@ import (
 // directory) drops both before the lock is given back and tells the
 // Notifier. The cache is bounded by the locks: an inode is kept only while
 // it has a lock or an open file, and the lock client's LRU bounds locks.
+// Names a lookup found missing are kept (up to maxNegatives) while the
+// lock on their directory that the MDT answered with is held.
 
 // inode is what the client knows of one file.
 type inode struct {
@@ -57,7 +59,17 @@ type cache struct {
 	inodes map[fid.FID]*inode
 	dents  map[dentKey]fid.FID
 	byLock map[*ldlm.ClientLock]lockRef
+	// negs are names a lookup found missing, valid while the client
+	// holds the directory lock (with the UPDATE bit) the MDT answered
+	// with, as Lustre's negative dentries are: a name made there by
+	// anyone calls that lock back first. negByLock lists them by lock.
+	// At most maxNegatives.
+	negs      map[dentKey]*ldlm.ClientLock
+	negByLock map[*ldlm.ClientLock][]dentKey
 }
+
+// maxNegatives bounds the missing names the cache keeps.
+const maxNegatives = 1 << 14
 
 // lockRef is what a lock the cache knows covers: an inode's attributes
 // (and entries), or only the layout of an open file (an open's lock).
@@ -73,6 +85,73 @@ func (c *cache) init() {
 	c.inodes = make(map[fid.FID]*inode)
 	c.dents = make(map[dentKey]fid.FID)
 	c.byLock = make(map[*ldlm.ClientLock]lockRef)
+	c.negs = make(map[dentKey]*ldlm.ClientLock)
+	c.negByLock = make(map[*ldlm.ClientLock][]dentKey)
+}
+
+// storeNegative records that name is not in parent while l, a lock on
+// parent with the UPDATE bit that the lookup's reference keeps from going
+// meanwhile, is held.
+func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock) {
+	if l == nil || l.Policy().Bits&ldlm.BitUpdate == 0 || l.Resource.ID != ldlm.ResIDOfFID(parent.Seq, parent.Oid, parent.Ver) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := dentKey{parent, name}
+	if _, ok := c.negs[k]; ok || len(c.negs) >= maxNegatives {
+		return
+	}
+	c.negs[k] = l
+	c.negByLock[l] = append(c.negByLock[l], k)
+}
+
+// negative reports whether name is known missing from parent.
+func (c *cache) negative(parent fid.FID, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.negs[dentKey{parent, name}]
+	return ok
+}
+
+// takeNegative forgets that name is missing from parent (the client is
+// making it) and reports whether it was known missing.
+func (c *cache) takeNegative(parent fid.FID, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := dentKey{parent, name}
+	if _, ok := c.negs[k]; !ok {
+		return false
+	}
+	delete(c.negs, k) // its negByLock entry goes with the lock
+	return true
+}
+
+// dropNegativesLocked forgets the missing names l kept valid and returns
+// them, for the Notifier.
+func (c *cache) dropNegativesLocked(l *ldlm.ClientLock) []dentKey {
+	ks := c.negByLock[l]
+	if ks == nil {
+		return nil
+	}
+	delete(c.negByLock, l)
+	out := ks[:0]
+	for _, k := range ks {
+		if c.negs[k] == l {
+			delete(c.negs, k)
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// invalidateEntries tells the Notifier that names are gone from the cache.
+func invalidateEntries(fs *FS, names []dentKey) {
+	if n := fs.cfg.Notify; n != nil {
+		for _, k := range names {
+			n.InvalidateEntry(k.parent, k.name)
+		}
+	}
 }
 
 // closeData closes an inode's objects; the caller has taken it out of the
@@ -200,11 +279,14 @@ func (c *cache) invalidate(f fid.FID) {
 // goes, and the Notifier hears of it.
 func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	c.mu.Lock()
+	negs := c.dropNegativesLocked(l)
 	ref, ok := c.byLock[l]
 	if !ok {
 		c.mu.Unlock()
+		invalidateEntries(fs, negs)
 		return
 	}
+	defer invalidateEntries(fs, negs)
 	delete(c.byLock, l)
 	f := ref.fid
 	ino := c.inodes[f]
@@ -259,6 +341,11 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 // Notifier hears of the attributes only.
 func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
 	c.mu.Lock()
+	var negs []dentKey
+	if dropped&ldlm.BitUpdate != 0 {
+		negs = c.dropNegativesLocked(l) // a name may be made in the directory now
+	}
+	defer invalidateEntries(fs, negs)
 	ref, ok := c.byLock[l]
 	if !ok {
 		c.mu.Unlock()
@@ -296,7 +383,16 @@ func (c *cache) dropAll(fs *FS) {
 	}
 	clear(c.dents)
 	clear(c.byLock)
+	negs := make([]dentKey, 0, len(c.negs))
+	for k := range c.negs {
+		negs = append(negs, k)
+	}
+	clear(c.negs)
+	clear(c.negByLock)
 	c.mu.Unlock()
+	if fs.ctx.Err() == nil {
+		defer invalidateEntries(fs, negs)
+	}
 	for _, ino := range gone {
 		ino.closeData()
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -364,6 +365,16 @@ func TestNegativeLookupsKeepOneLock(t *testing.T) {
 		}
 	}
 	after := a.LockStats()
+	// Looked up again, the missing names cost no RPC: the directory's lock
+	// keeps them known missing.
+	for i := range n {
+		if _, err := a.Lookup(ctx, cred, d.FID, fmt.Sprint("missing", i)); client.Errno(err) != syscall.ENOENT || !a.NegativeCached(d.FID, fmt.Sprint("missing", i)) {
+			t.Fatalf("second lookup of a missing name: %v", err)
+		}
+	}
+	if again := a.LockStats(); again.Enqueues != after.Enqueues {
+		t.Errorf("%d enqueues for lookups of names known missing, want 0", again.Enqueues-after.Enqueues)
+	}
 	if got := after.Duplicates - before.Duplicates; got < n-1 {
 		t.Errorf("%d duplicate directory locks given back for %d negative lookups, want at least %d", got, n, n-1)
 	}
@@ -379,5 +390,102 @@ func TestNegativeLookupsKeepOneLock(t *testing.T) {
 	}
 	if got, err := a.Lookup(ctx, cred, d.FID, "missing7"); err != nil || got.FID != f.FID() {
 		t.Errorf("lookup of the name another client made: %+v, %v, want %v", got, err, f.FID())
+	}
+	if a.NegativeCached(d.FID, "missing8") {
+		t.Error("names stay known missing after a create in their directory called the lock back")
+	}
+}
+
+// entryRecorder is a Notifier that records the entries it is told of.
+type entryRecorder struct {
+	mu      sync.Mutex
+	entries map[string]int
+}
+
+func (r *entryRecorder) InvalidateAttr(client.FID)               {}
+func (r *entryRecorder) InvalidateData(client.FID, int64, int64) {}
+func (r *entryRecorder) InvalidateEntry(parent client.FID, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.entries[name]++
+}
+
+func (r *entryRecorder) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.entries[name]
+}
+
+// TestNegativeEntryNotifications: the kernel hears that a name known
+// missing may exist when the directory's lock goes; not when this client
+// makes the name itself (the kernel does), unless making it failed.
+func TestNegativeEntryNotifications(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := &entryRecorder{entries: map[string]int{}}
+	cfg := c.ClientConfig(0)
+	cfg.Notify = rec
+	a, err := client.Mount(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	b := c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(name string) {
+		t.Helper()
+		if _, err := a.Lookup(ctx, cred, d.FID, name); client.Errno(err) != syscall.ENOENT || !a.NegativeCached(d.FID, name) {
+			t.Fatalf("lookup of missing %s: %v", name, err)
+		}
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5s", what)
+			}
+		}
+	}
+	bCreate := func(name string) {
+		t.Helper()
+		f, _, err := b.Create(ctx, cred, d.FID, name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another client's create in the directory: x may exist now.
+	missing("x")
+	bCreate("y")
+	eventually("x invalidated", func() bool { return rec.count("x") == 1 })
+	// This client makes z, which it found missing: the kernel's own
+	// create replaces its entry, nothing to tell.
+	missing("z")
+	f, _, err := a.Create(ctx, cred, d.FID, "z", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close(ctx)
+	// This client's create of w loses to another's: w is told of once
+	// the failure is known, though the lock that went no longer had it.
+	missing("w")
+	done := a.MakingName(d.FID, "w")
+	bCreate("w")
+	if n := rec.count("w"); n != 0 {
+		t.Fatalf("w told of %d times while this client was making it", n)
+	}
+	done(fmt.Errorf("create: %w", syscall.EEXIST))
+	if n := rec.count("w"); n != 1 {
+		t.Fatalf("w told of %d times after this client failed to make it, want 1", n)
+	}
+	if n := rec.count("z"); n != 0 {
+		t.Fatalf("z, which this client made, told of %d times", n)
 	}
 }

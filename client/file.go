@@ -64,6 +64,10 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 	if flags&syscall.O_CREAT != 0 {
 		op |= mdc.ItCreat
 		fs.cache.forgetEntry(parent, name)
+		done := fs.makingName(parent, name)
+		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})
+		done(err)
+		return f, a, err
 	}
 	return fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})
 }

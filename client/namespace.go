@@ -101,11 +101,17 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 			return withSize(ctx, a, lay)
 		}
 	}
+	if fs.cache.negative(parent, name) && fs.mayExec(cred, parent) {
+		return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
+	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItGetattr, Parent: parent, Name: name}, fs.hooks())
 	if err != nil {
 		if rep != nil && rep.Lock != nil {
+			if rep.Negative {
+				fs.cache.storeNegative(parent, name, rep.Lock)
+			}
 			rep.Lock.Release()
 		}
 		return Attr{}, err
@@ -115,6 +121,37 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 		rep.Lock.Release()
 	}
 	return withSize(ctx, rep.Attr, rep.Layout)
+}
+
+// makingName is called before a change that makes name in parent. The
+// kernel's negative entry for the name, if the client knew it missing,
+// is the change's to replace (the kernel instantiates what a FUSE create,
+// mkdir, link or rename makes), so the directory lock's callback need not
+// invalidate it, which would cost every create a notification; done,
+// called with the change's outcome, invalidates it if the change failed
+// (another client may have made the name meanwhile).
+func (fs *FS) makingName(parent FID, name string) (done func(error)) {
+	if !fs.cache.takeNegative(parent, name) {
+		return func(error) {}
+	}
+	return func(err error) {
+		if err != nil {
+			invalidateEntries(fs, []dentKey{{parent, name}})
+		}
+	}
+}
+
+// NegativeCached reports whether the client knows name is missing from
+// parent under a lock on parent (a lookup of it found nothing), which a
+// name made there calls back first.
+func (fs *FS) NegativeCached(parent FID, name string) bool { return fs.cache.negative(parent, name) }
+
+// NegativeShared is NegativeCached for a cache every user shares (the
+// kernel's): also, by parent's cached attributes (no RPC), anyone may
+// search parent.
+func (fs *FS) NegativeShared(parent FID, name string) bool {
+	a, _, ok := fs.cache.attr(parent)
+	return ok && a.Mode&0o001 != 0 && fs.cache.negative(parent, name)
 }
 
 // lazySize leaves the MDT's attributes as they are (LookupLazySize).
@@ -326,20 +363,22 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 }
 
 // Mkdir makes directory name in parent.
-func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mode uint32) (Attr, error) {
+func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mode uint32) (_ Attr, err error) {
 	if err := fs.precheck(parent, name); err != nil {
 		return Attr{}, err
 	}
+	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	return fs.mdc.Mkdir(ctx, cred, parent, name, mode)
 }
 
 // Mknod makes a device, FIFO or socket (mode carries the type).
-func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mode uint32, rdev uint64) (Attr, error) {
+func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mode uint32, rdev uint64) (_ Attr, err error) {
 	if err := fs.precheck(parent, name); err != nil {
 		return Attr{}, err
 	}
+	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	if mode&sIFMT == sIFREG || mode&sIFMT == 0 {
@@ -350,10 +389,11 @@ func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mod
 }
 
 // Symlink makes a symbolic link name in parent pointing at target.
-func (fs *FS) Symlink(ctx context.Context, cred Cred, parent FID, name, target string) (Attr, error) {
+func (fs *FS) Symlink(ctx context.Context, cred Cred, parent FID, name, target string) (_ Attr, err error) {
 	if err := fs.precheck(parent, name); err != nil {
 		return Attr{}, err
 	}
+	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
 	if len(target) == 0 || len(target) > 4095 {
 		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), syscall.ENAMETOOLONG)
 	}
@@ -445,9 +485,12 @@ func (fs *FS) Rename(ctx context.Context, cred Cred, sp FID, sname string, tp FI
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	done := fs.makingName(tp, tname)
 	fs.giveBack(ctx, sp, sname)
 	fs.giveBack(ctx, tp, tname)
-	return fs.mdc.Rename(ctx, cred, sp, sname, tp, tname, flags)
+	err := fs.mdc.Rename(ctx, cred, sp, sname, tp, tname, flags)
+	done(err)
+	return err
 }
 
 // Rename flags (renameat2's).
@@ -457,10 +500,11 @@ const (
 )
 
 // Link makes name in parent another link to f.
-func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (Attr, error) {
+func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (_ Attr, err error) {
 	if err := fs.precheck(parent, name); err != nil {
 		return Attr{}, err
 	}
+	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	a, err := fs.mdc.Link(ctx, cred, f, parent, name)

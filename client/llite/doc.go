@@ -36,7 +36,13 @@
 // # Kernel caches and coherence
 //
 // Entries and the attributes of directories, symlinks and devices that
-// the library caches under MDT locks are given to the kernel for an hour;
+// the library caches under MDT locks are given to the kernel for an hour,
+// and so are names a lookup found missing (negative entries), which the
+// library knows missing while it holds the directory's lock, in
+// directories everyone may search: a shell's PATH search or a compiler's
+// include search asks the MDT once per missing name, not once per look.
+// A name this client makes replaces its negative entry in the kernel;
+// one another client makes calls the lock back, which invalidates it;
 // regular files' attributes are not cached by the kernel (their size is
 // the OSTs', which the library settles under extent locks), nor is
 // anything a namespace change or setattr returns (no lock covers it, so

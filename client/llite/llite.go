@@ -453,6 +453,18 @@ type rawFS struct {
 // released holds flock() locks of ReleaseIn.LockOwner.
 const releaseFlockUnlock = 1 << 1
 
+// Lookup turns a missing name that node.Lookup gave an entry timeout into
+// a negative entry the kernel caches for that long (go-fuse's bridge knows
+// only one timeout for every missing name).
+func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	st := r.RawFileSystem.Lookup(cancel, h, name, out)
+	if st == fuse.ENOENT && out.EntryTimeout() > 0 {
+		*out = fuse.EntryOut{EntryValid: out.EntryValid, EntryValidNsec: out.EntryValidNsec}
+		return fuse.OK
+	}
+	return st
+}
+
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	st := r.RawFileSystem.Flush(cancel, in)
 	r.m.dropLocks(&fuse.Context{Caller: in.Caller, Cancel: cancel}, in.NodeId, in.LockOwner)

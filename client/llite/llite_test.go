@@ -148,6 +148,7 @@ func TestLlite(t *testing.T) {
 	t.Run("append", func(t *testing.T) { testAppend(t, a, b) })
 	t.Run("locks", func(t *testing.T) { testLocks(t, a, b) })
 	t.Run("names", func(t *testing.T) { testNames(t, a, b) })
+	t.Run("negative", func(t *testing.T) { testNegative(t, a, b) })
 	t.Run("unmount", func(t *testing.T) { testUnmount(t, c) })
 	t.Run("readonly", func(t *testing.T) { testReadOnly(t, c, a) })
 }
@@ -760,6 +761,90 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 // testNames: names changed through one mount change in the other (the
 // kernel's entries there go when the library's locks are called back;
 // that is asynchronous, so poll briefly).
+// testNegative: a name looked up missing stays known missing (to the
+// library and, as a negative entry, to the kernel) only until a name is
+// made in its directory, by the other mount or by this one.
+func testNegative(t *testing.T, a, b *llite.Server) {
+	mkdir(t, filepath.Join(a.Dir(), "neg"), 0o755)
+	pa := func(s string) string { return filepath.Join(a.Dir(), "neg", s) }
+	pb := func(s string) string { return filepath.Join(b.Dir(), "neg", s) }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir, err := a.FS().Lookup(ctx, client.Root(), a.FS().Root(), "neg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(p string) bool { _, err := os.Stat(p); return errors.Is(err, syscall.ENOENT) }
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range 3 {
+		if !missing(pa("ghost")) {
+			t.Fatal("stat of a missing name does not fail with ENOENT")
+		}
+	}
+	if !a.FS().NegativeCached(dir.FID, "ghost") {
+		t.Fatal("a name looked up missing is not known missing")
+	}
+	// b makes it: a sees it (the kernel's negative entry went with the
+	// directory lock), file and directory alike.
+	if err := os.WriteFile(pb("ghost"), []byte("boo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a sees the file b made", func() bool { d, err := os.ReadFile(pa("ghost")); return err == nil && string(d) == "boo" })
+	if !missing(pa("spook")) {
+		t.Fatal("stat of spook")
+	}
+	if err := os.Mkdir(pb("spook"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a sees the directory b made", func() bool { st, err := os.Stat(pa("spook")); return err == nil && st.IsDir() })
+	// Gone and back again.
+	if err := os.Remove(pb("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a sees ghost unlinked", func() bool { return missing(pa("ghost")) })
+	if err := os.WriteFile(pb("ghost"), []byte("again"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a sees ghost made again", func() bool { d, err := os.ReadFile(pa("ghost")); return err == nil && string(d) == "again" })
+	// a makes a name it found missing itself.
+	if !missing(pa("mine")) {
+		t.Fatal("stat of mine")
+	}
+	if err := os.WriteFile(pa("mine"), []byte("m"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := os.ReadFile(pa("mine")); err != nil || string(d) != "m" {
+		t.Fatalf("a reads the file it made over its missing name: %q %v", d, err)
+	}
+	eventually("b sees mine", func() bool { d, err := os.ReadFile(pb("mine")); return err == nil && string(d) == "m" })
+	// a's exclusive create of a name it found missing loses to b's: the
+	// kernel must not keep its negative entry.
+	for i := range 20 {
+		name := fmt.Sprint("race", i)
+		if !missing(pa(name)) {
+			t.Fatalf("stat of %s", name)
+		}
+		if err := os.WriteFile(pb(name), []byte("b"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(pa(name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			f.Close()
+			t.Fatalf("a's O_EXCL create of %s, which b made, succeeded", name)
+		}
+		eventually("a sees "+name, func() bool { d, err := os.ReadFile(pa(name)); return err == nil && string(d) == "b" })
+	}
+}
+
 func testNames(t *testing.T, a, b *llite.Server) {
 	pa := func(s string) string { return filepath.Join(a.Dir(), "names", s) }
 	pb := func(s string) string { return filepath.Join(b.Dir(), "names", s) }

@@ -72,7 +72,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	// need not (it would be a second glimpse of every stat).
 	a, err := n.m.fs.LookupLazySize(ctx, cred, n.fid, name)
 	if err != nil {
-		return nil, n.m.errno(err, "lookup", n.fid, "name", name)
+		errno := n.m.errno(err, "lookup", n.fid, "name", name)
+		if errno == syscall.ENOENT && n.m.fs.NegativeShared(n.fid, name) {
+			// Missing under the directory's lock: the kernel may keep it
+			// (rawFS.Lookup makes it a negative entry) until the lock's
+			// callback invalidates it, as it does names that exist; not
+			// in a directory that not everyone may search.
+			out.SetEntryTimeout(cacheTTL)
+		}
+		return nil, errno
 	}
 	fillEntry(a, out, true)
 	if pa, err := n.m.fs.Getattr(ctx, cred, n.fid); err != nil || pa.Mode&0o001 == 0 {
