@@ -761,6 +761,18 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 // testNames: names changed through one mount change in the other (the
 // kernel's entries there go when the library's locks are called back;
 // that is asynchronous, so poll briefly).
+// within fails t unless cond holds within d (what the other mount does
+// reaches this one's kernel through notifications, which run apart from
+// the changes).
+func within(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
+
 // testNegative: a name looked up missing stays known missing (to the
 // library and, as a negative entry, to the kernel) only until a name is
 // made in its directory, by the other mount or by this one.
@@ -775,16 +787,7 @@ func testNegative(t *testing.T, a, b *llite.Server) {
 		t.Fatal(err)
 	}
 	missing := func(p string) bool { _, err := os.Stat(p); return errors.Is(err, syscall.ENOENT) }
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 5s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	eventually := func(what string, cond func() bool) { t.Helper(); within(t, 5*time.Second, what, cond) }
 	for range 3 {
 		if !missing(pa("ghost")) {
 			t.Fatal("stat of a missing name does not fail with ENOENT")
@@ -859,16 +862,7 @@ func testNames(t *testing.T, a, b *llite.Server) {
 			t.Fatal(err)
 		}
 	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 5s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	eventually := func(what string, cond func() bool) { t.Helper(); within(t, 5*time.Second, what, cond) }
 	if err := os.Remove(pa("x")); err != nil {
 		t.Fatal(err)
 	}
