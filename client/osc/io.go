@@ -94,7 +94,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 		busy, flushFirst := o.mu.truncating > 0, false
 		need := 0
 		for i := first; i <= last && !busy; i++ {
-			p := o.mu.pages[i]
+			p := o.mu.pages.get(i)
 			switch {
 			case p == nil:
 				need++
@@ -140,7 +140,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 		absent := 0
 		var present []*page
 		for i := first; i <= last; i++ {
-			if p := o.mu.pages[i]; p == nil {
+			if p := o.mu.pages.get(i); p == nil {
 				absent++
 			} else {
 				present = append(present, p)
@@ -150,7 +150,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 		bufs := c.cache.allocLocked(o, absent)
 		fresh := make([]*page, 0, len(bufs))
 		for i := first; i <= last && len(fresh) < len(bufs); i++ {
-			if o.mu.pages[i] == nil {
+			if o.mu.pages.get(i) == nil {
 				fresh = append(fresh, &page{obj: o, idx: i, data: bufs[len(fresh)]})
 			}
 		}
@@ -165,7 +165,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 			continue
 		}
 		for _, p := range fresh {
-			o.mu.pages[p.idx] = p
+			o.mu.pages.set(p.idx, p)
 		}
 		n, sync := o.applyWriteLocked(buf, off, ok)
 		o.mu.Unlock()
@@ -198,7 +198,7 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *b
 	pulled, added := 0, false
 	lru := make([]*page, 0, last-first+1)
 	for i := first; i <= last; i++ {
-		p := o.mu.pages[i]
+		p := o.mu.pages.get(i)
 		ws := pageSpan(i, off, end)
 		wasClean := p.clean()
 		if p.valid.empty() || (wasClean && !p.uptodate() && !p.valid.touches(ws)) {
@@ -361,7 +361,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		o.mu.Lock()
 		var lru []*page
 		for _, p := range mine {
-			if p.held && o.mu.pages[p.idx] == p {
+			if p.held && o.mu.pages.get(p.idx) == p {
 				p.held = false
 				lru = append(lru, p)
 			}
@@ -376,7 +376,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		// punch is about to remove.
 		wait := o.mu.truncating > 0
 		for i := first; i <= last && !wait; i++ {
-			p := o.mu.pages[i]
+			p := o.mu.pages.get(i)
 			switch {
 			case p == nil:
 				missing = append(missing, i)
@@ -393,7 +393,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 			lru := make([]*page, 0, last-first+1)
 			hits := 0
 			for i := first; i <= last; i++ {
-				p := o.mu.pages[i]
+				p := o.mu.pages.get(i)
 				s := pageSpan(i, off, end)
 				at := int(p.off(s.from) - off)
 				copy(buf[at:at+s.to-s.from], p.data[s.from:s.to])
@@ -425,7 +425,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		exact, esize := o.exactSizeLocked()
 		absent := 0
 		for _, i := range missing {
-			if o.mu.pages[i] == nil {
+			if o.mu.pages.get(i) == nil {
 				absent++
 			}
 		}
@@ -433,7 +433,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 		full, filling := len(bufs) < absent, 0
 		var zeroed []*page
 		for _, i := range missing {
-			p := o.mu.pages[i]
+			p := o.mu.pages.get(i)
 			if p == nil {
 				if len(bufs) == 0 {
 					break
@@ -441,7 +441,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 				b := bufs[0]
 				bufs = bufs[1:]
 				p = &page{obj: o, idx: i, data: b}
-				o.mu.pages[i] = p
+				o.mu.pages.set(i, p)
 				if exact && p.off(0) >= esize {
 					clear(b)
 					p.valid = wholePage
@@ -470,7 +470,7 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 				}
 				r.bufs = rebuildBufs(r.segs)
 				if p.valid.empty() {
-					delete(o.mu.pages, i)
+					o.mu.pages.del(i)
 					c.cache.release([]*page{p})
 				}
 				break
@@ -529,7 +529,7 @@ func (o *Object) readAhead(exts []extent) {
 	var cur []uint64
 	for _, e := range exts {
 		for i := e.start / PageSize; i < e.end/PageSize; i++ {
-			if o.mu.pages[i] != nil {
+			if o.mu.pages.get(i) != nil {
 				continue
 			}
 			if len(cur) > 0 && (uint64(len(cur)) == rpcPages || i/rpcPages != cur[0]/rpcPages) {
@@ -562,7 +562,7 @@ func (o *Object) readAhead(exts []extent) {
 			if len(bufs) == 0 {
 				break
 			}
-			if o.mu.pages[i] != nil {
+			if o.mu.pages.get(i) != nil {
 				continue // cached meanwhile
 			}
 			p := &page{obj: o, idx: i, data: bufs[0], state: pageFilling}
@@ -572,7 +572,7 @@ func (o *Object) readAhead(exts []extent) {
 			}
 			bufs = bufs[1:]
 			p.ra = true
-			o.mu.pages[i] = p
+			o.mu.pages.set(i, p)
 			o.mu.busy++
 		}
 		c.cache.freeBufs(bufs)

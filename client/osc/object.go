@@ -47,7 +47,7 @@ type Object struct {
 	mu struct {
 		sync.Mutex
 		// pages are the cached pages by index.
-		pages map[uint64]*page
+		pages pageTable
 		// dirtyIdx holds the indexes of the charged dirty pages not yet
 		// in an RPC, sorted; dirtySince is when the oldest became dirty.
 		dirtyIdx   []uint64
@@ -83,7 +83,6 @@ type Object struct {
 func newObject(c *Client, f fid.FID) *Object {
 	o := &Object{c: c, fid: f, res: ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeExtent}}
 	o.hooks = ldlm.Hooks{Blocking: o.blocking, Glimpse: o.glimpse}
-	o.mu.pages = make(map[uint64]*page)
 	o.mu.locks = make(map[*ldlm.ClientLock]lockInfo)
 	o.mu.changed = make(chan struct{})
 	return o
@@ -401,7 +400,7 @@ func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error) 
 					o.undirtyLocked(p)
 				}
 			}
-			delete(o.mu.pages, p.idx)
+			o.mu.pages.del(p.idx)
 		}
 		if dirty > 0 {
 			c.st.lostPages.Add(uint64(dirty))
@@ -433,9 +432,9 @@ func (o *Object) discardAll(err error) {
 // pagesInLocked returns the cached pages with index in [first, last].
 func (o *Object) pagesInLocked(first, last uint64) []*page {
 	var out []*page
-	if last-first < uint64(len(o.mu.pages)) {
+	if last-first < uint64(o.mu.pages.len()) {
 		for i := first; ; i++ {
-			if p := o.mu.pages[i]; p != nil {
+			if p := o.mu.pages.get(i); p != nil {
 				out = append(out, p)
 			}
 			if i == last {
@@ -444,7 +443,7 @@ func (o *Object) pagesInLocked(first, last uint64) []*page {
 		}
 		return out
 	}
-	for _, p := range o.mu.pages {
+	for p := range o.mu.pages.all {
 		if p.idx >= first && p.idx <= last {
 			out = append(out, p)
 		}
@@ -455,8 +454,8 @@ func (o *Object) pagesInLocked(first, last uint64) []*page {
 // evictLocked takes a clean idle page out of the object for the cache's
 // evictor, which holds o.mu and the cache's lock.
 func (o *Object) evictLocked(p *page) {
-	if o.mu.pages[p.idx] == p {
-		delete(o.mu.pages, p.idx)
+	if o.mu.pages.get(p.idx) == p {
+		o.mu.pages.del(p.idx)
 	}
 }
 
@@ -495,7 +494,7 @@ func (o *Object) gatherLocked(first, last uint64) *brwRPC {
 	r := &brwRPC{obj: o, write: true, mtime: o.mu.mtime, job: o.mu.job}
 	j := i
 	for ; j < len(idx) && idx[j] <= last && len(r.segs) < o.c.rpcPages(); j++ {
-		p := o.mu.pages[idx[j]]
+		p := o.mu.pages.get(idx[j])
 		if p.state != pageIdle {
 			continue // being filled: next time
 		}
@@ -512,7 +511,7 @@ func (o *Object) gatherLocked(first, last uint64) *brwRPC {
 	}
 	w := i
 	for k := i; k < j; k++ {
-		if o.mu.pages[idx[k]].state != pageWriteback {
+		if o.mu.pages.get(idx[k]).state != pageWriteback {
 			idx[w] = idx[k]
 			w++
 		}
@@ -550,8 +549,8 @@ func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
 			lru = append(lru, p)
 			continue
 		}
-		if o.mu.pages[p.idx] == p {
-			delete(o.mu.pages, p.idx)
+		if o.mu.pages.get(p.idx) == p {
+			o.mu.pages.del(p.idx)
 		}
 		freed = append(freed, p)
 	}
@@ -586,8 +585,8 @@ func (o *Object) fillDone(r *brwRPC, err error) {
 		}
 		p.held = false
 		if p.clean() {
-			if o.mu.pages[p.idx] == p {
-				delete(o.mu.pages, p.idx)
+			if o.mu.pages.get(p.idx) == p {
+				o.mu.pages.del(p.idx)
 			}
 			freed = append(freed, p)
 		} else {
@@ -787,7 +786,7 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 				uncharged++
 				o.undirtyLocked(p)
 			}
-			delete(o.mu.pages, p.idx)
+			o.mu.pages.del(p.idx)
 			freed = append(freed, p)
 		}
 		c.cache.lruUpdate(lru)

@@ -329,7 +329,7 @@ func (c *Client) Open(f fid.FID) *Object {
 func (c *Client) tryForget(o *Object) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.mu.pages) > 0 || len(o.mu.locks) > 0 {
+	if o.mu.pages.len() > 0 || len(o.mu.locks) > 0 {
 		return
 	}
 	c.mu.Lock()

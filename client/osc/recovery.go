@@ -165,7 +165,7 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 	var rpcs []*brwRPC
 	r := &brwRPC{obj: o, write: true}
 	for _, p := range e.pages {
-		if o.mu.pages[p.idx] != p || p.data == nil || p.state != pageIdle || p.unstable != e.transno || p.valid.empty() {
+		if o.mu.pages.get(p.idx) != p || p.data == nil || p.state != pageIdle || p.unstable != e.transno || p.valid.empty() {
 			continue
 		}
 		p.unstable = 0
