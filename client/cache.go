@@ -65,7 +65,7 @@ type cache struct {
 	// anyone calls that lock back first. negByLock lists them by lock.
 	// At most maxNegatives.
 	negs      map[dentKey]*ldlm.ClientLock
-	negByLock map[*ldlm.ClientLock][]dentKey
+	negByLock map[*ldlm.ClientLock]map[dentKey]struct{}
 }
 
 // maxNegatives bounds the missing names the cache keeps.
@@ -86,7 +86,7 @@ func (c *cache) init() {
 	c.dents = make(map[dentKey]fid.FID)
 	c.byLock = make(map[*ldlm.ClientLock]lockRef)
 	c.negs = make(map[dentKey]*ldlm.ClientLock)
-	c.negByLock = make(map[*ldlm.ClientLock][]dentKey)
+	c.negByLock = make(map[*ldlm.ClientLock]map[dentKey]struct{})
 }
 
 // storeNegative records that name is not in parent while l, a lock on
@@ -99,11 +99,16 @@ func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
-	if _, ok := c.negs[k]; ok || len(c.negs) >= maxNegatives {
+	if _, ok := c.negs[k]; ok || len(c.negs) >= maxNegatives || l.Gone() {
 		return
 	}
 	c.negs[k] = l
-	c.negByLock[l] = append(c.negByLock[l], k)
+	ks := c.negByLock[l]
+	if ks == nil {
+		ks = make(map[dentKey]struct{})
+		c.negByLock[l] = ks
+	}
+	ks[k] = struct{}{}
 }
 
 // negative reports whether name is known missing from parent.
@@ -120,10 +125,12 @@ func (c *cache) takeNegative(parent fid.FID, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
-	if _, ok := c.negs[k]; !ok {
+	l, ok := c.negs[k]
+	if !ok {
 		return false
 	}
-	delete(c.negs, k) // its negByLock entry goes with the lock
+	delete(c.negs, k)
+	delete(c.negByLock[l], k)
 	return true
 }
 
@@ -135,12 +142,10 @@ func (c *cache) dropNegativesLocked(l *ldlm.ClientLock) []dentKey {
 		return nil
 	}
 	delete(c.negByLock, l)
-	out := ks[:0]
-	for _, k := range ks {
-		if c.negs[k] == l {
-			delete(c.negs, k)
-			out = append(out, k)
-		}
+	out := make([]dentKey, 0, len(ks))
+	for k := range ks {
+		delete(c.negs, k)
+		out = append(out, k)
 	}
 	return out
 }
@@ -176,7 +181,7 @@ func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock, entry dentKey) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.byLock[l]; ok {
+	if _, ok := c.byLock[l]; ok || l.Gone() {
 		return false
 	}
 	c.byLock[l] = lockRef{fid: f, layoutOnly: true, entry: entry}
@@ -222,7 +227,7 @@ func (c *cache) lookup(parent fid.FID, name string) (fid.FID, bool) {
 func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent fid.FID, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l == nil {
+	if l == nil || l.Gone() { // (gone: dropped by an eviction meanwhile, its hook has run)
 		if ino := c.inodes[a.FID]; ino != nil {
 			ino.attr = a
 			if lay != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/internal/params"
 )
 
 func TestMain(m *testing.M) { clustertest.Main(m) }
@@ -487,5 +488,90 @@ func TestNegativeEntryNotifications(t *testing.T) {
 	}
 	if n := rec.count("z"); n != 0 {
 		t.Fatalf("z, which this client made, told of %d times", n)
+	}
+}
+
+// TestCreateFindsNameTaken: an O_CREAT open of a name the client knew
+// missing that another client made meanwhile (as a directory: the open
+// finds it, without O_EXCL) tells the Notifier, whose kernel keeps its
+// negative entry otherwise.
+func TestCreateFindsNameTaken(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := &entryRecorder{entries: map[string]int{}}
+	cfg := c.ClientConfig(0)
+	cfg.Notify = rec
+	a, err := client.Mount(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	b := c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.FID, "n"); client.Errno(err) != syscall.ENOENT {
+		t.Fatal(err)
+	}
+	client.SetBeforeCreate(func() {
+		if _, err := b.Mkdir(ctx, cred, d.FID, "n", 0o755); err != nil {
+			t.Error(err)
+		}
+	})
+	f, at, err := a.Create(ctx, cred, d.FID, "n", syscall.O_RDONLY|syscall.O_CREAT, 0o644, nil)
+	client.SetBeforeCreate(nil)
+	if err != nil || at.Mode&syscall.S_IFMT != syscall.S_IFDIR || f.Created() {
+		t.Fatalf("O_CREAT open of the directory b made: mode %o, %v", at.Mode, err)
+	}
+	f.Close(ctx)
+	if n := rec.count("n"); n != 1 {
+		t.Fatalf("n told of %d times after the open found it made by another client, want 1", n)
+	}
+}
+
+// TestEvictedClientSeesNewNames: after the MDT evicts a client, the locks
+// it held are gone on both sides, so that a name found missing after the
+// reconnection is kept under a lock the MDT will call back when another
+// client makes it.
+func TestEvictedClientSeesNewNames(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, b := c.Mount(0), c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.FID, "x"); client.Errno(err) != syscall.ENOENT || !a.NegativeCached(d.FID, "x") {
+		t.Fatalf("lookup of missing x: %v", err)
+	}
+	if _, err := params.Default.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: "mdt.*.evict_client", Value: "nid:" + clustertest.ClientAddr(0) + "@tcp"}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := a.Getattr(ctx, cred, a.Root()); err == nil && !a.NegativeCached(d.FID, "x") {
+			break // evicted, reconnected, caches dropped
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client does not notice its eviction")
+		}
+	}
+	if st := a.LockStats(); st.Locks > 1 {
+		t.Errorf("%d locks known after the eviction (the MDT forgot them)", st.Locks)
+	}
+	if _, err := a.Lookup(ctx, cred, d.FID, "x"); client.Errno(err) != syscall.ENOENT {
+		t.Fatalf("lookup of missing x after the eviction: %v", err)
+	}
+	f, _, err := b.Create(ctx, cred, d.FID, "x", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close(ctx)
+	if got, err := a.Lookup(ctx, cred, d.FID, "x"); err != nil || got.FID != f.FID() {
+		t.Fatalf("lookup on the evicted client of x, which b made: %+v, %v", got, err)
 	}
 }

@@ -5,5 +5,9 @@ import "github.com/nacrefs/nacre/ldlm"
 // LockStats exposes the client's lock counters to the tests.
 func (fs *FS) LockStats() ldlm.ClientStats { return fs.lk.Stats() }
 
+// SetBeforeCreate sets a function Create calls between taking a missing
+// name's negative entry and its RPC (nil: none).
+func SetBeforeCreate(f func()) { testBeforeCreate = f }
+
 // MakingName exposes FS.makingName to the tests.
 func (fs *FS) MakingName(parent FID, name string) func(error) { return fs.makingName(parent, name) }

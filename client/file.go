@@ -45,6 +45,13 @@ type File struct {
 // default layout, else the file system's).
 type CreateOptions = mdc.CreateOptions
 
+// errExisted tells makingName that a create found its name taken.
+var errExisted = errors.New("the name existed")
+
+// testBeforeCreate, set by tests, runs between an O_CREAT open's taking of
+// the name's negative entry and its RPC.
+var testBeforeCreate func()
+
 // Create opens name in parent with Linux's open flags, making it (a
 // regular file with permission bits mode) if O_CREAT says so: one
 // LDLM_ENQUEUE with an open intent. It returns the file and its
@@ -65,8 +72,18 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 		op |= mdc.ItCreat
 		fs.cache.forgetEntry(parent, name)
 		done := fs.makingName(parent, name)
+		if testBeforeCreate != nil {
+			testBeforeCreate()
+		}
 		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})
-		done(err)
+		if err == nil && !f.Created() {
+			// It existed (another client made it since the name was
+			// found missing): the kernel's create fails or finds a file
+			// it did not make, and keeps its negative entry unless told.
+			done(errExisted)
+		} else {
+			done(err)
+		}
 		return f, a, err
 	}
 	return fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})

@@ -124,7 +124,13 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 		return nil, fmt.Errorf("mount %s: %w", cfg.FSName, err)
 	}
 	icfg := mdc.ImportConfig(mdt.GetName(), servers(mdt)...)
-	icfg.OnEvict = func(*ptlrpc.Import) { fs.cache.dropAll(fs) }
+	// Evicted, the client's MDT locks are gone on the server: they go
+	// here too (their hooks drop what they covered) before any new
+	// request, so that nothing is filed under them again.
+	icfg.OnEvict = func(imp *ptlrpc.Import) {
+		fs.lk.ImportEvicted(imp)
+		fs.cache.dropAll(fs)
+	}
 	// An MDT that restarts and takes the client back (its recovery
 	// window) gets the client's IBITS locks again, so the caches under
 	// them stay valid, and its open files (files unlinked while open stay

@@ -147,11 +147,11 @@ func (fs *FS) makingName(parent FID, name string) (done func(error)) {
 func (fs *FS) NegativeCached(parent FID, name string) bool { return fs.cache.negative(parent, name) }
 
 // NegativeShared is NegativeCached for a cache every user shares (the
-// kernel's): also, by parent's cached attributes (no RPC), anyone may
-// search parent.
+// kernel's): also, by parent's cached attributes (no RPC), owner, group
+// and others may all search parent.
 func (fs *FS) NegativeShared(parent FID, name string) bool {
 	a, _, ok := fs.cache.attr(parent)
-	return ok && a.Mode&0o001 != 0 && fs.cache.negative(parent, name)
+	return ok && a.Mode&0o111 == 0o111 && fs.cache.negative(parent, name)
 }
 
 // lazySize leaves the MDT's attributes as they are (LookupLazySize).

@@ -195,7 +195,16 @@ type ClientLock struct {
 	// The resource's other locks in clientNS.byRes; linked says l is there.
 	resPrev, resNext *ClientLock
 	linked           bool
+	// gone is set when the client forgets l (before its hook runs, when an
+	// eviction drops it): what a caller caches under l after that would
+	// outlive it.
+	gone atomic.Bool
 }
+
+// Gone reports whether the client has forgotten l: cancelled, or dropped
+// with its import by an eviction. A cache that files what a lock covers
+// checks it under its own mutex, which the lock's hook takes too.
+func (l *ClientLock) Gone() bool { return l.gone.Load() }
 
 // link files l under its resource.
 func (ns *clientNS) link(l *ClientLock) {
@@ -621,6 +630,11 @@ func (c *Client) keepOldLocked(l *ClientLock) *ClientLock {
 			ns.since = time.Now()
 		}
 		ns.pending = append(ns.pending, l.remote)
+		if l.cbPending {
+			// The server waits for it: no waiting for a request to carry it.
+			ns.urgent = true
+			c.kickFlusher()
+		}
 		c.duplicates.Add(1)
 		return old
 	}
@@ -831,6 +845,7 @@ func (c *Client) forget(l *ClientLock) {
 
 // unlinkLocked removes l from every table.
 func (c *Client) unlinkLocked(l *ClientLock) {
+	l.gone.Store(true)
 	delete(c.mu.locks, l.handle)
 	l.ns.unlink(l)
 	if l.lru != nil {

@@ -28,10 +28,10 @@
 // (access(2), chdir) checks mode bits here. Without default_permissions
 // the kernel checks no search permission on the way through directories
 // whose entries it has cached: entries of a directory that not everyone
-// may search (no o+x) are never cached, so that each walk through it
+// may search (not a+x) are never cached, so that each walk through it
 // comes to the library, which checks the caller (a chmod of a directory
 // drops the kernel's entries in it). Search denied by an ACL alone to a
-// named user of an o+x directory is not caught that way.
+// named user of an a+x directory is not caught that way.
 //
 // # Kernel caches and coherence
 //

@@ -1,6 +1,7 @@
 package llite
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -132,5 +133,28 @@ func TestKernelReadAheadKB(t *testing.T) {
 		if got := kernelReadAheadKB(c.mb); got != c.kb {
 			t.Errorf("max_read_ahead_mb %d: kernel window %d KiB, want %d", c.mb, got, c.kb)
 		}
+	}
+}
+
+// TestNotifierNegatives: the negative entries given to the kernel are
+// bounded, and an overflow's invalidateAll takes them all (go-fuse's tree
+// does not know them), after which there is room again.
+func TestNotifierNegatives(t *testing.T) {
+	n := newNotifier(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer n.stop()
+	for i := range maxKernelNegatives {
+		if !n.keepNegative(1, fmt.Sprint("missing", i)) {
+			t.Fatalf("negative %d refused below the bound", i)
+		}
+	}
+	if !n.keepNegative(1, "missing0") {
+		t.Fatal("a negative the kernel has already is refused")
+	}
+	if n.keepNegative(1, "one-more") {
+		t.Fatal("a negative past the bound is allowed")
+	}
+	n.invalidateAll(false)
+	if !n.keepNegative(1, "one-more") {
+		t.Fatal("no room after an overflow took every negative")
 	}
 }

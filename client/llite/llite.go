@@ -458,7 +458,7 @@ const releaseFlockUnlock = 1 << 1
 // only one timeout for every missing name).
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	st := r.RawFileSystem.Lookup(cancel, h, name, out)
-	if st == fuse.ENOENT && out.EntryTimeout() > 0 {
+	if st == fuse.ENOENT && out.EntryTimeout() > 0 && r.m.n.keepNegative(h.NodeId, name) {
 		*out = fuse.EntryOut{EntryValid: out.EntryValid, EntryValidNsec: out.EntryValidNsec}
 		return fuse.OK
 	}

@@ -39,8 +39,21 @@ type notifier struct {
 		pending map[client.FID]chan struct{}
 		// io counts the FUSE reads and writes in progress per file.
 		io map[client.FID]int
+		// negs are the negative entries given to the kernel (rawFS.Lookup)
+		// and not invalidated since, at most maxKernelNegatives: go-fuse's
+		// tree has no node for them, so invalidateAll goes through these.
+		negs map[negKey]struct{}
 	}
 }
+
+type negKey struct {
+	parent uint64 // the kernel's node ID
+	name   string
+}
+
+// maxKernelNegatives bounds the negative entries the kernel is given; past
+// it a missing name is answered without one.
+const maxKernelNegatives = 2048
 
 var _ client.Notifier = (*notifier)(nil)
 
@@ -96,6 +109,26 @@ func (n *notifier) server() (*fuse.Server, client.FID) {
 
 // InvalidateAttr implements client.Notifier.
 func (n *notifier) InvalidateAttr(f client.FID) { n.push(metaEvent{fid: f}) }
+
+// keepNegative records that the kernel gets a negative entry for name in
+// the directory with node ID parent, and reports whether it may (room
+// left). Its invalidation, or an overflow's invalidateAll, forgets it.
+func (n *notifier) keepNegative(parent uint64, name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := negKey{parent, name}
+	if _, ok := n.mu.negs[k]; ok {
+		return true
+	}
+	if len(n.mu.negs) >= maxKernelNegatives {
+		return false
+	}
+	if n.mu.negs == nil {
+		n.mu.negs = make(map[negKey]struct{})
+	}
+	n.mu.negs[k] = struct{}{}
+	return true
+}
 
 // InvalidateEntry implements client.Notifier.
 func (n *notifier) InvalidateEntry(parent client.FID, name string) {
@@ -179,7 +212,11 @@ func (n *notifier) metaWorker() {
 			}
 			var st fuse.Status
 			if e.entry {
-				st = srv.EntryNotify(nodeID(root, e.parent), e.name)
+				id := nodeID(root, e.parent)
+				n.mu.Lock()
+				delete(n.mu.negs, negKey{id, e.name})
+				n.mu.Unlock()
+				st = srv.EntryNotify(id, e.name)
 			} else {
 				st = srv.InodeNotify(nodeID(root, e.fid), -1, 0)
 			}
@@ -232,11 +269,18 @@ func (n *notifier) logStatus(st fuse.Status, msg string, args ...any) {
 func (n *notifier) invalidateAll(data bool) {
 	n.mu.Lock()
 	srv, root := n.mu.srv, n.mu.root
+	var negs map[negKey]struct{}
+	if !data {
+		negs, n.mu.negs = n.mu.negs, nil
+	}
 	n.mu.Unlock()
 	if srv == nil {
 		return
 	}
 	n.log.Info("invalidation queue overflowed: dropping the kernel's caches", "data", data)
+	for k := range negs {
+		srv.EntryNotify(k.parent, k.name)
+	}
 	seen := map[*fs.Inode]bool{root: true}
 	stack := []*fs.Inode{root}
 	for len(stack) > 0 {
