@@ -284,14 +284,12 @@ func (c *cache) invalidate(f fid.FID) {
 // goes, and the Notifier hears of it.
 func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	c.mu.Lock()
-	negs := c.dropNegativesLocked(l)
+	defer invalidateEntries(fs, c.dropNegativesLocked(l)) // (after the unlock)
 	ref, ok := c.byLock[l]
 	if !ok {
 		c.mu.Unlock()
-		invalidateEntries(fs, negs)
 		return
 	}
-	defer invalidateEntries(fs, negs)
 	delete(c.byLock, l)
 	f := ref.fid
 	ino := c.inodes[f]
@@ -346,11 +344,9 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 // Notifier hears of the attributes only.
 func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
 	c.mu.Lock()
-	var negs []dentKey
-	if dropped&ldlm.BitUpdate != 0 {
-		negs = c.dropNegativesLocked(l) // a name may be made in the directory now
+	if dropped&ldlm.BitUpdate != 0 { // a name may be made in the directory now
+		defer invalidateEntries(fs, c.dropNegativesLocked(l))
 	}
-	defer invalidateEntries(fs, negs)
 	ref, ok := c.byLock[l]
 	if !ok {
 		c.mu.Unlock()

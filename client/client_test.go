@@ -417,27 +417,34 @@ func (r *entryRecorder) count(name string) int {
 	return r.entries[name]
 }
 
-// TestNegativeEntryNotifications: the kernel hears that a name known
-// missing may exist when the directory's lock goes; not when this client
-// makes the name itself (the kernel does), unless making it failed.
-func TestNegativeEntryNotifications(t *testing.T) {
+// recordedMounts starts a cluster and mounts it twice: a, whose Notifier
+// records the entries it is told of, and b; d is a directory a made.
+func recordedMounts(ctx context.Context, t *testing.T) (a, b *client.FS, rec *entryRecorder, d client.Attr) {
+	t.Helper()
 	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rec := &entryRecorder{entries: map[string]int{}}
+	rec = &entryRecorder{entries: map[string]int{}}
 	cfg := c.ClientConfig(0)
 	cfg.Notify = rec
 	a, err := client.Mount(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close(ctx)
-	b := c.Mount(1)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	t.Cleanup(func() { a.Close(context.Background()) })
+	d, err = a.Mkdir(ctx, client.Root(), a.Root(), "d", 0o755)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, c.Mount(1), rec, d
+}
+
+// TestNegativeEntryNotifications: the kernel hears that a name known
+// missing may exist when the directory's lock goes; not when this client
+// makes the name itself (the kernel does), unless making it failed.
+func TestNegativeEntryNotifications(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b, rec, d := recordedMounts(ctx, t)
+	cred := client.Root()
 	missing := func(name string) {
 		t.Helper()
 		if _, err := a.Lookup(ctx, cred, d.FID, name); client.Errno(err) != syscall.ENOENT || !a.NegativeCached(d.FID, name) {
@@ -496,23 +503,10 @@ func TestNegativeEntryNotifications(t *testing.T) {
 // finds it, without O_EXCL) tells the Notifier, whose kernel keeps its
 // negative entry otherwise.
 func TestCreateFindsNameTaken(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rec := &entryRecorder{entries: map[string]int{}}
-	cfg := c.ClientConfig(0)
-	cfg.Notify = rec
-	a, err := client.Mount(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(ctx)
-	b := c.Mount(1)
+	a, b, rec, d := recordedMounts(ctx, t)
 	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := a.Lookup(ctx, cred, d.FID, "n"); client.Errno(err) != syscall.ENOENT {
 		t.Fatal(err)
 	}

@@ -364,10 +364,11 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 
 // Mkdir makes directory name in parent.
 func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mode uint32) (_ Attr, err error) {
-	if err := fs.precheck(parent, name); err != nil {
+	done, err := fs.precheck(parent, name)
+	if err != nil {
 		return Attr{}, err
 	}
-	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
+	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	return fs.mdc.Mkdir(ctx, cred, parent, name, mode)
@@ -375,10 +376,11 @@ func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mod
 
 // Mknod makes a device, FIFO or socket (mode carries the type).
 func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mode uint32, rdev uint64) (_ Attr, err error) {
-	if err := fs.precheck(parent, name); err != nil {
+	done, err := fs.precheck(parent, name)
+	if err != nil {
 		return Attr{}, err
 	}
-	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
+	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	if mode&sIFMT == sIFREG || mode&sIFMT == 0 {
@@ -390,10 +392,11 @@ func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mod
 
 // Symlink makes a symbolic link name in parent pointing at target.
 func (fs *FS) Symlink(ctx context.Context, cred Cred, parent FID, name, target string) (_ Attr, err error) {
-	if err := fs.precheck(parent, name); err != nil {
+	done, err := fs.precheck(parent, name)
+	if err != nil {
 		return Attr{}, err
 	}
-	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
+	defer func() { done(err) }()
 	if len(target) == 0 || len(target) > 4095 {
 		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), syscall.ENAMETOOLONG)
 	}
@@ -409,12 +412,15 @@ func (fs *FS) Readlink(ctx context.Context, cred Cred, f FID) (string, error) {
 	return fs.mdc.Readlink(ctx, cred, f)
 }
 
-func (fs *FS) precheck(parent FID, name string) error {
+// precheck checks a change that makes name in parent, forgets what the
+// cache knows of the name, and returns makingName's done, for the
+// change's outcome.
+func (fs *FS) precheck(parent FID, name string) (done func(error), err error) {
 	if err := fs.checkChange(name); err != nil {
-		return err
+		return nil, err
 	}
 	fs.cache.forgetEntry(parent, name)
-	return nil
+	return fs.makingName(parent, name), nil
 }
 
 // checkChange checks a change of name: a valid name on a writable mount.
@@ -501,10 +507,11 @@ const (
 
 // Link makes name in parent another link to f.
 func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (_ Attr, err error) {
-	if err := fs.precheck(parent, name); err != nil {
+	done, err := fs.precheck(parent, name)
+	if err != nil {
 		return Attr{}, err
 	}
-	defer func(done func(error)) { done(err) }(fs.makingName(parent, name))
+	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	a, err := fs.mdc.Link(ctx, cred, f, parent, name)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/nacrefs/nacre/internal/fid"
-
 	"github.com/nacrefs/nacre/internal/errs"
 )
 
@@ -54,14 +52,30 @@ func Errno(err error) syscall.Errno {
 }
 
 // fail returns an error wrapping errno, with the kind that goes with it and
-// a message made of format and args.
+// a message made of format and args, formatted only if printed: most go
+// back to a client as an errno and never are, and some are a metadata
+// server's commonest answer (ENOENT for the lookup of a missing name,
+// which every create makes first).
 func fail(errno syscall.Errno, format string, args ...any) error {
 	kind, ok := kinds[errno]
 	if !ok {
 		kind = errs.Other
 	}
-	return errs.Errorf(kind, "mdd: "+format+": %w", append(args, errno)...)
+	return &errs.Error{Kind: kind, Err: &failure{errno: errno, format: format, args: args}}
 }
+
+// failure is fail's error.
+type failure struct {
+	errno  syscall.Errno
+	format string
+	args   []any
+}
+
+func (e *failure) Error() string {
+	return "mdd: " + fmt.Sprintf(e.format, e.args...) + ": " + e.errno.Error()
+}
+
+func (e *failure) Unwrap() error { return e.errno }
 
 // ioError wraps an error from Pebble (or a record that does not decode) as
 // EIO with context.
@@ -77,23 +91,4 @@ func ioError(err error, format string, args ...any) error {
 		}
 	}
 	return errs.Errorf(errs.Internal, "mdd: "+format+": %w (%w)", append(args, err, syscall.EIO)...)
-}
-
-// missingName is the ENOENT of a lookup of a name its directory does not
-// hold, the commonest error of a metadata server (a create looks its name
-// up first, a shell or a compiler searches paths): unlike fail's, its
-// message is made only when printed.
-type missingName struct {
-	parent fid.FID
-	name   string
-}
-
-func (e *missingName) Error() string {
-	return fmt.Sprintf("mdd: lookup %q in %v: %v", clampName(e.name), e.parent, syscall.ENOENT)
-}
-
-func (e *missingName) Unwrap() error { return syscall.ENOENT }
-
-func notFound(parent fid.FID, name string) error {
-	return &errs.Error{Kind: errs.NotExist, Err: &missingName{parent, name}}
 }

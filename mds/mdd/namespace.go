@@ -304,7 +304,7 @@ func (s *Store) Lookup(r Req, parent fid.FID, name string) (Attr, error) {
 		if child, _, found, err = t.lookup(parent, name); err != nil {
 			return Attr{}, err
 		} else if !found {
-			return Attr{}, notFound(parent, name)
+			return Attr{}, fail(syscall.ENOENT, "lookup %q in %v", clampName(name), parent)
 		}
 	}
 	return t.getattr(child)
