@@ -348,6 +348,7 @@ type rpc struct {
 	// which cost more than the RPC's own work.
 	replyBufs [1][]byte
 	first     msgBufs
+	ic        icall // the import's record of the call (Import.begin)
 }
 
 // msgBufs holds a message's header bytes and buffer list, for the one send

@@ -841,7 +841,8 @@ func (imp *Import) begin(ctx context.Context, req *Req) (*icall, error) {
 		return nil, err
 	}
 	imp.mu.Lock()
-	ic := &icall{r: r, gen: imp.mu.gen, needSend: true}
+	ic := &r.ic
+	*ic = icall{r: r, gen: imp.mu.gen, needSend: true}
 	heap.Push(&imp.mu.inflight, ic)
 	imp.mu.Unlock()
 	if err := imp.sendNext(ctx, ic); err != nil && ctx.Err() != nil {

@@ -104,6 +104,11 @@ type Request struct {
 	// received the request (queue): it carries the lnet.Releaser that
 	// Blocking calls.
 	hctx handlerCtx
+	// nrsItem is the request's place in the NRS queue and replyCtx the
+	// context of its final reply's PUT, here rather than in allocations
+	// of their own.
+	nrsItem  nrs.Item
+	replyCtx sendCtx
 }
 
 // Export returns the export the request came through, nil for NoExport
@@ -624,7 +629,8 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	// Watch before queueing: a handler may take the request at once, and
 	// its unwatch must find it watched.
 	s.watchEarly(req)
-	it := &nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}
+	it := &req.nrsItem
+	*it = nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}
 	ran, ok := s.queue(&ev, req, it)
 	if ran {
 		return
@@ -918,7 +924,16 @@ func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint
 	}
 	md, err := s.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1})
 	if err == nil {
-		ctx := &sendCtx{timeout: replySendTimeout}
+		// The final reply is sent once, by the handler; early replies
+		// (another goroutine, maybe at the same time) get contexts of
+		// their own.
+		var ctx *sendCtx
+		if own != nil {
+			ctx = &req.replyCtx
+			ctx.timeout = replySendTimeout
+		} else {
+			ctx = &sendCtx{timeout: replySendTimeout}
+		}
 		err = s.ln.Put(ctx, md, lnet.NoAckReq, req.Peer, req.replyPortal, req.Header.XID, off, 0)
 		ctx.stop()
 		if err != nil {
