@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -287,7 +290,7 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop2()
-	// A socket left by a dead process is skipped.
+	// A socket left by a dead process is skipped, and removed.
 	dead := filepath.Join(dir, "999999999.sock")
 	os.WriteFile(dead, nil, 0o600)
 	os.WriteFile(filepath.Join(dir, "lnet.sock"), nil, 0o600) // not a parameter socket
@@ -302,6 +305,10 @@ func TestServe(t *testing.T) {
 	if err != nil || len(vals) != 3 || len(skipped) != 1 || skipped[0] != dead {
 		t.Fatalf("remote get: %v %v (skipped %v)", vals, err, skipped)
 	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("the dead process's socket is still there: %v", err)
+	}
+	rem.Sockets = slices.DeleteFunc(rem.Sockets, func(p string) bool { return p == dead })
 	list, err := rem.List(ctx, false, "osc.*")
 	if err != nil || len(list) != 3 {
 		t.Fatalf("remote list: %v %v", list, err)
@@ -339,7 +346,7 @@ func TestServe(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		socks, _ := LocalSockets()
-		if len(socks) == 1 {
+		if len(socks) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -349,5 +356,90 @@ func TestServe(t *testing.T) {
 	}
 	if _, err := rem.Get(ctx, "osc.*.stats"); !errors.Is(err, ErrNoProcess) {
 		t.Fatalf("get with every process gone: %v", err)
+	}
+}
+
+// TestStaleSockets: the sockets of processes that are gone go away when a
+// process starts serving and when lctl finds them, and only those; lctl's
+// error does not list them.
+func TestStaleSockets(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(RunDirEnv, dir)
+	// A PID no process has: one that has exited.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := cmd.Process.Pid
+	// leave makes a socket at name that nothing listens on any more, as a
+	// process killed with -9 leaves it; serve one that stays listening.
+	leave := func(name string) string {
+		p := filepath.Join(dir, name)
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetUnlinkOnClose(false)
+		l.Close()
+		return p
+	}
+	serve := func(name string) string {
+		p := filepath.Join(dir, name)
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return p
+	}
+	gone := []string{leave(fmt.Sprintf("%d.sock", deadPID)), leave(fmt.Sprintf("%d-1.sock", deadPID)), leave("999999998.sock")}
+	kept := []string{
+		leave("1.sock"),         // refused, but its PID is alive: maybe between bind and listen
+		serve("999999997.sock"), // no such PID here, but it answers: another PID namespace's
+		leave("lnet.sock"),      // not a parameter socket
+	}
+	stop, err := Serve(context.Background(), New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range gone {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s not removed at Serve: %v", p, err)
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+	stop()
+	// lctl meets them: it removes them and says how many, naming only the
+	// sockets that did not answer for another reason.
+	gone = []string{leave(fmt.Sprintf("%d.sock", deadPID)), leave("999999998.sock")}
+	socks, err := LocalSockets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&Remote{Sockets: socks}).Get(context.Background(), "x.y")
+	if !errors.Is(err, ErrNoProcess) || !strings.Contains(err.Error(), "removed 2 sockets of processes that are gone") ||
+		strings.Contains(err.Error(), "999999998") || !strings.Contains(err.Error(), "1.sock") {
+		t.Fatalf("get with stale sockets: %v", err)
+	}
+	for _, p := range gone {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s not removed by lctl: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "1.sock")); err != nil {
+		t.Errorf("1.sock removed: %v", err)
 	}
 }

@@ -133,16 +133,25 @@ func (r *Remote) endpoints() []Endpoint {
 }
 
 // call sends req to every live endpoint; dead ones are skipped, and so
-// are answers of a registry that answered already.
+// are answers of a registry that answered already. A socket whose process
+// is gone is removed.
 func (r *Remote) call(ctx context.Context, req Request) ([]answer, error) {
 	var out []answer
 	seen := map[string]bool{}
 	eps := r.endpoints()
+	var failed []string
+	gone := 0
 	for _, e := range eps {
 		resp, err := e.Call(ctx, req)
 		if err != nil {
 			if r.Skipped != nil {
 				r.Skipped(e.String(), err)
+			}
+			if s, ok := e.(Socket); ok && refused(err) && stale(string(s)) {
+				os.Remove(string(s))
+				gone++
+			} else {
+				failed = append(failed, e.String())
 			}
 			continue
 		}
@@ -155,13 +164,28 @@ func (r *Remote) call(ctx context.Context, req Request) ([]answer, error) {
 		out = append(out, answer{resp, e})
 	}
 	if len(out) == 0 {
-		names := make([]string, len(eps))
-		for i, e := range eps {
-			names[i] = e.String()
-		}
-		return nil, fmt.Errorf("%w (tried: %s)", ErrNoProcess, strings.Join(names, ", "))
+		return nil, fmt.Errorf("%w%s", ErrNoProcess, triedText(failed, gone))
 	}
 	return out, nil
+}
+
+// triedText says which endpoints did not answer, naming at most a few.
+func triedText(failed []string, gone int) string {
+	const most = 4
+	var parts []string
+	switch {
+	case len(failed) > most:
+		parts = append(parts, fmt.Sprintf("tried: %s and %d more", strings.Join(failed[:most], ", "), len(failed)-most))
+	case len(failed) > 0:
+		parts = append(parts, "tried: "+strings.Join(failed, ", "))
+	}
+	if gone > 0 {
+		parts = append(parts, fmt.Sprintf("removed %d sockets of processes that are gone", gone))
+	}
+	if len(parts) == 0 {
+		return " (none to ask)"
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // firstErr returns the first process's error.

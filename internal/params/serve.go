@@ -218,6 +218,7 @@ func listenIn(dir, name string) (net.Listener, string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
+	removeStale(dir)
 	path := filepath.Join(dir, name)
 	os.Remove(path) // a socket of a dead process with our pid
 	l, err := net.Listen("unix", path)
