@@ -66,6 +66,18 @@ type cache struct {
 	// At most maxNegatives.
 	negs      map[dentKey]*ldlm.ClientLock
 	negByLock map[*ldlm.ClientLock]map[dentKey]struct{}
+	// sets are directories' whole name sets by directory, setByLock the
+	// directory of each set's lock, setNames their names in all (names.go).
+	// making counts the O_CREAT opens in flight that keep a set, made
+	// those that ended.
+	sets      map[fid.FID]*nameSet
+	setByLock map[*ldlm.ClientLock]fid.FID
+	setNames  int
+	making    map[fid.FID]int
+	made      uint64
+	// misses counts the names looked up in vain by directory, or marks
+	// one too large for a set (tooLarge).
+	misses map[fid.FID]int
 }
 
 // maxNegatives bounds the missing names the cache keeps.
@@ -87,6 +99,10 @@ func (c *cache) init() {
 	c.byLock = make(map[*ldlm.ClientLock]lockRef)
 	c.negs = make(map[dentKey]*ldlm.ClientLock)
 	c.negByLock = make(map[*ldlm.ClientLock]map[dentKey]struct{})
+	c.sets = make(map[fid.FID]*nameSet)
+	c.setByLock = make(map[*ldlm.ClientLock]fid.FID)
+	c.making = make(map[fid.FID]int)
+	c.misses = make(map[fid.FID]int)
 }
 
 // storeNegative records that name is not in parent while l, a lock on
@@ -284,6 +300,7 @@ func (c *cache) invalidate(f fid.FID) {
 // goes, and the Notifier hears of it.
 func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	c.mu.Lock()
+	c.dropSetLocked(l)
 	defer invalidateEntries(fs, c.dropNegativesLocked(l)) // (after the unlock)
 	ref, ok := c.byLock[l]
 	if !ok {
@@ -345,6 +362,7 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
 	c.mu.Lock()
 	if dropped&ldlm.BitUpdate != 0 { // a name may be made in the directory now
+		c.dropSetLocked(l)
 		defer invalidateEntries(fs, c.dropNegativesLocked(l))
 	}
 	ref, ok := c.byLock[l]
@@ -390,6 +408,9 @@ func (c *cache) dropAll(fs *FS) {
 	}
 	clear(c.negs)
 	clear(c.negByLock)
+	clear(c.sets)
+	clear(c.setByLock)
+	c.setNames = 0
 	c.mu.Unlock()
 	if fs.ctx.Err() == nil {
 		defer invalidateEntries(fs, negs)

@@ -376,8 +376,14 @@ func TestNegativeLookupsKeepOneLock(t *testing.T) {
 	if again := a.LockStats(); again.Enqueues != after.Enqueues {
 		t.Errorf("%d enqueues for lookups of names known missing, want 0", again.Enqueues-after.Enqueues)
 	}
-	if got := after.Duplicates - before.Duplicates; got < n-1 {
-		t.Errorf("%d duplicate directory locks given back for %d negative lookups, want at least %d", got, n, n-1)
+	// The first lookups go to the MDT (the second is served by the lock
+	// the first was granted, given back at once); then the client reads
+	// the directory's names and answers the rest itself (names.go).
+	if got := after.Enqueues - before.Enqueues; got != 2 {
+		t.Errorf("%d enqueues for %d negative lookups, want 2", got, n)
+	}
+	if got := after.Duplicates - before.Duplicates; got != 1 {
+		t.Errorf("%d duplicate directory locks given back for %d negative lookups, want 1", got, n)
 	}
 	if after.Locks > before.Locks+1 {
 		t.Errorf("the client holds %d locks after %d negative lookups (%d before), want at most one more", after.Locks, n, before.Locks)
@@ -394,6 +400,132 @@ func TestNegativeLookupsKeepOneLock(t *testing.T) {
 	}
 	if a.NegativeCached(d.FID, "missing8") {
 		t.Error("names stay known missing after a create in their directory called the lock back")
+	}
+}
+
+// TestNameSets: once a client has looked up a few missing names in a
+// directory it knows all of its names under the directory's lock: missing
+// names cost no RPC, its own creates there keep the lock (the MDT calls
+// back everyone else's) and add their names, a name another client makes
+// calls the lock back, and so does the client's own unlink.
+func TestNameSets(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := c.Mount(0), c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, err := a.Create(ctx, cred, d.FID, "old", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close(ctx)
+	missing := func(fs *client.FS, name string) {
+		t.Helper()
+		if _, err := fs.Lookup(ctx, cred, d.FID, name); client.Errno(err) != syscall.ENOENT {
+			t.Fatalf("lookup of %q: %v, want ENOENT", name, err)
+		}
+	}
+	enqueues := func() uint64 { return a.LockStats().Enqueues }
+	missing(a, "x0")
+	missing(a, "x1") // the second miss reads the names
+	e0 := enqueues()
+	for i := range 20 {
+		missing(a, fmt.Sprint("y", i))
+	}
+	if got, err := a.Lookup(ctx, cred, d.FID, "old"); err != nil || got.FID != old.FID() {
+		t.Fatalf("lookup of a name the set has: %+v %v", got, err)
+	}
+	// b knows "shared" is missing: a's create of it must call b back.
+	missing(b, "shared")
+	if !b.NegativeCached(d.FID, "shared") {
+		t.Fatal("b does not keep the missing name")
+	}
+	e1 := enqueues()
+	if e1 != e0+1 { // (the lookup of "old", whose entry a never cached)
+		t.Errorf("%d enqueues for 20 lookups of missing names and one of a name there, want 1", e1-e0)
+	}
+	// mdtest's pattern: look a new name up, make it. One RPC per file.
+	for i := range 20 {
+		name := fmt.Sprint("f", i)
+		missing(a, name)
+		f, _, err := a.Create(ctx, cred, d.FID, name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := enqueues() - e1; got != 20 {
+		t.Errorf("%d enqueues for 20 lookups and creates of new names, want 20", got)
+	}
+	for i := range 20 {
+		if _, err := a.Lookup(ctx, cred, d.FID, fmt.Sprint("f", i)); err != nil {
+			t.Fatalf("lookup of a file a made: %v", err)
+		}
+	}
+	// The directory's cached times follow a's creates.
+	da, err := a.Getattr(ctx, cred, d.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := b.Getattr(ctx, cred, d.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if da.Mtime != db.Mtime || da.Ctime != db.Ctime {
+		t.Errorf("a's cached directory times %d/%d, the MDT's %d/%d", da.Mtime, da.Ctime, db.Mtime, db.Ctime)
+	}
+	// a makes "shared": b's negative entry goes, a's set stays.
+	f, _, err := a.Create(ctx, cred, d.FID, "shared", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close(ctx)
+	if got, err := b.Lookup(ctx, cred, d.FID, "shared"); err != nil || got.FID != f.FID() {
+		t.Fatalf("b's lookup of the name a made: %+v %v, want %v", got, err, f.FID())
+	}
+	e2 := enqueues()
+	missing(a, "z")
+	if enqueues() != e2 {
+		t.Error("a's set went with its own create")
+	}
+	// b makes "z": a's lock is called back with its set.
+	g, _, err := b.Create(ctx, cred, d.FID, "z", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close(ctx)
+	if got, err := a.Lookup(ctx, cred, d.FID, "z"); err != nil || got.FID != g.FID() {
+		t.Fatalf("a's lookup of the name b made: %+v %v, want %v", got, err, g.FID())
+	}
+	// Read again; then a's own unlink drops it too.
+	missing(a, "w0")
+	missing(a, "w1")
+	e3 := enqueues()
+	missing(a, "w2")
+	if enqueues() != e3 {
+		t.Fatal("no set after two misses")
+	}
+	if err := a.Unlink(ctx, cred, d.FID, "f3"); err != nil {
+		t.Fatal(err)
+	}
+	missing(a, "f3")
+	if enqueues() == e3 {
+		t.Error("the set outlived the client's own unlink")
+	}
+	// Every name is where both clients say.
+	for _, fs := range []*client.FS{a, b} {
+		for i := range 20 {
+			_, err := fs.Lookup(ctx, cred, d.FID, fmt.Sprint("f", i))
+			if (i == 3) != (client.Errno(err) == syscall.ENOENT) || (i != 3 && err != nil) {
+				t.Errorf("lookup of f%d: %v", i, err)
+			}
+		}
 	}
 }
 

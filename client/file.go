@@ -75,7 +75,15 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 		if testBeforeCreate != nil {
 			testBeforeCreate()
 		}
-		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})
+		keep := fs.cache.beginMaking(parent)
+		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts, KeepDirLocks: keep})
+		if keep {
+			if err == nil {
+				fs.cache.endMaking(parent, name, &f.mf.Attr, f.Created(), nil)
+			} else {
+				fs.cache.endMaking(parent, name, nil, false, err)
+			}
+		}
 		if err == nil && !f.Created() {
 			// It existed (another client made it since the name was
 			// found missing): the kernel's create fails or finds a file

@@ -104,6 +104,13 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 	if fs.cache.negative(parent, name) && fs.mayExec(cred, parent) {
 		return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
 	}
+	if l, ok := fs.cache.missingName(parent, name); ok && fs.mayExec(cred, parent) {
+		// Not in the directory's name set: a negative entry now, under
+		// the set's lock (the kernel may keep it too).
+		l.Touch()
+		fs.cache.storeNegative(parent, name, l)
+		return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
+	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItGetattr, Parent: parent, Name: name}, fs.hooks())
@@ -111,6 +118,7 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 		if rep != nil && rep.Lock != nil {
 			if rep.Negative {
 				fs.cache.storeNegative(parent, name, rep.Lock)
+				fs.readNames(ctx, cred, parent, rep.Lock)
 			}
 			rep.Lock.Release()
 		}

@@ -206,6 +206,18 @@ type ClientLock struct {
 // checks it under its own mutex, which the lock's hook takes too.
 func (l *ClientLock) Gone() bool { return l.gone.Load() }
 
+// Touch marks l used now without taking a reference: a cache that
+// answers from what l covers keeps it from ageing out of the LRU first.
+func (l *ClientLock) Touch() {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.lru != nil && l.state == lockGranted {
+		l.lastUsed = time.Now()
+		l.ns.lru.MoveToBack(l.lru)
+	}
+}
+
 // link files l under its resource.
 func (ns *clientNS) link(l *ClientLock) {
 	if l.linked {

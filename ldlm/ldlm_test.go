@@ -279,6 +279,59 @@ func TestBlockingNamesTheWaiter(t *testing.T) {
 	}
 }
 
+// TestTolerate: a lock that tolerates a client's PR locks is granted over
+// them without calling them back, still waits for (and calls back) the
+// other clients', and the tolerated client's later requests wait for it.
+func TestTolerate(t *testing.T) {
+	ns := mustNew(t, DefaultConfig())
+	res := Resource{ResID{7}, TypeIBits}
+	x, _ := ns.Enqueue(Request{Resource: res, Mode: PR, Owner: "x", Policy: Policy{Bits: BitUpdate}})
+	y, _ := ns.Enqueue(Request{Resource: res, Mode: PR, Owner: "y", Policy: Policy{Bits: BitUpdate | BitLookup}})
+	cw, err := ns.Enqueue(Request{Resource: res, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cw.Lock.State != Waiting || len(cw.Blocking) != 1 || cw.Blocking[0].Lock.Handle != y.Lock.Handle {
+		t.Fatalf("tolerant CW: %+v", cw)
+	}
+	checkInvariants(t, ns)
+	eff, err := ns.Cancel(y.Lock.Handle, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eff.Granted) != 1 || eff.Granted[0].Handle != cw.Lock.Handle {
+		t.Fatalf("cancel of y: %+v", eff)
+	}
+	if l, err := ns.Lookup(x.Lock.Handle); err != nil || l.State != Granted || l.CallbackPending {
+		t.Fatalf("x's lock: %+v %v", l, err)
+	}
+	checkInvariants(t, ns)
+	// x's next lock waits for the CW like anyone's.
+	x2, _ := ns.Enqueue(Request{Resource: res, Mode: PR, Owner: "x", Policy: Policy{Bits: BitUpdate}})
+	if x2.Lock.State != Waiting {
+		t.Fatalf("x's second PR: %+v", x2)
+	}
+	checkInvariants(t, ns)
+	if eff, err := ns.Cancel(cw.Lock.Handle, "local"); err != nil || len(eff.Granted) != 1 || eff.Granted[0].Handle != x2.Lock.Handle {
+		t.Fatalf("cancel of the CW: %+v %v", eff, err)
+	}
+	// Only PR locks are tolerated.
+	res2 := Resource{ResID{8}, TypeIBits}
+	pw, _ := ns.Enqueue(Request{Resource: res2, Mode: PW, Owner: "x", Policy: Policy{Bits: BitUpdate}})
+	cw2, _ := ns.Enqueue(Request{Resource: res2, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: "x"})
+	if cw2.Lock.State != Waiting || len(cw2.Blocking) != 1 || cw2.Blocking[0].Lock.Handle != pw.Lock.Handle {
+		t.Fatalf("tolerant CW over x's PW: %+v", cw2)
+	}
+	for _, bad := range []Request{
+		{Resource: Resource{ResID{7}, TypeExtent}, Mode: PW, Owner: "local", Policy: Policy{Extent: Whole}, Tolerate: "x"},
+		{Resource: res, Mode: CW, Owner: "x", Policy: Policy{Bits: BitUpdate}, Tolerate: "x"},
+	} {
+		if _, err := ns.Enqueue(bad); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("enqueue %+v: %v", bad, err)
+		}
+	}
+}
+
 // TestRandomOperations drives every operation at random on a few
 // resources of every type, checks the namespace's invariants after each
 // call and the consistency of what each call returned, then cancels

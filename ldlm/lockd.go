@@ -212,6 +212,9 @@ func (s *Server) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
 // connection, so a client evicted and reconnected never inherits locks.
 func ownerOf(exp *ptlrpc.Export) Owner { return Owner(exp.HandleString()) }
 
+// OwnerOf is the owner of the locks of exp's client (Request.Tolerate).
+func OwnerOf(exp *ptlrpc.Export) Owner { return ownerOf(exp) }
+
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
 	s.mu.Lock()

@@ -84,6 +84,8 @@ type lock struct {
 	cbPending bool
 	// noExpand: grant exactly the requested extent.
 	noExpand bool
+	// tolerate: Request.Tolerate.
+	tolerate Owner
 }
 
 // resource is one (ResID, Type) with its queues.
@@ -245,6 +247,7 @@ func (ns *Namespace) Enqueue(req Request) (Result, error) {
 		pol:      req.Policy,
 		req:      req.Policy.Extent,
 		noExpand: req.Flags&NoExpansion != 0,
+		tolerate: req.Tolerate,
 	}
 	r := ns.res[req.Resource]
 	if req.Resource.Type == TypeFlock {
@@ -673,8 +676,11 @@ func (r *resource) enqueueWaiting(l *lock) int {
 }
 
 // conflicts reports whether locks a and b on one resource cannot both be
-// granted.
+// granted, a being the one to grant.
 func conflicts(a, b *lock) bool {
+	if a.tolerate != "" && b.granted && b.owner == a.tolerate && b.mode == PR {
+		return false
+	}
 	if Compatible(a.mode, b.mode) {
 		return a.mode == GROUP && b.mode == GROUP && a.pol.GID != b.pol.GID
 	}
@@ -739,6 +745,8 @@ func checkRequest(req Request) string {
 		return fmt.Sprintf("mode %v is not valid for %v locks", m, t)
 	case req.Flags&^allFlags != 0:
 		return fmt.Sprintf("unknown flags %#x", uint32(req.Flags&^allFlags))
+	case req.Tolerate != "" && (t != TypeIBits || req.Tolerate == req.Owner):
+		return "tolerates its own owner's locks or locks of a type other than IBITS"
 	}
 	foreign := false
 	switch t {

@@ -165,6 +165,13 @@ type Request struct {
 	Owner    Owner
 	Policy   Policy
 	Flags    Flags
+	// Tolerate, on a target's own lock (LockLocal), names a client whose
+	// granted PR locks the request does not conflict with: they get no
+	// blocking AST and need not go first. An MDT's create takes it for
+	// the client that asked for the create and keeps its directory cache
+	// right by itself (IntentRequest.keep_dir_locks). The client's locks
+	// requested later still wait for it.
+	Tolerate Owner
 }
 
 // State is where a lock is in its resource's queues.

@@ -149,6 +149,7 @@ func TestLlite(t *testing.T) {
 	t.Run("locks", func(t *testing.T) { testLocks(t, a, b) })
 	t.Run("names", func(t *testing.T) { testNames(t, a, b) })
 	t.Run("negative", func(t *testing.T) { testNegative(t, a, b) })
+	t.Run("namesets", func(t *testing.T) { testNameSets(t, a, b) })
 	t.Run("unmount", func(t *testing.T) { testUnmount(t, c) })
 	t.Run("readonly", func(t *testing.T) { testReadOnly(t, c, a) })
 }
@@ -776,6 +777,53 @@ func within(t *testing.T, d time.Duration, what string, cond func() bool) {
 // testNegative: a name looked up missing stays known missing (to the
 // library and, as a negative entry, to the kernel) only until a name is
 // made in its directory, by the other mount or by this one.
+// testNameSets: two mounts make files in one directory at once, each
+// looking up its next name and one the other mount makes later first (so
+// both keep name sets and negative entries there); every file is then seen
+// by both, with its bytes.
+func testNameSets(t *testing.T, a, b *llite.Server) {
+	mkdir(t, filepath.Join(a.Dir(), "sets"), 0o755)
+	const n = 60
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for _, m := range []struct {
+		s          *llite.Server
+		mine, them string
+	}{{a, "a", "b"}, {b, "b", "a"}} {
+		wg.Go(func() {
+			p := func(s string, i int) string { return filepath.Join(m.s.Dir(), "sets", fmt.Sprint(s, i)) }
+			for i := range n {
+				os.Stat(p(m.them, i+1)) // most often missing yet
+				if _, err := os.Stat(p(m.mine, i)); !errors.Is(err, syscall.ENOENT) {
+					errs <- fmt.Errorf("stat of %s before making it: %v", p(m.mine, i), err)
+					return
+				}
+				if err := os.WriteFile(p(m.mine, i), []byte(p(m.mine, i)), 0o644); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, s := range []*llite.Server{a, b} {
+		for _, who := range []string{"a", "b"} {
+			for i := range n {
+				p := filepath.Join(s.Dir(), "sets", fmt.Sprint(who, i))
+				want := filepath.Join(map[string]*llite.Server{"a": a, "b": b}[who].Dir(), "sets", fmt.Sprint(who, i))
+				within(t, 5*time.Second, "a file the other mount made", func() bool {
+					d, err := os.ReadFile(p)
+					return err == nil && string(d) == want
+				})
+			}
+		}
+	}
+}
+
 func testNegative(t *testing.T, a, b *llite.Server) {
 	mkdir(t, filepath.Join(a.Dir(), "neg"), 0o755)
 	pa := func(s string) string { return filepath.Join(a.Dir(), "neg", s) }

@@ -25,6 +25,11 @@ type Intent struct {
 	Flags  uint64
 	Mode   uint32
 	Create *CreateOptions
+	// KeepDirLocks, on an O_CREAT open by name, keeps the client's PR
+	// locks on Parent (no early cancel, no callback from the create): the
+	// caller knows every name in Parent under one and adds the one it
+	// makes itself.
+	KeepDirLocks bool
 }
 
 // IntentReply is the MDT's answer to an intent: the file's attributes and
@@ -72,7 +77,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		return nil, fmt.Errorf("mdc: intent without a lock client: %w", syscall.EOPNOTSUPP)
 	}
 	req := &mdsv1.IntentRequest{Op: it.Op, Cred: credTo(cred), Parent: fidTo(it.Parent), Name: []byte(it.Name), Fid: fidTo(it.FID),
-		Flags: it.Flags, Mode: it.Mode}
+		Flags: it.Flags, Mode: it.Mode, KeepDirLocks: it.KeepDirLocks}
 	if it.Op&(ItOpen|ItCreat) != 0 {
 		lb, delay, err := it.Create.wire()
 		if err != nil {
@@ -96,7 +101,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		on = it.FID
 	}
 	res := ibitsRes(on)
-	if it.Op&ItCreat != 0 && !it.Parent.IsZero() {
+	if it.Op&ItCreat != 0 && !it.Parent.IsZero() && !it.KeepDirLocks {
 		// A create changes the directory: the MDT's CW UPDATE lock would
 		// call back our own PR UPDATE locks on it (a negative lookup's,
 		// a getattr's). Give their UPDATE back with this request instead

@@ -39,6 +39,8 @@ func FuzzRequests(f *testing.F) {
 		&mdsv1.FldQueryRequest{Seq: fid.SeqNormal},
 		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("i"), Flags: 2, Mode: 0o600, NewFid: w, Layout: tmpl},
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Fid: w},
+		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("k"), Flags: 0o101, Mode: 0o644, NewFid: w, KeepDirLocks: true},
+		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("k"), KeepDirLocks: true},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -149,6 +151,9 @@ func FuzzRequests(f *testing.F) {
 			tmplOK("intent", q.layout)
 			if q.op&ItOpen != 0 && q.open == nil {
 				t.Fatalf("open intent without an open")
+			}
+			if q.open != nil && q.open.keepDirLocks && (q.open.parent.IsZero() || q.open.flags&oCreat == 0) {
+				t.Fatalf("intent keeps directory locks without a create by name: %+v", q.open)
 			}
 		}
 	})

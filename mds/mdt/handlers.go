@@ -787,7 +787,14 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 // openCreate finds or creates o's file under the directory and name
 // locks.
 func (m *MDT) openCreate(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time int64, o *openOp) (mdd.Attr, bool, *layout.Layout, error) {
-	release, err := m.lock(ctx, dirLock(o.parent), nameLock(o.parent, o.name))
+	dl := dirLock(o.parent)
+	if exp := r.Export(); o.keepDirLocks && exp != nil {
+		// The client knows every name in parent under its PR lock and
+		// adds this one itself: calling the lock back would make it
+		// look every next name up again.
+		dl.tolerate = ldlm.OwnerOf(exp)
+	}
+	release, err := m.lock(ctx, dl, nameLock(o.parent, o.name))
 	if err != nil {
 		return mdd.Attr{}, false, nil, err
 	}

@@ -41,6 +41,8 @@ type lockReq struct {
 	res  ldlm.Resource
 	mode ldlm.Mode
 	bits ldlm.Bits
+	// tolerate: ldlm.Request.Tolerate.
+	tolerate ldlm.Owner
 }
 
 // objRes is an inode's IBITS resource (Lustre's fid_build_reg_res_name).
@@ -89,6 +91,9 @@ func (m *MDT) lock(ctx context.Context, reqs ...lockReq) (func(), error) {
 	for _, r := range reqs {
 		if n := len(merged); n > 0 && merged[n-1].res == r.res {
 			merged[n-1].bits |= r.bits
+			if merged[n-1].tolerate != r.tolerate {
+				merged[n-1].tolerate = "" // tolerated only if every part tolerates
+			}
 			if r.mode == ldlm.EX {
 				merged[n-1].mode = ldlm.EX
 			}
@@ -105,7 +110,7 @@ func (m *MDT) lock(ctx context.Context, reqs ...lockReq) (func(), error) {
 		}
 	}
 	for _, r := range merged {
-		rel, err := m.lockd.LockLocal(ctx, ldlm.Request{Resource: r.res, Mode: r.mode, Policy: ldlm.Policy{Bits: r.bits}}, max(time.Until(deadline), time.Nanosecond))
+		rel, err := m.lockd.LockLocal(ctx, ldlm.Request{Resource: r.res, Mode: r.mode, Policy: ldlm.Policy{Bits: r.bits}, Tolerate: r.tolerate}, max(time.Until(deadline), time.Nanosecond))
 		if err != nil {
 			release()
 			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {

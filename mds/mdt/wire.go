@@ -222,6 +222,9 @@ type (
 		// replayHandle: an open replayed after a restart, under the
 		// handle it had before.
 		replayHandle uint64
+		// keepDirLocks: the create leaves the requester's PR locks on
+		// parent alone (IntentRequest.keep_dir_locks).
+		keepDirLocks bool
 	}
 )
 
@@ -565,6 +568,10 @@ func parseIntent(b []byte) (intentReq, error) {
 		if r.open, err = openFrom(w.Parent, w.Name, w.Fid, flags, w.Mode, w.NewFid, w.Layout, w.DelayLayout); err != nil {
 			return r, err
 		}
+		if w.KeepDirLocks && (r.open.parent.IsZero() || flags&oCreat == 0) {
+			return r, bad("keep_dir_locks without a create by name")
+		}
+		r.open.keepDirLocks = w.KeepDirLocks
 	case r.op&ItCreat != 0:
 		if r.parent.IsZero() {
 			return r, bad("create intent without a parent")
@@ -573,6 +580,9 @@ func parseIntent(b []byte) (intentReq, error) {
 		return r, bad("lookup intent: want a parent and a name, or a FID")
 	case r.parent.IsZero() && len(w.Name) > 0:
 		return r, bad("lookup intent by FID with a name")
+	}
+	if w.KeepDirLocks && r.open == nil {
+		return r, bad("keep_dir_locks without a create by name")
 	}
 	return r, nil
 }

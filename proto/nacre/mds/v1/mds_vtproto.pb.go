@@ -2482,6 +2482,16 @@ func (m *IntentRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.KeepDirLocks {
+		i--
+		if m.KeepDirLocks {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x60
+	}
 	if m.Time != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Time))
 		i--
@@ -3951,6 +3961,9 @@ func (m *IntentRequest) SizeVT() (n int) {
 	}
 	if m.Time != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Time))
+	}
+	if m.KeepDirLocks {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -10353,6 +10366,26 @@ func (m *IntentRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 12:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KeepDirLocks", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.KeepDirLocks = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
