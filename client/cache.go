@@ -67,17 +67,18 @@ type cache struct {
 	negs      map[dentKey]*ldlm.ClientLock
 	negByLock map[*ldlm.ClientLock]map[dentKey]struct{}
 	// sets are directories' whole name sets by directory, setByLock the
-	// directory of each set's lock, setNames their names in all (names.go).
-	// making counts the O_CREAT opens in flight that keep a set, made
-	// those that ended.
-	sets      map[fid.FID]*nameSet
-	setByLock map[*ldlm.ClientLock]fid.FID
-	setNames  int
-	making    map[fid.FID]int
-	made      uint64
-	// misses counts the names looked up in vain by directory, or marks
-	// one too large for a set (tooLarge).
-	misses map[fid.FID]int
+	// directory of each set's lock, setNames their names in all; making
+	// and makingNames count the O_CREAT opens in flight by directory and
+	// by name, dirGens and nameGens are generations, and misses what is
+	// known of directories without a set (names.go).
+	sets        map[fid.FID]*nameSet
+	setByLock   map[*ldlm.ClientLock]fid.FID
+	setNames    int
+	making      map[fid.FID]int
+	makingNames map[dentKey]int
+	dirGens     [genBuckets]uint64
+	nameGens    [genBuckets]uint64
+	misses      map[fid.FID]*dirMisses
 }
 
 // maxNegatives bounds the missing names the cache keeps.
@@ -102,20 +103,31 @@ func (c *cache) init() {
 	c.sets = make(map[fid.FID]*nameSet)
 	c.setByLock = make(map[*ldlm.ClientLock]fid.FID)
 	c.making = make(map[fid.FID]int)
-	c.misses = make(map[fid.FID]int)
+	c.makingNames = make(map[dentKey]int)
+	c.misses = make(map[fid.FID]*dirMisses)
 }
 
 // storeNegative records that name is not in parent while l, a lock on
 // parent with the UPDATE bit that the lookup's reference keeps from going
-// meanwhile, is held.
-func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock) {
+// meanwhile, is held — unless one of this client's creates of the name
+// ran since the lookup began (the name's generation moved from gen: the
+// create may have left the lock alone).
+func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock, gen uint64) {
 	if l == nil || l.Policy().Bits&ldlm.BitUpdate == 0 || l.Resource.ID != ldlm.ResIDOfFID(parent.Seq, parent.Oid, parent.Ver) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
-	if _, ok := c.negs[k]; ok || len(c.negs) >= maxNegatives || l.Gone() {
+	if l.Gone() || *c.nameGenLocked(k) != gen || c.makingNames[k] > 0 {
+		return
+	}
+	c.addNegativeLocked(k, l)
+}
+
+// addNegativeLocked files k as missing under l.
+func (c *cache) addNegativeLocked(k dentKey, l *ldlm.ClientLock) {
+	if _, ok := c.negs[k]; ok || len(c.negs) >= maxNegatives {
 		return
 	}
 	c.negs[k] = l
@@ -125,6 +137,16 @@ func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock) {
 		c.negByLock[l] = ks
 	}
 	ks[k] = struct{}{}
+}
+
+// dropNegativeLocked forgets that k is missing.
+func (c *cache) dropNegativeLocked(k dentKey) {
+	l, ok := c.negs[k]
+	if !ok {
+		return
+	}
+	delete(c.negs, k)
+	delete(c.negByLock[l], k)
 }
 
 // negative reports whether name is known missing from parent.
@@ -141,12 +163,10 @@ func (c *cache) takeNegative(parent fid.FID, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
-	l, ok := c.negs[k]
-	if !ok {
+	if _, ok := c.negs[k]; !ok {
 		return false
 	}
-	delete(c.negs, k)
-	delete(c.negByLock[l], k)
+	c.dropNegativeLocked(k)
 	return true
 }
 
@@ -300,7 +320,7 @@ func (c *cache) invalidate(f fid.FID) {
 // goes, and the Notifier hears of it.
 func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	c.mu.Lock()
-	c.dropSetLocked(l)
+	c.dropSetLocked(l, true)
 	defer invalidateEntries(fs, c.dropNegativesLocked(l)) // (after the unlock)
 	ref, ok := c.byLock[l]
 	if !ok {
@@ -362,7 +382,7 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
 	c.mu.Lock()
 	if dropped&ldlm.BitUpdate != 0 { // a name may be made in the directory now
-		c.dropSetLocked(l)
+		c.dropSetLocked(l, true)
 		defer invalidateEntries(fs, c.dropNegativesLocked(l))
 	}
 	ref, ok := c.byLock[l]

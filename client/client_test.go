@@ -423,6 +423,10 @@ func TestNameSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Close(ctx)
+	// a caches d's attributes (under a lock the name set will share).
+	if _, err := a.Getattr(ctx, cred, d.FID); err != nil {
+		t.Fatal(err)
+	}
 	missing := func(fs *client.FS, name string) {
 		t.Helper()
 		if _, err := fs.Lookup(ctx, cred, d.FID, name); client.Errno(err) != syscall.ENOENT {
@@ -503,13 +507,20 @@ func TestNameSets(t *testing.T) {
 	if got, err := a.Lookup(ctx, cred, d.FID, "z"); err != nil || got.FID != g.FID() {
 		t.Fatalf("a's lookup of the name b made: %+v %v, want %v", got, err, g.FID())
 	}
-	// Read again; then a's own unlink drops it too.
-	missing(a, "w0")
-	missing(a, "w1")
+	// Read again, after twice as many misses as the first time (the set
+	// was lost to another client's change); then a's own unlink drops it.
+	for i := range 3 {
+		missing(a, fmt.Sprint("w", i))
+	}
 	e3 := enqueues()
-	missing(a, "w2")
+	missing(a, "w3")
+	if enqueues() != e3+1 {
+		t.Fatal("a set read again after three misses, want four")
+	}
+	e3 = enqueues()
+	missing(a, "w4")
 	if enqueues() != e3 {
-		t.Fatal("no set after two misses")
+		t.Fatal("no set after four misses")
 	}
 	if err := a.Unlink(ctx, cred, d.FID, "f3"); err != nil {
 		t.Fatal(err)
@@ -524,6 +535,101 @@ func TestNameSets(t *testing.T) {
 			_, err := fs.Lookup(ctx, cred, d.FID, fmt.Sprint("f", i))
 			if (i == 3) != (client.Errno(err) == syscall.ENOENT) || (i != 3 && err != nil) {
 				t.Errorf("lookup of f%d: %v", i, err)
+			}
+		}
+	}
+}
+
+// TestNameSetOwnCreateRace: a lookup of a name the client is making,
+// while the create is in flight, does not leave the name known missing
+// once the create is done (the create leaves the directory's lock alone).
+func TestNameSetOwnCreateRace(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := c.Mount(0), c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"x0", "x1", "x2"} {
+		if _, err := a.Lookup(ctx, cred, d.FID, n); client.Errno(err) != syscall.ENOENT {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		name := fmt.Sprint("n", i)
+		client.SetBeforeCreate(func() {
+			// A lookup of the name being made, before the create's RPC:
+			// missing yet, from the set or from the MDT.
+			if _, err := a.Lookup(ctx, cred, d.FID, name); client.Errno(err) != syscall.ENOENT {
+				t.Error(err)
+			}
+		})
+		f, _, err := a.Create(ctx, cred, d.FID, name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		client.SetBeforeCreate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close(ctx)
+		if _, err := b.Lookup(ctx, cred, d.FID, name); err != nil {
+			t.Fatalf("b: %v", err)
+		}
+		if got, err := a.Lookup(ctx, cred, d.FID, name); err != nil || got.FID != f.FID() {
+			t.Fatalf("a's lookup of the file it made: %+v %v", got, err)
+		}
+		if a.NegativeCached(d.FID, name) {
+			t.Fatalf("%s known missing after a made it", name)
+		}
+	}
+}
+
+// TestNameSetsTwoCreators: two clients with name sets in one directory
+// make files there at once; each create calls back the other's set lock
+// (none waits for the other), and every name is found by both after.
+func TestNameSetsTwoCreators(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fss := []*client.FS{c.Mount(0), c.Mount(1)}
+	cred := client.Root()
+	d, err := fss[0].Mkdir(ctx, cred, fss[0].Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, len(fss))
+	for w, fs := range fss {
+		wg.Go(func() {
+			for i := range n {
+				name := fmt.Sprintf("c%d-%d", w, i)
+				fs.Lookup(ctx, cred, d.FID, fmt.Sprintf("c%d-%d", 1-w, i)) // the other's next, missing or not
+				if _, err := fs.Lookup(ctx, cred, d.FID, name); client.Errno(err) != syscall.ENOENT {
+					errs <- fmt.Errorf("lookup of %s before making it: %v", name, err)
+					return
+				}
+				f, _, err := fs.Create(ctx, cred, d.FID, name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				f.Close(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, fs := range fss {
+		for w := range fss {
+			for i := range n {
+				if _, err := fs.Lookup(ctx, cred, d.FID, fmt.Sprintf("c%d-%d", w, i)); err != nil {
+					t.Fatalf("lookup of c%d-%d: %v", w, i, err)
+				}
 			}
 		}
 	}

@@ -75,14 +75,12 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 		if testBeforeCreate != nil {
 			testBeforeCreate()
 		}
-		keep := fs.cache.beginMaking(parent)
-		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts, KeepDirLocks: keep})
-		if keep {
-			if err == nil {
-				fs.cache.endMaking(parent, name, &f.mf.Attr, f.Created(), nil)
-			} else {
-				fs.cache.endMaking(parent, name, nil, false, err)
-			}
+		mk := fs.cache.beginMaking(parent, name)
+		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts, KeepDirLock: mk.lock})
+		if err == nil {
+			fs.endMaking(ctx, mk, &f.mf.Attr, f.Created(), nil)
+		} else {
+			fs.endMaking(ctx, mk, nil, false, err)
 		}
 		if err == nil && !f.Created() {
 			// It existed (another client made it since the name was

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"syscall"
 
 	"github.com/nacrefs/nacre/client/mdc"
@@ -17,30 +18,39 @@ import (
 // mdtest, a tar, a compiler's outputs — looks up each new name once, right
 // before making it, and paid a lookup RPC per file.
 //
-// The set is read (READDIR) under the lock once a few lookups there have
-// found nothing (under any lock: a create gives the lock back unless a
-// set keeps it). It stays right as long as the lock is held: a name
-// another client makes or removes there calls the lock back first, and a
-// name this client makes with an O_CREAT open is added by the client
-// itself, the MDT's create leaving the client's PR locks on the directory
-// alone (mdc.Intent.KeepDirLocks, ldlm.Request.Tolerate). This client's
-// other changes there (unlink, rename, mkdir, link, ...) call the lock back
-// as anyone's do, and the set goes with it.
+// The set is read (READDIR) under the lock once a few lookups in the
+// directory have found nothing (under any lock: a create gives the lock
+// back unless a set keeps it). It stays right as long as the lock is held:
+// a name another client makes or removes there calls the lock back first,
+// and a name this client makes with an O_CREAT open is added by the client
+// itself — the create asks the MDT to leave the set's lock alone
+// (mdc.Intent.KeepDirLock, ldlm.Request.Tolerate). It holds no reference
+// on it: two clients making names in one directory would each wait, in
+// the MDT, for the other's lock. This
+// client's other changes there (unlink, rename, mkdir, link, ...) give
+// the lock back as anyone's do, and the set goes with it.
+//
+// A name the client stores as missing while one of its own creates of
+// that name runs could be the name made: lookups note the name's
+// generation (nameGens, moved by every such create) before they look, and
+// store nothing if it moved; a set is installed only if no create ran in
+// the directory meanwhile (dirGens).
 
 const (
 	// setAfter is how many names looked up in vain in a directory make
-	// the client read the whole directory.
-	setAfter = 2
+	// the client read the whole directory; each set the directory loses
+	// to another client's change doubles it there, up to maxSetAfter.
+	setAfter    = 2
+	maxSetAfter = 1 << 10
 	// maxMissDirs bounds the directories whose misses are counted.
 	maxMissDirs = 1 << 12
-	// tooLarge, as a directory's miss count, says it had more than
-	// maxDirNames names when last read.
-	tooLarge = -1
 	// maxDirNames is the most names a set holds: a larger directory gets
-	// none (it is not read again under the same lock).
+	// none (until the count of its misses is forgotten).
 	maxDirNames = 1 << 13
 	// maxSetNames bounds the names of all sets together.
 	maxSetNames = 1 << 16
+	// genBuckets is how many generation counters the directories share.
+	genBuckets = 64
 )
 
 // nameSet is a directory's names under lock.
@@ -49,25 +59,70 @@ type nameSet struct {
 	names map[string]struct{}
 }
 
-// missingName reports whether parent's set says name is not there, and
-// the lock that keeps the set.
-func (c *cache) missingName(parent fid.FID, name string) (*ldlm.ClientLock, bool) {
+// dirMisses is what the client knows of a directory without a set.
+type dirMisses struct {
+	n, need int
+	noSet   bool // too large, or unreadable: no set until forgotten
+}
+
+var genSeed = maphash.MakeSeed()
+
+// genBucket hashes a directory, and a name in it if not "", to one of the
+// generation counters.
+func genBucket(dir fid.FID, name string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(genSeed)
+	var b [16]byte
+	for i := range 8 {
+		b[i] = byte(dir.Seq >> (8 * i))
+	}
+	for i := range 4 {
+		b[8+i] = byte(dir.Oid >> (8 * i))
+		b[12+i] = byte(dir.Ver >> (8 * i))
+	}
+	h.Write(b[:])
+	h.WriteString(name)
+	return h.Sum64() % genBuckets
+}
+
+// dirGenLocked and nameGenLocked return the generation counters of a
+// directory and of a name in it.
+func (c *cache) dirGenLocked(dir fid.FID) *uint64 { return &c.dirGens[genBucket(dir, "")] }
+
+func (c *cache) nameGenLocked(k dentKey) *uint64 { return &c.nameGens[genBucket(k.parent, k.name)] }
+
+// nameGen returns the generation of name in dir, for storeNegative.
+func (c *cache) nameGen(dir fid.FID, name string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return *c.nameGenLocked(dentKey{dir, name})
+}
+
+// answerFromSet reports whether parent's set says name is not there and,
+// if so, records name as missing under the set's lock — in one critical
+// section, so that a callback of the lock, whose hook drops the set and
+// the lock's negative entries under the same mutex, cannot come between.
+// It returns the lock, for Touch.
+func (c *cache) answerFromSet(parent fid.FID, name string) (*ldlm.ClientLock, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := dentKey{parent, name}
 	s := c.sets[parent]
-	if s == nil || s.lock.Gone() {
+	if s == nil || s.lock.Gone() || c.makingNames[k] > 0 {
 		return nil, false
 	}
 	if _, ok := s.names[name]; ok {
 		return nil, false
 	}
+	c.addNegativeLocked(k, s.lock)
 	return s.lock, true
 }
 
 // wantSet counts a name looked up in vain in parent under l, the lock the
 // lookup was granted, and reports whether parent's names should be read
 // under l now: enough names were missing there, parent has no set under l
-// and was not found too large, and the sets have room.
+// and none was refused it, and the sets have room. gen is parent's
+// generation, for installSet.
 func (c *cache) wantSet(parent fid.FID, l *ldlm.ClientLock) (gen uint64, ok bool) {
 	if l.Policy().Bits&ldlm.BitUpdate == 0 || l.Resource.ID != ldlm.ResIDOfFID(parent.Seq, parent.Oid, parent.Ver) {
 		return 0, false
@@ -77,46 +132,57 @@ func (c *cache) wantSet(parent fid.FID, l *ldlm.ClientLock) (gen uint64, ok bool
 	if s := c.sets[parent]; s != nil && s.lock == l {
 		return 0, false
 	}
-	n, ok := c.misses[parent]
-	if n == tooLarge {
+	m, ok := c.misses[parent]
+	if !ok {
+		if len(c.misses) >= maxMissDirs {
+			clear(c.misses)
+		}
+		m = &dirMisses{need: setAfter}
+		c.misses[parent] = m
+	}
+	m.n++
+	if m.noSet || m.n < m.need || c.making[parent] > 0 || c.setNames >= maxSetNames || l.Gone() {
 		return 0, false
 	}
-	if !ok && len(c.misses) >= maxMissDirs {
-		clear(c.misses)
-	}
-	n++
-	c.misses[parent] = n
-	if n < setAfter || c.making[parent] > 0 || c.setNames >= maxSetNames || l.Gone() {
-		return 0, false
-	}
-	return c.made, true
+	return *c.dirGenLocked(parent), true
 }
 
-// installSet files names as parent's set under l, unless l went, this
-// client made a name meanwhile (gen, from wantSet, moved), or the sets are
-// full; names nil marks parent too large.
+// installSet files names as parent's set under l, unless l went, one of
+// this client's creates ran there meanwhile (gen, from wantSet, moved), or
+// the sets are full.
 func (c *cache) installSet(parent fid.FID, l *ldlm.ClientLock, names map[string]struct{}, gen uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if names == nil {
-		c.misses[parent] = tooLarge
-		return false
-	}
-	if l.Gone() || c.made != gen || c.making[parent] > 0 || c.setNames+len(names) > maxSetNames {
+	if l.Gone() || *c.dirGenLocked(parent) != gen || c.making[parent] > 0 || c.setNames+len(names) > maxSetNames {
 		return false
 	}
 	if old := c.sets[parent]; old != nil {
-		c.dropSetLocked(old.lock)
+		c.dropSetLocked(old.lock, false)
 	}
-	c.dropSetLocked(l) // (a lock covers one directory)
+	c.dropSetLocked(l, false) // (a lock covers one directory)
 	c.sets[parent] = &nameSet{lock: l, names: names}
 	c.setByLock[l] = parent
 	c.setNames += len(names)
+	if m := c.misses[parent]; m != nil {
+		m.n = 0
+	}
 	return true
 }
 
-// dropSetLocked forgets the set l kept.
-func (c *cache) dropSetLocked(l *ldlm.ClientLock) {
+// refuseSet marks parent as getting no set (too large, unreadable) until
+// the count of its misses is forgotten.
+func (c *cache) refuseSet(parent fid.FID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.misses[parent]; m != nil {
+		m.noSet = true
+	}
+}
+
+// dropSetLocked forgets the set l kept; lost says the lock was called back
+// or converted, which makes parent wait for more misses before it is read
+// again (a directory others change often is not read at every miss).
+func (c *cache) dropSetLocked(l *ldlm.ClientLock, lost bool) {
 	f, ok := c.setByLock[l]
 	if !ok {
 		return
@@ -126,50 +192,95 @@ func (c *cache) dropSetLocked(l *ldlm.ClientLock) {
 		c.setNames -= len(s.names)
 		delete(c.sets, f)
 	}
-}
-
-// beginMaking is called before an O_CREAT open of a name in parent and
-// reports whether parent has a set, which the create then keeps (it asks
-// the MDT to leave the lock alone); endMaking must follow.
-func (c *cache) beginMaking(parent fid.FID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.sets[parent]
-	if s == nil || s.lock.Gone() {
-		return false
+	if m := c.misses[f]; lost && m != nil {
+		m.n, m.need = 0, min(2*m.need, maxSetAfter)
 	}
-	c.making[parent]++
-	return true
 }
 
-// endMaking ends a create beginMaking kept the set for: a name made goes
-// into the set, and the directory's cached times become the new file's
-// ctime (the MDT's, which the create set on both); a create that failed in
-// a way that may have changed the directory, or that found a name the set
-// did not have, drops the set.
-func (c *cache) endMaking(parent fid.FID, name string, a *mdc.Attr, created bool, err error) {
+// making is an O_CREAT open in flight (beginMaking).
+type making struct {
+	k    dentKey
+	lock *ldlm.ClientLock // the set's lock, which the create keeps; nil if none
+}
+
+// beginMaking is called before an O_CREAT open of name in parent: it
+// moves the generations of parent and of the name and returns, if parent
+// has a set, its lock, for the create to keep. endMaking must follow.
+func (c *cache) beginMaking(parent fid.FID, name string) making {
+	k := dentKey{parent, name}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	*c.dirGenLocked(parent)++
+	*c.nameGenLocked(k)++
+	c.making[parent]++
+	c.makingNames[k]++
+	var l *ldlm.ClientLock
+	if s := c.sets[parent]; s != nil && !s.lock.Gone() {
+		l = s.lock
+	}
+	c.mu.Unlock()
+	return making{k: k, lock: l}
+}
+
+// endMaking ends a create begun by beginMaking, whose outcome is err and,
+// without one, the new file's attributes a and whether it was
+// made (created). The name is no longer known missing anywhere. With the
+// set's lock kept, the name joins the set and the directory's cached
+// times become the new file's ctime (the MDT set both so); a create that
+// failed in a way that may have changed the directory, or that found a
+// name the set lacked, gives the lock back, set and cached attributes
+// with it.
+func (fs *FS) endMaking(ctx context.Context, mk making, a *mdc.Attr, created bool, err error) {
+	c := &fs.cache
+	k := mk.k
+	parent, name := k.parent, k.name
+	c.mu.Lock()
 	if c.making[parent]--; c.making[parent] <= 0 {
 		delete(c.making, parent)
 	}
-	c.made++
-	s := c.sets[parent]
-	if s == nil {
-		return
+	if c.makingNames[k]--; c.makingNames[k] <= 0 {
+		delete(c.makingNames, k)
 	}
-	_, known := s.names[name]
-	switch {
-	case err != nil && (known && errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)):
-		// Nothing was made.
-	case err != nil, !created && !known, len(s.names) >= maxDirNames:
-		c.dropSetLocked(s.lock)
-	case created:
-		s.names[name] = struct{}{}
-		c.setNames++
-		if ino := c.inodes[parent]; ino != nil && ino.valid && a != nil && a.Ctime > ino.attr.Ctime {
-			ino.attr.Mtime, ino.attr.Ctime = a.Ctime, a.Ctime
+	*c.dirGenLocked(parent)++
+	*c.nameGenLocked(k)++
+	_, wasMissing := c.negs[k]
+	c.dropNegativeLocked(k)
+	giveBack := false
+	if mk.lock != nil {
+		clean := err != nil && (errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM))
+		s := c.sets[parent]
+		if s != nil && s.lock != mk.lock {
+			s = nil
 		}
+		known := false
+		if s != nil {
+			_, known = s.names[name]
+		}
+		switch {
+		case clean:
+			// Nothing was made.
+		case err != nil, !created && s != nil && !known:
+			giveBack = true
+		case created:
+			if s != nil && !known && len(s.names) < maxDirNames && c.setNames < maxSetNames {
+				s.names[name] = struct{}{}
+				c.setNames++
+			} else if s != nil && !known {
+				c.dropSetLocked(mk.lock, false)
+			}
+			if ino := c.inodes[parent]; ino != nil && ino.valid && ino.lock == mk.lock && a != nil && a.Ctime > ino.attr.Ctime {
+				ino.attr.Mtime, ino.attr.Ctime = a.Ctime, a.Ctime
+			}
+		}
+	}
+	c.mu.Unlock()
+	if wasMissing && err == nil {
+		invalidateEntries(fs, []dentKey{k})
+	}
+	if giveBack {
+		// The MDT may make the name yet, leaving this lock alone: so that
+		// no set is read under it again, it goes (its hooks drop the set
+		// and the attributes cached under it).
+		fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	}
 }
 
@@ -185,13 +296,14 @@ func (fs *FS) readNames(ctx context.Context, cred Cred, parent FID, l *ldlm.Clie
 	for e, err := range fs.mdc.Readdir(ctx, cred, parent) {
 		if err != nil {
 			fs.log.Debug("client: reading names", "dir", parent, "err", err)
+			fs.cache.refuseSet(parent)
 			return
 		}
 		if e.Name == "." || e.Name == ".." {
 			continue
 		}
 		if len(names) == maxDirNames {
-			fs.cache.installSet(parent, l, nil, gen)
+			fs.cache.refuseSet(parent)
 			return
 		}
 		names[e.Name] = struct{}{}

@@ -104,20 +104,22 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 	if fs.cache.negative(parent, name) && fs.mayExec(cred, parent) {
 		return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
 	}
-	if l, ok := fs.cache.missingName(parent, name); ok && fs.mayExec(cred, parent) {
-		// Not in the directory's name set: a negative entry now, under
-		// the set's lock (the kernel may keep it too).
-		l.Touch()
-		fs.cache.storeNegative(parent, name, l)
-		return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
+	if fs.mayExec(cred, parent) {
+		if l, ok := fs.cache.answerFromSet(parent, name); ok {
+			// Not in the directory's name set: a negative entry now,
+			// under the set's lock (the kernel may keep it too).
+			l.Touch()
+			return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
+		}
 	}
+	gen := fs.cache.nameGen(parent, name)
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItGetattr, Parent: parent, Name: name}, fs.hooks())
 	if err != nil {
 		if rep != nil && rep.Lock != nil {
 			if rep.Negative {
-				fs.cache.storeNegative(parent, name, rep.Lock)
+				fs.cache.storeNegative(parent, name, rep.Lock, gen)
 				fs.readNames(ctx, cred, parent, rep.Lock)
 			}
 			rep.Lock.Release()

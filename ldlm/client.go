@@ -694,6 +694,17 @@ func (c *Client) TakeCancels(imp *ptlrpc.Import) []uint64 {
 // the next request of the caller's (TakeConverts), ahead of a change that
 // would otherwise call the lock back. It returns how many it converted.
 func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
+	return c.convertUnused(ctx, imp, res, bits, nil)
+}
+
+// GiveBackUnusedExcept is ConvertUnused and CancelUnused but for except,
+// a lock the caller keeps for a change the server was asked to leave it
+// alone for (Request.Tolerate).
+func (c *Client) GiveBackUnusedExcept(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, except *ClientLock) int {
+	return c.convertUnused(ctx, imp, res, bits, except) + c.cancelUnused(ctx, imp, res, bits, false, except)
+}
+
+func (c *Client) convertUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, except *ClientLock) int {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
@@ -702,7 +713,7 @@ func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 	ns := c.nsLocked(imp)
 	var cvs []conversion
 	for l := ns.byRes[res]; l != nil; l = l.resNext {
-		if l.remote == 0 {
+		if l.remote == 0 || l == except {
 			continue
 		}
 		if keep := l.keepOnConvertLocked(bits); keep != 0 {
@@ -958,7 +969,7 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 // has no blocking AST to send and wait for. It returns how many it gave
 // back.
 func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
-	return c.cancelUnused(ctx, imp, res, bits, false)
+	return c.cancelUnused(ctx, imp, res, bits, false, nil)
 }
 
 // CancelUnusedWhole is CancelUnused for a change that takes every lock
@@ -966,10 +977,10 @@ func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 // would convert are given back whole as well, as Lustre's
 // ldlm_cancel_resource_local does for early lock cancel.
 func (c *Client) CancelUnusedWhole(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
-	return c.cancelUnused(ctx, imp, res, bits, true)
+	return c.cancelUnused(ctx, imp, res, bits, true, nil)
 }
 
-func (c *Client) cancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, whole bool) int {
+func (c *Client) cancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, whole bool, except *ClientLock) int {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
@@ -978,7 +989,7 @@ func (c *Client) cancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resou
 	ns := c.nsLocked(imp)
 	var ls []*ClientLock
 	for l := ns.byRes[res]; l != nil; l = l.resNext {
-		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 {
+		if l.state != lockGranted || l.users != 0 || l.remote == 0 || l.policy.Bits&bits == 0 || l == except {
 			continue
 		}
 		if !whole && l.keepOnConvertLocked(bits) != 0 {

@@ -279,31 +279,38 @@ func TestBlockingNamesTheWaiter(t *testing.T) {
 	}
 }
 
-// TestTolerate: a lock that tolerates a client's PR locks is granted over
-// them without calling them back, still waits for (and calls back) the
-// other clients', and the tolerated client's later requests wait for it.
+// TestTolerate: a lock that tolerates one PR lock of a client is granted
+// over it without calling it back, still waits for (and calls back) the
+// client's other locks and everyone else's, and the client's later
+// requests wait for it.
 func TestTolerate(t *testing.T) {
 	ns := mustNew(t, DefaultConfig())
 	res := Resource{ResID{7}, TypeIBits}
 	x, _ := ns.Enqueue(Request{Resource: res, Mode: PR, Owner: "x", Policy: Policy{Bits: BitUpdate}})
+	x1, _ := ns.Enqueue(Request{Resource: res, Mode: PR, Owner: "x", Policy: Policy{Bits: BitUpdate | BitLookup}})
 	y, _ := ns.Enqueue(Request{Resource: res, Mode: PR, Owner: "y", Policy: Policy{Bits: BitUpdate | BitLookup}})
-	cw, err := ns.Enqueue(Request{Resource: res, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: "x"})
+	tol := Tolerated{Owner: "x", Lock: x.Lock.Handle}
+	cw, err := ns.Enqueue(Request{Resource: res, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: tol})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cw.Lock.State != Waiting || len(cw.Blocking) != 1 || cw.Blocking[0].Lock.Handle != y.Lock.Handle {
+	if cw.Lock.State != Waiting || len(cw.Blocking) != 2 || cw.Blocking[0].Lock.Handle != x1.Lock.Handle || cw.Blocking[1].Lock.Handle != y.Lock.Handle {
 		t.Fatalf("tolerant CW: %+v", cw)
 	}
 	checkInvariants(t, ns)
-	eff, err := ns.Cancel(y.Lock.Handle, "y")
-	if err != nil {
-		t.Fatal(err)
+	for _, l := range []struct {
+		h     Handle
+		owner Owner
+	}{{x1.Lock.Handle, "x"}, {y.Lock.Handle, "y"}} {
+		if _, err := ns.Cancel(l.h, l.owner); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if len(eff.Granted) != 1 || eff.Granted[0].Handle != cw.Lock.Handle {
-		t.Fatalf("cancel of y: %+v", eff)
+	if l, err := ns.Lookup(cw.Lock.Handle); err != nil || l.State != Granted {
+		t.Fatalf("the CW once the others went: %+v %v", l, err)
 	}
 	if l, err := ns.Lookup(x.Lock.Handle); err != nil || l.State != Granted || l.CallbackPending {
-		t.Fatalf("x's lock: %+v %v", l, err)
+		t.Fatalf("the tolerated lock: %+v %v", l, err)
 	}
 	checkInvariants(t, ns)
 	// x's next lock waits for the CW like anyone's.
@@ -315,16 +322,38 @@ func TestTolerate(t *testing.T) {
 	if eff, err := ns.Cancel(cw.Lock.Handle, "local"); err != nil || len(eff.Granted) != 1 || eff.Granted[0].Handle != x2.Lock.Handle {
 		t.Fatalf("cancel of the CW: %+v %v", eff, err)
 	}
-	// Only PR locks are tolerated.
+	// A tolerated lock waiting ahead is waited for: only a granted one
+	// is tolerated.
+	res3 := Resource{ResID{9}, TypeIBits}
+	ex, _ := ns.Enqueue(Request{Resource: res3, Mode: EX, Owner: "z", Policy: Policy{Bits: BitUpdate}})
+	xw, _ := ns.Enqueue(Request{Resource: res3, Mode: PR, Owner: "x", Policy: Policy{Bits: BitUpdate}})
+	cw3, _ := ns.Enqueue(Request{Resource: res3, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: Tolerated{Owner: "x", Lock: xw.Lock.Handle}})
+	if xw.Lock.State != Waiting || cw3.Lock.State != Waiting {
+		t.Fatalf("behind an EX: %+v %+v", xw, cw3)
+	}
+	// Once x's PR is granted, the CW tolerates it.
+	if eff, err := ns.Cancel(ex.Lock.Handle, "z"); err != nil || len(eff.Granted) != 2 || eff.Granted[0].Handle != xw.Lock.Handle ||
+		eff.Granted[1].Handle != cw3.Lock.Handle || eff.Granted[0].CallbackPending {
+		t.Fatalf("cancel of the EX: %+v %v", eff, err)
+	}
+	checkInvariants(t, ns)
+	// Only PR locks are tolerated, and only of the owner named.
 	res2 := Resource{ResID{8}, TypeIBits}
 	pw, _ := ns.Enqueue(Request{Resource: res2, Mode: PW, Owner: "x", Policy: Policy{Bits: BitUpdate}})
-	cw2, _ := ns.Enqueue(Request{Resource: res2, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: "x"})
+	cw2, _ := ns.Enqueue(Request{Resource: res2, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: Tolerated{Owner: "x", Lock: pw.Lock.Handle}})
 	if cw2.Lock.State != Waiting || len(cw2.Blocking) != 1 || cw2.Blocking[0].Lock.Handle != pw.Lock.Handle {
 		t.Fatalf("tolerant CW over x's PW: %+v", cw2)
 	}
+	res4 := Resource{ResID{10}, TypeIBits}
+	yr, _ := ns.Enqueue(Request{Resource: res4, Mode: PR, Owner: "y", Policy: Policy{Bits: BitUpdate}})
+	cw4, _ := ns.Enqueue(Request{Resource: res4, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: Tolerated{Owner: "x", Lock: yr.Lock.Handle}})
+	if cw4.Lock.State != Waiting {
+		t.Fatalf("a CW tolerating y's lock in x's name: %+v", cw4)
+	}
 	for _, bad := range []Request{
-		{Resource: Resource{ResID{7}, TypeExtent}, Mode: PW, Owner: "local", Policy: Policy{Extent: Whole}, Tolerate: "x"},
-		{Resource: res, Mode: CW, Owner: "x", Policy: Policy{Bits: BitUpdate}, Tolerate: "x"},
+		{Resource: Resource{ResID{7}, TypeExtent}, Mode: PW, Owner: "local", Policy: Policy{Extent: Whole}, Tolerate: tol},
+		{Resource: res, Mode: CW, Owner: "x", Policy: Policy{Bits: BitUpdate}, Tolerate: tol},
+		{Resource: res, Mode: CW, Owner: "local", Policy: Policy{Bits: BitUpdate}, Tolerate: Tolerated{Owner: "x"}},
 	} {
 		if _, err := ns.Enqueue(bad); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("enqueue %+v: %v", bad, err)

@@ -212,7 +212,7 @@ func (s *Server) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
 // connection, so a client evicted and reconnected never inherits locks.
 func ownerOf(exp *ptlrpc.Export) Owner { return Owner(exp.HandleString()) }
 
-// OwnerOf is the owner of the locks of exp's client (Request.Tolerate).
+// OwnerOf is the owner of the locks of exp's client (Tolerated).
 func OwnerOf(exp *ptlrpc.Export) Owner { return ownerOf(exp) }
 
 // Stats returns the server's counters.

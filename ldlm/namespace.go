@@ -85,7 +85,7 @@ type lock struct {
 	// noExpand: grant exactly the requested extent.
 	noExpand bool
 	// tolerate: Request.Tolerate.
-	tolerate Owner
+	tolerate Tolerated
 }
 
 // resource is one (ResID, Type) with its queues.
@@ -678,7 +678,7 @@ func (r *resource) enqueueWaiting(l *lock) int {
 // conflicts reports whether locks a and b on one resource cannot both be
 // granted, a being the one to grant.
 func conflicts(a, b *lock) bool {
-	if a.tolerate != "" && b.granted && b.owner == a.tolerate && b.mode == PR {
+	if t := a.tolerate; t.Lock != 0 && b.h == t.Lock && b.owner == t.Owner && b.granted && b.mode == PR {
 		return false
 	}
 	if Compatible(a.mode, b.mode) {
@@ -745,8 +745,8 @@ func checkRequest(req Request) string {
 		return fmt.Sprintf("mode %v is not valid for %v locks", m, t)
 	case req.Flags&^allFlags != 0:
 		return fmt.Sprintf("unknown flags %#x", uint32(req.Flags&^allFlags))
-	case req.Tolerate != "" && (t != TypeIBits || req.Tolerate == req.Owner):
-		return "tolerates its own owner's locks or locks of a type other than IBITS"
+	case req.Tolerate != Tolerated{} && (t != TypeIBits || req.Tolerate.Lock == 0 || req.Tolerate.Owner == "" || req.Tolerate.Owner == req.Owner):
+		return "tolerates no lock, a lock of its own owner or of a type other than IBITS"
 	}
 	foreign := false
 	switch t {

@@ -165,13 +165,22 @@ type Request struct {
 	Owner    Owner
 	Policy   Policy
 	Flags    Flags
-	// Tolerate, on a target's own lock (LockLocal), names a client whose
-	// granted PR locks the request does not conflict with: they get no
-	// blocking AST and need not go first. An MDT's create takes it for
-	// the client that asked for the create and keeps its directory cache
-	// right by itself (IntentRequest.keep_dir_locks). The client's locks
-	// requested later still wait for it.
-	Tolerate Owner
+	// Tolerate, on a target's own lock (LockLocal), names one granted PR
+	// lock of a client that the request does not conflict with: it gets
+	// no blocking AST and need not go first. An MDT's create takes it for
+	// the directory lock under which the client that asked for the create
+	// knows the directory's names and adds the one made itself
+	// (IntentRequest.keep_dir_lock). The client's other locks, and those
+	// it asks for later, conflict as always.
+	Tolerate Tolerated
+}
+
+// Tolerated names a client's lock (Request.Tolerate): its handle and, so
+// that a client cannot name another's, its owner. The zero value names
+// none.
+type Tolerated struct {
+	Owner Owner
+	Lock  Handle
 }
 
 // State is where a lock is in its resource's queues.

@@ -774,9 +774,6 @@ func within(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// testNegative: a name looked up missing stays known missing (to the
-// library and, as a negative entry, to the kernel) only until a name is
-// made in its directory, by the other mount or by this one.
 // testNameSets: two mounts make files in one directory at once, each
 // looking up its next name and one the other mount makes later first (so
 // both keep name sets and negative entries there); every file is then seen
@@ -824,6 +821,9 @@ func testNameSets(t *testing.T, a, b *llite.Server) {
 	}
 }
 
+// testNegative: a name looked up missing stays known missing (to the
+// library and, as a negative entry, to the kernel) only until a name is
+// made in its directory, by the other mount or by this one.
 func testNegative(t *testing.T, a, b *llite.Server) {
 	mkdir(t, filepath.Join(a.Dir(), "neg"), 0o755)
 	pa := func(s string) string { return filepath.Join(a.Dir(), "neg", s) }

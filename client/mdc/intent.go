@@ -25,11 +25,12 @@ type Intent struct {
 	Flags  uint64
 	Mode   uint32
 	Create *CreateOptions
-	// KeepDirLocks, on an O_CREAT open by name, keeps the client's PR
-	// locks on Parent (no early cancel, no callback from the create): the
-	// caller knows every name in Parent under one and adds the one it
-	// makes itself.
-	KeepDirLocks bool
+	// KeepDirLock, on an O_CREAT open by name, is a PR lock on Parent
+	// that the create does not call back (nor give back early with
+	// Parent's other unused locks): the caller knows every name in Parent
+	// under it and adds the one it makes itself. A blocking AST for
+	// another client's sake still takes it.
+	KeepDirLock *ldlm.ClientLock
 }
 
 // IntentReply is the MDT's answer to an intent: the file's attributes and
@@ -77,7 +78,10 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		return nil, fmt.Errorf("mdc: intent without a lock client: %w", syscall.EOPNOTSUPP)
 	}
 	req := &mdsv1.IntentRequest{Op: it.Op, Cred: credTo(cred), Parent: fidTo(it.Parent), Name: []byte(it.Name), Fid: fidTo(it.FID),
-		Flags: it.Flags, Mode: it.Mode, KeepDirLocks: it.KeepDirLocks}
+		Flags: it.Flags, Mode: it.Mode}
+	if it.KeepDirLock != nil {
+		req.KeepDirLock = uint64(it.KeepDirLock.Handle())
+	}
 	if it.Op&(ItOpen|ItCreat) != 0 {
 		lb, delay, err := it.Create.wire()
 		if err != nil {
@@ -101,12 +105,12 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		on = it.FID
 	}
 	res := ibitsRes(on)
-	if it.Op&ItCreat != 0 && !it.Parent.IsZero() && !it.KeepDirLocks {
+	if it.Op&ItCreat != 0 && !it.Parent.IsZero() {
 		// A create changes the directory: the MDT's CW UPDATE lock would
 		// call back our own PR UPDATE locks on it (a negative lookup's,
 		// a getattr's). Give their UPDATE back with this request instead
 		// of on a blocking AST the create waits for.
-		c.GiveBackBits(ctx, it.Parent, ldlm.BitUpdate)
+		c.locks.GiveBackUnusedExcept(ctx, c.imp, ibitsRes(it.Parent), ldlm.BitUpdate, it.KeepDirLock)
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})

@@ -39,8 +39,8 @@ func FuzzRequests(f *testing.F) {
 		&mdsv1.FldQueryRequest{Seq: fid.SeqNormal},
 		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("i"), Flags: 2, Mode: 0o600, NewFid: w, Layout: tmpl},
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Fid: w},
-		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("k"), Flags: 0o101, Mode: 0o644, NewFid: w, KeepDirLocks: true},
-		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("k"), KeepDirLocks: true},
+		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("k"), Flags: 0o101, Mode: 0o644, NewFid: w, KeepDirLock: 0x1234},
+		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("k"), KeepDirLock: 0x1234},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -152,7 +152,7 @@ func FuzzRequests(f *testing.F) {
 			if q.op&ItOpen != 0 && q.open == nil {
 				t.Fatalf("open intent without an open")
 			}
-			if q.open != nil && q.open.keepDirLocks && (q.open.parent.IsZero() || q.open.flags&oCreat == 0) {
+			if q.open != nil && q.open.keepDirLock != 0 && (q.open.parent.IsZero() || q.open.flags&oCreat == 0) {
 				t.Fatalf("intent keeps directory locks without a create by name: %+v", q.open)
 			}
 		}

@@ -788,11 +788,11 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 // locks.
 func (m *MDT) openCreate(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time int64, o *openOp) (mdd.Attr, bool, *layout.Layout, error) {
 	dl := dirLock(o.parent)
-	if exp := r.Export(); o.keepDirLocks && exp != nil {
-		// The client knows every name in parent under its PR lock and
+	if exp := r.Export(); o.keepDirLock != 0 && exp != nil {
+		// The client knows every name in parent under this PR lock and
 		// adds this one itself: calling the lock back would make it
 		// look every next name up again.
-		dl.tolerate = ldlm.OwnerOf(exp)
+		dl.tolerate = ldlm.Tolerated{Owner: ldlm.OwnerOf(exp), Lock: o.keepDirLock}
 	}
 	release, err := m.lock(ctx, dl, nameLock(o.parent, o.name))
 	if err != nil {

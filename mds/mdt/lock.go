@@ -22,7 +22,9 @@ import (
 //   - a directory whose entries change: CW with UPDATE (Lustre's PDO
 //     lock: changes of different names in one directory run together;
 //     clients' PR UPDATE locks — cached entries, negative lookups,
-//     readdir pages — are called back);
+//     readdir pages — are called back, except, for an O_CREAT open that
+//     asks so (keep_dir_lock), the one lock of the requester's under
+//     which it knows every name there and adds the one it makes);
 //   - the name itself: EX on (directory, name hash), so that the name's
 //     entry cannot change between the lookup and the change;
 //   - an object whose name goes away or moves: EX with LOOKUP and the
@@ -42,7 +44,7 @@ type lockReq struct {
 	mode ldlm.Mode
 	bits ldlm.Bits
 	// tolerate: ldlm.Request.Tolerate.
-	tolerate ldlm.Owner
+	tolerate ldlm.Tolerated
 }
 
 // objRes is an inode's IBITS resource (Lustre's fid_build_reg_res_name).
@@ -92,7 +94,7 @@ func (m *MDT) lock(ctx context.Context, reqs ...lockReq) (func(), error) {
 		if n := len(merged); n > 0 && merged[n-1].res == r.res {
 			merged[n-1].bits |= r.bits
 			if merged[n-1].tolerate != r.tolerate {
-				merged[n-1].tolerate = "" // tolerated only if every part tolerates
+				merged[n-1].tolerate = ldlm.Tolerated{} // tolerated only if every part tolerates
 			}
 			if r.mode == ldlm.EX {
 				merged[n-1].mode = ldlm.EX

@@ -10,6 +10,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdd"
 	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
 	mdsv1 "github.com/nacrefs/nacre/proto/nacre/mds/v1"
@@ -222,9 +223,9 @@ type (
 		// replayHandle: an open replayed after a restart, under the
 		// handle it had before.
 		replayHandle uint64
-		// keepDirLocks: the create leaves the requester's PR locks on
-		// parent alone (IntentRequest.keep_dir_locks).
-		keepDirLocks bool
+		// keepDirLock: a PR lock of the requester's on parent that the
+		// create leaves alone (IntentRequest.keep_dir_lock); 0 for none.
+		keepDirLock ldlm.Handle
 	}
 )
 
@@ -568,10 +569,10 @@ func parseIntent(b []byte) (intentReq, error) {
 		if r.open, err = openFrom(w.Parent, w.Name, w.Fid, flags, w.Mode, w.NewFid, w.Layout, w.DelayLayout); err != nil {
 			return r, err
 		}
-		if w.KeepDirLocks && (r.open.parent.IsZero() || flags&oCreat == 0) {
-			return r, bad("keep_dir_locks without a create by name")
+		if w.KeepDirLock != 0 && (r.open.parent.IsZero() || flags&oCreat == 0) {
+			return r, bad("keep_dir_lock without a create by name")
 		}
-		r.open.keepDirLocks = w.KeepDirLocks
+		r.open.keepDirLock = ldlm.Handle(w.KeepDirLock)
 	case r.op&ItCreat != 0:
 		if r.parent.IsZero() {
 			return r, bad("create intent without a parent")
@@ -581,8 +582,8 @@ func parseIntent(b []byte) (intentReq, error) {
 	case r.parent.IsZero() && len(w.Name) > 0:
 		return r, bad("lookup intent by FID with a name")
 	}
-	if w.KeepDirLocks && r.open == nil {
-		return r, bad("keep_dir_locks without a create by name")
+	if w.KeepDirLock != 0 && r.open == nil {
+		return r, bad("keep_dir_lock without a create by name")
 	}
 	return r, nil
 }

@@ -2713,10 +2713,11 @@ func (x *FldQueryReply) GetType() uint32 {
 // CREAT 2, GETATTR 8, LOOKUP 16). LOOKUP and GETATTR name parent and name,
 // or fid alone; OPEN names parent and name (or fid) with flags, and with
 // CREAT creates as OpenOp says. The client enqueues on the parent (or the
-// file); the MDT grants the lock on the file found. keep_dir_locks, on an
-// O_CREAT open by name: the create does not call back the client's own PR
-// locks on parent (it knows every name there under one and adds the name
-// it makes itself); other clients' are called back as always.
+// file); the MDT grants the lock on the file found. keep_dir_lock, on an
+// O_CREAT open by name, is the handle of a PR lock of the client's on
+// parent that the create does not call back: the client knows every name
+// there under it and adds the name it makes itself. The client's other
+// locks and other clients' are called back as always.
 type IntentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            uint32                 `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
@@ -2730,7 +2731,7 @@ type IntentRequest struct {
 	Layout        []byte                 `protobuf:"bytes,9,opt,name=layout,proto3" json:"layout,omitempty"`
 	DelayLayout   bool                   `protobuf:"varint,10,opt,name=delay_layout,json=delayLayout,proto3" json:"delay_layout,omitempty"`
 	Time          int64                  `protobuf:"varint,11,opt,name=time,proto3" json:"time,omitempty"`
-	KeepDirLocks  bool                   `protobuf:"varint,12,opt,name=keep_dir_locks,json=keepDirLocks,proto3" json:"keep_dir_locks,omitempty"`
+	KeepDirLock   uint64                 `protobuf:"fixed64,12,opt,name=keep_dir_lock,json=keepDirLock,proto3" json:"keep_dir_lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2842,11 +2843,11 @@ func (x *IntentRequest) GetTime() int64 {
 	return 0
 }
 
-func (x *IntentRequest) GetKeepDirLocks() bool {
+func (x *IntentRequest) GetKeepDirLock() uint64 {
 	if x != nil {
-		return x.KeepDirLocks
+		return x.KeepDirLock
 	}
-	return false
+	return 0
 }
 
 // IntentReply is the intent's answer (its errno rides in the enqueue
@@ -3467,7 +3468,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x06R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x06R\x03end\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\rR\x04type\"\xf6\x02\n" +
+	"\x04type\x18\x04 \x01(\rR\x04type\"\xf4\x02\n" +
 	"\rIntentRequest\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\rR\x02op\x12&\n" +
 	"\x04cred\x18\x02 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12)\n" +
@@ -3480,8 +3481,8 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x06layout\x18\t \x01(\fR\x06layout\x12!\n" +
 	"\fdelay_layout\x18\n" +
 	" \x01(\bR\vdelayLayout\x12\x12\n" +
-	"\x04time\x18\v \x01(\x03R\x04time\x12$\n" +
-	"\x0ekeep_dir_locks\x18\f \x01(\bR\fkeepDirLocks\"\xc0\x01\n" +
+	"\x04time\x18\v \x01(\x03R\x04time\x12\"\n" +
+	"\rkeep_dir_lock\x18\f \x01(\x06R\vkeepDirLock\"\xc0\x01\n" +
 	"\vIntentReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x1f\n" +

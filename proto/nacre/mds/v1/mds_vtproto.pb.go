@@ -2482,15 +2482,11 @@ func (m *IntentRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
-	if m.KeepDirLocks {
+	if m.KeepDirLock != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(m.KeepDirLock))
 		i--
-		if m.KeepDirLocks {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
-		}
-		i--
-		dAtA[i] = 0x60
+		dAtA[i] = 0x61
 	}
 	if m.Time != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Time))
@@ -3962,8 +3958,8 @@ func (m *IntentRequest) SizeVT() (n int) {
 	if m.Time != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Time))
 	}
-	if m.KeepDirLocks {
-		n += 2
+	if m.KeepDirLock != 0 {
+		n += 9
 	}
 	n += len(m.unknownFields)
 	return n
@@ -10367,25 +10363,15 @@ func (m *IntentRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 		case 12:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field KeepDirLocks", wireType)
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KeepDirLock", wireType)
 			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
+			m.KeepDirLock = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
 			}
-			m.KeepDirLocks = bool(v != 0)
+			m.KeepDirLock = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
