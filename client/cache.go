@@ -79,6 +79,11 @@ type cache struct {
 	dirGens     [genBuckets]uint64
 	nameGens    [genBuckets]uint64
 	misses      map[fid.FID]*dirMisses
+	// reading are the locks under which a directory is being read for
+	// a set, tainted those whose sets and missing names are not to be
+	// believed (names.go).
+	reading map[*ldlm.ClientLock]fid.FID
+	tainted map[*ldlm.ClientLock]struct{}
 }
 
 // maxNegatives bounds the missing names the cache keeps.
@@ -105,6 +110,8 @@ func (c *cache) init() {
 	c.making = make(map[fid.FID]int)
 	c.makingNames = make(map[dentKey]int)
 	c.misses = make(map[fid.FID]*dirMisses)
+	c.reading = make(map[*ldlm.ClientLock]fid.FID)
+	c.tainted = make(map[*ldlm.ClientLock]struct{})
 }
 
 // storeNegative records that name is not in parent while l, a lock on
@@ -119,7 +126,7 @@ func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock, g
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := dentKey{parent, name}
-	if l.Gone() || *c.nameGenLocked(k) != gen || c.makingNames[k] > 0 {
+	if _, bad := c.tainted[l]; bad || l.Gone() || *c.nameGenLocked(k) != gen || c.makingNames[k] > 0 {
 		return
 	}
 	c.addNegativeLocked(k, l)
@@ -320,7 +327,7 @@ func (c *cache) invalidate(f fid.FID) {
 // goes, and the Notifier hears of it.
 func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	c.mu.Lock()
-	c.dropSetLocked(l, true)
+	c.forgetLockLocked(l)
 	defer invalidateEntries(fs, c.dropNegativesLocked(l)) // (after the unlock)
 	ref, ok := c.byLock[l]
 	if !ok {
@@ -382,7 +389,7 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
 	c.mu.Lock()
 	if dropped&ldlm.BitUpdate != 0 { // a name may be made in the directory now
-		c.dropSetLocked(l, true)
+		c.forgetLockLocked(l)
 		defer invalidateEntries(fs, c.dropNegativesLocked(l))
 	}
 	ref, ok := c.byLock[l]
@@ -430,6 +437,8 @@ func (c *cache) dropAll(fs *FS) {
 	clear(c.negByLock)
 	clear(c.sets)
 	clear(c.setByLock)
+	clear(c.reading)
+	clear(c.tainted)
 	c.setNames = 0
 	c.mu.Unlock()
 	if fs.ctx.Err() == nil {

@@ -558,6 +558,36 @@ func TestNameSetOwnCreateRace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A lookup whose RPC found the name missing before the create's, and
+	// that stores it after the create returned, stores nothing.
+	reached, release, looked := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	client.SetBeforeStoreNegative(func(name string) {
+		if name == "late" {
+			close(reached)
+			<-release
+		}
+	})
+	client.SetBeforeCreate(func() {
+		go func() {
+			_, err := a.Lookup(ctx, cred, d.FID, "late")
+			looked <- err
+		}()
+		<-reached
+	})
+	late, _, err := a.Create(ctx, cred, d.FID, "late", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	client.SetBeforeCreate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Close(ctx)
+	close(release)
+	if err := <-looked; client.Errno(err) != syscall.ENOENT {
+		t.Fatalf("the lookup that raced the create: %v", err)
+	}
+	client.SetBeforeStoreNegative(nil)
+	if got, err := a.Lookup(ctx, cred, d.FID, "late"); err != nil || got.FID != late.FID() || a.NegativeCached(d.FID, "late") {
+		t.Fatalf("a's lookup of the file it made after a racing lookup stored it missing: %+v %v", got, err)
+	}
 	for i := range 10 {
 		name := fmt.Sprint("n", i)
 		client.SetBeforeCreate(func() {
@@ -632,6 +662,115 @@ func TestNameSetsTwoCreators(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestNameSetReadLetsGo: the client reads a directory's names without a
+// reference on its lock, so another client's change there need not wait
+// for the read, and a set read under a lock called back meanwhile is not
+// kept.
+func TestNameSetReadLetsGo(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := c.Mount(0), c.Mount(1)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.FID, "x0"); client.Errno(err) != syscall.ENOENT {
+		t.Fatal(err)
+	}
+	made := make(chan error, 1)
+	client.SetBeforeReadNames(func() {
+		client.SetBeforeReadNames(nil)
+		// b makes a name while a is about to read: b's create calls a's
+		// lock back and must not wait for a's read.
+		start := time.Now()
+		f, _, err := b.Create(ctx, cred, d.FID, "b", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		if err == nil {
+			f.Close(ctx)
+			if el := time.Since(start); el > 2*time.Second {
+				err = fmt.Errorf("b's create waited %v for a's read", el)
+			}
+		}
+		made <- err
+	})
+	defer client.SetBeforeReadNames(nil)
+	if _, err := a.Lookup(ctx, cred, d.FID, "x1"); client.Errno(err) != syscall.ENOENT { // (reads the names)
+		t.Fatal(err)
+	}
+	if err := <-made; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.FID, "b"); err != nil {
+		t.Fatalf("a's lookup of the name b made while a read the directory: %v", err)
+	}
+}
+
+// TestNameSetUncertainCreate: a create whose outcome the client cannot
+// know (its context ended) leaves nothing of the directory's set or
+// missing names to be believed.
+func TestNameSetUncertainCreate(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := c.Mount(0)
+	cred := client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"x0", "x1", "x2"} {
+		if _, err := a.Lookup(ctx, cred, d.FID, n); client.Errno(err) != syscall.ENOENT {
+			t.Fatal(err)
+		}
+	}
+	e0 := a.LockStats().Enqueues
+	if _, err := a.Lookup(ctx, cred, d.FID, "x3"); client.Errno(err) != syscall.ENOENT || a.LockStats().Enqueues != e0 {
+		t.Fatalf("no set: %v", err)
+	}
+	// A lookup holds the set's lock meanwhile (so it cannot simply be
+	// given back).
+	reached, release, looked := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	client.SetBeforeStoreNegative(func(name string) {
+		if name == "u" {
+			client.SetBeforeStoreNegative(nil)
+			close(reached)
+			<-release
+		}
+	})
+	defer client.SetBeforeStoreNegative(nil)
+	client.SetBeforeCreate(func() {
+		// After beginMaking: a lookup of the name being made goes to the
+		// MDT, and is granted the set's lock.
+		go func() {
+			_, err := a.Lookup(ctx, cred, d.FID, "u")
+			looked <- err
+		}()
+		<-reached
+	})
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	_, _, err = a.Create(gone, cred, d.FID, "u", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	client.SetBeforeCreate(nil)
+	if err == nil {
+		t.Fatal("a create with an ended context succeeded")
+	}
+	if a.NegativeCached(d.FID, "x3") {
+		t.Error("a name stays known missing under the lock of an uncertain create")
+	}
+	e1 := a.LockStats().Enqueues
+	if _, err := a.Lookup(ctx, cred, d.FID, "u"); client.Errno(err) != syscall.ENOENT || a.LockStats().Enqueues == e1 {
+		t.Errorf("lookup after an uncertain create: %v, answered from the set: %v", err, a.LockStats().Enqueues == e1)
+	}
+	close(release)
+	if err := <-looked; client.Errno(err) != syscall.ENOENT {
+		t.Fatal(err)
+	}
+	if a.NegativeCached(d.FID, "u") {
+		t.Error("a name stored missing under the lock of an uncertain create")
 	}
 }
 

@@ -11,3 +11,10 @@ func SetBeforeCreate(f func()) { testBeforeCreate = f }
 
 // MakingName exposes FS.makingName to the tests.
 func (fs *FS) MakingName(parent FID, name string) func(error) { return fs.makingName(parent, name) }
+
+// SetBeforeReadNames sets the hook readNames runs before it reads.
+func SetBeforeReadNames(f func()) { testBeforeReadNames = f }
+
+// SetBeforeStoreNegative sets the hook a lookup runs between its RPC's
+// answer that a name is missing and storing it so.
+func SetBeforeStoreNegative(f func(name string)) { testBeforeStoreNegative = f }

@@ -72,10 +72,10 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 		op |= mdc.ItCreat
 		fs.cache.forgetEntry(parent, name)
 		done := fs.makingName(parent, name)
+		mk := fs.cache.beginMaking(parent, name)
 		if testBeforeCreate != nil {
 			testBeforeCreate()
 		}
-		mk := fs.cache.beginMaking(parent, name)
 		f, a, err := fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts, KeepDirLock: mk.lock})
 		if err == nil {
 			fs.endMaking(ctx, mk, &f.mf.Attr, f.Created(), nil)

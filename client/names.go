@@ -121,8 +121,12 @@ func (c *cache) answerFromSet(parent fid.FID, name string) (*ldlm.ClientLock, bo
 // wantSet counts a name looked up in vain in parent under l, the lock the
 // lookup was granted, and reports whether parent's names should be read
 // under l now: enough names were missing there, parent has no set under l
-// and none was refused it, and the sets have room. gen is parent's
-// generation, for installSet.
+// and none was refused it, and the sets have room. If so it notes that
+// parent is being read under l (reading), which l's hooks undo: the caller
+// holds a reference on l, so no hook can have run yet, and may let it go
+// before it reads — a READDIR under a held lock kept the lock from another
+// client's change, and waited for a request slot that lookups parked
+// behind that change held. gen is parent's generation, for installSet.
 func (c *cache) wantSet(parent fid.FID, l *ldlm.ClientLock) (gen uint64, ok bool) {
 	if l.Policy().Bits&ldlm.BitUpdate == 0 || l.Resource.ID != ldlm.ResIDOfFID(parent.Seq, parent.Oid, parent.Ver) {
 		return 0, false
@@ -131,6 +135,12 @@ func (c *cache) wantSet(parent fid.FID, l *ldlm.ClientLock) (gen uint64, ok bool
 	defer c.mu.Unlock()
 	if s := c.sets[parent]; s != nil && s.lock == l {
 		return 0, false
+	}
+	if _, ok := c.tainted[l]; ok {
+		return 0, false
+	}
+	if _, ok := c.reading[l]; ok {
+		return 0, false // another lookup reads it
 	}
 	m, ok := c.misses[parent]
 	if !ok {
@@ -144,16 +154,22 @@ func (c *cache) wantSet(parent fid.FID, l *ldlm.ClientLock) (gen uint64, ok bool
 	if m.noSet || m.n < m.need || c.making[parent] > 0 || c.setNames >= maxSetNames || l.Gone() {
 		return 0, false
 	}
+	c.reading[l] = parent
 	return *c.dirGenLocked(parent), true
 }
 
-// installSet files names as parent's set under l, unless l went, one of
-// this client's creates ran there meanwhile (gen, from wantSet, moved), or
-// the sets are full.
+// installSet files names as parent's set under l, unless l was called
+// back or converted since wantSet, one of this client's creates ran there
+// meanwhile (gen moved), or the sets are full; names nil only ends the
+// reading.
 func (c *cache) installSet(parent fid.FID, l *ldlm.ClientLock, names map[string]struct{}, gen uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if l.Gone() || *c.dirGenLocked(parent) != gen || c.making[parent] > 0 || c.setNames+len(names) > maxSetNames {
+	if p, ok := c.reading[l]; !ok || p != parent {
+		return false // l was called back or converted meanwhile
+	}
+	delete(c.reading, l)
+	if names == nil || l.Gone() || *c.dirGenLocked(parent) != gen || c.making[parent] > 0 || c.setNames+len(names) > maxSetNames {
 		return false
 	}
 	if old := c.sets[parent]; old != nil {
@@ -177,6 +193,14 @@ func (c *cache) refuseSet(parent fid.FID) {
 	if m := c.misses[parent]; m != nil {
 		m.noSet = true
 	}
+}
+
+// forgetLockLocked forgets what the sets know of l, which was called back,
+// converted without its UPDATE bit, or dropped.
+func (c *cache) forgetLockLocked(l *ldlm.ClientLock) {
+	c.dropSetLocked(l, true)
+	delete(c.reading, l)
+	delete(c.tainted, l)
 }
 
 // dropSetLocked forgets the set l kept; lost says the lock was called back
@@ -244,9 +268,9 @@ func (fs *FS) endMaking(ctx context.Context, mk making, a *mdc.Attr, created boo
 	*c.nameGenLocked(k)++
 	_, wasMissing := c.negs[k]
 	c.dropNegativeLocked(k)
+	var stale []dentKey
 	giveBack := false
 	if mk.lock != nil {
-		clean := err != nil && (errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM))
 		s := c.sets[parent]
 		if s != nil && s.lock != mk.lock {
 			s = nil
@@ -256,9 +280,17 @@ func (fs *FS) endMaking(ctx context.Context, mk making, a *mdc.Attr, created boo
 			_, known = s.names[name]
 		}
 		switch {
-		case clean:
-			// Nothing was made.
-		case err != nil, !created && s != nil && !known:
+		case err != nil && known && errors.Is(err, syscall.EEXIST):
+			// Nothing was made: the name was there, as the set said.
+		case err != nil, !created && !known:
+			// The MDT may have made the name, or will yet, leaving the
+			// lock alone (an error after the create, an interrupted or
+			// resent request), or the set lacked a name that exists:
+			// nothing the lock keeps is to be believed any more, and it
+			// is never used for a set or a missing name again.
+			c.dropSetLocked(mk.lock, false)
+			stale = c.dropNegativesLocked(mk.lock)
+			c.tainted[mk.lock] = struct{}{}
 			giveBack = true
 		case created:
 			if s != nil && !known && len(s.names) < maxDirNames && c.setNames < maxSetNames {
@@ -274,29 +306,36 @@ func (fs *FS) endMaking(ctx context.Context, mk making, a *mdc.Attr, created boo
 	}
 	c.mu.Unlock()
 	if wasMissing && err == nil {
-		invalidateEntries(fs, []dentKey{k})
+		stale = append(stale, k)
 	}
+	invalidateEntries(fs, stale)
 	if giveBack {
-		// The MDT may make the name yet, leaving this lock alone: so that
-		// no set is read under it again, it goes (its hooks drop the set
-		// and the attributes cached under it).
+		// And it goes now unless it is in use (its hooks drop what the
+		// attributes cached under it).
 		fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	}
 }
 
-// readNames reads parent's names under l for its set, if wantSet says so;
-// the caller holds a reference on l, so that it cannot be given back
-// meanwhile (a blocking AST waits for the read).
+// readNames releases the caller's reference on l, a lock a negative lookup
+// in parent was granted, and then reads parent's names for a set under l
+// if wantSet says so.
 func (fs *FS) readNames(ctx context.Context, cred Cred, parent FID, l *ldlm.ClientLock) {
 	gen, ok := fs.cache.wantSet(parent, l)
+	l.Release()
 	if !ok {
 		return
+	}
+	if testBeforeReadNames != nil {
+		testBeforeReadNames()
 	}
 	names := make(map[string]struct{})
 	for e, err := range fs.mdc.Readdir(ctx, cred, parent) {
 		if err != nil {
 			fs.log.Debug("client: reading names", "dir", parent, "err", err)
-			fs.cache.refuseSet(parent)
+			if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+				fs.cache.refuseSet(parent)
+			}
+			fs.cache.installSet(parent, l, nil, gen)
 			return
 		}
 		if e.Name == "." || e.Name == ".." {
@@ -304,9 +343,13 @@ func (fs *FS) readNames(ctx context.Context, cred Cred, parent FID, l *ldlm.Clie
 		}
 		if len(names) == maxDirNames {
 			fs.cache.refuseSet(parent)
+			fs.cache.installSet(parent, l, nil, gen)
 			return
 		}
 		names[e.Name] = struct{}{}
 	}
 	fs.cache.installSet(parent, l, names, gen)
 }
+
+// testBeforeReadNames, set by tests, runs before readNames reads.
+var testBeforeReadNames func()

@@ -119,10 +119,14 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 	if err != nil {
 		if rep != nil && rep.Lock != nil {
 			if rep.Negative {
+				if testBeforeStoreNegative != nil {
+					testBeforeStoreNegative(name)
+				}
 				fs.cache.storeNegative(parent, name, rep.Lock, gen)
-				fs.readNames(ctx, cred, parent, rep.Lock)
+				fs.readNames(ctx, cred, parent, rep.Lock) // (releases it)
+			} else {
+				rep.Lock.Release()
 			}
-			rep.Lock.Release()
 		}
 		return Attr{}, err
 	}
@@ -731,3 +735,7 @@ func (fs *FS) Layout(ctx context.Context, cred Cred, f FID) (*layout.Layout, err
 	_, lay, err := fs.mdc.GetattrLayout(ctx, cred, f)
 	return lay, err
 }
+
+// testBeforeStoreNegative, set by tests, runs when a lookup's RPC found
+// name missing, before the name is stored as such.
+var testBeforeStoreNegative func(name string)
