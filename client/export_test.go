@@ -18,3 +18,10 @@ func SetBeforeReadNames(f func()) { testBeforeReadNames = f }
 // SetBeforeStoreNegative sets the hook a lookup runs between its RPC's
 // answer that a name is missing and storing it so.
 func SetBeforeStoreNegative(f func(name string)) { testBeforeStoreNegative = f }
+
+// TaintedLen returns how many locks the cache holds tainted.
+func (fs *FS) TaintedLen() int {
+	fs.cache.mu.Lock()
+	defer fs.cache.mu.Unlock()
+	return len(fs.cache.tainted)
+}

@@ -195,6 +195,18 @@ func (c *cache) refuseSet(parent fid.FID) {
 	}
 }
 
+// taintLocked marks l tainted. The lock may have left already (its hook,
+// which forgets the mark, ran before the create returned): the marks of
+// locks gone are swept, so that only live locks keep one.
+func (c *cache) taintLocked(l *ldlm.ClientLock) {
+	for t := range c.tainted {
+		if t.Gone() {
+			delete(c.tainted, t)
+		}
+	}
+	c.tainted[l] = struct{}{}
+}
+
 // forgetLockLocked forgets what the sets know of l, which was called back,
 // converted without its UPDATE bit, or dropped.
 func (c *cache) forgetLockLocked(l *ldlm.ClientLock) {
@@ -290,7 +302,7 @@ func (fs *FS) endMaking(ctx context.Context, mk making, a *mdc.Attr, created boo
 			// is never used for a set or a missing name again.
 			c.dropSetLocked(mk.lock, false)
 			stale = c.dropNegativesLocked(mk.lock)
-			c.tainted[mk.lock] = struct{}{}
+			c.taintLocked(mk.lock)
 			giveBack = true
 		case created:
 			if s != nil && !known && len(s.names) < maxDirNames && c.setNames < maxSetNames {
