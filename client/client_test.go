@@ -344,20 +344,27 @@ func TestChangeGivesBackLocks(t *testing.T) {
 	}
 }
 
+// twoInDir starts a cluster with two clients and makes directory d with
+// the first, for the tests of missing names.
+func twoInDir(t *testing.T) (ctx context.Context, a, b *client.FS, cred client.Cred, d client.Attr) {
+	t.Helper()
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	a, b, cred = c.Mount(0), c.Mount(1), client.Root()
+	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, a, b, cred, d
+}
+
 // TestNegativeLookupsKeepOneLock: every lookup of a missing name is granted
 // a PR UPDATE lock on the directory; the client keeps the one it holds and
 // gives each new one back with its next request, and the kept lock still
 // answers for the directory: a name another client makes is found.
 func TestNegativeLookupsKeepOneLock(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := c.Mount(0), c.Mount(1)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b, cred, d := twoInDir(t)
 	before := a.LockStats()
 	const n = 50
 	for i := range n {
@@ -409,15 +416,7 @@ func TestNegativeLookupsKeepOneLock(t *testing.T) {
 // back everyone else's) and add their names, a name another client makes
 // calls the lock back, and so does the client's own unlink.
 func TestNameSets(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := c.Mount(0), c.Mount(1)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b, cred, d := twoInDir(t)
 	old, _, err := a.Create(ctx, cred, d.FID, "old", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -544,15 +543,7 @@ func TestNameSets(t *testing.T) {
 // while the create is in flight, does not leave the name known missing
 // once the create is done (the create leaves the directory's lock alone).
 func TestNameSetOwnCreateRace(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := c.Mount(0), c.Mount(1)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b, cred, d := twoInDir(t)
 	for _, n := range []string{"x0", "x1", "x2"} {
 		if _, err := a.Lookup(ctx, cred, d.FID, n); client.Errno(err) != syscall.ENOENT {
 			t.Fatal(err)
@@ -619,15 +610,8 @@ func TestNameSetOwnCreateRace(t *testing.T) {
 // make files there at once; each create calls back the other's set lock
 // (none waits for the other), and every name is found by both after.
 func TestNameSetsTwoCreators(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	fss := []*client.FS{c.Mount(0), c.Mount(1)}
-	cred := client.Root()
-	d, err := fss[0].Mkdir(ctx, cred, fss[0].Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b, cred, d := twoInDir(t)
+	fss := []*client.FS{a, b}
 	const n = 40
 	var wg sync.WaitGroup
 	errs := make(chan error, len(fss))
@@ -670,15 +654,7 @@ func TestNameSetsTwoCreators(t *testing.T) {
 // for the read, and a set read under a lock called back meanwhile is not
 // kept.
 func TestNameSetReadLetsGo(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := c.Mount(0), c.Mount(1)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b, cred, d := twoInDir(t)
 	if _, err := a.Lookup(ctx, cred, d.FID, "x0"); client.Errno(err) != syscall.ENOENT {
 		t.Fatal(err)
 	}
@@ -713,15 +689,7 @@ func TestNameSetReadLetsGo(t *testing.T) {
 // know (its context ended) leaves nothing of the directory's set or
 // missing names to be believed.
 func TestNameSetUncertainCreate(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a := c.Mount(0)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, _, cred, d := twoInDir(t)
 	for _, n := range []string{"x0", "x1", "x2"} {
 		if _, err := a.Lookup(ctx, cred, d.FID, n); client.Errno(err) != syscall.ENOENT {
 			t.Fatal(err)
@@ -753,7 +721,7 @@ func TestNameSetUncertainCreate(t *testing.T) {
 	})
 	gone, stop := context.WithCancel(ctx)
 	stop()
-	_, _, err = a.Create(gone, cred, d.FID, "u", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+	_, _, err := a.Create(gone, cred, d.FID, "u", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
 	client.SetBeforeCreate(nil)
 	if err == nil {
 		t.Fatal("a create with an ended context succeeded")
@@ -778,15 +746,7 @@ func TestNameSetUncertainCreate(t *testing.T) {
 // the name and called it back while the O_CREAT open was on its way) keeps
 // no mark for the life of the mount.
 func TestNameSetTaintsGo(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := c.Mount(0), c.Mount(1)
-	cred := client.Root()
-	d, err := a.Mkdir(ctx, cred, a.Root(), "d", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, b, cred, d := twoInDir(t)
 	for i := range 5 {
 		name := fmt.Sprint("x", i)
 		for _, n := range []string{"m0", "m1", "m2", "m3"} {

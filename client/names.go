@@ -72,14 +72,8 @@ var genSeed = maphash.MakeSeed()
 func genBucket(dir fid.FID, name string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(genSeed)
-	var b [16]byte
-	for i := range 8 {
-		b[i] = byte(dir.Seq >> (8 * i))
-	}
-	for i := range 4 {
-		b[8+i] = byte(dir.Oid >> (8 * i))
-		b[12+i] = byte(dir.Ver >> (8 * i))
-	}
+	var b [fid.Size]byte
+	dir.Put(b[:])
 	h.Write(b[:])
 	h.WriteString(name)
 	return h.Sum64() % genBuckets

@@ -19,6 +19,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/internal/fid"
 )
 
 // Options are the FUSE layer's mount options (the library's are in
@@ -338,14 +339,8 @@ func inoOf(f client.FID) uint64 {
 		return f.Seq<<24 | uint64(f.Oid)
 	}
 	h := fnv.New64a()
-	var b [16]byte
-	for i := range 8 {
-		b[i] = byte(f.Seq >> (8 * i))
-	}
-	for i := range 4 {
-		b[8+i] = byte(f.Oid >> (8 * i))
-		b[12+i] = byte(f.Ver >> (8 * i))
-	}
+	var b [fid.Size]byte
+	f.Put(b[:])
 	h.Write(b[:])
 	ino := h.Sum64() | 1<<63
 	if ino == ^uint64(0) {
