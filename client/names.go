@@ -45,10 +45,11 @@ const (
 	// maxMissDirs bounds the directories whose misses are counted.
 	maxMissDirs = 1 << 12
 	// maxDirNames is the most names a set holds: a larger directory gets
-	// none (until the count of its misses is forgotten).
-	maxDirNames = 1 << 13
+	// none (until the count of its misses is forgotten). Some 4-8 MiB of
+	// names; reading them is 64 READDIR pages, once per lock.
+	maxDirNames = 1 << 16
 	// maxSetNames bounds the names of all sets together.
-	maxSetNames = 1 << 16
+	maxSetNames = 1 << 18
 	// genBuckets is how many generation counters the directories share.
 	genBuckets = 64
 )
