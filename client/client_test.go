@@ -776,6 +776,53 @@ func TestNameSetTaintsGo(t *testing.T) {
 	}
 }
 
+// TestClosesPutOff: the close of a file that was made and not written
+// costs no RPC of its own — the next create carries it, or the timer sends
+// it — while a written file's close (its size and times) goes at once.
+func TestClosesPutOff(t *testing.T) {
+	ctx, a, b, cred, d := twoInDir(t)
+	create := func(name string) *client.File {
+		t.Helper()
+		f, _, err := a.Create(ctx, cred, d.FID, name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := create("f")
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.OpenHandles() != 1 {
+		t.Fatalf("%d opens tracked after the close of an unwritten file, want its put-off one", a.OpenHandles())
+	}
+	g := create("g") // carries f's close
+	if a.OpenHandles() != 1 {
+		t.Fatalf("%d opens tracked with g open, want 1", a.OpenHandles())
+	}
+	if _, _, err := g.WriteAt(ctx, []byte("data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.OpenHandles() != 0 {
+		t.Fatalf("%d opens tracked after a written file's close", a.OpenHandles())
+	}
+	if got, err := b.Lookup(ctx, cred, d.FID, "g"); err != nil || got.Size != 4 {
+		t.Fatalf("b's lookup of the written file: %+v %v", got, err)
+	}
+	h := create("h")
+	h.Close(ctx)
+	within := time.Now().Add(10 * time.Second)
+	for a.OpenHandles() != 0 {
+		if time.Now().After(within) {
+			t.Fatal("a put-off close never went")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // entryRecorder is a Notifier that records the entries it is told of.
 type entryRecorder struct {
 	mu      sync.Mutex

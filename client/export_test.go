@@ -25,3 +25,7 @@ func (fs *FS) TaintedLen() int {
 	defer fs.cache.mu.Unlock()
 	return len(fs.cache.tainted)
 }
+
+// OpenHandles returns how many opens the client's MDC tracks (put-off
+// closes included).
+func (fs *FS) OpenHandles() int { return fs.mdc.OpenHandles() }

@@ -414,8 +414,10 @@ func (f *File) Close(ctx context.Context) error {
 			mtime = time.Now().UnixNano()
 		}
 	}
-	if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, mtime); err != nil {
-		errs = append(errs, err)
+	if lsom != nil || mtime != 0 || !fs.mdc.CloseLater(f.cred, f.mf) {
+		if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, mtime); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if mtime != 0 {
 		fs.cache.invalidate(f.mf.FID)

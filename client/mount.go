@@ -391,6 +391,9 @@ func (fs *FS) Close(ctx context.Context) error {
 	}
 	fs.unregisterParams()
 	var errs []error
+	if fs.mdc != nil {
+		fs.mdc.FlushCloses(ctx) // before the import goes
+	}
 	fs.cache.dropAll(fs)
 	fs.tmu.Lock()
 	osts := fs.osts

@@ -82,6 +82,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	if it.KeepDirLock != nil {
 		req.KeepDirLock = uint64(it.KeepDirLock.Handle())
 	}
+
 	if it.Op&(ItOpen|ItCreat) != 0 {
 		lb, delay, err := it.Create.wire()
 		if err != nil {
@@ -96,8 +97,10 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 			req.NewFid = fidTo(f)
 		}
 	}
+	req.Closes = c.takeCloses()
 	body, err := ptlrpc.Marshal(req)
 	if err != nil {
+		c.carried(req.Closes, err)
 		return nil, err
 	}
 	on := it.Parent
@@ -114,6 +117,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})
+	c.carried(req.Closes, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: intent %#x on %q in %v: %w", it.Op, it.Name, on, err)
 	}

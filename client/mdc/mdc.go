@@ -61,6 +61,8 @@ type Client struct {
 	// has open.
 	opensMu sync.Mutex
 	opens   map[uint64]openRec
+	// later are the closes put off (closes.go).
+	later laterCloses
 }
 
 // openRec is what a replayed open needs.
@@ -210,8 +212,11 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 		req.Cancels, req.Converts = c.locks.TakeCancels(c.imp), c.locks.TakeConverts(c.imp)
 	}
 	op.set(req)
+	req.Closes = c.takeCloses()
 	var rep mdsv1.ReintReply
-	if err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap); err != nil {
+	err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
+	c.carried(req.Closes, err)
+	if err != nil {
 		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
 	}
 	return &rep, nil

@@ -41,6 +41,9 @@ func FuzzRequests(f *testing.F) {
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Fid: w},
 		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("k"), Flags: 0o101, Mode: 0o644, NewFid: w, KeepDirLock: 0x1234},
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("k"), KeepDirLock: 0x1234},
+		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("c"), Closes: []*mdsv1.CloseRequest{{Cred: cred, Handle: 7, Fid: w}}},
+		&mdsv1.ReintRequest{Cred: cred, Closes: []*mdsv1.CloseRequest{{Cred: cred, Handle: 8, Fid: w}, {Cred: cred, Handle: 9, Fid: w, Lsom: true}},
+			Op: &mdsv1.ReintRequest_Unlink{Unlink: &mdsv1.UnlinkOp{Parent: w, Name: []byte("a")}}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -70,6 +73,17 @@ func FuzzRequests(f *testing.F) {
 				sane(what, f)
 			}
 		}
+		carriedOK := func(what string, qs []closeReq) {
+			if len(qs) > maxCloses {
+				t.Fatalf("%s: accepted %d closes", what, len(qs))
+			}
+			for _, q := range qs {
+				sane(what+" close", q.fid)
+				if q.lsom != nil || q.mtime != 0 || q.ctime != 0 {
+					t.Fatalf("%s: accepted a carried close that changes the file: %+v", what, q)
+				}
+			}
+		}
 		tmplOK := func(what string, l *layout.Layout) {
 			if l == nil {
 				return
@@ -88,6 +102,7 @@ func FuzzRequests(f *testing.F) {
 			if q.time < 0 || q.op == nil {
 				t.Fatalf("reint accepted %+v", q)
 			}
+			carriedOK("reint", q.closes)
 			switch o := q.op.(type) {
 			case *createOp:
 				sane("create", o.parent)
@@ -155,6 +170,7 @@ func FuzzRequests(f *testing.F) {
 			if q.open != nil && q.open.keepDirLock != 0 && (q.open.parent.IsZero() || q.open.flags&oCreat == 0) {
 				t.Fatalf("intent keeps directory locks without a create by name: %+v", q.open)
 			}
+			carriedOK("intent", q.closes)
 		}
 	})
 }

@@ -252,6 +252,7 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	// find them gone instead of calling the client back.
 	m.lockd.CancelFor(r, q.cancels)
 	m.lockd.ConvertFor(r, q.converts)
+	m.carriedCloses(r, q.closes)
 	var rep *mdsv1.ReintReply
 	switch o := q.op.(type) {
 	case *createOp:
@@ -867,6 +868,30 @@ func (m *MDT) dropOpens(exp *ptlrpc.Export) {
 	}
 	if len(hs) > 0 {
 		m.log.Info("mdt: closed the files of a departed client", "client", exp.ClientUUID(), "files", len(hs))
+	}
+}
+
+// carriedCloses ends the opens whose closes ride on r (the client put
+// them off: they change nothing but the open counts, so they need no
+// transaction of r's). A handle that is not open, one closed before a
+// resend of r, say, is skipped.
+func (m *MDT) carriedCloses(r *ptlrpc.Request, qs []closeReq) {
+	exp := r.Export()
+	if exp == nil || len(qs) == 0 {
+		return
+	}
+	for _, q := range qs {
+		m.opensMu.Lock()
+		o, ok := m.opens[exp][q.handle]
+		if ok && o.fid == q.fid {
+			delete(m.opens[exp], q.handle)
+		}
+		m.opensMu.Unlock()
+		if !ok || o.fid != q.fid {
+			m.log.Debug("mdt: carried close of a handle not open", "fid", q.fid, "handle", q.handle)
+			continue
+		}
+		m.closeFID(o.fid, o.flags)
 	}
 }
 

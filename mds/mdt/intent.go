@@ -40,6 +40,7 @@ func (m *MDT) intent(ctx context.Context, r *ptlrpc.Request, _ ldlm.Request, bod
 		m.fail(r, err)
 		return skip(err)
 	}
+	m.carriedCloses(r, q.closes)
 	for _, f := range []fid.FID{q.parent, q.fid} {
 		if !f.IsZero() {
 			if err := m.checkFID(f); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -285,6 +286,67 @@ func TestOrphan(t *testing.T) {
 	waitGone(t, ctx, imps, objectsOf(g.Layout))
 	if c.mdt.Stats().Opens != 0 || len(mustOrphans(t, c)) != 0 {
 		t.Fatalf("after the client left: %+v", c.mdt.Stats())
+	}
+	c.check()
+}
+
+// TestCarriedCloses: closes put off by the client ride on its next request
+// (a reint, an intent) and end their opens first — an unlinked file's
+// objects go then — and a close of a handle not open is skipped; what no
+// request carried the timer sends.
+func TestCarriedCloses(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.client()
+	imps := c.ostImports(n)
+	ctx := ctxT(t, time.Minute)
+	f, err := n.mdc.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := n.mdc.Open(ctx, root, n.root, "g", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.mdc.Unlink(ctx, root, n.root, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.mdt.Stats().Opens; got != 2 {
+		t.Fatalf("opens %d, want 2", got)
+	}
+	if !n.mdc.CloseLater(root, f) {
+		t.Fatal("close not put off")
+	}
+	if got := c.mdt.Stats().Opens; got != 2 || n.mdc.OpenHandles() != 2 {
+		t.Fatalf("a put-off close went at once: %d opens, %d handles", got, n.mdc.OpenHandles())
+	}
+	// The next reint carries it: f's last open ends and its objects go.
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.mdt.Stats().Opens; got != 1 || n.mdc.OpenHandles() != 1 {
+		t.Fatalf("after a reint carried the close: %d opens, %d handles, want 1", got, n.mdc.OpenHandles())
+	}
+	waitGone(t, ctx, imps, objectsOf(f.Layout))
+	// An intent carries one too; a second, stale close of f rides along
+	// and is skipped.
+	n.mdc.CloseLater(root, g)
+	n.mdc.CloseLater(root, f)
+	if _, err := n.mdc.Enqueue(ctx, root, mdc.Intent{Op: mdc.ItGetattr, Parent: n.root, Name: "d"}, ldlm.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
+		t.Fatalf("after an intent carried the closes: %d opens, %d handles", got, n.mdc.OpenHandles())
+	}
+	// With no request to ride on, the timer sends it.
+	h, err := n.mdc.Open(ctx, root, n.root, "h", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mdc.CloseLater(root, h)
+	for deadline := time.Now().Add(10 * time.Second); c.mdt.Stats().Opens != 0 || n.mdc.OpenHandles() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the put-off close never went: %d opens", c.mdt.Stats().Opens)
+		}
 	}
 	c.check()
 }

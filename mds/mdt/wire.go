@@ -235,6 +235,7 @@ type reintReq struct {
 	op       any      // one of the *Op types above
 	cancels  []uint64 // lock handles the client gave back with it
 	converts []*ldlmv1.ConvertRequest
+	closes   []closeReq // closes that ride on it (ReintRequest.closes)
 }
 
 // allAttrBits are the SetAttr bits a client may send.
@@ -254,6 +255,9 @@ func parseReint(b []byte) (reintReq, error) {
 		return reintReq{}, bad("time %d", w.Time)
 	}
 	r := reintReq{cred: c, time: w.Time, cancels: w.Cancels, converts: w.Converts}
+	if r.closes, err = closesFrom(w.Closes); err != nil {
+		return r, err
+	}
 	switch op := w.Op.(type) {
 	case *mdsv1.ReintRequest_Create:
 		o := op.Create
@@ -409,6 +413,10 @@ func parseClose(b []byte) (closeReq, error) {
 	if err := unmarshal(b, &w); err != nil {
 		return closeReq{}, err
 	}
+	return closeFrom(&w)
+}
+
+func closeFrom(w *mdsv1.CloseRequest) (closeReq, error) {
 	c, err := credFrom(w.Cred)
 	if err != nil {
 		return closeReq{}, err
@@ -421,6 +429,29 @@ func parseClose(b []byte) (closeReq, error) {
 		r.lsom = &mdd.LSOM{Size: w.Size, Blocks: w.Blocks, Flags: mdd.SOMLazy}
 	}
 	return r, nil
+}
+
+// maxCloses bounds the closes one request carries.
+const maxCloses = 64
+
+// closesFrom decodes the closes a request carries: only closes that
+// change nothing (no LSOM, no times).
+func closesFrom(ws []*mdsv1.CloseRequest) ([]closeReq, error) {
+	if len(ws) > maxCloses {
+		return nil, bad("%d closes, at most %d", len(ws), maxCloses)
+	}
+	var out []closeReq
+	for _, w := range ws {
+		q, err := closeFrom(w)
+		if err != nil {
+			return nil, err
+		}
+		if q.lsom != nil || q.mtime != 0 || q.ctime != 0 {
+			return nil, bad("a carried close of %v sets LSOM or times", q.fid)
+		}
+		out = append(out, q)
+	}
+	return out, nil
 }
 
 // maxReaddirEntries bounds the entries of one page.
@@ -531,6 +562,7 @@ type intentReq struct {
 	newFID fid.FID
 	layout *layout.Layout
 	delay  bool
+	closes []closeReq
 }
 
 func parseIntent(b []byte) (intentReq, error) {
@@ -545,6 +577,9 @@ func parseIntent(b []byte) (intentReq, error) {
 	r := intentReq{op: w.Op, cred: c, time: w.Time, name: string(w.Name), mode: w.Mode, delay: w.DelayLayout}
 	if w.Time < 0 {
 		return r, bad("time %d", w.Time)
+	}
+	if r.closes, err = closesFrom(w.Closes); err != nil {
+		return r, err
 	}
 	if r.parent, err = optFID("parent", w.Parent); err != nil {
 		return r, err

@@ -532,6 +532,11 @@ type ReintRequest struct {
 	// directory's LOOKUP, without the UPDATE the change takes): the MDT
 	// converts them first, as an LDLM_CONVERT each would.
 	Converts []*v1.ConvertRequest `protobuf:"bytes,4,rep,name=converts,proto3" json:"converts,omitempty"`
+	// Closes are closes of opens that changed nothing (no data written, no
+	// times, no LSOM) that the client put off to ride on this request
+	// instead of an MDS_CLOSE each; the MDT ends those opens first. A close
+	// of a handle that is not open is ignored.
+	Closes []*CloseRequest `protobuf:"bytes,5,rep,name=closes,proto3" json:"closes,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*ReintRequest_Create
@@ -602,6 +607,13 @@ func (x *ReintRequest) GetCancels() []uint64 {
 func (x *ReintRequest) GetConverts() []*v1.ConvertRequest {
 	if x != nil {
 		return x.Converts
+	}
+	return nil
+}
+
+func (x *ReintRequest) GetCloses() []*CloseRequest {
+	if x != nil {
+		return x.Closes
 	}
 	return nil
 }
@@ -2719,19 +2731,21 @@ func (x *FldQueryReply) GetType() uint32 {
 // there under it and adds the name it makes itself. The client's other
 // locks and other clients' are called back as always.
 type IntentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            uint32                 `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
-	Cred          *Cred                  `protobuf:"bytes,2,opt,name=cred,proto3" json:"cred,omitempty"`
-	Parent        *FID                   `protobuf:"bytes,3,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Fid           *FID                   `protobuf:"bytes,5,opt,name=fid,proto3" json:"fid,omitempty"`
-	Flags         uint64                 `protobuf:"fixed64,6,opt,name=flags,proto3" json:"flags,omitempty"`
-	Mode          uint32                 `protobuf:"varint,7,opt,name=mode,proto3" json:"mode,omitempty"`
-	NewFid        *FID                   `protobuf:"bytes,8,opt,name=new_fid,json=newFid,proto3" json:"new_fid,omitempty"`
-	Layout        []byte                 `protobuf:"bytes,9,opt,name=layout,proto3" json:"layout,omitempty"`
-	DelayLayout   bool                   `protobuf:"varint,10,opt,name=delay_layout,json=delayLayout,proto3" json:"delay_layout,omitempty"`
-	Time          int64                  `protobuf:"varint,11,opt,name=time,proto3" json:"time,omitempty"`
-	KeepDirLock   uint64                 `protobuf:"fixed64,12,opt,name=keep_dir_lock,json=keepDirLock,proto3" json:"keep_dir_lock,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Op          uint32                 `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
+	Cred        *Cred                  `protobuf:"bytes,2,opt,name=cred,proto3" json:"cred,omitempty"`
+	Parent      *FID                   `protobuf:"bytes,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name        []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Fid         *FID                   `protobuf:"bytes,5,opt,name=fid,proto3" json:"fid,omitempty"`
+	Flags       uint64                 `protobuf:"fixed64,6,opt,name=flags,proto3" json:"flags,omitempty"`
+	Mode        uint32                 `protobuf:"varint,7,opt,name=mode,proto3" json:"mode,omitempty"`
+	NewFid      *FID                   `protobuf:"bytes,8,opt,name=new_fid,json=newFid,proto3" json:"new_fid,omitempty"`
+	Layout      []byte                 `protobuf:"bytes,9,opt,name=layout,proto3" json:"layout,omitempty"`
+	DelayLayout bool                   `protobuf:"varint,10,opt,name=delay_layout,json=delayLayout,proto3" json:"delay_layout,omitempty"`
+	Time        int64                  `protobuf:"varint,11,opt,name=time,proto3" json:"time,omitempty"`
+	KeepDirLock uint64                 `protobuf:"fixed64,12,opt,name=keep_dir_lock,json=keepDirLock,proto3" json:"keep_dir_lock,omitempty"`
+	// closes: as ReintRequest's.
+	Closes        []*CloseRequest `protobuf:"bytes,13,rep,name=closes,proto3" json:"closes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2848,6 +2862,13 @@ func (x *IntentRequest) GetKeepDirLock() uint64 {
 		return x.KeepDirLock
 	}
 	return 0
+}
+
+func (x *IntentRequest) GetCloses() []*CloseRequest {
+	if x != nil {
+		return x.Closes
+	}
+	return nil
 }
 
 // IntentReply is the intent's answer (its errno rides in the enqueue
@@ -3304,12 +3325,13 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\fGetattrReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x12\n" +
-	"\x04link\x18\x03 \x01(\fR\x04link\"\x81\x05\n" +
+	"\x04link\x18\x03 \x01(\fR\x04link\"\xb5\x05\n" +
 	"\fReintRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\x03R\x04time\x12\x18\n" +
 	"\acancels\x18\x03 \x03(\x04R\acancels\x129\n" +
-	"\bconverts\x18\x04 \x03(\v2\x1d.nacre.ldlm.v1.ConvertRequestR\bconverts\x120\n" +
+	"\bconverts\x18\x04 \x03(\v2\x1d.nacre.ldlm.v1.ConvertRequestR\bconverts\x122\n" +
+	"\x06closes\x18\x05 \x03(\v2\x1a.nacre.mds.v1.CloseRequestR\x06closes\x120\n" +
 	"\x06create\x18\n" +
 	" \x01(\v2\x16.nacre.mds.v1.CreateOpH\x00R\x06create\x120\n" +
 	"\x06unlink\x18\v \x01(\v2\x16.nacre.mds.v1.UnlinkOpH\x00R\x06unlink\x120\n" +
@@ -3468,7 +3490,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x06R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x06R\x03end\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\rR\x04type\"\xf4\x02\n" +
+	"\x04type\x18\x04 \x01(\rR\x04type\"\xa8\x03\n" +
 	"\rIntentRequest\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\rR\x02op\x12&\n" +
 	"\x04cred\x18\x02 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12)\n" +
@@ -3482,7 +3504,8 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\fdelay_layout\x18\n" +
 	" \x01(\bR\vdelayLayout\x12\x12\n" +
 	"\x04time\x18\v \x01(\x03R\x04time\x12\"\n" +
-	"\rkeep_dir_lock\x18\f \x01(\x06R\vkeepDirLock\"\xc0\x01\n" +
+	"\rkeep_dir_lock\x18\f \x01(\x06R\vkeepDirLock\x122\n" +
+	"\x06closes\x18\r \x03(\v2\x1a.nacre.mds.v1.CloseRequestR\x06closes\"\xc0\x01\n" +
 	"\vIntentReply\x12&\n" +
 	"\x04attr\x18\x01 \x01(\v2\x12.nacre.mds.v1.AttrR\x04attr\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x1f\n" +
@@ -3584,62 +3607,64 @@ var file_nacre_mds_v1_mds_proto_depIdxs = []int32{
 	2,  // 5: nacre.mds.v1.GetattrReply.attr:type_name -> nacre.mds.v1.Attr
 	1,  // 6: nacre.mds.v1.ReintRequest.cred:type_name -> nacre.mds.v1.Cred
 	40, // 7: nacre.mds.v1.ReintRequest.converts:type_name -> nacre.ldlm.v1.ConvertRequest
-	7,  // 8: nacre.mds.v1.ReintRequest.create:type_name -> nacre.mds.v1.CreateOp
-	8,  // 9: nacre.mds.v1.ReintRequest.unlink:type_name -> nacre.mds.v1.UnlinkOp
-	9,  // 10: nacre.mds.v1.ReintRequest.rename:type_name -> nacre.mds.v1.RenameOp
-	10, // 11: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
-	11, // 12: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
-	12, // 13: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
-	15, // 14: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
-	13, // 15: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
-	14, // 16: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
-	0,  // 17: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 18: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 19: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 20: nacre.mds.v1.RenameOp.src_parent:type_name -> nacre.mds.v1.FID
-	0,  // 21: nacre.mds.v1.RenameOp.tgt_parent:type_name -> nacre.mds.v1.FID
-	0,  // 22: nacre.mds.v1.LinkOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 23: nacre.mds.v1.LinkOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 24: nacre.mds.v1.SetattrOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 25: nacre.mds.v1.SetxattrOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 26: nacre.mds.v1.SetLayoutOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 27: nacre.mds.v1.LayoutIntentOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 28: nacre.mds.v1.OpenOp.parent:type_name -> nacre.mds.v1.FID
-	0,  // 29: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
-	0,  // 30: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 31: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 32: nacre.mds.v1.SwapLayoutsRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 33: nacre.mds.v1.SwapLayoutsRequest.fid1:type_name -> nacre.mds.v1.FID
-	0,  // 34: nacre.mds.v1.SwapLayoutsRequest.fid2:type_name -> nacre.mds.v1.FID
-	1,  // 35: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 36: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 37: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 38: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 39: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
-	20, // 40: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
-	1,  // 41: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 42: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 43: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
-	1,  // 44: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 45: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 46: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
-	1,  // 47: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
-	1,  // 48: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 49: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
-	0,  // 50: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
-	0,  // 51: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
-	2,  // 52: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
-	1,  // 53: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 54: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 55: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 56: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
-	1,  // 57: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
-	0,  // 58: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	18, // 8: nacre.mds.v1.ReintRequest.closes:type_name -> nacre.mds.v1.CloseRequest
+	7,  // 9: nacre.mds.v1.ReintRequest.create:type_name -> nacre.mds.v1.CreateOp
+	8,  // 10: nacre.mds.v1.ReintRequest.unlink:type_name -> nacre.mds.v1.UnlinkOp
+	9,  // 11: nacre.mds.v1.ReintRequest.rename:type_name -> nacre.mds.v1.RenameOp
+	10, // 12: nacre.mds.v1.ReintRequest.link:type_name -> nacre.mds.v1.LinkOp
+	11, // 13: nacre.mds.v1.ReintRequest.setattr:type_name -> nacre.mds.v1.SetattrOp
+	12, // 14: nacre.mds.v1.ReintRequest.setxattr:type_name -> nacre.mds.v1.SetxattrOp
+	15, // 15: nacre.mds.v1.ReintRequest.open:type_name -> nacre.mds.v1.OpenOp
+	13, // 16: nacre.mds.v1.ReintRequest.set_layout:type_name -> nacre.mds.v1.SetLayoutOp
+	14, // 17: nacre.mds.v1.ReintRequest.layout_intent:type_name -> nacre.mds.v1.LayoutIntentOp
+	0,  // 18: nacre.mds.v1.CreateOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 19: nacre.mds.v1.CreateOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 20: nacre.mds.v1.UnlinkOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 21: nacre.mds.v1.RenameOp.src_parent:type_name -> nacre.mds.v1.FID
+	0,  // 22: nacre.mds.v1.RenameOp.tgt_parent:type_name -> nacre.mds.v1.FID
+	0,  // 23: nacre.mds.v1.LinkOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 24: nacre.mds.v1.LinkOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 25: nacre.mds.v1.SetattrOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 26: nacre.mds.v1.SetxattrOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 27: nacre.mds.v1.SetLayoutOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 28: nacre.mds.v1.LayoutIntentOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 29: nacre.mds.v1.OpenOp.parent:type_name -> nacre.mds.v1.FID
+	0,  // 30: nacre.mds.v1.OpenOp.fid:type_name -> nacre.mds.v1.FID
+	0,  // 31: nacre.mds.v1.OpenOp.new_fid:type_name -> nacre.mds.v1.FID
+	2,  // 32: nacre.mds.v1.ReintReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 33: nacre.mds.v1.SwapLayoutsRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 34: nacre.mds.v1.SwapLayoutsRequest.fid1:type_name -> nacre.mds.v1.FID
+	0,  // 35: nacre.mds.v1.SwapLayoutsRequest.fid2:type_name -> nacre.mds.v1.FID
+	1,  // 36: nacre.mds.v1.CloseRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 37: nacre.mds.v1.CloseRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 38: nacre.mds.v1.ReaddirRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 39: nacre.mds.v1.ReaddirRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 40: nacre.mds.v1.DirEntry.fid:type_name -> nacre.mds.v1.FID
+	20, // 41: nacre.mds.v1.ReaddirReply.entries:type_name -> nacre.mds.v1.DirEntry
+	1,  // 42: nacre.mds.v1.GetxattrRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 43: nacre.mds.v1.GetxattrRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 44: nacre.mds.v1.GetRootReply.fid:type_name -> nacre.mds.v1.FID
+	1,  // 45: nacre.mds.v1.GetInfoRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 46: nacre.mds.v1.GetInfoRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 47: nacre.mds.v1.ChangelogReadRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 48: nacre.mds.v1.ChangelogClearRequest.cred:type_name -> nacre.mds.v1.Cred
+	1,  // 49: nacre.mds.v1.IntentRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 50: nacre.mds.v1.IntentRequest.parent:type_name -> nacre.mds.v1.FID
+	0,  // 51: nacre.mds.v1.IntentRequest.fid:type_name -> nacre.mds.v1.FID
+	0,  // 52: nacre.mds.v1.IntentRequest.new_fid:type_name -> nacre.mds.v1.FID
+	18, // 53: nacre.mds.v1.IntentRequest.closes:type_name -> nacre.mds.v1.CloseRequest
+	2,  // 54: nacre.mds.v1.IntentReply.attr:type_name -> nacre.mds.v1.Attr
+	1,  // 55: nacre.mds.v1.HsmStateGetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 56: nacre.mds.v1.HsmStateGetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 57: nacre.mds.v1.HsmStateSetRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 58: nacre.mds.v1.HsmStateSetRequest.fid:type_name -> nacre.mds.v1.FID
+	1,  // 59: nacre.mds.v1.HsmProgressRequest.cred:type_name -> nacre.mds.v1.Cred
+	0,  // 60: nacre.mds.v1.HsmProgressRequest.fid:type_name -> nacre.mds.v1.FID
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_nacre_mds_v1_mds_proto_init() }
