@@ -414,7 +414,12 @@ func (f *File) Close(ctx context.Context) error {
 			mtime = time.Now().UnixNano()
 		}
 	}
-	if lsom != nil || mtime != 0 || !fs.mdc.CloseLater(f.cred, f.mf) {
+	// The close of a file this open made and nothing changed since is put
+	// off (mdc.CloseLater): only the open count changes, and a create loop
+	// saves an RPC per file. Other closes go now: a file someone opened to
+	// read, an HSM copytool say, may be released (which wants it closed)
+	// right after.
+	if lsom != nil || mtime != 0 || !f.mf.Created || !fs.mdc.CloseLater(f.cred, f.mf) {
 		if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, mtime); err != nil {
 			errs = append(errs, err)
 		}

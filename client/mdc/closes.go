@@ -2,33 +2,52 @@ package mdc
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/fid"
 	mdsv1 "github.com/nacrefs/nacre/proto/nacre/mds/v1"
 )
 
-// Put-off closes: the close of an open that changed nothing (no data
-// written, no times, no size) tells the MDT only that the open ended. It
-// need not cost an RPC of its own — a file made and closed costs an open
-// and a close RPC, and the close was a third of a FUSE create's work — so
-// CloseLater keeps it and the client's next MDT request (an intent or a
-// reint) carries it, as early lock cancels ride; closeDelay after the
-// first one, the closes still kept go by themselves. The open stays
-// tracked (replayed to a restarted MDT) until its close is carried.
+// Put-off closes: the close of an open that made its file and changed
+// nothing since (no data written, no times, no size) tells the MDT only
+// that the open ended. It need not cost an RPC of its own — a file made
+// and closed costs an open and a close RPC, and the close was a third of a
+// FUSE create's work — so CloseLater keeps it and the client's next MDT
+// request (an intent or a reint) carries it (a handle and a FID, as early
+// lock cancels ride); closeDelay after the first one, the closes still
+// kept go by themselves. The MDT ends carried closes before anything else
+// in the request, even one it refuses, so any reply means they were done;
+// a request that got none gives them back to the queue. The open stays
+// tracked (replayed to a restarted MDT) until its close is done.
 
 const (
 	// closeDelay is the longest a close waits for a request to ride on.
 	closeDelay = 20 * time.Millisecond
-	// maxLaterCloses bounds the closes kept (and carried by one request).
+	// maxLaterCloses bounds the closes CloseLater keeps, and those one
+	// request carries (the MDT takes up to 64). Requests that got no reply
+	// give theirs back whatever the count: at most one batch per request
+	// in flight.
 	maxLaterCloses = 32
+	// closeTimeout bounds the MDS_CLOSE of a close the timer sends.
+	closeTimeout = time.Minute
 )
+
+// laterClose is a put-off close.
+type laterClose struct {
+	cred   Cred
+	handle uint64
+	fid    fid.FID
+}
 
 type laterCloses struct {
 	mu    sync.Mutex
-	q     []*mdsv1.CloseRequest
+	q     []laterClose
 	timer *time.Timer
+	armed bool // the timer will fire
 	// flushing says the timer's goroutine sends closes now.
 	flushing bool
 }
@@ -39,46 +58,60 @@ type laterCloses struct {
 func (c *Client) CloseLater(cred Cred, f *File) bool {
 	lc := &c.later
 	lc.mu.Lock()
-	defer lc.mu.Unlock()
 	if len(lc.q) >= maxLaterCloses {
+		lc.mu.Unlock()
 		return false
 	}
+	lc.q = append(lc.q, laterClose{cred: cred, handle: f.Handle, fid: f.FID})
+	lc.armLocked()
+	lc.mu.Unlock()
 	if f.Lock != nil {
 		f.Lock.Release()
 		f.Lock = nil
 	}
-	lc.q = append(lc.q, &mdsv1.CloseRequest{Cred: credTo(cred), Handle: f.Handle, Fid: fidTo(f.FID)})
-	if lc.timer == nil {
-		lc.timer = time.AfterFunc(closeDelay, c.flushLater)
-	} else if len(lc.q) == 1 {
-		lc.timer.Reset(closeDelay)
-	}
 	return true
 }
 
-// takeCloses returns the kept closes, for a request to carry.
-func (c *Client) takeCloses() []*mdsv1.CloseRequest {
+// armLocked arms the timer unless it is armed already (a close kept
+// longer does not push back those kept before).
+func (lc *laterCloses) armLocked() {
+	if lc.armed || len(lc.q) == 0 {
+		return
+	}
+	lc.armed = true
+	lc.timer.Reset(closeDelay)
+}
+
+// takeCloses returns up to maxLaterCloses kept closes, for a request to
+// carry, as the request's wire form (no credential: a close needs none).
+func (c *Client) takeCloses() ([]laterClose, []*mdsv1.CloseRequest) {
 	lc := &c.later
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	q := lc.q
-	lc.q = nil
-	return q
+	n := min(len(lc.q), maxLaterCloses)
+	if n == 0 {
+		return nil, nil
+	}
+	qs := append([]laterClose(nil), lc.q[:n]...)
+	lc.q = append(lc.q[:0], lc.q[n:]...)
+	ws := make([]*mdsv1.CloseRequest, n)
+	for i, q := range qs {
+		ws[i] = &mdsv1.CloseRequest{Handle: q.handle, Fid: fidTo(q.fid)}
+	}
+	return qs, ws
 }
 
-// carried ends the closes a request carried: once it succeeded their
-// opens are forgotten; otherwise (it may or may not have reached the MDT,
-// or been refused before the closes were done) they are kept again, for
-// another request or the timer (a close of a handle no longer open is a
-// no-op at the MDT).
-func (c *Client) carried(qs []*mdsv1.CloseRequest, err error) {
+// carried ends the closes a request carried: if the MDT replied (replied,
+// whatever the reply said) their opens are forgotten, else they go back to
+// the queue (a close of a handle no longer open is a no-op at the MDT).
+func (c *Client) carried(qs []laterClose, replied bool) {
 	if len(qs) == 0 {
 		return
 	}
-	if err == nil {
+	if replied {
 		c.opensMu.Lock()
 		for _, q := range qs {
-			delete(c.opens, q.Handle)
+			delete(c.opens, q.handle)
 		}
 		c.opensMu.Unlock()
 		return
@@ -87,9 +120,7 @@ func (c *Client) carried(qs []*mdsv1.CloseRequest, err error) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	lc.q = append(qs, lc.q...)
-	if lc.timer != nil {
-		lc.timer.Reset(closeDelay)
-	}
+	lc.armLocked()
 }
 
 // flushLater sends the kept closes, an MDS_CLOSE each: the timer's, when
@@ -97,34 +128,53 @@ func (c *Client) carried(qs []*mdsv1.CloseRequest, err error) {
 func (c *Client) flushLater() {
 	lc := &c.later
 	lc.mu.Lock()
+	lc.armed = false
 	if lc.flushing {
 		lc.mu.Unlock()
 		return
 	}
 	lc.flushing = true
 	lc.mu.Unlock()
-	defer func() {
-		lc.mu.Lock()
-		lc.flushing = false
-		if len(lc.q) > 0 { // kept while this flush ran
-			lc.timer.Reset(closeDelay)
-		}
-		lc.mu.Unlock()
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c.FlushCloses(ctx)
+	c.FlushCloses(context.Background())
+	lc.mu.Lock()
+	lc.flushing = false
+	lc.armLocked() // kept while this flush ran, or given back
+	lc.mu.Unlock()
 }
 
-// FlushCloses sends every close put off, now (an unmount's, the timer's).
+// FlushCloses sends every close put off, now (an unmount's, an HSM
+// release's, the timer's). Each gets closeTimeout, whatever ctx says (a
+// close left unsent would keep its open on the MDT); a close that got no
+// reply goes back to the queue with those not sent yet.
 func (c *Client) FlushCloses(ctx context.Context) {
-	for _, q := range c.takeCloses() {
-		err := c.call(ctx, wire.MDSClose, q, nil, 0)
-		c.opensMu.Lock()
-		delete(c.opens, q.Handle)
-		c.opensMu.Unlock()
-		if err != nil && ctx.Err() != nil {
+	ctx = context.WithoutCancel(ctx)
+	for {
+		qs, _ := c.takeCloses()
+		if len(qs) == 0 {
 			return
 		}
+		for i, q := range qs {
+			cctx, cancel := context.WithTimeout(ctx, closeTimeout)
+			err := c.call(cctx, wire.MDSClose, &mdsv1.CloseRequest{Cred: credTo(q.cred), Handle: q.handle, Fid: fidTo(q.fid)}, nil, 0)
+			cancel()
+			if err != nil && !replied(err) {
+				c.carried(qs[i:], false)
+				return
+			}
+			c.carried(qs[i:i+1], true)
+		}
 	}
+}
+
+// setupLater makes the timer (stopped) once.
+func (c *Client) setupLater() {
+	c.later.timer = time.AfterFunc(time.Hour, c.flushLater)
+	c.later.timer.Stop()
+}
+
+// replied reports whether a request that failed with err got a reply
+// from the MDT (which ended its carried closes first).
+func replied(err error) bool {
+	var re *ptlrpc.RemoteError
+	return err == nil || errors.As(err, &re) || errors.Is(err, ErrBadReply)
 }

@@ -97,10 +97,11 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 			req.NewFid = fidTo(f)
 		}
 	}
-	req.Closes = c.takeCloses()
+	var later []laterClose
+	later, req.Closes = c.takeCloses()
 	body, err := ptlrpc.Marshal(req)
 	if err != nil {
-		c.carried(req.Closes, err)
+		c.carried(later, false)
 		return nil, err
 	}
 	on := it.Parent
@@ -117,7 +118,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})
-	c.carried(req.Closes, err)
+	c.carried(later, replied(err))
 	if err != nil {
 		return nil, fmt.Errorf("mdc: intent %#x on %q in %v: %w", it.Op, it.Name, on, err)
 	}

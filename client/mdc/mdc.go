@@ -75,7 +75,9 @@ type openRec struct {
 // locks, if not nil, takes the locks of intents (Enqueue); its callback
 // handlers must be served on the process's LDLM callback portal.
 func New(imp *ptlrpc.Import, locks *ldlm.Client) *Client {
-	return &Client{imp: imp, locks: locks, opens: map[uint64]openRec{}}
+	c := &Client{imp: imp, locks: locks, opens: map[uint64]openRec{}}
+	c.setupLater()
+	return c
 }
 
 // Import returns the client's import.
@@ -212,10 +214,11 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 		req.Cancels, req.Converts = c.locks.TakeCancels(c.imp), c.locks.TakeConverts(c.imp)
 	}
 	op.set(req)
-	req.Closes = c.takeCloses()
+	var later []laterClose
+	later, req.Closes = c.takeCloses()
 	var rep mdsv1.ReintReply
 	err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
-	c.carried(req.Closes, err)
+	c.carried(later, replied(err))
 	if err != nil {
 		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
 	}

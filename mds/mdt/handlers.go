@@ -244,6 +244,7 @@ func (m *MDT) lookup(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 
 func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	q, err := parseReint(r.Body)
+	m.carriedCloses(r, q.closes) // (even if the rest is refused)
 	if err != nil {
 		return m.fail(r, err)
 	}
@@ -252,7 +253,6 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	// find them gone instead of calling the client back.
 	m.lockd.CancelFor(r, q.cancels)
 	m.lockd.ConvertFor(r, q.converts)
-	m.carriedCloses(r, q.closes)
 	var rep *mdsv1.ReintReply
 	switch o := q.op.(type) {
 	case *createOp:
@@ -891,6 +891,7 @@ func (m *MDT) carriedCloses(r *ptlrpc.Request, qs []closeReq) {
 			m.log.Debug("mdt: carried close of a handle not open", "fid", q.fid, "handle", q.handle)
 			continue
 		}
+		m.countOp(r, "close")
 		m.closeFID(o.fid, o.flags)
 	}
 }

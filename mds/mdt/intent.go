@@ -36,11 +36,11 @@ func skip(err error) ldlm.IntentResult { return ldlm.IntentResult{Skip: true, St
 
 func (m *MDT) intent(ctx context.Context, r *ptlrpc.Request, _ ldlm.Request, body []byte) ldlm.IntentResult {
 	q, err := parseIntent(body)
+	m.carriedCloses(r, q.closes) // (even if the rest is refused)
 	if err != nil {
 		m.fail(r, err)
 		return skip(err)
 	}
-	m.carriedCloses(r, q.closes)
 	for _, f := range []fid.FID{q.parent, q.fid} {
 		if !f.IsZero() {
 			if err := m.checkFID(f); err != nil {

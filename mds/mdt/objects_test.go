@@ -337,12 +337,53 @@ func TestCarriedCloses(t *testing.T) {
 	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
 		t.Fatalf("after an intent carried the closes: %d opens, %d handles", got, n.mdc.OpenHandles())
 	}
-	// With no request to ride on, the timer sends it.
-	h, err := n.mdc.Open(ctx, root, n.root, "h", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
+	// A request the MDT refuses (EEXIST) still ends its closes, and the
+	// client forgets them.
+	opened := func(names ...string) []*mdc.File {
+		var fs []*mdc.File
+		for _, name := range names {
+			f, err := n.mdc.Open(ctx, root, n.root, name, syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, f)
+		}
+		return fs
 	}
-	n.mdc.CloseLater(root, h)
+	for _, f := range opened("h", "i") {
+		n.mdc.CloseLater(root, f)
+	}
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("mkdir of an existing name: %v", err)
+	}
+	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
+		t.Fatalf("after a refused reint carried the closes: %d opens, %d handles", got, n.mdc.OpenHandles())
+	}
+	// At most 32 are kept; a request carries at most 32; FlushCloses
+	// sends the rest.
+	var many []string
+	for i := range 40 {
+		many = append(many, fmt.Sprint("m", i))
+	}
+	kept := 0
+	for _, f := range opened(many...) {
+		if n.mdc.CloseLater(root, f) {
+			kept++
+		} else if err := n.mdc.Close(ctx, root, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept != 32 || c.mdt.Stats().Opens != 32 {
+		t.Fatalf("%d closes kept of 40, %d opens", kept, c.mdt.Stats().Opens)
+	}
+	n.mdc.FlushCloses(ctx)
+	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
+		t.Fatalf("after FlushCloses: %d opens, %d handles", got, n.mdc.OpenHandles())
+	}
+	// With no request to ride on, the timer sends it.
+	for _, f := range opened("t") {
+		n.mdc.CloseLater(root, f)
+	}
 	for deadline := time.Now().Add(10 * time.Second); c.mdt.Stats().Opens != 0 || n.mdc.OpenHandles() != 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the put-off close never went: %d opens", c.mdt.Stats().Opens)

@@ -247,17 +247,18 @@ func parseReint(b []byte) (reintReq, error) {
 	if err := unmarshal(b, &w); err != nil {
 		return reintReq{}, err
 	}
-	c, err := credFrom(w.Cred)
+	closes, err := closesFrom(w.Closes)
 	if err != nil {
 		return reintReq{}, err
 	}
+	c, err := credFrom(w.Cred)
+	if err != nil {
+		return reintReq{closes: closes}, err
+	}
 	if w.Time < 0 {
-		return reintReq{}, bad("time %d", w.Time)
+		return reintReq{closes: closes}, bad("time %d", w.Time)
 	}
-	r := reintReq{cred: c, time: w.Time, cancels: w.Cancels, converts: w.Converts}
-	if r.closes, err = closesFrom(w.Closes); err != nil {
-		return r, err
-	}
+	r := reintReq{cred: c, time: w.Time, cancels: w.Cancels, converts: w.Converts, closes: closes}
 	switch op := w.Op.(type) {
 	case *mdsv1.ReintRequest_Create:
 		o := op.Create
@@ -434,20 +435,23 @@ func closeFrom(w *mdsv1.CloseRequest) (closeReq, error) {
 // maxCloses bounds the closes one request carries.
 const maxCloses = 64
 
-// closesFrom decodes the closes a request carries: only closes that
-// change nothing (no LSOM, no times).
+// closesFrom decodes the closes a request carries: a handle and a FID
+// each (no credential: a close needs none), changing nothing (no LSOM, no
+// times). The request's handler ends them first, whatever else it finds
+// wrong in the request (a client forgets them once it has a reply).
 func closesFrom(ws []*mdsv1.CloseRequest) ([]closeReq, error) {
 	if len(ws) > maxCloses {
 		return nil, bad("%d closes, at most %d", len(ws), maxCloses)
 	}
 	var out []closeReq
 	for _, w := range ws {
-		q, err := closeFrom(w)
-		if err != nil {
-			return nil, err
+		if w.Lsom || w.Mtime != 0 || w.Ctime != 0 {
+			return nil, bad("a carried close sets LSOM or times")
 		}
-		if q.lsom != nil || q.mtime != 0 || q.ctime != 0 {
-			return nil, bad("a carried close of %v sets LSOM or times", q.fid)
+		q := closeReq{handle: w.Handle}
+		var err error
+		if q.fid, err = needFID("file", w.Fid); err != nil {
+			return nil, err
 		}
 		out = append(out, q)
 	}
@@ -570,16 +574,17 @@ func parseIntent(b []byte) (intentReq, error) {
 	if err := unmarshal(b, &w); err != nil {
 		return intentReq{}, err
 	}
-	c, err := credFrom(w.Cred)
+	closes, err := closesFrom(w.Closes)
 	if err != nil {
 		return intentReq{}, err
 	}
-	r := intentReq{op: w.Op, cred: c, time: w.Time, name: string(w.Name), mode: w.Mode, delay: w.DelayLayout}
+	c, err := credFrom(w.Cred)
+	if err != nil {
+		return intentReq{closes: closes}, err
+	}
+	r := intentReq{op: w.Op, cred: c, time: w.Time, name: string(w.Name), mode: w.Mode, delay: w.DelayLayout, closes: closes}
 	if w.Time < 0 {
 		return r, bad("time %d", w.Time)
-	}
-	if r.closes, err = closesFrom(w.Closes); err != nil {
-		return r, err
 	}
 	if r.parent, err = optFID("parent", w.Parent); err != nil {
 		return r, err
