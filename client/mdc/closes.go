@@ -82,6 +82,13 @@ func (lc *laterCloses) armLocked() {
 	lc.timer.Reset(closeDelay)
 }
 
+// PutOffCloses returns how many closes are kept.
+func (c *Client) PutOffCloses() int {
+	c.later.mu.Lock()
+	defer c.later.mu.Unlock()
+	return len(c.later.q)
+}
+
 // takeCloses returns up to maxLaterCloses kept closes, for a request to
 // carry, as the request's wire form (no credential: a close needs none).
 func (c *Client) takeCloses() ([]laterClose, []*mdsv1.CloseRequest) {
@@ -101,14 +108,21 @@ func (c *Client) takeCloses() ([]laterClose, []*mdsv1.CloseRequest) {
 	return qs, ws
 }
 
-// carried ends the closes a request carried: if the MDT replied (replied,
-// whatever the reply said) their opens are forgotten, else they go back to
-// the queue (a close of a handle no longer open is a no-op at the MDT).
-func (c *Client) carried(qs []laterClose, replied bool) {
+// carried ends the closes a request carried: if it succeeded (done) their
+// opens are forgotten; else they go back to the queue, whatever the error
+// — the MDT may have done them (it ends them before anything else) or
+// not (its request service refused the request: too big, too busy), and
+// a close of a handle no longer open is a no-op there. The queue grows by
+// at most one batch per request in flight. Once the import is closed they
+// are dropped: the MDT ends a departed client's opens itself.
+func (c *Client) carried(qs []laterClose, done bool, err error) {
 	if len(qs) == 0 {
 		return
 	}
-	if replied {
+	if errors.Is(err, ptlrpc.ErrClosed) {
+		done = true
+	}
+	if done {
 		c.opensMu.Lock()
 		for _, q := range qs {
 			delete(c.opens, q.handle)
@@ -158,10 +172,10 @@ func (c *Client) FlushCloses(ctx context.Context) {
 			err := c.call(cctx, wire.MDSClose, &mdsv1.CloseRequest{Cred: credTo(q.cred), Handle: q.handle, Fid: fidTo(q.fid)}, nil, 0)
 			cancel()
 			if err != nil && !replied(err) {
-				c.carried(qs[i:], false)
+				c.carried(qs[i:], false, err)
 				return
 			}
-			c.carried(qs[i:i+1], true)
+			c.carried(qs[i:i+1], true, nil)
 		}
 	}
 }
@@ -172,9 +186,13 @@ func (c *Client) setupLater() {
 	c.later.timer.Stop()
 }
 
-// replied reports whether a request that failed with err got a reply
-// from the MDT (which ended its carried closes first).
+// replied reports whether an MDS_CLOSE that failed with err got a reply
+// from the MDT (a handle not open: EBADF, say), which needs no resend.
 func replied(err error) bool {
 	var re *ptlrpc.RemoteError
 	return err == nil || errors.As(err, &re) || errors.Is(err, ErrBadReply)
 }
+
+// maxCarrierBody is the largest request body put-off closes ride on: a
+// request near the MDT's limit (a large xattr) goes without them.
+const maxCarrierBody = 32 << 10

@@ -98,10 +98,12 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		}
 	}
 	var later []laterClose
-	later, req.Closes = c.takeCloses()
+	if req.SizeVT() < maxCarrierBody {
+		later, req.Closes = c.takeCloses()
+	}
 	body, err := ptlrpc.Marshal(req)
 	if err != nil {
-		c.carried(later, false)
+		c.carried(later, false, err)
 		return nil, err
 	}
 	on := it.Parent
@@ -118,7 +120,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})
-	c.carried(later, replied(err))
+	c.carried(later, err == nil, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: intent %#x on %q in %v: %w", it.Op, it.Name, on, err)
 	}

@@ -215,10 +215,12 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 	}
 	op.set(req)
 	var later []laterClose
-	later, req.Closes = c.takeCloses()
+	if req.SizeVT() < maxCarrierBody {
+		later, req.Closes = c.takeCloses()
+	}
 	var rep mdsv1.ReintReply
 	err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
-	c.carried(later, replied(err))
+	c.carried(later, err == nil, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
 	}

@@ -337,8 +337,9 @@ func TestCarriedCloses(t *testing.T) {
 	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
 		t.Fatalf("after an intent carried the closes: %d opens, %d handles", got, n.mdc.OpenHandles())
 	}
-	// A request the MDT refuses (EEXIST) still ends its closes, and the
-	// client forgets them.
+	// A request the MDT refuses (EEXIST) still ends its closes; the
+	// client, which cannot tell that from a refusal of the request
+	// service's (too big, too busy), sends them again with the next.
 	opened := func(names ...string) []*mdc.File {
 		var fs []*mdc.File
 		for _, name := range names {
@@ -356,8 +357,14 @@ func TestCarriedCloses(t *testing.T) {
 	if _, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755); !errors.Is(err, syscall.EEXIST) {
 		t.Fatalf("mkdir of an existing name: %v", err)
 	}
+	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 2 {
+		t.Fatalf("after a refused reint carried the closes: %d opens, %d handles, want 0 and 2", got, n.mdc.OpenHandles())
+	}
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "d2", 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
-		t.Fatalf("after a refused reint carried the closes: %d opens, %d handles", got, n.mdc.OpenHandles())
+		t.Fatalf("after the next reint carried them again: %d opens, %d handles", got, n.mdc.OpenHandles())
 	}
 	// At most 32 are kept; a request carries at most 32; FlushCloses
 	// sends the rest.
@@ -387,6 +394,21 @@ func TestCarriedCloses(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); c.mdt.Stats().Opens != 0 || n.mdc.OpenHandles() != 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the put-off close never went: %d opens", c.mdt.Stats().Opens)
+		}
+	}
+	// Once the import is closed, kept closes are dropped (the MDT ended
+	// the client's opens), not retried for ever.
+	for _, f := range opened("u") {
+		n.mdc.CloseLater(root, f)
+	}
+	n.imp.Close(ctx)
+	n.mdc.FlushCloses(ctx)
+	if n.mdc.PutOffCloses() != 0 {
+		t.Fatalf("%d closes kept after the import closed", n.mdc.PutOffCloses())
+	}
+	for deadline := time.Now().Add(10 * time.Second); c.mdt.Stats().Opens != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the departed client's open stayed: %d opens", c.mdt.Stats().Opens)
 		}
 	}
 	c.check()
