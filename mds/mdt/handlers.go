@@ -881,13 +881,8 @@ func (m *MDT) carriedCloses(r *ptlrpc.Request, qs []closeReq) {
 		return
 	}
 	for _, q := range qs {
-		m.opensMu.Lock()
-		o, ok := m.opens[exp][q.handle]
-		if ok && o.fid == q.fid {
-			delete(m.opens[exp], q.handle)
-		}
-		m.opensMu.Unlock()
-		if !ok || o.fid != q.fid {
+		o, ok := m.takeOpen(exp, q.handle, q.fid)
+		if !ok {
 			m.log.Debug("mdt: carried close of a handle not open", "fid", q.fid, "handle", q.handle)
 			continue
 		}
@@ -896,19 +891,25 @@ func (m *MDT) carriedCloses(r *ptlrpc.Request, qs []closeReq) {
 	}
 }
 
+// takeOpen takes exp's open handle of f out of its table, if it is open.
+func (m *MDT) takeOpen(exp *ptlrpc.Export, handle uint64, f fid.FID) (openFile, bool) {
+	m.opensMu.Lock()
+	defer m.opensMu.Unlock()
+	o, ok := m.opens[exp][handle]
+	if !ok || o.fid != f {
+		return openFile{}, false
+	}
+	delete(m.opens[exp], handle)
+	return o, true
+}
+
 func (m *MDT) closeFile(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	q, err := parseClose(r.Body)
 	if err != nil {
 		return m.fail(r, err)
 	}
-	exp := r.Export()
-	m.opensMu.Lock()
-	o, ok := m.opens[exp][q.handle]
-	if ok && o.fid == q.fid {
-		delete(m.opens[exp], q.handle)
-	}
-	m.opensMu.Unlock()
-	if !ok || o.fid != q.fid {
+	o, ok := m.takeOpen(r.Export(), q.handle, q.fid)
+	if !ok {
 		return m.fail(r, fmt.Errorf("mdt: close of %v: handle %#x is not open: %w", q.fid, q.handle, syscall.EBADF))
 	}
 	rm, err := m.store.CloseFile(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: o.flags&mdd.OpenAccMode != mdd.OpenReadOnly, LSOM: q.lsom,
