@@ -90,7 +90,9 @@ func (c *Client) PutOffCloses() int {
 }
 
 // takeCloses returns up to maxLaterCloses kept closes, for a request to
-// carry, as the request's wire form (no credential: a close needs none).
+// carry, as the request's wire form (the closer's uid and gid only, for
+// the changelog: a close needs no groups, which could make the request
+// too large).
 func (c *Client) takeCloses() ([]laterClose, []*mdsv1.CloseRequest) {
 	lc := &c.later
 	lc.mu.Lock()
@@ -103,7 +105,7 @@ func (c *Client) takeCloses() ([]laterClose, []*mdsv1.CloseRequest) {
 	lc.q = append(lc.q[:0], lc.q[n:]...)
 	ws := make([]*mdsv1.CloseRequest, n)
 	for i, q := range qs {
-		ws[i] = &mdsv1.CloseRequest{Handle: q.handle, Fid: fidTo(q.fid)}
+		ws[i] = &mdsv1.CloseRequest{Cred: &mdsv1.Cred{Uid: q.cred.UID, Gid: q.cred.GID}, Handle: q.handle, Fid: fidTo(q.fid)}
 	}
 	return qs, ws
 }

@@ -848,8 +848,11 @@ func (m *MDT) addOpen(exp *ptlrpc.Export, f fid.FID, flags, replay uint64) (uint
 
 // closeFID ends one open of f in the store, destroying an orphan whose
 // last open it was.
-func (m *MDT) closeFID(f fid.FID, flags uint64) {
-	rm, err := m.store.CloseFile(m.internalReq(), f, mdd.CloseInfo{Write: flags&mdd.OpenAccMode != mdd.OpenReadOnly})
+func (m *MDT) closeFID(f fid.FID, flags uint64) { m.closeAs(m.internalReq(), f, flags) }
+
+// closeAs is closeFID for the closer of req (a carried close's).
+func (m *MDT) closeAs(req mdd.Req, f fid.FID, flags uint64) {
+	rm, err := m.store.CloseFile(req, f, mdd.CloseInfo{Write: flags&mdd.OpenAccMode != mdd.OpenReadOnly})
 	if err != nil {
 		m.log.Info("mdt: close", "fid", f, "err", err)
 		return
@@ -887,7 +890,7 @@ func (m *MDT) carriedCloses(r *ptlrpc.Request, qs []closeReq) {
 			continue
 		}
 		m.countOp(r, "close")
-		m.closeFID(o.fid, o.flags)
+		m.closeAs(mdd.Req{Cred: q.cred, AssignTransno: m.tgt.NextTransno}, o.fid, o.flags)
 	}
 }
 

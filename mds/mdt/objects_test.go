@@ -14,6 +14,7 @@ import (
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
+	"github.com/nacrefs/nacre/mds/mdd"
 )
 
 // ostImports connects node n to every OST of the cluster's OSS, as a
@@ -336,6 +337,40 @@ func TestCarriedCloses(t *testing.T) {
 	}
 	if got := c.mdt.Stats().Opens; got != 0 || n.mdc.OpenHandles() != 0 {
 		t.Fatalf("after an intent carried the closes: %d opens, %d handles", got, n.mdc.OpenHandles())
+	}
+	// A carried close's CLOSE changelog record names the closer.
+	if _, err := c.mdt.Store().ChangelogRegister(); err != nil {
+		t.Fatal(err)
+	}
+	user := mdc.Cred{UID: 4242, GID: 4343}
+	k, err := n.mdc.Open(ctx, root, n.root, "k", syscall.O_CREAT|syscall.O_RDWR, 0o666, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := n.mdc.OpenFID(ctx, user, k.FID, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.mdc.Close(ctx, root, k, nil); err != nil {
+		t.Fatal(err)
+	}
+	from := c.mdt.Store().ChangelogLast() + 1
+	n.mdc.CloseLater(user, k2)
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "k-dir", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := c.mdt.Store().ChangelogRead(from, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closeRec *mdd.ChangelogRecord
+	for i := range recs {
+		if recs[i].Type == mdd.CLClose && recs[i].TFID == k.FID {
+			closeRec = &recs[i]
+		}
+	}
+	if closeRec == nil || closeRec.UID != user.UID || closeRec.GID != user.GID {
+		t.Fatalf("the carried close's changelog record: %+v (records %+v)", closeRec, recs)
 	}
 	// A request the MDT refuses (EEXIST) still ends its closes; the
 	// client, which cannot tell that from a refusal of the request
