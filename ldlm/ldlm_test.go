@@ -377,6 +377,24 @@ func TestRandomOperations(t *testing.T) {
 				switch op := rng.IntN(10); {
 				case op < 6:
 					req := randomRequest(rng, owners, types)
+					if req.Resource.Type == TypeIBits && rng.IntN(3) == 0 {
+						// A target's lock that tolerates a PR lock on its
+						// resource (an MDT create's, Request.Tolerate), or
+						// now and then any lock.
+						var prs []Handle
+						for h, l := range ns.locks {
+							if l.name == req.Resource && l.granted && l.mode == PR {
+								prs = append(prs, h)
+							}
+						}
+						slices.Sort(prs)
+						if len(prs) > 0 && rng.IntN(4) != 0 {
+							h := prs[rng.IntN(len(prs))]
+							req.Owner, req.Tolerate = "local", Tolerated{Owner: ns.locks[h].owner, Lock: h}
+						} else if h, l := randomLock(rng, ns); l != nil {
+							req.Owner, req.Tolerate = "local", Tolerated{Owner: l.owner, Lock: h}
+						}
+					}
 					r, err := ns.Enqueue(req)
 					if err != nil {
 						if !errors.Is(err, ErrWouldBlock) && !errors.Is(err, ErrDeadlock) && !errors.Is(err, ErrInvalid) {
