@@ -120,7 +120,7 @@ func (c *cache) init() {
 // ran since the lookup began (the name's generation moved from gen: the
 // create may have left the lock alone).
 func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock, gen uint64) {
-	if l == nil || l.Policy().Bits&ldlm.BitUpdate == 0 || l.Resource.ID != ldlm.ResIDOfFID(parent.Seq, parent.Oid, parent.Ver) {
+	if !updateLockOn(l, parent) {
 		return
 	}
 	c.mu.Lock()
@@ -130,6 +130,12 @@ func (c *cache) storeNegative(parent fid.FID, name string, l *ldlm.ClientLock, g
 		return
 	}
 	c.addNegativeLocked(k, l)
+}
+
+// updateLockOn reports whether l is a lock on dir with the UPDATE bit,
+// under which dir's names (and missing names) may be cached.
+func updateLockOn(l *ldlm.ClientLock, dir fid.FID) bool {
+	return l != nil && l.Resource.ID == ldlm.ResIDOfFID(dir.Seq, dir.Oid, dir.Ver) && l.Policy().Bits&ldlm.BitUpdate != 0
 }
 
 // addNegativeLocked files k as missing under l.

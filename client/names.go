@@ -26,9 +26,9 @@ import (
 // itself — the create asks the MDT to leave the set's lock alone
 // (mdc.Intent.KeepDirLock, ldlm.Request.Tolerate). It holds no reference
 // on it: two clients making names in one directory would each wait, in
-// the MDT, for the other's lock. This
-// client's other changes there (unlink, rename, mkdir, link, ...) give
-// the lock back as anyone's do, and the set goes with it.
+// the MDT, for the other's lock. This client's other changes there
+// (unlink, rename, mkdir, link, ...) give the lock back as anyone's do,
+// and the set goes with it.
 //
 // A name the client stores as missing while one of its own creates of
 // that name runs could be the name made: lookups note the name's
@@ -123,7 +123,7 @@ func (c *cache) answerFromSet(parent fid.FID, name string) (*ldlm.ClientLock, bo
 // client's change, and waited for a request slot that lookups parked
 // behind that change held. gen is parent's generation, for installSet.
 func (c *cache) wantSet(parent fid.FID, l *ldlm.ClientLock) (gen uint64, ok bool) {
-	if l.Policy().Bits&ldlm.BitUpdate == 0 || l.Resource.ID != ldlm.ResIDOfFID(parent.Seq, parent.Oid, parent.Ver) {
+	if !updateLockOn(l, parent) {
 		return 0, false
 	}
 	c.mu.Lock()

@@ -143,7 +143,7 @@ type clientNS struct {
 	pending []Handle
 	since   time.Time
 	urgent  bool
-	// converted are locks converted locally (ConvertUnused) whose new
+	// converted are locks converted locally (GiveBackUnused) whose new
 	// bits the server has not been told yet: the next enqueue or MDS
 	// request takes them (TakeConverts).
 	converted []*ldlmv1.ConvertRequest
@@ -673,7 +673,7 @@ func (c *Client) takePendingLocked(ns *clientNS) []uint64 {
 }
 
 // TakeCancels returns handles of locks on imp's target given back locally
-// (CancelUnused, LRU trimming) whose CANCEL has not gone out, for a
+// (GiveBackUnused, LRU trimming) whose CANCEL has not gone out, for a
 // request of the caller's to carry instead (Lustre packs them into any
 // MDS request, not only an enqueue). The server must be told: the caller
 // sends them, or the locks stay granted there until a blocking AST finds
@@ -687,20 +687,18 @@ func (c *Client) TakeCancels(imp *ptlrpc.Import) []uint64 {
 	return c.takePendingLocked(c.nsLocked(imp))
 }
 
-// ConvertUnused drops bits from the unused granted IBITS locks of res
-// that would keep their LOOKUP bit (those with a Convert hook, which
-// CancelUnused leaves for a blocking AST to convert): the hook drops what
-// the bits protected, the lock keeps the rest, and the server is told by
-// the next request of the caller's (TakeConverts), ahead of a change that
-// would otherwise call the lock back. It returns how many it converted.
-func (c *Client) ConvertUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
-	return c.convertUnused(ctx, imp, res, bits, nil)
-}
-
-// GiveBackUnusedExcept is ConvertUnused and CancelUnused but for except,
-// a lock the caller keeps for a change the server was asked to leave it
-// alone for (Request.Tolerate).
-func (c *Client) GiveBackUnusedExcept(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, except *ClientLock) int {
+// GiveBackUnused gives back bits of the unused granted IBITS locks of res
+// but except (nil: none; a lock the caller keeps for a change the server
+// was asked to leave it alone for, Request.Tolerate), ahead of a change
+// that would otherwise call them back. A lock that would keep its LOOKUP
+// bit (one with a Convert hook) is converted: the hook drops what the bits
+// protected, the lock keeps the rest, and the server is told by the next
+// request of the caller's (TakeConverts). The others holding any of bits
+// are given back (Lustre's early lock cancel, mdc_resource_get_unused):
+// their hooks run now and their handles ride on the next enqueue, so the
+// server has no blocking AST to send and wait for. It returns how many it
+// converted or gave back.
+func (c *Client) GiveBackUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits, except *ClientLock) int {
 	return c.convertUnused(ctx, imp, res, bits, except) + c.cancelUnused(ctx, imp, res, bits, false, except)
 }
 
@@ -787,7 +785,7 @@ func (c *Client) endConvertLocked(l *ClientLock, keep Bits, ok bool) (kept, canc
 	return true, false
 }
 
-// TakeConverts returns the conversions ConvertUnused made on imp's
+// TakeConverts returns the conversions GiveBackUnused made on imp's
 // target that the server has not been told of, for a request of the
 // caller's to carry. If it never arrives, a blocking AST for the dropped
 // bits finds the lock without them and it is given back whole.
@@ -962,20 +960,11 @@ func (c *Client) trimLocked(ns *clientNS, now time.Time) []*ClientLock {
 	return out
 }
 
-// CancelUnused gives back, ahead of a request that would conflict with
-// them, the unused granted IBITS locks of imp's namespace on res holding
-// any of bits (Lustre's early lock cancel, mdc_resource_get_unused): their
-// hooks run now and their handles ride on the next enqueue, so the server
-// has no blocking AST to send and wait for. It returns how many it gave
-// back.
-func (c *Client) CancelUnused(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
-	return c.cancelUnused(ctx, imp, res, bits, false, nil)
-}
-
-// CancelUnusedWhole is CancelUnused for a change that takes every lock
-// holding any of bits away (an unlink, a rename): locks a blocking AST
-// would convert are given back whole as well, as Lustre's
-// ldlm_cancel_resource_local does for early lock cancel.
+// CancelUnusedWhole gives back, as GiveBackUnused does, the unused locks
+// of res holding any of bits, for a change that takes every one of them
+// away (an unlink, a rename): locks a blocking AST would convert are given
+// back whole as well, as Lustre's ldlm_cancel_resource_local does for
+// early lock cancel.
 func (c *Client) CancelUnusedWhole(ctx context.Context, imp *ptlrpc.Import, res Resource, bits Bits) int {
 	return c.cancelUnused(ctx, imp, res, bits, true, nil)
 }

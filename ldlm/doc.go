@@ -77,8 +77,8 @@
 // handles ride on the next enqueue to the target (early lock cancel) or, if
 // none comes within CancelDelay, go in a CANCEL of their own. Ahead of a
 // change that would call them back, a caller gives back a file's unused
-// locks (CancelUnused, CancelUnusedWhole) or only some bits of a
-// directory's, keeping LOOKUP (ConvertUnused); its own request to the
+// locks (CancelUnusedWhole) or some bits of a directory's, converting the
+// locks that keep LOOKUP (GiveBackUnused); its own request to the
 // target carries them (TakeCancels, TakeConverts), so the change's locks
 // call nobody back. A blocking
 // AST marks a lock callback-pending: it is given back as soon as its last

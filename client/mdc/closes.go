@@ -89,21 +89,30 @@ func (c *Client) PutOffCloses() int {
 	return len(c.later.q)
 }
 
-// takeCloses returns up to maxLaterCloses kept closes, for a request to
-// carry, as the request's wire form (the closer's uid and gid only, for
-// the changelog: a close needs no groups, which could make the request
-// too large).
-func (c *Client) takeCloses() ([]laterClose, []*mdsv1.CloseRequest) {
+// takeCloses returns up to maxLaterCloses kept closes.
+func (c *Client) takeCloses() []laterClose {
 	lc := &c.later
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	n := min(len(lc.q), maxLaterCloses)
 	if n == 0 {
-		return nil, nil
+		return nil
 	}
 	qs := append([]laterClose(nil), lc.q[:n]...)
 	lc.q = append(lc.q[:0], lc.q[n:]...)
-	ws := make([]*mdsv1.CloseRequest, n)
+	return qs
+}
+
+// takeCarried returns up to maxLaterCloses kept closes for a request to
+// carry, and their wire form: the closer's uid and gid only, for the
+// changelog (a close needs no groups, which could make the request too
+// large).
+func (c *Client) takeCarried() ([]laterClose, []*mdsv1.CloseRequest) {
+	qs := c.takeCloses()
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	ws := make([]*mdsv1.CloseRequest, len(qs))
 	for i, q := range qs {
 		ws[i] = &mdsv1.CloseRequest{Cred: &mdsv1.Cred{Uid: q.cred.UID, Gid: q.cred.GID}, Handle: q.handle, Fid: fidTo(q.fid)}
 	}
@@ -165,7 +174,7 @@ func (c *Client) flushLater() {
 func (c *Client) FlushCloses(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	for {
-		qs, _ := c.takeCloses()
+		qs := c.takeCloses()
 		if len(qs) == 0 {
 			return
 		}

@@ -99,7 +99,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	}
 	var later []laterClose
 	if req.SizeVT() < maxCarrierBody {
-		later, req.Closes = c.takeCloses()
+		later, req.Closes = c.takeCarried()
 	}
 	body, err := ptlrpc.Marshal(req)
 	if err != nil {
@@ -116,7 +116,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		// call back our own PR UPDATE locks on it (a negative lookup's,
 		// a getattr's). Give their UPDATE back with this request instead
 		// of on a blocking AST the create waits for.
-		c.locks.GiveBackUnusedExcept(ctx, c.imp, ibitsRes(it.Parent), ldlm.BitUpdate, it.KeepDirLock)
+		c.locks.GiveBackUnused(ctx, c.imp, ibitsRes(it.Parent), ldlm.BitUpdate, it.KeepDirLock)
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})

@@ -216,7 +216,7 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 	op.set(req)
 	var later []laterClose
 	if req.SizeVT() < maxCarrierBody {
-		later, req.Closes = c.takeCloses()
+		later, req.Closes = c.takeCarried()
 	}
 	var rep mdsv1.ReintReply
 	err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
@@ -382,8 +382,7 @@ func (c *Client) GiveBackBits(ctx context.Context, dir fid.FID, bits ldlm.Bits) 
 	if c.locks == nil {
 		return 0
 	}
-	res := ibitsRes(dir)
-	return c.locks.ConvertUnused(ctx, c.imp, res, bits) + c.locks.CancelUnused(ctx, c.imp, res, bits)
+	return c.locks.GiveBackUnused(ctx, c.imp, ibitsRes(dir), bits, nil)
 }
 
 func ibitsRes(f fid.FID) ldlm.Resource {
