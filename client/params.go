@@ -106,7 +106,7 @@ func (fs *FS) registerParams(mdt *mgsv1.Target) {
 			func() int64 { _, ra := cache.Limits(); return int64(ra) },
 			func(n int64) error { mb, _ := cache.Limits(); return cache.SetLimits(mb, int(n)) },
 			0, 1<<20, func(n int64) error { mb, _ := cache.Limits(); return cache.CheckLimits(mb, int(n)) }),
-		params.Int(llite+"max_read_ahead_per_file_mb", "read-ahead window of each object of a file read sequentially, MiB",
+		params.Int(llite+"max_read_ahead_per_file_mb", "read-ahead window of a file read sequentially, MiB, split between the objects it is striped over",
 			func() int64 { return int64(cache.ReadAheadPerFile()) },
 			func(n int64) error { return cache.SetReadAheadPerFile(int(n)) },
 			0, 1<<20, nil),

@@ -650,3 +650,54 @@ func TestConcurrentRegions(t *testing.T) {
 		}
 	}
 }
+
+// TestStripedReadAhead: a file striped over 4 objects read sequentially
+// is read ahead on all four. The per-file read-ahead window is split
+// between the objects; when each object had the whole window, the first
+// two took the client's whole read-ahead budget and the others read every
+// page on demand, one RPC per read.
+func TestStripedReadAhead(t *testing.T) {
+	const (
+		stripe = 1 << 20
+		size   = 32 << 20
+	)
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 2, Dirs: memOSTs(t, 4)})
+	cfg := osc.DefaultConfig()
+	cfg.MaxPagesPerRPC = stripe / osc.PageSize
+	cfg.MaxReadAheadMB, cfg.MaxReadAheadPerFileMB = 8, 8
+	w, r := newNode(t, c, 0, cfg), newNode(t, c, 1, cfg)
+	ctx := ctxT(t, time.Minute)
+	l, err := c.PlainLayout(ctx, 4, stripe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	fill(want, rand.New(rand.NewPCG(7, 7)))
+	fw := openFile(t, l, w)
+	if _, err := fw.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fr := openFile(t, l, r)
+	got := make([]byte, size)
+	for off := 0; off < size; off += stripe {
+		if _, err := fr.ReadAt(ctx, got[off:off+stripe], int64(off)); err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the file read back differs from what was written")
+	}
+	perObject := uint64(size / 4 / osc.PageSize)
+	for i, o := range r.OSCs {
+		st := o.Stats()
+		t.Logf("ost%d: %d misses, %d pages read ahead, %d hits, %d read RPCs", i, st.CacheMisses, st.ReadAheadPages, st.ReadAheadHits, st.ReadRPCs)
+		// The first two reads of an object find nothing cached: the
+		// second is what shows the object is read sequentially.
+		if st.CacheMisses > 2*stripe/osc.PageSize || st.ReadAheadHits < perObject/2 {
+			t.Errorf("ost%d: %d of %d pages missed the cache, %d came from read-ahead", i, st.CacheMisses, perObject, st.ReadAheadHits)
+		}
+	}
+}

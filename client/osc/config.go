@@ -45,10 +45,11 @@ type Config struct {
 	// MaxReadAheadMB bounds the pages read ahead and not yet used by a
 	// reader, over the whole client, in MiB. 0 turns read-ahead off.
 	MaxReadAheadMB int
-	// MaxReadAheadPerFileMB bounds the read-ahead window of one object (each
-	// stripe of a file read sequentially), in MiB, as
-	// llite.*.max_read_ahead_per_file_mb does per file; never less than two
-	// RPCs, never more than MaxReadAheadMB. 0 turns read-ahead off.
+	// MaxReadAheadPerFileMB bounds the read-ahead window of a file read
+	// sequentially, in MiB, as llite.*.max_read_ahead_per_file_mb: each of
+	// the n objects the file is striped over (Object.SetReadAheadShare)
+	// gets 1/n of it, but never less than two RPCs, and never more than its
+	// share of MaxReadAheadMB. 0 turns read-ahead off.
 	MaxReadAheadPerFileMB int
 	// MaxCachedMB bounds the client's page cache, clean and dirty pages
 	// together, in MiB. Clean pages are evicted least recently used first.

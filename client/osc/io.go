@@ -277,7 +277,7 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	}
 	c := o.c
 	o.mu.Lock()
-	exts := o.mu.ra.access(off, uint64(len(p)), c.raWindow(), uint64(c.rpcPages())*PageSize)
+	exts := o.mu.ra.access(off, uint64(len(p)), o.raWindow(), uint64(c.rpcPages())*PageSize)
 	limit := pageCeil(o.kmsLocked())
 	o.mu.Unlock()
 	if lk.info.ext.End != ^uint64(0) {
@@ -301,21 +301,25 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	return done, nil
 }
 
-// raWindow is the most one object reads ahead.
-func (c *Client) raWindow() uint64 {
-	return raWindowOf(c.cache.raPages(), c.cache.raFilePages(), c.rpcPages())
+// raWindow is the most o reads ahead.
+func (o *Object) raWindow() uint64 {
+	c := o.c
+	return raWindowOf(c.cache.raPages(), c.cache.raFilePages(), c.rpcPages(), int(o.raShare.Load()))
 }
 
-// raWindowOf is the read-ahead window of one object, in bytes, for a
-// client budget, a per-file window and an RPC size, all in pages:
-// max_read_ahead_per_file_mb, but at least two RPCs (one in flight while
-// the reader takes the other) and at most the client's budget. Either
-// budget at 0 turns read-ahead off.
-func raWindowOf(budgetPages, perFilePages, rpcPages int) uint64 {
+// raWindowOf is the read-ahead window of one of share objects a file is
+// striped over, in bytes, for a client budget, a per-file window and an
+// RPC size, all in pages: its share of max_read_ahead_per_file_mb, but at
+// least two RPCs (one in flight while the reader takes the other) and at
+// most its share of the client's budget (one RPC at least, and never more
+// than the budget). Either budget at 0 turns read-ahead off.
+func raWindowOf(budgetPages, perFilePages, rpcPages, share int) uint64 {
 	if budgetPages == 0 || perFilePages == 0 {
 		return 0
 	}
-	return min(uint64(budgetPages), uint64(max(perFilePages, 2*rpcPages))) * PageSize
+	share = max(share, 1)
+	most := min(budgetPages, max(budgetPages/share, rpcPages))
+	return uint64(min(most, max(perFilePages/share, 2*rpcPages))) * PageSize
 }
 
 // clipExtents cuts exts at limit.

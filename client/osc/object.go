@@ -43,6 +43,10 @@ type Object struct {
 	queued bool
 
 	onDrop atomic.Pointer[func()]
+	// raShare is how many objects a reader of the file reads ahead at
+	// once (its stripe count): the file's read-ahead window and the
+	// client's budget are split between them. 0 counts as 1.
+	raShare atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -101,6 +105,16 @@ func (o *Object) OnDrop(fn func()) {
 		return
 	}
 	o.onDrop.Store(&fn)
+}
+
+// SetReadAheadShare tells the object that its file is striped over n
+// objects, which a sequential reader of the file reads ahead all at once:
+// each gets 1/n of max_read_ahead_per_file_mb and of the client's
+// read-ahead budget (Lustre's per-file window covers all stripes). Without
+// it, the first objects of a wide file took the whole budget and the
+// others read each page on demand.
+func (o *Object) SetReadAheadShare(n int) {
+	o.raShare.Store(int32(min(max(n, 1), 1<<16)))
 }
 
 // Close drops the reference Open gave. Cached pages and locks stay (they

@@ -91,18 +91,26 @@ func TestConfigValidate(t *testing.T) {
 func TestReadAheadWindow(t *testing.T) {
 	const mib = (1 << 20) / PageSize // pages in a MiB
 	for _, c := range []struct {
-		budget, perFile, rpc int // pages
-		want                 uint64
+		budget, perFile, rpc, share int // pages, and objects
+		want                        uint64
 	}{
-		{64 * mib, 32 * mib, 4 * mib, 32 << 20},
-		{64 * mib, 2 * mib, 4 * mib, 8 << 20},   // at least two RPCs
-		{16 * mib, 32 * mib, 4 * mib, 16 << 20}, // at most the client's budget
-		{6 * mib, 1 * mib, 4 * mib, 6 << 20},    // the budget wins over two RPCs
-		{0, 32 * mib, 4 * mib, 0},               // read-ahead off for the client
-		{64 * mib, 0, 4 * mib, 0},               // or per file
+		{64 * mib, 32 * mib, 4 * mib, 1, 32 << 20},
+		{64 * mib, 2 * mib, 4 * mib, 1, 8 << 20},   // at least two RPCs
+		{16 * mib, 32 * mib, 4 * mib, 1, 16 << 20}, // at most the client's budget
+		{6 * mib, 1 * mib, 4 * mib, 1, 6 << 20},    // the budget wins over two RPCs
+		{0, 32 * mib, 4 * mib, 1, 0},               // read-ahead off for the client
+		{64 * mib, 0, 4 * mib, 1, 0},               // or per file
+		{64 * mib, 32 * mib, 4 * mib, 0, 32 << 20}, // no share given: one object
+		// A file striped over 4 objects: the per-file window is split
+		// between them, so all four fit in the budget together.
+		{64 * mib, 32 * mib, 4 * mib, 4, 8 << 20},
+		{64 * mib, 64 * mib, 1 * mib, 4, 16 << 20},
+		{64 * mib, 32 * mib, 1 * mib, 64, 1 << 20}, // a wide file: one RPC each
+		{64 * mib, 32 * mib, 4 * mib, 64, 4 << 20},
+		{2 * mib, 32 * mib, 4 * mib, 64, 2 << 20}, // never more than the budget
 	} {
-		if got := raWindowOf(c.budget, c.perFile, c.rpc); got != c.want {
-			t.Errorf("budget %d, per file %d, rpc %d pages: window %d, want %d", c.budget, c.perFile, c.rpc, got, c.want)
+		if got := raWindowOf(c.budget, c.perFile, c.rpc, c.share); got != c.want {
+			t.Errorf("budget %d, per file %d, rpc %d pages, %d objects: window %d, want %d", c.budget, c.perFile, c.rpc, c.share, got, c.want)
 		}
 	}
 }
