@@ -995,3 +995,128 @@ func TestEvictedClientSeesNewNames(t *testing.T) {
 		t.Fatalf("lookup on the evicted client of x, which b made: %+v, %v", got, err)
 	}
 }
+
+// TestOwnChangesCallNothingBack: a change this client makes gives back,
+// with its request, the unused locks the MDT would otherwise call back
+// (early lock cancel): the UPDATE bit of the directory an entry is made
+// in, the file's UPDATE (and PERM and LOOKUP for a new mode) for a
+// setattr, its XATTR for an extended attribute. Each lock called back
+// instead cost the change a blocking AST and the client's answer to it
+// (mkdir in a directory just looked in went from about 4000/s to 6000/s).
+// The change is seen at once by the client that made it.
+func TestOwnChangesCallNothingBack(t *testing.T) {
+	ctx, a, _, cred, d := twoInDir(t)
+	f, _, err := a.Create(ctx, cred, d.FID, "f", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close(ctx)
+	file := f.FID()
+	found := func(name string, mode uint32) error {
+		got, err := a.Lookup(ctx, cred, d.FID, name)
+		if err != nil {
+			return err
+		}
+		if got.Mode&0o170000 != mode {
+			return fmt.Errorf("%q has mode %#o, want type %#o", name, got.Mode, mode)
+		}
+		return nil
+	}
+	for _, tt := range []struct {
+		name  string
+		op    func(i int) error
+		check func(i int) error // what a sees after the change
+	}{
+		{"mkdir", func(i int) error { _, err := a.Mkdir(ctx, cred, d.FID, fmt.Sprint("dir", i), 0o755); return err },
+			func(i int) error { return found(fmt.Sprint("dir", i), syscall.S_IFDIR) }},
+		{"symlink", func(i int) error { _, err := a.Symlink(ctx, cred, d.FID, fmt.Sprint("sl", i), "f"); return err },
+			func(i int) error { return found(fmt.Sprint("sl", i), syscall.S_IFLNK) }},
+		{"mkfifo", func(i int) error {
+			_, err := a.Mknod(ctx, cred, d.FID, fmt.Sprint("fifo", i), syscall.S_IFIFO|0o644, 0)
+			return err
+		}, func(i int) error { return found(fmt.Sprint("fifo", i), syscall.S_IFIFO) }},
+		{"mknod regular", func(i int) error {
+			_, err := a.Mknod(ctx, cred, d.FID, fmt.Sprint("reg", i), syscall.S_IFREG|0o644, 0)
+			return err
+		}, func(i int) error { return found(fmt.Sprint("reg", i), syscall.S_IFREG) }},
+		{"link", func(i int) error { _, err := a.Link(ctx, cred, file, d.FID, fmt.Sprint("ln", i)); return err },
+			func(i int) error {
+				at, err := a.Getattr(ctx, cred, file)
+				if err == nil && at.Nlink != uint32(i+2) {
+					err = fmt.Errorf("%d links after %d link calls", at.Nlink, i+1)
+				}
+				return err
+			}},
+		{"truncate", func(i int) error {
+			_, err := a.Setattr(ctx, cred, file, client.SetAttr{Valid: 1 << 3, Size: uint64(100 + i)})
+			return err
+		}, func(i int) error {
+			at, err := a.Getattr(ctx, cred, file)
+			if err == nil && at.Size != uint64(100+i) {
+				err = fmt.Errorf("size %d after a truncate to %d", at.Size, 100+i)
+			}
+			return err
+		}},
+		{"setxattr", func(i int) error { return a.Setxattr(ctx, cred, file, "user.x", []byte{byte(i)}, 0) },
+			func(i int) error {
+				v, err := a.Getxattr(ctx, cred, file, "user.x")
+				if err == nil && !bytes.Equal(v, []byte{byte(i)}) {
+					err = fmt.Errorf("user.x is %v after setting it to %v", v, []byte{byte(i)})
+				}
+				return err
+			}},
+		{"removexattr", func(i int) error {
+			if err := a.Setxattr(ctx, cred, file, "user.y", []byte{1}, 0); err != nil {
+				return err
+			}
+			if _, err := a.Getattr(ctx, cred, file); err != nil {
+				return err
+			}
+			return a.Removexattr(ctx, cred, file, "user.y")
+		}, func(int) error {
+			if _, err := a.Getxattr(ctx, cred, file, "user.y"); client.Errno(err) != syscall.ENODATA {
+				return fmt.Errorf("user.y after its removal: %v, want ENODATA", err)
+			}
+			return nil
+		}},
+		{"chmod", func(i int) error {
+			_, err := a.Setattr(ctx, cred, file, client.SetAttr{Valid: 1 << 0, Mode: 0o600 | uint32(i)})
+			return err
+		}, func(i int) error {
+			at, err := a.Getattr(ctx, cred, file)
+			if err == nil && at.Mode&0o7777 != 0o600|uint32(i) {
+				err = fmt.Errorf("mode %#o after chmod %#o", at.Mode, 0o600|i)
+			}
+			return err
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := a.LockStats()
+			for i := range 5 {
+				// The locks a lookup in the directory and a stat of
+				// the directory and of the file are granted.
+				if _, err := a.Lookup(ctx, cred, d.FID, fmt.Sprint("missing-", tt.name, i)); client.Errno(err) != syscall.ENOENT {
+					t.Fatalf("lookup of a missing name: %v", err)
+				}
+				for _, f := range []client.FID{d.FID, file} {
+					if _, err := a.Getattr(ctx, cred, f); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tt.op(i); err != nil {
+					t.Fatal(err)
+				}
+				if err := tt.check(i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := a.LockStats()
+			if n := after.BlockingASTs - before.BlockingASTs; n != 0 {
+				t.Errorf("%d blocking ASTs for 5 changes, want none", n)
+			}
+			if n := after.CancelRPCs - before.CancelRPCs; n != 0 {
+				t.Errorf("%d LDLM_CANCELs for 5 changes, want none", n)
+			}
+		})
+	}
+}

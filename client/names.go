@@ -27,7 +27,7 @@ import (
 // (mdc.Intent.KeepDirLock, ldlm.Request.Tolerate). It holds no reference
 // on it: two clients making names in one directory would each wait, in
 // the MDT, for the other's lock. This client's other changes there
-// (unlink, rename, mkdir, link, ...) give the lock back as anyone's do,
+// (unlink, rename, mkdir, link, ...) give the lock back with their request,
 // and the set goes with it.
 //
 // A name the client stores as missing while one of its own creates of

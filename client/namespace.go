@@ -338,6 +338,7 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		}
 		fs.cache.mu.Unlock()
 	}
+	fs.mdc.GiveBackBits(ctx, f, setattrBits(sa.Valid))
 	a, err := fs.mdc.Setattr(ctx, cred, f, sa)
 	fs.cache.invalidate(f)
 	if err != nil {
@@ -385,6 +386,7 @@ func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mod
 	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	return fs.mdc.Mkdir(ctx, cred, parent, name, mode)
 }
 
@@ -397,6 +399,7 @@ func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mod
 	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	if mode&sIFMT == sIFREG || mode&sIFMT == 0 {
 		a, _, err := fs.mdc.Create(ctx, cred, parent, name, mode&0o7777, nil)
 		return a, err
@@ -416,6 +419,7 @@ func (fs *FS) Symlink(ctx context.Context, cred Cred, parent FID, name, target s
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	return fs.mdc.Symlink(ctx, cred, parent, name, target)
 }
 
@@ -513,6 +517,34 @@ func (fs *FS) Rename(ctx context.Context, cred Cred, sp FID, sname string, tp FI
 	return err
 }
 
+// setattrBits are the inode bits a setattr of valid takes at the MDT,
+// which this client's unused locks give back with the request (early lock
+// cancel) instead of on the blocking AST the MDT would send: UPDATE, and
+// for a new mode or owner PERM and LOOKUP too, as in Lustre.
+func setattrBits(valid uint32) ldlm.Bits {
+	if valid&(mdc.AttrMode|mdc.AttrUID|mdc.AttrGID) != 0 {
+		return ldlm.BitUpdate | ldlm.BitPerm | ldlm.BitLookup
+	}
+	return ldlm.BitUpdate
+}
+
+// The POSIX ACLs' extended attributes.
+const (
+	xattrACLAccess  = "system.posix_acl_access"
+	xattrACLDefault = "system.posix_acl_default"
+)
+
+// xattrBits are the inode bits a change of extended attribute name takes
+// at the MDT (given back as setattrBits are): XATTR and UPDATE, and PERM
+// and LOOKUP for an ACL.
+func xattrBits(name string) ldlm.Bits {
+	bits := ldlm.BitXAttr | ldlm.BitUpdate
+	if name == xattrACLAccess || name == xattrACLDefault {
+		bits |= ldlm.BitPerm | ldlm.BitLookup
+	}
+	return bits
+}
+
 // Rename flags (renameat2's).
 const (
 	RenameNoReplace = mdc.RenameNoReplace
@@ -528,6 +560,10 @@ func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (
 	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	// The new entry changes parent, the new link count f: both UPDATE
+	// bits go with the request.
+	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
+	fs.mdc.GiveBackBits(ctx, f, ldlm.BitUpdate)
 	a, err := fs.mdc.Link(ctx, cred, f, parent, name)
 	fs.cache.invalidate(f)
 	return a, err
@@ -585,6 +621,7 @@ func (fs *FS) Setxattr(ctx context.Context, cred Cred, f FID, name string, value
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.mdc.GiveBackBits(ctx, f, xattrBits(name))
 	err := fs.mdc.Setxattr(ctx, cred, f, name, value, flags)
 	fs.cache.invalidate(f)
 	return err
@@ -623,6 +660,7 @@ func (fs *FS) Removexattr(ctx context.Context, cred Cred, f FID, name string) er
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	fs.mdc.GiveBackBits(ctx, f, xattrBits(name))
 	err := fs.mdc.Removexattr(ctx, cred, f, name)
 	fs.cache.invalidate(f)
 	return err
