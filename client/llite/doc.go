@@ -75,8 +75,8 @@
 // sequential reader does not wait for a round trip every 128 KiB.
 //
 // The kernel reads security.capability before every write; a file found
-// without one is taken to have none for a second instead of asking the
-// MDT each time.
+// without one, or just made by the mount, is taken to have none for a
+// second instead of asking the MDT each time.
 //
 // # Layouts (lfs)
 //

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/llite"
 	"github.com/nacrefs/nacre/internal/clustertest"
@@ -150,6 +152,7 @@ func TestLlite(t *testing.T) {
 	t.Run("names", func(t *testing.T) { testNames(t, a, b) })
 	t.Run("negative", func(t *testing.T) { testNegative(t, a, b) })
 	t.Run("namesets", func(t *testing.T) { testNameSets(t, a, b) })
+	t.Run("newfilecaps", func(t *testing.T) { testNewFileCaps(t, a, b) })
 	t.Run("unmount", func(t *testing.T) { testUnmount(t, c) })
 	t.Run("readonly", func(t *testing.T) { testReadOnly(t, c, a) })
 }
@@ -818,6 +821,62 @@ func testNameSets(t *testing.T, a, b *llite.Server) {
 				})
 			}
 		}
+	}
+}
+
+// testNewFileCaps: a file a mount made has no file capabilities, which the
+// kernel reads before the first write to it: the mount answers without an
+// RPC. A file made elsewhere is asked about, and a capability set on it
+// is seen.
+func testNewFileCaps(t *testing.T, a, b *llite.Server) {
+	dir := mkdir(t, filepath.Join(a.Dir(), "caps"), 0o755)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fidOf := func(s *llite.Server, name string) client.FID {
+		t.Helper()
+		d, err := s.FS().Lookup(ctx, client.Root(), s.FS().Root(), "caps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := s.FS().Lookup(ctx, client.Root(), d.FID, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.FID
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "mine"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (Before the first write, which would ask.)
+	if !a.KnownNoCap(fidOf(a, "mine")) {
+		t.Error("a file the mount made is not known to have no capabilities")
+	}
+	if _, err := f.Write([]byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// b makes one and gives it a capability (CAP_NET_RAW, effective).
+	capv := []byte{1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	other := filepath.Join(b.Dir(), "caps", "theirs")
+	if err := os.WriteFile(other, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(other, "security.capability", capv, 0); err != nil {
+		t.Fatalf("setxattr security.capability: %v", err)
+	}
+	if a.KnownNoCap(fidOf(a, "theirs")) {
+		t.Error("a file another mount made is taken to have no capabilities")
+	}
+	got := make([]byte, 64)
+	n, err := unix.Getxattr(filepath.Join(dir, "theirs"), "security.capability", got)
+	if err != nil || !bytes.Equal(got[:n], capv) {
+		t.Fatalf("security.capability of the other mount's file: %x %v, want %x", got[:n], err, capv)
+	}
+	if _, err := unix.Getxattr(filepath.Join(dir, "mine"), "security.capability", got); !errors.Is(err, unix.ENODATA) {
+		t.Fatalf("security.capability of a new file: %v, want ENODATA", err)
 	}
 }
 

@@ -253,6 +253,11 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	// (by the mode last seen: the create just changed the directory, and
 	// asking for its attributes again would cost an RPC).
 	fillEntry(a, out, f.EntryLocked() && n.mode.Load()&0o001 != 0)
+	if f.Created() {
+		// A new file has no capabilities: the kernel's read of them
+		// before the first write needs no RPC.
+		n.m.setNoCap(a.FID, true)
+	}
 	ch := n.child(ctx, a)
 	h, fl := n.m.newHandle(f, flags)
 	return ch, h, fl, 0
