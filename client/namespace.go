@@ -311,9 +311,13 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 	defer cancel()
 	var lay *layout.Layout
 	if sa.Valid&mdc.AttrSize != 0 {
-		a, l, err := fs.mdc.GetattrLayout(ctx, cred, f)
-		if err != nil {
-			return Attr{}, err
+		// The type and layout: cached under a lock, or from the MDT.
+		a, l, ok := fs.cache.attr(f)
+		if !ok {
+			var err error
+			if a, l, err = fs.mdc.GetattrLayout(ctx, cred, f); err != nil {
+				return Attr{}, err
+			}
 		}
 		switch a.Mode & sIFMT {
 		case sIFREG:
@@ -339,12 +343,12 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		fs.cache.mu.Unlock()
 	}
 	fs.mdc.GiveBackBits(ctx, f, setattrBits(sa.Valid))
-	a, err := fs.mdc.Setattr(ctx, cred, f, sa)
+	a, sent, err := fs.mdc.SetattrLayout(ctx, cred, f, sa)
 	fs.cache.invalidate(f)
 	if err != nil {
 		return Attr{}, err
 	}
-	if lay != nil {
+	if lay != nil { // a truncate
 		d, done, err := fs.dataOf(f, lay)
 		if err != nil {
 			return Attr{}, err
@@ -354,6 +358,9 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		if err != nil {
 			return Attr{}, fmt.Errorf("truncate %v to %d: %w", f, sa.Size, err)
 		}
+	}
+	if lay == nil {
+		lay = sent
 	}
 	if a.Mode&sIFMT == sIFREG && lay == nil {
 		if lay, err = fs.Layout(ctx, cred, f); err != nil {

@@ -415,12 +415,28 @@ func (c *Client) Link(ctx context.Context, cred Cred, f, parent fid.FID, name st
 // Setattr changes f's attributes and returns them. A size change records
 // the size the caller already cut the objects to (OST_PUNCH).
 func (c *Client) Setattr(ctx context.Context, cred Cred, f fid.FID, sa SetAttr) (Attr, error) {
+	a, _, err := c.SetattrLayout(ctx, cred, f, sa)
+	return a, err
+}
+
+// SetattrLayout is Setattr, and returns a regular file's layout too when
+// the MDT sent it (it does for a change of mtime or size; nil otherwise,
+// and for a file without objects).
+func (c *Client) SetattrLayout(ctx context.Context, cred Cred, f fid.FID, sa SetAttr) (Attr, *layout.Layout, error) {
 	rep, err := c.reint(ctx, cred, setattrOp{&mdsv1.SetattrOp{Fid: fidTo(f), Valid: sa.Valid, Mode: sa.Mode, Uid: sa.UID, Gid: sa.GID,
 		Size: sa.Size, Blocks: sa.Blocks, Atime: sa.Atime, Mtime: sa.Mtime, Ctime: sa.Ctime, Flags: sa.Flags}}, "setattr %v", f)
 	if err != nil {
-		return Attr{}, err
+		return Attr{}, nil, err
 	}
-	return reintAttr(rep)
+	a, err := reintAttr(rep)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	l, err := layoutFrom(rep.Layout)
+	if err != nil {
+		return Attr{}, nil, fmt.Errorf("mdc: setattr %v: %w", f, err)
+	}
+	return a, l, nil
 }
 
 // SetLayout sets a directory's default layout, or gives a regular file

@@ -537,7 +537,16 @@ func (m *MDT) doSetattr(ctx context.Context, r *ptlrpc.Request, q reintReq, o *s
 	if err != nil {
 		return nil, err
 	}
-	return &mdsv1.ReintReply{Attr: attrTo(a)}, nil
+	rep := &mdsv1.ReintReply{Attr: attrTo(a)}
+	if a.Mode&sIFMT == sIFREG && o.sa.Valid&(mdd.AttrMtime|mdd.AttrSize) != 0 {
+		// The client gives the objects the new mtime, or cuts them:
+		// the layout saves it asking.
+		if rep.Layout, err = m.layoutBytes(o.fid); err != nil {
+			m.log.Warn("mdt: setattr: layout for the reply", "fid", o.fid, "err", err)
+			rep.Layout = nil
+		}
+	}
+	return rep, nil
 }
 
 func (m *MDT) doSetxattr(ctx context.Context, r *ptlrpc.Request, q reintReq, o *setxattrOp) (*mdsv1.ReintReply, error) {

@@ -122,6 +122,18 @@ func TestObjects(t *testing.T) {
 		if err != nil || got == nil || fmt.Sprint(*got) != fmt.Sprint(*l) {
 			t.Fatalf("%s: stored layout %v, created %v: %v", tc.name, got, l, err)
 		}
+		// A setattr of the mtime or size answers with the layout (the
+		// client sets the objects' times or cuts them); others without.
+		for _, sa := range []mdc.SetAttr{{Valid: mdc.AttrMtime, Mtime: 1e18}, {Valid: mdc.AttrSize | mdc.AttrMtime, Size: 0, Mtime: 2e18}, {Valid: mdc.AttrMode, Mode: 0o640}} {
+			_, got, err := m.SetattrLayout(ctx, root, a.FID, sa)
+			want := l
+			if sa.Valid&(mdc.AttrMtime|mdc.AttrSize) == 0 {
+				want = nil
+			}
+			if err != nil || (got == nil) != (want == nil) || (got != nil && fmt.Sprint(*got) != fmt.Sprint(*want)) {
+				t.Fatalf("%s: setattr %+v: layout %v, want %v: %v", tc.name, sa, got, want, err)
+			}
+		}
 	}
 	// Round robin: files of one stripe go to every OST in turn.
 	perOST := map[uint32]int{}

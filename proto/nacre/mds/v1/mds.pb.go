@@ -1526,7 +1526,8 @@ func (x *OpenOp) GetReplayHandle() uint64 {
 
 // ReintReply answers ReintRequest: the attributes of the object made or
 // changed (for an unlink, of the object unlinked, after); a new or opened
-// file's layout; an open's handle for MDS_CLOSE and whether it created the
+// file's layout, and a regular file's after a setattr of its mtime or size
+// (the client sets the times on its objects or cuts them); an open's handle for MDS_CLOSE and whether it created the
 // file; for a removal whether the last link went and whether the file
 // stays open as an orphan.
 type ReintReply struct {
