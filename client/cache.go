@@ -460,11 +460,17 @@ func (c *cache) dropAll(fs *FS) {
 	}
 }
 
+// testInConvert, set by tests, runs first in every MDC lock's Convert hook.
+var testInConvert func(l *ldlm.ClientLock)
+
 // hooks are the hooks of every MDC lock the client takes.
 func (fs *FS) hooks() ldlm.Hooks {
 	return ldlm.Hooks{
 		Blocking: func(_ context.Context, l *ldlm.ClientLock, _ bool) { fs.cache.lockGone(fs, l) },
 		Convert: func(_ context.Context, l *ldlm.ClientLock, dropped ldlm.Bits) bool {
+			if testInConvert != nil {
+				testInConvert(l)
+			}
 			return fs.cache.lockConverted(fs, l, dropped)
 		},
 	}

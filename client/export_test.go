@@ -29,3 +29,6 @@ func (fs *FS) TaintedLen() int {
 // OpenHandles returns how many opens the client's MDC tracks (put-off
 // closes included).
 func (fs *FS) OpenHandles() int { return fs.mdc.OpenHandles() }
+
+// SetInConvert sets the hook every MDC lock's conversion runs first.
+func SetInConvert(f func(l *ldlm.ClientLock)) { testInConvert = f }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/ldlm"
 )
 
 // TestMDSRestartReplay: the MDS (a process of its own) is killed with
@@ -171,5 +173,74 @@ func TestMDSRestartOpenReplay(t *testing.T) {
 	}
 	if a, err := fs.Lookup(ctx, root, fs.Root(), "kept"); err != nil || a.Size != uint64(len("after the restart")) {
 		t.Fatalf("kept after close: %+v %v", a, err)
+	}
+}
+
+// TestMDSRestartDuringConversion: the MDS restarts while the client is
+// converting a lock (giving back its UPDATE bit for a mkdir, keeping
+// LOOKUP). The lock is replayed as it stands and the conversion reaches
+// the new MDS under the lock's new handle, so that the MDS still calls
+// the client back when another client changes what the kept bit covers.
+// (Replay skipped such locks: the MDS did not know the client held the
+// name, and never told it of a change.)
+func TestMDSRestartDuringConversion(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true})
+	a, b := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := client.Root()
+	d, err := a.Mkdir(ctx, root, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a knows "d" and its attributes under a lock with LOOKUP and UPDATE.
+	if _, err := a.Lookup(ctx, root, a.Root(), "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Getattr(ctx, root, d.FID); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	client.SetInConvert(func(*ldlm.ClientLock) {
+		once.Do(func() { close(entered) })
+		<-release
+	})
+	defer client.SetInConvert(nil)
+	made := make(chan error, 1)
+	go func() {
+		// Gives back d's UPDATE bit first: the conversion waits in the hook.
+		_, err := a.Mkdir(ctx, root, d.FID, "x", 0o755)
+		made <- err
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("no conversion")
+	}
+	c.KillMDS()
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	// a's next request goes once it has reconnected and replayed its locks.
+	if _, _, err := a.ReadDir(ctx, root, a.Root(), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-made; err != nil {
+		t.Fatalf("mkdir: %v", err)
+	}
+	// b changes d's mode, which takes d's LOOKUP bit: the MDT calls back
+	// the lock a kept, whose conversion it must know of.
+	before := a.LockStats()
+	if _, err := b.Setattr(ctx, root, d.FID, client.SetAttr{Valid: 1 << 0, Mode: 0o700}); err != nil {
+		t.Fatal(err)
+	}
+	after := a.LockStats()
+	if after.BlockingASTs == before.BlockingASTs {
+		t.Errorf("no blocking AST reached a for the lock it kept through the restart (locks %d before, %d after)", before.Locks, after.Locks)
+	}
+	if got, err := a.Getattr(ctx, root, d.FID); err != nil || got.Mode&0o7777 != 0o700 {
+		t.Fatalf("a's getattr after b's chmod: %#o %v, want 0700", got.Mode, err)
 	}
 }

@@ -723,13 +723,15 @@ func (c *Client) convertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 	n := 0
 	for _, cv := range cvs {
 		c.mu.Lock()
-		dropped, h := cv.l.policy.Bits&^cv.keep, cv.l.remote
+		dropped := cv.l.policy.Bits &^ cv.keep
 		c.mu.Unlock()
 		ok := cv.l.hooks.Convert(ctx, cv.l, dropped)
 		c.mu.Lock()
 		kept, cancel := c.endConvertLocked(cv.l, cv.keep, ok)
 		if kept {
-			ns.converted = append(ns.converted, &ldlmv1.ConvertRequest{Handle: uint64(h), Bits: uint64(cv.keep)})
+			// The handle as of now: a lock replay during the hook gave
+			// the lock a new one.
+			ns.converted = append(ns.converted, &ldlmv1.ConvertRequest{Handle: uint64(cv.l.remote), Bits: uint64(cv.keep)})
 			n++
 		}
 		c.mu.Unlock()
@@ -1182,6 +1184,9 @@ func (c *Client) convertWorker() {
 		ok := l.hooks.Convert(c.ctx, l, dropped)
 		var err error
 		if ok {
+			c.mu.Lock()
+			h = l.remote // a lock replay during the hook gave it a new one
+			c.mu.Unlock()
 			err = c.convertRPC(l.ns.imp, h, cv.keep)
 		}
 		c.mu.Lock()

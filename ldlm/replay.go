@@ -13,10 +13,14 @@ import (
 // holds through imp (Lustre's lock replay), from the import's OnRecover
 // hook: each granted lock is enqueued again with Replay, which the server
 // grants as it was, and takes the server's new handle; a lock still
-// waiting for its grant is enqueued again as a normal request. Handles
-// given back locally but not yet told to the server are forgotten (the
-// server has no such locks any more). FLOCK locks are kept by the server
-// only and are not replayed.
+// waiting for its grant is enqueued again as a normal request. A lock in
+// the middle of a conversion is replayed with the bits it has until the
+// conversion ends (the conversion then tells the server, under the new
+// handle; if it fails the lock is given back whole). Handles given back
+// locally and conversions not yet told to the server are forgotten: the
+// server has no such locks any more, and its new handles may be the old
+// ones of other locks. FLOCK locks are kept by the server only and are
+// not replayed.
 func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 	c.mu.Lock()
 	ns := c.mu.ns[imp]
@@ -24,11 +28,11 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 		c.mu.Unlock()
 		return nil
 	}
-	ns.pending, ns.urgent = nil, false
+	ns.pending, ns.urgent, ns.converted = nil, false, nil
 	var locks []*ClientLock
 	for _, first := range ns.byRes {
 		for l := first; l != nil; l = l.resNext {
-			if l.state == lockGranted || (l.state == lockWaiting && l.remote != 0) {
+			if l.state == lockGranted || l.state == lockConverting || (l.state == lockWaiting && l.remote != 0) {
 				locks = append(locks, l)
 			}
 		}
@@ -36,7 +40,7 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 	c.mu.Unlock()
 	for _, l := range locks {
 		c.mu.Lock()
-		granted := l.state == lockGranted
+		granted := l.state == lockGranted || l.state == lockConverting
 		er := &ldlmv1.EnqueueRequest{Resource: resourceToWire(l.Resource), Mode: uint32(l.mode), Policy: policyToWire(l.policy),
 			ClientHandle: l.handle}
 		if granted {
