@@ -53,6 +53,7 @@ func (s *Store) Check() error {
 	orphans := map[fid.FID]bool{}
 	parents := map[fid.FID]fid.FID{}
 	owned := map[byte][]fid.FID{}
+	plainXattrs := map[fid.FID]bool{} // inodes with extended attributes other than the ACLs
 	lastObj := map[uint32]fid.FID{}
 	var objects []layout.Object
 	noteObjects := func(l layout.Layout) {
@@ -125,6 +126,8 @@ func (s *Store) Check() error {
 				if a, err := ParseACL(v); err != nil || a == nil {
 					bad("%s of %v: %v", name, f, err)
 				}
+			} else {
+				plainXattrs[f] = true
 			}
 		case pfxCLRec:
 			r, err := DecodeChangelogRecord(v)
@@ -195,6 +198,9 @@ func (s *Store) Check() error {
 		}
 		if (n.Nlink == 0) && want != 0 {
 			bad("orphan %v has %d entries", f, want)
+		}
+		if plainXattrs[f] && n.iflags&inoXattrsTracked != 0 && n.iflags&inoXattrs == 0 {
+			bad("%v: extended attributes without the inode's flag for them", f)
 		}
 		for _, a := range []struct {
 			bit  uint8

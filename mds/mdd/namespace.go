@@ -202,7 +202,7 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 	}
 	mode := sp.Mode
 	n := &inode{Attr: Attr{FID: f, UID: c.UID, GID: c.GID, Nlink: 1, Rdev: sp.Rdev,
-		Atime: t.now, Mtime: t.now, Ctime: t.now, Crtime: t.now}, target: target}
+		Atime: t.now, Mtime: t.now, Ctime: t.now, Crtime: t.now}, target: target, iflags: inoXattrsTracked}
 	// Group and setgid, as inode_init_owner does.
 	if dir.Mode&S_ISGID != 0 {
 		n.GID = dir.GID

@@ -89,12 +89,24 @@ type inode struct {
 }
 
 // Internal inode flags: they save a read of the ACL xattrs on every
-// permission check of an inode that has none.
+// permission check of an inode that has none, and the search for its
+// other extended attributes when it is destroyed.
 const (
 	inoACL        uint8 = 1 << 0 // has system.posix_acl_access
 	inoDefaultACL uint8 = 1 << 1 // has system.posix_acl_default
-	inoAll              = inoACL | inoDefaultACL
+	// inoXattrsTracked is set on the inodes made since inoXattrs exists
+	// (older ones may have extended attributes without it).
+	inoXattrsTracked uint8 = 1 << 2
+	// inoXattrs: an extended attribute other than the ACLs was set (not
+	// cleared when removed: it only says where to look).
+	inoXattrs uint8 = 1 << 3
+	inoAll          = inoACL | inoDefaultACL | inoXattrsTracked | inoXattrs
 )
+
+// mayHaveXattrs reports whether n may have extended attribute records.
+func (n *inode) mayHaveXattrs() bool {
+	return n.iflags&inoXattrsTracked == 0 || n.iflags&(inoACL|inoDefaultACL|inoXattrs) != 0
+}
 
 const (
 	recVersion     = 1

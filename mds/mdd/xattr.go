@@ -228,6 +228,9 @@ func (t *tx) setxattr(f fid.FID, name string, ns xattrNS, value []byte, flags in
 	} else {
 		t.b.Set(xattrKey(f, name), value, nil)
 		n.iflags |= bit
+		if bit == 0 {
+			n.iflags |= inoXattrs
+		}
 	}
 	n.Ctime = t.now
 	t.touch(n)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nacrefs/nacre/internal/fid"
 )
 
 func TestXattrs(t *testing.T) {
@@ -61,4 +63,82 @@ func TestXattrs(t *testing.T) {
 	// Xattrs go with the inode.
 	s.Unlink(owner, pub, "f")
 	check(t, s)
+}
+
+// clearIflags clears bits of f's internal flags, as an inode made before
+// they existed would have them.
+func clearIflags(t *testing.T, s *Store, f fid.FID, bits uint8) {
+	t.Helper()
+	r := root
+	tx := s.begin(&r)
+	err := func() error {
+		n, err := tx.inode(f)
+		if err != nil {
+			return err
+		}
+		n.iflags &^= bits
+		tx.touch(n)
+		return nil
+	}()
+	if err := tx.finish(err); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestXattrsGoWithTheInode: a destroyed inode's extended attributes go
+// with it, whether its flags say it has some (set since), has none (no
+// search for them), or predate the flags (searched for).
+func TestXattrsGoWithTheInode(t *testing.T) {
+	s := newStore(t)
+	d := mkdir(t, s, root, RootFID, "d", 0o777)
+	owner := user(1000, 1000)
+	for _, tc := range []struct {
+		name   string
+		xattrs []string
+		old    bool // made before the flags: tracked and xattr bits clear
+	}{
+		{"none", nil, false},
+		{"user", []string{"user.a", "user.b"}, false},
+		{"set and removed", []string{"user.gone"}, false},
+		{"old, with", []string{"user.a"}, true},
+		{"old, without", nil, true},
+	} {
+		f := create(t, s, owner, d, tc.name, 0o644)
+		for _, x := range tc.xattrs {
+			if err := s.Setxattr(owner, f, x, []byte("v"), 0); err != nil {
+				t.Fatalf("%s: setxattr %s: %v", tc.name, x, err)
+			}
+		}
+		if tc.name == "set and removed" {
+			if err := s.Removexattr(owner, f, "user.gone"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.old {
+			clearIflags(t, s, f, inoXattrsTracked|inoXattrs)
+		}
+		check(t, s)
+		if _, err := s.Unlink(owner, d, tc.name); err != nil {
+			t.Fatalf("%s: unlink: %v", tc.name, err)
+		}
+		lo, hi := fidPrefix(pfxXattr, f)
+		n := 0
+		if err := s.scanRange(lo, hi, func(_, _ []byte) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%s: %d extended attributes left after the unlink", tc.name, n)
+		}
+		check(t, s)
+	}
+	// Check notices an inode whose flags deny the attributes it has.
+	f := create(t, s, owner, d, "liar", 0o644)
+	if err := s.Setxattr(owner, f, "user.a", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	clearIflags(t, s, f, inoXattrs)
+	if err := s.Check(); err == nil || !strings.Contains(err.Error(), "without the inode's flag") {
+		t.Fatalf("Check of an inode with xattrs and no flag for them: %v", err)
+	}
+	clearIflags(t, s, f, inoXattrsTracked) // as an old inode: fine again
 }
