@@ -26,7 +26,9 @@
 // records that start with a version byte and decode strictly.
 //
 //	i FID                     inode: mode, uid, gid, nlink, flags, rdev, size,
-//	                          a/m/c/crtime (ns), ACL presence bits, symlink target
+//	                          a/m/c/crtime (ns), internal bits (ACL presence;
+//	                          since format 2, whether other xattrs were ever
+//	                          set), symlink target
 //	d parentFID hash64 name   directory entry → child FID, DT_ type; hash64 is
 //	                          NameHash(name), the readdir cookie
 //	k childFID parentFID name link EA: one empty record per hard link (fid2path,

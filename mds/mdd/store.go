@@ -17,8 +17,14 @@ import (
 	"github.com/nacrefs/nacre/internal/fid"
 )
 
-// formatVersion is the on-disk format this code reads and writes.
-const formatVersion = 1
+// formatVersion is the on-disk format this code writes; it opens stores
+// from oldestFormat on and moves them to formatVersion (an older binary
+// then refuses the store at open rather than failing on records it cannot
+// read). 2: inodes may carry inoXattrsTracked and inoXattrs.
+const (
+	formatVersion = 2
+	oldestFormat  = 1
+)
 
 // Sequence widths, after Lustre's fid/seq code.
 const (
@@ -196,8 +202,15 @@ func (s *Store) load() error {
 	if err != nil {
 		return ioError(err, "open: format version")
 	}
-	if v != formatVersion {
-		return fail(syscall.EINVAL, "open %s: format version %d, want %d", s.cfg.Dir, v, formatVersion)
+	if v < oldestFormat || v > formatVersion {
+		return fail(syscall.EINVAL, "open %s: format version %d, want %d to %d", s.cfg.Dir, v, oldestFormat, formatVersion)
+	}
+	if v < formatVersion {
+		// Every record of the older format reads as it did.
+		if err := s.db.Set(keyFormat, u64Val(formatVersion), pebble.Sync); err != nil {
+			return ioError(err, "open %s: move to format version %d", s.cfg.Dir, formatVersion)
+		}
+		s.log.Info("mdd: store moved to a newer format", "dir", s.cfg.Dir, "from", v, "to", formatVersion)
 	}
 	for _, c := range []struct {
 		key []byte

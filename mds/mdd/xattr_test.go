@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/nacrefs/nacre/internal/fid"
 )
 
@@ -141,4 +143,38 @@ func TestXattrsGoWithTheInode(t *testing.T) {
 		t.Fatalf("Check of an inode with xattrs and no flag for them: %v", err)
 	}
 	clearIflags(t, s, f, inoXattrsTracked) // as an old inode: fine again
+}
+
+// TestFormatVersions: a store of the previous format opens and moves to
+// the current one, whose records an older binary cannot all read; a store
+// of a format newer than this code's is refused.
+func TestFormatVersions(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setFormat := func(v uint64) {
+		t.Helper()
+		if err := s.db.Set(keyFormat, u64Val(v), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setFormat(1)
+	if s, err = Open(testConfig(dir)); err != nil {
+		t.Fatalf("open of a format 1 store: %v", err)
+	}
+	if v, err := s.getU64(keyFormat); err != nil || v != formatVersion {
+		t.Fatalf("format after the open: %d %v, want %d", v, err, formatVersion)
+	}
+	setFormat(formatVersion + 1)
+	if s, err = Open(testConfig(dir)); err == nil {
+		s.Close()
+		t.Fatal("a store of a newer format opened")
+	} else if Errno(err) != syscall.EINVAL {
+		t.Fatalf("open of a newer format: %v, want EINVAL", err)
+	}
 }
