@@ -145,8 +145,9 @@ type clientNS struct {
 	urgent  bool
 	// converted are locks converted locally (GiveBackUnused) whose new
 	// bits the server has not been told yet: the next enqueue or MDS
-	// request takes them (TakeConverts).
-	converted []*ldlmv1.ConvertRequest
+	// request takes them (TakeConverts), under the handles the locks have
+	// then (a lock replay gives them new ones).
+	converted []conversion
 	// lruSize overrides ClientConfig.LRUSize for this namespace when
 	// not 0 (ldlm.namespaces.*.lru_size).
 	lruSize   int
@@ -530,8 +531,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	ns.link(l)
 	// Early lock cancel: what waits to be given back rides along, and
 	// what was converted.
-	cancels, converts := c.takePendingLocked(ns), ns.converted
-	ns.converted = nil
+	cancels, converts := c.takePendingLocked(ns), takeConvertsLocked(ns)
 	c.mu.Unlock()
 
 	// The request and the reply are encoded by their own generated
@@ -729,9 +729,7 @@ func (c *Client) convertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 		c.mu.Lock()
 		kept, cancel := c.endConvertLocked(cv.l, cv.keep, ok)
 		if kept {
-			// The handle as of now: a lock replay during the hook gave
-			// the lock a new one.
-			ns.converted = append(ns.converted, &ldlmv1.ConvertRequest{Handle: uint64(cv.l.remote), Bits: uint64(cv.keep)})
+			ns.converted = append(ns.converted, cv)
 			n++
 		}
 		c.mu.Unlock()
@@ -797,8 +795,19 @@ func (c *Client) TakeConverts(imp *ptlrpc.Import) []*ldlmv1.ConvertRequest {
 	if c.mu.closed {
 		return nil
 	}
-	ns := c.nsLocked(imp)
-	out := ns.converted
+	return takeConvertsLocked(c.nsLocked(imp))
+}
+
+// takeConvertsLocked returns ns's conversions not yet told to the server,
+// as requests under the locks' handles now, and forgets them. A lock no
+// longer held needs none.
+func takeConvertsLocked(ns *clientNS) []*ldlmv1.ConvertRequest {
+	var out []*ldlmv1.ConvertRequest
+	for _, cv := range ns.converted {
+		if cv.l.state == lockGranted && cv.l.remote != 0 {
+			out = append(out, &ldlmv1.ConvertRequest{Handle: uint64(cv.l.remote), Bits: uint64(cv.keep)})
+		}
+	}
 	ns.converted = nil
 	return out
 }

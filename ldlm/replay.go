@@ -40,7 +40,13 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 	c.mu.Unlock()
 	for _, l := range locks {
 		c.mu.Lock()
+		// Looked at again: a lock given back since the list was made (a
+		// conversion that failed) is not to be enqueued again.
 		granted := l.state == lockGranted || l.state == lockConverting
+		if !granted && (l.state != lockWaiting || l.remote == 0) {
+			c.mu.Unlock()
+			continue
+		}
 		er := &ldlmv1.EnqueueRequest{Resource: resourceToWire(l.Resource), Mode: uint32(l.mode), Policy: policyToWire(l.policy),
 			ClientHandle: l.handle}
 		if granted {
