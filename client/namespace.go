@@ -349,6 +349,9 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		return Attr{}, err
 	}
 	if lay != nil { // a truncate
+		if sent != nil {
+			lay = sent // the newer (a component instantiated meanwhile)
+		}
 		d, done, err := fs.dataOf(f, lay)
 		if err != nil {
 			return Attr{}, err
