@@ -69,7 +69,7 @@ func Open(l layout.Layout, t Targets) (*File, error) {
 				return nil, fmt.Errorf("lov: open %v: %w", ob.Object, err)
 			}
 			objs[k] = cl.Open(ob.Object)
-			objs[k].SetReadAheadShare(len(c.Objects))
+			objs[k].SetReadAheadShare(len(c.Objects), c.StripeSize)
 		}
 		f.objs[ci] = objs
 	}

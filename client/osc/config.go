@@ -47,9 +47,10 @@ type Config struct {
 	MaxReadAheadMB int
 	// MaxReadAheadPerFileMB bounds the read-ahead window of a file read
 	// sequentially, in MiB, as llite.*.max_read_ahead_per_file_mb: each of
-	// the n objects the file is striped over (Object.SetReadAheadShare)
-	// gets 1/n of it, but never less than two RPCs, and never more than its
-	// share of MaxReadAheadMB. 0 turns read-ahead off.
+	// the n objects the window spans (of those the file is striped over,
+	// Object.SetReadAheadShare) gets 1/n of it, but never less than two
+	// RPCs, and never more than its share of MaxReadAheadMB. 0 turns
+	// read-ahead off.
 	MaxReadAheadPerFileMB int
 	// MaxCachedMB bounds the client's page cache, clean and dirty pages
 	// together, in MiB. Clean pages are evicted least recently used first.

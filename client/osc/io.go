@@ -304,7 +304,8 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 // raWindow is the most o reads ahead.
 func (o *Object) raWindow() uint64 {
 	c := o.c
-	return raWindowOf(c.cache.raPages(), c.cache.raFilePages(), c.rpcPages(), int(o.raShare.Load()))
+	perFile := c.cache.raFilePages()
+	return raWindowOf(c.cache.raPages(), perFile, c.rpcPages(), o.raShare(uint64(perFile)*PageSize))
 }
 
 // raWindowOf is the read-ahead window of one of share objects a file is

@@ -43,10 +43,11 @@ type Object struct {
 	queued bool
 
 	onDrop atomic.Pointer[func()]
-	// raShare is how many objects a reader of the file reads ahead at
-	// once (its stripe count): the file's read-ahead window and the
-	// client's budget are split between them. 0 counts as 1.
-	raShare atomic.Int32
+	// raObjects and raStripe are the striping of the object's file (the
+	// object count of its component, the stripe size): a reader of the
+	// file reads ahead every object its read-ahead window spans at once.
+	// 0 counts as one object.
+	raObjects, raStripe atomic.Uint32
 
 	mu struct {
 		sync.Mutex
@@ -108,13 +109,24 @@ func (o *Object) OnDrop(fn func()) {
 }
 
 // SetReadAheadShare tells the object that its file is striped over n
-// objects, which a sequential reader of the file reads ahead all at once:
-// each gets 1/n of max_read_ahead_per_file_mb and of the client's
-// read-ahead budget (Lustre's per-file window covers all stripes). Without
-// it, the first objects of a wide file took the whole budget and the
-// others read each page on demand.
-func (o *Object) SetReadAheadShare(n int) {
-	o.raShare.Store(int32(min(max(n, 1), 1<<16)))
+// objects in stripes of stripeSize bytes. A sequential reader of the file
+// reads ahead all the objects its window spans at once (Lustre's
+// max_read_ahead_per_file_mb is per file, in file offsets): each gets its
+// share of the window and of the client's budget. Without it, the first
+// objects of a wide file took the whole budget and the others read each
+// page on demand.
+func (o *Object) SetReadAheadShare(n int, stripeSize uint32) {
+	o.raObjects.Store(uint32(min(max(n, 1), 1<<16)))
+	o.raStripe.Store(stripeSize)
+}
+
+// raShare is how many objects a reader's window of window bytes spans.
+func (o *Object) raShare(window uint64) int {
+	n := uint64(max(o.raObjects.Load(), 1))
+	if s := uint64(o.raStripe.Load()); s > 0 {
+		n = min(n, max((window+s-1)/s, 1))
+	}
+	return int(n)
 }
 
 // Close drops the reference Open gave. Cached pages and locks stay (they

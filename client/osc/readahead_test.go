@@ -139,3 +139,28 @@ func TestReadAheadRewind(t *testing.T) {
 		t.Fatalf("no rewind: read ahead %v again", more)
 	}
 }
+
+// TestReadAheadShare: an object's share of its file's window counts the
+// objects the window spans, not all the file's.
+func TestReadAheadShare(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		objects int
+		stripe  uint32
+		window  uint64
+		want    int
+	}{
+		{4, mib, 32 * mib, 4},
+		{4, 64 * mib, 32 * mib, 1}, // the reader is in one object at a time
+		{4, 16 * mib, 32 * mib, 2},
+		{4, 16 * mib, 33 * mib, 3},
+		{8, 0, 32 * mib, 8},
+		{0, 0, 32 * mib, 1},
+	} {
+		var o Object
+		o.SetReadAheadShare(c.objects, c.stripe)
+		if got := o.raShare(c.window); got != c.want {
+			t.Errorf("%d objects of %d-byte stripes, window %d: share %d, want %d", c.objects, c.stripe, c.window, got, c.want)
+		}
+	}
+}
