@@ -359,7 +359,7 @@ func (fs *FS) lustreSetxattr(ctx context.Context, cred Cred, f FID, name string,
 		return true, fmt.Errorf("%s of %v: %v: %w", name, f, err, syscall.EINVAL)
 	}
 	octx, cancel := fs.op(ctx)
-	a, _, err := fs.mdtAttrLayout(octx, cred, f)
+	a, cur, err := fs.mdtAttrLayout(octx, cred, f)
 	cancel()
 	if err != nil {
 		return true, err
@@ -369,10 +369,18 @@ func (fs *FS) lustreSetxattr(ctx context.Context, cred Cred, f FID, name string,
 	default:
 		return true, fmt.Errorf("%s of %v (mode %#o): %w", name, f, a.Mode, syscall.EINVAL)
 	}
-	_, err = fs.SetLayout(ctx, cred, f, template(l))
-	if errors.Is(err, syscall.EEXIST) && flags&XattrCreate == 0 {
-		// Lustre's b=10667: cp -a, rsync -X and tar --xattrs set the
-		// layout they read on files that have objects already.
+	// Lustre's b=10667: cp -a, rsync -X and tar --xattrs set the layout
+	// they read on files that have objects already, which keep theirs
+	// (the MDT would refuse it with EEXIST: no need to ask it).
+	exists := a.Mode&sIFMT == sIFREG && cur != nil && anyObjects(cur)
+	if !exists {
+		_, err = fs.SetLayout(ctx, cred, f, template(l))
+		exists = errors.Is(err, syscall.EEXIST)
+	}
+	switch {
+	case exists && flags&XattrCreate != 0:
+		return true, fmt.Errorf("%s of %v: the file has objects: %w", name, f, syscall.EEXIST)
+	case exists:
 		return true, nil
 	}
 	return true, err

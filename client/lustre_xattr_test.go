@@ -77,6 +77,12 @@ func TestLustreXattrs(t *testing.T) {
 		if err := set(a.FID, client.XattrLOV, l, 0); err != nil {
 			t.Fatalf("set without XATTR_CREATE on a file with objects: %v, want it ignored", err)
 		}
+		if err := set(a.FID, client.XattrLOV, two, 0); err != nil {
+			t.Fatalf("set of another layout on a file with objects: %v, want it ignored", err)
+		}
+		if kept, err := layout.Unmarshal(get(a.FID, client.XattrLOV)); err != nil || !slices.Equal(kept.Components[0].Objects, l.Components[0].Objects) {
+			t.Fatalf("layout after the ignored sets: %v %v, want %v", kept, err, l)
+		}
 		names, err := fs.Listxattr(ctx, cred, a.FID)
 		if err != nil || !slices.Contains(names, client.XattrLOV) {
 			t.Fatalf("listxattr: %q %v", names, err)
