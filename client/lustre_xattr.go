@@ -372,7 +372,10 @@ func (fs *FS) lustreSetxattr(ctx context.Context, cred Cred, f FID, name string,
 	// Lustre's b=10667: cp -a, rsync -X and tar --xattrs set the layout
 	// they read on files that have objects already, which keep theirs
 	// (the MDT would refuse it with EEXIST: no need to ask it).
-	exists := a.Mode&sIFMT == sIFREG && cur != nil && anyObjects(cur)
+	// Only for a caller the MDT would let write the file anyway (root, or
+	// its owner with write permission; others ask the MDT, which checks).
+	exists := a.Mode&sIFMT == sIFREG && cur != nil && anyObjects(cur) && a.Flags == 0 &&
+		(cred.Cap&mdc.CapDacOverride != 0 || cred.UID == a.UID && a.Mode&0o200 != 0)
 	if !exists {
 		_, err = fs.SetLayout(ctx, cred, f, template(l))
 		exists = errors.Is(err, syscall.EEXIST)

@@ -83,6 +83,18 @@ func TestLustreXattrs(t *testing.T) {
 		if kept, err := layout.Unmarshal(get(a.FID, client.XattrLOV)); err != nil || !slices.Equal(kept.Components[0].Objects, l.Components[0].Objects) {
 			t.Fatalf("layout after the ignored sets: %v %v, want %v", kept, err, l)
 		}
+		// Ignored only for whom the MDT would let write the file: root's
+		// 0644 file refuses another user, flags or not.
+		v, err := two.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := client.Cred{UID: 1000, GID: 1000}
+		for _, flags := range []int{0, client.XattrCreate} {
+			if err := fs.Setxattr(ctx, other, a.FID, client.XattrLOV, v, flags); !errors.Is(err, syscall.EACCES) {
+				t.Fatalf("lustre.lov set by another user (flags %d): %v, want EACCES", flags, err)
+			}
+		}
 		names, err := fs.Listxattr(ctx, cred, a.FID)
 		if err != nil || !slices.Contains(names, client.XattrLOV) {
 			t.Fatalf("listxattr: %q %v", names, err)
