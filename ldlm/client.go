@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -803,10 +804,12 @@ func (c *Client) TakeConverts(imp *ptlrpc.Import) []*ldlmv1.ConvertRequest {
 // longer held needs none.
 func takeConvertsLocked(ns *clientNS) []*ldlmv1.ConvertRequest {
 	var out []*ldlmv1.ConvertRequest
-	for _, cv := range ns.converted {
-		if cv.l.state == lockGranted && cv.l.remote != 0 {
-			out = append(out, &ldlmv1.ConvertRequest{Handle: uint64(cv.l.remote), Bits: uint64(cv.keep)})
+	for i, cv := range ns.converted {
+		if cv.l.state != lockGranted || cv.l.remote == 0 || slices.ContainsFunc(ns.converted[:i], func(o conversion) bool { return o.l == cv.l }) {
+			continue
 		}
+		// The bits it has now (a later conversion may have cut more).
+		out = append(out, &ldlmv1.ConvertRequest{Handle: uint64(cv.l.remote), Bits: uint64(cv.l.policy.Bits)})
 	}
 	ns.converted = nil
 	return out

@@ -3,6 +3,7 @@ package ldlm
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
@@ -66,9 +67,19 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 			return fmt.Errorf("ldlm: replay of lock %v on %s: bad reply (%v)", l.Resource, imp.Target(), err)
 		}
 		c.mu.Lock()
-		l.remote = Handle(rep.Handle)
-		if !granted && rep.Granted {
-			l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
+		switch l.state {
+		case lockGranted, lockConverting, lockWaiting:
+			l.remote = Handle(rep.Handle)
+			if !granted && rep.Granted {
+				l.grantLocked(Mode(rep.Mode), policyFromWire(rep.Policy), lvbFromWire(rep.Lvb), rep.CallbackPending)
+			}
+		default:
+			// Given back while its replay was out (under its old
+			// handle): the server's new lock goes back too.
+			if len(ns.pending) == 0 {
+				ns.since = time.Now()
+			}
+			ns.pending = append(ns.pending, Handle(rep.Handle))
 		}
 		c.mu.Unlock()
 	}
