@@ -120,11 +120,12 @@ func (o *Object) SetReadAheadShare(n int, stripeSize uint32) {
 	o.raStripe.Store(stripeSize)
 }
 
-// raShare is how many objects a reader's window of window bytes spans.
+// raShare is how many objects a reader's window of window bytes may span:
+// ceil(window / stripe) stripes, and one more where it starts inside one.
 func (o *Object) raShare(window uint64) int {
 	n := uint64(max(o.raObjects.Load(), 1))
 	if s := uint64(o.raStripe.Load()); s > 0 {
-		n = min(n, max((window+s-1)/s, 1))
+		n = min(n, (window+s-1)/s+1)
 	}
 	return int(n)
 }

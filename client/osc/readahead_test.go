@@ -151,9 +151,10 @@ func TestReadAheadShare(t *testing.T) {
 		want    int
 	}{
 		{4, mib, 32 * mib, 4},
-		{4, 64 * mib, 32 * mib, 1}, // the reader is in one object at a time
-		{4, 16 * mib, 32 * mib, 2},
-		{4, 16 * mib, 33 * mib, 3},
+		{4, 64 * mib, 32 * mib, 2}, // a window crosses at most one stripe boundary
+		{8, 16 * mib, 32 * mib, 3},
+		{8, 16 * mib, 33 * mib, 4},
+		{4, 64 * mib, 0, 1},
 		{8, 0, 32 * mib, 8},
 		{0, 0, 32 * mib, 1},
 	} {
