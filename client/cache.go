@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"sync"
 
@@ -47,6 +48,32 @@ type inode struct {
 	// written says the file's data changed through this client since its
 	// last close (its mtime goes to the MDT then).
 	written bool
+	// xattrs are extended attributes that everyone reads alike (see
+	// sharedXattr), read under xlock while attr was valid under it; they
+	// go whenever attr stops being valid. xgen moves then, so that a read
+	// that raced the change keeps nothing.
+	xattrs map[string]xattrValue
+	xlock  *ldlm.ClientLock
+	xgen   uint64
+}
+
+// xattrValue is a cached extended attribute: its value, or that it is
+// absent.
+type xattrValue struct {
+	v      []byte
+	absent bool
+}
+
+// Bounds of an inode's cached extended attributes.
+const (
+	maxCachedXattrs    = 8
+	maxCachedXattrSize = 4096
+)
+
+// dropXattrsLocked forgets ino's cached extended attributes.
+func (ino *inode) dropXattrsLocked() {
+	ino.xattrs, ino.xlock = nil, nil
+	ino.xgen++
 }
 
 type dentKey struct {
@@ -289,6 +316,9 @@ func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent
 	if ino.lock != nil && ino.lock != l {
 		delete(c.byLock, ino.lock)
 	}
+	if !ino.valid || ino.lock != l {
+		ino.dropXattrsLocked() // a new period of validity
+	}
 	ino.attr, ino.valid, ino.lock = a, true, l
 	if lay != nil || a.Mode&0o170000 != 0o100000 {
 		ino.lay = lay
@@ -326,7 +356,49 @@ func (c *cache) invalidate(f fid.FID) {
 	defer c.mu.Unlock()
 	if ino := c.inodes[f]; ino != nil {
 		ino.valid = false
+		ino.dropXattrsLocked()
 	}
+}
+
+// cachedXattr returns f's extended attribute name as cached (ok), absent
+// or with its value; otherwise the lock and generation under which a read
+// of it may be kept (storeXattr), l nil if it may not.
+func (c *cache) cachedXattr(f fid.FID, name string) (v []byte, absent, ok bool, l *ldlm.ClientLock, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ino := c.inodes[f]
+	if ino == nil || !ino.valid || ino.lock == nil || ino.lock.Gone() {
+		return nil, false, false, nil, 0
+	}
+	if x, hit := ino.xattrs[name]; hit && ino.xlock == ino.lock {
+		return x.v, x.absent, true, nil, 0
+	}
+	return nil, false, false, ino.lock, ino.xgen
+}
+
+// storeXattr keeps what a read of f's extended attribute name found, if
+// f's attributes are still valid under l and nothing changed them since
+// cachedXattr gave gen.
+func (c *cache) storeXattr(f fid.FID, name string, v []byte, absent bool, l *ldlm.ClientLock, gen uint64) {
+	if l == nil || len(v) > maxCachedXattrSize {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ino := c.inodes[f]
+	if ino == nil || !ino.valid || ino.lock != l || ino.xgen != gen || l.Gone() {
+		return
+	}
+	if ino.xlock != l {
+		ino.xattrs, ino.xlock = nil, l
+	}
+	if ino.xattrs == nil {
+		ino.xattrs = make(map[string]xattrValue)
+	}
+	if _, there := ino.xattrs[name]; !there && len(ino.xattrs) >= maxCachedXattrs {
+		return
+	}
+	ino.xattrs[name] = xattrValue{v: bytes.Clone(v), absent: absent}
 }
 
 // lockGone is every MDC lock's blocking hook: what was cached under l
@@ -365,6 +437,7 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	var gone *inode
 	if ino != nil && ino.lock == l {
 		ino.valid, ino.lock = false, nil
+		ino.dropXattrsLocked()
 		for k := range ino.names {
 			names = append(names, k)
 			delete(c.dents, k)
@@ -410,6 +483,7 @@ func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) boo
 	}
 	if !ref.layoutOnly && ino != nil && ino.lock == l {
 		ino.valid = false
+		ino.dropXattrsLocked()
 	}
 	c.mu.Unlock()
 	if n := fs.cfg.Notify; n != nil && !ref.layoutOnly {
@@ -425,6 +499,7 @@ func (c *cache) dropAll(fs *FS) {
 	var stale []fid.FID
 	for f, ino := range c.inodes {
 		ino.valid, ino.lock, ino.names = false, nil, nil
+		ino.dropXattrsLocked()
 		stale = append(stale, f)
 		if ino.opens == 0 {
 			gone = append(gone, ino)

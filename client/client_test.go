@@ -1120,3 +1120,80 @@ func TestOwnChangesCallNothingBack(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedXattrsCached: the extended attributes everyone reads alike
+// (security.*, the POSIX ACLs), which `ls -l` reads for every file it
+// lists, are read from the MDT once while the file's attributes are
+// cached under a lock; a change by another client calls the lock back
+// and the next read finds the new value, as does one by this client.
+func TestSharedXattrsCached(t *testing.T) {
+	ctx, a, b, cred, d := twoInDir(t)
+	f, _, err := a.Create(ctx, cred, d.FID, "f", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close(ctx)
+	file := f.FID()
+	read := func(fs *client.FS, name string) ([]byte, uint64) {
+		t.Helper()
+		if _, err := fs.Getattr(ctx, cred, file); err != nil {
+			t.Fatal(err)
+		}
+		before := fs.RPCsSent()
+		v, err := fs.Getxattr(ctx, cred, file, name)
+		if err != nil && client.Errno(err) != syscall.ENODATA {
+			t.Fatalf("getxattr %s: %v", name, err)
+		}
+		if err != nil {
+			v = nil
+		}
+		return v, fs.RPCsSent() - before
+	}
+	names := []string{"security.selinux", "system.posix_acl_access", "security.test"}
+	for _, n := range names {
+		if v, _ := read(a, n); v != nil {
+			t.Fatalf("%s of a new file: %q", n, v)
+		}
+	}
+	for _, n := range names {
+		if v, rpcs := read(a, n); v != nil || rpcs != 0 {
+			t.Fatalf("%s read again: %q in %d RPCs, want nothing in none", n, v, rpcs)
+		}
+	}
+	// b sets one: a's lock goes, and a reads the value.
+	if err := b.Setxattr(ctx, cred, file, "security.test", []byte("from b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read(a, "security.test"); string(v) != "from b" {
+		t.Fatalf("security.test after b set it: %q, want %q", v, "from b")
+	}
+	if v, rpcs := read(a, "security.test"); string(v) != "from b" || rpcs != 0 {
+		t.Fatalf("security.test read again: %q in %d RPCs", v, rpcs)
+	}
+	// a changes it and removes another's absence by setting it.
+	if err := a.Setxattr(ctx, cred, file, "security.test", []byte("from a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read(a, "security.test"); string(v) != "from a" {
+		t.Fatalf("security.test after a set it: %q, want %q", v, "from a")
+	}
+	if err := a.Removexattr(ctx, cred, file, "security.test"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read(a, "security.test"); v != nil {
+		t.Fatalf("security.test after a removed it: %q", v)
+	}
+	// b removes what a cached as set.
+	if err := b.Setxattr(ctx, cred, file, "security.x", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read(a, "security.x"); string(v) != "x" {
+		t.Fatalf("security.x: %q", v)
+	}
+	if err := b.Removexattr(ctx, cred, file, "security.x"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read(a, "security.x"); v != nil {
+		t.Fatalf("security.x after b removed it: %q", v)
+	}
+}

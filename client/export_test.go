@@ -32,3 +32,6 @@ func (fs *FS) OpenHandles() int { return fs.mdc.OpenHandles() }
 
 // SetInConvert sets the hook every MDC lock's conversion runs first.
 func SetInConvert(f func(l *ldlm.ClientLock)) { testInConvert = f }
+
+// RPCsSent returns how many requests the client's MDC side has sent.
+func (fs *FS) RPCsSent() uint64 { return fs.rpc.Stats().Sent }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -348,10 +349,12 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 	if err != nil {
 		return Attr{}, err
 	}
-	if lay != nil { // a truncate
-		if sent != nil {
-			lay = sent // the newer (a component instantiated meanwhile)
-		}
+	if sa.Valid&mdc.AttrSize != 0 && sent != nil {
+		// The layout as of the change (objects may have been given since
+		// the one read before; without it, an older MDT, that one).
+		lay = sent
+	}
+	if sa.Valid&mdc.AttrSize != 0 && lay != nil {
 		d, done, err := fs.dataOf(f, lay)
 		if err != nil {
 			return Attr{}, err
@@ -612,9 +615,33 @@ func (fs *FS) Getxattr(ctx context.Context, cred Cred, f FID, name string) ([]by
 	if err := fs.xattrAllowed(name); err != nil {
 		return nil, err
 	}
+	var l *ldlm.ClientLock
+	var gen uint64
+	if sharedXattr(name) {
+		v, absent, ok, xl, xgen := fs.cache.cachedXattr(f, name)
+		switch {
+		case ok && absent:
+			return nil, fmt.Errorf("client: getxattr %q of %v: %w (cached)", name, f, syscall.ENODATA)
+		case ok:
+			return bytes.Clone(v), nil
+		}
+		l, gen = xl, xgen
+	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	return fs.mdc.Getxattr(ctx, cred, f, name)
+	v, err := fs.mdc.Getxattr(ctx, cred, f, name)
+	if err == nil || errors.Is(err, syscall.ENODATA) {
+		fs.cache.storeXattr(f, name, v, err != nil, l, gen)
+	}
+	return v, err
+}
+
+// sharedXattr reports whether everyone who can reach a file reads its
+// extended attribute name alike (the MDT checks no permission for it), so
+// that one read serves every caller: the security and POSIX ACL ones,
+// which `ls -l` reads for every file it lists.
+func sharedXattr(name string) bool {
+	return strings.HasPrefix(name, "security.") || name == xattrACLAccess || name == xattrACLDefault
 }
 
 // Setxattr sets f's extended attribute name (flags: XattrCreate,
