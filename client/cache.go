@@ -396,7 +396,12 @@ func (c *cache) storeXattr(f fid.FID, name string, v []byte, absent bool, l *ldl
 		ino.xattrs = make(map[string]xattrValue)
 	}
 	if _, there := ino.xattrs[name]; !there && len(ino.xattrs) >= maxCachedXattrs {
-		return
+		// Full (anyone can ask for names that are not there): one goes,
+		// so that the names everyone reads keep their place.
+		for k := range ino.xattrs {
+			delete(ino.xattrs, k)
+			break
+		}
 	}
 	ino.xattrs[name] = xattrValue{v: bytes.Clone(v), absent: absent}
 }

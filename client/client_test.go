@@ -1160,6 +1160,14 @@ func TestSharedXattrsCached(t *testing.T) {
 			t.Fatalf("%s read again: %q in %d RPCs, want nothing in none", n, v, rpcs)
 		}
 	}
+	// Many other names asked for do not keep a name read often out.
+	for i := range 20 {
+		read(a, fmt.Sprint("security.junk", i))
+	}
+	read(a, "system.posix_acl_access")
+	if _, rpcs := read(a, "system.posix_acl_access"); rpcs != 0 {
+		t.Fatalf("the ACL read again after 20 other names: %d RPCs, want none", rpcs)
+	}
 	// b sets one: a's lock goes, and a reads the value.
 	if err := b.Setxattr(ctx, cred, file, "security.test", []byte("from b"), 0); err != nil {
 		t.Fatal(err)
