@@ -373,6 +373,9 @@ func (c *cache) cachedXattr(f fid.FID, name string) (v []byte, absent, ok bool, 
 	if x, hit := ino.xattrs[name]; hit && ino.xlock == ino.lock {
 		return x.v, x.absent, true, nil, 0
 	}
+	if ino.attr.NoXattrs {
+		return nil, true, true, nil, 0 // (as valid as the attributes)
+	}
 	return nil, false, false, ino.lock, ino.xgen
 }
 

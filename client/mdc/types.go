@@ -52,6 +52,9 @@ type Attr struct {
 	Mtime  int64
 	Ctime  int64
 	Crtime int64
+	// NoXattrs: the MDT says the file has no extended attributes at all
+	// (false when it does not know).
+	NoXattrs bool
 }
 
 // SetAttr bits: which fields of a SetAttr apply (the MDT's values).
@@ -158,5 +161,5 @@ func attrFrom(w *mdsv1.Attr) Attr {
 		return Attr{}
 	}
 	return Attr{FID: fidFrom(w.Fid), Mode: w.Mode, UID: w.Uid, GID: w.Gid, Nlink: w.Nlink, Flags: w.Flags, Rdev: w.Rdev,
-		Size: w.Size, Blocks: w.Blocks, Atime: w.Atime, Mtime: w.Mtime, Ctime: w.Ctime, Crtime: w.Crtime}
+		Size: w.Size, Blocks: w.Blocks, Atime: w.Atime, Mtime: w.Mtime, Ctime: w.Ctime, Crtime: w.Crtime, NoXattrs: w.NoXattrs}
 }

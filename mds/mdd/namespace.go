@@ -265,6 +265,7 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 // attr returns n's attributes with the LSOM size of a regular file.
 func (n *inode) attr(som *LSOM) Attr {
 	a := n.Attr
+	a.NoXattrs = !n.mayHaveXattrs()
 	if isDir(a.Mode) {
 		a.Blocks = DirSize / 512
 	}

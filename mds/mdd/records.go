@@ -78,6 +78,10 @@ type Attr struct {
 	Mtime  int64
 	Ctime  int64
 	Crtime int64 // creation (birth) time
+	// NoXattrs says the inode has no extended attributes at all (known
+	// for inodes made since format 2; false when unknown). Not stored:
+	// derived from the inode's flags.
+	NoXattrs bool
 }
 
 // inode is the stored record: the attributes, internal flags and, for a

@@ -178,3 +178,57 @@ func TestFormatVersions(t *testing.T) {
 		t.Fatalf("open of a newer format: %v, want EINVAL", err)
 	}
 }
+
+// TestNoXattrs: the attributes say whether an inode has no extended
+// attributes at all, and never say so of one that has or may have some.
+func TestNoXattrs(t *testing.T) {
+	s := newStore(t)
+	d := mkdir(t, s, root, RootFID, "d", 0o777)
+	owner := user(1000, 1000)
+	noX := func(f fid.FID) bool {
+		t.Helper()
+		a, err := s.Getattr(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.NoXattrs
+	}
+	f := create(t, s, owner, d, "f", 0o644)
+	if !noX(f) {
+		t.Fatal("a new file: NoXattrs false")
+	}
+	if err := s.Setxattr(owner, f, "user.a", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if noX(f) {
+		t.Fatal("a file with user.a: NoXattrs")
+	}
+	if err := s.Removexattr(owner, f, "user.a"); err != nil {
+		t.Fatal(err)
+	}
+	if noX(f) {
+		t.Fatal("a file that had user.a: NoXattrs (the flag only says where to look)")
+	}
+	// An ACL, set or inherited.
+	g := create(t, s, owner, d, "g", 0o644)
+	u := uint32(ACLUndefinedID)
+	acl := ACL{{ACLUserObj, 6, u}, {ACLUser, 4, 7}, {ACLGroupObj, 4, u}, {ACLMask, 4, u}, {ACLOther, 4, u}}
+	if err := s.Setxattr(owner, g, XattrACLAccess, acl.Marshal(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if noX(g) {
+		t.Fatal("a file with an ACL: NoXattrs")
+	}
+	if err := s.Setxattr(root, d, XattrACLDefault, acl.Marshal(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := create(t, s, owner, d, "h", 0o644); noX(h) {
+		t.Fatal("a file with an inherited ACL: NoXattrs")
+	}
+	// An inode from before the flags.
+	old := create(t, s, owner, d, "old", 0o644)
+	clearIflags(t, s, old, inoXattrsTracked)
+	if noX(old) {
+		t.Fatal("an inode from before the flags: NoXattrs")
+	}
+}

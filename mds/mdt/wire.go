@@ -96,7 +96,7 @@ func credFrom(w *mdsv1.Cred) (mdd.Cred, error) {
 
 func attrTo(a mdd.Attr) *mdsv1.Attr {
 	return &mdsv1.Attr{Fid: fidTo(a.FID), Mode: a.Mode, Uid: a.UID, Gid: a.GID, Nlink: a.Nlink, Flags: a.Flags,
-		Rdev: a.Rdev, Size: a.Size, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Crtime: a.Crtime}
+		Rdev: a.Rdev, Size: a.Size, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Crtime: a.Crtime, NoXattrs: a.NoXattrs}
 }
 
 // template decodes a layout the client asks for: a template with no

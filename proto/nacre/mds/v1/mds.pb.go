@@ -174,20 +174,24 @@ func (x *Cred) GetUmask() uint32 {
 // Attr is an inode's attributes. Times are nanoseconds since the epoch;
 // size and blocks of a regular file are its lazy size (LSOM).
 type Attr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fid           *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
-	Nlink         uint32                 `protobuf:"varint,5,opt,name=nlink,proto3" json:"nlink,omitempty"`
-	Flags         uint32                 `protobuf:"varint,6,opt,name=flags,proto3" json:"flags,omitempty"`
-	Rdev          uint64                 `protobuf:"varint,7,opt,name=rdev,proto3" json:"rdev,omitempty"`
-	Size          uint64                 `protobuf:"varint,8,opt,name=size,proto3" json:"size,omitempty"`
-	Blocks        uint64                 `protobuf:"varint,9,opt,name=blocks,proto3" json:"blocks,omitempty"`
-	Atime         int64                  `protobuf:"varint,10,opt,name=atime,proto3" json:"atime,omitempty"`
-	Mtime         int64                  `protobuf:"varint,11,opt,name=mtime,proto3" json:"mtime,omitempty"`
-	Ctime         int64                  `protobuf:"varint,12,opt,name=ctime,proto3" json:"ctime,omitempty"`
-	Crtime        int64                  `protobuf:"varint,13,opt,name=crtime,proto3" json:"crtime,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Fid    *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
+	Mode   uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid    uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid    uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
+	Nlink  uint32                 `protobuf:"varint,5,opt,name=nlink,proto3" json:"nlink,omitempty"`
+	Flags  uint32                 `protobuf:"varint,6,opt,name=flags,proto3" json:"flags,omitempty"`
+	Rdev   uint64                 `protobuf:"varint,7,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Size   uint64                 `protobuf:"varint,8,opt,name=size,proto3" json:"size,omitempty"`
+	Blocks uint64                 `protobuf:"varint,9,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Atime  int64                  `protobuf:"varint,10,opt,name=atime,proto3" json:"atime,omitempty"`
+	Mtime  int64                  `protobuf:"varint,11,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Ctime  int64                  `protobuf:"varint,12,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	Crtime int64                  `protobuf:"varint,13,opt,name=crtime,proto3" json:"crtime,omitempty"`
+	// no_xattrs: the file has no extended attributes at all (the MDT knows
+	// it for files made since its store's format 2): a client holding the
+	// attributes under a lock answers reads of any name without asking.
+	NoXattrs      bool `protobuf:"varint,14,opt,name=no_xattrs,json=noXattrs,proto3" json:"no_xattrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +315,13 @@ func (x *Attr) GetCrtime() int64 {
 		return x.Crtime
 	}
 	return 0
+}
+
+func (x *Attr) GetNoXattrs() bool {
+	if x != nil {
+		return x.NoXattrs
+	}
+	return false
 }
 
 // GetattrRequest is MDS_GETATTR: a file's attributes by FID, and with
@@ -3295,7 +3306,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
 	"\x06groups\x18\x03 \x03(\rR\x06groups\x12\x10\n" +
 	"\x03cap\x18\x04 \x01(\x06R\x03cap\x12\x14\n" +
-	"\x05umask\x18\x05 \x01(\rR\x05umask\"\xa9\x02\n" +
+	"\x05umask\x18\x05 \x01(\rR\x05umask\"\xc6\x02\n" +
 	"\x04Attr\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -3310,7 +3321,8 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	" \x01(\x03R\x05atime\x12\x14\n" +
 	"\x05mtime\x18\v \x01(\x03R\x05mtime\x12\x14\n" +
 	"\x05ctime\x18\f \x01(\x03R\x05ctime\x12\x16\n" +
-	"\x06crtime\x18\r \x01(\x03R\x06crtime\"\x9b\x01\n" +
+	"\x06crtime\x18\r \x01(\x03R\x06crtime\x12\x1b\n" +
+	"\tno_xattrs\x18\x0e \x01(\bR\bnoXattrs\"\x9b\x01\n" +
 	"\x0eGetattrRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12#\n" +
 	"\x03fid\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x1f\n" +

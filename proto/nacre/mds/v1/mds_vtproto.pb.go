@@ -176,6 +176,16 @@ func (m *Attr) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.NoXattrs {
+		i--
+		if m.NoXattrs {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x70
+	}
 	if m.Crtime != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Crtime))
 		i--
@@ -3047,6 +3057,9 @@ func (m *Attr) SizeVT() (n int) {
 	if m.Crtime != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Crtime))
 	}
+	if m.NoXattrs {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -4705,6 +4718,26 @@ func (m *Attr) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field NoXattrs", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.NoXattrs = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
