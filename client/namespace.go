@@ -641,7 +641,11 @@ func (fs *FS) Getxattr(ctx context.Context, cred Cred, f FID, name string) ([]by
 // that one read serves every caller: the security and POSIX ACL ones,
 // which `ls -l` reads for every file it lists.
 func sharedXattr(name string) bool {
-	return strings.HasPrefix(name, "security.") || name == xattrACLAccess || name == xattrACLDefault
+	if name == xattrACLAccess || name == xattrACLDefault {
+		return true
+	}
+	// (A bad name goes to the MDT, which says what is wrong with it.)
+	return len(name) > len("security.") && strings.HasPrefix(name, "security.") && !strings.ContainsRune(name, 0)
 }
 
 // Setxattr sets f's extended attribute name (flags: XattrCreate,

@@ -190,7 +190,8 @@ type Attr struct {
 	Crtime int64                  `protobuf:"varint,13,opt,name=crtime,proto3" json:"crtime,omitempty"`
 	// no_xattrs: the file has no extended attributes at all (the MDT knows
 	// it for files made since its store's format 2): a client holding the
-	// attributes under a lock answers reads of any name without asking.
+	// attributes under a lock answers reads of the names everyone may read
+	// (security.*, the POSIX ACLs) without asking.
 	NoXattrs      bool `protobuf:"varint,14,opt,name=no_xattrs,json=noXattrs,proto3" json:"no_xattrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
