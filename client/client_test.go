@@ -1173,6 +1173,10 @@ func TestSharedXattrsCached(t *testing.T) {
 	if _, rpcs := read(a, "system.posix_acl_access"); rpcs != 0 {
 		t.Fatalf("the ACL read again after 20 other names: %d RPCs, want none", rpcs)
 	}
+	// A bad name is the MDT's to refuse, cached attributes or not.
+	if _, err := a.Getxattr(ctx, cred, file, "security."); client.Errno(err) != syscall.EINVAL {
+		t.Fatalf("getxattr of a bare security.: %v, want EINVAL", err)
+	}
 	// b sets one: a's lock goes, and a reads the value.
 	if err := b.Setxattr(ctx, cred, file, "security.test", []byte("from b"), 0); err != nil {
 		t.Fatal(err)
