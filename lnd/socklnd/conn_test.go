@@ -24,22 +24,41 @@ func TestPeerRestartQueued(t *testing.T) {
 	b.h.deferRecv.Store(true) // b takes one header and stalls
 
 	const n = 14
+	// The connection first: messages queued before it is up have no
+	// incarnation yet and rightly wait for the restarted peer instead of
+	// failing (the count below would take them for queued behind it).
+	if !a.h.send(t, a.ni, put(a.nid, b.nid, 0, pattern(0, 1<<20))) {
+		t.Fatal("send")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if p := a.ni.Peers(); len(p) == 1 && len(p[0].Conns) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection from a to b (%+v)", a.ni.Peers())
+		}
+	}
 	go func() {
-		for i := range n {
+		for i := 1; i < n; i++ {
 			if !a.h.send(t, a.ni, put(a.nid, b.nid, uint64(i), pattern(uint64(i), 1<<20))) {
 				return
 			}
 		}
 	}()
-	// Wait for a's queue to back up behind the full socket.
+	// Wait for a's queue to back up behind the full socket, and to stay
+	// as it is (the writer stalled: what is counted stays queued).
 	var queued int
-	for deadline := time.Now().Add(10 * time.Second); queued < 4; {
+	for deadline, stable := time.Now().Add(10*time.Second), 0; queued < 4 || stable < 5; {
 		if time.Now().After(deadline) {
 			t.Fatalf("a's queue to b never backed up (%+v)", a.ni.Peers())
 		}
 		time.Sleep(20 * time.Millisecond)
 		if p := a.ni.Peers(); len(p) == 1 {
-			queued = p[0].Queued
+			if p[0].Queued == queued {
+				stable++
+			} else {
+				queued, stable = p[0].Queued, 0
+			}
 		}
 	}
 	b.stop(t)
