@@ -359,6 +359,21 @@ func twoInDir(t *testing.T) (ctx context.Context, a, b *client.FS, cred client.C
 	return ctx, a, b, cred, d
 }
 
+// madeFile makes the empty file name in dir through fs and returns its FID.
+func madeFile(t *testing.T, fs *client.FS, cred client.Cred, dir client.FID, name string) client.FID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, _, err := fs.Create(ctx, cred, dir, name, syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f.FID()
+}
+
 // TestNegativeLookupsKeepOneLock: every lookup of a missing name is granted
 // a PR UPDATE lock on the directory; the client keeps the one it holds and
 // gives each new one back with its next request, and the kept lock still
@@ -1006,12 +1021,7 @@ func TestEvictedClientSeesNewNames(t *testing.T) {
 // The change is seen at once by the client that made it.
 func TestOwnChangesCallNothingBack(t *testing.T) {
 	ctx, a, _, cred, d := twoInDir(t)
-	f, _, err := a.Create(ctx, cred, d.FID, "f", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close(ctx)
-	file := f.FID()
+	file := madeFile(t, a, cred, d.FID, "f")
 	found := func(name string, mode uint32) error {
 		got, err := a.Lookup(ctx, cred, d.FID, name)
 		if err != nil {
@@ -1128,12 +1138,7 @@ func TestOwnChangesCallNothingBack(t *testing.T) {
 // and the next read finds the new value, as does one by this client.
 func TestSharedXattrsCached(t *testing.T) {
 	ctx, a, b, cred, d := twoInDir(t)
-	f, _, err := a.Create(ctx, cred, d.FID, "f", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close(ctx)
-	file := f.FID()
+	file := madeFile(t, a, cred, d.FID, "f")
 	read := func(fs *client.FS, name string) ([]byte, uint64) {
 		t.Helper()
 		if _, err := fs.Getattr(ctx, cred, file); err != nil {
