@@ -5,3 +5,6 @@ import "github.com/nacrefs/nacre/client"
 // KnownNoCap reports whether the mount takes f to have no
 // security.capability without asking the MDT.
 func (s *Server) KnownNoCap(f client.FID) bool { return s.m.knownNoCap(f) }
+
+// StatAheads returns how many lookups the mount ran ahead of go-fuse's.
+func (s *Server) StatAheads() uint64 { return s.m.statAheads.Load() }

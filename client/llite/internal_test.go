@@ -158,3 +158,46 @@ func TestNotifierNegatives(t *testing.T) {
 		t.Fatal("no room after an overflow took every negative")
 	}
 }
+
+// TestStatAheadStarts: lookups ahead start once the first two entries of
+// a page are looked up in order, not on a lookup of some other entry; a
+// lookup of an entry in flight waits for it; the rest of the page goes
+// ahead once, each entry once.
+func TestStatAheadStarts(t *testing.T) {
+	var ents []client.DirEntry
+	for _, n := range []string{".", "..", "a", "b", "c", "d", "e"} {
+		ents = append(ents, client.DirEntry{Name: n})
+	}
+	sa := newStatAhead(client.FID{}, ents)
+	for _, step := range []struct {
+		name  string
+		start bool
+	}{{"d", false}, {"zz", false}, {"a", false}, {"b", true}, {"c", false}} {
+		if wait, start := sa.note(step.name); wait != nil || start != step.start {
+			t.Fatalf("lookup of %q: wait %v, start %v; want start %v", step.name, wait, start, step.start)
+		}
+	}
+	// Ahead: e (c and d were looked up by their callers).
+	name, ch := sa.take()
+	if name != "e" || ch == nil {
+		t.Fatalf("first lookup ahead: %q", name)
+	}
+	if wait, _ := sa.note("e"); wait != ch {
+		t.Fatal("a lookup of an entry in flight does not wait for it")
+	}
+	sa.done(name, ch)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("done did not end the wait")
+	}
+	if name, ch := sa.take(); ch != nil {
+		t.Fatalf("a second lookup ahead: %q", name)
+	}
+	// Another page's first two entries start its own.
+	sa2 := newStatAhead(client.FID{}, ents[2:4])
+	sa2.note("a")
+	if _, start := sa2.note("b"); !start {
+		t.Fatal("the next page did not start")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -288,6 +289,10 @@ type mount struct {
 		// (see Getxattr).
 		at map[client.FID]time.Time
 	}
+	// statAhead holds a token per lookup-ahead worker running (at most
+	// statAheadMax); statAheads counts the lookups ahead done.
+	statAhead  chan struct{}
+	statAheads atomic.Uint64
 }
 
 type lockOwners struct {
@@ -296,7 +301,7 @@ type lockOwners struct {
 }
 
 func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
-	m := &mount{fs: fsys, root: fsys.Root(), log: lg, n: n, ro: fsys.Config().ReadOnly}
+	m := &mount{fs: fsys, root: fsys.Root(), log: lg, n: n, ro: fsys.Config().ReadOnly, statAhead: make(chan struct{}, statAheadMax)}
 	m.creds.init()
 	m.lk.owners = make(map[uint64]*lockOwners)
 	m.noCap.at = make(map[client.FID]time.Time)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,6 +154,7 @@ func TestLlite(t *testing.T) {
 	t.Run("negative", func(t *testing.T) { testNegative(t, a, b) })
 	t.Run("namesets", func(t *testing.T) { testNameSets(t, a, b) })
 	t.Run("newfilecaps", func(t *testing.T) { testNewFileCaps(t, a, b) })
+	t.Run("statahead", func(t *testing.T) { testStatAhead(t, a, b) })
 	t.Run("unmount", func(t *testing.T) { testUnmount(t, c) })
 	t.Run("readonly", func(t *testing.T) { testReadOnly(t, c, a) })
 }
@@ -821,6 +823,42 @@ func testNameSets(t *testing.T, a, b *llite.Server) {
 				})
 			}
 		}
+	}
+}
+
+// testStatAhead: `ls -l` of a directory another mount filled: the
+// entries of each page are looked up ahead of the kernel's READDIRPLUS
+// lookups, and every entry is listed with its right attributes.
+func testStatAhead(t *testing.T, a, b *llite.Server) {
+	const n = 150
+	mkdir(t, filepath.Join(b.Dir(), "sa"), 0o755)
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(b.Dir(), "sa", fmt.Sprint("f", i)), bytes.Repeat([]byte{'x'}, i), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := a.StatAheads()
+	out, err := exec.Command("ls", "-ln", filepath.Join(a.Dir(), "sa")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ls -l: %v: %s", err, out)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[8], "f") {
+			continue
+		}
+		i, err := strconv.Atoi(f[8][1:])
+		if err != nil || f[0] != "-rw-r-----" || f[4] != strconv.Itoa(i) {
+			t.Fatalf("ls -l line %q: want -rw-r----- and size %d", line, i)
+		}
+		seen++
+	}
+	if seen != n {
+		t.Fatalf("ls -l listed %d of %d files:\n%s", seen, n, out)
+	}
+	if ahead := a.StatAheads() - before; ahead < n/2 {
+		t.Errorf("%d of %d entries looked up ahead", ahead, n)
 	}
 }
 

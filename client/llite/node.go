@@ -20,6 +20,8 @@ type node struct {
 	// mode is the file's mode as last seen (0: not yet), for the search
 	// permission a create's entry needs to be cached without an RPC.
 	mode atomic.Uint32
+	// sa is a directory's page of entries last read, for statahead.
+	sa atomic.Pointer[statAhead]
 }
 
 var (
@@ -67,6 +69,9 @@ func (n *node) child(ctx context.Context, a client.Attr) *fs.Inode {
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	if sa := n.sa.Load(); sa != nil {
+		sa.looking(ctx, n.m, cred, name)
+	}
 	// A regular file's attributes are not cached by the kernel (fillEntry):
 	// the GETATTR of a stat that follows glimpses its size, so this one
 	// need not (it would be a second glimpse of every stat).
@@ -540,6 +545,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, d.n.m.errno(syscall.EIO, "readdir: no progress", d.n.fid, "cookie", d.next)
 		}
 		d.ents, d.next = ents, next
+		d.n.sa.Store(newStatAhead(d.n.fid, ents))
 	}
 	e := d.ents[0]
 	d.ents = d.ents[1:]
