@@ -1,6 +1,7 @@
 package llite
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -168,7 +169,7 @@ func TestStatAheadStarts(t *testing.T) {
 	for _, n := range []string{".", "..", "a", "b", "c", "d", "e"} {
 		ents = append(ents, client.DirEntry{Name: n})
 	}
-	sa := newStatAhead(client.FID{}, ents)
+	sa := newStatAhead(context.Background(), client.FID{}, ents)
 	for _, step := range []struct {
 		name  string
 		start bool
@@ -195,7 +196,7 @@ func TestStatAheadStarts(t *testing.T) {
 		t.Fatalf("a second lookup ahead: %q", name)
 	}
 	// Another page's first two entries start its own.
-	sa2 := newStatAhead(client.FID{}, ents[2:4])
+	sa2 := newStatAhead(context.Background(), client.FID{}, ents[2:4])
 	sa2.note("a")
 	if _, start := sa2.note("b"); !start {
 		t.Fatal("the next page did not start")

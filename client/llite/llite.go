@@ -188,6 +188,8 @@ func (s *Server) run() {
 	defer close(s.done)
 	s.srv.Wait()
 	s.m.n.stop()
+	s.m.saStop() // the lookups ahead end before the library does
+	s.m.saWG.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	closed := make(chan error, 1)
@@ -290,8 +292,12 @@ type mount struct {
 		at map[client.FID]time.Time
 	}
 	// statAhead holds a token per lookup-ahead worker running (at most
-	// statAheadMax); statAheads counts the lookups ahead done.
+	// statAheadMax), saWG the workers, saCtx ends them at unmount;
+	// statAheads counts the lookups ahead done.
 	statAhead  chan struct{}
+	saWG       sync.WaitGroup
+	saCtx      context.Context
+	saStop     context.CancelFunc
 	statAheads atomic.Uint64
 }
 
@@ -302,6 +308,7 @@ type lockOwners struct {
 
 func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
 	m := &mount{fs: fsys, root: fsys.Root(), log: lg, n: n, ro: fsys.Config().ReadOnly, statAhead: make(chan struct{}, statAheadMax)}
+	m.saCtx, m.saStop = context.WithCancel(context.Background())
 	m.creds.init()
 	m.lk.owners = make(map[uint64]*lockOwners)
 	m.noCap.at = make(map[client.FID]time.Time)

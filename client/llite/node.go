@@ -521,12 +521,23 @@ type dirHandle struct {
 	n    *node
 	ents []client.DirEntry // of the page read, not returned yet
 	next uint64            // cookie after ents (0: the start)
+	sa   *statAhead        // the lookups ahead of the page last read
 }
 
 var (
 	_ fs.FileReaddirenter = (*dirHandle)(nil)
 	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileReleasedirer = (*dirHandle)(nil)
 )
+
+// Releasedir ends the lookups ahead of the handle's page, and forgets it
+// if it is still the directory's.
+func (d *dirHandle) Releasedir(_ context.Context, _ uint32) {
+	if d.sa != nil {
+		d.n.sa.CompareAndSwap(d.sa, nil)
+		d.sa.cancel()
+	}
+}
 
 // Readdirent returns the next entry, nil at the end. go-fuse calls it for
 // one handle at a time.
@@ -545,7 +556,14 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, d.n.m.errno(syscall.EIO, "readdir: no progress", d.n.fid, "cookie", d.next)
 		}
 		d.ents, d.next = ents, next
-		d.n.sa.Store(newStatAhead(d.n.fid, ents))
+		sa := newStatAhead(d.n.m.saCtx, d.n.fid, ents)
+		if old := d.n.sa.Swap(sa); old != nil {
+			old.cancel()
+		}
+		if d.sa != nil {
+			d.sa.cancel()
+		}
+		d.sa = sa
 	}
 	e := d.ents[0]
 	d.ents = d.ents[1:]

@@ -3,6 +3,7 @@ package llite
 import (
 	"context"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nacrefs/nacre/client"
@@ -29,7 +30,11 @@ const (
 )
 
 // statAhead is the page of a directory last read, for its lookups ahead.
+// Its context ends when the page is replaced, the directory closed or the
+// mount ends: the lookups ahead stop then.
 type statAhead struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 	parent client.FID
 	mu     sync.Mutex
 	names  []string // the page's entries, in order
@@ -40,9 +45,11 @@ type statAhead struct {
 	flight map[string]chan struct{}
 }
 
-// newStatAhead returns the lookups ahead of a page of parent's entries.
-func newStatAhead(parent client.FID, ents []client.DirEntry) *statAhead {
+// newStatAhead returns the lookups ahead of a page of parent's entries,
+// which end with ctx.
+func newStatAhead(ctx context.Context, parent client.FID, ents []client.DirEntry) *statAhead {
 	sa := &statAhead{parent: parent, index: make(map[string]int, len(ents)), flight: make(map[string]chan struct{})}
+	sa.ctx, sa.cancel = context.WithCancel(ctx)
 	for _, e := range ents {
 		if e.Name == "." || e.Name == ".." {
 			continue
@@ -75,20 +82,25 @@ func (sa *statAhead) looking(ctx context.Context, m *mount, cred client.Cred, na
 		default:
 			return // the mount's lookups ahead are at their bound
 		}
-		go func() {
+		m.saWG.Go(func() {
 			defer func() { <-m.statAhead }()
-			for {
+			for sa.ctx.Err() == nil {
 				name, ch := sa.take()
 				if ch == nil {
 					return
 				}
 				lctx, cancel := context.WithTimeout(bg, statAheadTimeout)
-				m.fs.LookupLazySize(lctx, cred, sa.parent, name) // (what it finds is cached)
+				stop := context.AfterFunc(sa.ctx, cancel)
+				_, err := m.fs.LookupLazySize(lctx, cred, sa.parent, name) // (what it finds is cached)
+				stop()
 				cancel()
-				m.statAheads.Add(1)
 				sa.done(name, ch)
+				if err != nil && client.Errno(err) != syscall.ENOENT {
+					return // (an MDT in trouble: no more ahead)
+				}
+				m.statAheads.Add(1)
 			}
-		}()
+		})
 	}
 }
 
