@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -1217,5 +1218,42 @@ func TestSharedXattrsCached(t *testing.T) {
 	}
 	if v, _ := read(a, "security.x"); v != nil {
 		t.Fatalf("security.x after b removed it: %q", v)
+	}
+}
+
+// TestCachedEntriesHonourACLs: an entry cached under a lock is given to
+// another caller only if the directory's permission bits allow that
+// caller to search it and nothing else could say otherwise: with an ACL
+// that denies a named user what the other bits allow, the MDT decides.
+func TestCachedEntriesHonourACLs(t *testing.T) {
+	ctx, a, _, cred, d := twoInDir(t)
+	madeFile(t, a, cred, d.FID, "f")
+	// user 1000: nothing; everyone else r-x.
+	const undef = 0xffffffff
+	acl := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{0x01, 7, undef}, {0x02, 0, 1000}, {0x04, 5, undef}, {0x10, 5, undef}, {0x20, 5, undef}} {
+		acl = binary.LittleEndian.AppendUint16(acl, e.tag)
+		acl = binary.LittleEndian.AppendUint16(acl, e.perm)
+		acl = binary.LittleEndian.AppendUint32(acl, e.id)
+	}
+	if err := a.Setxattr(ctx, cred, d.FID, "system.posix_acl_access", acl, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Root caches the directory and the entry.
+	if _, err := a.Getattr(ctx, cred, d.FID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(ctx, cred, d.FID, "f"); err != nil {
+		t.Fatal(err)
+	}
+	denied, other := client.Cred{UID: 1000, GID: 1000}, client.Cred{UID: 1001, GID: 1001}
+	if _, err := a.Lookup(ctx, denied, d.FID, "f"); client.Errno(err) != syscall.EACCES {
+		t.Fatalf("lookup by the user the ACL denies: %v, want EACCES", err)
+	}
+	if _, err := a.Lookup(ctx, other, d.FID, "f"); err != nil {
+		t.Fatalf("lookup by another user: %v", err)
 	}
 }

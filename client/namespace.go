@@ -173,7 +173,11 @@ func (fs *FS) NegativeShared(parent FID, name string) bool {
 func lazySize(_ context.Context, a Attr, _ *layout.Layout) (Attr, error) { return a, nil }
 
 // mayExec says whether cred may search dir by the permission bits of its
-// cached attributes (a cached entry skips the MDT's check).
+// cached attributes (a cached entry skips the MDT's check). The owner's
+// bits hold whatever else the directory has; the group's and others' only
+// if it has no ACL (a named user or group entry comes before them): the
+// attributes say it has no xattrs at all, or its ACL was read absent.
+// Otherwise the MDT checks.
 func (fs *FS) mayExec(cred Cred, dir FID) bool {
 	if cred.Cap&mdc.CapDacOverride != 0 {
 		return true
@@ -182,10 +186,15 @@ func (fs *FS) mayExec(cred Cred, dir FID) bool {
 	if !ok {
 		return false
 	}
-	switch {
-	case a.UID == cred.UID:
+	if a.UID == cred.UID {
 		return a.Mode&0o100 != 0
-	case a.GID == cred.GID || contains(cred.Groups, a.GID):
+	}
+	if !a.NoXattrs {
+		if _, absent, ok, _, _ := fs.cache.cachedXattr(dir, xattrACLAccess); !ok || !absent {
+			return false
+		}
+	}
+	if a.GID == cred.GID || contains(cred.Groups, a.GID) {
 		return a.Mode&0o010 != 0
 	}
 	return a.Mode&0o001 != 0
