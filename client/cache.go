@@ -49,11 +49,10 @@ type inode struct {
 	// last close (its mtime goes to the MDT then).
 	written bool
 	// xattrs are extended attributes that everyone reads alike (see
-	// sharedXattr), read under xlock while attr was valid under it; they
-	// go whenever attr stops being valid. xgen moves then, so that a read
-	// that raced the change keeps nothing.
+	// sharedXattr), read while attr was valid under lock; they go
+	// whenever attr stops being valid or the lock changes. xgen moves
+	// then, so that a read that raced the change keeps nothing.
 	xattrs map[string]xattrValue
-	xlock  *ldlm.ClientLock
 	xgen   uint64
 }
 
@@ -72,7 +71,7 @@ const (
 
 // dropXattrsLocked forgets ino's cached extended attributes.
 func (ino *inode) dropXattrsLocked() {
-	ino.xattrs, ino.xlock = nil, nil
+	ino.xattrs = nil
 	ino.xgen++
 }
 
@@ -360,30 +359,39 @@ func (c *cache) invalidate(f fid.FID) {
 	}
 }
 
-// cachedXattr returns f's extended attribute name as cached (ok), absent
-// or with its value; otherwise the lock and generation under which a read
-// of it may be kept (storeXattr), l nil if it may not.
-func (c *cache) cachedXattr(f fid.FID, name string) (v []byte, absent, ok bool, l *ldlm.ClientLock, gen uint64) {
+// cachedXattr returns f's extended attribute name as cached, if it is.
+func (c *cache) cachedXattr(f fid.FID, name string) (x xattrValue, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ino := c.inodes[f]
 	if ino == nil || !ino.valid || ino.lock == nil || ino.lock.Gone() {
-		return nil, false, false, nil, 0
+		return xattrValue{}, false
 	}
-	if x, hit := ino.xattrs[name]; hit && ino.xlock == ino.lock {
-		return x.v, x.absent, true, nil, 0
+	if x, ok := ino.xattrs[name]; ok {
+		return x, true
 	}
 	if ino.attr.NoXattrs {
-		return nil, true, true, nil, 0 // (as valid as the attributes)
+		return xattrValue{absent: true}, true // (as valid as the attributes)
 	}
-	return nil, false, false, ino.lock, ino.xgen
+	return xattrValue{}, false
+}
+
+// xattrGen returns the lock and generation under which a read of f's
+// extended attributes may be kept (storeXattr); l nil if it may not.
+func (c *cache) xattrGen(f fid.FID) (l *ldlm.ClientLock, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ino := c.inodes[f]; ino != nil && ino.valid {
+		return ino.lock, ino.xgen
+	}
+	return nil, 0
 }
 
 // storeXattr keeps what a read of f's extended attribute name found, if
 // f's attributes are still valid under l and nothing changed them since
-// cachedXattr gave gen.
-func (c *cache) storeXattr(f fid.FID, name string, v []byte, absent bool, l *ldlm.ClientLock, gen uint64) {
-	if l == nil || len(v) > maxCachedXattrSize {
+// xattrGen gave gen.
+func (c *cache) storeXattr(f fid.FID, name string, x xattrValue, l *ldlm.ClientLock, gen uint64) {
+	if l == nil || len(x.v) > maxCachedXattrSize {
 		return
 	}
 	c.mu.Lock()
@@ -391,9 +399,6 @@ func (c *cache) storeXattr(f fid.FID, name string, v []byte, absent bool, l *ldl
 	ino := c.inodes[f]
 	if ino == nil || !ino.valid || ino.lock != l || ino.xgen != gen || l.Gone() {
 		return
-	}
-	if ino.xlock != l {
-		ino.xattrs, ino.xlock = nil, l
 	}
 	if ino.xattrs == nil {
 		ino.xattrs = make(map[string]xattrValue)
@@ -406,7 +411,8 @@ func (c *cache) storeXattr(f fid.FID, name string, v []byte, absent bool, l *ldl
 			break
 		}
 	}
-	ino.xattrs[name] = xattrValue{v: bytes.Clone(v), absent: absent}
+	x.v = bytes.Clone(x.v)
+	ino.xattrs[name] = x
 }
 
 // lockGone is every MDC lock's blocking hook: what was cached under l

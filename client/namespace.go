@@ -189,10 +189,8 @@ func (fs *FS) mayExec(cred Cred, dir FID) bool {
 	if a.UID == cred.UID {
 		return a.Mode&0o100 != 0
 	}
-	if !a.NoXattrs {
-		if _, absent, ok, _, _ := fs.cache.cachedXattr(dir, xattrACLAccess); !ok || !absent {
-			return false
-		}
+	if acl, ok := fs.cache.cachedXattr(dir, xattrACLAccess); !ok || !acl.absent {
+		return false
 	}
 	if a.GID == cred.GID || contains(cred.Groups, a.GID) {
 		return a.Mode&0o010 != 0
@@ -352,13 +350,12 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		}
 		fs.cache.mu.Unlock()
 	}
-	fs.mdc.GiveBackBits(ctx, f, setattrBits(sa.Valid))
 	a, sent, err := fs.mdc.SetattrLayout(ctx, cred, f, sa)
 	fs.cache.invalidate(f)
 	if err != nil {
 		return Attr{}, err
 	}
-	if sa.Valid&mdc.AttrSize != 0 && sent != nil {
+	if sent != nil {
 		// The layout as of the change (objects may have been given since
 		// the one read before; without it, an older MDT, that one).
 		lay = sent
@@ -373,9 +370,6 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		if err != nil {
 			return Attr{}, fmt.Errorf("truncate %v to %d: %w", f, sa.Size, err)
 		}
-	}
-	if lay == nil {
-		lay = sent
 	}
 	if a.Mode&sIFMT == sIFREG && lay == nil {
 		if lay, err = fs.Layout(ctx, cred, f); err != nil {
@@ -408,7 +402,6 @@ func (fs *FS) Mkdir(ctx context.Context, cred Cred, parent FID, name string, mod
 	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	return fs.mdc.Mkdir(ctx, cred, parent, name, mode)
 }
 
@@ -421,7 +414,6 @@ func (fs *FS) Mknod(ctx context.Context, cred Cred, parent FID, name string, mod
 	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	if mode&sIFMT == sIFREG || mode&sIFMT == 0 {
 		a, _, err := fs.mdc.Create(ctx, cred, parent, name, mode&0o7777, nil)
 		return a, err
@@ -441,7 +433,6 @@ func (fs *FS) Symlink(ctx context.Context, cred Cred, parent FID, name, target s
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	return fs.mdc.Symlink(ctx, cred, parent, name, target)
 }
 
@@ -539,33 +530,11 @@ func (fs *FS) Rename(ctx context.Context, cred Cred, sp FID, sname string, tp FI
 	return err
 }
 
-// setattrBits are the inode bits a setattr of valid takes at the MDT,
-// which this client's unused locks give back with the request (early lock
-// cancel) instead of on the blocking AST the MDT would send: UPDATE, and
-// for a new mode or owner PERM and LOOKUP too, as in Lustre.
-func setattrBits(valid uint32) ldlm.Bits {
-	if valid&(mdc.AttrMode|mdc.AttrUID|mdc.AttrGID) != 0 {
-		return ldlm.BitUpdate | ldlm.BitPerm | ldlm.BitLookup
-	}
-	return ldlm.BitUpdate
-}
-
 // The POSIX ACLs' extended attributes.
 const (
-	xattrACLAccess  = "system.posix_acl_access"
-	xattrACLDefault = "system.posix_acl_default"
+	xattrACLAccess  = mdc.XattrACLAccess
+	xattrACLDefault = mdc.XattrACLDefault
 )
-
-// xattrBits are the inode bits a change of extended attribute name takes
-// at the MDT (given back as setattrBits are): XATTR and UPDATE, and PERM
-// and LOOKUP for an ACL.
-func xattrBits(name string) ldlm.Bits {
-	bits := ldlm.BitXAttr | ldlm.BitUpdate
-	if name == xattrACLAccess || name == xattrACLDefault {
-		bits |= ldlm.BitPerm | ldlm.BitLookup
-	}
-	return bits
-}
 
 // Rename flags (renameat2's).
 const (
@@ -582,10 +551,6 @@ func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (
 	defer func() { done(err) }()
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	// The new entry changes parent, the new link count f: both UPDATE
-	// bits go with the request.
-	fs.mdc.GiveBackBits(ctx, parent, ldlm.BitUpdate)
-	fs.mdc.GiveBackBits(ctx, f, ldlm.BitUpdate)
 	a, err := fs.mdc.Link(ctx, cred, f, parent, name)
 	fs.cache.invalidate(f)
 	return a, err
@@ -624,23 +589,23 @@ func (fs *FS) Getxattr(ctx context.Context, cred Cred, f FID, name string) ([]by
 	if err := fs.xattrAllowed(name); err != nil {
 		return nil, err
 	}
+	shared := sharedXattr(name)
 	var l *ldlm.ClientLock
 	var gen uint64
-	if sharedXattr(name) {
-		v, absent, ok, xl, xgen := fs.cache.cachedXattr(f, name)
-		switch {
-		case ok && absent:
-			return nil, fmt.Errorf("client: getxattr %q of %v: %w (cached)", name, f, syscall.ENODATA)
-		case ok:
-			return bytes.Clone(v), nil
+	if shared {
+		if x, ok := fs.cache.cachedXattr(f, name); ok {
+			if x.absent {
+				return nil, fmt.Errorf("client: getxattr %q of %v: %w (cached)", name, f, syscall.ENODATA)
+			}
+			return bytes.Clone(x.v), nil
 		}
-		l, gen = xl, xgen
+		l, gen = fs.cache.xattrGen(f)
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	v, err := fs.mdc.Getxattr(ctx, cred, f, name)
-	if err == nil || errors.Is(err, syscall.ENODATA) {
-		fs.cache.storeXattr(f, name, v, err != nil, l, gen)
+	if shared && (err == nil || errors.Is(err, syscall.ENODATA)) {
+		fs.cache.storeXattr(f, name, xattrValue{v: v, absent: err != nil}, l, gen)
 	}
 	return v, err
 }
@@ -671,7 +636,6 @@ func (fs *FS) Setxattr(ctx context.Context, cred Cred, f FID, name string, value
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	fs.mdc.GiveBackBits(ctx, f, xattrBits(name))
 	err := fs.mdc.Setxattr(ctx, cred, f, name, value, flags)
 	fs.cache.invalidate(f)
 	return err
@@ -710,7 +674,6 @@ func (fs *FS) Removexattr(ctx context.Context, cred Cred, f FID, name string) er
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	fs.mdc.GiveBackBits(ctx, f, xattrBits(name))
 	err := fs.mdc.Removexattr(ctx, cred, f, name)
 	fs.cache.invalidate(f)
 	return err

@@ -144,11 +144,11 @@ type clientNS struct {
 	pending []Handle
 	since   time.Time
 	urgent  bool
-	// converted are locks converted locally (GiveBackUnused) whose new
-	// bits the server has not been told yet: the next enqueue or MDS
-	// request takes them (TakeConverts), under the handles the locks have
-	// then (a lock replay gives them new ones).
-	converted []conversion
+	// converted are locks converted locally (GiveBackUnused), each once,
+	// whose new bits the server has not been told yet: the next enqueue or
+	// MDS request takes them (TakeConverts), with the handles and bits the
+	// locks have then (a lock replay gives them new handles).
+	converted []*ClientLock
 	// lruSize overrides ClientConfig.LRUSize for this namespace when
 	// not 0 (ldlm.namespaces.*.lru_size).
 	lruSize   int
@@ -221,6 +221,22 @@ func (l *ClientLock) Touch() {
 }
 
 // link files l under its resource.
+// queueHandleLocked queues a handle given back, for the server to hear of
+// with the next enqueue or the flusher's CANCEL.
+func (ns *clientNS) queueHandleLocked(h Handle) {
+	if len(ns.pending) == 0 {
+		ns.since = time.Now()
+	}
+	ns.pending = append(ns.pending, h)
+}
+
+// replayableLocked reports whether l is replayed after a server restart,
+// and whether as granted (Replay) rather than as a waiting request.
+func (l *ClientLock) replayableLocked() (ok, granted bool) {
+	granted = l.state == lockGranted || l.state == lockConverting
+	return granted || l.state == lockWaiting && l.remote != 0, granted
+}
+
 func (ns *clientNS) link(l *ClientLock) {
 	if l.linked {
 		return
@@ -639,10 +655,7 @@ func (c *Client) keepOldLocked(l *ClientLock) *ClientLock {
 		}
 		l.users, l.state = 0, lockCancelling
 		c.unlinkLocked(l)
-		if len(ns.pending) == 0 {
-			ns.since = time.Now()
-		}
-		ns.pending = append(ns.pending, l.remote)
+		ns.queueHandleLocked(l.remote)
 		if l.cbPending {
 			// The server waits for it: no waiting for a request to carry it.
 			ns.urgent = true
@@ -730,7 +743,9 @@ func (c *Client) convertUnused(ctx context.Context, imp *ptlrpc.Import, res Reso
 		c.mu.Lock()
 		kept, cancel := c.endConvertLocked(cv.l, cv.keep, ok)
 		if kept {
-			ns.converted = append(ns.converted, cv)
+			if !slices.Contains(ns.converted, cv.l) {
+				ns.converted = append(ns.converted, cv.l)
+			}
 			n++
 		}
 		c.mu.Unlock()
@@ -804,12 +819,10 @@ func (c *Client) TakeConverts(imp *ptlrpc.Import) []*ldlmv1.ConvertRequest {
 // longer held needs none.
 func takeConvertsLocked(ns *clientNS) []*ldlmv1.ConvertRequest {
 	var out []*ldlmv1.ConvertRequest
-	for i, cv := range ns.converted {
-		if cv.l.state != lockGranted || cv.l.remote == 0 || slices.ContainsFunc(ns.converted[:i], func(o conversion) bool { return o.l == cv.l }) {
-			continue
+	for _, l := range ns.converted {
+		if l.state == lockGranted && l.remote != 0 {
+			out = append(out, &ldlmv1.ConvertRequest{Handle: uint64(l.remote), Bits: uint64(l.policy.Bits)})
 		}
-		// The bits it has now (a later conversion may have cut more).
-		out = append(out, &ldlmv1.ConvertRequest{Handle: uint64(cv.l.remote), Bits: uint64(cv.l.policy.Bits)})
 	}
 	ns.converted = nil
 	return out
@@ -1048,10 +1061,7 @@ func (c *Client) giveBack(ctx context.Context, l *ClientLock) {
 	wasGranted := l.state == lockCancelling && h != 0
 	c.unlinkLocked(l)
 	if wasGranted {
-		if len(ns.pending) == 0 {
-			ns.since = time.Now()
-		}
-		ns.pending = append(ns.pending, h)
+		ns.queueHandleLocked(h)
 		ns.urgent = ns.urgent || urgent
 	}
 	c.mu.Unlock()
@@ -1191,13 +1201,14 @@ func (c *Client) convertWorker() {
 		}
 		l := cv.l
 		c.mu.Lock()
-		dropped, h := l.policy.Bits&^cv.keep, l.remote
+		dropped := l.policy.Bits &^ cv.keep
 		c.mu.Unlock()
 		ok := l.hooks.Convert(c.ctx, l, dropped)
 		var err error
+		var h Handle
 		if ok {
 			c.mu.Lock()
-			h = l.remote // a lock replay during the hook gave it a new one
+			h = l.remote // after the hook: a lock replay meanwhile gave it a new one
 			c.mu.Unlock()
 			err = c.convertRPC(l.ns.imp, h, cv.keep)
 		}

@@ -3,7 +3,6 @@ package ldlm
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
@@ -33,7 +32,7 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 	var locks []*ClientLock
 	for _, first := range ns.byRes {
 		for l := first; l != nil; l = l.resNext {
-			if l.state == lockGranted || l.state == lockConverting || (l.state == lockWaiting && l.remote != 0) {
+			if ok, _ := l.replayableLocked(); ok {
 				locks = append(locks, l)
 			}
 		}
@@ -43,8 +42,8 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 		c.mu.Lock()
 		// Looked at again: a lock given back since the list was made (a
 		// conversion that failed) is not to be enqueued again.
-		granted := l.state == lockGranted || l.state == lockConverting
-		if !granted && (l.state != lockWaiting || l.remote == 0) {
+		ok, granted := l.replayableLocked()
+		if !ok {
 			c.mu.Unlock()
 			continue
 		}
@@ -76,10 +75,7 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 		default:
 			// Given back while its replay was out (under its old
 			// handle): the server's new lock goes back too.
-			if len(ns.pending) == 0 {
-				ns.since = time.Now()
-			}
-			ns.pending = append(ns.pending, Handle(rep.Handle))
+			ns.queueHandleLocked(Handle(rep.Handle))
 		}
 		c.mu.Unlock()
 	}

@@ -106,8 +106,12 @@ func (c *Client) takeCloses() []laterClose {
 // takeCarried returns up to maxLaterCloses kept closes for a request to
 // carry, and their wire form: the closer's uid and gid only, for the
 // changelog (a close needs no groups, which could make the request too
-// large).
-func (c *Client) takeCarried() ([]laterClose, []*mdsv1.CloseRequest) {
+// large). None ride on a request whose body (size, asked only when closes
+// wait) is near the MDT's limit.
+func (c *Client) takeCarried(size func() int) ([]laterClose, []*mdsv1.CloseRequest) {
+	if c.PutOffCloses() == 0 || size() >= maxCarrierBody {
+		return nil, nil
+	}
 	qs := c.takeCloses()
 	if len(qs) == 0 {
 		return nil, nil
@@ -119,21 +123,19 @@ func (c *Client) takeCarried() ([]laterClose, []*mdsv1.CloseRequest) {
 	return qs, ws
 }
 
-// carried ends the closes a request carried: if it succeeded (done) their
-// opens are forgotten; else they go back to the queue, whatever the error
-// — the MDT may have done them (it ends them before anything else) or
-// not (its request service refused the request: too big, too busy), and
-// a close of a handle no longer open is a no-op there. The queue grows by
-// at most one batch per request in flight. Once the import is closed they
-// are dropped: the MDT ends a departed client's opens itself.
-func (c *Client) carried(qs []laterClose, done bool, err error) {
+// carried ends the closes a request that ended with err carried: if it
+// succeeded their opens are forgotten; else they go back to the queue,
+// whatever the error — the MDT may have done them (it ends them before
+// anything else) or not (its request service refused the request: too
+// big, too busy, an error status all the same), and a close of a handle
+// no longer open is a no-op there. The queue grows by at most one batch
+// per request in flight. Once the import is closed they are dropped: the
+// MDT ends a departed client's opens itself.
+func (c *Client) carried(qs []laterClose, err error) {
 	if len(qs) == 0 {
 		return
 	}
-	if errors.Is(err, ptlrpc.ErrClosed) {
-		done = true
-	}
-	if done {
+	if err == nil || errors.Is(err, ptlrpc.ErrClosed) {
 		c.opensMu.Lock()
 		for _, q := range qs {
 			delete(c.opens, q.handle)
@@ -182,11 +184,11 @@ func (c *Client) FlushCloses(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, closeTimeout)
 			err := c.call(cctx, wire.MDSClose, &mdsv1.CloseRequest{Cred: credTo(q.cred), Handle: q.handle, Fid: fidTo(q.fid)}, nil, 0)
 			cancel()
-			if err != nil && !replied(err) {
-				c.carried(qs[i:], false, err)
+			if !replied(err) {
+				c.carried(qs[i:], err)
 				return
 			}
-			c.carried(qs[i:i+1], true, nil)
+			c.carried(qs[i:i+1], nil)
 		}
 	}
 }

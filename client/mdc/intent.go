@@ -97,13 +97,11 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 			req.NewFid = fidTo(f)
 		}
 	}
-	var later []laterClose
-	if req.SizeVT() < maxCarrierBody {
-		later, req.Closes = c.takeCarried()
-	}
+	later, closes := c.takeCarried(req.SizeVT)
+	req.Closes = closes
 	body, err := ptlrpc.Marshal(req)
 	if err != nil {
-		c.carried(later, false, err)
+		c.carried(later, err)
 		return nil, err
 	}
 	on := it.Parent
@@ -120,7 +118,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 	}
 	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
 		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})
-	c.carried(later, err == nil, err)
+	c.carried(later, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: intent %#x on %q in %v: %w", it.Op, it.Name, on, err)
 	}

@@ -214,13 +214,11 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 		req.Cancels, req.Converts = c.locks.TakeCancels(c.imp), c.locks.TakeConverts(c.imp)
 	}
 	op.set(req)
-	var later []laterClose
-	if req.SizeVT() < maxCarrierBody {
-		later, req.Closes = c.takeCarried()
-	}
+	later, closes := c.takeCarried(req.SizeVT)
+	req.Closes = closes
 	var rep mdsv1.ReintReply
 	err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
-	c.carried(later, err == nil, err)
+	c.carried(later, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
 	}
@@ -303,6 +301,7 @@ func (c *Client) Create(ctx context.Context, cred Cred, parent fid.FID, name str
 	if err != nil {
 		return Attr{}, nil, err
 	}
+	c.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	rep, err := c.reint(ctx, cred, createOp{&mdsv1.CreateOp{Parent: fidTo(parent), Name: []byte(name), Fid: fidTo(f),
 		Mode: syscall.S_IFREG | mode&0o7777, Layout: lb, DelayLayout: delay}}, "create %q in %v", name, parent)
 	if err != nil {
@@ -322,6 +321,7 @@ func (c *Client) mknod(ctx context.Context, cred Cred, parent fid.FID, name stri
 	if err != nil {
 		return Attr{}, err
 	}
+	c.GiveBackBits(ctx, parent, ldlm.BitUpdate)
 	rep, err := c.reint(ctx, cred, createOp{&mdsv1.CreateOp{Parent: fidTo(parent), Name: []byte(name), Fid: fidTo(f),
 		Mode: mode, Rdev: rdev, Target: []byte(target)}}, "%s %q in %v", what, name, parent)
 	if err != nil {
@@ -385,6 +385,34 @@ func (c *Client) GiveBackBits(ctx context.Context, dir fid.FID, bits ldlm.Bits) 
 	return c.locks.GiveBackUnused(ctx, c.imp, ibitsRes(dir), bits, nil)
 }
 
+// setattrBits are the inode bits a setattr of valid takes at the MDT,
+// which the client's unused locks give back with the request (early lock
+// cancel, as Lustre's mdc_setattr) instead of on the blocking AST the MDT
+// would send: UPDATE, and for a new mode or owner PERM and LOOKUP too.
+// Creates, links and xattr changes give back theirs the same way.
+func setattrBits(valid uint32) ldlm.Bits {
+	if valid&(AttrMode|AttrUID|AttrGID) != 0 {
+		return ldlm.BitUpdate | ldlm.BitPerm | ldlm.BitLookup
+	}
+	return ldlm.BitUpdate
+}
+
+// The POSIX ACLs' extended attributes.
+const (
+	XattrACLAccess  = "system.posix_acl_access"
+	XattrACLDefault = "system.posix_acl_default"
+)
+
+// xattrBits are the inode bits a change of extended attribute name takes
+// at the MDT: XATTR and UPDATE, and PERM and LOOKUP for an ACL.
+func xattrBits(name string) ldlm.Bits {
+	bits := ldlm.BitXAttr | ldlm.BitUpdate
+	if name == XattrACLAccess || name == XattrACLDefault {
+		bits |= ldlm.BitPerm | ldlm.BitLookup
+	}
+	return bits
+}
+
 func ibitsRes(f fid.FID) ldlm.Resource {
 	return ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeIBits}
 }
@@ -405,6 +433,9 @@ func (c *Client) Rename(ctx context.Context, cred Cred, sp fid.FID, sname string
 
 // Link makes name in parent a hard link to f and returns f's attributes.
 func (c *Client) Link(ctx context.Context, cred Cred, f, parent fid.FID, name string) (Attr, error) {
+	// The new entry changes parent, the new link count f.
+	c.GiveBackBits(ctx, parent, ldlm.BitUpdate)
+	c.GiveBackBits(ctx, f, ldlm.BitUpdate)
 	rep, err := c.reint(ctx, cred, linkOp{&mdsv1.LinkOp{Fid: fidTo(f), Parent: fidTo(parent), Name: []byte(name)}}, "link %v as %q in %v", f, name, parent)
 	if err != nil {
 		return Attr{}, err
@@ -423,6 +454,7 @@ func (c *Client) Setattr(ctx context.Context, cred Cred, f fid.FID, sa SetAttr) 
 // the MDT sent it (it does for a change of mtime or size; nil otherwise,
 // for a file without objects, and when the layout sent does not decode).
 func (c *Client) SetattrLayout(ctx context.Context, cred Cred, f fid.FID, sa SetAttr) (Attr, *layout.Layout, error) {
+	c.GiveBackBits(ctx, f, setattrBits(sa.Valid))
 	rep, err := c.reint(ctx, cred, setattrOp{&mdsv1.SetattrOp{Fid: fidTo(f), Valid: sa.Valid, Mode: sa.Mode, Uid: sa.UID, Gid: sa.GID,
 		Size: sa.Size, Blocks: sa.Blocks, Atime: sa.Atime, Mtime: sa.Mtime, Ctime: sa.Ctime, Flags: sa.Flags}}, "setattr %v", f)
 	if err != nil {
@@ -466,12 +498,14 @@ func (c *Client) RemoveDefaultLayout(ctx context.Context, cred Cred, dir fid.FID
 // Setxattr sets f's extended attribute name (flags: XattrCreate,
 // XattrReplace).
 func (c *Client) Setxattr(ctx context.Context, cred Cred, f fid.FID, name string, value []byte, flags int) error {
+	c.GiveBackBits(ctx, f, xattrBits(name))
 	_, err := c.reint(ctx, cred, setxattrOp{&mdsv1.SetxattrOp{Fid: fidTo(f), Name: []byte(name), Value: value, Flags: uint32(flags)}}, "setxattr %q of %v", name, f)
 	return err
 }
 
 // Removexattr removes f's extended attribute name; ENODATA if it has none.
 func (c *Client) Removexattr(ctx context.Context, cred Cred, f fid.FID, name string) error {
+	c.GiveBackBits(ctx, f, xattrBits(name))
 	_, err := c.reint(ctx, cred, setxattrOp{&mdsv1.SetxattrOp{Fid: fidTo(f), Name: []byte(name), Remove: true}}, "removexattr %q of %v", name, f)
 	return err
 }

@@ -436,10 +436,10 @@ func closeFrom(w *mdsv1.CloseRequest) (closeReq, error) {
 const maxCloses = 64
 
 // closesFrom decodes the closes a request carries: a handle and a FID
-// each and, for the changelog, the closer's uid and gid (no groups or
-// capabilities: a close needs none; root if absent), changing nothing (no
-// LSOM, no times). The request's handler ends them first, whatever else
-// it finds wrong in the request.
+// each and, for the changelog, the closer's uid and gid (a close needs no
+// groups or capabilities), changing nothing (no LSOM, no times). The
+// request's handler ends them first, whatever else it finds wrong in the
+// request.
 func closesFrom(ws []*mdsv1.CloseRequest) ([]closeReq, error) {
 	if len(ws) > maxCloses {
 		return nil, bad("%d closes, at most %d", len(ws), maxCloses)
@@ -449,14 +449,11 @@ func closesFrom(ws []*mdsv1.CloseRequest) ([]closeReq, error) {
 		if w.Lsom || w.Mtime != 0 || w.Ctime != 0 {
 			return nil, bad("a carried close sets LSOM or times")
 		}
-		q := closeReq{handle: w.Handle, cred: mdd.Root()}
-		if w.Cred != nil {
-			q.cred = mdd.Cred{UID: w.Cred.Uid, GID: w.Cred.Gid}
-		}
-		var err error
-		if q.fid, err = needFID("file", w.Fid); err != nil {
+		q, err := closeFrom(w)
+		if err != nil {
 			return nil, err
 		}
+		q.cred = mdd.Cred{UID: q.cred.UID, GID: q.cred.GID}
 		out = append(out, q)
 	}
 	return out, nil
