@@ -333,12 +333,14 @@ type rpc struct {
 	// bulkGone gets one value per bulk MD unlinked.
 	bulkGone chan struct{}
 
-	// final gets the final reply (or its decoding error); early the
-	// extension of an early reply; sendDone the outcome of each send.
-	final    chan replyMsg
-	early    chan time.Duration
-	sendDone chan error
-	sends    int // sends not yet completed; owned by the caller's goroutine
+	// LNet's handlers (the reply MD's and the send MDs') record what
+	// happened in ev and signal wake; the caller's goroutine takes it.
+	// One channel: three (final reply, early reply, send outcomes) cost
+	// five allocations per RPC and a select over all of them per wait.
+	wake     chan struct{} // capacity 1
+	evMu     sync.Mutex
+	ev       rpcEvents
+	sends    int // sends not yet seen completed; owned by the caller's goroutine
 	nsent    int // sends in all
 	gotReply bool
 	sentAt   time.Time
@@ -349,6 +351,51 @@ type rpc struct {
 	replyBufs [1][]byte
 	first     msgBufs
 	ic        icall // the import's record of the call (Import.begin)
+}
+
+// rpcEvents is what LNet's handlers told an rpc and its caller has not
+// taken yet.
+type rpcEvents struct {
+	final    replyMsg // the final reply, if hasFinal
+	hasFinal bool
+	early    time.Duration // the latest early reply's extension, if hasEarly
+	hasEarly bool
+	sent     int     // sends completed
+	failed   []error // the failures among them, oldest first
+}
+
+// signal wakes the caller's goroutine; the caller holds r.evMu.
+func (r *rpc) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// sendEvent records the outcome of one send.
+func (r *rpc) sendEvent(err error) {
+	r.evMu.Lock()
+	r.ev.sent++
+	if err != nil {
+		r.ev.failed = append(r.ev.failed, err)
+	}
+	r.signal()
+	r.evMu.Unlock()
+}
+
+// takeSends counts the sends seen completed and returns the oldest failure
+// not yet reported, if any.
+func (r *rpc) takeSends() error {
+	r.evMu.Lock()
+	defer r.evMu.Unlock()
+	r.sends -= r.ev.sent
+	r.ev.sent = 0
+	if len(r.ev.failed) == 0 {
+		return nil
+	}
+	err := r.ev.failed[0]
+	r.ev.failed = r.ev.failed[1:]
+	return err
 }
 
 // msgBufs holds a message's header bytes and buffer list, for the one send
@@ -410,7 +457,7 @@ func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
 	}
 	r := &rpc{
 		c: c, req: req, xid: nextXID(),
-		final: make(chan replyMsg, 1), early: make(chan time.Duration, 1), sendDone: make(chan error, 4),
+		wake: make(chan struct{}, 1),
 	}
 	if req.JobID != "" {
 		var h wire.Header
@@ -546,50 +593,42 @@ var errSendFailed = errors.New("ptlrpc: send failed")
 // have failed: then the error wraps ErrBadReply).
 func (r *rpc) wait(ctx context.Context, timeout time.Duration, abort <-chan struct{}) (replyMsg, error) {
 	Blocking(ctx) // a handler's RPC: its reply may come on the handler's connection
+	var t *time.Timer
 	var timer <-chan time.Time
 	if timeout > 0 {
-		t := waitTimers.Get().(*time.Timer)
+		t = waitTimers.Get().(*time.Timer)
 		t.Reset(time.Until(r.sentAt.Add(timeout)))
 		defer func() {
 			t.Stop() // since Go 1.23 no stale expiry is received after Stop
 			waitTimers.Put(t)
 		}()
 		timer = t.C
-		for {
-			select {
-			case m := <-r.final:
-				r.gotReply = true
-				return m, m.err
-			case ext := <-r.early:
-				r.c.early.Add(1)
-				t.Reset(ext)
-			case err := <-r.sendDone:
-				r.sends--
-				if err != nil {
-					return replyMsg{}, fmt.Errorf("%w: xid %d: %w", errSendFailed, r.xid, err)
-				}
-			case <-timer:
-				r.c.timeouts.Add(1)
-				return replyMsg{}, fmt.Errorf("%w: %v xid %d after %v", ErrTimeout, r.req.Opcode, r.xid, timeout)
-			case <-abort:
-				return replyMsg{}, ErrEvicted
-			case <-ctx.Done():
-				return replyMsg{}, ctx.Err()
-			}
-		}
 	}
 	for {
-		select {
-		case m := <-r.final:
+		r.evMu.Lock()
+		if r.ev.hasFinal {
+			m := r.ev.final
+			r.ev.final, r.ev.hasFinal = replyMsg{}, false
+			r.evMu.Unlock()
 			r.gotReply = true
 			return m, m.err
-		case <-r.early:
+		}
+		if r.ev.hasEarly {
+			r.ev.hasEarly = false
 			r.c.early.Add(1)
-		case err := <-r.sendDone:
-			r.sends--
-			if err != nil {
-				return replyMsg{}, fmt.Errorf("%w: xid %d: %w", errSendFailed, r.xid, err)
+			if t != nil {
+				t.Reset(r.ev.early)
 			}
+		}
+		r.evMu.Unlock()
+		if err := r.takeSends(); err != nil {
+			return replyMsg{}, fmt.Errorf("%w: xid %d: %w", errSendFailed, r.xid, err)
+		}
+		select {
+		case <-r.wake:
+		case <-timer:
+			r.c.timeouts.Add(1)
+			return replyMsg{}, fmt.Errorf("%w: %v xid %d after %v", ErrTimeout, r.req.Opcode, r.xid, timeout)
 		case <-abort:
 			return replyMsg{}, ErrEvicted
 		case <-ctx.Done():
@@ -630,7 +669,7 @@ func replyHandler(ev lnet.Event) { ev.User.(*rpc).replyEvent(ev) }
 
 func sendHandler(ev lnet.Event) {
 	if ev.Type == lnet.EventSend {
-		ev.User.(*rpc).sendDone <- ev.Status
+		ev.User.(*rpc).sendEvent(ev.Status)
 	}
 }
 
@@ -659,12 +698,10 @@ func (r *rpc) replyEvent(ev lnet.Event) {
 	case h.XID != r.xid:
 		r.deliver(replyMsg{err: fmt.Errorf("%w: xid %d in the reply to xid %d", ErrBadReply, h.XID, r.xid)})
 	case h.IsEarlyReply():
-		ext := time.Duration(h.Timeout) * time.Millisecond
-		select { // keep only the latest extension
-		case <-r.early:
-		default:
-		}
-		r.early <- ext
+		r.evMu.Lock()
+		r.ev.early, r.ev.hasEarly = time.Duration(h.Timeout)*time.Millisecond, true // only the latest counts
+		r.signal()
+		r.evMu.Unlock()
 	case h.Type != wire.TypeReply && h.Type != wire.TypeError:
 		r.deliver(replyMsg{err: fmt.Errorf("%w: xid %d: unexpected %v", ErrBadReply, r.xid, h.Type)})
 	case ev.MLength < ev.RLength || int(h.BodyLen) > len(data)-wire.HeaderSize:
@@ -686,10 +723,12 @@ func (r *rpc) replyEvent(ev lnet.Event) {
 // deliver hands a final reply to the waiter, dropping it if one is already
 // waiting to be read (a duplicate reply to a resent request).
 func (r *rpc) deliver(m replyMsg) {
-	select {
-	case r.final <- m:
-	default:
+	r.evMu.Lock()
+	if !r.ev.hasFinal {
+		r.ev.final, r.ev.hasFinal = m, true
+		r.signal()
 	}
+	r.evMu.Unlock()
 }
 
 // finish unlinks r's MDs and returns once LNet no longer touches the
@@ -709,7 +748,12 @@ func (r *rpc) finish() {
 	if r.gotReply && r.nsent == 1 {
 		return
 	}
-	for ; r.sends > 0; r.sends-- {
-		<-r.sendDone
+	for {
+		for r.takeSends() != nil { // reported or not, a failure ends its send
+		}
+		if r.sends <= 0 {
+			return
+		}
+		<-r.wake
 	}
 }

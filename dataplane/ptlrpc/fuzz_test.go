@@ -108,14 +108,15 @@ func FuzzReplyDecode(f *testing.F) {
 
 	c := NewClient(nil, ClientConfig{Logger: quiet})
 	f.Fuzz(func(t *testing.T, data []byte, truncated uint8) {
-		r := &rpc{c: c, req: &Req{Opcode: opEcho}, xid: 16, final: make(chan replyMsg, 1), early: make(chan time.Duration, 1)}
+		r := &rpc{c: c, req: &Req{Opcode: opEcho}, xid: 16, wake: make(chan struct{}, 1)}
 		buf := make([]byte, replyOffset+len(data))
 		copy(buf[replyOffset:], data)
 		ev := lnet.Event{Type: lnet.EventPut, Offset: replyOffset, MLength: uint32(len(data)), RLength: uint32(len(data)) + uint32(truncated%2)}
 		r.replyBufs[0] = buf
 		r.replyEvent(ev)
-		select {
-		case m := <-r.final:
+		switch {
+		case r.ev.hasFinal:
+			m := r.ev.final
 			if m.err == nil {
 				if int(m.hdr.BodyLen) != len(m.body) || int(m.hdr.BodyLen) > len(data)-wire.HeaderSize {
 					t.Fatalf("body of %d bytes for BodyLen %d from %d bytes", len(m.body), m.hdr.BodyLen, len(data))
@@ -124,7 +125,7 @@ func FuzzReplyDecode(f *testing.F) {
 					t.Fatal("a truncated reply was accepted")
 				}
 			}
-		case <-r.early:
+		case r.ev.hasEarly:
 		default:
 			t.Fatalf("reply %q neither delivered nor refused", data)
 		}
