@@ -39,7 +39,6 @@ func (ln *LNet) parse(via *ni, hdr *wire.Header, from wire.NID, rx Rx) error {
 		}
 		lp.recvCount++
 		lp.recvBytes += uint64(hdr.PayloadLen)
-		lp.lastActive = time.Now()
 		ln.raisePeerNILocked(lp)
 		ln.raiseNILocked(via)
 	}

@@ -61,9 +61,14 @@ type peerNI struct {
 	sendBytes  uint64
 	recvCount  uint64
 	recvBytes  uint64
-	// lastActive is the last successful send to, or receive from, the peer
-	// NI (or when it was made); peers idle for Config.PeerAge go.
+	// lastActive is when the aging sweep first saw a successful send to, or
+	// receive from, the peer NI since its previous sweep (or when it was
+	// made); peers idle for Config.PeerAge go. The sweep notices a change of
+	// sendCount+recvCount (seenCount), so that no message reads the clock
+	// for it: the time is late by at most one sweep, which errs on the side
+	// of keeping a peer.
 	lastActive time.Time
+	seenCount  uint64
 	// recovering is set while a recovery ping of the peer NI is in flight;
 	// nextRecovery is when the next may go.
 	recovering   bool

@@ -202,6 +202,11 @@ func (ln *LNet) agePeersLocked(now time.Time) {
 		if lp.nid == wire.LoNID {
 			continue
 		}
+		for _, q := range p.nis {
+			if n := q.sendCount + q.recvCount; n != q.seenCount {
+				q.seenCount, q.lastActive = n, now
+			}
+		}
 		old := true
 		for _, q := range p.nis {
 			if !q.idleLocked() || now.Sub(q.lastActive) < idle || ln.net.gateways[q.nid] != nil {

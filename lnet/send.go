@@ -448,7 +448,6 @@ func (ln *LNet) finalize(via *ni, lm *Msg, err error) {
 	if err == nil {
 		lp.sendCount++
 		lp.sendBytes += uint64(lm.Hdr.PayloadLen)
-		lp.lastActive = time.Now()
 		m.sentOK = true
 	}
 	resend := err != nil && ln.resendableLocked(m, err)

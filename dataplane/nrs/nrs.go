@@ -230,7 +230,7 @@ func (h *Head) addLocked(it *Item) time.Time {
 	h.mu.seq++
 	it.seq, it.queued = h.mu.seq, true
 	h.mu.queued++
-	now := h.clock.Now()
+	now := h.nowLocked()
 	if h.mu.fifo != nil {
 		h.mu.fifo.enqueue(it)
 	} else {
@@ -283,7 +283,7 @@ func (h *Head) Get(ctx context.Context) (*Item, error) {
 		if h.mu.closed {
 			return nil, ErrClosed
 		}
-		now := h.clock.Now()
+		now := h.nowLocked()
 		it, next := h.dequeueLocked(now)
 		if it != nil {
 			h.wakeLocked(now)
@@ -319,6 +319,14 @@ func (h *Head) Get(ctx context.Context) (*Item, error) {
 // dequeueLocked asks the policy for an item at now. Without one it returns
 // the time one will be released (zero if nothing is queued or it depends
 // on no time).
+// nowLocked is the time TBF's tokens go by; fifo does without the clock.
+func (h *Head) nowLocked() time.Time {
+	if h.mu.tbf == nil {
+		return time.Time{}
+	}
+	return h.clock.Now()
+}
+
 func (h *Head) dequeueLocked(now time.Time) (*Item, time.Time) {
 	var it *Item
 	var next time.Time

@@ -595,12 +595,12 @@ func (e *Export) admit(h *wire.Header) (saved *savedReply, ok bool, why string) 
 
 // finish ends a request admitted by admit, saving its reply if it is to be
 // reconstructable.
-func (e *Export) finish(xid uint64, save *savedReply) {
+func (e *Export) finish(xid uint64, save *savedReply, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.inflight, xid)
 	e.busy.Add(-1)
-	e.lastSeen.Store(time.Now().UnixNano())
+	e.lastSeen.Store(now.UnixNano())
 	if save == nil || e.gone {
 		return
 	}

@@ -810,8 +810,9 @@ func (s *Service) handle(req *Request) {
 		// The handler did not number its change itself (AssignTransno).
 		req.transno = req.exp.target.NextTransno()
 	}
-	d := time.Since(t0)
-	s.at.add(t0, time.Since(req.Arrived))
+	end := time.Now() // one reading for the statistics, the reply and the export
+	d := end.Sub(t0)
+	s.at.add(t0, end.Sub(req.Arrived))
 	s.mu.Lock()
 	st := s.ops[h.Opcode]
 	st.Count++
@@ -877,18 +878,21 @@ func (s *Service) handle(req *Request) {
 		s.dropped.Add(1)
 		s.log.Debug("ptlrpc: fault injection: dropping reply", "xid", h.XID, "op", h.Opcode)
 	} else {
-		s.sendReply(req, &rh, body, replyOffset)
+		s.sendReplyAt(req, &rh, body, replyOffset, end)
 	}
-	req.finishExport(save)
+	req.finishExportAt(save, end)
 	s.release(req.buf)
 }
 
 // finishExport ends an admitted request on its export, keeping save for
 // reconstruction if it is not nil.
-func (req *Request) finishExport(save *savedReply) {
+func (req *Request) finishExport(save *savedReply) { req.finishExportAt(save, time.Now()) }
+
+// finishExportAt is finishExport at time now.
+func (req *Request) finishExportAt(save *savedReply, now time.Time) {
 	if req.admitted {
 		req.admitted = false
-		req.exp.finish(req.Header.XID, save)
+		req.exp.finish(req.Header.XID, save, now)
 	}
 }
 
@@ -905,7 +909,12 @@ func (s *Service) errorReply(req *Request, status int32) {
 // sendReply PUTs a reply header and body to the requester at off in its
 // reply MD. The body is sent from the handler's buffer without copying.
 func (s *Service) sendReply(req *Request, rh *wire.Header, body []byte, off uint32) {
-	rh.ServiceTime = uint32(min(time.Since(req.Arrived)/time.Millisecond, 1<<31))
+	s.sendReplyAt(req, rh, body, off, time.Now())
+}
+
+// sendReplyAt is sendReply at time now.
+func (s *Service) sendReplyAt(req *Request, rh *wire.Header, body []byte, off uint32, now time.Time) {
+	rh.ServiceTime = uint32(min(now.Sub(req.Arrived)/time.Millisecond, 1<<31))
 	if rh.Timeout == 0 {
 		rh.Timeout = uint32(min(s.at.current()/time.Millisecond, 1<<31))
 	}

@@ -61,10 +61,16 @@ type peer struct {
 		up bool
 		// events are peer events decided but not yet delivered.
 		events []lnet.PeerEvent
-		// lastUsed is the last Send to the peer, or connection installed or
-		// lost; removed is set when the peer is reaped.
-		lastUsed time.Time
-		removed  bool
+		// lastUsed is the last connection installed or lost, or when the
+		// reaper first saw Sends to the peer since its previous look (sends
+		// counts them, seenSends is what it saw: no Send reads the clock;
+		// the time is late by at most one reaping period, which keeps a
+		// peer longer, never shorter); removed is set when the peer is
+		// reaped.
+		lastUsed  time.Time
+		sends     uint64
+		seenSends uint64
+		removed   bool
 	}
 }
 
@@ -122,6 +128,9 @@ func (ni *NI) lockPeer(nid wire.NID) (*peer, error) {
 // idleLocked reports whether p has been unused for age: no connection, no
 // dial, nothing queued, no event to deliver.
 func (p *peer) idleLocked(now time.Time, age time.Duration) bool {
+	if p.mu.sends != p.mu.seenSends {
+		p.mu.seenSends, p.mu.lastUsed = p.mu.sends, now
+	}
 	if p.mu.up || len(p.mu.events) > 0 || now.Sub(p.mu.lastUsed) < age {
 		return false
 	}

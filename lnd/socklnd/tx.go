@@ -234,7 +234,7 @@ func (ni *NI) send(msg *lnet.Msg, hold bool) *conn {
 		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: %w", msg.NextHop, lnet.ErrShutdown))
 		return nil
 	}
-	p.mu.lastUsed = time.Now()
+	p.mu.sends++
 	q := &p.mu.txq[t]
 	q.reserve(ni.qcap)
 	c := p.mu.conns[t]
