@@ -215,6 +215,10 @@ type conn struct {
 	local  netip.AddrPort
 	remote netip.AddrPort
 	since  time.Time
+	// inProc says the peer's NI runs in this process (its NID and port
+	// are among listeners): an inline Send yields before writing only
+	// then (combine).
+	inProc bool
 
 	// prevW is closed when the writer of the connection this one replaced
 	// has exited, so messages of one type never overtake each other across
@@ -282,6 +286,7 @@ func (ni *NI) newConn(p *peer, tc *net.TCPConn, t wire.ConnType, active bool) *c
 		local:   addrPort(tc.LocalAddr()),
 		remote:  addrPort(tc.RemoteAddr()),
 		since:   time.Now(),
+		inProc:  !peersElsewhere.Load() && listeners.has(netip.AddrPortFrom(p.nid.Addr, uint16(ni.conf.Port))),
 		wdone:   make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		rxDone:  make(chan error, 1),

@@ -56,14 +56,17 @@
 // itself, header and payload views in one non-blocking writev straight
 // from LNet's buffers, and finalized before Send returns: a small round
 // trip then costs one write and one read on each side, and no goroutine
-// hand-off. Such a Send first yields the processor once, with its message
-// queued: the goroutines runnable at that moment (RPC handlers finishing
-// together, callers woken by replies that came in one read) queue theirs
-// behind it, and the one writev carries them all (Stats.TxWrites counts
-// the writes). On loopback a write costs more than the rest of a small
-// RPC, so under load this is most of the layer's throughput. The yield
-// costs little when nothing else is runnable; behind other runnable
-// goroutines (a server's background work) the message waits their turn.
+// hand-off. When the peer's NI runs in this process, such a Send first
+// yields the processor once, with its message queued: the goroutines
+// runnable at that moment (RPC handlers finishing together, callers woken
+// by replies that came in one read) queue theirs behind it, and the one
+// writev carries them all (Stats.TxWrites counts the writes). On loopback
+// a write costs more than the rest of a small RPC, so under load this is
+// most of the layer's throughput in one process. Across processes the
+// yield batches only this process's messages and, with a processor idle,
+// costs a thread wake-up, so a Send to another process writes at once;
+// messages that come while a write is in progress go together in the
+// next one all the same (see conn.combine).
 // Otherwise the message, with its header marshalled, goes on the
 // peer's queue for its connection type, and the connection's writer
 // goroutine sends it, together with whatever queued behind it (up to 64

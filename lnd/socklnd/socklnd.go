@@ -242,6 +242,7 @@ type NI struct {
 	log  *slog.Logger
 
 	ln     net.Listener
+	listen netip.AddrPort // ln's address, in listeners while ln is open
 	dialer net.Dialer
 	ctx    context.Context // canceled by Shutdown: stops dials, backoffs, handshakes
 	cancel context.CancelFunc
@@ -333,6 +334,8 @@ func Start(ctx context.Context, cfg lnet.NIConfig, c Config, host lnet.Host) (*N
 		return nil, fmt.Errorf("socklnd: %v: listen: %w", ni.nid, err)
 	}
 	ni.ln = ln
+	ni.listen = netip.AddrPortFrom(ni.nid.Addr, uint16(c.Port))
+	listeners.add(ni.listen)
 	ni.ctx, ni.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ni.spawn(ni.acceptLoop)
 	ni.spawn(ni.reapLoop)
@@ -396,6 +399,7 @@ func (ni *NI) Shutdown(ctx context.Context) error {
 	}
 	ni.cancel()
 	ni.ln.Close()
+	listeners.remove(ni.listen)
 	ni.mu.Lock()
 	ni.mu.closing = true
 	peers := make([]*peer, 0, len(ni.mu.peers))
@@ -433,4 +437,39 @@ func (ni *NI) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("socklnd: %v: shutdown: %w", ni.nid, ctx.Err())
 	}
+}
+
+// listenSet is the addresses the NIs of this process listen on, with how
+// many listen at each (an NI being shut down may overlap its successor).
+type listenSet struct {
+	mu sync.Mutex
+	m  map[netip.AddrPort]int
+}
+
+// peersElsewhere, set by tests before NIs start, has connections treat
+// every peer as another process's, to test that path in one process.
+var peersElsewhere atomic.Bool
+
+// listeners are this process's: a peer whose NID and port are among them
+// runs in this process (conn.inProc).
+var listeners = listenSet{m: make(map[netip.AddrPort]int)}
+
+func (l *listenSet) add(a netip.AddrPort) {
+	l.mu.Lock()
+	l.m[a]++
+	l.mu.Unlock()
+}
+
+func (l *listenSet) remove(a netip.AddrPort) {
+	l.mu.Lock()
+	if l.m[a]--; l.m[a] <= 0 {
+		delete(l.m, a)
+	}
+	l.mu.Unlock()
+}
+
+func (l *listenSet) has(a netip.AddrPort) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m[a] > 0
 }

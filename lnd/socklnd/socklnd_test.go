@@ -3,6 +3,7 @@ package socklnd
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -157,7 +158,16 @@ func TestTruncateAndDrain(t *testing.T) {
 	}
 }
 
+// TestOrdering runs with peers in this process (inline Sends yield to
+// batch, conn.combine) and as if in another (they write at once).
 func TestOrdering(t *testing.T) {
+	t.Run("in-process", func(t *testing.T) { testOrdering(t, false) })
+	t.Run("other-process", func(t *testing.T) { testOrdering(t, true) })
+}
+
+func testOrdering(t *testing.T, elsewhere bool) {
+	peersElsewhere.Store(elsewhere)
+	t.Cleanup(func() { peersElsewhere.Store(false) })
 	a, b := pair(t, nil)
 	const small, large = 1000, 40
 	done := make(chan struct{})
@@ -214,6 +224,35 @@ func TestOrdering(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("messages did not all arrive")
+	}
+}
+
+// TestInProcessPeers: a connection knows whether its peer's NI listens in
+// this process, and a shut NI's address leaves the set.
+func TestInProcessPeers(t *testing.T) {
+	a, b := pair(t, nil)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 1, pattern(1, 64)))
+	b.h.nextRx(t)
+	if f := a.h.nextFin(t); f.err != nil {
+		t.Fatal(f.err)
+	}
+	p, err := a.ni.peer(b.nid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	c := p.mu.conns[wire.ConnControl]
+	p.mu.Unlock()
+	if c == nil || !c.inProc {
+		t.Fatalf("control connection %v to %v: not seen as in this process", c, b.nid)
+	}
+	addr := netip.AddrPortFrom(b.nid.Addr, uint16(b.port))
+	if !listeners.has(addr) {
+		t.Fatalf("%v not among this process's listeners", addr)
+	}
+	b.stop(t)
+	if listeners.has(addr) {
+		t.Fatalf("%v still among the listeners after shutdown", addr)
 	}
 }
 

@@ -241,7 +241,7 @@ func (ni *NI) send(msg *lnet.Msg, hold bool) *conn {
 	if c != nil {
 		it.inc = p.mu.incarnation
 		if !hold && c.idleLocked(q) && ni.inlineOK(msg) && !q.full(ni.qcap) {
-			if !combineWrites {
+			if !combineWrites || !c.inProc {
 				c.busy = true
 				q.out++
 				p.mu.Unlock()
@@ -354,9 +354,19 @@ func (c *conn) sendInline(it *txItem) {
 // (handlers finishing, callers woken by replies the reader just
 // delivered) queue their messages behind this one instead of each paying
 // for a system call of its own, and the writer is not woken for them
-// (c.combining). With nothing else runnable the yield costs next to
-// nothing; under load it turns one writev per message into one per
-// batch, which on loopback is most of the cost of a small RPC.
+// (c.combining).
+//
+// Only a connection whose two ends run in this process yields (c.inProc):
+// there the goroutines that run meanwhile are both ends' (one scheduler
+// serves the requester, the replier and their readers), so the yield
+// batches under load and hands the processor to the receiving end at
+// once; in-process null RPCs go 25-30 % faster with it at 1, 8 and 64 in
+// flight. Across processes it only lets this process's goroutines queue
+// behind the message, and a yield with a processor idle wakes a thread
+// to look for work, a futex call and a context switch on a virtual
+// machine: an mdtest from a client process to a server process ran 5-20 %
+// faster at 8 jobs without it (creates, stats and unlinks), no slower at 1. Messages that come while
+// a write is in progress batch all the same (flush).
 func (c *conn) combine() {
 	runtime.Gosched()
 	c.p.mu.Lock()
