@@ -93,8 +93,10 @@ func (c *valueCache) fill(key, v []byte, found bool, g uint64) {
 }
 
 func (c *valueCache) putLocked(sh *cacheShard, key, v []byte, found bool) {
-	if _, ok := sh.m[string(key)]; !ok && len(sh.m) >= c.max {
-		clear(sh.m)
+	if len(sh.m) >= c.max {
+		if _, ok := sh.m[string(key)]; !ok {
+			clear(sh.m)
+		}
 	}
 	sh.m[string(key)] = cacheEntry{v: v, found: found}
 }

@@ -141,8 +141,17 @@ func (s *Store) create(r *Req, parent fid.FID, name string, sp Spec, target stri
 	if err == nil && sp.Layout != nil {
 		t.noteObjects(sp.Layout)
 	}
-	if err == nil && sp.Layout == nil && sp.Alloc != nil && n.Mode&S_IFMT == S_IFREG {
-		err = t.alloc(n.FID, sp.Alloc)
+	if err == nil && sp.Layout == nil {
+		if sp.Alloc != nil && n.Mode&S_IFMT == S_IFREG {
+			err = t.alloc(n.FID, sp.Alloc)
+		} else {
+			// Nor a layout, then (a file of a filesystem without OSTs, a
+			// directory, a special file): an unlink need not look.
+			// Noted only when this transaction writes none, since a
+			// note could outlive the record in a cache shard emptied
+			// between the two.
+			t.absent = append(t.absent, fidKey(pfxLayout, n.FID))
+		}
 	}
 	if err = t.finish(err); err != nil {
 		return Attr{}, err
