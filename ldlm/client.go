@@ -88,8 +88,8 @@ type ClientStats struct {
 	// Locks counts the locks the client knows; Unused those in LRUs.
 	Locks, Unused int
 	// Enqueues counts enqueue RPCs; Matches enqueues served from a cached
-	// lock without an RPC.
-	Enqueues, Matches uint64
+	// lock without an RPC; Glimpses the glimpse enqueues (GlimpseLock).
+	Enqueues, Matches, Glimpses uint64
 	// Duplicates counts intent locks given back at once because a lock
 	// the client held already served (the old one was kept).
 	Duplicates uint64
@@ -127,6 +127,7 @@ type Client struct {
 	}
 
 	enqueues, matches, duplicates, cancelRPCs, earlyCancels, convertRPCs, blASTs, cpASTs, glASTs atomic.Uint64
+	glimpses                                                                                     atomic.Uint64
 }
 
 // clientNS is a client's view of one target's namespace.
@@ -318,7 +319,7 @@ func (c *Client) Stats() ClientStats {
 		st.Unused += ns.lru.Len()
 	}
 	c.mu.Unlock()
-	st.Enqueues, st.Matches, st.Duplicates = c.enqueues.Load(), c.matches.Load(), c.duplicates.Load()
+	st.Enqueues, st.Matches, st.Duplicates, st.Glimpses = c.enqueues.Load(), c.matches.Load(), c.duplicates.Load(), c.glimpses.Load()
 	st.CancelRPCs, st.EarlyCancels, st.Converts = c.cancelRPCs.Load(), c.earlyCancels.Load(), c.convertRPCs.Load()
 	st.BlockingASTs, st.CompletionASTs, st.GlimpseASTs = c.blASTs.Load(), c.cpASTs.Load(), c.glASTs.Load()
 	return st
@@ -528,17 +529,42 @@ func (c *Client) matchLocked(ns *clientNS, e *Enqueue) *ClientLock {
 // intentStatus are the target's answer to e.Intent; with an intent the
 // server may grant no lock (nil).
 func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l *ClientLock, intentReply []byte, intentStatus int32, err error) {
+	var rep ldlmv1.EnqueueReply // on the stack (see below)
+	l, sent, err := c.enqueue(ctx, imp, e, 0, &rep)
+	if err != nil || !sent {
+		return l, nil, 0, err
+	}
+	return l, rep.IntentReply, rep.IntentStatus, nil
+}
+
+// enqueue is Enqueue with wire flags of the daemon's own, decoding the
+// reply into rep; sent is false for a lock matched locally (no RPC). It
+// returns no lock when the target granted none.
+func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wireExtra uint32, rep *ldlmv1.EnqueueReply) (l *ClientLock, sent bool, err error) {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
-		return nil, nil, 0, fmt.Errorf("ldlm: client closed")
+		return nil, false, fmt.Errorf("ldlm: client closed")
 	}
 	ns := c.nsLocked(imp)
 	if e.Intent == nil && e.Resource.Type != TypeFlock {
 		if l := c.matchLocked(ns, &e); l != nil {
 			c.mu.Unlock()
 			c.matches.Add(1)
-			return l, nil, 0, nil
+			return l, false, nil
+		}
+	}
+	if wireExtra&wireGlimpse == 0 {
+		if ls := c.takeConflictingLocked(ns, &e); len(ls) > 0 {
+			c.mu.Unlock()
+			for _, l := range ls {
+				c.giveBack(ctx, l)
+			}
+			c.mu.Lock()
+			if c.mu.closed {
+				c.mu.Unlock()
+				return nil, false, fmt.Errorf("ldlm: client closed")
+			}
 		}
 	}
 	c.mu.next++
@@ -556,33 +582,36 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	// they and their parts stay on the stack: an uncontended lock is two
 	// RPCs, and its allocations are most of what it adds to them.
 	er := ldlmv1.EnqueueRequest{Resource: resourceToWire(e.Resource), Mode: uint32(e.Mode),
-		Policy: policyToWire(e.Policy), Flags: uint32(e.Flags), ClientHandle: l.handle, Cancels: cancels, Converts: converts, Intent: e.Intent}
+		Policy: policyToWire(e.Policy), Flags: uint32(e.Flags) | wireExtra, ClientHandle: l.handle, Cancels: cancels, Converts: converts, Intent: e.Intent}
 	body, err := er.MarshalVT()
 	if err != nil {
 		c.forget(l)
-		return nil, nil, 0, err
+		return nil, true, err
 	}
-	c.enqueues.Add(1)
+	if wireExtra&wireGlimpse != 0 {
+		c.glimpses.Add(1)
+	} else {
+		c.enqueues.Add(1)
+	}
 	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)})
 	if err != nil {
 		c.forget(l)
-		return nil, nil, 0, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
+		return nil, true, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
 	}
-	var rep ldlmv1.EnqueueReply
 	if err := rep.UnmarshalVT(repBody); err != nil {
 		c.forget(l)
-		return nil, nil, 0, fmt.Errorf("ldlm: enqueue reply from %s: %w", imp.Target(), err)
+		return nil, true, fmt.Errorf("ldlm: enqueue reply from %s: %w", imp.Target(), err)
 	}
 	if rep.Handle == 0 {
 		c.forget(l)
-		return nil, rep.IntentReply, rep.IntentStatus, nil
+		return nil, true, nil
 	}
 	var moved *Resource
 	if rep.Resource != nil {
 		r, err := resourceFromWire(rep.Resource)
 		if err != nil || r.Type != e.Resource.Type {
 			c.forget(l)
-			return nil, nil, 0, fmt.Errorf("ldlm: enqueue reply from %s: granted resource %v: %w", imp.Target(), rep.Resource, ErrInvalid)
+			return nil, true, fmt.Errorf("ldlm: enqueue reply from %s: granted resource %v: %w", imp.Target(), rep.Resource, ErrInvalid)
 		}
 		moved = &r
 	}
@@ -600,7 +629,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 		if e.Intent != nil {
 			if old := c.keepOldLocked(l); old != nil {
 				c.mu.Unlock()
-				return old, rep.IntentReply, rep.IntentStatus, nil
+				return old, true, nil
 			}
 		}
 	}
@@ -618,7 +647,7 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 			// Give the waiting lock back; the server's completion AST will
 			// find it gone.
 			l.Release()
-			return nil, nil, 0, ctx.Err()
+			return nil, true, ctx.Err()
 		}
 		c.mu.Lock()
 		err = l.err
@@ -626,9 +655,35 @@ func (c *Client) Enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue) (l 
 	}
 	if err != nil {
 		c.forget(l)
-		return nil, nil, 0, err
+		return nil, true, err
 	}
-	return l, rep.IntentReply, rep.IntentStatus, nil
+	return l, true, nil
+}
+
+// takeConflictingLocked takes out, for giveBack, this client's unused
+// granted extent locks on e's resource that e's lock would conflict with
+// (an incompatible mode over an overlapping extent: a PR lock a glimpse or
+// a read left, before a write lock), so that their hooks run now and their
+// handles ride on e's enqueue instead of the server calling them back and
+// waiting (Lustre's early lock cancel before an enqueue).
+func (c *Client) takeConflictingLocked(ns *clientNS, e *Enqueue) []*ClientLock {
+	if e.Intent != nil || e.Resource.Type != TypeExtent {
+		return nil
+	}
+	var ls []*ClientLock
+	for l := ns.byRes[e.Resource]; l != nil; l = l.resNext {
+		if l.state != lockGranted || l.users != 0 || l.remote == 0 || Compatible(l.mode, e.Mode) ||
+			!l.policy.Extent.overlaps(e.Policy.Extent) {
+			continue
+		}
+		if l.lru != nil {
+			ns.lru.Remove(l.lru)
+			l.lru = nil
+		}
+		l.state = lockCancelling
+		ls = append(ls, l)
+	}
+	return ls
 }
 
 // keepOldLocked is Lustre's mdc_finish_intent_lock check: an intent's
@@ -848,6 +903,25 @@ func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) 
 		return LVB{}, false, fmt.Errorf("ldlm: glimpse reply from %s: %w", imp.Target(), err)
 	}
 	return lvbFromWire(rep.Lvb), rep.LvbValid, nil
+}
+
+// GlimpseLock is Glimpse that also takes the PR lock on the whole of res
+// the target grants when no lock conflicts with it (Lustre's glimpse
+// enqueue): then it returns the lock, with one reference for the caller
+// to Release, and its LVB, which stays true while the lock is held (a
+// writer calls it back first). Otherwise, as Glimpse, it returns no lock
+// and the LVB the target learnt from the writers. A granted lock the
+// client already holds serves without an RPC.
+func (c *Client) GlimpseLock(ctx context.Context, imp *ptlrpc.Import, res Resource, hooks Hooks) (l *ClientLock, lvb LVB, valid bool, err error) {
+	var rep ldlmv1.EnqueueReply
+	l, _, err = c.enqueue(ctx, imp, Enqueue{Resource: res, Mode: PR, Policy: Policy{Extent: Whole}, Hooks: hooks}, wireGlimpse|wireGlimpseLock, &rep)
+	switch {
+	case err != nil:
+		return nil, LVB{}, false, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)
+	case l != nil:
+		return l, l.LVB(), true, nil
+	}
+	return nil, lvbFromWire(rep.Lvb), rep.LvbValid, nil
 }
 
 // LockAhead asks for a write lock on ext of res before any I/O (Lustre's

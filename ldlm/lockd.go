@@ -103,6 +103,8 @@ type ServerStats struct {
 	// CallbackTimeouts counts locks not given back in time (each evicts
 	// its holder).
 	CallbackTimeouts uint64
+	// GlimpseLocks counts glimpses answered with a lock (no lock conflicted).
+	GlimpseLocks uint64
 	// BadRequests counts requests refused as malformed or invalid.
 	BadRequests uint64
 }
@@ -140,6 +142,7 @@ type Server struct {
 
 	enqueues, cancels, converts, earlyCancels           atomic.Uint64
 	blASTs, cpASTs, glASTs, astErrs, cbTimeouts, badReq atomic.Uint64
+	glLocks                                             atomic.Uint64 // glimpses granted as locks
 }
 
 // astWork is one callback to send.
@@ -223,7 +226,7 @@ func (s *Server) Stats() ServerStats {
 	return ServerStats{Namespace: ns,
 		Enqueues: s.enqueues.Load(), Cancels: s.cancels.Load(), Converts: s.converts.Load(), EarlyCancels: s.earlyCancels.Load(),
 		BlockingASTs: s.blASTs.Load(), CompletionASTs: s.cpASTs.Load(), GlimpseASTs: s.glASTs.Load(), ASTErrors: s.astErrs.Load(),
-		CallbackTimeouts: s.cbTimeouts.Load(), BadRequests: s.badReq.Load()}
+		CallbackTimeouts: s.cbTimeouts.Load(), GlimpseLocks: s.glLocks.Load(), BadRequests: s.badReq.Load()}
 }
 
 // Locks returns the locks on a resource, for administration and tests.
@@ -271,6 +274,11 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		return s.bad(r, fmt.Errorf("%w: lock replay outside recovery", ErrInvalid))
 	}
 	if er.Flags&wireGlimpse != 0 {
+		if er.Flags&wireGlimpseLock != 0 {
+			if rep, ok := s.glimpseLock(exp, owner, req, er.ClientHandle); ok {
+				return marshalEnqueueReply(rep)
+			}
+		}
 		lvb, valid, err := s.glimpse(ctx, res)
 		if err != nil {
 			return s.bad(r, err)
@@ -360,6 +368,65 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	rep.CallbackPending = l.CallbackPending
 	rep.Lvb = lvbToWire(lvb)
 	return marshalEnqueueReply(&rep)
+}
+
+// glimpseLock grants req, a glimpse's PR lock on a whole resource, if no
+// lock conflicts with it and the resource's LVB is known (the object
+// exists): a lock the holder keeps vouches for the size it carries until
+// a writer calls it back. It reports false, having granted nothing,
+// otherwise, and the glimpse asks the writers (Lustre's ofd_intent_policy
+// grants a glimpse that meets no resistance and turns it into glimpse
+// callbacks otherwise).
+func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clientHandle uint64) (*ldlmv1.EnqueueReply, bool) {
+	if s.cfg.LVBInit == nil || req.Mode != PR || req.Policy.Extent != Whole {
+		return nil, false // no LVB to vouch for
+	}
+	req.Flags |= BlockNoWait | NoExpansion
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil, false
+	}
+	result, err := s.mu.ns.Enqueue(req)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, false // ErrWouldBlock: a writer holds it
+	}
+	l := result.Lock
+	ok := l.State == Granted // BlockNoWait never queues; be safe all the same
+	if ok && result.NewResource {
+		lvb, err := s.cfg.LVBInit(req.Resource)
+		switch {
+		case err == nil:
+			if err := s.mu.ns.SetLVB(l.Resource, lvb); err != nil {
+				s.log.Warn("ldlm: set lvb", "resource", req.Resource, "err", err)
+				ok = false
+			}
+		case errors.Is(err, ErrNoObject):
+			ok = false // the glimpse's answer says so; no lock vouches for it
+		default:
+			s.log.Warn("ldlm: lvb init", "resource", req.Resource, "err", err)
+			ok = false
+		}
+	}
+	if !ok {
+		var work []astWork
+		if eff, err := s.mu.ns.Cancel(l.Handle, owner); err == nil {
+			work = s.effectsLocked(eff)
+		}
+		s.mu.Unlock()
+		s.dispatch(work)
+		return nil, false
+	}
+	s.mu.owners[owner] = exp
+	s.mu.remote[l.Handle] = clientHandle
+	lvb, _ := s.mu.ns.LVB(l.Resource)
+	work := s.effectsLocked(result.Effects)
+	s.mu.Unlock()
+	s.dispatch(work)
+	s.glLocks.Add(1)
+	return &ldlmv1.EnqueueReply{Handle: uint64(l.Handle), Granted: true, Mode: uint32(l.Mode), Policy: policyToWire(l.Policy),
+		CallbackPending: l.CallbackPending, Lvb: lvbToWire(lvb), LvbValid: true}, true
 }
 
 // cancelHandles cancels locks of owner and returns how many it cancelled.

@@ -48,6 +48,8 @@ type lockCluster struct {
 
 	mu   sync.Mutex
 	data []byte // the object
+	// missing has LVBInit say the object does not exist.
+	missing atomic.Bool
 }
 
 func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCluster {
@@ -64,6 +66,9 @@ func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCl
 		CallbackTimeout: cbTimeout, Logger: quiet,
 		Evict: func(exp *ptlrpc.Export) { lc.tgt.Evict(exp.ClientUUID()) },
 		LVBInit: func(Resource) (LVB, error) {
+			if lc.missing.Load() {
+				return LVB{}, ErrNoObject
+			}
 			lc.mu.Lock()
 			defer lc.mu.Unlock()
 			return LVB{Size: uint64(binary.LittleEndian.Uint64(lc.data[objSize-8:]))}, nil
@@ -354,6 +359,124 @@ func TestGlimpse(t *testing.T) {
 		t.Fatalf("locks after glimpse: %+v", got)
 	}
 	l.Release()
+}
+
+// TestGlimpseLock: a glimpse that meets no write lock is granted as the PR
+// lock it asks for, whose LVB serves the next glimpses without an RPC; a
+// writer calls it back; a glimpse behind a writer gets the writer's size
+// and no lock; and an object the server cannot read gets no lock either.
+func TestGlimpseLock(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	lc.mu.Lock()
+	binary.LittleEndian.PutUint64(lc.data[objSize-8:], 777)
+	lc.mu.Unlock()
+	l, lvb, valid, err := b.lc.GlimpseLock(ctx, b.imp, objRes, b.hooks())
+	if err != nil || l == nil || lvb.Size != 777 || !valid {
+		t.Fatalf("glimpse of an unlocked object: lock %v lvb %+v valid %v err %v", l, lvb, valid, err)
+	}
+	if got := lc.lockd.Locks(objRes); len(got) != 1 || got[0].Mode != PR || got[0].Policy.Extent != Whole || got[0].State != Granted {
+		t.Fatalf("server locks after the glimpse: %+v", got)
+	}
+	l.Release()
+	gl := b.lc.Stats().Glimpses
+	l2, lvb, _, err := b.lc.GlimpseLock(ctx, b.imp, objRes, b.hooks())
+	if err != nil || l2 != l || lvb.Size != 777 || b.lc.Stats().Glimpses != gl {
+		t.Fatalf("second glimpse: lock %v (first %v) lvb %+v err %v, glimpses %d -> %d", l2, l, lvb, err, gl, b.lc.Stats().Glimpses)
+	}
+	l2.Release()
+
+	// A writer calls the glimpse's lock back.
+	a.size.Store(4242)
+	w, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lc.lockd.Locks(objRes); len(got) != 1 || got[0].Mode != PW {
+		t.Fatalf("server locks after the write lock: %+v", got)
+	}
+	// Behind the writer: the writer's size, no lock, the writer's lock kept.
+	l3, lvb, _, err := b.lc.GlimpseLock(ctx, b.imp, objRes, b.hooks())
+	if err != nil || l3 != nil || lvb.Size != 4242 {
+		t.Fatalf("glimpse behind a writer: lock %v lvb %+v err %v", l3, lvb, err)
+	}
+	if got := lc.lockd.Locks(objRes); len(got) != 1 || got[0].Mode != PW {
+		t.Fatalf("server locks after the glimpse behind the writer: %+v", got)
+	}
+	w.Release()
+	if st := lc.lockd.Stats(); st.GlimpseLocks != 1 || st.GlimpseASTs != 1 {
+		t.Fatalf("server stats %+v", st)
+	}
+
+	// No object: no lock vouches for a size.
+	lc.missing.Store(true)
+	other := Resource{ID: ResIDOfFID(0x100000000, 9, 0), Type: TypeExtent}
+	l4, _, valid, err := b.lc.GlimpseLock(ctx, b.imp, other, b.hooks())
+	if err != nil || l4 != nil || valid {
+		t.Fatalf("glimpse of a missing object: lock %v valid %v err %v", l4, valid, err)
+	}
+	if got := lc.lockd.Locks(other); len(got) != 0 {
+		t.Fatalf("locks on the missing object: %+v", got)
+	}
+}
+
+// TestOwnConflictsGoEarly: a write lock asked by a client that holds an
+// unused read lock over the same bytes gives that lock back with the
+// enqueue (its flush hook run first) rather than being called back by the
+// server; a read lock in use stays and is called back as usual.
+func TestOwnConflictsGoEarly(t *testing.T) {
+	lc := newLockCluster(t, 1, 5*time.Second)
+	a := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	r, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PR, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	a.mu.Lock()
+	a.cache = make([]byte, objSize) // what the read lock covers
+	a.mu.Unlock()
+	w, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Extent{Start: 0, End: 4095}}, Flags: NoExpansion, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	dropped := a.cache == nil
+	a.mu.Unlock()
+	if st := a.lc.Stats(); st.BlockingASTs != 0 || st.EarlyCancels != 1 || !dropped {
+		t.Fatalf("client stats %+v, cache dropped %v: want the read lock given back early, its hook run", st, dropped)
+	}
+	if got := lc.lockd.Locks(objRes); len(got) != 1 || got[0].Mode != PW || got[0].State != Granted {
+		t.Fatalf("server locks: %+v", got)
+	}
+	w.Release()
+	// A read lock in use is the holder's to give back.
+	r, _, _, err = a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PR, Policy: Policy{Extent: Extent{Start: 1 << 20, End: EOF}}, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		w, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+		if err == nil {
+			w.Release()
+		}
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("write lock granted over a read lock in use (%v %v): %v; server %+v client %+v", r.Mode(), r.Policy(), err, lc.lockd.Locks(objRes), a.lc.Stats())
+	default:
+	}
+	r.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := a.lc.Stats(); st.BlockingASTs == 0 {
+		t.Fatalf("client stats %+v: the read lock in use was not called back", st)
+	}
 }
 
 func resN(i int) Resource {

@@ -19,7 +19,12 @@ const (
 	// taking it (F_GETLK, Lustre's LDLM_FL_TEST_LOCK): the reply names the
 	// conflicting lock (mode, range, owner, pid), or mode NL for none.
 	wireTestLock uint32 = 1 << 9
-	wireFlags           = wireBlockNoWait | wireNoExpansion | wireReplay | wireGlimpse | wireTestLock
+	// wireGlimpseLock, with wireGlimpse, takes the PR lock the glimpse
+	// asks for when no lock conflicts with it (Lustre's ofd_intent_policy
+	// grants an uncontended glimpse): the holder then knows the size
+	// without asking again until a writer calls the lock back.
+	wireGlimpseLock uint32 = 1 << 10
+	wireFlags              = wireBlockNoWait | wireNoExpansion | wireReplay | wireGlimpse | wireTestLock | wireGlimpseLock
 )
 
 // resourceToWire and resourceFromWire convert resource names.

@@ -229,9 +229,15 @@ func (o *Object) Attr(ctx context.Context) (Attr, error) {
 		return a, nil
 	}
 	c := o.c
-	lvb, valid, err := c.locks.Glimpse(ctx, c.imp, o.res)
+	// The glimpse takes the PR lock on the whole object when nobody
+	// writes it, so that the next stat needs no RPC (as Lustre's does).
+	l, lvb, valid, err := c.locks.GlimpseLock(ctx, c.imp, o.res, o.hooks)
 	if err != nil {
 		return Attr{}, o.errorf("glimpse: %w", err)
+	}
+	if l != nil {
+		o.addLock(l)
+		l.Release() // cached, unused, until a writer calls it back
 	}
 	a = Attr{Size: lvb.Size, Mtime: lvb.MTime, Ctime: lvb.CTime}
 	if !valid && lvb.Size == 0 && lvb.Blocks == 0 && lvb.MTime == 0 {
@@ -303,6 +309,11 @@ func (o *Object) enqueue(ctx context.Context, mode ldlm.Mode, ext ldlm.Extent, f
 	if err != nil {
 		return nil, lockInfo{}, o.errorf("lock %v %v: %w", mode, ext, err)
 	}
+	return l, o.addLock(l), nil
+}
+
+// addLock records a lock granted on the object, with what its LVB says.
+func (o *Object) addLock(l *ldlm.ClientLock) lockInfo {
 	info := lockInfo{mode: l.Mode(), ext: l.Policy().Extent}
 	o.mu.Lock()
 	if _, ok := o.mu.locks[l]; !ok {
@@ -312,7 +323,7 @@ func (o *Object) enqueue(ctx context.Context, mode ldlm.Mode, ext ldlm.Extent, f
 		o.mu.lvbTime.m, o.mu.lvbTime.c = max(o.mu.lvbTime.m, lvb.MTime), max(o.mu.lvbTime.c, lvb.CTime)
 	}
 	o.mu.Unlock()
-	return l, info, nil
+	return info
 }
 
 // Mode returns the lock's mode as granted (a cached PW lock may serve a

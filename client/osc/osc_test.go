@@ -107,6 +107,51 @@ func TestWriteReadBack(t *testing.T) {
 	t.Logf("b: %+v", b.OSCs[0].Stats())
 }
 
+// TestGlimpseKeepsLock: the size of an object nobody writes comes with
+// the glimpse's PR lock, and the next asks nothing; a writer elsewhere
+// calls that lock back, and the size and bytes it wrote are seen.
+func TestGlimpseKeepsLock(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 30*time.Second)
+	f := precreate(t, c, 0)
+	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	defer oa.Close()
+	defer ob.Close()
+	lockd := c.OSS.OSTs()[0].LockServer()
+
+	if sz, err := ob.Size(ctx); err != nil || sz != 0 {
+		t.Fatalf("size of a new object: %d %v", sz, err)
+	}
+	gl := b.Locks.Stats().Glimpses
+	if sz, err := ob.Size(ctx); err != nil || sz != 0 || b.Locks.Stats().Glimpses != gl {
+		t.Fatalf("second size: %d %v, glimpses %d -> %d (want none)", sz, err, gl, b.Locks.Stats().Glimpses)
+	}
+	if st := lockd.Stats(); st.GlimpseLocks != 1 {
+		t.Fatalf("lock server: %+v", st)
+	}
+
+	data := pattern(5000, 3)
+	if _, err := oa.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := oa.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Locks.Stats(); st.BlockingASTs == 0 {
+		t.Fatalf("the writer did not call the glimpse's lock back: %+v", st)
+	}
+	if sz, err := ob.Size(ctx); err != nil || sz != 5000 {
+		t.Fatalf("size after the write elsewhere: %d %v", sz, err)
+	}
+	got := make([]byte, len(data))
+	if _, err := ob.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read after the write elsewhere: %v (equal %v)", err, bytes.Equal(got, data))
+	}
+
+}
+
 // mountTmpfs mounts a tmpfs of size bytes for a small OST.
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
