@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nacrefs/nacre/lnet"
@@ -267,8 +266,6 @@ type conn struct {
 
 	rb rxBuf // reader only, and Recv while the reader waits for it
 
-	// rstate is the reader's state while it runs a continuation (cont.go).
-	rstate atomic.Int32
 	// Guarded by NI.cont.mu: the message whose continuation runs, when it
 	// started, and where c is in the watchdog's list (-1: not in it).
 	contRx    *rx

@@ -61,13 +61,6 @@ func (r *rx) continued() *rx {
 // still its reader (lnet.Releaser): the continuation is about to wait.
 func (r *rx) Release() { r.c.ni.cont.release(r) }
 
-// Reader states (conn.rstate) while a reader runs a continuation.
-const (
-	readerReading  int32 = iota // the reader reads, or runs no continuation
-	readerRunning               // it runs a continuation and will read on after
-	readerReplaced              // another reader was started: it ends after the continuation
-)
-
 // startReader starts a reader goroutine for c or, once Shutdown has begun,
 // closes c.
 func (c *conn) startReader() {
@@ -98,7 +91,7 @@ func (c *conn) read() {
 		ni.stats.rxContinued.Add(1)
 		ni.cont.watch(c, r)
 		r.later.Continue(r)
-		if !ni.cont.unwatch(c) || !ni.join() {
+		if !ni.cont.unwatch(c, r) || !ni.join() {
 			return
 		}
 	}
@@ -124,9 +117,14 @@ type watchdog struct {
 
 // watch registers c, whose reader is about to run r's continuation.
 func (w *watchdog) watch(c *conn, r *rx) {
-	c.rstate.Store(readerRunning)
 	now := time.Now()
 	w.mu.Lock()
+	if c.watchIdx >= 0 {
+		// Not expected (one reader registers at a time, and an entry goes
+		// when its continuation is replaced or returns), but one entry per
+		// connection is what removeLocked relies on.
+		w.removeLocked(c)
+	}
 	c.contSince, c.watchIdx, c.contRx = now, len(w.running), r
 	w.running = append(w.running, c)
 	if !w.armed {
@@ -140,15 +138,17 @@ func (w *watchdog) watch(c *conn, r *rx) {
 	w.mu.Unlock()
 }
 
-// unwatch is called by c's reader when its continuation has returned; it
-// reports whether the goroutine is still c's reader.
-func (w *watchdog) unwatch(c *conn) bool {
+// unwatch is called by the goroutine that ran r's continuation on c when
+// it has returned; it reports whether that goroutine is still c's reader
+// (r's reading was not handed to another). Only r's own entry is removed:
+// a reader started meanwhile may have registered a continuation of its own.
+func (w *watchdog) unwatch(c *conn, r *rx) bool {
 	w.mu.Lock()
-	if c.watchIdx >= 0 {
+	defer w.mu.Unlock()
+	if c.watchIdx >= 0 && c.contRx == r {
 		w.removeLocked(c)
 	}
-	w.mu.Unlock()
-	return c.rstate.CompareAndSwap(readerRunning, readerReading)
+	return !r.replaced
 }
 
 // release hands r's connection to a new reader if r's continuation is
@@ -156,17 +156,17 @@ func (w *watchdog) unwatch(c *conn) bool {
 func (w *watchdog) release(r *rx) {
 	c := r.c
 	w.mu.Lock()
-	if c.watchIdx < 0 || c.contRx != r {
+	if r.replaced {
 		w.mu.Unlock()
 		return
 	}
-	w.removeLocked(c)
-	replaced := c.rstate.CompareAndSwap(readerRunning, readerReplaced)
-	w.mu.Unlock()
-	if replaced {
-		w.ni.stats.rxReleased.Add(1)
-		c.startReader()
+	if c.watchIdx >= 0 && c.contRx == r {
+		w.removeLocked(c)
 	}
+	r.replaced = true
+	w.mu.Unlock()
+	w.ni.stats.rxReleased.Add(1)
+	c.startReader()
 }
 
 func (w *watchdog) removeLocked(c *conn) {
@@ -197,8 +197,10 @@ func (w *watchdog) fire() {
 			i++
 			continue
 		}
+		r := c.contRx
 		w.removeLocked(c) // moves the last entry to i
-		if c.rstate.CompareAndSwap(readerRunning, readerReplaced) {
+		if r != nil && !r.replaced {
+			r.replaced = true
 			late = append(late, lateConn{c, ran})
 		}
 	}

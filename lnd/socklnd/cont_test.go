@@ -164,3 +164,86 @@ func TestContinuationRelease(t *testing.T) {
 		t.Errorf("stats: %d continued, %d released, %d handed off by the watchdog; want 1, 1, 0", st.RxContinued, st.RxReleased, st.RxHandoffs)
 	}
 }
+
+// Continuations that overlap: each message's continuation outlives the
+// watchdog's delay and returns only once the next message's continuation
+// (on the reader the watchdog started) runs. Each old goroutine must end
+// when its continuation returns without touching the new reader's entry
+// or taking the reading back: the messages come once each, in order, every
+// continuation runs once, and the watchdog lists nothing at the end (a
+// goroutine that took its reading back removed the newer entry and left
+// two readers; an entry left behind crashed the watchdog).
+func TestOverlappingContinuations(t *testing.T) {
+	a, b := pair(t, nil)
+	const n = 40
+	var started [n + 1]chan struct{}
+	for i := range started {
+		started[i] = make(chan struct{})
+	}
+	ran := make(chan uint64, n)
+	parsed := func(hdr *wire.Header, rx lnet.Rx) {
+		i := hdr.MatchBits
+		if !rx.(lnet.Continuer).Continue(contFunc(func() {
+			close(started[i])
+			if i+1 < n {
+				select { // the next message's continuation runs meanwhile
+				case <-started[i+1]:
+				case <-time.After(10 * time.Second):
+					t.Errorf("continuation %d: the next one never started", i)
+				}
+			}
+			if i%3 == 0 {
+				time.Sleep(2 * handoffAfter) // and sometimes outlives it
+			}
+			ran <- i
+		})) {
+			t.Errorf("message %d: Continue refused", i)
+		}
+	}
+	b.h.parsed.Store(&parsed)
+	for i := range uint64(n) { // each once the one before runs its continuation
+		a.h.send(t, a.ni, put(a.nid, b.nid, i, pattern(i, 64)))
+		if r := b.h.nextRx(t); r.hdr.MatchBits != i {
+			t.Fatalf("got message %d, want %d", r.hdr.MatchBits, i)
+		}
+		select {
+		case <-started[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("continuation %d never started", i)
+		}
+	}
+	seen := make(map[uint64]bool)
+	for range n {
+		select {
+		case i := <-ran:
+			if seen[i] {
+				t.Fatalf("continuation %d ran twice", i)
+			}
+			seen[i] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d continuations ran, want %d", len(seen), n)
+		}
+	}
+	// One reader reads on.
+	for i := uint64(n); i < n+3; i++ {
+		want := pattern(i, 2000)
+		b.h.parsed.Store(nil)
+		a.h.send(t, a.ni, put(a.nid, b.nid, i, want))
+		if r := b.h.nextRx(t); r.hdr.MatchBits != i || !bytes.Equal(joined(r.dst, r.mlen), want) {
+			t.Fatalf("got message %d, want %d with its payload", r.hdr.MatchBits, i)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.ni.cont.mu.Lock()
+		left := len(b.ni.cont.running)
+		b.ni.cont.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watchdog still lists %d connections", left)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

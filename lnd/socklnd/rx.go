@@ -32,6 +32,11 @@ type rx struct {
 	// Host.Parse and after.
 	later   lnet.Continuation
 	parsing bool // in Host.Parse: Continue may be called
+	// replaced is set, under the watchdog's mu, when the connection's
+	// reading is handed to a new reader while this message's continuation
+	// runs (release, or the watchdog): the goroutine running it then ends
+	// when it returns.
+	replaced bool
 }
 
 // readLoop reads messages off c until one of them leaves a continuation
