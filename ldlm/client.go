@@ -557,8 +557,11 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 	if wireExtra&wireGlimpse == 0 {
 		if ls := c.takeConflictingLocked(ns, &e); len(ls) > 0 {
 			c.mu.Unlock()
+			// Their hooks drop clean pages: not to be cut short by a
+			// caller that gives up.
+			hctx := context.WithoutCancel(ctx)
 			for _, l := range ls {
-				c.giveBack(ctx, l)
+				c.giveBack(hctx, l)
 			}
 			c.mu.Lock()
 			if c.mu.closed {
@@ -596,6 +599,7 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)})
 	if err != nil {
 		c.forget(l)
+		c.requeueCancels(ns, cancels)
 		return nil, true, fmt.Errorf("ldlm: enqueue %v %v on %s: %w", e.Mode, e.Resource, imp.Target(), err)
 	}
 	if err := rep.UnmarshalVT(repBody); err != nil {
@@ -660,19 +664,37 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 	return l, true, nil
 }
 
+// requeueCancels puts back the handles an enqueue that failed carried, for
+// the next request or the flusher to tell the server (it may never have
+// seen them).
+func (c *Client) requeueCancels(ns *clientNS, cancels []uint64) {
+	if len(cancels) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, h := range cancels {
+		ns.queueHandleLocked(Handle(h))
+	}
+	c.mu.Unlock()
+	c.kickFlusher()
+}
+
 // takeConflictingLocked takes out, for giveBack, this client's unused
-// granted extent locks on e's resource that e's lock would conflict with
-// (an incompatible mode over an overlapping extent: a PR lock a glimpse or
-// a read left, before a write lock), so that their hooks run now and their
-// handles ride on e's enqueue instead of the server calling them back and
-// waiting (Lustre's early lock cancel before an enqueue).
+// granted read locks (PR, CR) on e's extent resource that e's lock would
+// conflict with (a lock a glimpse or a read left, before a write lock), so
+// that their hooks run now and their handles ride on e's enqueue instead
+// of the server calling them back and waiting (Lustre's early lock cancel
+// before an enqueue). Read locks only: they cover no dirty data, so giving
+// them back drops clean pages and waits for nothing but reads in flight;
+// a write lock's flush is the blocking AST's to run, on the lock client's
+// own goroutines.
 func (c *Client) takeConflictingLocked(ns *clientNS, e *Enqueue) []*ClientLock {
 	if e.Intent != nil || e.Resource.Type != TypeExtent {
 		return nil
 	}
 	var ls []*ClientLock
 	for l := ns.byRes[e.Resource]; l != nil; l = l.resNext {
-		if l.state != lockGranted || l.users != 0 || l.remote == 0 || Compatible(l.mode, e.Mode) ||
+		if l.state != lockGranted || l.users != 0 || l.remote == 0 || (l.mode != PR && l.mode != CR) || Compatible(l.mode, e.Mode) ||
 			!l.policy.Extent.overlaps(e.Policy.Extent) {
 			continue
 		}

@@ -394,6 +394,12 @@ func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clien
 	}
 	l := result.Lock
 	ok := l.State == Granted // BlockNoWait never queues; be safe all the same
+	if ok && !result.NewResource {
+		// An LVB still empty may be one LVBInit found no object for (see
+		// glimpse): no lock vouches for it.
+		lvb, _ := s.mu.ns.LVB(l.Resource)
+		ok = lvb.Size != 0 || lvb.Blocks != 0 || lvb.MTime != 0 || lvb.CTime != 0
+	}
 	if ok && result.NewResource {
 		lvb, err := s.cfg.LVBInit(req.Resource)
 		switch {

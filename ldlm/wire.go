@@ -6,6 +6,12 @@ import (
 	ldlmv1 "github.com/nacrefs/nacre/proto/nacre/ldlm/v1"
 )
 
+// ConnectGlimpseLock is the connect feature bit (ptlrpc ImportConfig and
+// TargetConfig Features) of a lock server that grants glimpses as locks
+// (wireGlimpseLock): a client asks for one only of a target that agreed,
+// since an older one refuses the flag.
+const ConnectGlimpseLock uint64 = 1 << 0
+
 // Enqueue flags on the wire (EnqueueRequest.flags). The first two are
 // Flags; the rest are the daemon's own.
 const (

@@ -231,7 +231,15 @@ func (o *Object) Attr(ctx context.Context) (Attr, error) {
 	c := o.c
 	// The glimpse takes the PR lock on the whole object when nobody
 	// writes it, so that the next stat needs no RPC (as Lustre's does).
-	l, lvb, valid, err := c.locks.GlimpseLock(ctx, c.imp, o.res, o.hooks)
+	var l *ldlm.ClientLock
+	var lvb ldlm.LVB
+	var valid bool
+	var err error
+	if c.imp.Features()&ldlm.ConnectGlimpseLock != 0 {
+		l, lvb, valid, err = c.locks.GlimpseLock(ctx, c.imp, o.res, o.hooks)
+	} else {
+		lvb, valid, err = c.locks.Glimpse(ctx, c.imp, o.res)
+	}
 	if err != nil {
 		return Attr{}, o.errorf("glimpse: %w", err)
 	}
@@ -313,13 +321,22 @@ func (o *Object) enqueue(ctx context.Context, mode ldlm.Mode, ext ldlm.Extent, f
 }
 
 // addLock records a lock granted on the object, with what its LVB says.
+// The size the LVB gives counts only up to the end of the lock's extent
+// (Lustre's osc_lock_lvb_update): beyond it another client may truncate
+// without calling this lock back, so a larger size seen under it would
+// outlive the truncate and later pass for exact under a lock to EOF. A lock
+// already gone (an eviction's hooks ran) is not recorded.
 func (o *Object) addLock(l *ldlm.ClientLock) lockInfo {
 	info := lockInfo{mode: l.Mode(), ext: l.Policy().Extent}
 	o.mu.Lock()
-	if _, ok := o.mu.locks[l]; !ok {
+	if _, ok := o.mu.locks[l]; !ok && !l.Gone() {
 		o.mu.locks[l] = info
 		lvb := l.LVB()
-		o.mu.sizeSeen = max(o.mu.sizeSeen, lvb.Size)
+		size := lvb.Size
+		if info.ext.End != ldlm.EOF {
+			size = min(size, info.ext.End+1)
+		}
+		o.mu.sizeSeen = max(o.mu.sizeSeen, size)
 		o.mu.lvbTime.m, o.mu.lvbTime.c = max(o.mu.lvbTime.m, lvb.MTime), max(o.mu.lvbTime.c, lvb.CTime)
 	}
 	o.mu.Unlock()

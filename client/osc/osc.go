@@ -177,6 +177,7 @@ func New(cfg ClientConfig) (*Client, error) {
 	}
 	ic.OnRecover = c.recover
 	ic.NoReplay = noReplay
+	ic.Features |= ldlm.ConnectGlimpseLock
 	userEvict := ic.OnEvict
 	ic.OnEvict = func(imp *ptlrpc.Import) {
 		c.evicted(imp)

@@ -15,6 +15,7 @@ import (
 	"github.com/nacrefs/nacre/client/internal/clienttest"
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/ldlm"
 )
 
 const portBase = 29800
@@ -150,6 +151,114 @@ func TestGlimpseKeepsLock(t *testing.T) {
 		t.Fatalf("read after the write elsewhere: %v (equal %v)", err, bytes.Equal(got, data))
 	}
 
+}
+
+// TestInterruptedReadKeepsDirtyData: a read that conflicts with the
+// client's own cached write lock, whose page is dirty, and whose context
+// has ended, loses none of that data: the write lock is not given back
+// early under the reader's context (only read locks are), but called back
+// by the server and flushed on the lock client's own goroutines.
+func TestInterruptedReadKeepsDirtyData(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 30*time.Second)
+	f := precreate(t, c, 0)
+	oa := a.OSCs[0].Open(f)
+	defer oa.Close()
+	// An exact PW lock on the first page, used by a write, kept unused.
+	if err := oa.LockAhead(ctx, 0, 4095); err != nil {
+		t.Fatal(err)
+	}
+	data := pattern(4096, 9)
+	if _, err := oa.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.OSCs[0].Stats(); st.UnsentBytes != 4096 {
+		t.Fatalf("want one dirty page: %+v", st)
+	}
+	// A read of two pages with an ended ctx (an interrupted read).
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := oa.ReadAt(dead, make([]byte, 8192), 0)
+	t.Logf("interrupted read: %v", err)
+	st := a.OSCs[0].Stats()
+	t.Logf("after the interrupted read: lost pages %d unsent %d written %d", st.LostPages, st.UnsentBytes, st.WriteBytes)
+	if serr := oa.Sync(ctx); serr != nil {
+		t.Logf("Sync: %v", serr)
+	}
+	ob := b.OSCs[0].Open(f)
+	defer ob.Close()
+	got := make([]byte, 4096)
+	if _, err := ob.ReadAt(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("written data lost by an interrupted read (lost pages %d)", st.LostPages)
+	}
+}
+
+// TestGlimpseLockSizeAfterTruncate: a client holding a read lock below the
+// end of the object learns no size beyond that lock's extent from it: a
+// truncate elsewhere whose lock does not overlap may cut it, and a
+// glimpse's lock to EOF would then pass the old size for exact.
+func TestGlimpseLockSizeAfterTruncate(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, 30*time.Second)
+	f := precreate(t, c, 0)
+	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	defer oa.Close()
+	defer ob.Close()
+	const kib = 1024
+	if _, err := oa.WriteAt(ctx, pattern(64*kib, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := oa.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	imp := a.OSCs[0].Import()
+	if err := a.Locks.SetLRUMaxAge(imp, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // a's write lock goes
+	if err := a.Locks.SetLRUMaxAge(imp, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// a holds an exact lock at 32 KiB, so that b's read lock at 0 grows
+	// no further than 32 KiB.
+	if err := oa.LockAhead(ctx, 32*kib, 36*kib-1); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := ob.Lock(ctx, false, 0, 4095)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("b's read lock: %v %v, known size %d", lk.Mode(), lk.Extent(), ob.KnownSize())
+	lk.Release()
+	// a truncates to 40 KiB: its lock [40K, EOF] misses b's.
+	if err := oa.Truncate(ctx, 40*kib); err != nil {
+		t.Fatal(err)
+	}
+	// a's locks go (as they would age out of its LRU).
+	if err := a.Locks.SetLRUMaxAge(imp, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	sz, err := ob.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sz2, _ := ob.Size(ctx)
+	t.Logf("b's size: %d then %d; server locks %+v", sz, sz2, c.OSS.OSTs()[0].LockServer().Locks(ldlmRes(f)))
+	if sz != 40*kib || sz2 != 40*kib {
+		t.Fatalf("size %d then %d, want %d", sz, sz2, 40*kib)
+	}
+}
+
+func ldlmRes(f fid.FID) ldlm.Resource {
+	return ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeExtent}
 }
 
 // mountTmpfs mounts a tmpfs of size bytes for a small OST.

@@ -284,6 +284,14 @@ type ConnInfo struct {
 	Timeout, ServiceEstimate, NetLatency time.Duration
 }
 
+// Features returns the feature bits the target agreed to at the last
+// connect (0 before one).
+func (imp *Import) Features() uint64 {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	return imp.mu.features
+}
+
 // Info returns the import's connection state.
 func (imp *Import) Info() ConnInfo {
 	imp.mu.Lock()

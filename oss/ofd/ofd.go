@@ -212,6 +212,7 @@ func New(cfg Config) (*OFD, error) {
 	// Transnos go on after the last one the device made durable, so a
 	// restarted OST never reuses a transno clients saw committed.
 	o.tgt, err = cfg.Targets.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
+		Features:    ldlm.ConnectGlimpseLock,
 		LastTransno: cfg.Device.LastCommitted(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
 		OnConnect: o.connectGrant,
 		OnGone: func(e *ptlrpc.Export, _ bool) {
