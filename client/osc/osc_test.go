@@ -67,17 +67,24 @@ func precreate(t testing.TB, c *clienttest.Cluster, ost int) fid.FID {
 	return fs[0]
 }
 
+// twoClients starts a cluster of one OST and two client nodes, and opens
+// a new object of it on each.
+func twoClients(t *testing.T) (c *clienttest.Cluster, a, b *clienttest.Node, f fid.FID, oa, ob *osc.Object) {
+	t.Helper()
+	c = startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a = newNode(t, c, 0, osc.DefaultConfig())
+	b = newNode(t, c, 1, osc.DefaultConfig())
+	f = precreate(t, c, 0)
+	oa, ob = a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	t.Cleanup(func() { oa.Close(); ob.Close() })
+	return c, a, b, f, oa, ob
+}
+
 // TestWriteReadBack: data written through the cache reads back from the
 // cache, and from the OST on another client after the lock moves.
 func TestWriteReadBack(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	_, a, b, _, oa, ob := twoClients(t)
 	ctx := ctxT(t, 30*time.Second)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 
 	data := pattern(3<<20+123, 1)
 	if n, err := oa.WriteAt(ctx, data, 1000); err != nil || n != len(data) {
@@ -112,14 +119,8 @@ func TestWriteReadBack(t *testing.T) {
 // the glimpse's PR lock, and the next asks nothing; a writer elsewhere
 // calls that lock back, and the size and bytes it wrote are seen.
 func TestGlimpseKeepsLock(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	c, _, b, _, oa, ob := twoClients(t)
 	ctx := ctxT(t, 30*time.Second)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 	lockd := c.OSS.OSTs()[0].LockServer()
 
 	if sz, err := ob.Size(ctx); err != nil || sz != 0 {
@@ -203,14 +204,8 @@ func TestInterruptedReadKeepsDirtyData(t *testing.T) {
 // truncate elsewhere whose lock does not overlap may cut it, and a
 // glimpse's lock to EOF would then pass the old size for exact.
 func TestGlimpseLockSizeAfterTruncate(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	c, a, _, f, oa, ob := twoClients(t)
 	ctx := ctxT(t, 30*time.Second)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 	const kib = 1024
 	if _, err := oa.WriteAt(ctx, pattern(64*kib, 1), 0); err != nil {
 		t.Fatal(err)
