@@ -1257,3 +1257,44 @@ func TestCachedEntriesHonourACLs(t *testing.T) {
 		t.Fatalf("lookup by another user: %v", err)
 	}
 }
+
+// TestLookupAheadHoldsSize: a lookup ahead with a glimpse of a file nobody
+// writes keeps its size under the glimpse's locks (held), and the stat
+// that follows sends nothing; a file another client writes and keeps the
+// write lock of is not held, and its size comes from that client.
+func TestLookupAheadHoldsSize(t *testing.T) {
+	ctx, a, b, cred, d := twoInDir(t)
+	madeFile(t, b, cred, d.FID, "quiet")
+	w, _, err := b.Create(ctx, cred, d.FID, "busy", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, _, err := w.WriteAt(ctx, []byte("0123456789"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		held bool
+		size uint64
+	}{{"quiet", true, 0}, {"busy", false, 10}} {
+		at, held, err := a.LookupAhead(ctx, cred, d.FID, c.name, true)
+		if err != nil || held != c.held || at.Size != c.size {
+			t.Fatalf("lookup ahead of %s: size %d held %v err %v; want size %d held %v", c.name, at.Size, held, err, c.size, c.held)
+		}
+		before := a.RPCsSent()
+		if at, err := a.Lookup(ctx, cred, d.FID, c.name); err != nil || at.Size != c.size {
+			t.Fatalf("stat of %s after the lookup ahead: size %d, %v", c.name, at.Size, err)
+		}
+		if rpcs := a.RPCsSent() - before; (rpcs == 0) != c.held {
+			t.Fatalf("stat of %s after the lookup ahead sent %d RPCs (held %v)", c.name, rpcs, c.held)
+		}
+	}
+	// Without the glimpse: the MDT's lazy size, nothing held.
+	if _, held, err := a.LookupAhead(ctx, cred, d.FID, "busy", false); err != nil || held {
+		t.Fatalf("lookup ahead without a glimpse: held %v, %v", held, err)
+	}
+}
