@@ -148,6 +148,7 @@ func (w *watchdog) unwatch(c *conn, r *rx) bool {
 	if c.watchIdx >= 0 && c.contRx == r {
 		w.removeLocked(c)
 	}
+	r.returned = true // a late Release (from work the continuation left running) does nothing
 	return !r.replaced
 }
 
@@ -156,7 +157,7 @@ func (w *watchdog) unwatch(c *conn, r *rx) bool {
 func (w *watchdog) release(r *rx) {
 	c := r.c
 	w.mu.Lock()
-	if r.replaced {
+	if r.replaced || r.returned {
 		w.mu.Unlock()
 		return
 	}

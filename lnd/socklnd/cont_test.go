@@ -247,3 +247,48 @@ func TestOverlappingContinuations(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A Release that comes after its continuation returned (from work the
+// continuation left running) starts no second reader: the messages after
+// come once each, in order, whole.
+func TestLateRelease(t *testing.T) {
+	a, b := pair(t, nil)
+	rel := make(chan lnet.Releaser, 1)
+	returned := make(chan struct{})
+	parsed := func(hdr *wire.Header, rx lnet.Rx) {
+		if hdr.MatchBits == 1 {
+			rx.(lnet.Continuer).Continue(releaseFunc(func(r lnet.Releaser) {
+				rel <- r
+				close(returned)
+			}))
+		}
+	}
+	b.h.parsed.Store(&parsed)
+	a.h.send(t, a.ni, put(a.nid, b.nid, 1, pattern(1, 10)))
+	b.h.nextRx(t)
+	<-returned
+	r := <-rel
+	// Let the reader see its continuation return and read on first.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.ni.cont.mu.Lock()
+		left := len(b.ni.cont.running)
+		b.ni.cont.mu.Unlock()
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond)
+	r.Release()
+	for i := uint64(2); i < 40; i++ {
+		want := pattern(i, 700)
+		a.h.send(t, a.ni, put(a.nid, b.nid, i, want))
+		if got := b.h.nextRx(t); got.hdr.MatchBits != i || !bytes.Equal(joined(got.dst, got.mlen), want) {
+			t.Fatalf("got message %d, want %d with its payload", got.hdr.MatchBits, i)
+		}
+	}
+	if st := b.ni.Stats(); st.RxReleased != 0 {
+		t.Fatalf("a Release after the continuation returned started a reader: %+v", st)
+	}
+}

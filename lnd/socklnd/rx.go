@@ -35,8 +35,8 @@ type rx struct {
 	// replaced is set, under the watchdog's mu, when the connection's
 	// reading is handed to a new reader while this message's continuation
 	// runs (release, or the watchdog): the goroutine running it then ends
-	// when it returns.
-	replaced bool
+	// when it returns. returned is set when the continuation has returned.
+	replaced, returned bool
 }
 
 // readLoop reads messages off c until one of them leaves a continuation
