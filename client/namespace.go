@@ -89,34 +89,6 @@ func (fs *FS) LookupLazySize(ctx context.Context, cred Cred, parent FID, name st
 	return fs.lookup(ctx, cred, parent, name, false)
 }
 
-// LookupAhead is the lookup a statahead runs before the kernel asks. With
-// glimpse, a regular file's size is found too (its objects glimpsed, as
-// Lustre's AGL does), and held reports whether the client now knows that
-// size under locks (the OSTs granted the glimpses' locks: nobody writes
-// the file), so that the GETATTR that follows asks nothing; without, the
-// size is the MDT's lazy one, as LookupLazySize gives.
-func (fs *FS) LookupAhead(ctx context.Context, cred Cred, parent FID, name string, glimpse bool) (a Attr, held bool, err error) {
-	a, err = fs.lookup(ctx, cred, parent, name, glimpse)
-	if err != nil || !glimpse || a.Mode&sIFMT != sIFREG {
-		return a, false, err
-	}
-	return a, fs.sizeHeld(a.FID), nil
-}
-
-// sizeHeld reports whether f's size is known without an RPC.
-func (fs *FS) sizeHeld(f FID) bool {
-	_, lay, ok := fs.cache.attr(f)
-	if !ok || lay == nil || !anyObjects(lay) {
-		return false
-	}
-	d, done, err := fs.dataOf(f, lay)
-	if err != nil {
-		return false
-	}
-	defer done()
-	return d.SizeKnown()
-}
-
 func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, size bool) (Attr, error) {
 	if err := checkName(name); err != nil {
 		return Attr{}, err

@@ -160,31 +160,6 @@ func TestNotifierNegatives(t *testing.T) {
 	}
 }
 
-// TestGlimpseAheadProbes: a page's lookups ahead glimpse its files while
-// the first aglProbe glimpses have not all come back without a lock, and
-// on once any was granted one.
-func TestGlimpseAheadProbes(t *testing.T) {
-	sa := newStatAhead(context.Background(), client.FID{}, nil)
-	for i := range aglProbe {
-		if !sa.glimpsing() {
-			t.Fatalf("glimpse %d of the probe refused", i)
-		}
-		sa.glimpsed(false)
-	}
-	if sa.glimpsing() {
-		t.Fatalf("still glimpsing after %d glimpses without a lock", aglProbe)
-	}
-	held := newStatAhead(context.Background(), client.FID{}, nil)
-	held.glimpsed(false)
-	held.glimpsed(true)
-	for range 2 * aglProbe {
-		held.glimpsed(false)
-	}
-	if !held.glimpsing() {
-		t.Fatal("a page whose glimpses got a lock stopped glimpsing")
-	}
-}
-
 // TestStatAheadStarts: lookups ahead start once the first two entries of
 // a page are looked up in order, not on a lookup of some other entry; a
 // lookup of an entry in flight waits for it; the rest of the page goes

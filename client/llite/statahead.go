@@ -9,15 +9,12 @@ import (
 	"github.com/nacrefs/nacre/client"
 )
 
-// Statahead (Lustre's llite statahead and AGL, the part `ls -l` needs):
-// when the kernel reads a directory with READDIRPLUS, go-fuse looks every
-// entry of the page up in turn, one RPC after the other, and the kernel
-// then asks each regular file's attributes, which glimpses its objects.
-// Once the first entry of a page is looked up, the rest of the page is
-// looked up ahead, a few at a time, so that go-fuse's lookups find the
-// attributes cached (under the locks the lookups were granted, as any
-// lookup's); the files are glimpsed ahead too, as long as the glimpses
-// are granted locks that keep the sizes for the kernel's GETATTRs. A lookup of a name
+// Statahead (Lustre's llite statahead, the part `ls -l` needs): when the
+// kernel reads a directory with READDIRPLUS, go-fuse looks every entry of
+// the page up in turn, one RPC after the other. Once the first entry of a
+// page is looked up, the rest of the page is looked up ahead, a few at a
+// time, so that go-fuse's lookups find the attributes cached (under the
+// locks the lookups were granted, as any lookup's). A lookup of a name
 // being looked up ahead waits for that one instead of asking again. What
 // starts it is the first two entries of the page looked up in order, as
 // READDIRPLUS (or `ls -l` after a plain READDIR) does; a lookup of some
@@ -46,34 +43,6 @@ type statAhead struct {
 	seq    int  // the entries looked up in order from the first
 	begun  bool // lookups ahead run
 	flight map[string]chan struct{}
-	// Glimpses ahead: tried counts the regular files glimpsed ahead, held
-	// those whose sizes stayed cached under locks.
-	tried, held int
-}
-
-// aglProbe is how many glimpses ahead of a page may find no lock before
-// the rest of the page is looked up without: a file another client
-// writes keeps its write locks, a glimpse behind them is not cached, and
-// the kernel's GETATTR would glimpse again.
-const aglProbe = 4
-
-// glimpsing reports whether the next lookup ahead glimpses too (Lustre's
-// AGL): while the first ones have not all come back without a lock.
-func (sa *statAhead) glimpsing() bool {
-	sa.mu.Lock()
-	defer sa.mu.Unlock()
-	return sa.tried < aglProbe || sa.held > 0
-}
-
-// glimpsed records a lookup ahead that glimpsed: held says the size stayed
-// cached under locks.
-func (sa *statAhead) glimpsed(held bool) {
-	sa.mu.Lock()
-	defer sa.mu.Unlock()
-	sa.tried++
-	if held {
-		sa.held++
-	}
 }
 
 // newStatAhead returns the lookups ahead of a page of parent's entries,
@@ -122,11 +91,7 @@ func (sa *statAhead) looking(ctx context.Context, m *mount, cred client.Cred, na
 				}
 				lctx, cancel := context.WithTimeout(bg, statAheadTimeout)
 				stop := context.AfterFunc(sa.ctx, cancel)
-				glimpse := sa.glimpsing()
-				a, held, err := m.fs.LookupAhead(lctx, cred, sa.parent, name, glimpse) // (what it finds is cached)
-				if glimpse && err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
-					sa.glimpsed(held)
-				}
+				_, err := m.fs.LookupLazySize(lctx, cred, sa.parent, name) // (what it finds is cached)
 				stop()
 				cancel()
 				sa.done(name, ch)
