@@ -58,7 +58,12 @@
 // waiters). Glimpse asks the holders of write locks for their view of a
 // resource's LVB; for a resource no lock holds it reads the object
 // (ServerConfig.LVBInit) and vouches for the answer (lvb_valid), so a
-// client needs no getattr besides. CancelFor and ConvertFor apply the
+// client needs no getattr besides. GlimpseLock, from a client whose
+// target agreed to ConnectGlimpseLock, is granted the PR lock on the
+// whole resource when no lock conflicts with it (Lustre's
+// ofd_intent_policy), and the client keeps the size until a writer calls
+// that lock back; an enqueue gives back the client's own unused read
+// locks it conflicts with, after their hooks, with the request. CancelFor and ConvertFor apply the
 // early cancels and conversions a target's own requests carry (an MDS
 // reint). LockLocal takes a lock for the target itself (an MDT
 // locking what a namespace change touches): it waits, in the caller, for

@@ -82,7 +82,8 @@ type ServerConfig struct {
 	// object's size): Lustre's lvbo_init. It returns an error wrapping
 	// ErrNoObject when there is no object (the LVB stays empty, quietly).
 	// A glimpse of a resource without locks gets its LVB from it too, and
-	// the client takes that as the object's attributes.
+	// the client takes that as the object's attributes; a glimpse granted
+	// as a lock (GlimpseLock) needs it.
 	LVBInit func(res Resource) (LVB, error)
 	// Evict evicts a client that failed a callback (its export's target
 	// drops it, which calls ExportGone). Nil means ExportGone directly.

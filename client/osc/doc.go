@@ -42,7 +42,9 @@
 // locks the client holds, since nobody can cut the object below a held
 // lock without calling it back. With a held lock reaching EOF that starts
 // within that size, the size is exact; otherwise Size glimpses the OST's
-// lock server, which asks the holders of write locks.
+// lock server, which asks the holders of write locks, or, when none
+// holds one, grants the glimpse the PR lock on the whole object, which
+// the client keeps: the next Size is exact without an RPC.
 //
 // # Writes, grant and writeback
 //
