@@ -321,6 +321,7 @@ func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Para
 			out.Count("ldlm_bl_callback", st.BlockingASTs, "reqs")
 			out.Count("ldlm_cp_callback", st.CompletionASTs, "reqs")
 			out.Count("ldlm_gl_callback", st.GlimpseASTs, "reqs")
+			out.Count("ldlm_glimpse_lock", st.GlimpseLocks, "locks") // glimpses granted as locks
 			out.Count("ldlm_timeout", st.CallbackTimeouts, "locks")
 			return out.String()
 		}),
