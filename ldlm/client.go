@@ -221,7 +221,6 @@ func (l *ClientLock) Touch() {
 	}
 }
 
-// link files l under its resource.
 // queueHandleLocked queues a handle given back, for the server to hear of
 // with the next enqueue or the flusher's CANCEL.
 func (ns *clientNS) queueHandleLocked(h Handle) {
@@ -238,6 +237,7 @@ func (l *ClientLock) replayableLocked() (ok, granted bool) {
 	return granted || l.state == lockWaiting && l.remote != 0, granted
 }
 
+// link files l under its resource.
 func (ns *clientNS) link(l *ClientLock) {
 	if l.linked {
 		return
@@ -929,14 +929,19 @@ func (c *Client) Glimpse(ctx context.Context, imp *ptlrpc.Import, res Resource) 
 
 // GlimpseLock is Glimpse that also takes the PR lock on the whole of res
 // the target grants when no lock conflicts with it (Lustre's glimpse
-// enqueue): then it returns the lock, with one reference for the caller
-// to Release, and its LVB, which stays true while the lock is held (a
-// writer calls it back first). Otherwise, as Glimpse, it returns no lock
-// and the LVB the target learnt from the writers. A granted lock the
-// client already holds serves without an RPC.
+// enqueue), if the target agreed to ConnectGlimpseLock: then it returns
+// the lock, with one reference for the caller to Release, and its LVB,
+// which stays true while the lock is held (a writer calls it back first).
+// Otherwise, as Glimpse, it returns no lock and the LVB the target learnt
+// from the writers. A granted lock the client already holds serves
+// without an RPC.
 func (c *Client) GlimpseLock(ctx context.Context, imp *ptlrpc.Import, res Resource, hooks Hooks) (l *ClientLock, lvb LVB, valid bool, err error) {
+	flags := wireGlimpse
+	if imp.Features()&ConnectGlimpseLock != 0 {
+		flags |= wireGlimpseLock
+	}
 	var rep ldlmv1.EnqueueReply
-	l, _, err = c.enqueue(ctx, imp, Enqueue{Resource: res, Mode: PR, Policy: Policy{Extent: Whole}, Hooks: hooks}, wireGlimpse|wireGlimpseLock, &rep)
+	l, _, err = c.enqueue(ctx, imp, Enqueue{Resource: res, Mode: PR, Policy: Policy{Extent: Whole}, Hooks: hooks}, flags, &rep)
 	switch {
 	case err != nil:
 		return nil, LVB{}, false, fmt.Errorf("ldlm: glimpse %v on %s: %w", res, imp.Target(), err)

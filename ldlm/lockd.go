@@ -343,14 +343,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		return s.bad(r, err)
 	}
 	if result.NewResource && s.cfg.LVBInit != nil {
-		lvb, err := s.cfg.LVBInit(res)
-		if err != nil {
-			if !errors.Is(err, ErrNoObject) {
-				s.log.Warn("ldlm: lvb init", "resource", res, "err", err)
-			}
-		} else if err := s.mu.ns.SetLVB(result.Lock.Resource, lvb); err != nil {
-			s.log.Warn("ldlm: set lvb", "resource", res, "err", err)
-		}
+		s.initLVBLocked(result.Lock.Resource) // without an object the LVB stays empty
 	}
 	l := result.Lock
 	if l.Handle != 0 {
@@ -395,26 +388,15 @@ func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clien
 	}
 	l := result.Lock
 	ok := l.State == Granted // BlockNoWait never queues; be safe all the same
-	if ok && !result.NewResource {
+	switch {
+	case !ok:
+	case result.NewResource:
+		ok = s.initLVBLocked(l.Resource) == nil
+	default:
 		// An LVB still empty may be one LVBInit found no object for (see
 		// glimpse): no lock vouches for it.
 		lvb, _ := s.mu.ns.LVB(l.Resource)
-		ok = lvb.Size != 0 || lvb.Blocks != 0 || lvb.MTime != 0 || lvb.CTime != 0
-	}
-	if ok && result.NewResource {
-		lvb, err := s.cfg.LVBInit(req.Resource)
-		switch {
-		case err == nil:
-			if err := s.mu.ns.SetLVB(l.Resource, lvb); err != nil {
-				s.log.Warn("ldlm: set lvb", "resource", req.Resource, "err", err)
-				ok = false
-			}
-		case errors.Is(err, ErrNoObject):
-			ok = false // the glimpse's answer says so; no lock vouches for it
-		default:
-			s.log.Warn("ldlm: lvb init", "resource", req.Resource, "err", err)
-			ok = false
-		}
+		ok = !lvb.empty()
 	}
 	if !ok {
 		var work []astWork
@@ -434,6 +416,20 @@ func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clien
 	s.glLocks.Add(1)
 	return &ldlmv1.EnqueueReply{Handle: uint64(l.Handle), Granted: true, Mode: uint32(l.Mode), Policy: policyToWire(l.Policy),
 		CallbackPending: l.CallbackPending, Lvb: lvbToWire(lvb), LvbValid: true}, true
+}
+
+// initLVBLocked gives res, a resource just made, its LVB from LVBInit
+// (which the caller has): the object's attributes, or, without an object
+// (an error wrapping ErrNoObject, returned quietly), an empty LVB.
+func (s *Server) initLVBLocked(res Resource) error {
+	lvb, err := s.cfg.LVBInit(res)
+	if err == nil {
+		err = s.mu.ns.SetLVB(res, lvb)
+	}
+	if err != nil && !errors.Is(err, ErrNoObject) {
+		s.log.Warn("ldlm: lvb init", "resource", res, "err", err)
+	}
+	return err
 }
 
 // cancelHandles cancels locks of owner and returns how many it cancelled.
@@ -775,7 +771,7 @@ func (s *Server) glimpse(ctx context.Context, res Resource) (LVB, bool, error) {
 		return lvb, true, nil
 	}
 	// An LVB still empty may be one LVBInit found no object for.
-	valid := s.cfg.LVBInit != nil && (lvb.Size != 0 || lvb.Blocks != 0 || lvb.MTime != 0 || lvb.CTime != 0)
+	valid := s.cfg.LVBInit != nil && !lvb.empty()
 	var calls []ptlrpc.Call
 	for _, l := range s.mu.ns.Locks(res) {
 		if l.State != Granted || (l.Mode != PW && l.Mode != EX && l.Mode != GROUP) {

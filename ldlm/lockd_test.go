@@ -76,7 +76,7 @@ func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCl
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc.tgt, err = ts.NewTarget(ptlrpc.TargetConfig{Name: "nacre-OST0000", AutoCommit: true, Logger: quiet,
+	lc.tgt, err = ts.NewTarget(ptlrpc.TargetConfig{Name: "nacre-OST0000", AutoCommit: true, Logger: quiet, Features: ConnectGlimpseLock,
 		OnGone: func(e *ptlrpc.Export, evicted bool) {
 			lc.lockd.ExportGone(e)
 			if evicted {
@@ -149,7 +149,7 @@ func (lc *lockCluster) node(i int, cfg ClientConfig) *lockNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.imp, err = n.pc.NewImport(ptlrpc.ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{lc.srvID}, Portal: svcPortal,
+	n.imp, err = n.pc.NewImport(ptlrpc.ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{lc.srvID}, Portal: svcPortal, Features: ConnectGlimpseLock,
 		PingInterval: -1, MinTimeout: 200 * time.Millisecond, OnEvict: func(imp *ptlrpc.Import) { n.lc.ImportEvicted(imp) }})
 	if err != nil {
 		t.Fatal(err)

@@ -241,6 +241,12 @@ type LVB struct {
 	Opaque []byte // any other encoding (a layout, a quota record)
 }
 
+// empty reports whether v says nothing of an object: what the LVB of a
+// resource stays when LVBInit found no object.
+func (v LVB) empty() bool {
+	return v.Size == 0 && v.Blocks == 0 && v.MTime == 0 && v.CTime == 0
+}
+
 func (v LVB) clone() LVB {
 	if v.Opaque != nil {
 		v.Opaque = append([]byte(nil), v.Opaque...)

@@ -202,16 +202,13 @@ func (ln *LNet) agePeersLocked(now time.Time) {
 		if lp.nid == wire.LoNID {
 			continue
 		}
-		for _, q := range p.nis {
-			if n := q.sendCount + q.recvCount; n != q.seenCount {
-				q.seenCount, q.lastActive = n, now
-			}
-		}
 		old := true
 		for _, q := range p.nis {
+			if n := q.sendCount + q.recvCount; n != q.seenCount {
+				q.seenCount, q.lastActive = n, now // (every NI's, hence no break)
+			}
 			if !q.idleLocked() || now.Sub(q.lastActive) < idle || ln.net.gateways[q.nid] != nil {
 				old = false
-				break
 			}
 		}
 		if old {

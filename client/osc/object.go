@@ -231,15 +231,7 @@ func (o *Object) Attr(ctx context.Context) (Attr, error) {
 	c := o.c
 	// The glimpse takes the PR lock on the whole object when nobody
 	// writes it, so that the next stat needs no RPC (as Lustre's does).
-	var l *ldlm.ClientLock
-	var lvb ldlm.LVB
-	var valid bool
-	var err error
-	if c.imp.Features()&ldlm.ConnectGlimpseLock != 0 {
-		l, lvb, valid, err = c.locks.GlimpseLock(ctx, c.imp, o.res, o.hooks)
-	} else {
-		lvb, valid, err = c.locks.Glimpse(ctx, c.imp, o.res)
-	}
+	l, lvb, valid, err := c.locks.GlimpseLock(ctx, c.imp, o.res, o.hooks)
 	if err != nil {
 		return Attr{}, o.errorf("glimpse: %w", err)
 	}

@@ -316,9 +316,6 @@ func (h *Head) Get(ctx context.Context) (*Item, error) {
 	}
 }
 
-// dequeueLocked asks the policy for an item at now. Without one it returns
-// the time one will be released (zero if nothing is queued or it depends
-// on no time).
 // nowLocked is the time TBF's tokens go by; fifo does without the clock.
 func (h *Head) nowLocked() time.Time {
 	if h.mu.tbf == nil {
@@ -327,6 +324,9 @@ func (h *Head) nowLocked() time.Time {
 	return h.clock.Now()
 }
 
+// dequeueLocked asks the policy for an item at now. Without one it returns
+// the time one will be released (zero if nothing is queued or it depends
+// on no time).
 func (h *Head) dequeueLocked(now time.Time) (*Item, time.Time) {
 	var it *Item
 	var next time.Time

@@ -365,8 +365,9 @@ func (c *conn) sendInline(it *txItem) {
 // behind the message, and a yield with a processor idle wakes a thread
 // to look for work, a futex call and a context switch on a virtual
 // machine: an mdtest from a client process to a server process ran 5-20 %
-// faster at 8 jobs without it (creates, stats and unlinks), no slower at 1. Messages that come while
-// a write is in progress batch all the same (flush).
+// faster at 8 jobs without it (creates, stats and unlinks), no slower at
+// 1. Messages that come while a write is in progress batch all the same
+// (flush).
 func (c *conn) combine() {
 	runtime.Gosched()
 	c.p.mu.Lock()

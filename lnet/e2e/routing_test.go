@@ -147,14 +147,8 @@ func TestRouteTwoRouters(t *testing.T) {
 	fails := <-done
 	// B's PUT events may come a moment after the ACKs that ended the
 	// stream (LNet promises no order between them).
-	var miss []uint64
-	var seen int
-	var bad []string
-	for wait := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if miss, seen, bad = s.missing(200); len(miss) == 0 || len(bad) > 0 || time.Now().After(wait) {
-			break
-		}
-	}
+	waitFor(t, "B's handler", 5*time.Second, func() bool { miss, _, _ := s.missing(200); return len(miss) == 0 })
+	miss, seen, bad := s.missing(200)
 	if len(miss) > 0 || len(bad) > 0 {
 		t.Fatalf("B missing %v (saw %d), bad %v", miss, seen, bad)
 	}
