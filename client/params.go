@@ -21,7 +21,7 @@ import (
 //	llite.FS-ID.{max_read_ahead_mb,max_read_ahead_per_file_mb,max_cached_mb,read_ahead_stats,uuid}
 //	lov.FS-clilov-ID.{target_obd,numobd,activeobd}
 //	osc.FS-OSTxxxx-osc-ID.{max_rpcs_in_flight,max_dirty_mb,max_pages_per_rpc,
-//	    checksums,cur_grant_bytes,cur_dirty_bytes,stats,rpc_stats,import,ost_server_uuid}
+//	    checksums,checksum_type,cur_grant_bytes,cur_dirty_bytes,stats,rpc_stats,import,ost_server_uuid}
 //	mdc.FS-MDT0000-mdc-ID.{import,mds_server_uuid}
 //	ldlm.namespaces.{FS-OSTxxxx-osc-ID,FS-MDT0000-mdc-ID}.{lru_size,lock_count,lock_unused_count}
 //
@@ -177,8 +177,22 @@ func (fs *FS) registerOSC(o *osc.Client, t *mgsv1.Target) string {
 			func(t osc.Tunables) int64 { return int64(t.MaxDirtyMB) }, func(t *osc.Tunables, n int64) { t.MaxDirtyMB = int(n) }),
 		tunable("max_pages_per_rpc", "pages of a full bulk RPC", 1, osc.MaxPagesPerRPCLimit,
 			func(t osc.Tunables) int64 { return int64(t.MaxPagesPerRPC) }, func(t *osc.Tunables, n int64) { t.MaxPagesPerRPC = int(n) }),
-		params.Bool(p+"checksums", "CRC-32C of bulk data", func() bool { return o.Tunables().Checksums },
+		params.Bool(p+"checksums", "end-to-end checksums of bulk data", func() bool { return o.Tunables().Checksums },
 			func(b bool) error { t := o.Tunables(); t.Checksums = b; return o.SetTunables(t) }),
+		params.Param{Name: p + "checksum_type", Help: "checksum algorithms the OST agreed to, the one in use in brackets",
+			Get: func() (string, error) { return checksumTypesText(o.Import().ChecksumTypes(), o.ChecksumType()), nil },
+			Set: func(v string) error {
+				ct, err := ptlrpc.ParseChecksumType(strings.TrimSpace(v))
+				if err != nil {
+					return err
+				}
+				if ct&o.Import().ChecksumTypes() == 0 {
+					return fmt.Errorf("checksum type %v: the OST agreed to %v only", ct, o.Import().ChecksumTypes())
+				}
+				t := o.Tunables()
+				t.ChecksumType = ct
+				return o.SetTunables(t)
+			}},
 		params.ReadOnly(p+"cur_grant_bytes", "grant the OST gave", func() string { return strconv.FormatUint(o.Stats().Grant, 10) }),
 		params.ReadOnly(p+"cur_dirty_bytes", "dirty data charged", func() string { return strconv.FormatInt(o.Stats().DirtyBytes, 10) }),
 		params.ReadOnly(p+"stats", "bulk I/O counters", func() string { return oscStats(o.Stats()) }),
@@ -205,6 +219,23 @@ func namespaceParams(lk *ldlm.Client, dev string, imp *ptlrpc.Import) []params.P
 		params.ReadOnly(p+"lock_count", "locks held", func() string { n, _ := lk.NamespaceStats(imp); return strconv.Itoa(n) }),
 		params.ReadOnly(p+"lock_unused_count", "unused locks in the LRU", func() string { _, n := lk.NamespaceStats(imp); return strconv.Itoa(n) }),
 	}
+}
+
+// checksumTypesText lists agreed as Lustre's osc.*.checksum_type does:
+// the names, the one in use in brackets ("crc32 [crc32c]").
+func checksumTypesText(agreed, inUse ptlrpc.ChecksumType) string {
+	var names []string
+	for _, name := range strings.Fields(ptlrpc.ChecksumTypes.String()) {
+		t, err := ptlrpc.ParseChecksumType(name)
+		if err != nil || t&agreed == 0 {
+			continue
+		}
+		if t == inUse {
+			name = "[" + name + "]"
+		}
+		names = append(names, name)
+	}
+	return strings.Join(names, " ")
 }
 
 func targetUUID(t *mgsv1.Target) string {

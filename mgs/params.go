@@ -80,6 +80,7 @@ var catalog = []ParamSpec{
 	{Name: "osc.max_dirty_mb", Scope: ScopeOST, Type: TypeInt, Min: 1, Max: 2048, Help: "dirty data cached per OSC, MiB"},
 	{Name: "osc.max_pages_per_rpc", Scope: ScopeOST, Type: TypeInt, Min: 1, Max: 4096, Help: "pages (4 KiB) per BRW RPC"},
 	{Name: "osc.checksums", Scope: ScopeOST, Type: TypeBool, Help: "end-to-end data checksums"},
+	{Name: "osc.checksum_type", Scope: ScopeOST, Type: TypeEnum, Enum: []string{"crc32", "crc32c"}, Help: "end-to-end checksum algorithm"},
 	{Name: "ost.nrs_policies", Scope: ScopeOST, Type: TypeEnum, Enum: []string{"fifo", "tbf", "tbf nid", "tbf jobid", "tbf opcode"}, Help: "request scheduling policy of the OST I/O service"},
 	{Name: "obdfilter.sync_journal", Scope: ScopeOST, Type: TypeBool, Help: "commit every write before replying"},
 	{Name: "obdfilter.degraded", Scope: ScopeOST, Type: TypeBool, Help: "avoid this OST for new objects"},

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 )
 
@@ -55,8 +56,13 @@ type Config struct {
 	// MaxCachedMB bounds the client's page cache, clean and dirty pages
 	// together, in MiB. Clean pages are evicted least recently used first.
 	MaxCachedMB int
-	// Checksums protects bulk data with CRC-32C end to end.
+	// Checksums protects bulk data with a checksum end to end.
 	Checksums bool
+	// ChecksumType is the checksum algorithm (osc.*.checksum_type); zero
+	// picks, per OST, the fastest on this machine of those the OST agreed
+	// to at CONNECT, as Lustre does. An OST that did not agree to it gets
+	// that choice too.
+	ChecksumType ptlrpc.ChecksumType
 	// DirtyExpire is how long dirty data may wait in the cache before the
 	// writeback timer sends it, full RPC or not.
 	DirtyExpire time.Duration
@@ -104,6 +110,9 @@ func (c Config) Validate() error {
 		return bad("max_cached_mb %d: want at least 1", c.MaxCachedMB)
 	case c.DirtyExpire <= 0:
 		return bad("dirty expire %v: want a positive duration", c.DirtyExpire)
+	}
+	if err := checkChecksumType(c.ChecksumType); err != nil {
+		return err
 	}
 	rpcMB := (c.MaxPagesPerRPC*PageSize + 1<<20 - 1) >> 20
 	if c.MaxDirtyMB < rpcMB {

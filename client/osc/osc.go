@@ -62,6 +62,7 @@ type Client struct {
 	tun struct {
 		maxRPCs, maxDirtyMB, rpcPages atomic.Int64
 		checksums                     atomic.Bool
+		cksumType                     atomic.Uint32 // ptlrpc.ChecksumType; 0: the fastest
 	}
 	tunMu sync.Mutex
 
@@ -166,6 +167,7 @@ func New(cfg ClientConfig) (*Client, error) {
 	c.tun.maxDirtyMB.Store(int64(cc.MaxDirtyMB))
 	c.tun.rpcPages.Store(int64(cc.MaxPagesPerRPC))
 	c.tun.checksums.Store(cc.Checksums)
+	c.tun.cksumType.Store(uint32(cc.ChecksumType))
 	c.st.since = time.Now()
 	lg := cfg.Cache.log
 	c.log = lg.With("osc", cfg.Import.Target)

@@ -133,7 +133,11 @@ func (c *Client) brwReq(r *brwRPC) (*ptlrpc.Req, error) {
 	if r.write {
 		op, bop = wire.OSTWrite, ptlrpc.BulkWrite
 	}
-	return &ptlrpc.Req{Opcode: op, Body: body, JobID: r.job, Bulk: &ptlrpc.Bulk{Op: bop, Buffers: r.bufs, Checksum: c.tun.checksums.Load()}}, nil
+	bulk := &ptlrpc.Bulk{Op: bop, Buffers: r.bufs}
+	if c.tun.checksums.Load() {
+		bulk.Checksum, bulk.ChecksumType = true, c.ChecksumType()
+	}
+	return &ptlrpc.Req{Opcode: op, Body: body, JobID: r.job, Bulk: bulk}, nil
 }
 
 // brw sends r as OST_WRITE or OST_READ with its pages as the bulk buffer

@@ -3,6 +3,7 @@ package osc
 import (
 	"fmt"
 
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 )
 
@@ -19,10 +20,13 @@ const (
 
 // Tunables are an OSC's tunables that lctl set_param changes while the
 // OSC runs (osc.*.max_dirty_mb, max_pages_per_rpc, max_rpcs_in_flight,
-// checksums). They start as the Cache's Config has them.
+// checksums, checksum_type). They start as the Cache's Config has them.
 type Tunables struct {
 	MaxDirtyMB, MaxPagesPerRPC, MaxRPCsInFlight int
 	Checksums                                   bool
+	// ChecksumType is the algorithm asked for, zero for the fastest the
+	// OST agreed to (ChecksumType returns the one in use).
+	ChecksumType ptlrpc.ChecksumType
 }
 
 func (c *Client) rpcPages() int   { return int(c.tun.rpcPages.Load()) }
@@ -35,7 +39,27 @@ func (c *Client) dirtyPages() int { return c.maxDirtyMB() << 20 / PageSize }
 // Tunables returns the OSC's tunables as they are now.
 func (c *Client) Tunables() Tunables {
 	return Tunables{MaxDirtyMB: c.maxDirtyMB(), MaxPagesPerRPC: c.rpcPages(), MaxRPCsInFlight: c.maxRPCs(),
-		Checksums: c.tun.checksums.Load()}
+		Checksums: c.tun.checksums.Load(), ChecksumType: ptlrpc.ChecksumType(c.tun.cksumType.Load())}
+}
+
+// ChecksumType returns the algorithm of the OSC's next checksummed RPC:
+// the one asked for if the OST agreed to it, otherwise the fastest on this
+// machine of those the OST agreed to (Lustre's obd_cksum_type_select).
+func (c *Client) ChecksumType() ptlrpc.ChecksumType {
+	agreed := c.imp.ChecksumTypes()
+	if t := ptlrpc.ChecksumType(c.tun.cksumType.Load()); t&agreed != 0 {
+		return t
+	}
+	return ptlrpc.FastestChecksum(agreed)
+}
+
+// checkChecksumType returns an error wrapping ErrInvalidConfig unless t is
+// zero or one algorithm ptlrpc knows.
+func checkChecksumType(t ptlrpc.ChecksumType) error {
+	if t != 0 && (t&^ptlrpc.ChecksumTypes != 0 || t&(t-1) != 0) {
+		return fmt.Errorf("%w: checksum type %v: want one of %v", ErrInvalidConfig, t, ptlrpc.ChecksumTypes)
+	}
+	return nil
 }
 
 // CheckTunables returns nil if SetTunables would take t, or an error
@@ -53,6 +77,9 @@ func (c *Client) CheckTunables(t Tunables) error {
 		return bad("max_rpcs_in_flight %d: want 1 to %d", t.MaxRPCsInFlight, MaxRPCsInFlightLimit)
 	case t.MaxDirtyMB < 1 || t.MaxDirtyMB > MaxDirtyMBLimit:
 		return bad("max_dirty_mb %d: want 1 to %d", t.MaxDirtyMB, MaxDirtyMBLimit)
+	}
+	if err := checkChecksumType(t.ChecksumType); err != nil {
+		return err
 	}
 	rpcMB := mbOfPages(t.MaxPagesPerRPC)
 	if t.MaxDirtyMB < rpcMB {
@@ -79,6 +106,7 @@ func (c *Client) SetTunables(t Tunables) error {
 	c.tun.rpcPages.Store(int64(t.MaxPagesPerRPC))
 	c.tun.maxDirtyMB.Store(int64(t.MaxDirtyMB))
 	c.tun.checksums.Store(t.Checksums)
+	c.tun.cksumType.Store(uint32(t.ChecksumType))
 	c.tun.maxRPCs.Store(int64(t.MaxRPCsInFlight))
 	c.wslots.SetLimit(t.MaxRPCsInFlight)
 	c.rslots.SetLimit(t.MaxRPCsInFlight)

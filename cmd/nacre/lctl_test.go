@@ -223,6 +223,22 @@ func TestLctl(t *testing.T) {
 			t.Errorf("rpc_stats shape:\n%s", out)
 		}
 		mustLctl(t, "set_param", "osc.*.max_pages_per_rpc=1024")
+
+		// checksum_type lists what the OST agreed to, the one in use in
+		// brackets (the fastest here until one is named).
+		if out := strings.TrimSpace(mustLctl(t, "get_param", "-n", osc0+".checksum_type")); out != "[crc32] crc32c" && out != "crc32 [crc32c]" {
+			t.Errorf("checksum_type %q", out)
+		}
+		for _, c := range []struct{ set, show string }{{"crc32c", "crc32 [crc32c]"}, {"crc32", "[crc32] crc32c"}} {
+			mustLctl(t, "set_param", "osc.*.checksum_type="+c.set)
+			if out := strings.TrimSpace(mustLctl(t, "get_param", "-n", osc1+".checksum_type")); out != c.show {
+				t.Errorf("after checksum_type=%s: %q, want %q", c.set, out, c.show)
+			}
+			writeFile(t, fs, "cksum-"+c.set, 1<<20)
+		}
+		if _, _, err := lctl(t, "set_param", "osc.*.checksum_type=adler"); err == nil {
+			t.Error("checksum_type=adler accepted")
+		}
 	})
 
 	t.Run("default striping", func(t *testing.T) {

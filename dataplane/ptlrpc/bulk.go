@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 
@@ -29,18 +28,6 @@ const maxFragments = 16
 // bulkVerifyTries is how many times a server GETs bulk data whose checksum
 // does not match before it gives up and answers -EBADMSG.
 const bulkVerifyTries = 3
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Checksum returns the CRC-32C of the bytes of bufs taken in order, the
-// checksum bulk transfers carry.
-func Checksum(bufs [][]byte) uint32 {
-	var c uint32
-	for _, b := range bufs {
-		c = crc32.Update(c, castagnoli, b)
-	}
-	return c
-}
 
 // Errors of bulk transfers on the server side. Errno maps them to the
 // status a handler returns.
@@ -127,6 +114,10 @@ func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
 		return 0, fmt.Errorf("%w: %v xid %d: checksummed bulk of %d bytes, only %d fetched",
 			ErrBulkRange, r.Header.Opcode, r.Header.XID, r.Header.BulkLen, n)
 	}
+	ct := flagChecksum(r.Header.Flags)
+	if want {
+		s.countChecksum(ct)
+	}
 	for try := 1; ; try++ {
 		if err := r.transfer(ctx, dst, n, false); err != nil {
 			return 0, err
@@ -137,13 +128,13 @@ func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
 		if s.cfg.Faults.check(FailBulkWriteCorrupt) {
 			dst[0][0] ^= 0x01
 		}
-		got := Checksum(dst)
+		got := ct.Sum(dst)
 		if got == r.Header.BulkCksum {
 			break
 		}
 		s.cksumErrs.Add(1)
 		s.log.Warn("ptlrpc: bulk write checksum mismatch", "from", r.Peer, "xid", r.Header.XID, "op", r.Header.Opcode,
-			"client_cksum", fmt.Sprintf("%#08x", r.Header.BulkCksum), "server_cksum", fmt.Sprintf("%#08x", got), "try", try)
+			"type", ct, "client_cksum", fmt.Sprintf("%#08x", r.Header.BulkCksum), "server_cksum", fmt.Sprintf("%#08x", got), "try", try)
 		if try == bulkVerifyTries {
 			return 0, fmt.Errorf("%w: %v xid %d from %v after %d tries", ErrBulkChecksum, r.Header.Opcode, r.Header.XID, r.Peer, try)
 		}
@@ -156,7 +147,7 @@ func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
 // BulkPut sends src, in order, into the start of the client's bulk buffer
 // (a read), every fragment at once, and waits until the client's LNet has
 // acknowledged all of it. If the client asked for a checksum, the reply
-// carries the CRC-32C of src.
+// carries src's, by the algorithm the client named.
 func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
 	n, err := r.checkBulk(src)
 	if err != nil {
@@ -167,7 +158,9 @@ func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
 	}
 	r.bulkMoved = uint32(n)
 	if r.Header.Flags&wire.MsgBulkCksum != 0 { // the client wants one
-		r.replyCksum, r.cksumSet = Checksum(src), true
+		ct := flagChecksum(r.Header.Flags)
+		r.svc.countChecksum(ct)
+		r.replyCksum, r.cksumSet = ct.Sum(src), true
 		if r.svc.cfg.Faults.check(FailBulkReadCorrupt) {
 			r.replyCksum ^= 0x01
 		}
@@ -254,10 +247,13 @@ type Bulk struct {
 	// writes them in place; the caller must not touch them until the call
 	// returns.
 	Buffers [][]byte
-	// Checksum asks for CRC-32C protection: for a write the client sends
+	// Checksum asks for checksum protection: for a write the client sends
 	// the checksum and the server verifies it; for a read the server sends
 	// it and the client verifies it. A mismatch is retried and counted.
 	Checksum bool
+	// ChecksumType is the algorithm, one the target agreed to at CONNECT
+	// (Import.ChecksumTypes); zero is CRC-32C, which every target takes.
+	ChecksumType ChecksumType
 }
 
 // register posts the fragments of b for xid on portal, accepting operations
@@ -293,4 +289,13 @@ func (b *Bulk) register(ln *lnet.LNet, portal uint32, server lwire.ProcessID, xi
 		mds = append(mds, h)
 	}
 	return mds, nil
+}
+
+// countChecksum counts a bulk transfer checksummed by t.
+func (s *Service) countChecksum(t ChecksumType) {
+	if t == ChecksumCRC32 {
+		s.cksumCRC32.Add(1)
+	} else {
+		s.cksumCRC32C.Add(1)
+	}
 }

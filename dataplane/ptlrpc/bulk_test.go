@@ -124,7 +124,9 @@ func splitIOV(b []byte, cuts ...int) [][]byte {
 
 func runBulk(t *testing.T, mk func(testing.TB) env) {
 	t.Run("vectors", func(t *testing.T) { testBulkVectors(t, mk(t)) })
-	t.Run("checksum", func(t *testing.T) { testBulkChecksum(t, mk(t)) })
+	for _, ct := range []ChecksumType{ChecksumCRC32C, ChecksumCRC32} {
+		t.Run("checksum/"+ct.String(), func(t *testing.T) { testBulkChecksum(t, mk(t), ct) })
+	}
 	t.Run("bad", func(t *testing.T) { testBulkBad(t, mk(t)) })
 }
 
@@ -148,12 +150,13 @@ func testBulkVectors(t *testing.T, e env) {
 		nbs  []wire.Niobuf
 		cuts []int
 		sum  bool
+		typ  ChecksumType
 	}{
-		{[]wire.Niobuf{{Offset: 3, Len: 5000}}, nil, false},
-		{[]wire.Niobuf{{Offset: 7, Len: 1}, {Offset: 4096, Len: 1<<20 + 17}, {Offset: 3<<20 + 1, Len: 123}}, []int{1, 4095, 1 << 19}, true},
-		{[]wire.Niobuf{{Offset: 5 << 20, Len: 4 << 20}}, []int{1<<20 - 1, 2, 2 << 20}, true},                 // the default RPC size
-		{[]wire.Niobuf{{Offset: 8<<20 + 5, Len: 8 << 20}, {Offset: 16<<20 + 5, Len: 8<<20 - 5}}, nil, false}, // 16 MiB, the most
-		{[]wire.Niobuf{{Offset: 100, Len: 50}, {Offset: 150, Len: 50}}, []int{25}, true},                     // touching extents
+		{[]wire.Niobuf{{Offset: 3, Len: 5000}}, nil, false, 0},
+		{[]wire.Niobuf{{Offset: 7, Len: 1}, {Offset: 4096, Len: 1<<20 + 17}, {Offset: 3<<20 + 1, Len: 123}}, []int{1, 4095, 1 << 19}, true, 0},
+		{[]wire.Niobuf{{Offset: 5 << 20, Len: 4 << 20}}, []int{1<<20 - 1, 2, 2 << 20}, true, ChecksumCRC32},     // the default RPC size
+		{[]wire.Niobuf{{Offset: 8<<20 + 5, Len: 8 << 20}, {Offset: 16<<20 + 5, Len: 8<<20 - 5}}, nil, false, 0}, // 16 MiB, the most
+		{[]wire.Niobuf{{Offset: 100, Len: 50}, {Offset: 150, Len: 50}}, []int{25}, true, ChecksumCRC32C},        // touching extents
 	}
 	for i, w := range writes {
 		total := 0
@@ -162,7 +165,7 @@ func testBulkVectors(t *testing.T, e env) {
 		}
 		data := pattern(total, 11*i+1)
 		_, err := c.Do(ctx, e.target, reqPortal, &Req{Opcode: opWrite, Body: mustNiobufs(t, w.nbs),
-			Bulk: &Bulk{Op: BulkWrite, Buffers: splitIOV(data, w.cuts...), Checksum: w.sum}})
+			Bulk: &Bulk{Op: BulkWrite, Buffers: splitIOV(data, w.cuts...), Checksum: w.sum, ChecksumType: w.typ}})
 		if err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
@@ -184,10 +187,11 @@ func testBulkVectors(t *testing.T, e env) {
 		nbs  []wire.Niobuf
 		cuts []int
 		sum  bool
+		typ  ChecksumType
 	}{
-		{[]wire.Niobuf{{Offset: 0, Len: 4 << 20}}, []int{3, 1 << 20}, true},
-		{[]wire.Niobuf{{Offset: 1, Len: 9}, {Offset: 4095, Len: 2}, {Offset: 3<<20 + 100, Len: 1<<20 + 3}}, []int{5}, false},
-		{[]wire.Niobuf{{Offset: 7 << 20, Len: 16 << 20}}, nil, true},
+		{[]wire.Niobuf{{Offset: 0, Len: 4 << 20}}, []int{3, 1 << 20}, true, 0},
+		{[]wire.Niobuf{{Offset: 1, Len: 9}, {Offset: 4095, Len: 2}, {Offset: 3<<20 + 100, Len: 1<<20 + 3}}, []int{5}, false, 0},
+		{[]wire.Niobuf{{Offset: 7 << 20, Len: 16 << 20}}, nil, true, ChecksumCRC32},
 	}
 	for i, r := range reads {
 		total := 0
@@ -196,7 +200,7 @@ func testBulkVectors(t *testing.T, e env) {
 		}
 		buf := bytes.Repeat([]byte{0xee}, total)
 		_, err := c.Do(ctx, e.target, reqPortal, &Req{Opcode: opRead, Body: mustNiobufs(t, r.nbs),
-			Bulk: &Bulk{Op: BulkRead, Buffers: splitIOV(buf, r.cuts...), Checksum: r.sum}})
+			Bulk: &Bulk{Op: BulkRead, Buffers: splitIOV(buf, r.cuts...), Checksum: r.sum, ChecksumType: r.typ}})
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
@@ -214,9 +218,10 @@ func testBulkVectors(t *testing.T, e env) {
 	waitMDs(t, e.cli, base)
 }
 
-// testBulkChecksum corrupts data in flight both ways and checks that the
-// corruption is caught, counted and retried, never accepted.
-func testBulkChecksum(t *testing.T, e env) {
+// testBulkChecksum corrupts data in flight both ways, checksummed by ct,
+// and checks that the corruption is caught, counted and retried, never
+// accepted.
+func testBulkChecksum(t *testing.T, e env, ct ChecksumType) {
 	o := newObjStore(1 << 20)
 	faults := &Faults{}
 	s := startBulkService(t, e, o, faults, 0)
@@ -229,7 +234,7 @@ func testBulkChecksum(t *testing.T, e env) {
 	// A write corrupted once: the server fetches it again.
 	faults.Arm(FailBulkWriteCorrupt, 1)
 	if _, err := c.Do(ctx, e.target, reqPortal, &Req{Opcode: opWrite, Body: nbs,
-		Bulk: &Bulk{Op: BulkWrite, Buffers: [][]byte{data}, Checksum: true}}); err != nil {
+		Bulk: &Bulk{Op: BulkWrite, Buffers: [][]byte{data}, Checksum: true, ChecksumType: ct}}); err != nil {
 		t.Fatalf("write with one corruption: %v", err)
 	}
 	if got := s.Stats().BulkChecksumErrors; got != 1 {
@@ -243,7 +248,7 @@ func testBulkChecksum(t *testing.T, e env) {
 	faults.Arm(FailBulkWriteCorrupt, -1)
 	other := pattern(300<<10, 6)
 	_, err := c.Do(ctx, e.target, reqPortal, &Req{Opcode: opWrite, Body: nbs,
-		Bulk: &Bulk{Op: BulkWrite, Buffers: [][]byte{other}, Checksum: true}})
+		Bulk: &Bulk{Op: BulkWrite, Buffers: [][]byte{other}, Checksum: true, ChecksumType: ct}})
 	if !errors.Is(err, syscall.EBADMSG) {
 		t.Fatalf("write corrupted every time: %v, want EBADMSG", err)
 	}
@@ -259,7 +264,7 @@ func testBulkChecksum(t *testing.T, e env) {
 	faults.Arm(FailBulkReadCorrupt, 1)
 	buf := make([]byte, len(data))
 	if _, err := c.Do(ctx, e.target, reqPortal, &Req{Opcode: opRead, Body: nbs,
-		Bulk: &Bulk{Op: BulkRead, Buffers: [][]byte{buf}, Checksum: true}}); err != nil {
+		Bulk: &Bulk{Op: BulkRead, Buffers: [][]byte{buf}, Checksum: true, ChecksumType: ct}}); err != nil {
 		t.Fatalf("read with one corruption: %v", err)
 	}
 	if !bytes.Equal(buf, data) {
@@ -271,12 +276,21 @@ func testBulkChecksum(t *testing.T, e env) {
 	// Wrong every time: the client gives up with ErrBulkChecksum.
 	faults.Arm(FailBulkReadCorrupt, -1)
 	_, err = c.Do(ctx, e.target, reqPortal, &Req{Opcode: opRead, Body: nbs,
-		Bulk: &Bulk{Op: BulkRead, Buffers: [][]byte{buf}, Checksum: true}})
+		Bulk: &Bulk{Op: BulkRead, Buffers: [][]byte{buf}, Checksum: true, ChecksumType: ct}})
 	if !errors.Is(err, ErrBulkChecksum) {
 		t.Fatalf("read corrupted every time: %v", err)
 	}
 	if got := c.Stats().BulkChecksumErrors; got != 1+bulkVerifyTries {
 		t.Fatalf("client checksum errors %d, want %d", got, 1+bulkVerifyTries)
+	}
+	// The server used the algorithm each request named, and no other.
+	st := s.Stats()
+	used, unused := st.BulkCRC32C, st.BulkCRC32
+	if ct == ChecksumCRC32 {
+		used, unused = unused, used
+	}
+	if used < 4 || unused != 0 {
+		t.Fatalf("server checksummed %d transfers by %v and %d by the other", used, ct, unused)
 	}
 }
 

@@ -515,11 +515,11 @@ func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend boo
 	}
 	if b := r.req.Bulk; b != nil {
 		h.BulkLen = uint32(r.bulkLen)
-		if b.Checksum && b.Op == BulkWrite {
-			h.Flags |= wire.MsgBulkCksum
-			h.BulkCksum = Checksum(b.Buffers)
-		} else if b.Checksum {
-			h.Flags |= wire.MsgBulkCksum // ask the server for one
+		if b.Checksum {
+			h.Flags |= b.ChecksumType.flags() // a read asks the server for one
+			if b.Op == BulkWrite {
+				h.BulkCksum = b.ChecksumType.Sum(b.Buffers)
+			}
 		}
 	}
 	return h
@@ -652,12 +652,15 @@ func (r *rpc) checkBulkReply(h *wire.Header) error {
 	if h.Flags&wire.MsgBulkCksum == 0 || int(h.BulkLen) > r.bulkLen {
 		return fmt.Errorf("%w: %v xid %d: bulk read of %d bytes without a checksum", ErrBadReply, r.req.Opcode, r.xid, h.BulkLen)
 	}
-	got := Checksum(iovSlice(b.Buffers, 0, int(h.BulkLen)))
+	// The server sums by the algorithm the request named; the reply says
+	// which it used, and an older server knows CRC-32C alone.
+	t := flagChecksum(h.Flags)
+	got := t.Sum(iovSlice(b.Buffers, 0, int(h.BulkLen)))
 	if got == h.BulkCksum {
 		return nil
 	}
 	r.c.cksumErrs.Add(1)
-	r.c.log.Warn("ptlrpc: bulk read checksum mismatch", "op", r.req.Opcode, "xid", r.xid, "len", h.BulkLen,
+	r.c.log.Warn("ptlrpc: bulk read checksum mismatch", "op", r.req.Opcode, "xid", r.xid, "len", h.BulkLen, "type", t,
 		"server_cksum", fmt.Sprintf("%#08x", h.BulkCksum), "client_cksum", fmt.Sprintf("%#08x", got))
 	return fmt.Errorf("%w: %w: %v xid %d", ErrBulkChecksum, errCksumRetry, r.req.Opcode, r.xid)
 }

@@ -47,7 +47,7 @@
 // Server-driven, as in Lustre: the client registers its buffers as MDs on
 // its bulk portal, one per 1 MiB fragment with match bits XID+i (XIDs step
 // by 16, so fragments never meet another request's), and states the bulk
-// length (and, for a write with checksums, the CRC-32C) in the header; the
+// length (and, for a write with checksums, its checksum) in the header; the
 // body carries the remote niobufs. The handler calls Request.BulkGet (a
 // write: the server GETs every fragment at once, straight into the
 // handler's buffers) or Request.BulkPut (a read: PUTs straight from them)
@@ -55,6 +55,11 @@
 // client's checksum is fetched again (three tries, counted) and then
 // refused with -EBADMSG; a read's checksum travels in the reply and a
 // mismatch makes the client send the request again (three tries, counted).
+// The checksum is CRC-32C or CRC-32 (ChecksumType, Lustre's OBD_CKSUM_*
+// bits): CONNECT agrees on the algorithms both sides handle, the client
+// names one per request (by default the fastest on its CPU: on amd64 with
+// carry-less multiply, CRC-32 streams through cold memory several times
+// faster than CRC-32C), and a read's reply uses the one its request named.
 //
 // # Connections
 //

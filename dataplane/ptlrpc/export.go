@@ -468,7 +468,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		return nil, -errnoENODEV
 	}
 	reply := &ptlrpcv1.ConnectReply{
-		Features: cr.Features & t.cfg.Features, Version: wire.Version,
+		Features: cr.Features & t.cfg.Features, Version: wire.Version, CksumTypes: uint32(negotiated(cr.CksumTypes)),
 		Instance: t.instance, TargetUuid: t.cfg.UUID,
 	}
 	now := time.Now().UnixNano()

@@ -160,7 +160,9 @@ type Import struct {
 		conn     *connInfo // current or last connection; nil before the first
 		server   int       // index into cfg.Servers to connect to
 		features uint64
-		instance uint64
+		// cksumTypes are the checksum algorithms the target agreed to.
+		cksumTypes ChecksumType
+		instance   uint64
 		// targetData is what the target sent with the last CONNECT.
 		targetData []byte
 		// gen counts evictions; a request of an older generation fails
@@ -290,6 +292,18 @@ func (imp *Import) Features() uint64 {
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
 	return imp.mu.features
+}
+
+// ChecksumTypes returns the bulk checksum algorithms the target agreed
+// to at the last connect: CRC-32C alone before one, or if the target is
+// older than the negotiation.
+func (imp *Import) ChecksumTypes() ChecksumType {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	if imp.mu.cksumTypes == 0 {
+		return ChecksumCRC32C
+	}
+	return imp.mu.cksumTypes
 }
 
 // Info returns the import's connection state.
@@ -437,7 +451,7 @@ func (imp *Import) connect() error {
 	server := imp.cfg.Servers[imp.mu.server%len(imp.cfg.Servers)]
 	var prev *connInfo = imp.mu.conn
 	cr := &ptlrpcv1.ConnectRequest{Target: imp.cfg.Target, ClientUuid: imp.c.uuid, Features: imp.cfg.Features,
-		Version: wire.Version, ConnCount: 1}
+		Version: wire.Version, ConnCount: 1, CksumTypes: uint32(ChecksumTypes)}
 	if prev != nil {
 		cr.Handle, cr.ConnCount = prev.handle, prev.count+1
 	}
@@ -463,6 +477,7 @@ func (imp *Import) connect() error {
 	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{})}
 	imp.mu.conn = cn
 	imp.mu.features = rep.Features
+	imp.mu.cksumTypes = negotiated(rep.CksumTypes)
 	imp.mu.targetData = rep.TargetData
 	restarted := imp.mu.instance != 0 && rep.Instance != imp.mu.instance
 	imp.mu.instance = rep.Instance

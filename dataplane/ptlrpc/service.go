@@ -241,6 +241,9 @@ type ServiceStats struct {
 	// BulkChecksumErrors counts bulk writes whose data did not match the
 	// client's checksum.
 	BulkChecksumErrors uint64
+	// BulkCRC32 and BulkCRC32C count the bulk transfers checksummed by
+	// each algorithm: writes verified, reads summed for the reply.
+	BulkCRC32, BulkCRC32C uint64
 	// BulkBytes counts bulk bytes moved.
 	BulkBytes uint64
 	// ReplyErrors counts replies LNet refused to send.
@@ -307,6 +310,7 @@ type Service struct {
 
 	received, malformed, busy, unsupported, oversize, notConn, stale atomic.Uint64
 	reconstructed, early, dropped, cksumErrs, bulkBytes, replyErrors atomic.Uint64
+	cksumCRC32, cksumCRC32C                                          atomic.Uint64
 	observer                                                         atomic.Pointer[func(op wire.Opcode, service, queue time.Duration)]
 	reposts, grown                                                   atomic.Uint64
 }
@@ -857,7 +861,7 @@ func (s *Service) handle(req *Request) {
 	if req.bulkMoved > 0 {
 		rh.BulkLen = req.bulkMoved
 		if req.cksumSet {
-			rh.Flags |= wire.MsgBulkCksum
+			rh.Flags |= flagChecksum(h.Flags).flags()
 			rh.BulkCksum = req.replyCksum
 		}
 	}
@@ -1014,6 +1018,7 @@ func (s *Service) Stats() ServiceStats {
 		Unsupported: s.unsupported.Load(), Oversize: s.oversize.Load(), NotConnected: s.notConn.Load(),
 		Stale: s.stale.Load(), Reconstructed: s.reconstructed.Load(), EarlyReplies: s.early.Load(),
 		Dropped: s.dropped.Load(), BulkChecksumErrors: s.cksumErrs.Load(), BulkBytes: s.bulkBytes.Load(),
+		BulkCRC32: s.cksumCRC32.Load(), BulkCRC32C: s.cksumCRC32C.Load(),
 		ReplyErrors: s.replyErrors.Load(), Reposts: s.reposts.Load(), Grown: s.grown.Load(),
 		Threads: int(s.threads.Load()), Queued: s.nrs.Len(), ServiceEstimate: s.at.current(),
 		Ops: make(map[wire.Opcode]OpStats),

@@ -27,6 +27,9 @@ func FuzzHeaderUnmarshal(f *testing.F) {
 		flag := bytes.Clone(b)
 		flag[20] ^= 0x10
 		f.Add(flag)
+		crc32 := bytes.Clone(b)
+		crc32[21] ^= byte(MsgBulkCksumCRC32 >> 8)
+		f.Add(crc32)
 		status := bytes.Clone(b)
 		binary.LittleEndian.PutUint32(status[16:], 0xfffff000)
 		f.Add(status)

@@ -104,19 +104,24 @@ const (
 	// follows with the same XID. Nacre's own flag: Lustre tells early
 	// replies apart by their offset in the reply buffer. Replies only.
 	MsgEarlyReply MsgFlags = 0x100
-	// MsgBulkCksum says BulkCksum holds the CRC-32C (Castagnoli) of the
-	// bulk data the sender offers: on a request, of the bytes the server
+	// MsgBulkCksum says BulkCksum holds the CRC-32C (Castagnoli), or with
+	// MsgBulkCksumCRC32 the CRC-32, of the bulk data the sender offers: on a request, of the bytes the server
 	// will GET (a write); on a reply, of the bytes the server PUT (a read).
 	// The receiver verifies it and never accepts data that does not match.
 	// Nacre's own flag (Lustre carries o_cksum in the obdo). Requests and
 	// replies, not early replies.
 	MsgBulkCksum MsgFlags = 0x200
+	// MsgBulkCksumCRC32 says, with MsgBulkCksum, that the checksum is the
+	// CRC-32 (IEEE) of the data, not its CRC-32C: on a request the
+	// algorithm the client chose, which a read's reply then uses too
+	// (Lustre's OBD_FL_CKSUM_CRC32 in the obdo). Requests and replies.
+	MsgBulkCksumCRC32 MsgFlags = 0x400
 )
 
 // Flags each message type may carry.
 const (
-	requestFlags = MsgLastReplay | MsgResent | MsgReplay | MsgReqReplayDone | MsgLockReplayDone | MsgBulkCksum
-	replyFlags   = MsgEarlyReply | MsgBulkCksum
+	requestFlags = MsgLastReplay | MsgResent | MsgReplay | MsgReqReplayDone | MsgLockReplayDone | MsgBulkCksum | MsgBulkCksumCRC32
+	replyFlags   = MsgEarlyReply | MsgBulkCksum | MsgBulkCksumCRC32
 	errorFlags   = MsgFlags(0)
 )
 
@@ -131,6 +136,7 @@ var flagNames = [...]struct {
 	{MsgLockReplayDone, "LOCK_REPLAY_DONE"},
 	{MsgEarlyReply, "EARLY_REPLY"},
 	{MsgBulkCksum, "BULK_CKSUM"},
+	{MsgBulkCksumCRC32, "CKSUM_CRC32"},
 }
 
 // String lists the set flags by Lustre's names joined with "|"
@@ -179,7 +185,7 @@ func ErrnoValid(e int32) bool { return e <= 0 && e >= -4095 }
 //	    72    4 service time, milliseconds
 //	    76    4 body length
 //	    80    4 bulk length
-//	    84    4 bulk checksum (CRC-32C)
+//	    84    4 bulk checksum (CRC-32C, or CRC-32 with CKSUM_CRC32)
 //	    88   32 job id, printable ASCII, NUL-padded
 const HeaderSize = 120
 
@@ -259,8 +265,8 @@ type Header struct {
 	// reply, how many bulk bytes the server moved. At most MaxBulkSize; 0 on
 	// errors and early replies.
 	BulkLen uint32
-	// BulkCksum is the CRC-32C of the bulk data when MsgBulkCksum is set,
-	// and 0 otherwise.
+	// BulkCksum is the checksum of the bulk data when MsgBulkCksum is set
+	// (by the algorithm the flags name), and 0 otherwise.
 	BulkCksum uint32
 	// jobID is the job the request was sent for, printable ASCII padded
 	// with NULs (Lustre's pb_jobid), for NRS TBF rules and job stats.
@@ -446,6 +452,9 @@ func (h *Header) problem(allowed MsgFlags) string {
 	}
 	if h.Flags&MsgBulkCksum != 0 && h.BulkLen == 0 {
 		return "BULK_CKSUM without bulk"
+	}
+	if h.Flags&(MsgBulkCksum|MsgBulkCksumCRC32) == MsgBulkCksumCRC32 {
+		return "CKSUM_CRC32 without BULK_CKSUM"
 	}
 	switch h.Type {
 	case TypeRequest:

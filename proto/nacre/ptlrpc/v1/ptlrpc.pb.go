@@ -44,7 +44,11 @@ type ConnectRequest struct {
 	// the first connect: a reconnect names the export it wants back.
 	Handle uint64 `protobuf:"varint,5,opt,name=handle,proto3" json:"handle,omitempty"`
 	// ConnCount counts the import's connections, starting at 1.
-	ConnCount     uint32 `protobuf:"varint,6,opt,name=conn_count,json=connCount,proto3" json:"conn_count,omitempty"`
+	ConnCount uint32 `protobuf:"varint,6,opt,name=conn_count,json=connCount,proto3" json:"conn_count,omitempty"`
+	// CksumTypes are the bulk checksum algorithms the client can use
+	// (Lustre's ocd_cksum_types: a set of OBD_CKSUM_* bits, ptlrpc's
+	// ChecksumType). 0 from an older client: CRC-32C only.
+	CksumTypes    uint32 `protobuf:"varint,7,opt,name=cksum_types,json=cksumTypes,proto3" json:"cksum_types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +125,13 @@ func (x *ConnectRequest) GetConnCount() uint32 {
 	return 0
 }
 
+func (x *ConnectRequest) GetCksumTypes() uint32 {
+	if x != nil {
+		return x.CksumTypes
+	}
+	return 0
+}
+
 // ConnectReply answers a ConnectRequest.
 type ConnectReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -144,7 +155,11 @@ type ConnectReply struct {
 	TargetUuid string `protobuf:"bytes,7,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
 	// TargetData is what the target adds for its clients (an OST's first
 	// grant), in the target's own encoding.
-	TargetData    []byte `protobuf:"bytes,8,opt,name=target_data,json=targetData,proto3" json:"target_data,omitempty"`
+	TargetData []byte `protobuf:"bytes,8,opt,name=target_data,json=targetData,proto3" json:"target_data,omitempty"`
+	// CksumTypes are the bulk checksum algorithms of the request's set the
+	// server verifies too; the client picks one of them per RPC. 0 from an
+	// older server: CRC-32C only.
+	CksumTypes    uint32 `protobuf:"varint,9,opt,name=cksum_types,json=cksumTypes,proto3" json:"cksum_types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,11 +250,18 @@ func (x *ConnectReply) GetTargetData() []byte {
 	return nil
 }
 
+func (x *ConnectReply) GetCksumTypes() uint32 {
+	if x != nil {
+		return x.CksumTypes
+	}
+	return 0
+}
+
 var File_nacre_ptlrpc_v1_ptlrpc_proto protoreflect.FileDescriptor
 
 const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnacre/ptlrpc/v1/ptlrpc.proto\x12\x0fnacre.ptlrpc.v1\"\xb6\x01\n" +
+	"\x1cnacre/ptlrpc/v1/ptlrpc.proto\x12\x0fnacre.ptlrpc.v1\"\xd7\x01\n" +
 	"\x0eConnectRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
 	"\vclient_uuid\x18\x02 \x01(\tR\n" +
@@ -248,7 +270,9 @@ const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\rR\aversion\x12\x16\n" +
 	"\x06handle\x18\x05 \x01(\x04R\x06handle\x12\x1d\n" +
 	"\n" +
-	"conn_count\x18\x06 \x01(\rR\tconnCount\"\xf6\x01\n" +
+	"conn_count\x18\x06 \x01(\rR\tconnCount\x12\x1f\n" +
+	"\vcksum_types\x18\a \x01(\rR\n" +
+	"cksumTypes\"\x97\x02\n" +
 	"\fConnectReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x1a\n" +
 	"\bfeatures\x18\x02 \x01(\x04R\bfeatures\x12\x18\n" +
@@ -259,7 +283,9 @@ const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\a \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_data\x18\b \x01(\fR\n" +
-	"targetDataB9Z7github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1;ptlrpcv1b\x06proto3"
+	"targetData\x12\x1f\n" +
+	"\vcksum_types\x18\t \x01(\rR\n" +
+	"cksumTypesB9Z7github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1;ptlrpcv1b\x06proto3"
 
 var (
 	file_nacre_ptlrpc_v1_ptlrpc_proto_rawDescOnce sync.Once

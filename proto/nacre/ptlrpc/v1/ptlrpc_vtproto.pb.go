@@ -48,6 +48,11 @@ func (m *ConnectRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.CksumTypes != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CksumTypes))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.ConnCount != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ConnCount))
 		i--
@@ -114,6 +119,11 @@ func (m *ConnectReply) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.CksumTypes != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CksumTypes))
+		i--
+		dAtA[i] = 0x48
 	}
 	if len(m.TargetData) > 0 {
 		i -= len(m.TargetData)
@@ -198,6 +208,9 @@ func (m *ConnectRequest) SizeVT() (n int) {
 	if m.ConnCount != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ConnCount))
 	}
+	if m.CksumTypes != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.CksumTypes))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -233,6 +246,9 @@ func (m *ConnectReply) SizeVT() (n int) {
 	l = len(m.TargetData)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.CksumTypes != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.CksumTypes))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -403,6 +419,25 @@ func (m *ConnectRequest) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.ConnCount |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CksumTypes", wireType)
+			}
+			m.CksumTypes = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.CksumTypes |= uint32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
@@ -640,6 +675,25 @@ func (m *ConnectReply) UnmarshalVT(dAtA []byte) error {
 				m.TargetData = []byte{}
 			}
 			iNdEx = postIndex
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CksumTypes", wireType)
+			}
+			m.CksumTypes = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.CksumTypes |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
