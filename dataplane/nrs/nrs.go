@@ -398,6 +398,22 @@ func (h *Head) wakeLocked(now time.Time) {
 	}
 }
 
+// Poll returns the next item the policy releases now, as Get would, or
+// nil without waiting if none is (or the head is closed).
+func (h *Head) Poll() *Item {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.closed {
+		return nil
+	}
+	now := h.nowLocked()
+	it, _ := h.dequeueLocked(now)
+	if it != nil {
+		h.wakeLocked(now)
+	}
+	return it
+}
+
 // TryGet removes and returns an item if one is queued, ignoring TBF
 // tokens (the item TBF would release next once its token came); it reports
 // false if the head is empty. It never blocks and works after Close: the

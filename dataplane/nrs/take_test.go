@@ -95,3 +95,42 @@ func TestEnqueueOrTake(t *testing.T) {
 		}
 	})
 }
+
+// Poll returns what Get would return at once, and nil where Get would
+// wait: an empty head, an item without its TBF token, a closed head.
+func TestPoll(t *testing.T) {
+	h := mustHead(t, Config{MaxQueued: 4})
+	if it := h.Poll(); it != nil {
+		t.Fatalf("empty head: Poll = %v", it.Value)
+	}
+	a, b := &Item{NID: nidA, Value: "a"}, &Item{NID: nidB, Value: "b"}
+	h.Enqueue(a)
+	h.Enqueue(b)
+	for _, want := range []*Item{a, b} {
+		if got := h.Poll(); got != want {
+			t.Fatalf("Poll = %v, want %v", got, want.Value)
+		}
+	}
+	if st := h.Stats(); st.Queued != 0 || st.Dispatched != 2 {
+		t.Errorf("after two polls: %+v", st)
+	}
+	h.Enqueue(&Item{Value: "c"})
+	h.Close()
+	if it := h.Poll(); it != nil {
+		t.Errorf("closed head: Poll = %v (TryGet drains it)", it.Value)
+	}
+
+	th, clock := tbfHead(t, "tbf", "start r nid={192.168.1.5@tcp} rate=10 burst=1")
+	th.Enqueue(&Item{NID: nidA, Value: 0})
+	th.Enqueue(&Item{NID: nidA, Value: 1})
+	if it := th.Poll(); it == nil || it.Value != 0 {
+		t.Fatalf("token in the bucket: Poll = %v", it)
+	}
+	if it := th.Poll(); it != nil {
+		t.Fatalf("no token: Poll = %v, want nil", it.Value)
+	}
+	clock.Advance(100 * time.Millisecond)
+	if it := th.Poll(); it == nil || it.Value != 1 {
+		t.Fatalf("token back: Poll = %v", it)
+	}
+}

@@ -769,6 +769,18 @@ const workerIdle = 10 * time.Second
 func (s *Service) worker(extra bool) {
 	defer s.threads.Add(-1)
 	for {
+		if extra {
+			// Under load an extra worker finds work at once; only one
+			// about to wait needs the context (and timer) of its idle
+			// timeout.
+			if it := s.nrs.Poll(); it != nil {
+				if s.idle.Load() == 0 {
+					s.moreWorkers()
+				}
+				s.handle(it.Value.(*Request))
+				continue
+			}
+		}
 		ctx, cancel := s.ctx, context.CancelFunc(func() {})
 		if extra {
 			ctx, cancel = context.WithTimeout(s.ctx, workerIdle)
