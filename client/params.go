@@ -186,12 +186,20 @@ func (fs *FS) registerOSC(o *osc.Client, t *mgsv1.Target) string {
 				if err != nil {
 					return err
 				}
-				if ct&o.Import().ChecksumTypes() == 0 {
-					return fmt.Errorf("checksum type %v: the OST agreed to %v only", ct, o.Import().ChecksumTypes())
-				}
+				// The preference is kept either way, as Lustre keeps
+				// cl_preferred_cksum_type: an OSC not connected yet, or
+				// connecting later to an OST that agrees to it, uses it
+				// then. Named to a connected OST that refused it, it is
+				// an error all the same.
 				t := o.Tunables()
 				t.ChecksumType = ct
-				return o.SetTunables(t)
+				if err := o.SetTunables(t); err != nil {
+					return err
+				}
+				if agreed := o.Import().ChecksumTypes(); o.Import().Info().ConnCount > 0 && ct&agreed == 0 {
+					return fmt.Errorf("checksum type %v: the OST agreed to %v only", ct, agreed)
+				}
+				return nil
 			}},
 		params.ReadOnly(p+"cur_grant_bytes", "grant the OST gave", func() string { return strconv.FormatUint(o.Stats().Grant, 10) }),
 		params.ReadOnly(p+"cur_dirty_bytes", "dirty data charged", func() string { return strconv.FormatInt(o.Stats().DirtyBytes, 10) }),

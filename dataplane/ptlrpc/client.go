@@ -229,7 +229,7 @@ func (c *Client) Do(ctx context.Context, target lwire.ProcessID, portal uint32, 
 	}
 	defer r.finish()
 	for try := 1; ; try++ {
-		h := r.header(0, 0, 0, try > 1)
+		h := r.header(0, 0, 0, try > 1, 0)
 		timeout := time.Duration(0)
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
@@ -285,7 +285,7 @@ func (c *Client) CallSet(ctx context.Context, calls []Call) []Result {
 		}
 		r, err := c.newRPC(req, call.Target)
 		if err == nil {
-			h := r.header(0, 0, 0, false)
+			h := r.header(0, 0, 0, false, 0)
 			err = r.send(ctx, call.Target, call.Portal, &h, timeout)
 			if err != nil {
 				r.finish()
@@ -502,7 +502,13 @@ func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
 }
 
 // header builds the request header for one send of r.
-func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend bool) wire.Header {
+//
+// agreed are the checksum algorithms of the connection the header goes on
+// (0: no connection, any): a request built while another connection held,
+// or resent on a new one to a target that agreed to fewer, falls back to
+// CRC-32C, which every target takes (an older one drops a request naming
+// CRC-32 as malformed).
+func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend bool, agreed ChecksumType) wire.Header {
 	h := wire.Header{
 		Type: wire.TypeRequest, Opcode: r.req.Opcode, XID: r.xid, BodyLen: uint32(len(r.req.Body)),
 		Handle: handle, ConnCount: connCount, LastXID: lastXID,
@@ -516,9 +522,13 @@ func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend boo
 	if b := r.req.Bulk; b != nil {
 		h.BulkLen = uint32(r.bulkLen)
 		if b.Checksum {
-			h.Flags |= b.ChecksumType.flags() // a read asks the server for one
+			t := b.ChecksumType
+			if agreed != 0 && t&agreed == 0 {
+				t = ChecksumCRC32C
+			}
+			h.Flags |= t.flags() // a read asks the server for one
 			if b.Op == BulkWrite {
-				h.BulkCksum = b.ChecksumType.Sum(b.Buffers)
+				h.BulkCksum = t.Sum(b.Buffers)
 			}
 		}
 	}
@@ -652,8 +662,9 @@ func (r *rpc) checkBulkReply(h *wire.Header) error {
 	if h.Flags&wire.MsgBulkCksum == 0 || int(h.BulkLen) > r.bulkLen {
 		return fmt.Errorf("%w: %v xid %d: bulk read of %d bytes without a checksum", ErrBadReply, r.req.Opcode, r.xid, h.BulkLen)
 	}
-	// The server sums by the algorithm the request named; the reply says
-	// which it used, and an older server knows CRC-32C alone.
+	// The server sums by the algorithm the request named, which the reply
+	// names too (a late reply may answer an earlier send that named
+	// another).
 	t := flagChecksum(h.Flags)
 	got := t.Sum(iovSlice(b.Buffers, 0, int(h.BulkLen)))
 	if got == h.BulkCksum {

@@ -131,6 +131,9 @@ type connInfo struct {
 	server lwire.ProcessID
 	down   chan struct{}
 	isDown bool // guarded by Import.mu
+	// cksum are the checksum algorithms the target agreed to on this
+	// connection.
+	cksum ChecksumType
 }
 
 // Import is the client side of one client–target connection (Lustre's
@@ -160,9 +163,7 @@ type Import struct {
 		conn     *connInfo // current or last connection; nil before the first
 		server   int       // index into cfg.Servers to connect to
 		features uint64
-		// cksumTypes are the checksum algorithms the target agreed to.
-		cksumTypes ChecksumType
-		instance   uint64
+		instance uint64
 		// targetData is what the target sent with the last CONNECT.
 		targetData []byte
 		// gen counts evictions; a request of an older generation fails
@@ -300,10 +301,10 @@ func (imp *Import) Features() uint64 {
 func (imp *Import) ChecksumTypes() ChecksumType {
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
-	if imp.mu.cksumTypes == 0 {
+	if imp.mu.conn == nil {
 		return ChecksumCRC32C
 	}
-	return imp.mu.cksumTypes
+	return imp.mu.conn.cksum
 }
 
 // Info returns the import's connection state.
@@ -474,10 +475,9 @@ func (imp *Import) connect() error {
 		imp.mu.Unlock()
 		return ErrClosed
 	}
-	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{})}
+	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{}), cksum: negotiated(rep.CksumTypes)}
 	imp.mu.conn = cn
 	imp.mu.features = rep.Features
-	imp.mu.cksumTypes = negotiated(rep.CksumTypes)
 	imp.mu.targetData = rep.TargetData
 	restarted := imp.mu.instance != 0 && rep.Instance != imp.mu.instance
 	imp.mu.instance = rep.Instance
@@ -615,7 +615,7 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, transn
 	}
 	defer r.finish()
 	timeout := imp.timeout()
-	h := r.header(cn.handle, cn.count, 0, false)
+	h := r.header(cn.handle, cn.count, 0, false, cn.cksum)
 	h.Flags |= wire.MsgReplay
 	h.Transno = transno
 	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, cn.down)
@@ -645,7 +645,7 @@ func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectReques
 	defer r.finish()
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
 	defer cancel()
-	h := r.header(0, 0, 0, false)
+	h := r.header(0, 0, 0, false, 0)
 	m, err := r.attempt(ctx, server, imp.cfg.Portal, &h, timeout, nil)
 	if err != nil {
 		return nil, err
@@ -684,7 +684,7 @@ func (imp *Import) pingOnce() {
 	timeout := imp.timeout()
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
 	defer cancel()
-	h := r.header(cn.handle, cn.count, imp.lastXID(), false)
+	h := r.header(cn.handle, cn.count, imp.lastXID(), false, cn.cksum)
 	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, cn.down)
 	if err == nil {
 		imp.measure(r, &m.hdr)
@@ -889,7 +889,7 @@ func (imp *Import) sendNext(ctx context.Context, ic *icall) error {
 	ic.conn = cn
 	imp.mu.Unlock()
 	resend := ic.r.nsent > 0
-	h := ic.r.header(cn.handle, cn.count, imp.lastXID(), resend)
+	h := ic.r.header(cn.handle, cn.count, imp.lastXID(), resend, cn.cksum)
 	ic.timeout = timeout
 	if err := ic.r.send(ctx, cn.server, imp.cfg.Portal, &h, timeout); err != nil {
 		if ctx.Err() == nil {
@@ -1107,7 +1107,7 @@ func (imp *Import) disconnect(ctx context.Context, cn *connInfo) error {
 	}
 	defer r.finish()
 	timeout := imp.timeout()
-	h := r.header(cn.handle, cn.count, imp.lastXID(), false)
+	h := r.header(cn.handle, cn.count, imp.lastXID(), false, cn.cksum)
 	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, nil)
 	if err != nil {
 		return err
