@@ -8,3 +8,7 @@ func (s *Server) KnownNoCap(f client.FID) bool { return s.m.knownNoCap(f) }
 
 // StatAheads returns how many lookups the mount ran ahead of go-fuse's.
 func (s *Server) StatAheads() uint64 { return s.m.statAheads.Load() }
+
+// GlimpsesAhead returns how many files the mount glimpsed ahead of the
+// kernel's GETATTRs (AGL).
+func (s *Server) GlimpsesAhead() uint64 { return s.m.glimpsesAhead.Load() }

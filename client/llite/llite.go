@@ -293,12 +293,14 @@ type mount struct {
 	}
 	// statAhead holds a token per lookup-ahead worker running (at most
 	// statAheadMax), saWG the workers, saCtx ends them at unmount;
-	// statAheads counts the lookups ahead done.
-	statAhead  chan struct{}
-	saWG       sync.WaitGroup
-	saCtx      context.Context
-	saStop     context.CancelFunc
-	statAheads atomic.Uint64
+	// statAheads counts the lookups ahead done, glimpsesAhead the
+	// glimpses ahead (AGL).
+	statAhead     chan struct{}
+	saWG          sync.WaitGroup
+	saCtx         context.Context
+	saStop        context.CancelFunc
+	statAheads    atomic.Uint64
+	glimpsesAhead atomic.Uint64
 }
 
 type lockOwners struct {

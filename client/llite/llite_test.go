@@ -837,7 +837,7 @@ func testStatAhead(t *testing.T, a, b *llite.Server) {
 			t.Fatal(err)
 		}
 	}
-	before := a.StatAheads()
+	before, gBefore := a.StatAheads(), a.GlimpsesAhead()
 	out, err := exec.Command("ls", "-ln", filepath.Join(a.Dir(), "sa")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ls -l: %v: %s", err, out)
@@ -859,6 +859,17 @@ func testStatAhead(t *testing.T, a, b *llite.Server) {
 	}
 	if ahead := a.StatAheads() - before; ahead < n/2 {
 		t.Errorf("%d of %d entries looked up ahead", ahead, n)
+	}
+	if ahead := a.GlimpsesAhead() - gBefore; ahead < n/2 {
+		t.Errorf("%d of %d files glimpsed ahead of ls -l's GETATTRs", ahead, n)
+	}
+	// A plain ls stats nothing: no glimpses ahead.
+	gBefore = a.GlimpsesAhead()
+	if out, err := exec.Command("ls", "-f", filepath.Join(a.Dir(), "sa")).CombinedOutput(); err != nil {
+		t.Fatalf("ls: %v: %s", err, out)
+	}
+	if g := a.GlimpsesAhead() - gBefore; g != 0 {
+		t.Errorf("a plain ls glimpsed %d files ahead", g)
 	}
 }
 

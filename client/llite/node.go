@@ -99,6 +99,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	if mode := n.mode.Load(); mode == 0 || mode&syscall.S_IFMT == syscall.S_IFREG {
+		n.glimpseAhead(ctx, cred)
+	}
 	a, err := n.m.fs.Getattr(ctx, cred, n.fid)
 	if err != nil {
 		return n.m.errno(err, "getattr", n.fid)
@@ -109,6 +112,20 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		out.SetTimeout(cacheTTL)
 	}
 	return 0
+}
+
+// glimpseAhead tells the statahead of the directory page the file was
+// last read in (if any) that its GETATTR came (see statahead.go: AGL).
+func (n *node) glimpseAhead(ctx context.Context, cred client.Cred) {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	if pn, ok := parent.Operations().(*node); ok {
+		if sa := pn.sa.Load(); sa != nil {
+			sa.getattr(ctx, n.m, cred, name)
+		}
+	}
 }
 
 // Setattr changes mode, owner, times and size; a size change through an

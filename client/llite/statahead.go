@@ -19,6 +19,17 @@ import (
 // starts it is the first two entries of the page looked up in order, as
 // READDIRPLUS (or `ls -l` after a plain READDIR) does; a lookup of some
 // name of the page does not.
+//
+// AGL (Lustre's asynchronous glimpse locks, run by its statahead thread):
+// a regular file's attributes are not cached by the kernel, so `ls -l`
+// sends a GETATTR for every file, and each needs the file's size from its
+// OSTs, a glimpse, one after the other. Once two files of a page have had
+// their GETATTRs in page order, the files after them are glimpsed ahead, a
+// few at a time; each glimpse a lock server grants as a lock leaves the
+// size cached, so the GETATTR that follows sends nothing. A GETATTR of a
+// file being glimpsed ahead waits for that glimpse instead of asking
+// again; lookups never wait for glimpses. A failed glimpse ahead is
+// dropped (the GETATTR asks again and reports the error): the rest go on.
 
 const (
 	// statAheadWorkers is how many lookups one directory page runs ahead.
@@ -43,12 +54,18 @@ type statAhead struct {
 	seq    int  // the entries looked up in order from the first
 	begun  bool // lookups ahead run
 	flight map[string]chan struct{}
+	// The glimpses ahead (AGL): gnext, glast as next and seq are for the
+	// lookups; ghits counts GETATTRs that came in page order.
+	gnext, glast, ghits int
+	gbegun              bool
+	gflight             map[string]chan struct{}
 }
 
 // newStatAhead returns the lookups ahead of a page of parent's entries,
 // which end with ctx.
 func newStatAhead(ctx context.Context, parent client.FID, ents []client.DirEntry) *statAhead {
-	sa := &statAhead{parent: parent, index: make(map[string]int, len(ents)), flight: make(map[string]chan struct{})}
+	sa := &statAhead{parent: parent, index: make(map[string]int, len(ents)), flight: make(map[string]chan struct{}),
+		gflight: make(map[string]chan struct{}), glast: -1}
 	sa.ctx, sa.cancel = context.WithCancel(ctx)
 	for _, e := range ents {
 		if e.Name == "." || e.Name == ".." {
@@ -146,6 +163,101 @@ func (sa *statAhead) take() (string, chan struct{}) {
 func (sa *statAhead) done(name string, ch chan struct{}) {
 	sa.mu.Lock()
 	delete(sa.flight, name)
+	sa.mu.Unlock()
+	close(ch)
+}
+
+// getattr is called by a GETATTR of name, a regular file of sa's page: it
+// waits for a glimpse ahead of name in flight, and starts the glimpses
+// ahead of the files after it once GETATTRs come in page order.
+func (sa *statAhead) getattr(ctx context.Context, m *mount, cred client.Cred, name string) {
+	wait, start := sa.noteGetattr(name)
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return
+	}
+	if !start {
+		return
+	}
+	bg := context.WithoutCancel(ctx) // (the job id stays)
+	for range statAheadWorkers {
+		select {
+		case m.statAhead <- struct{}{}:
+		default:
+			return // the mount's work ahead is at its bound
+		}
+		m.saWG.Go(func() {
+			defer func() { <-m.statAhead }()
+			for sa.ctx.Err() == nil {
+				name, ch := sa.takeGlimpse()
+				if ch == nil {
+					return
+				}
+				gctx, cancel := context.WithTimeout(bg, statAheadTimeout)
+				stop := context.AfterFunc(sa.ctx, cancel)
+				// The entry is cached by the kernel's lookups (or the
+				// lookups ahead); Lookup with the size glimpses a regular
+				// file, and keeps what the glimpse learnt.
+				_, err := m.fs.Lookup(gctx, cred, sa.parent, name)
+				stop()
+				cancel()
+				sa.doneGlimpse(name, ch)
+				if err == nil {
+					m.glimpsesAhead.Add(1)
+				} else if sa.ctx.Err() == nil {
+					m.log.Debug("llite: glimpse ahead failed", "parent", sa.parent, "name", name, "err", err)
+				}
+			}
+		})
+	}
+}
+
+// noteGetattr records a GETATTR of name: wait is the glimpse ahead of
+// name in flight, if any; start says the glimpses ahead are to begin now.
+func (sa *statAhead) noteGetattr(name string) (wait chan struct{}, start bool) {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	i, ok := sa.index[name]
+	if !ok {
+		return nil, false
+	}
+	if ch := sa.gflight[name]; ch != nil {
+		return ch, false
+	}
+	if i > sa.glast {
+		sa.ghits++ // in page order (directories between files have none)
+	}
+	sa.glast = i
+	start = !sa.gbegun && sa.ghits >= 2
+	if start {
+		sa.gbegun = true
+	}
+	sa.gnext = max(sa.gnext, i+1) // this one the caller glimpses
+	return nil, start
+}
+
+// takeGlimpse returns the next name to glimpse ahead and marks it in
+// flight; a nil channel when there is none.
+func (sa *statAhead) takeGlimpse() (string, chan struct{}) {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	if sa.gnext >= len(sa.names) {
+		return "", nil
+	}
+	name := sa.names[sa.gnext]
+	sa.gnext++
+	ch := make(chan struct{})
+	sa.gflight[name] = ch
+	return name, ch
+}
+
+// doneGlimpse ends the glimpse ahead of name.
+func (sa *statAhead) doneGlimpse(name string, ch chan struct{}) {
+	sa.mu.Lock()
+	delete(sa.gflight, name)
 	sa.mu.Unlock()
 	close(ch)
 }
