@@ -207,8 +207,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
 	return map[wire.Opcode]ptlrpc.HandlerSpec{
 		wire.LDLMEnqueue: {Fn: s.handleEnqueue},
-		wire.LDLMCancel:  {Fn: s.handleCancel},
-		wire.LDLMConvert: {Fn: s.handleConvert},
+		// Cancels and converts are what enqueues (and handlers in
+		// LockLocal) wait for: never queued behind them.
+		wire.LDLMCancel:  {Fn: s.handleCancel, Flags: ptlrpc.HighPriority},
+		wire.LDLMConvert: {Fn: s.handleConvert, Flags: ptlrpc.HighPriority},
 	}
 }
 

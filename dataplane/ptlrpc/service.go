@@ -52,7 +52,18 @@ const (
 	// NoExport handlers serve requests that need no connection (selftest,
 	// callbacks); the request's handle is not looked at.
 	NoExport
+	// HighPriority handlers serve requests that other handlers may be
+	// waiting for: LDLM_CANCEL, which a handler waiting in a lock enqueue
+	// for clients to give their locks back needs (Lustre serves cancels
+	// on ldlm_canceld, apart from the requests that wait for them). They
+	// are queued apart and run by handler goroutines of their own
+	// (hpThreads), so that requests blocked in their handlers, however
+	// many, never hold them up.
+	HighPriority
 )
+
+// hpThreads is how many handler goroutines serve HighPriority requests.
+const hpThreads = 2
 
 // HandlerSpec is one entry of a service's handler table.
 type HandlerSpec struct {
@@ -284,6 +295,7 @@ type Service struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	nrs      *nrs.Head
+	hp       *nrs.Head // HighPriority requests
 	at       *estimator
 	workers  sync.WaitGroup
 	threads  atomic.Int32 // handler goroutines running
@@ -364,11 +376,17 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 		return nil, fmt.Errorf("ptlrpc %s: %w", cfg.Name, err)
 	}
 	handlers := make(map[wire.Opcode]*HandlerSpec, len(cfg.Handlers)+3)
+	var hp *nrs.Head
 	for op, spec := range cfg.Handlers {
 		if spec.Fn == nil {
 			return nil, fmt.Errorf("ptlrpc %s: handler for %v has no function", cfg.Name, op)
 		}
 		handlers[op] = &spec
+		if spec.Flags&HighPriority != 0 && hp == nil {
+			if hp, err = nrs.NewHead(nrs.Config{MaxQueued: cfg.MaxQueued}); err != nil {
+				return nil, fmt.Errorf("ptlrpc %s: %w", cfg.Name, err)
+			}
+		}
 	}
 	if ts := cfg.Targets; ts != nil {
 		handlers[cfg.ConnectOp] = &HandlerSpec{Flags: NoExport, Fn: func(_ context.Context, r *Request) ([]byte, int32) { return ts.connect(r) }}
@@ -378,7 +396,7 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		ln: ln, cfg: cfg, handlers: handlers, log: lg.With("service", cfg.Name), maxReq: maxReq,
-		ctx: ctx, cancel: cancel, nrs: head, at: newEstimator(0, 0),
+		ctx: ctx, cancel: cancel, nrs: head, hp: hp, at: newEstimator(0, 0),
 		ops: make(map[wire.Opcode]OpStats), allGone: make(chan struct{}),
 		erWake: make(chan struct{}, 1), erDone: make(chan struct{}),
 	}
@@ -394,8 +412,24 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 	for range cfg.MinThreads {
 		s.startWorker(false)
 	}
+	if hp != nil {
+		for range hpThreads {
+			s.workers.Go(s.hpWorker)
+		}
+	}
 	go s.earlyReplier()
 	return s, nil
+}
+
+// hpWorker runs HighPriority handlers until the service closes.
+func (s *Service) hpWorker() {
+	for {
+		it, err := s.hp.Get(s.ctx)
+		if err != nil {
+			return
+		}
+		s.handle(it.Value.(*Request))
+	}
 }
 
 // NRS returns the service's request scheduler, to change its policy and
@@ -635,6 +669,15 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	s.watchEarly(req)
 	it := &req.nrsItem
 	*it = nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}
+	if spec.Flags&HighPriority != 0 {
+		if !s.hp.Enqueue(it) {
+			s.busy.Add(1)
+			s.unwatchEarly(req)
+			req.finishExport(nil)
+			s.errorReply(req, -errnoEAGAIN)
+		}
+		return
+	}
 	ran, ok := s.queue(&ev, req, it)
 	if ran {
 		return
@@ -1064,6 +1107,9 @@ func (s *Service) Close(ctx context.Context) error {
 	s.checkGoneLocked()
 	s.mu.Unlock()
 	s.nrs.Close()
+	if s.hp != nil {
+		s.hp.Close()
+	}
 	close(s.erDone)
 	for _, h := range mds {
 		s.ln.Unlink(h)
@@ -1072,15 +1118,17 @@ func (s *Service) Close(ctx context.Context) error {
 	go func() {
 		s.workers.Wait()
 		// Requests still queued are dropped: their buffers go back.
-		for {
-			it, ok := s.nrs.TryGet()
-			if !ok {
-				break
+		for _, head := range []*nrs.Head{s.nrs, s.hp} {
+			for head != nil {
+				it, ok := head.TryGet()
+				if !ok {
+					break
+				}
+				req := it.Value.(*Request)
+				s.unwatchEarly(req)
+				req.finishExport(nil)
+				s.release(req.buf)
 			}
-			req := it.Value.(*Request)
-			s.unwatchEarly(req)
-			req.finishExport(nil)
-			s.release(req.buf)
 		}
 		<-s.allGone
 		close(done)

@@ -67,7 +67,7 @@ var handlerFlags = map[wire.Opcode]ptlrpc.HandlerFlags{
 	wire.MDSHSMStateGet: 0, wire.MDSHSMStateSet: ptlrpc.Modifying, wire.MDSHSMProgress: ptlrpc.Modifying,
 	wire.MDSSwapLayouts: ptlrpc.Modifying,
 	wire.LLOGNextBlock:  0, wire.MDSChangelogClear: 0,
-	wire.LDLMEnqueue: ptlrpc.Modifying, wire.LDLMCancel: 0, wire.LDLMConvert: 0,
+	wire.LDLMEnqueue: ptlrpc.Modifying, wire.LDLMCancel: ptlrpc.HighPriority, wire.LDLMConvert: ptlrpc.HighPriority,
 }
 
 // NewServer starts the MDS service with no MDT; AddMDT adds them.
