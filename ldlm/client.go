@@ -189,9 +189,12 @@ type ClientLock struct {
 	state     lockState
 	users     int
 	cbPending bool
-	err       error
-	lru       *list.Element
-	lastUsed  time.Time
+	// discard: a blocking AST said the object is being destroyed
+	// (DiscardData): what the lock covers is dropped, not written back.
+	discard  bool
+	err      error
+	lru      *list.Element
+	lastUsed time.Time
 	// reblocked: another blocking AST came while the lock was
 	// converting; it is given back whole then.
 	reblocked bool
@@ -415,6 +418,15 @@ func (l *ClientLock) Mode() Mode {
 	l.c.mu.Lock()
 	defer l.c.mu.Unlock()
 	return l.mode
+}
+
+// DiscardData reports whether a blocking AST asked for the lock because
+// its object is being destroyed: its Blocking hook drops what the lock
+// covers without writing it back.
+func (l *ClientLock) DiscardData() bool {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.discard
 }
 
 // Policy returns the lock's policy as granted (the grown extent).
@@ -1249,6 +1261,7 @@ func (c *Client) handleBlocking(_ context.Context, r *ptlrpc.Request) ([]byte, i
 	}
 	c.mu.Lock()
 	l.cbPending = true
+	l.discard = l.discard || ast.DiscardData
 	if l.state == lockConverting {
 		l.reblocked = true
 	}

@@ -129,6 +129,8 @@ type Server struct {
 		ns *Namespace
 		// remote maps a lock to its client's handle for callbacks.
 		remote map[Handle]uint64
+		// discard holds the target's own locks taken with DiscardData.
+		discard map[Handle]struct{}
 		// timers are the callback timers of locks sent a blocking AST.
 		timers map[Handle]*time.Timer
 		// owners maps an owner to its export, for callbacks and eviction;
@@ -190,6 +192,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: lg.With("ldlm", ns.Name()), ast: make(chan []astWork, cfg.ASTQueue)}
 	s.mu.ns = ns
 	s.mu.remote = make(map[Handle]uint64)
+	s.mu.discard = make(map[Handle]struct{})
 	s.mu.timers = make(map[Handle]*time.Timer)
 	s.mu.owners = make(map[Owner]*ptlrpc.Export)
 	s.mu.waiters = make(map[Handle]chan error)
@@ -566,6 +569,7 @@ func marshalEnqueueReply(rep *ldlmv1.EnqueueReply) ([]byte, int32) {
 func (s *Server) forgetLocked(h Handle) {
 	s.stopTimerLocked(h)
 	delete(s.mu.remote, h)
+	delete(s.mu.discard, h)
 }
 
 func (s *Server) stopTimerLocked(h Handle) {
@@ -592,8 +596,10 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 			continue
 		}
 		h, owner := b.Lock.Handle, b.Lock.Owner
+		_, discard := s.mu.discard[b.By.Handle]
 		work = append(work, astWork{exp: exp, op: wire.LDLMBlCallback, lock: h, body: &ldlmv1.BlockingAST{
-			Handle: uint64(h), ClientHandle: s.mu.remote[h], ConflictMode: uint32(b.By.Mode), ConflictPolicy: policyToWire(b.By.Policy)}})
+			Handle: uint64(h), ClientHandle: s.mu.remote[h], ConflictMode: uint32(b.By.Mode), ConflictPolicy: policyToWire(b.By.Policy),
+			DiscardData: discard}})
 		if s.mu.timers[h] == nil {
 			s.mu.timers[h] = time.AfterFunc(s.cfg.CallbackTimeout, func() { s.callbackExpired(h, owner) })
 		}
@@ -959,6 +965,9 @@ func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Expor
 	l := result.Lock
 	if exp != nil {
 		s.mu.remote[l.Handle] = clientHandle
+	}
+	if req.Flags&DiscardData != 0 {
+		s.mu.discard[l.Handle] = struct{}{}
 	}
 	var wait chan error
 	if l.State != Granted {

@@ -154,8 +154,13 @@ const (
 	// restarted, re-established during recovery: granted as it was, with
 	// no conflict check (the locks replayed were compatible when granted).
 	Replay
+	// DiscardData (LDLM_FL_DISCARD_DATA), on a target's own lock
+	// (LockLocal) only: the holders of the locks it calls back drop what
+	// they cache under them without writing it back, as the object is
+	// being destroyed (Lustre's ofd_destroy). The blocking ASTs say so.
+	DiscardData
 
-	allFlags = BlockNoWait | NoExpansion | Replay
+	allFlags = BlockNoWait | NoExpansion | Replay | DiscardData
 )
 
 // Request asks for a lock.

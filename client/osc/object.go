@@ -379,7 +379,9 @@ func (o *Object) glimpse(*ldlm.ClientLock) ldlm.LVB {
 // before the lock goes, write back exactly the dirty pages in its extent
 // and wait for the OST to have them, then drop every cached page there.
 // After an eviction the lock is already gone on the OST: dirty pages are
-// lost, which the next Sync reports.
+// lost, which the next Sync reports. A lock called back because the OST
+// destroys the object (DiscardData) drops its pages unwritten, dirty or
+// not, with no error: the file they belonged to is gone.
 func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool) {
 	o.mu.Lock()
 	info, ok := o.mu.locks[l]
@@ -390,8 +392,11 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 	}
 	first, last := info.ext.Start/PageSize, info.ext.End/PageSize
 	var lost error
+	discard := !evicted && l.DiscardData()
 	if evicted {
 		lost = o.errorf("lock %v %v: evicted: dirty data lost", info.mode, info.ext)
+	} else if discard {
+		o.c.st.discardedLocks.Add(1)
 	} else if err := o.flushPages(ctx, first, last); err != nil {
 		lost = o.errorf("flush for lock %v %v: %w", info.mode, info.ext, err)
 	} else if o.hasUnstable(first, last) {
@@ -401,7 +406,7 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 		}
 		o.c.releaseCommitted()
 	}
-	o.dropPages(ctx, first, last, lost)
+	o.dropPages(ctx, first, last, lost, discard)
 	o.mu.Lock()
 	if len(o.mu.locks) == 0 && len(o.mu.dirtyIdx) == 0 {
 		o.mu.mtime, o.mu.lvbTime.m, o.mu.lvbTime.c = 0, 0, 0
@@ -416,8 +421,8 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 // dropPages removes the pages in [first, last] from the cache once no RPC
 // uses them, and lowers the known size to what the remaining locks cover.
 // Dirty pages there (only after an eviction or a failed flush) are lost:
-// lost is recorded for Sync.
-func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error) {
+// lost is recorded for Sync, unless discard says the object is destroyed.
+func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error, discard bool) {
 	c := o.c
 	for {
 		o.mu.Lock()
@@ -449,7 +454,9 @@ func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error) 
 			}
 			o.mu.pages.del(p.idx)
 		}
-		if dirty > 0 {
+		if dirty > 0 && discard {
+			c.st.discardedPages.Add(uint64(dirty))
+		} else if dirty > 0 {
 			c.st.lostPages.Add(uint64(dirty))
 			if lost == nil {
 				lost = o.errorf("%d dirty pages dropped", dirty)
@@ -473,7 +480,7 @@ func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error) 
 func (o *Object) discardAll(err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o.dropPages(ctx, 0, ^uint64(0), err)
+	o.dropPages(ctx, 0, ^uint64(0), err, false)
 }
 
 // pagesInLocked returns the cached pages with index in [first, last].

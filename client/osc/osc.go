@@ -104,6 +104,7 @@ type stats struct {
 	readBytes, writeBytes              atomic.Uint64
 	hits, misses, raPages, raHits      atomic.Uint64
 	writeErrors, grantWaits, lostPages atomic.Uint64
+	discardedLocks, discardedPages     atomic.Uint64
 	// readSize and writeSize bound the bytes of one RPC.
 	readSize, writeSize minMax
 	// rpcs are the RPCs in flight and their histograms (rpc_stats).
@@ -287,6 +288,10 @@ type Stats struct {
 	// WriteErrors counts write RPCs that failed; LostPages the dirty pages
 	// dropped without reaching the OST (after a failed write, an eviction).
 	WriteErrors, LostPages uint64
+	// DiscardedLocks counts locks the OST called back to destroy their
+	// object (DiscardData), DiscardedPages the dirty pages they dropped
+	// unwritten: data of files that are gone, not lost.
+	DiscardedLocks, DiscardedPages uint64
 	// Objects is how many objects the OSC tracks.
 	Objects int
 	// MinReadRPC, MaxReadRPC, MinWriteRPC and MaxWriteRPC bound the
@@ -307,6 +312,7 @@ func (c *Client) Stats() Stats {
 	s.CacheHits, s.CacheMisses = c.st.hits.Load(), c.st.misses.Load()
 	s.ReadAheadPages, s.ReadAheadHits = c.st.raPages.Load(), c.st.raHits.Load()
 	s.WriteErrors, s.GrantWaits, s.LostPages = c.st.writeErrors.Load(), c.st.grantWaits.Load(), c.st.lostPages.Load()
+	s.DiscardedLocks, s.DiscardedPages = c.st.discardedLocks.Load(), c.st.discardedPages.Load()
 	s.MinReadRPC, s.MaxReadRPC = c.st.readSize.lo.Load(), c.st.readSize.hi.Load()
 	s.MinWriteRPC, s.MaxWriteRPC = c.st.writeSize.lo.Load(), c.st.writeSize.hi.Load()
 	s.Since = c.st.since

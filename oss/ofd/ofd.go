@@ -611,11 +611,27 @@ func (o *OFD) objectRequest(r *ptlrpc.Request) (fid.FID, *ostv1.ObjectRequest, e
 	return f, &or, err
 }
 
+// destroyLockWait bounds how long a destroy waits for clients to give
+// back their locks on the object.
+const destroyLockWait = time.Minute
+
 func (o *OFD) destroy(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	f, _, err := o.objectRequest(r)
 	if err != nil {
 		return o.refuse(r, "destroy: %w", err)
 	}
+	// As Lustre's ofd_destroy_by_fid: a PW lock on the whole object first
+	// calls back every client lock on it, so that no client keeps pages
+	// or locks of an object that is gone; the clients drop their pages
+	// unwritten (DiscardData). The cancels it waits for never queue
+	// behind it (ptlrpc.HighPriority).
+	release, err := o.lockd.LockLocal(ctx, ldlm.Request{Resource: resOf(f), Mode: ldlm.PW, Policy: ldlm.Policy{Extent: ldlm.Whole},
+		Flags: ldlm.NoExpansion | ldlm.DiscardData}, destroyLockWait)
+	if err != nil {
+		o.log.Warn("ofd: destroy: lock", "fid", f, "err", err)
+		return nil, errno(err)
+	}
+	defer release()
 	tx, err := o.dev.Begin(ctx)
 	if err != nil {
 		return nil, errno(err)

@@ -277,6 +277,19 @@ func (c *Cluster) Precreate(ctx context.Context, ost int, n uint32) ([]fid.FID, 
 	return out, nil
 }
 
+// Destroy destroys object f on OST ost, as the MDS's destroy log does
+// after an unlink.
+func (c *Cluster) Destroy(ctx context.Context, ost int, f fid.FID) error {
+	body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.mdsImps[ost].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTDestroy, Body: body}); err != nil {
+		return fmt.Errorf("destroy %v on %s: %w", f, OSTLabel(ost), err)
+	}
+	return nil
+}
+
 // Striping returns an instantiated RAID-0 striping over count OSTs
 // (count <= OSTs) of stripe size size, with fresh objects, starting at the
 // next OST in turn.

@@ -731,8 +731,12 @@ type BlockingAST struct {
 	// Conflict is the request the lock blocks: its mode and policy.
 	ConflictMode   uint32  `protobuf:"varint,3,opt,name=conflict_mode,json=conflictMode,proto3" json:"conflict_mode,omitempty"`
 	ConflictPolicy *Policy `protobuf:"bytes,4,opt,name=conflict_policy,json=conflictPolicy,proto3" json:"conflict_policy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// DiscardData (LDLM_FL_DISCARD_DATA): the conflicting lock is a
+	// target's own, taken to destroy the object: drop cached data without
+	// writing it back.
+	DiscardData   bool `protobuf:"varint,5,opt,name=discard_data,json=discardData,proto3" json:"discard_data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BlockingAST) Reset() {
@@ -791,6 +795,13 @@ func (x *BlockingAST) GetConflictPolicy() *Policy {
 		return x.ConflictPolicy
 	}
 	return nil
+}
+
+func (x *BlockingAST) GetDiscardData() bool {
+	if x != nil {
+		return x.DiscardData
+	}
+	return false
 }
 
 // CompletionAST tells a client a waiting lock was granted, or failed
@@ -1043,12 +1054,13 @@ const file_nacre_ldlm_v1_ldlm_proto_rawDesc = "" +
 	"\rCancelRequest\x12\x18\n" +
 	"\ahandles\x18\x01 \x03(\x04R\ahandles\"'\n" +
 	"\vCancelReply\x12\x18\n" +
-	"\aunknown\x18\x01 \x03(\x04R\aunknown\"\xaf\x01\n" +
+	"\aunknown\x18\x01 \x03(\x04R\aunknown\"\xd2\x01\n" +
 	"\vBlockingAST\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12#\n" +
 	"\rclient_handle\x18\x02 \x01(\x04R\fclientHandle\x12#\n" +
 	"\rconflict_mode\x18\x03 \x01(\rR\fconflictMode\x12>\n" +
-	"\x0fconflict_policy\x18\x04 \x01(\v2\x15.nacre.ldlm.v1.PolicyR\x0econflictPolicy\"\xf8\x01\n" +
+	"\x0fconflict_policy\x18\x04 \x01(\v2\x15.nacre.ldlm.v1.PolicyR\x0econflictPolicy\x12!\n" +
+	"\fdiscard_data\x18\x05 \x01(\bR\vdiscardData\"\xf8\x01\n" +
 	"\rCompletionAST\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12#\n" +
 	"\rclient_handle\x18\x02 \x01(\x04R\fclientHandle\x12\x12\n" +

@@ -660,6 +660,16 @@ func (m *BlockingAST) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.DiscardData {
+		i--
+		if m.DiscardData {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x28
+	}
 	if m.ConflictPolicy != nil {
 		size, err := m.ConflictPolicy.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1109,6 +1119,9 @@ func (m *BlockingAST) SizeVT() (n int) {
 	if m.ConflictPolicy != nil {
 		l = m.ConflictPolicy.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.DiscardData {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2870,6 +2883,26 @@ func (m *BlockingAST) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DiscardData", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DiscardData = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
