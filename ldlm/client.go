@@ -140,11 +140,16 @@ type clientNS struct {
 	nlocks int
 	lru    list.List // unused granted locks, least recently used first
 	// pending are server handles given back locally and not yet told to
-	// the server; since is when the oldest was added, urgent says one of
-	// them answers a blocking AST.
+	// the server; since is when the oldest was added.
 	pending []Handle
 	since   time.Time
-	urgent  bool
+	// blocked are handles of locks given back after a blocking AST: the
+	// server waits for them, maybe in handlers that hold up every other
+	// request of the target. Only the flusher sends them, at once, in an
+	// LDLM_CANCEL, which the target serves apart (ptlrpc.HighPriority);
+	// never an enqueue or an MDS request, which would queue behind those
+	// very handlers.
+	blocked []Handle
 	// converted are locks converted locally (GiveBackUnused), each once,
 	// whose new bits the server has not been told yet: the next enqueue or
 	// MDS request takes them (TakeConverts), with the handles and bits the
@@ -744,11 +749,12 @@ func (c *Client) keepOldLocked(l *ClientLock) *ClientLock {
 		}
 		l.users, l.state = 0, lockCancelling
 		c.unlinkLocked(l)
-		ns.queueHandleLocked(l.remote)
 		if l.cbPending {
 			// The server waits for it: no waiting for a request to carry it.
-			ns.urgent = true
+			ns.blocked = append(ns.blocked, l.remote)
 			c.kickFlusher()
+		} else {
+			ns.queueHandleLocked(l.remote)
 		}
 		c.duplicates.Add(1)
 		return old
@@ -768,9 +774,6 @@ func (c *Client) takePendingLocked(ns *clientNS) []uint64 {
 		cancels[i] = uint64(h)
 	}
 	ns.pending = ns.pending[n:]
-	if len(ns.pending) == 0 {
-		ns.urgent = false
-	}
 	c.earlyCancels.Add(uint64(n))
 	return cancels
 }
@@ -1174,8 +1177,11 @@ func (c *Client) giveBack(ctx context.Context, l *ClientLock) {
 	wasGranted := l.state == lockCancelling && h != 0
 	c.unlinkLocked(l)
 	if wasGranted {
-		ns.queueHandleLocked(h)
-		ns.urgent = ns.urgent || urgent
+		if urgent {
+			ns.blocked = append(ns.blocked, h)
+		} else {
+			ns.queueHandleLocked(h)
+		}
 	}
 	c.mu.Unlock()
 	if urgent {
@@ -1202,23 +1208,36 @@ func (c *Client) flusher() {
 		}
 		var batches []batch
 		var trim []*ClientLock
+		more := false
 		c.mu.Lock()
 		for _, ns := range c.mu.ns {
 			trim = append(trim, c.trimLocked(ns, now)...)
-			if len(ns.pending) == 0 || !(ns.urgent || now.Sub(ns.since) >= c.cfg.CancelDelay || len(ns.pending) >= c.cfg.CancelBatch) {
+			var b batch
+			n := min(len(ns.blocked), c.cfg.CancelBatch)
+			for _, h := range ns.blocked[:n] {
+				b.handles = append(b.handles, uint64(h))
+			}
+			ns.blocked = ns.blocked[n:]
+			more = more || len(ns.blocked) > 0
+			if len(ns.pending) > 0 && len(b.handles) < c.cfg.CancelBatch &&
+				(len(b.handles) > 0 || now.Sub(ns.since) >= c.cfg.CancelDelay || len(ns.pending) >= c.cfg.CancelBatch) {
+				m := min(len(ns.pending), c.cfg.CancelBatch-len(b.handles))
+				for _, h := range ns.pending[:m] {
+					b.handles = append(b.handles, uint64(h))
+				}
+				ns.pending = ns.pending[m:]
+				ns.since = now
+			}
+			if len(b.handles) == 0 {
 				continue
 			}
-			n := min(len(ns.pending), c.cfg.CancelBatch)
-			b := batch{imp: ns.imp, handles: make([]uint64, n)}
-			for i, h := range ns.pending[:n] {
-				b.handles[i] = uint64(h)
-			}
-			ns.pending = ns.pending[n:]
-			ns.urgent = ns.urgent && len(ns.pending) > 0
-			ns.since = now
+			b.imp = ns.imp
 			batches = append(batches, b)
 		}
 		c.mu.Unlock()
+		if more {
+			c.kickFlusher()
+		}
 		for _, l := range trim {
 			c.queueCancel(l)
 		}
@@ -1428,7 +1447,7 @@ func (c *Client) dropImport(imp *ptlrpc.Import) int {
 				all = append(all, l)
 			}
 		}
-		ns.pending, ns.urgent = nil, false
+		ns.pending, ns.blocked = nil, nil
 	}
 	for _, l := range all {
 		if l.state == lockWaiting {

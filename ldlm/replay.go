@@ -28,7 +28,7 @@ func (c *Client) ReplayLocks(ctx context.Context, imp *ptlrpc.Import) error {
 		c.mu.Unlock()
 		return nil
 	}
-	ns.pending, ns.urgent, ns.converted = nil, false, nil
+	ns.pending, ns.blocked, ns.converted = nil, nil, nil
 	var locks []*ClientLock
 	for _, first := range ns.byRes {
 		for l := first; l != nil; l = l.resNext {

@@ -452,22 +452,32 @@ func (p *osp) isDegraded() bool {
 	return p.mu.degraded
 }
 
-// destroy destroys OST objects (a destroy log record's) and then syncs the
-// OST, so the destroys are durable before the record goes. Objects
-// already gone count as destroyed.
+// destroysInFlight bounds the OST_DESTROYs the MDT has in flight on one
+// OST (Lustre's OSP keeps its sync RPCs within max_rpcs_in_flight): each
+// may hold an OSS handler while clients give back their locks on the
+// object, and the OST refuses destroys beyond its own bound (EBUSY).
+const destroysInFlight = 8
+
+// destroy destroys OST objects (a destroy log record's), destroysInFlight
+// at a time, and then syncs the OST, so the destroys are durable before
+// the record goes. Objects already gone count as destroyed.
 func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
-	calls := make([]ptlrpc.SetCall, len(objs))
-	for i, f := range objs {
-		body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver}})
-		if err != nil {
-			return err
+	for len(objs) > 0 {
+		n := min(len(objs), destroysInFlight)
+		calls := make([]ptlrpc.SetCall, n)
+		for i, f := range objs[:n] {
+			body, err := ptlrpc.Marshal(&ostv1.ObjectRequest{Fid: &ostv1.FID{Seq: f.Seq, Oid: f.Oid, Ver: f.Ver}})
+			if err != nil {
+				return err
+			}
+			calls[i] = ptlrpc.SetCall{Import: p.imp, Req: &ptlrpc.Req{Opcode: wire.OSTDestroy, Body: body}}
 		}
-		calls[i] = ptlrpc.SetCall{Import: p.imp, Req: &ptlrpc.Req{Opcode: wire.OSTDestroy, Body: body}}
-	}
-	for i, r := range ptlrpc.DoSet(ctx, calls) {
-		if r.Err != nil && !errors.Is(r.Err, syscall.ENOENT) {
-			return fmt.Errorf("destroy %v on %s: %w", objs[i], p.ost.Name, r.Err)
+		for i, r := range ptlrpc.DoSet(ctx, calls) {
+			if r.Err != nil && !errors.Is(r.Err, syscall.ENOENT) {
+				return fmt.Errorf("destroy %v on %s: %w", objs[i], p.ost.Name, r.Err)
+			}
 		}
+		objs = objs[n:]
 	}
 	if _, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSync}); err != nil {
 		return fmt.Errorf("sync of %s after destroys: %w", p.ost.Name, err)

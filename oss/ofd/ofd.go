@@ -130,6 +130,9 @@ type OFD struct {
 	log   *slog.Logger
 	stop  chan struct{}
 	done  chan struct{}
+	// destroyWaits holds a token for each destroy waiting for clients to
+	// give their locks back (maxDestroyWaits).
+	destroyWaits chan struct{}
 
 	// seqMu serializes precreate per target; lastID caches LAST_ID.
 	seqMu  sync.Mutex
@@ -192,7 +195,7 @@ func New(cfg Config) (*OFD, error) {
 		lg = slog.Default()
 	}
 	o := &OFD{cfg: cfg, jobs: jobstats.New(0), dev: cfg.Device, log: lg.With("ost", cfg.Name), lastID: make(map[uint64]uint32),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), destroyWaits: make(chan struct{}, maxDestroyWaits)}
 	o.gmu.byExp = make(map[*ptlrpc.Export]uint64)
 	o.gmu.ops = make(map[wire.Opcode]uint64)
 	o.since = time.Now()
@@ -615,6 +618,14 @@ func (o *OFD) objectRequest(r *ptlrpc.Request) (fid.FID, *ostv1.ObjectRequest, e
 // back their locks on the object.
 const destroyLockWait = time.Minute
 
+// maxDestroyWaits bounds the destroys that wait for clients' locks at
+// once: each holds a handler goroutine of the OSS's one service, which
+// reads and writes share, until the clients give their locks back or the
+// callback timer evicts them. A destroy beyond it whose lock conflicts is
+// refused with EBUSY, without calling anybody back; the MDS's destroy
+// log tries it again.
+const maxDestroyWaits = 8
+
 func (o *OFD) destroy(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	f, _, err := o.objectRequest(r)
 	if err != nil {
@@ -625,8 +636,20 @@ func (o *OFD) destroy(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	// or locks of an object that is gone; the clients drop their pages
 	// unwritten (DiscardData). The cancels it waits for never queue
 	// behind it (ptlrpc.HighPriority).
-	release, err := o.lockd.LockLocal(ctx, ldlm.Request{Resource: resOf(f), Mode: ldlm.PW, Policy: ldlm.Policy{Extent: ldlm.Whole},
-		Flags: ldlm.NoExpansion | ldlm.DiscardData}, destroyLockWait)
+	req := ldlm.Request{Resource: resOf(f), Mode: ldlm.PW, Policy: ldlm.Policy{Extent: ldlm.Whole},
+		Flags: ldlm.NoExpansion | ldlm.DiscardData}
+	var release func()
+	select {
+	case o.destroyWaits <- struct{}{}:
+		release, err = o.lockd.LockLocal(ctx, req, destroyLockWait)
+		<-o.destroyWaits
+	default:
+		req.Flags |= ldlm.BlockNoWait
+		release, err = o.lockd.LockLocal(ctx, req, 0)
+		if errors.Is(err, ldlm.ErrWouldBlock) {
+			return nil, -int32(syscall.EBUSY)
+		}
+	}
 	if err != nil {
 		o.log.Warn("ofd: destroy: lock", "fid", f, "err", err)
 		return nil, errno(err)
