@@ -89,6 +89,22 @@ func (fs *FS) LookupLazySize(ctx context.Context, cred Cred, parent FID, name st
 	return fs.lookup(ctx, cred, parent, name, false)
 }
 
+// SizeHeld reports whether f's size is known without an RPC: the client
+// holds locks on its objects that settle it (a glimpse was granted as a
+// lock), so that the next Getattr asks nothing.
+func (fs *FS) SizeHeld(f FID) bool {
+	_, lay, ok := fs.cache.attr(f)
+	if !ok || lay == nil || !anyObjects(lay) {
+		return false
+	}
+	d, done, err := fs.dataOf(f, lay)
+	if err != nil {
+		return false
+	}
+	defer done()
+	return d.SizeKnown()
+}
+
 func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, size bool) (Attr, error) {
 	if err := checkName(name); err != nil {
 		return Attr{}, err

@@ -12,3 +12,7 @@ func (s *Server) StatAheads() uint64 { return s.m.statAheads.Load() }
 // GlimpsesAhead returns how many files the mount glimpsed ahead of the
 // kernel's GETATTRs (AGL).
 func (s *Server) GlimpsesAhead() uint64 { return s.m.glimpsesAhead.Load() }
+
+// WorkersAhead returns how many statahead workers (lookups and glimpses
+// ahead) hold a token now.
+func (s *Server) WorkersAhead() int { return len(s.m.statAhead) }

@@ -188,12 +188,24 @@ func (s *Server) run() {
 	defer close(s.done)
 	s.srv.Wait()
 	s.m.n.stop()
-	s.m.saStop() // the lookups ahead end before the library does
-	s.m.saWG.Wait()
+	s.m.saStop()
+	// Work ahead whose RPC went to a server that just died is held by
+	// LNet until its send times out, cancelled or not: wait for it only a
+	// moment, then close the library, whose LNet ends it.
+	ahead := make(chan struct{})
+	go func() { s.m.saWG.Wait(); close(ahead) }()
+	select {
+	case <-ahead:
+	case <-time.After(time.Second):
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	closed := make(chan error, 1)
-	go func() { closed <- s.fs.Close(ctx) }()
+	go func() {
+		err := s.fs.Close(ctx)
+		<-ahead // (ended by the library's LNet going)
+		closed <- err
+	}()
 	select {
 	case s.err = <-closed:
 	case <-time.After(35 * time.Second):

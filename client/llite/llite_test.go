@@ -860,8 +860,11 @@ func testStatAhead(t *testing.T, a, b *llite.Server) {
 	if ahead := a.StatAheads() - before; ahead < n/2 {
 		t.Errorf("%d of %d entries looked up ahead", ahead, n)
 	}
-	if ahead := a.GlimpsesAhead() - gBefore; ahead < n/2 {
-		t.Errorf("%d of %d files glimpsed ahead of ls -l's GETATTRs", ahead, n)
+	// b keeps its write locks: no glimpse of a's can be granted as a lock,
+	// so the glimpses ahead stop after a probe (TestAGLWriterGone has the
+	// case they help).
+	if ahead := a.GlimpsesAhead() - gBefore; ahead > 16 {
+		t.Errorf("%d of %d files glimpsed ahead though b holds their write locks", ahead, n)
 	}
 	// A plain ls stats nothing: no glimpses ahead.
 	gBefore = a.GlimpsesAhead()

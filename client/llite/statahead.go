@@ -59,6 +59,35 @@ type statAhead struct {
 	gnext, glast, ghits int
 	gbegun              bool
 	gflight             map[string]chan struct{}
+	// gmiss counts the regular files glimpsed ahead in a row whose sizes
+	// did not stay cached under locks.
+	gmiss int
+}
+
+// aglProbe is how many glimpses ahead in a row may leave no size cached
+// before the page's glimpses ahead stop: a file another client writes (or
+// wrote and keeps the write locks of) cannot be granted a glimpse lock, so
+// the GETATTR that follows glimpses it again, a second glimpse AST to the
+// writer for nothing.
+const aglProbe = 4
+
+// glimpsing reports whether the page's glimpses ahead go on.
+func (sa *statAhead) glimpsing() bool {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	return sa.gmiss < aglProbe
+}
+
+// glimpsed records a glimpse ahead of a regular file; held says its size
+// stayed cached.
+func (sa *statAhead) glimpsed(held bool) {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	if held {
+		sa.gmiss = 0
+	} else {
+		sa.gmiss++
+	}
 }
 
 // newStatAhead returns the lookups ahead of a page of parent's entries,
@@ -191,7 +220,7 @@ func (sa *statAhead) getattr(ctx context.Context, m *mount, cred client.Cred, na
 		}
 		m.saWG.Go(func() {
 			defer func() { <-m.statAhead }()
-			for sa.ctx.Err() == nil {
+			for sa.ctx.Err() == nil && sa.glimpsing() {
 				name, ch := sa.takeGlimpse()
 				if ch == nil {
 					return
@@ -201,9 +230,12 @@ func (sa *statAhead) getattr(ctx context.Context, m *mount, cred client.Cred, na
 				// The entry is cached by the kernel's lookups (or the
 				// lookups ahead); Lookup with the size glimpses a regular
 				// file, and keeps what the glimpse learnt.
-				_, err := m.fs.Lookup(gctx, cred, sa.parent, name)
+				a, err := m.fs.Lookup(gctx, cred, sa.parent, name)
 				stop()
 				cancel()
+				if err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
+					sa.glimpsed(m.fs.SizeHeld(a.FID))
+				}
 				sa.doneGlimpse(name, ch)
 				if err == nil {
 					m.glimpsesAhead.Add(1)

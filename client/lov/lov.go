@@ -86,6 +86,19 @@ func (f *File) OnDrop(fn func()) {
 	}
 }
 
+// SizeKnown reports whether every object of the file has its size known
+// exactly without an RPC (see osc.Object.SizeKnown).
+func (f *File) SizeKnown() bool {
+	for _, objs := range f.objs {
+		for _, o := range objs {
+			if o != nil && !o.SizeKnown() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Layout returns the file's layout (a copy).
 func (f *File) Layout() layout.Layout { return f.l.Clone() }
 

@@ -192,6 +192,15 @@ func (o *Object) exactSizeLocked() (bool, uint64) {
 	return false, 0
 }
 
+// SizeKnown reports whether the client knows the object's size exactly,
+// without an RPC (it holds a lock to EOF that settles it).
+func (o *Object) SizeKnown() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	exact, _ := o.exactSizeLocked()
+	return exact
+}
+
 // KnownSize returns the size the client knows the object has at least,
 // without an RPC (0 without a lock).
 func (o *Object) KnownSize() uint64 {
