@@ -8,71 +8,36 @@ import (
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
-	"github.com/nacrefs/nacre/lnet/lnettest"
-	lwire "github.com/nacrefs/nacre/lnet/wire"
 )
 
 // newBlockingCluster is newLockCluster with a service of few handler
-// goroutines and an OST_DESTROY handler that, as OFD.destroy now does,
-// waits in LockLocal for a PW lock on the whole object.
+// goroutines and an OST_DESTROY handler that, as OFD.destroy does, waits
+// in LockLocal for a PW lock on the whole object.
 func newBlockingCluster(t *testing.T, cbTimeout time.Duration) (*lockCluster, *atomic.Int32) {
-	lc := &lockCluster{t: t, evicted: make(chan string, 16), data: make([]byte, objSize)}
-	addrs := []string{"127.0.0.2", "127.0.0.10", "127.0.0.11"}
-	lc.port = lnettest.FreePort(t, addrs...)
-	lc.srv = lnettest.Start(t, "127.0.0.2", lc.port)
-	lc.srvID = lwire.ProcessID{NID: lc.srv.NIDs()[len(lc.srv.NIDs())-1], PID: lc.srv.PID()}
-	ts := ptlrpc.NewTargetSet()
-	var err error
-	lc.lockd, err = NewServer(ServerConfig{Namespace: Config{Name: "nacre-OST0000"}, Client: ptlrpc.NewClient(lc.srv, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.LDLMCBReplyPortal, Logger: quiet}),
-		CallbackTimeout: cbTimeout, Logger: quiet,
-		Evict: func(exp *ptlrpc.Export) { lc.tgt.Evict(exp.ClientUUID()) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc.tgt, err = ts.NewTarget(ptlrpc.TargetConfig{Name: "nacre-OST0000", AutoCommit: true, Logger: quiet,
-		OnGone: func(e *ptlrpc.Export, evicted bool) {
-			lc.lockd.ExportGone(e)
-			if evicted {
-				lc.evicted <- e.ClientUUID()
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var done atomic.Int32
-	handlers := lc.lockd.Handlers()
-	// The first LDLM_CANCEL takes a while to serve (a loaded server, a
-	// slow network): the client's flusher, which sends its CANCELs one
-	// RPC after another, is busy meanwhile.
-	cancel := handlers[wire.LDLMCancel]
-	var slow atomic.Bool
-	slow.Store(true)
-	handlers[wire.LDLMCancel] = ptlrpc.HandlerSpec{Flags: cancel.Flags, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
-		if slow.Swap(false) {
-			time.Sleep(300 * time.Millisecond)
-		}
-		return cancel.Fn(ctx, r)
-	}}
-	handlers[wire.OSTDestroy] = ptlrpc.HandlerSpec{Flags: ptlrpc.Modifying, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
-		release, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Flags: NoExpansion | DiscardData}, time.Minute)
-		if err != nil {
-			return nil, ptlrpc.Errno(err)
-		}
-		release()
-		done.Add(1)
-		return nil, 0
-	}}
-	lc.svc, err = ptlrpc.NewService(lc.srv, ptlrpc.ServiceConfig{Name: "ost", RequestPortal: svcPortal, Targets: ts,
-		MinThreads: 2, MaxThreads: 2, Handlers: handlers, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		lc.svc.Close(ctx)
-		lc.lockd.Close()
-		lc.tgt.Close(ctx)
+	lc := newLockClusterWith(t, 2, cbTimeout, func(lc *lockCluster, cfg *ptlrpc.ServiceConfig) {
+		// The first LDLM_CANCEL takes a while to serve (a loaded server,
+		// a slow network): the client's flusher, which sends its CANCELs
+		// one RPC after another, is busy meanwhile.
+		cancel := cfg.Handlers[wire.LDLMCancel]
+		var slow atomic.Bool
+		slow.Store(true)
+		cfg.Handlers[wire.LDLMCancel] = ptlrpc.HandlerSpec{Flags: cancel.Flags, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+			if slow.Swap(false) {
+				time.Sleep(300 * time.Millisecond)
+			}
+			return cancel.Fn(ctx, r)
+		}}
+		cfg.Handlers[wire.OSTDestroy] = ptlrpc.HandlerSpec{Flags: ptlrpc.Modifying, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+			release, err := lc.lockd.LockLocal(ctx, Request{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Flags: NoExpansion | DiscardData}, time.Minute)
+			if err != nil {
+				return nil, ptlrpc.Errno(err)
+			}
+			release()
+			done.Add(1)
+			return nil, 0
+		}}
+		cfg.MinThreads, cfg.MaxThreads = 2, 2
 	})
 	return lc, &done
 }

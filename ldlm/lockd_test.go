@@ -53,6 +53,12 @@ type lockCluster struct {
 }
 
 func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCluster {
+	return newLockClusterWith(t, nclients, cbTimeout, nil)
+}
+
+// newLockClusterWith is newLockCluster whose service configuration adjust
+// changes (handlers, threads) before the service starts.
+func newLockClusterWith(t testing.TB, nclients int, cbTimeout time.Duration, adjust func(*lockCluster, *ptlrpc.ServiceConfig)) *lockCluster {
 	addrs := []string{"127.0.0.2"}
 	for i := range nclients {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 10+i))
@@ -104,8 +110,11 @@ func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCl
 		_, err := r.BulkPut(ctx, [][]byte{buf})
 		return nil, ptlrpc.Errno(err)
 	}}
-	lc.svc, err = ptlrpc.NewService(lc.srv, ptlrpc.ServiceConfig{Name: "ost", RequestPortal: svcPortal, Targets: ts,
-		Handlers: handlers, Logger: quiet})
+	cfg := ptlrpc.ServiceConfig{Name: "ost", RequestPortal: svcPortal, Targets: ts, Handlers: handlers, Logger: quiet}
+	if adjust != nil {
+		adjust(lc, &cfg)
+	}
+	lc.svc, err = ptlrpc.NewService(lc.srv, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

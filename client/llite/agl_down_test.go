@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-
 	"syscall"
 	"testing"
 	"time"
@@ -51,7 +50,8 @@ func mountTimeout(t *testing.T, c *clustertest.Cluster, i int, timeout time.Dura
 // page order.
 func aglDownDir(t *testing.T, a *llite.Server, n int) []string {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	fsys, cred := a.FS(), client.Root()
 	d, err := fsys.Mkdir(ctx, cred, fsys.Root(), "d", 0o755)
 	if err != nil {

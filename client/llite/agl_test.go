@@ -32,6 +32,17 @@ func ostLockStats(c *clustertest.Cluster) (st ldlm.ServerStats) {
 	return st
 }
 
+// writeFiles makes dir with n files, f0 to f<n-1>, file i of i+1 bytes.
+func writeFiles(t *testing.T, dir string, n int) {
+	t.Helper()
+	mkdir(t, dir, 0o755)
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint("f", i)), bytes.Repeat([]byte{'x'}, i+1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestAGLWriterHoldsLocks: b wrote the files of a directory and keeps its
 // write locks (as a running job does, or any client that wrote and did not
 // need its locks back): no glimpse of a's can be granted as a lock, so a
@@ -43,12 +54,7 @@ func TestAGLWriterHoldsLocks(t *testing.T) {
 	a := mountT(t, c, 0)
 	b := mountT(t, c, 1)
 	const n = 100
-	mkdir(t, filepath.Join(b.Dir(), "w"), 0o755)
-	for i := range n {
-		if err := os.WriteFile(filepath.Join(b.Dir(), "w", fmt.Sprint("f", i)), bytes.Repeat([]byte{'x'}, i+1), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, filepath.Join(b.Dir(), "w"), n)
 	before := ostLockStats(c)
 	out, err := exec.Command("ls", "-ln", filepath.Join(a.Dir(), "w")).CombinedOutput()
 	if err != nil {
@@ -71,12 +77,7 @@ func TestAGLWriterGone(t *testing.T) {
 	a := mountT(t, c, 0)
 	b := mountT(t, c, 1)
 	const n = 100
-	mkdir(t, filepath.Join(b.Dir(), "w"), 0o755)
-	for i := range n {
-		if err := os.WriteFile(filepath.Join(b.Dir(), "w", fmt.Sprint("f", i)), bytes.Repeat([]byte{'x'}, i+1), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, filepath.Join(b.Dir(), "w"), n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := b.Unmount(ctx); err != nil {

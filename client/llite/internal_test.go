@@ -174,31 +174,49 @@ func TestStatAheadStarts(t *testing.T) {
 		name  string
 		start bool
 	}{{"d", false}, {"zz", false}, {"a", false}, {"b", true}, {"c", false}} {
-		if wait, start := sa.note(step.name); wait != nil || start != step.start {
+		if wait, start := sa.note(&sa.lookups, step.name); wait != nil || start != step.start {
 			t.Fatalf("lookup of %q: wait %v, start %v; want start %v", step.name, wait, start, step.start)
 		}
 	}
 	// Ahead: e (c and d were looked up by their callers).
-	name, ch := sa.take()
+	name, ch := sa.take(&sa.lookups)
 	if name != "e" || ch == nil {
 		t.Fatalf("first lookup ahead: %q", name)
 	}
-	if wait, _ := sa.note("e"); wait != ch {
+	if wait, _ := sa.note(&sa.lookups, "e"); wait != ch {
 		t.Fatal("a lookup of an entry in flight does not wait for it")
 	}
-	sa.done(name, ch)
+	if wait, _ := sa.note(&sa.glimpses, "e"); wait != nil {
+		t.Fatal("a GETATTR waits for a lookup ahead")
+	}
+	sa.done(&sa.lookups, name, ch)
 	select {
 	case <-ch:
 	default:
 		t.Fatal("done did not end the wait")
 	}
-	if name, ch := sa.take(); ch != nil {
+	if name, ch := sa.take(&sa.lookups); ch != nil {
 		t.Fatalf("a second lookup ahead: %q", name)
 	}
 	// Another page's first two entries start its own.
 	sa2 := newStatAhead(context.Background(), client.FID{}, ents[2:4])
-	sa2.note("a")
-	if _, start := sa2.note("b"); !start {
+	sa2.note(&sa2.lookups, "a")
+	if _, start := sa2.note(&sa2.lookups, "b"); !start {
 		t.Fatal("the next page did not start")
+	}
+	// Glimpses: two GETATTRs in page order, entries between them skipped
+	// (not regular files), start them; the next is the one after.
+	sa3 := newStatAhead(context.Background(), client.FID{}, ents)
+	if _, start := sa3.note(&sa3.glimpses, "a"); start {
+		t.Fatal("glimpses ahead after one GETATTR")
+	}
+	if _, start := sa3.note(&sa3.glimpses, "c"); !start {
+		t.Fatal("GETATTRs of a and c in order did not start the glimpses ahead")
+	}
+	if name, _ := sa3.take(&sa3.glimpses); name != "d" {
+		t.Fatalf("first glimpse ahead: %q, want d", name)
+	}
+	if name, _ := sa3.take(&sa3.lookups); name != "a" {
+		t.Fatalf("the lookups ahead of the page moved with the glimpses: %q", name)
 	}
 }

@@ -40,9 +40,9 @@ const (
 	statAheadTimeout = 30 * time.Second
 )
 
-// statAhead is the page of a directory last read, for its lookups ahead.
-// Its context ends when the page is replaced, the directory closed or the
-// mount ends: the lookups ahead stop then.
+// statAhead is the page of a directory last read, for its lookups and
+// glimpses ahead. Its context ends when the page is replaced, the
+// directory closed or the mount ends: the work ahead stops then.
 type statAhead struct {
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -50,18 +50,24 @@ type statAhead struct {
 	mu     sync.Mutex
 	names  []string // the page's entries, in order
 	index  map[string]int
-	next   int  // names[next:] are not started yet
-	seq    int  // the entries looked up in order from the first
-	begun  bool // lookups ahead run
-	flight map[string]chan struct{}
-	// The glimpses ahead (AGL): gnext, glast as next and seq are for the
-	// lookups; ghits counts GETATTRs that came in page order.
-	gnext, glast, ghits int
-	gbegun              bool
-	gflight             map[string]chan struct{}
+	// lookups and glimpses are the two kinds of work ahead.
+	lookups, glimpses ahead
 	// gmiss counts the regular files glimpsed ahead in a row whose sizes
 	// did not stay cached under locks.
 	gmiss int
+}
+
+// ahead is one kind of work ahead of a page. Guarded by statAhead.mu.
+type ahead struct {
+	next   int  // names[next:] are not started yet
+	begun  bool // the workers run
+	flight map[string]chan struct{}
+	// inOrder counts the requests that came in page order, last is the
+	// index of the latest. Lookups count those from the first entry on,
+	// one after the other (READDIRPLUS looks every entry up); glimpses
+	// those at a later index than the one before (ls -l's GETATTRs skip
+	// what is not a regular file).
+	inOrder, last int
 }
 
 // aglProbe is how many glimpses ahead in a row may leave no size cached
@@ -71,30 +77,12 @@ type statAhead struct {
 // writer for nothing.
 const aglProbe = 4
 
-// glimpsing reports whether the page's glimpses ahead go on.
-func (sa *statAhead) glimpsing() bool {
-	sa.mu.Lock()
-	defer sa.mu.Unlock()
-	return sa.gmiss < aglProbe
-}
-
-// glimpsed records a glimpse ahead of a regular file; held says its size
-// stayed cached.
-func (sa *statAhead) glimpsed(held bool) {
-	sa.mu.Lock()
-	defer sa.mu.Unlock()
-	if held {
-		sa.gmiss = 0
-	} else {
-		sa.gmiss++
-	}
-}
-
-// newStatAhead returns the lookups ahead of a page of parent's entries,
-// which end with ctx.
+// newStatAhead returns the work ahead of a page of parent's entries,
+// which ends with ctx.
 func newStatAhead(ctx context.Context, parent client.FID, ents []client.DirEntry) *statAhead {
-	sa := &statAhead{parent: parent, index: make(map[string]int, len(ents)), flight: make(map[string]chan struct{}),
-		gflight: make(map[string]chan struct{}), glast: -1}
+	sa := &statAhead{parent: parent, index: make(map[string]int, len(ents)),
+		lookups:  ahead{flight: make(map[string]chan struct{}), last: -1},
+		glimpses: ahead{flight: make(map[string]chan struct{}), last: -1}}
 	sa.ctx, sa.cancel = context.WithCancel(ctx)
 	for _, e := range ents {
 		if e.Name == "." || e.Name == ".." {
@@ -110,97 +98,53 @@ func newStatAhead(ctx context.Context, parent client.FID, ents []client.DirEntry
 // lookup ahead of name in flight, and starts the lookups ahead of the
 // names after it once the page is looked up in order.
 func (sa *statAhead) looking(ctx context.Context, m *mount, cred client.Cred, name string) {
-	wait, start := sa.note(name)
-	if wait != nil {
-		select {
-		case <-wait:
-		case <-ctx.Done():
+	sa.request(ctx, m, &sa.lookups, name, func(ctx context.Context, name string) bool {
+		_, err := m.fs.LookupLazySize(ctx, cred, sa.parent, name) // (what it finds is cached)
+		if err != nil && client.Errno(err) != syscall.ENOENT {
+			return false // (an MDT in trouble: no more ahead)
 		}
-		return
-	}
-	if !start {
-		return
-	}
-	bg := context.WithoutCancel(ctx) // (the job id stays)
-	for range statAheadWorkers {
-		select {
-		case m.statAhead <- struct{}{}:
-		default:
-			return // the mount's lookups ahead are at their bound
-		}
-		m.saWG.Go(func() {
-			defer func() { <-m.statAhead }()
-			for sa.ctx.Err() == nil {
-				name, ch := sa.take()
-				if ch == nil {
-					return
-				}
-				lctx, cancel := context.WithTimeout(bg, statAheadTimeout)
-				stop := context.AfterFunc(sa.ctx, cancel)
-				_, err := m.fs.LookupLazySize(lctx, cred, sa.parent, name) // (what it finds is cached)
-				stop()
-				cancel()
-				sa.done(name, ch)
-				if err != nil && client.Errno(err) != syscall.ENOENT {
-					return // (an MDT in trouble: no more ahead)
-				}
-				m.statAheads.Add(1)
-			}
-		})
-	}
-}
-
-// note records a lookup of name: wait is the lookup ahead of name in
-// flight, if any; start says the lookups ahead are to begin now.
-func (sa *statAhead) note(name string) (wait chan struct{}, start bool) {
-	sa.mu.Lock()
-	defer sa.mu.Unlock()
-	i, ok := sa.index[name]
-	if !ok {
-		return nil, false
-	}
-	if ch := sa.flight[name]; ch != nil {
-		return ch, false
-	}
-	if i == sa.seq {
-		sa.seq++
-	}
-	start = !sa.begun && sa.seq >= 2
-	if start {
-		sa.begun = true
-	}
-	sa.next = max(sa.next, i+1) // this one is looked up by the caller
-	return nil, start
-}
-
-// take returns the next name to look up ahead and marks it in flight; a
-// nil channel when there is none.
-func (sa *statAhead) take() (string, chan struct{}) {
-	sa.mu.Lock()
-	defer sa.mu.Unlock()
-	if sa.next >= len(sa.names) {
-		return "", nil
-	}
-	name := sa.names[sa.next]
-	sa.next++
-	ch := make(chan struct{})
-	sa.flight[name] = ch
-	return name, ch
-}
-
-// done ends the lookup ahead of name.
-func (sa *statAhead) done(name string, ch chan struct{}) {
-	sa.mu.Lock()
-	delete(sa.flight, name)
-	sa.mu.Unlock()
-	close(ch)
+		m.statAheads.Add(1)
+		return true
+	})
 }
 
 // getattr is called by a GETATTR of name, a regular file of sa's page: it
 // waits for a glimpse ahead of name in flight, and starts the glimpses
 // ahead of the files after it once GETATTRs come in page order.
 func (sa *statAhead) getattr(ctx context.Context, m *mount, cred client.Cred, name string) {
-	wait, start := sa.noteGetattr(name)
+	sa.request(ctx, m, &sa.glimpses, name, func(ctx context.Context, name string) bool {
+		// The entry is cached by the kernel's lookups (or the lookups
+		// ahead); Lookup with the size glimpses a regular file, and
+		// keeps what the glimpse learnt.
+		a, err := m.fs.Lookup(ctx, cred, sa.parent, name)
+		if err != nil {
+			if sa.ctx.Err() == nil {
+				m.log.Debug("llite: glimpse ahead failed", "parent", sa.parent, "name", name, "err", err)
+			}
+			return true // (only this file: its GETATTR asks again)
+		}
+		m.glimpsesAhead.Add(1)
+		if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			return true
+		}
+		held := m.fs.SizeHeld(a.FID)
+		sa.mu.Lock()
+		defer sa.mu.Unlock()
+		if held {
+			sa.gmiss = 0
+		} else {
+			sa.gmiss++
+		}
+		return sa.gmiss < aglProbe
+	})
+}
+
+// request is a request of the kernel's for name that work a does ahead:
+// it waits for a's work on name in flight, or, once requests come in page
+// order, starts a's workers, each running do on the names after it in
+// turn (with a context that ends with the page) until do says to stop.
+func (sa *statAhead) request(ctx context.Context, m *mount, a *ahead, name string, do func(ctx context.Context, name string) bool) {
+	wait, start := sa.note(a, name)
 	if wait != nil {
 		select {
 		case <-wait:
@@ -220,76 +164,65 @@ func (sa *statAhead) getattr(ctx context.Context, m *mount, cred client.Cred, na
 		}
 		m.saWG.Go(func() {
 			defer func() { <-m.statAhead }()
-			for sa.ctx.Err() == nil && sa.glimpsing() {
-				name, ch := sa.takeGlimpse()
+			for more := true; more && sa.ctx.Err() == nil; {
+				name, ch := sa.take(a)
 				if ch == nil {
 					return
 				}
-				gctx, cancel := context.WithTimeout(bg, statAheadTimeout)
+				wctx, cancel := context.WithTimeout(bg, statAheadTimeout)
 				stop := context.AfterFunc(sa.ctx, cancel)
-				// The entry is cached by the kernel's lookups (or the
-				// lookups ahead); Lookup with the size glimpses a regular
-				// file, and keeps what the glimpse learnt.
-				a, err := m.fs.Lookup(gctx, cred, sa.parent, name)
+				more = do(wctx, name)
 				stop()
 				cancel()
-				if err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
-					sa.glimpsed(m.fs.SizeHeld(a.FID))
-				}
-				sa.doneGlimpse(name, ch)
-				if err == nil {
-					m.glimpsesAhead.Add(1)
-				} else if sa.ctx.Err() == nil {
-					m.log.Debug("llite: glimpse ahead failed", "parent", sa.parent, "name", name, "err", err)
-				}
+				sa.done(a, name, ch)
 			}
 		})
 	}
 }
 
-// noteGetattr records a GETATTR of name: wait is the glimpse ahead of
-// name in flight, if any; start says the glimpses ahead are to begin now.
-func (sa *statAhead) noteGetattr(name string) (wait chan struct{}, start bool) {
+// note records a request for name: wait is a's work on name in flight, if
+// any; start says a's workers are to begin now.
+func (sa *statAhead) note(a *ahead, name string) (wait chan struct{}, start bool) {
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
 	i, ok := sa.index[name]
 	if !ok {
 		return nil, false
 	}
-	if ch := sa.gflight[name]; ch != nil {
+	if ch := a.flight[name]; ch != nil {
 		return ch, false
 	}
-	if i > sa.glast {
-		sa.ghits++ // in page order (directories between files have none)
+	if a == &sa.lookups && i == a.inOrder || a == &sa.glimpses && i > a.last {
+		a.inOrder++
 	}
-	sa.glast = i
-	start = !sa.gbegun && sa.ghits >= 2
+	a.last = i
+	start = !a.begun && a.inOrder >= 2
 	if start {
-		sa.gbegun = true
+		a.begun = true
 	}
-	sa.gnext = max(sa.gnext, i+1) // this one the caller glimpses
+	a.next = max(a.next, i+1) // this one the caller does
 	return nil, start
 }
 
-// takeGlimpse returns the next name to glimpse ahead and marks it in
-// flight; a nil channel when there is none.
-func (sa *statAhead) takeGlimpse() (string, chan struct{}) {
+// take returns the next name for a's work and marks it in flight; a nil
+// channel when there is none.
+func (sa *statAhead) take(a *ahead) (string, chan struct{}) {
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
-	if sa.gnext >= len(sa.names) {
+	if a.next >= len(sa.names) {
 		return "", nil
 	}
-	name := sa.names[sa.gnext]
-	sa.gnext++
+	name := sa.names[a.next]
+	a.next++
 	ch := make(chan struct{})
-	sa.gflight[name] = ch
+	a.flight[name] = ch
 	return name, ch
 }
 
-// doneGlimpse ends the glimpse ahead of name.
-func (sa *statAhead) doneGlimpse(name string, ch chan struct{}) {
+// done ends a's work on name.
+func (sa *statAhead) done(a *ahead, name string, ch chan struct{}) {
 	sa.mu.Lock()
-	delete(sa.gflight, name)
+	delete(a.flight, name)
 	sa.mu.Unlock()
 	close(ch)
 }
