@@ -150,6 +150,11 @@ type clientNS struct {
 	// never an enqueue or an MDS request, which would queue behind those
 	// very handlers.
 	blocked []Handle
+	// sending: the flusher's LDLM_CANCEL of this namespace is in flight;
+	// the next waits for it, but no other namespace's does (a target that
+	// is down must not hold up the cancels a healthy one waits for, or
+	// that one evicts the client).
+	sending bool
 	// converted are locks converted locally (GiveBackUnused), each once,
 	// whose new bits the server has not been told yet: the next enqueue or
 	// MDS request takes them (TakeConverts), with the handles and bits the
@@ -1203,7 +1208,7 @@ func (c *Client) flusher() {
 		}
 		now := time.Now()
 		type batch struct {
-			imp     *ptlrpc.Import
+			ns      *clientNS
 			handles []uint64
 		}
 		var batches []batch
@@ -1212,6 +1217,9 @@ func (c *Client) flusher() {
 		c.mu.Lock()
 		for _, ns := range c.mu.ns {
 			trim = append(trim, c.trimLocked(ns, now)...)
+			if ns.sending {
+				continue // (kicked again when it is done)
+			}
 			var b batch
 			n := min(len(ns.blocked), c.cfg.CancelBatch)
 			for _, h := range ns.blocked[:n] {
@@ -1231,7 +1239,7 @@ func (c *Client) flusher() {
 			if len(b.handles) == 0 {
 				continue
 			}
-			b.imp = ns.imp
+			b.ns, ns.sending = ns, true
 			batches = append(batches, b)
 		}
 		c.mu.Unlock()
@@ -1242,18 +1250,29 @@ func (c *Client) flusher() {
 			c.queueCancel(l)
 		}
 		for _, b := range batches {
-			body, _ := ptlrpc.Marshal(&ldlmv1.CancelRequest{Handles: b.handles})
-			ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
-			_, err := b.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
-			cancel()
-			c.cancelRPCs.Add(1)
-			if err != nil && c.ctx.Err() == nil {
-				// The server forgets locks of an evicted client by itself,
-				// and cancels one the client no longer knows at its next
-				// blocking AST.
-				c.log.Info("ldlm: cancel", "target", b.imp.Target(), "locks", len(b.handles), "err", err)
-			}
+			c.wg.Go(func() {
+				c.sendCancels(b.ns.imp, b.handles)
+				c.mu.Lock()
+				b.ns.sending = false
+				c.mu.Unlock()
+				c.kickFlusher()
+			})
 		}
+	}
+}
+
+// sendCancels tells imp's target that the client gave back the locks of
+// handles (one LDLM_CANCEL).
+func (c *Client) sendCancels(imp *ptlrpc.Import, handles []uint64) {
+	body, _ := ptlrpc.Marshal(&ldlmv1.CancelRequest{Handles: handles})
+	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+	defer cancel()
+	_, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
+	c.cancelRPCs.Add(1)
+	if err != nil && c.ctx.Err() == nil {
+		// The server forgets locks of an evicted client by itself, and
+		// cancels one the client no longer knows at its next blocking AST.
+		c.log.Info("ldlm: cancel", "target", imp.Target(), "locks", len(handles), "err", err)
 	}
 }
 

@@ -132,6 +132,7 @@ func newLockClusterWith(t testing.TB, nclients int, cbTimeout time.Duration, adj
 // import, and a cache of the object kept only under a lock.
 type lockNode struct {
 	t     testing.TB
+	ln    *lnet.LNet
 	pc    *ptlrpc.Client
 	lc    *Client
 	imp   *ptlrpc.Import
@@ -149,7 +150,7 @@ type lockNode struct {
 func (lc *lockCluster) node(i int, cfg ClientConfig) *lockNode {
 	t := lc.t
 	ln := lnettest.Start(t, fmt.Sprintf("127.0.0.%d", 10+i), lc.port)
-	n := &lockNode{t: t}
+	n := &lockNode{t: t, ln: ln}
 	n.pc = ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: fmt.Sprintf("client-%d", i)})
 	cfg.Logger = quiet
 	n.lc = NewClient(cfg)
