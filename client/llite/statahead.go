@@ -209,7 +209,9 @@ func (sa *statAhead) note(a *ahead, name string) (wait chan struct{}, start bool
 func (sa *statAhead) take(a *ahead) (string, chan struct{}) {
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
-	if a.next >= len(sa.names) {
+	if a.next >= len(sa.names) || a == &sa.glimpses && sa.gmiss >= aglProbe {
+		// (glimpses: aglProbe misses in a row, by any worker, stop them
+		// all before the next entry, whatever the last one was)
 		return "", nil
 	}
 	name := sa.names[a.next]
