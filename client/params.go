@@ -180,7 +180,7 @@ func (fs *FS) registerOSC(o *osc.Client, t *mgsv1.Target) string {
 		params.Bool(p+"checksums", "end-to-end checksums of bulk data", func() bool { return o.Tunables().Checksums },
 			func(b bool) error { t := o.Tunables(); t.Checksums = b; return o.SetTunables(t) }),
 		params.Param{Name: p + "checksum_type", Help: "checksum algorithms the OST agreed to, the one in use in brackets",
-			Get: func() (string, error) { return checksumTypesText(o.Import().ChecksumTypes(), o.ChecksumType()), nil },
+			Get: func() (string, error) { return o.Import().ChecksumTypes().List(o.ChecksumType()), nil },
 			Set: func(v string) error {
 				ct, err := ptlrpc.ParseChecksumType(strings.TrimSpace(v))
 				if err != nil {
@@ -227,23 +227,6 @@ func namespaceParams(lk *ldlm.Client, dev string, imp *ptlrpc.Import) []params.P
 		params.ReadOnly(p+"lock_count", "locks held", func() string { n, _ := lk.NamespaceStats(imp); return strconv.Itoa(n) }),
 		params.ReadOnly(p+"lock_unused_count", "unused locks in the LRU", func() string { _, n := lk.NamespaceStats(imp); return strconv.Itoa(n) }),
 	}
-}
-
-// checksumTypesText lists agreed as Lustre's osc.*.checksum_type does:
-// the names, the one in use in brackets ("crc32 [crc32c]").
-func checksumTypesText(agreed, inUse ptlrpc.ChecksumType) string {
-	var names []string
-	for _, name := range strings.Fields(ptlrpc.ChecksumTypes.String()) {
-		t, err := ptlrpc.ParseChecksumType(name)
-		if err != nil || t&agreed == 0 {
-			continue
-		}
-		if t == inUse {
-			name = "[" + name + "]"
-		}
-		names = append(names, name)
-	}
-	return strings.Join(names, " ")
 }
 
 func targetUUID(t *mgsv1.Target) string {

@@ -243,6 +243,17 @@ func (ns *clientNS) queueHandleLocked(h Handle) {
 	ns.pending = append(ns.pending, h)
 }
 
+// returnHandleLocked queues the handle of a lock given back: blocked (the
+// server waits for it, after a blocking AST) for the flusher's next
+// CANCEL, which the caller kicks, otherwise as queueHandleLocked.
+func (ns *clientNS) returnHandleLocked(h Handle, blocked bool) {
+	if blocked {
+		ns.blocked = append(ns.blocked, h)
+	} else {
+		ns.queueHandleLocked(h)
+	}
+}
+
 // replayableLocked reports whether l is replayed after a server restart,
 // and whether as granted (Replay) rather than as a waiting request.
 func (l *ClientLock) replayableLocked() (ok, granted bool) {
@@ -754,12 +765,9 @@ func (c *Client) keepOldLocked(l *ClientLock) *ClientLock {
 		}
 		l.users, l.state = 0, lockCancelling
 		c.unlinkLocked(l)
+		ns.returnHandleLocked(l.remote, l.cbPending)
 		if l.cbPending {
-			// The server waits for it: no waiting for a request to carry it.
-			ns.blocked = append(ns.blocked, l.remote)
-			c.kickFlusher()
-		} else {
-			ns.queueHandleLocked(l.remote)
+			c.kickFlusher() // the server waits for it
 		}
 		c.duplicates.Add(1)
 		return old
@@ -1182,11 +1190,7 @@ func (c *Client) giveBack(ctx context.Context, l *ClientLock) {
 	wasGranted := l.state == lockCancelling && h != 0
 	c.unlinkLocked(l)
 	if wasGranted {
-		if urgent {
-			ns.blocked = append(ns.blocked, h)
-		} else {
-			ns.queueHandleLocked(h)
-		}
+		ns.returnHandleLocked(h, urgent)
 	}
 	c.mu.Unlock()
 	if urgent {
@@ -1213,39 +1217,14 @@ func (c *Client) flusher() {
 		}
 		var batches []batch
 		var trim []*ClientLock
-		more := false
 		c.mu.Lock()
 		for _, ns := range c.mu.ns {
 			trim = append(trim, c.trimLocked(ns, now)...)
-			if ns.sending {
-				continue // (kicked again when it is done)
+			if hs := c.takeCancelsLocked(ns, now); len(hs) > 0 {
+				batches = append(batches, batch{ns, hs})
 			}
-			var b batch
-			n := min(len(ns.blocked), c.cfg.CancelBatch)
-			for _, h := range ns.blocked[:n] {
-				b.handles = append(b.handles, uint64(h))
-			}
-			ns.blocked = ns.blocked[n:]
-			more = more || len(ns.blocked) > 0
-			if len(ns.pending) > 0 && len(b.handles) < c.cfg.CancelBatch &&
-				(len(b.handles) > 0 || now.Sub(ns.since) >= c.cfg.CancelDelay || len(ns.pending) >= c.cfg.CancelBatch) {
-				m := min(len(ns.pending), c.cfg.CancelBatch-len(b.handles))
-				for _, h := range ns.pending[:m] {
-					b.handles = append(b.handles, uint64(h))
-				}
-				ns.pending = ns.pending[m:]
-				ns.since = now
-			}
-			if len(b.handles) == 0 {
-				continue
-			}
-			b.ns, ns.sending = ns, true
-			batches = append(batches, b)
 		}
 		c.mu.Unlock()
-		if more {
-			c.kickFlusher()
-		}
 		for _, l := range trim {
 			c.queueCancel(l)
 		}
@@ -1255,10 +1234,37 @@ func (c *Client) flusher() {
 				c.mu.Lock()
 				b.ns.sending = false
 				c.mu.Unlock()
-				c.kickFlusher()
+				c.kickFlusher() // (what is left of ns's waits for it)
 			})
 		}
 	}
+}
+
+// takeCancelsLocked takes the handles of ns's next LDLM_CANCEL, none while
+// one is in flight (it is then marked so): the blocked ones first, then
+// lazy ones to fill the batch once they go anyway or are due (CancelDelay,
+// or a batch of them).
+func (c *Client) takeCancelsLocked(ns *clientNS, now time.Time) []uint64 {
+	if ns.sending {
+		return nil
+	}
+	var hs []uint64
+	n := min(len(ns.blocked), c.cfg.CancelBatch)
+	for _, h := range ns.blocked[:n] {
+		hs = append(hs, uint64(h))
+	}
+	ns.blocked = ns.blocked[n:]
+	if len(ns.pending) > 0 && len(hs) < c.cfg.CancelBatch &&
+		(len(hs) > 0 || now.Sub(ns.since) >= c.cfg.CancelDelay || len(ns.pending) >= c.cfg.CancelBatch) {
+		m := min(len(ns.pending), c.cfg.CancelBatch-len(hs))
+		for _, h := range ns.pending[:m] {
+			hs = append(hs, uint64(h))
+		}
+		ns.pending = ns.pending[m:]
+		ns.since = now
+	}
+	ns.sending = len(hs) > 0
+	return hs
 }
 
 // sendCancels tells imp's target that the client gave back the locks of

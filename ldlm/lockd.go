@@ -205,16 +205,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Handlers returns the handler table entries of the lock requests, to add
-// to the target's connection-oriented service.
+// HandlerFlags are the flags of the lock requests' handlers (Handlers),
+// for a service that routes them itself: cancels and converts are what
+// enqueues (and handlers in LockLocal) wait for, never queued behind them.
+// A target whose enqueues change more than locks (an MDT's intents) adds
+// Modifying to LDLM_ENQUEUE.
+var HandlerFlags = map[wire.Opcode]ptlrpc.HandlerFlags{
+	wire.LDLMEnqueue: 0, wire.LDLMCancel: ptlrpc.HighPriority, wire.LDLMConvert: ptlrpc.HighPriority,
+}
+
+// Handlers returns the handler table entries of the lock requests, with
+// HandlerFlags, to add to the target's connection-oriented service.
 func (s *Server) Handlers() map[wire.Opcode]ptlrpc.HandlerSpec {
-	return map[wire.Opcode]ptlrpc.HandlerSpec{
-		wire.LDLMEnqueue: {Fn: s.handleEnqueue},
-		// Cancels and converts are what enqueues (and handlers in
-		// LockLocal) wait for: never queued behind them.
-		wire.LDLMCancel:  {Fn: s.handleCancel, Flags: ptlrpc.HighPriority},
-		wire.LDLMConvert: {Fn: s.handleConvert, Flags: ptlrpc.HighPriority},
+	fns := map[wire.Opcode]ptlrpc.Handler{wire.LDLMEnqueue: s.handleEnqueue, wire.LDLMCancel: s.handleCancel, wire.LDLMConvert: s.handleConvert}
+	specs := make(map[wire.Opcode]ptlrpc.HandlerSpec, len(fns))
+	for op, fn := range fns {
+		specs[op] = ptlrpc.HandlerSpec{Fn: fn, Flags: HandlerFlags[op]}
 	}
+	return specs
 }
 
 // ownerOf names an export's locks: the export handle, unique per

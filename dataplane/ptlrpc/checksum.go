@@ -42,15 +42,13 @@ func Checksum(bufs [][]byte) uint32 { return ChecksumCRC32C.Sum(bufs) }
 // Sum returns t's checksum of the bytes of bufs taken in order. t must be
 // one algorithm; the zero type is CRC-32C.
 func (t ChecksumType) Sum(bufs [][]byte) uint32 {
-	var c uint32
+	tab := castagnoli
 	if t == ChecksumCRC32 {
-		for _, b := range bufs {
-			c = crc32.Update(c, crc32.IEEETable, b)
-		}
-		return c
+		tab = crc32.IEEETable
 	}
+	var c uint32
 	for _, b := range bufs {
-		c = crc32.Update(c, castagnoli, b)
+		c = crc32.Update(c, tab, b)
 	}
 	return c
 }
@@ -73,6 +71,22 @@ func (t ChecksumType) String() string {
 	}
 	if t != 0 || len(names) == 0 {
 		names = append(names, fmt.Sprintf("%#x", uint32(t)))
+	}
+	return strings.Join(names, " ")
+}
+
+// List names the algorithms of set t as Lustre's osc.*.checksum_type
+// lists them, the one in use in brackets ("crc32 [crc32c]").
+func (t ChecksumType) List(inUse ChecksumType) string {
+	var names []string
+	for _, n := range checksumNames {
+		switch {
+		case t&n.t == 0:
+		case n.t == inUse:
+			names = append(names, "["+n.name+"]")
+		default:
+			names = append(names, n.name)
+		}
 	}
 	return strings.Join(names, " ")
 }

@@ -43,6 +43,14 @@ func TestChecksumTypes(t *testing.T) {
 	if got := ChecksumTypes.String(); got != "crc32 crc32c" {
 		t.Errorf("set name %q", got)
 	}
+	for _, c := range []struct {
+		set, inUse ChecksumType
+		want       string
+	}{{ChecksumTypes, ChecksumCRC32, "[crc32] crc32c"}, {ChecksumTypes, ChecksumCRC32C, "crc32 [crc32c]"}, {ChecksumCRC32C, ChecksumCRC32C, "[crc32c]"}} {
+		if got := c.set.List(c.inUse); got != c.want {
+			t.Errorf("%v.List(%v) = %q, want %q", c.set, c.inUse, got, c.want)
+		}
+	}
 	for _, bad := range []string{"", "adler", "CRC32", "crc32 crc32c"} {
 		if _, err := ParseChecksumType(bad); err == nil {
 			t.Errorf("parse %q: no error", bad)

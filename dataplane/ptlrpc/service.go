@@ -669,16 +669,13 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 	s.watchEarly(req)
 	it := &req.nrsItem
 	*it = nrs.Item{NID: req.Peer.NID, JobID: h.JobID(), Opcode: h.Opcode, Value: req}
-	if spec.Flags&HighPriority != 0 {
-		if !s.hp.Enqueue(it) {
-			s.busy.Add(1)
-			s.unwatchEarly(req)
-			req.finishExport(nil)
-			s.errorReply(req, -errnoEAGAIN)
-		}
-		return
+	hp := spec.Flags&HighPriority != 0
+	var ran, ok bool
+	if hp {
+		ok = s.hp.Enqueue(it) // (its own goroutines: never more workers)
+	} else {
+		ran, ok = s.queue(&ev, req, it)
 	}
-	ran, ok := s.queue(&ev, req, it)
 	if ran {
 		return
 	}
@@ -689,7 +686,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 		s.errorReply(req, -errnoEAGAIN)
 		return
 	}
-	if s.idle.Load() == 0 {
+	if !hp && s.idle.Load() == 0 {
 		s.moreWorkers()
 	}
 }
@@ -812,37 +809,34 @@ const workerIdle = 10 * time.Second
 func (s *Service) worker(extra bool) {
 	defer s.threads.Add(-1)
 	for {
+		// Under load an extra worker finds work at once: only one about
+		// to wait needs the context (and timer) of its idle timeout.
+		var it *nrs.Item
 		if extra {
-			// Under load an extra worker finds work at once; only one
-			// about to wait needs the context (and timer) of its idle
-			// timeout.
-			if it := s.nrs.Poll(); it != nil {
-				if s.idle.Load() == 0 {
-					s.moreWorkers()
-				}
-				s.handle(it.Value.(*Request))
-				continue
+			it = s.nrs.Poll()
+		}
+		if it == nil {
+			ctx, cancel := s.ctx, context.CancelFunc(func() {})
+			if extra {
+				ctx, cancel = context.WithTimeout(s.ctx, workerIdle)
 			}
-		}
-		ctx, cancel := s.ctx, context.CancelFunc(func() {})
-		if extra {
-			ctx, cancel = context.WithTimeout(s.ctx, workerIdle)
-		}
-		s.idle.Add(1)
-		it, err := s.nrs.Get(ctx)
-		s.idle.Add(-1)
-		cancel()
-		if err == nil && s.idle.Load() == 0 {
-			s.moreWorkers()
-		}
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil && s.threads.Load() > int32(s.cfg.MinThreads) {
+			s.idle.Add(1)
+			var err error
+			it, err = s.nrs.Get(ctx)
+			s.idle.Add(-1)
+			cancel()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil {
+					if s.threads.Load() > int32(s.cfg.MinThreads) {
+						return
+					}
+					continue
+				}
 				return
 			}
-			if errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil {
-				continue
-			}
-			return
+		}
+		if s.idle.Load() == 0 {
+			s.moreWorkers()
 		}
 		s.handle(it.Value.(*Request))
 	}

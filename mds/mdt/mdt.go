@@ -67,7 +67,8 @@ var handlerFlags = map[wire.Opcode]ptlrpc.HandlerFlags{
 	wire.MDSHSMStateGet: 0, wire.MDSHSMStateSet: ptlrpc.Modifying, wire.MDSHSMProgress: ptlrpc.Modifying,
 	wire.MDSSwapLayouts: ptlrpc.Modifying,
 	wire.LLOGNextBlock:  0, wire.MDSChangelogClear: 0,
-	wire.LDLMEnqueue: ptlrpc.Modifying, wire.LDLMCancel: ptlrpc.HighPriority, wire.LDLMConvert: ptlrpc.HighPriority,
+	wire.LDLMEnqueue: ldlm.HandlerFlags[wire.LDLMEnqueue] | ptlrpc.Modifying, wire.LDLMCancel: ldlm.HandlerFlags[wire.LDLMCancel],
+	wire.LDLMConvert: ldlm.HandlerFlags[wire.LDLMConvert],
 }
 
 // NewServer starts the MDS service with no MDT; AddMDT adds them.

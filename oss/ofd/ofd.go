@@ -309,7 +309,8 @@ var Flags = map[wire.Opcode]ptlrpc.HandlerFlags{
 	wire.OSTCreate: ptlrpc.Modifying, wire.OSTDestroy: ptlrpc.Modifying, wire.OSTGetattr: 0,
 	wire.OSTSetattr: ptlrpc.Modifying, wire.OSTPunch: ptlrpc.Modifying, wire.OSTWrite: ptlrpc.Modifying | ptlrpc.HasBulk,
 	wire.OSTRead: ptlrpc.HasBulk, wire.OSTSync: 0, wire.OSTStatfs: 0, wire.OSTLadvise: 0,
-	wire.LDLMEnqueue: 0, wire.LDLMCancel: ptlrpc.HighPriority, wire.LDLMConvert: ptlrpc.HighPriority,
+	wire.LDLMEnqueue: ldlm.HandlerFlags[wire.LDLMEnqueue], wire.LDLMCancel: ldlm.HandlerFlags[wire.LDLMCancel],
+	wire.LDLMConvert: ldlm.HandlerFlags[wire.LDLMConvert],
 }
 
 // Handlers returns the OST's request handlers (lock requests included),
