@@ -1125,10 +1125,11 @@ mode, extended attributes and times, and gets the new objects; the copy, with
 the old objects, is removed. A process reading FILE meanwhile reads the same
 bytes from the new objects from its next read on (the MDT calls its layout
 lock back). The data version is checked before the swap, again by the MDT: a
-file changed meanwhile is left as it was (EBUSY; run migrate again). A writer
-that keeps the file open across the migration and has not closed it yet can
-lose what it writes: stop writers first. -n (do not wait for writers) is the
-only mode.`,
+file changed meanwhile is left as it was (EBUSY; run migrate again). The MDT
+also refuses the swap while any client has FILE open for write (what a writer
+has not written back yet belongs to the old objects): migrate then fails with
+EBUSY and FILE keeps its layout and every byte its writers write; run it again
+once they closed it. -n (do not wait for writers) is the only mode.`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			la, err := parseLayoutArgs(args, map[string]string{"non-block": "n", "verbose": "v", "help": "h"})
@@ -1272,15 +1273,39 @@ func migrate(path string, la *layoutArgs) (err error) {
 	if err != nil {
 		return fmt.Errorf("FID of the copy: %w", err)
 	}
-	// The MDT checks the data version again, under its locks.
-	if err := unix.Setxattr(path, client.XattrSwapLayouts, []byte(string(tmpFID)+" "+before.dv), 0); err != nil {
-		if errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("it changed during the migration: %w; try again", unix.EBUSY)
+	// The MDT checks the data version again, under its locks, and refuses
+	// while either file is open for write: a writer's pages not yet
+	// written back belong to the old objects, which go with the copy.
+	// Our own copy's open may still be ending (FUSE releases after
+	// close(2) returns): a refusal while nothing changed is tried again
+	// for a moment.
+	for try := 0; ; try++ {
+		err := unix.Setxattr(path, client.XattrSwapLayouts, []byte(string(tmpFID)+" "+before.dv), 0)
+		if err == nil {
+			return nil
 		}
-		return fmt.Errorf("swap layouts: %s", errnoText(err))
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("swap layouts: %s", errnoText(err))
+		}
+		now, serr := stateOf(src, path)
+		switch {
+		case serr != nil:
+			return serr
+		case now != before:
+			return fmt.Errorf("it changed during the migration: %w; try again", unix.EBUSY)
+		case try == swapTries-1:
+			return fmt.Errorf("it is open for write: %w; try again once the writers closed it", unix.EBUSY)
+		}
+		time.Sleep(swapRetry)
 	}
-	return nil
 }
+
+// swapTries and swapRetry bound how long migrate waits for a refused
+// swap of an unchanged file: about a second.
+const (
+	swapTries = 20
+	swapRetry = 50 * time.Millisecond
+)
 
 func errnoErr(err error) error { return errors.New(errnoText(err)) }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -524,6 +525,88 @@ func TestLfs(t *testing.T) {
 		out, err = exec.Command(bin, "setstripe", "-c", "3", f).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "stripe already set") {
 			t.Fatalf("lfs setstripe of an existing file: %q %v", out, err)
+		}
+	})
+
+	t.Run("migrate under a writer", func(t *testing.T) {
+		// Another client has the file open for write, with what it wrote
+		// still in its cache. Had the swap gone through, the copy's unlink
+		// would have destroyed the old objects with those pages (DISCARD
+		// DATA): migrate must refuse while it is open for write, and go
+		// through once the writer closed it, every byte there.
+		f := filepath.Join(mnt, "written")
+		mustLfs(t, "setstripe", "-c", "1", "-i", "1", f)
+		data := make([]byte, 3<<20)
+		r := rand.New(rand.NewPCG(3, 4))
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		if err := os.WriteFile(f, data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		a, err := lib.Lookup(ctx, client.Root(), lib.Root(), "written")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _, err := lib.Open(ctx, client.Root(), a.FID, uint64(os.O_WRONLY))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := func(off int64, n int) {
+			t.Helper()
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(r.Uint32())
+			}
+			if _, _, err := w.WriteAt(ctx, p, off); err != nil {
+				t.Fatal(err)
+			}
+			copy(data[off:], p)
+		}
+		write(1<<20+123, 64<<10)
+		_, stderr, err := lfs(t, "migrate", "-c", "4", "-S", "1M", f)
+		if err == nil || !strings.Contains(stderr, "open for write") {
+			t.Fatalf("migrate of a file open for write: %v %q, want a refusal", err, stderr)
+		}
+		if n := len(lovOf(t, f).Components[0].Objects); n != 1 {
+			t.Fatalf("a refused migrate left %d stripes", n)
+		}
+		// The race lfs migrate has no hold on: the writer writes after
+		// the data version was taken and the copy made, before the swap.
+		// Before the MDT refused, the swap went through, the copy's unlink
+		// destroyed the old objects, and the writer's close reported
+		// nothing of the bytes it lost.
+		dv, err := getxattr(f, client.XattrDataVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(mnt, "written-copy")
+		mustLfs(t, "setstripe", "-c", "4", tmp)
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmpFID, err := getxattr(tmp, client.XattrFID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(2<<20+7, 100<<10)
+		err = unix.Setxattr(f, client.XattrSwapLayouts, []byte(string(tmpFID)+" "+string(dv)), 0)
+		if !errors.Is(err, unix.EBUSY) {
+			t.Fatalf("swap of a file open for write: %v, want EBUSY", err)
+		}
+		if err := os.Remove(tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(ctx); err != nil {
+			t.Fatalf("the writer's close: %v", err)
+		}
+		mustLfs(t, "migrate", "-c", "4", "-S", "1M", f)
+		if n := len(lovOf(t, f).Components[0].Objects); n != 4 {
+			t.Fatalf("after migrate -c 4: %d stripes", n)
+		}
+		got, err := os.ReadFile(f)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("after migrate: %d bytes (%v), first difference at %d", len(got), err, firstDiff(got, data))
 		}
 	})
 

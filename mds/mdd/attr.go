@@ -278,6 +278,9 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 		}
 	}
 	s.mu.opens[f]++
+	if flags&OpenAccMode != OpenReadOnly {
+		s.mu.writers[f]++ // CloseFile's CloseInfo.Write says the same of this open
+	}
 	som, _, err := s.lsom(f)
 	if err != nil {
 		return Attr{}, err
@@ -316,6 +319,11 @@ func (s *Store) CloseFile(r Req, f fid.FID, ci CloseInfo) (Removal, error) {
 		// Under the store's lock, which finish gives up.
 		if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
 			delete(s.mu.opens, f)
+		}
+		if ci.Write {
+			if s.mu.writers[f]--; s.mu.writers[f] <= 0 {
+				delete(s.mu.writers, f)
+			}
 		}
 	}
 	if err = t.finish(err); err != nil {

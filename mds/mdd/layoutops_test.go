@@ -45,8 +45,28 @@ func TestSwapLayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SwapLayouts(root, a, b, &h.DataVersion); err != nil {
+	// Open for write, either file: EBUSY (a writer's dirty pages belong
+	// to the objects it wrote them for); open to read, or closed: fine.
+	for _, f := range []fid.FID{a, b} {
+		for _, mode := range []uint64{OpenWriteOnly, OpenReadWrite} {
+			if _, err := s.OpenFile(root, f, mode); err != nil {
+				t.Fatal(err)
+			}
+			wantErrno(t, "with a file open for write", s.SwapLayouts(root, a, b, &h.DataVersion), syscall.EBUSY)
+			if _, err := s.CloseFile(root, f, CloseInfo{Write: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got, _ := s.GetLayout(a); got.Gen != la.Gen {
+		t.Fatalf("a swap refused for a writer changed a's layout: %+v", got)
+	}
+	if _, err := s.OpenFile(root, a, OpenReadOnly); err != nil {
 		t.Fatal(err)
+	}
+	defer s.CloseFile(root, a, CloseInfo{})
+	if err := s.SwapLayouts(root, a, b, &h.DataVersion); err != nil {
+		t.Fatalf("with a reader: %v", err)
 	}
 	ga, err := s.GetLayout(a)
 	if err != nil {

@@ -119,6 +119,7 @@ type Store struct {
 		clUserNext  uint32                    // next changelog user id
 		destroyNext uint64                    // next destroy record id (≥ 1)
 		opens       map[fid.FID]int           // open count per inode (memory only)
+		writers     map[fid.FID]int           // of those, opens for write (SwapLayouts)
 		seqCtlNext  uint64                    // controller: first sequence not granted
 		srv         seqServer                 // this MDT's sequence server
 		fld         []FLDEntry                // the FLD, sorted by Start
@@ -175,6 +176,7 @@ func Open(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, db: db, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), cache: newValueCache(cacheEntries)}
 	s.mu.clUsers = map[uint32]uint64{}
 	s.mu.opens = map[fid.FID]int{}
+	s.mu.writers = map[fid.FID]int{}
 	s.mu.lastObj = map[uint32]fid.FID{}
 	s.mu.oidHigh = map[uint64]*oidMark{}
 	if err := s.load(); err != nil {

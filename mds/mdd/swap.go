@@ -17,8 +17,17 @@ import (
 // generation goes past both old ones, so clients caching either fetch it
 // again. The caller needs write permission on both. EINVAL for one file
 // twice or a file that is not regular, ENOENT, EACCES; EBUSY if dvA is
-// not nil and a's data version is no longer *dvA. A LYOUT changelog record
-// is written for each.
+// not nil and a's data version is no longer *dvA, or if either file is
+// open for write. A LYOUT changelog record is written for each.
+//
+// Why refuse open files: a writer's dirty pages belong to the objects its
+// file had when it wrote them. lfs migrate unlinks its copy after the
+// swap, and the OSTs destroy the objects the copy got, calling back every
+// client's locks on them with DISCARD_DATA: pages a writer of a had not
+// yet written back would be dropped without a word, and the data version
+// does not know of them (it moves when a writer closes). Lustre's lfs
+// migrate keeps writers out with a group lock or a lease; here the MDT,
+// which counts the opens, says no, and lfs migrate tries again.
 func (s *Store) SwapLayouts(r Req, a, b fid.FID, dvA *uint64) error {
 	if a == b {
 		return fail(syscall.EINVAL, "swap layouts of %v with itself", a)
@@ -38,6 +47,11 @@ func (t *tx) swapLayouts(a, b fid.FID, dvA *uint64) error {
 		}
 	}
 	fids := [2]fid.FID{a, b}
+	for _, f := range fids {
+		if n := t.s.mu.writers[f]; n > 0 {
+			return fail(syscall.EBUSY, "swap layouts of %v: open for write (%d)", f, n)
+		}
+	}
 	var ns [2]*inode
 	for i, f := range fids {
 		n, err := t.inode(f)

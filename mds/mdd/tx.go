@@ -145,6 +145,7 @@ func (t *tx) commit() error {
 	}
 	for _, f := range t.orphansOff {
 		delete(s.mu.opens, f)
+		delete(s.mu.writers, f)
 	}
 	return nil
 }
