@@ -22,6 +22,9 @@
 #                             (the library against raw LNet); "" skips [512x]
 #   NACRE_BIN                 a nacre binary to use instead of building one
 #   NACRE_BENCH_KEEP          1 keeps the temporary directory [0]
+#   NACRE_BENCH_PAGE_REPORTING  "off": on a VM with free page reporting,
+#                             turn it off for the run and back the guest's
+#                             free memory first (see README.md) [leave it]
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -76,6 +79,7 @@ cleanup() {
 		if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -uz "$m" 2>/dev/null; fi
 	done
 	if [ -n "$up_pid" ]; then kill -TERM "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; fi
+	if [ -n "${pr_saved:-}" ]; then echo "$pr_saved" >"$pr"; fi
 	if [ "${NACRE_BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then
 		log "logs and data kept in $tmp"
 	else
@@ -118,6 +122,34 @@ fi
 # run reads from the disk (the local file, loopback's backing file, the
 # OSTs' object files) and the FUSE mounts keep no pages of their own.
 drop() { sync; [ $can_drop = 0 ] || echo 3 >/proc/sys/vm/drop_caches; }
+
+# Free page reporting (virtio-balloon): a VM that has it gives the memory
+# it frees back to the host, and each page touched afresh costs a fault on
+# the host: the page cache, tmpfs and every new heap then fill at a fraction
+# of memory speed, and runs vary with what the kernel hands out.
+pr=/sys/module/page_reporting/parameters/page_reporting_order
+pr_state=absent pr_saved=""
+if [ -r "$pr" ]; then
+	pr_order=$(cat "$pr")
+	pr_state=off
+	[ "$pr_order" -gt 10 ] || pr_state="on (order $pr_order)"
+	if [ "${NACRE_BENCH_PAGE_REPORTING:-}" = off ] && [ "$pr_order" -le 10 ]; then
+		echo 11 >"$pr" || die "cannot turn free page reporting off (not root?)"
+		pr_saved=$pr_order
+		pr_state="off for this run (was order $pr_order)"
+		# Back what is free now, once: write it to a tmpfs and drop it.
+		free_mb=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)
+		fill_mb=$((free_mb - 2048))
+		if [ "$fill_mb" -gt 0 ]; then
+			log "backing ${fill_mb} MiB of free memory (page reporting was on)"
+			mkdir -p "$tmp/fill"
+			if mount -t tmpfs -o "size=${fill_mb}m" tmpfs "$tmp/fill"; then
+				dd if=/dev/zero of="$tmp/fill/f" bs=1M count="$fill_mb" status=none 2>/dev/null || true
+				umount "$tmp/fill"
+			fi
+		fi
+	fi
+fi
 
 log "build into $bin"
 if [ -n "${NACRE_BIN:-}" ]; then cp "$NACRE_BIN" "$bin/nacre"; else (cd "$repo" && go build -o "$bin/nacre" ./cmd/nacre); fi
@@ -265,7 +297,8 @@ ratio() { awk -v a="${1:--}" -v b="${2:--}" 'BEGIN{ if (a == "-" || b == "-" || 
 verdict() { awk -v r="$1" -v g="$2" 'BEGIN{ if (r == "-") print "n/a"; else print (r + 0 >= g + 0) ? "PASS" : "MISS" }'; }
 echo
 echo "Nacre benchmark, $(date -u +%FT%TZ), $(nproc) CPUs; seq files $seq_size per job, random region $rand_size," \
-	"${rand_runtime}s; max_cached_mb=$cache_mb; stripes ${stripes/#0/default}; page cache dropped before every run: $([ $can_drop = 1 ] && echo yes || echo NO)"
+	"${rand_runtime}s; max_cached_mb=$cache_mb; stripes ${stripes/#0/default}; page cache dropped before every run: $([ $can_drop = 1 ] && echo yes || echo NO);" \
+	"free page reporting: $pr_state"
 echo "units: seq MiB/s, rand IOPS, mdtest ops/s; fuse = nacre mount, lib = library client (nacre bench), loop = go-fuse loopback over the local disk"
 fmt='%-16s %10s %10s %10s %10s | %9s %8s %10s %9s\n'
 # shellcheck disable=SC2059
