@@ -98,6 +98,8 @@ var (
 	descLockTimeout = prometheus.NewDesc("nacre_ldlm_callback_timeouts_total", "Locks not given back in time (each evicted its holder).", []string{"namespace"}, nil)
 	descSvcQueued   = prometheus.NewDesc("nacre_ptlrpc_queued_requests", "Requests waiting for a handler.", []string{"service"}, nil)
 	descSvcThreads  = prometheus.NewDesc("nacre_ptlrpc_threads", "Handler threads running.", []string{"service"}, nil)
+	descSvcHPQueued = prometheus.NewDesc("nacre_ptlrpc_hp_queued_requests", "High-priority requests (lock cancels) waiting for a handler.", []string{"service"}, nil)
+	descSvcHPThread = prometheus.NewDesc("nacre_ptlrpc_hp_threads", "Handler threads of high-priority requests.", []string{"service"}, nil)
 	descSvcReqs     = prometheus.NewDesc("nacre_ptlrpc_requests_total", "Requests handled, by opcode.", []string{"service", "opcode"}, nil)
 	descSvcErrs     = prometheus.NewDesc("nacre_ptlrpc_request_errors_total", "Requests answered with an error, by opcode.", []string{"service", "opcode"}, nil)
 	descNICredits   = prometheus.NewDesc("nacre_lnet_ni_credits", "Send credits left on a local NI (negative: messages waiting).", []string{"nid"}, nil)
@@ -211,6 +213,8 @@ func lockMetrics(ch chan<- prometheus.Metric, ns string, st ldlm.ServerStats) {
 func svcMetrics(ch chan<- prometheus.Metric, name string, st ptlrpc.ServiceStats) {
 	ch <- prometheus.MustNewConstMetric(descSvcQueued, prometheus.GaugeValue, float64(st.Queued), name)
 	ch <- prometheus.MustNewConstMetric(descSvcThreads, prometheus.GaugeValue, float64(st.Threads), name)
+	ch <- prometheus.MustNewConstMetric(descSvcHPQueued, prometheus.GaugeValue, float64(st.HPQueued), name)
+	ch <- prometheus.MustNewConstMetric(descSvcHPThread, prometheus.GaugeValue, float64(st.HPThreads), name)
 	for op, o := range st.Ops {
 		ch <- prometheus.MustNewConstMetric(descSvcReqs, prometheus.CounterValue, float64(o.Count), name, op.String())
 		ch <- prometheus.MustNewConstMetric(descSvcErrs, prometheus.CounterValue, float64(o.Errors), name, op.String())

@@ -99,7 +99,10 @@ func TestMetrics(t *testing.T) {
 	if v, _ := sum("nacre_target_exports", map[string]string{"target": "nacre-MDT0000"}); v < 1 {
 		t.Fatalf("MDT exports: %v", v)
 	}
-	for _, name := range []string{"nacre_lnet_ni_credits", "nacre_ldlm_locks", "nacre_ptlrpc_queued_requests", "nacre_ost_granted_bytes"} {
+	if v, _ := sum("nacre_ptlrpc_hp_threads", map[string]string{"service": "ost_io"}); v != 2 {
+		t.Fatalf("ost_io's high-priority threads: %v, want 2 (the lock cancels' own)", v)
+	}
+	for _, name := range []string{"nacre_lnet_ni_credits", "nacre_ldlm_locks", "nacre_ptlrpc_queued_requests", "nacre_ptlrpc_hp_queued_requests", "nacre_ost_granted_bytes"} {
 		if _, k := sum(name, nil); k == 0 {
 			t.Fatalf("no %s series", name)
 		}

@@ -79,3 +79,53 @@ func TestHighPriorityNotBehindBlocked(t *testing.T) {
 		})
 	}
 }
+
+// TestHighPriorityStats: the high-priority queue and goroutines show in
+// the service's stats, apart from the others.
+func TestHighPriorityStats(t *testing.T) {
+	e := loEnv(t)
+	release := make(chan struct{})
+	block := func(context.Context, *Request) ([]byte, int32) {
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		return nil, 0
+	}
+	s, err := NewService(e.srv, ServiceConfig{Name: "ost", RequestPortal: reqPortal, MinThreads: 2, MaxThreads: 2, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{wire.LDLMCancel: {Fn: block, Flags: HighPriority}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if st := s.Stats(); st.HPThreads != hpThreads || st.HPQueued != 0 || st.Queued != 0 {
+		t.Fatalf("idle: %d high-priority threads, %d queued, %d queued normal", st.HPThreads, st.HPQueued, st.Queued)
+	}
+	c := NewClient(e.cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	const n = hpThreads + 3
+	errs := make(chan error, n)
+	for range n {
+		go func() { _, err := c.Call(ctx, e.target, reqPortal, wire.LDLMCancel, nil); errs <- err }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().HPQueued != n-hpThreads {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d high-priority requests queued, want %d (stats %+v)", s.Stats().HPQueued, n-hpThreads, s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if q := s.Stats().Queued; q != 0 {
+		t.Errorf("the normal queue counts %d high-priority requests", q)
+	}
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if st := s.Stats(); st.HPQueued != 0 {
+		t.Errorf("after: %d queued", st.HPQueued)
+	}
+}

@@ -269,6 +269,10 @@ type ServiceStats struct {
 	Threads int
 	// Queued is the number of requests waiting for a handler.
 	Queued int
+	// HPThreads and HPQueued are the same for HighPriority requests,
+	// which have goroutines and a queue of their own (0 without such
+	// handlers).
+	HPThreads, HPQueued int
 	// ServiceEstimate is the adaptive service time estimate.
 	ServiceEstimate time.Duration
 	// Ops are the per-opcode counters of handled requests.
@@ -1071,6 +1075,9 @@ func (s *Service) Stats() ServiceStats {
 		ReplyErrors: s.replyErrors.Load(), Reposts: s.reposts.Load(), Grown: s.grown.Load(),
 		Threads: int(s.threads.Load()), Queued: s.nrs.Len(), ServiceEstimate: s.at.current(),
 		Ops: make(map[wire.Opcode]OpStats),
+	}
+	if s.hp != nil {
+		st.HPThreads, st.HPQueued = hpThreads, s.hp.Len()
 	}
 	s.mu.Lock()
 	for k, v := range s.ops {
