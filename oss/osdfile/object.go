@@ -159,6 +159,16 @@ func openFile(path string, flags int) (int, error) {
 		if errors.Is(err, unix.EPERM) && noatime != 0 {
 			continue
 		}
+		if err == nil && flags&unix.O_DIRECT == 0 {
+			// Objects are read in RPCs of up to 4 MiB, several in flight
+			// at once at neighbouring offsets of the one descriptor,
+			// whose read-ahead state they share: the window a sequential
+			// hint doubles keeps the disk busy ahead of them (a stripe
+			// read sequentially from a cold cache: 0.94 GB/s -> 1.16).
+			// Random readers lose nothing: the kernel reads ahead only
+			// for reads it finds sequential.
+			unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+		}
 		return fd, err
 	}
 	panic("unreachable")
