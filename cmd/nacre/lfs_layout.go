@@ -1294,7 +1294,7 @@ func migrate(path string, la *layoutArgs) (err error) {
 		case now != before:
 			return fmt.Errorf("it changed during the migration: %w; try again", unix.EBUSY)
 		case try == swapTries-1:
-			return fmt.Errorf("it is open for write: %w; try again once the writers closed it", unix.EBUSY)
+			return fmt.Errorf("it is open for write (or the MDT is still recovering from a restart): %w; try again once the writers closed it", unix.EBUSY)
 		}
 		time.Sleep(swapRetry)
 	}

@@ -277,13 +277,13 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 			return Attr{}, err
 		}
 	}
+	som, _, err := s.lsom(f)
+	if err != nil {
+		return Attr{}, err // counted nothing: no close comes for it
+	}
 	s.mu.opens[f]++
 	if flags&OpenAccMode != OpenReadOnly {
 		s.mu.writers[f]++ // CloseFile's CloseInfo.Write says the same of this open
-	}
-	som, _, err := s.lsom(f)
-	if err != nil {
-		return Attr{}, err
 	}
 	if n.Mode&S_IFMT == S_IFREG {
 		return n.attr(&som), nil
@@ -315,15 +315,16 @@ func (s *Store) CloseFile(r Req, f fid.FID, ci CloseInfo) (Removal, error) {
 		return Removal{}, fail(syscall.EBADF, "close %v: not open", f)
 	}
 	rm, err := t.close(f, ci)
-	if err == nil {
-		// Under the store's lock, which finish gives up.
-		if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
-			delete(s.mu.opens, f)
-		}
-		if ci.Write {
-			if s.mu.writers[f]--; s.mu.writers[f] <= 0 {
-				delete(s.mu.writers, f)
-			}
+	// The open ends even if the close's changes fail: its caller has
+	// forgotten the handle, and no other close comes for it (an orphan
+	// whose destroy failed goes with DestroyOrphans at the next start).
+	// Under the store's lock, which finish gives up.
+	if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
+		delete(s.mu.opens, f)
+	}
+	if ci.Write {
+		if s.mu.writers[f]--; s.mu.writers[f] <= 0 {
+			delete(s.mu.writers, f)
 		}
 	}
 	if err = t.finish(err); err != nil {

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 )
@@ -167,5 +169,83 @@ func TestDefaultLayout(t *testing.T) {
 	}
 	if n, m, x := stripes(d.FID), stripes(e.FID), stripes(fid.FID{Seq: 0x200000401, Oid: 77}); n != 3 || m != 3 || x != 3 {
 		t.Fatalf("after removal: d %d, removed e %d, unknown FID %d stripes, want the root's 3", n, m, x)
+	}
+}
+
+// TestOpenFailureCountsNothing: an open that fails after its checks (its
+// LSOM record does not read) leaves no open, nor open for write, counted:
+// no close will come for it, and a counted writer refused every swap of
+// the file until the MDT restarted.
+func TestOpenFailureCountsNothing(t *testing.T) {
+	s := newStore(t)
+	a := create(t, s, root, RootFID, "a", 0o644)
+	b := create(t, s, root, RootFID, "b", 0o644)
+	if err := s.db.Set(fidKey(pfxLSOM, a), []byte{0xff}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.reset()
+	if _, err := s.OpenFile(root, a, OpenReadWrite); err == nil {
+		t.Fatal("open with a bad LSOM record succeeded")
+	}
+	if n := s.OpenCount(a); n != 0 {
+		t.Errorf("a failed open left %d opens counted", n)
+	}
+	if err := s.db.Delete(fidKey(pfxLSOM, a), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.reset()
+	if err := s.SwapLayouts(root, a, b, nil); err != nil {
+		t.Errorf("swap after a failed open for write: %v", err)
+	}
+}
+
+// TestCloseFailureEndsOpen: a close that fails (the file's HSM record does
+// not read) still ends the open: the MDT has dropped the handle and the
+// client forgot it, so no other close will come, and a writer left
+// counted refused every swap of the file until the MDT restarted.
+func TestCloseFailureEndsOpen(t *testing.T) {
+	s := newStore(t)
+	a := create(t, s, root, RootFID, "a", 0o644)
+	b := create(t, s, root, RootFID, "b", 0o644)
+	if _, err := s.OpenFile(root, a, OpenWriteOnly); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Set(fidKey(pfxHSM, a), []byte{0xff}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.reset()
+	if _, err := s.CloseFile(root, a, CloseInfo{Write: true, LSOM: &LSOM{Size: 1, Blocks: 1}}); err == nil {
+		t.Fatal("close with a bad HSM record succeeded")
+	}
+	if err := s.db.Delete(fidKey(pfxHSM, a), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.reset()
+	if n := s.OpenCount(a); n != 0 {
+		t.Errorf("a failed close left %d opens counted", n)
+	}
+	if err := s.SwapLayouts(root, a, b, nil); err != nil {
+		t.Errorf("swap after the writer's (failed) close: %v", err)
+	}
+}
+
+// TestSwapLayoutsReplayWithWriter: a replayed swap goes through with a
+// file open for write: it was allowed when first made, and a writer's
+// replayed open may come before it though the writer opened after it.
+func TestSwapLayoutsReplayWithWriter(t *testing.T) {
+	s := newStore(t)
+	a := create(t, s, root, RootFID, "a", 0o644)
+	b := create(t, s, root, RootFID, "b", 0o644)
+	if _, err := s.OpenFile(root, a, OpenWriteOnly|OpenReplay); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "with a writer", s.SwapLayouts(root, a, b, nil), syscall.EBUSY)
+	replay := root
+	replay.Replay = true
+	if err := s.SwapLayouts(replay, a, b, nil); err != nil {
+		t.Fatalf("replayed, with a writer: %v", err)
+	}
+	if _, err := s.CloseFile(root, a, CloseInfo{Write: true}); err != nil {
+		t.Fatal(err)
 	}
 }

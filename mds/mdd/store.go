@@ -152,6 +152,12 @@ type Req struct {
 	// Time is the time of the change in nanoseconds since the epoch, as
 	// the client sent it; 0 takes the store's clock.
 	Time int64
+	// Replay says a client replays a change the store made before a
+	// restart and lost: checks against what lives in memory only (the
+	// opens for write SwapLayouts refuses) were passed the first time,
+	// and the opens replayed so far, in no order with the changes of
+	// other clients, do not say what they were then.
+	Replay bool
 }
 
 // Open opens the store in cfg.Dir, formatting it if it is empty (the root

@@ -18,7 +18,8 @@ import (
 // again. The caller needs write permission on both. EINVAL for one file
 // twice or a file that is not regular, ENOENT, EACCES; EBUSY if dvA is
 // not nil and a's data version is no longer *dvA, or if either file is
-// open for write. A LYOUT changelog record is written for each.
+// open for write (not for a replay: see Req.Replay). A LYOUT changelog
+// record is written for each.
 //
 // Why refuse open files: a writer's dirty pages belong to the objects its
 // file had when it wrote them. lfs migrate unlinks its copy after the
@@ -48,7 +49,7 @@ func (t *tx) swapLayouts(a, b fid.FID, dvA *uint64) error {
 	}
 	fids := [2]fid.FID{a, b}
 	for _, f := range fids {
-		if n := t.s.mu.writers[f]; n > 0 {
+		if n := t.s.mu.writers[f]; n > 0 && !t.r.Replay {
 			return fail(syscall.EBUSY, "swap layouts of %v: open for write (%d)", f, n)
 		}
 	}

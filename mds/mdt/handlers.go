@@ -152,7 +152,7 @@ func (m *MDT) internalReq() mdd.Req {
 // req is the store request of a change made by r: its caller, its time,
 // and its transno, given in apply order.
 func (m *MDT) req(r *ptlrpc.Request, cred mdd.Cred, time int64) mdd.Req {
-	return mdd.Req{Cred: cred, Time: time, AssignTransno: func() uint64 { return r.AssignTransno(nil) }}
+	return mdd.Req{Cred: cred, Time: time, AssignTransno: func() uint64 { return r.AssignTransno(nil) }, Replay: r.Replayed()}
 }
 
 // checkFID refuses a FID that cannot name an object of this MDT: an OST
@@ -1098,6 +1098,14 @@ func (m *MDT) swapLayouts(ctx context.Context, r *ptlrpc.Request) ([]byte, int32
 		if err == nil {
 			err = m.checkFID(f)
 		}
+	}
+	if err == nil && m.tgt.Recovering() && !r.Replayed() {
+		// The store counts opens for write in memory: after a restart,
+		// only those replayed so far. A client holding a file open for
+		// write may not have noticed the restart yet (it does at its next
+		// request or ping), and its pages not yet written back belong to
+		// the objects a swap would give the copy lfs migrate destroys.
+		err = fmt.Errorf("mdt: swap layouts of %v and %v: in recovery, opens for write not all replayed: %w", a, b, syscall.EBUSY)
 	}
 	if err != nil {
 		return m.fail(r, err)

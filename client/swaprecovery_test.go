@@ -1,0 +1,150 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/internal/clustertest"
+)
+
+// TestSwapLayoutsRefusedInRecovery: the MDT counts opens for write in
+// memory only, rebuilt by the clients' replayed opens. A client that
+// holds a file open for write and is idle notices an MDS restart only
+// at its next request (or ping, up to 25 s later), so for a while after
+// the restart its open is not counted: a swap another client asks for
+// then must not go through (the writer's pages not yet written back
+// belong to the old objects, which lfs migrate destroys with its copy).
+func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
+	const window = 6 * time.Second
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: window})
+	a, b := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := client.Root()
+	w, _, err := a.Create(ctx, root, a.Root(), "written", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.WriteAt(ctx, []byte("dirty"), 0); err != nil {
+		t.Fatal(err)
+	}
+	cp, _, err := b.Create(ctx, root, b.Root(), "copy", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wa, err := b.Lookup(ctx, root, b.Root(), "written")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := b.Lookup(ctx, root, b.Root(), "copy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("swap with a writer, before the restart: %v, want EBUSY", err)
+	}
+	time.Sleep(1500 * time.Millisecond) // committed
+	c.KillMDS()
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	// b reconnects and asks at once; a, idle, has not replayed its open.
+	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("swap with a writer that has not replayed its open yet: %v, want EBUSY", err)
+	}
+	// Once the writer replayed its open and the window ended: counted
+	// again, refused; closed: the swap goes through.
+	if _, err := a.Getattr(ctx, root, a.Root()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(window)
+	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("swap with a writer whose open was replayed: %v, want EBUSY", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("the writer's close: %v", err)
+	}
+	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); err != nil {
+		t.Fatalf("swap once the writer closed, after recovery: %v", err)
+	}
+}
+
+// TestSwapLayoutsReplayAfterWriterReplay: a swap the MDT made and did not
+// commit before it stopped is replayed by its client, whatever opens other
+// clients replayed first: a writer that opened the file after the swap
+// (and so writes to the objects the swap gave it) has its open replayed
+// too, possibly before the swap. Refusing the replayed swap for that
+// writer would undo it, and the unlink of lfs migrate's copy, replayed
+// next, would destroy the objects the writer writes to.
+func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
+	const window = 6 * time.Second
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildMDS: true, RecoveryWindow: window})
+	a, b := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := client.Root()
+	for _, name := range []string{"file", "copy"} {
+		f, _, err := b.Create(ctx, root, b.Root(), name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.WriteAt(ctx, []byte(name), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fa, err := b.Lookup(ctx, root, b.Root(), "file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := b.Lookup(ctx, root, b.Root(), "copy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyLayout, err := b.Layout(ctx, root, ca.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := copyLayout.Components[0].RAID0.Objects
+	time.Sleep(1500 * time.Millisecond) // all that committed
+	if err := b.SwapLayouts(ctx, root, fa.FID, ca.FID, nil); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := a.Open(ctx, root, fa.FID, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.KillMDS() // within the MDT's 1 s commit interval of the swap
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	// The writer recovers first (its open replayed), then the swapper.
+	if _, err := a.Getattr(ctx, root, a.Root()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Mount(2).Layout(ctx, root, fa.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs := got.Components[0].RAID0.Objects; len(objs) != len(want) || objs[0] != want[0] {
+		t.Errorf("after the restart the file has objects %v, want the copy's %v (the swap, replayed, lost)", objs, want)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("the writer's close: %v", err)
+	}
+}
