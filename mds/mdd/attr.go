@@ -341,7 +341,7 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 	}
 	dt, _ := dtype(n.Mode)
 	rm := Removal{FID: f, Type: dt, Nlink: n.Nlink}
-	if n.Nlink == 0 && t.s.mu.opens[f] == 1 {
+	if n.Nlink == 0 && t.s.mu.opens[f] == 1 && !t.s.mu.recovering {
 		rm.Last = true
 		if err := t.destroy(n, &rm); err != nil {
 			return Removal{}, err
@@ -390,10 +390,25 @@ func (s *Store) Orphans() ([]fid.FID, error) {
 	return out, ioError(err, "orphans")
 }
 
-// DestroyOrphans destroys every orphan that is not open now: after a
-// restart, once recovery has replayed the opens that survive. It returns
-// the Removals (with their destroy log records).
+// BeginRecovery says the open counts may miss opens clients have not
+// replayed yet, as after a restart: until DestroyOrphans, an unlink or
+// the last close of an orphan keeps the file as an orphan instead of
+// destroying it, and SwapLayouts (but for a replay) and HSM release are
+// refused with EBUSY, as if a file were open.
+func (s *Store) BeginRecovery() {
+	s.mu.Lock()
+	s.mu.recovering = true
+	s.mu.Unlock()
+}
+
+// DestroyOrphans ends recovery (BeginRecovery) and destroys every orphan
+// that is not open now: after a restart, once recovery has replayed the
+// opens that survive. It returns the Removals (with their destroy log
+// records).
 func (s *Store) DestroyOrphans(r Req) ([]Removal, error) {
+	s.mu.Lock()
+	s.mu.recovering = false // orphans made from now on are all open
+	s.mu.Unlock()
 	orphans, err := s.Orphans()
 	if err != nil {
 		return nil, err

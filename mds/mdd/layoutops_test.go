@@ -249,3 +249,76 @@ func TestSwapLayoutsReplayWithWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecoveryKeepsOrphans: between BeginRecovery and DestroyOrphans the
+// open counts may miss opens clients have not replayed yet, so nothing
+// that an open would stop happens: an unlink of the last link or the
+// last close of an orphan keeps the file as an orphan (objects and all),
+// a swap of layouts (but a replayed one) and an HSM release are refused.
+// DestroyOrphans ends it and destroys the orphans nobody reopened.
+func TestRecoveryKeepsOrphans(t *testing.T) {
+	s := newStore(t)
+	a := create(t, s, root, RootFID, "a", 0o644)
+	b := create(t, s, root, RootFID, "b", 0o644)
+	c := create(t, s, root, RootFID, "c", 0o644)
+	for _, f := range []fid.FID{a, b, c} {
+		if _, err := s.SetLayout(root, f, plainOn(obj(0, f.Oid))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c: archived, clean, closed: releasable but for recovery.
+	if _, err := s.HSMProgress(root, c, HSMActionArchive, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	// b: an orphan whose only counted open is about to close.
+	if _, err := s.OpenFile(root, b, OpenReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	if rm, err := s.Unlink(root, RootFID, "b"); err != nil || !rm.Orphan {
+		t.Fatalf("unlink of an open file: %+v %v", rm, err)
+	}
+
+	s.BeginRecovery()
+	if rm, err := s.Unlink(root, RootFID, "a"); err != nil || !rm.Orphan || rm.Destroyed {
+		t.Fatalf("unlink in recovery of a file nobody has open (yet): %+v %v, want an orphan", rm, err)
+	}
+	if rm, err := s.CloseFile(root, b, CloseInfo{}); err != nil || rm.Destroyed {
+		t.Fatalf("last counted close of an orphan in recovery: %+v %v, want it kept", rm, err)
+	}
+	d := create(t, s, root, RootFID, "d", 0o644)
+	wantErrno(t, "swap in recovery", s.SwapLayouts(root, c, d, nil), syscall.EBUSY)
+	replay := root
+	replay.Replay = true
+	if err := s.SwapLayouts(replay, c, d, nil); err != nil {
+		t.Fatalf("a replayed swap in recovery: %v", err)
+	}
+	if err := s.SwapLayouts(replay, c, d, nil); err != nil { // and back
+		t.Fatal(err)
+	}
+	_, _, err := s.HSMRelease(root, c, 0)
+	wantErrno(t, "release in recovery", err, syscall.EBUSY)
+	for _, f := range []fid.FID{a, b} {
+		if _, err := s.GetLayout(f); err != nil {
+			t.Fatalf("the orphan %v lost its layout in recovery: %v", f, err)
+		}
+	}
+
+	// A client reopens a (a replayed open); recovery ends.
+	if _, err := s.OpenFile(root, a, OpenReadWrite|OpenReplay); err != nil {
+		t.Fatal(err)
+	}
+	rms, err := s.DestroyOrphans(root)
+	if err != nil || len(rms) != 1 || rms[0].FID != b || !rms[0].Destroyed || rms[0].Layout == nil {
+		t.Fatalf("end of recovery: %+v %v, want b destroyed with its layout", rms, err)
+	}
+	if rm, err := s.CloseFile(root, a, CloseInfo{Write: true}); err != nil || !rm.Destroyed {
+		t.Fatalf("last close of the reopened orphan after recovery: %+v %v", rm, err)
+	}
+	if _, destroyed, err := s.HSMRelease(root, c, 0); err != nil || !destroyed {
+		t.Fatalf("release after recovery: %v %v", destroyed, err)
+	}
+	if err := s.SwapLayouts(root, c, d, nil); err != nil {
+		t.Fatalf("swap after recovery: %v", err)
+	}
+	check(t, s)
+}

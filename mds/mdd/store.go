@@ -111,21 +111,24 @@ type Store struct {
 	// on the same state. Fields below are protected by mu.
 	mu struct {
 		sync.RWMutex
-		transno     uint64                    // highest transno applied
-		inodes      uint64                    // live inodes, orphans included
-		clNext      uint64                    // next changelog index (≥ 1)
-		clFirst     uint64                    // no record below this index exists
-		clUsers     map[uint32]uint64         // changelog user → cleared index
-		clUserNext  uint32                    // next changelog user id
-		destroyNext uint64                    // next destroy record id (≥ 1)
-		opens       map[fid.FID]int           // open count per inode (memory only)
-		writers     map[fid.FID]int           // of those, opens for write (SwapLayouts)
-		seqCtlNext  uint64                    // controller: first sequence not granted
-		srv         seqServer                 // this MDT's sequence server
-		fld         []FLDEntry                // the FLD, sorted by Start
-		alloc       struct{ seq, oid uint64 } // the store's own FID minting
-		lastObj     map[uint32]fid.FID        // OST index → last object used (objects.go)
-		oidHigh     map[uint64]*oidMark       // sequence → what is known of its OIDs (seq.go)
+		transno     uint64            // highest transno applied
+		inodes      uint64            // live inodes, orphans included
+		clNext      uint64            // next changelog index (≥ 1)
+		clFirst     uint64            // no record below this index exists
+		clUsers     map[uint32]uint64 // changelog user → cleared index
+		clUserNext  uint32            // next changelog user id
+		destroyNext uint64            // next destroy record id (≥ 1)
+		opens       map[fid.FID]int   // open count per inode (memory only)
+		writers     map[fid.FID]int   // of those, opens for write (SwapLayouts)
+		// recovering: the counts above may miss opens clients have not
+		// replayed yet (BeginRecovery to DestroyOrphans).
+		recovering bool
+		seqCtlNext uint64                    // controller: first sequence not granted
+		srv        seqServer                 // this MDT's sequence server
+		fld        []FLDEntry                // the FLD, sorted by Start
+		alloc      struct{ seq, oid uint64 } // the store's own FID minting
+		lastObj    map[uint32]fid.FID        // OST index → last object used (objects.go)
+		oidHigh    map[uint64]*oidMark       // sequence → what is known of its OIDs (seq.go)
 	}
 
 	cache     *valueCache   // hot records (cache.go)

@@ -49,8 +49,14 @@ func (t *tx) swapLayouts(a, b fid.FID, dvA *uint64) error {
 	}
 	fids := [2]fid.FID{a, b}
 	for _, f := range fids {
-		if n := t.s.mu.writers[f]; n > 0 && !t.r.Replay {
+		switch n := t.s.mu.writers[f]; {
+		case t.r.Replay:
+		case n > 0:
 			return fail(syscall.EBUSY, "swap layouts of %v: open for write (%d)", f, n)
+		case t.s.mu.recovering:
+			// A client holding it open for write may not have noticed the
+			// restart yet (it does at its next request or ping).
+			return fail(syscall.EBUSY, "swap layouts of %v: in recovery, opens for write not all replayed", f)
 		}
 	}
 	var ns [2]*inode

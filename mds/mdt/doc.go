@@ -79,9 +79,12 @@
 // destroy log records (written by the store in the removal's batch); a
 // worker (destroy.go) destroys their objects with OST_DESTROY once the
 // removal is committed, makes that durable with OST_SYNC, and only then
-// drops the records. The log survives restarts; files open when the MDT
-// stopped are destroyed at the next start (there is no recovery window to
-// reopen them yet).
+// drops the records. The log survives restarts. Files open when the MDT
+// stopped stay as orphans through the recovery window, in which clients
+// replay their opens; those nobody reopened are destroyed when it ends.
+// Until then the MDT's open counts may miss opens not yet replayed, so an
+// unlink keeps even a file nobody has open (yet) as an orphan, and swaps
+// of layouts (but replayed ones) and HSM releases are refused (EBUSY).
 //
 // # Commit
 //
@@ -94,11 +97,14 @@
 //
 // # Limits
 //
-// MDT0 only (no DNE); no recovery window or replay of opens and
-// uncommitted changes after an MDT restart (clients are evicted; the OSTs
-// have recovery, see ptlrpc.TargetConfig.RecoveryWindow); changelogs are
-// the store's Go API (Store) until lctl. The OST list and pools come from
-// SetOSTs and SetPools, which the server calls from the MGS's watch.
+// MDT0 only (no DNE). Recovery is a window of time
+// (Config.RecoveryWindow) in which clients replay their opens and
+// uncommitted changes; unlike Lustre's, it does not end early once every
+// client of the previous life is back (the MDT keeps no list of them),
+// and requests that are not replays are served meanwhile (a new file may
+// take a name an uncommitted create will replay). The OST list and pools
+// come from SetOSTs and SetPools, which the server calls from the MGS's
+// watch.
 //
 // A write into a component of a composite (PFL) layout that has no
 // objects yet has the client send REINT with a layout intent (Lustre's

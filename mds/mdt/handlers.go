@@ -1099,14 +1099,6 @@ func (m *MDT) swapLayouts(ctx context.Context, r *ptlrpc.Request) ([]byte, int32
 			err = m.checkFID(f)
 		}
 	}
-	if err == nil && m.tgt.Recovering() && !r.Replayed() {
-		// The store counts opens for write in memory: after a restart,
-		// only those replayed so far. A client holding a file open for
-		// write may not have noticed the restart yet (it does at its next
-		// request or ping), and its pages not yet written back belong to
-		// the objects a swap would give the copy lfs migrate destroys.
-		err = fmt.Errorf("mdt: swap layouts of %v and %v: in recovery, opens for write not all replayed: %w", a, b, syscall.EBUSY)
-	}
 	if err != nil {
 		return m.fail(r, err)
 	}

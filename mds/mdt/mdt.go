@@ -396,6 +396,10 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 		m.store.Close()
 		return nil, err
 	}
+	// Until destroyOrphans below, the store's open counts may miss opens
+	// that clients of the previous life still hold and will replay: it
+	// keeps unlinked files as orphans and refuses swaps and releases.
+	m.store.BeginRecovery()
 	m.tgt, err = s.ts.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
 		LastTransno: m.store.LastTransno(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
 		OnGone: func(e *ptlrpc.Export, evicted bool) {
