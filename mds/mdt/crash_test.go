@@ -44,15 +44,19 @@ func TestMain(m *testing.M) {
 }
 
 // crashCfg is the MDT config of the crash test's MDS: frequent commits
-// and small pools, so that a kill meets every state.
+// and small pools, so that a kill meets every state; a short recovery
+// window (each round's client is a new one, which replays nothing), in
+// which unlinks leave orphans for its end.
 func crashCfg(dir string, osts []OST) Config {
 	return Config{Name: mdtName, UUID: "mdt0-uuid", Store: mdd.Config{Dir: dir, Logger: quiet}, OSTs: osts,
-		SyncInterval: 50 * time.Millisecond, PrecreateMin: 8, PrecreateMax: 32, CallbackTimeout: 5 * time.Second, EvictTimeout: time.Minute}
+		SyncInterval: 50 * time.Millisecond, PrecreateMin: 8, PrecreateMax: 32, CallbackTimeout: 5 * time.Second, EvictTimeout: time.Minute,
+		RecoveryWindow: 2 * time.Second}
 }
 
 // runChild serves an MDT until SIGTERM (a clean stop) or SIGKILL. It
 // says "ready NID PID" once serving and "drained" once every OST's orphan
-// cleanup has run and the destroy log is empty.
+// cleanup has run, the recovery window has ended with the orphans nobody
+// reopened destroyed, and the destroy log is empty.
 func runChild(spec string) int {
 	f := strings.Split(spec, ",")
 	if len(f) != 5 {
@@ -97,7 +101,14 @@ func runChild(spec string) int {
 				p.mu.Unlock()
 			}
 			m.ospMu.Unlock()
-			if ready && m.Stats().PendingDestroys == 0 {
+			if !ready || m.tgt.Recovering() {
+				continue
+			}
+			// Orphans first: their destroy records go to the log as they go.
+			if o, err := m.store.Orphans(); err != nil || len(o) != 0 {
+				continue
+			}
+			if m.Stats().PendingDestroys == 0 {
 				fmt.Println("drained")
 				return
 			}
