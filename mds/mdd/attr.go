@@ -401,6 +401,10 @@ func (s *Store) BeginRecovery() {
 	s.mu.Unlock()
 }
 
+// testHookOrphansListed, if set (by tests), runs once DestroyOrphans has
+// listed the orphans, before it destroys any.
+var testHookOrphansListed func()
+
 // DestroyOrphans ends recovery (BeginRecovery) and destroys every orphan
 // that is not open now: after a restart, once recovery has replayed the
 // opens that survive. It returns the Removals (with their destroy log
@@ -413,6 +417,9 @@ func (s *Store) DestroyOrphans(r Req) ([]Removal, error) {
 	if err != nil {
 		return nil, err
 	}
+	if testHookOrphansListed != nil {
+		testHookOrphansListed()
+	}
 	var out []Removal
 	for _, f := range orphans {
 		t := s.begin(&r)
@@ -421,6 +428,13 @@ func (s *Store) DestroyOrphans(r Req) ([]Removal, error) {
 			continue
 		}
 		n, err := t.inode(f)
+		if errors.Is(err, syscall.ENOENT) {
+			// Gone since the listing: recovery has ended, so the last
+			// close of an orphan open then destroyed it. The others must
+			// still go.
+			t.abort()
+			continue
+		}
 		if err != nil {
 			t.abort()
 			return out, err
