@@ -18,7 +18,10 @@ import (
 // orphan goes when a closes it. Before, the unlink destroyed the file
 // and its objects at once, under a's open descriptor.
 func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
-	const window = 6 * time.Second
+	// Long, for margin: the test does not wait for its end, and a, which
+	// replays its open only at its write after the sleep below, must do
+	// so inside it.
+	const window = 20 * time.Second
 	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: window})
 	a, b := c.Mount(0), c.Mount(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
