@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/nacrefs/nacre/internal/jobstats"
 	"github.com/nacrefs/nacre/mds/mdd"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -328,13 +329,32 @@ func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Para
 	}
 }
 
-// recoveryText shows a target's recovery state as recovery_status does
-// (its first line).
+// recoveryText shows a target's recovery state as Lustre's
+// recovery_status does: the status; for a target that restarted with a
+// recovery window, when it started, the seconds left of it (or its
+// length, once over) and the clients of the previous life that came back.
 func recoveryText(t *ptlrpc.Target) string {
-	if t.Recovering() {
-		return "status: RECOVERING"
+	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), time.Now())
+}
+
+func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, now time.Time) string {
+	var b strings.Builder
+	if recovering {
+		b.WriteString("status: RECOVERING\n")
+	} else {
+		b.WriteString("status: COMPLETE\n")
 	}
-	return "status: COMPLETE"
+	if start.IsZero() {
+		return strings.TrimSuffix(b.String(), "\n")
+	}
+	fmt.Fprintf(&b, "recovery_start: %d\n", start.Unix())
+	if recovering {
+		fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(end.Sub(now).Seconds())))
+	} else {
+		fmt.Fprintf(&b, "recovery_duration: %d\n", int64(end.Sub(start).Round(time.Second)/time.Second))
+	}
+	fmt.Fprintf(&b, "completed_clients: %d", clients)
+	return b.String()
 }
 
 // ofdStatsText formats obdfilter.*.stats.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/params"
@@ -55,5 +56,29 @@ func TestRESTLiveParams(t *testing.T) {
 	}
 	if r := rest(t, m, "GET", "/api/v1/live/devices", readonlyToken, ""); r.code != 200 || !regexp.MustCompile(`"type":\s*"osc",\s*"name":\s*"fs-OST0000-osc-c1"`).MatchString(r.raw) {
 		t.Fatalf("devices: %d %s", r.code, r.raw)
+	}
+}
+
+// TestRecoveryText: recovery_status as Lustre shows it, for a target that
+// never had to recover, one recovering and one done.
+func TestRecoveryText(t *testing.T) {
+	start := time.Unix(1764170000, 0)
+	end := start.Add(90 * time.Second)
+	for _, c := range []struct {
+		name       string
+		recovering bool
+		start, end time.Time
+		now        time.Time
+		want       string
+	}{
+		{"new", false, time.Time{}, time.Time{}, start, "status: COMPLETE"},
+		{"recovering", true, start, end, start.Add(4500 * time.Millisecond),
+			"status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\ncompleted_clients: 3"},
+		{"over", false, start, end, end.Add(time.Hour),
+			"status: COMPLETE\nrecovery_start: 1764170000\nrecovery_duration: 90\ncompleted_clients: 3"},
+	} {
+		if got := recoveryTextAt(c.recovering, c.start, c.end, 3, c.now); got != c.want {
+			t.Errorf("%s:\n%s\nwant\n%s", c.name, got, c.want)
+		}
 	}
 }

@@ -134,6 +134,19 @@ func (t *Target) Recovering() bool { return time.Now().Before(t.recoverUntil) }
 // has none (a new target, or no window configured).
 func (t *Target) RecoveryEnd() time.Time { return t.recoverUntil }
 
+// RecoveryStart returns the start of the target's recovery window (when
+// it started); zero if it has none.
+func (t *Target) RecoveryStart() time.Time {
+	if t.recoverUntil.IsZero() {
+		return time.Time{}
+	}
+	return t.recoverUntil.Add(-t.cfg.RecoveryWindow)
+}
+
+// RecoveredClients counts the clients of the target's previous life that
+// reconnected within its recovery window (Lustre's completed_clients).
+func (t *Target) RecoveredClients() uint64 { return t.recovered.Load() }
+
 // NewTargetSet returns an empty set.
 func NewTargetSet() *TargetSet {
 	return &TargetSet{targets: make(map[string]*Target), byHandle: make(map[uint64]*Export)}
