@@ -205,3 +205,58 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 }
+
+// TestRecoveryEndsWhenClientsAreBack: the MDT records its clients, and
+// after a restart ends recovery as soon as all of them have reconnected
+// and replayed, not when its window runs out: a swap of layouts, refused
+// during recovery, goes through within seconds of a 60 s window.
+func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
+	const window = time.Minute
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: window})
+	a, b := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := client.Root()
+	var fids []client.FID
+	for _, name := range []string{"x", "y"} {
+		f, attr, err := a.Create(ctx, root, a.Root(), name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.WriteAt(ctx, []byte(name), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fids = append(fids, attr.FID)
+	}
+	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // committed
+	c.KillMDS()
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, fs := range []*client.FS{a, b} {
+		if _, err := fs.Getattr(ctx, root, fs.Root()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		err := b.SwapLayouts(ctx, root, fids[0], fids[1], nil)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			t.Fatal(err)
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("swap still refused %v after the restart (window %v): recovery did not end with both clients back", time.Since(start).Round(time.Second), window)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("recovery over %v after the restart", time.Since(start).Round(time.Millisecond))
+}

@@ -87,6 +87,23 @@ type TargetConfig struct {
 	// with evicted set when the target evicted it (not a DISCONNECT), so
 	// the layers above drop its locks and state.
 	OnGone func(e *Export, evicted bool)
+	// Clients, if not nil, are the clients the target had when it last
+	// stopped (Lustre's last_rcvd client records, kept by the target's
+	// storage through OnNewClient and OnClientGone): the recovery window
+	// then ends as soon as each of them has reconnected and said it
+	// replayed everything (MsgReqReplayDone and MsgLockReplayDone on a
+	// request), or connected afresh (it kept nothing to replay), and at
+	// once if there are none. nil: not known; the window runs its length.
+	Clients []string
+	// OnNewClient, if not nil, is called when a client connects afresh
+	// (not a reconnect to its export), before the reply, so that the
+	// storage records it for the next life's recovery; an error refuses
+	// the connect.
+	OnNewClient func(uuid string) error
+	// OnClientGone, if not nil, is called when a client's export goes by
+	// DISCONNECT or eviction (not when the target closes: its clients
+	// come back to the next life), so that the storage forgets it.
+	OnClientGone func(uuid string)
 	// Logger receives the target's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -101,9 +118,15 @@ type Target struct {
 	log      *slog.Logger
 	set      *TargetSet
 	instance uint64
-	// recoverUntil is the end of the recovery window (zero: none).
-	recoverUntil time.Time
-	recovered    atomic.Uint64 // clients taken back during recovery
+	// recoverStart and recoverUntil (Unix nanoseconds) bound the recovery
+	// window (zero: none); recoverUntil moves to the moment recovery ends
+	// when every client of the previous life is back (waiting).
+	recoverStart, recoverUntil atomic.Int64
+	recovered                  atomic.Uint64 // clients taken back during recovery
+	recoveryDone               chan struct{} // closed when recovery ends early
+	// waiting are the clients of the previous life recovery still waits
+	// for (TargetConfig.Clients); guarded by mu.
+	waiting map[string]struct{}
 
 	tmu       sync.Mutex    // serializes AssignTransno
 	transno   atomic.Uint64 // last transno given out
@@ -128,20 +151,26 @@ type TargetSet struct {
 
 // Recovering reports whether the target is within its recovery window,
 // when clients of its previous life may replay what it lost.
-func (t *Target) Recovering() bool { return time.Now().Before(t.recoverUntil) }
+func (t *Target) Recovering() bool { return time.Now().UnixNano() < t.recoverUntil.Load() }
 
 // RecoveryEnd returns the end of the target's recovery window; zero if it
 // has none (a new target, or no window configured).
-func (t *Target) RecoveryEnd() time.Time { return t.recoverUntil }
+func (t *Target) RecoveryEnd() time.Time { return unixNano(t.recoverUntil.Load()) }
+
+// RecoveryDone is closed when recovery ends before its window does: every
+// client of the previous life is back (TargetConfig.Clients).
+func (t *Target) RecoveryDone() <-chan struct{} { return t.recoveryDone }
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
 
 // RecoveryStart returns the start of the target's recovery window (when
 // it started); zero if it has none.
-func (t *Target) RecoveryStart() time.Time {
-	if t.recoverUntil.IsZero() {
-		return time.Time{}
-	}
-	return t.recoverUntil.Add(-t.cfg.RecoveryWindow)
-}
+func (t *Target) RecoveryStart() time.Time { return unixNano(t.recoverStart.Load()) }
 
 // RecoveredClients counts the clients of the target's previous life that
 // reconnected within its recovery window (Lustre's completed_clients).
@@ -173,11 +202,21 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	t := &Target{
 		cfg: cfg, log: lg.With("target", cfg.Name), set: ts, instance: rand.Uint64() | 1,
 		exports: make(map[string]*Export), stop: make(chan struct{}), done: make(chan struct{}),
+		recoveryDone: make(chan struct{}),
 	}
 	t.transno.Store(cfg.LastTransno)
 	t.committed.Store(cfg.LastTransno)
 	if cfg.LastTransno > 0 && cfg.RecoveryWindow > 0 {
-		t.recoverUntil = time.Now().Add(cfg.RecoveryWindow)
+		now := time.Now()
+		t.recoverStart.Store(now.UnixNano())
+		t.recoverUntil.Store(now.Add(cfg.RecoveryWindow).UnixNano())
+		if cfg.Clients != nil {
+			t.waiting = make(map[string]struct{}, len(cfg.Clients))
+			for _, c := range cfg.Clients {
+				t.waiting[c] = struct{}{}
+			}
+			t.endRecoveryIfDoneLocked()
+		}
 	}
 	ts.mu.Lock()
 	if _, dup := ts.targets[cfg.Name]; dup {
@@ -290,6 +329,12 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	}
 	if t.cfg.OnGone != nil {
 		t.cfg.OnGone(e, evicted)
+	}
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if !closed && t.cfg.OnClientGone != nil {
+		t.cfg.OnClientGone(e.uuid)
 	}
 }
 
@@ -492,7 +537,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		return nil, -errnoENODEV
 	}
 	old := t.exports[cr.ClientUuid]
-	recovering := old == nil && cr.Handle != 0 && time.Now().Before(t.recoverUntil)
+	recovering := old == nil && cr.Handle != 0 && t.Recovering()
 	if old != nil && cr.Handle != 0 && (old.handle == cr.Handle || old.prevHandle == cr.Handle) {
 		// A reconnect to the export the client had: keep it, with its saved
 		// replies.
@@ -519,6 +564,15 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		// The client has lost its handle (it restarted) or names another:
 		// its old export goes, as Lustre's "already connected" case does.
 		t.drop(old, true, "client reconnected with a new handle")
+	}
+	if t.cfg.OnNewClient != nil {
+		if err := t.cfg.OnNewClient(cr.ClientUuid); err != nil {
+			t.log.Warn("ptlrpc: cannot record a new client", "client", cr.ClientUuid, "err", err)
+			return nil, -errnoEIO
+		}
+	}
+	if !recovering {
+		t.clientBack(cr.ClientUuid) // back without anything to replay
 	}
 	e := &Export{
 		target: t, uuid: cr.ClientUuid, features: reply.Features, peer: req.Peer, connCount: cr.ConnCount,
@@ -626,4 +680,59 @@ func (e *Export) finish(xid uint64, save *savedReply, now time.Time) {
 		delete(e.saved, oldest)
 	}
 	e.saved[xid] = *save
+}
+
+// endRecoveryIfDoneLocked ends recovery now if it waits for no client of
+// the previous life any more. t.mu is held (or t is not shared yet).
+func (t *Target) endRecoveryIfDoneLocked() {
+	if t.waiting == nil || len(t.waiting) > 0 || !t.Recovering() {
+		return
+	}
+	t.waiting = nil
+	t.recoverUntil.Store(time.Now().UnixNano())
+	close(t.recoveryDone)
+	t.log.Info("ptlrpc: recovery complete: every client is back", "clients", t.recovered.Load(),
+		"after", time.Since(t.RecoveryStart()).Round(time.Millisecond))
+}
+
+// EndRecovery ends the recovery window now if it has not ended (Lustre's
+// abort_recovery; the owner calls it when the window runs out): the
+// clients of the previous life not back yet will find themselves evicted,
+// and OnClientGone forgets them, so that the next restart does not wait
+// for them. It reports how many there were.
+func (t *Target) EndRecovery() int {
+	t.mu.Lock()
+	absent := make([]string, 0, len(t.waiting))
+	for c := range t.waiting {
+		absent = append(absent, c)
+	}
+	if t.waiting != nil {
+		t.waiting = nil
+		close(t.recoveryDone)
+	}
+	if now := time.Now().UnixNano(); t.recoverUntil.Load() > now {
+		t.recoverUntil.Store(now)
+	}
+	t.mu.Unlock()
+	if len(absent) > 0 {
+		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", len(absent))
+		if t.cfg.OnClientGone != nil {
+			for _, c := range absent {
+				t.cfg.OnClientGone(c)
+			}
+		}
+	}
+	return len(absent)
+}
+
+// clientBack notes that uuid, a client of the previous life, needs no more
+// recovery: it replayed everything, or connected afresh.
+func (t *Target) clientBack(uuid string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.waiting[uuid]; !ok {
+		return
+	}
+	delete(t.waiting, uuid)
+	t.endRecoveryIfDoneLocked()
 }

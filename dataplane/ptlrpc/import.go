@@ -588,9 +588,34 @@ func (imp *Import) replay(cn *connInfo) error {
 		imp.mu.Lock()
 		imp.mu.replayConn = nil
 		imp.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return imp.replayDone(ctx, cn)
+}
+
+// replayDone tells the restarted server, with a ping on cn, that this
+// client has replayed its requests and locks (Lustre's
+// MSG_REQ_REPLAY_DONE and MSG_LOCK_REPLAY_DONE): a server that knows its
+// clients ends recovery once all are back, without waiting for the
+// window's end. A server that does not answer it fails the recovery, as
+// a replay that gets no answer does.
+func (imp *Import) replayDone(ctx context.Context, cn *connInfo) error {
+	r, err := imp.c.newRPC(&Req{Opcode: wire.OBDPing}, imp.replySrc)
+	if err != nil {
 		return err
 	}
-	return nil
+	defer r.finish()
+	h := r.header(cn.handle, cn.count, 0, false, cn.cksum)
+	h.Flags |= replayDone
+	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, imp.timeout(), cn.down)
+	if err != nil {
+		return fmt.Errorf("replay done: %w", err)
+	}
+	imp.measure(r, &m.hdr)
+	_, err = m.result()
+	return err
 }
 
 // Replay sends req once on the connection being recovered, marked

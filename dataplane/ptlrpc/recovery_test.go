@@ -52,3 +52,79 @@ func TestRecoveryWindow(t *testing.T) {
 		t.Errorf("%d clients taken back, want 1", n)
 	}
 }
+
+// TestRecoveryEndsWhenClientsAreBack: a target that knows its previous
+// life's clients ends recovery once each is back — reconnected and done
+// replaying, or connected afresh — not when the window runs out; with
+// none, at once. EndRecovery ends it early and forgets the clients that
+// did not come back.
+func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
+	ts := NewTargetSet()
+	connect := func(name, uuid string, handle uint64) {
+		t.Helper()
+		body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: name, ClientUuid: uuid, Version: wire.Version, ConnCount: 2, Handle: handle})
+		if _, status := ts.connect(&Request{Body: body}); status != 0 {
+			t.Fatalf("%s: connect status %d", uuid, status)
+		}
+	}
+	done := func(tgt *Target) bool {
+		select {
+		case <-tgt.RecoveryDone():
+			return true
+		default:
+			return false
+		}
+	}
+
+	none, err := ts.NewTarget(TargetConfig{Name: "t0", LastTransno: 1, RecoveryWindow: time.Minute, Clients: []string{}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer none.Close(context.Background())
+	if none.Recovering() || !done(none) {
+		t.Fatalf("no clients to wait for: recovering %v", none.Recovering())
+	}
+
+	var added, gone []string
+	tgt, err := ts.NewTarget(TargetConfig{Name: "t1", LastTransno: 1, RecoveryWindow: time.Minute, Clients: []string{"a", "b"}, Logger: quiet,
+		OnNewClient:  func(u string) error { added = append(added, u); return nil },
+		OnClientGone: func(u string) { gone = append(gone, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close(context.Background())
+	connect("t1", "a", 0x11) // back, with replays to come
+	connect("t1", "b", 0)    // back without its handle: nothing to replay
+	if !tgt.Recovering() || done(tgt) {
+		t.Fatal("recovery ended before a said it had replayed")
+	}
+	tgt.clientBack("a") // as its request with MsgReqReplayDone|MsgLockReplayDone does
+	if tgt.Recovering() || !done(tgt) {
+		t.Fatal("recovery goes on with every client back")
+	}
+	if d := tgt.RecoveryEnd().Sub(tgt.RecoveryStart()); d >= time.Minute {
+		t.Errorf("recovery took its whole window (%v)", d)
+	}
+	if len(added) != 2 || len(gone) != 0 {
+		t.Errorf("recorded %v, forgot %v", added, gone)
+	}
+
+	gone = nil
+	late, err := ts.NewTarget(TargetConfig{Name: "t2", LastTransno: 1, RecoveryWindow: time.Minute, Clients: []string{"a", "c"}, Logger: quiet,
+		OnClientGone: func(u string) { gone = append(gone, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close(context.Background())
+	connect("t2", "a", 0x21)
+	late.clientBack("a")
+	if !late.Recovering() {
+		t.Fatal("recovery ended without c")
+	}
+	if n := late.EndRecovery(); n != 1 || len(gone) != 1 || gone[0] != "c" || late.Recovering() || !done(late) {
+		t.Fatalf("EndRecovery: %d absent, forgot %v, recovering %v", n, gone, late.Recovering())
+	}
+	if n := late.EndRecovery(); n != 0 {
+		t.Errorf("a second EndRecovery found %d absent", n)
+	}
+}

@@ -657,6 +657,11 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			return
 		}
 		req.exp, req.admitted = e, true
+		if h.Flags&replayDone == replayDone {
+			// The client replayed everything before sending this (each
+			// replay waits for its reply): recovery need not wait for it.
+			e.target.clientBack(e.uuid)
+		}
 		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && h.Transno <= e.target.LastCommitted() {
 			// A replay of a change this target had already committed
 			// before it restarted (the client had not heard): done.
@@ -1273,3 +1278,7 @@ func (s *Service) sendEarly(r *Request) {
 	s.early.Add(1)
 	s.sendReply(r, &rh, nil, earlyReplyOffset)
 }
+
+// replayDone are the flags of the request a client sends once it has
+// replayed its requests and locks to a restarted target.
+const replayDone = wire.MsgReqReplayDone | wire.MsgLockReplayDone

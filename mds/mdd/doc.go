@@ -48,6 +48,8 @@
 //	v ostIndex                the last OST object a layout named there
 //	                          (lov_objid): raised in the batch of every
 //	                          layout with objects, for the orphan cleanup
+//	r clientUUID              a client connected to the MDT (last_rcvd's
+//	                          client records: recovery waits for these)
 //	m name                    format, transno, inode count, next changelog
 //	                          index and user id, next destroy id, sequence
 //	                          controller and server state

@@ -24,6 +24,7 @@ const (
 	pfxFLD     = 'f' // f start → FLD record
 	pfxMeta    = 'm' // m name → counters and state
 	pfxLastObj = 'v' // v ostIndex → last object used there (objects.go)
+	pfxClient  = 'r' // r client UUID → (empty): a client connected (clients.go)
 )
 
 // Meta keys.

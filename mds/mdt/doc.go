@@ -97,12 +97,14 @@
 //
 // # Limits
 //
-// MDT0 only (no DNE). Recovery is a window of time
-// (Config.RecoveryWindow) in which clients replay their opens and
-// uncommitted changes; unlike Lustre's, it does not end early once every
-// client of the previous life is back (the MDT keeps no list of them),
-// and requests that are not replays are served meanwhile (a new file may
-// take a name an uncommitted create will replay). The OST list and pools
+// MDT0 only (no DNE). Recovery: the store records the clients connected
+// (mdd.Store.AddClient, Lustre's last_rcvd client records); after a
+// restart, the window (Config.RecoveryWindow) ends as soon as each of
+// them is back and has replayed its locks, opens and uncommitted changes
+// (its ping with MSG_REQ_REPLAY_DONE|MSG_LOCK_REPLAY_DONE), and those not
+// back when it runs out are forgotten. Unlike Lustre, requests that are
+// not replays are served meanwhile (a new file may take a name an
+// uncommitted create will replay). The OST list and pools
 // come from SetOSTs and SetPools, which the server calls from the MGS's
 // watch.
 //

@@ -400,8 +400,22 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	// that clients of the previous life still hold and will replay: it
 	// keeps unlinked files as orphans and refuses swaps and releases.
 	m.store.BeginRecovery()
+	// The clients connected when the MDT stopped: recovery ends once they
+	// are back and have replayed (or at the window's end).
+	clients, err := m.store.Clients()
+	if err != nil {
+		m.lockd.Close()
+		m.store.Close()
+		return nil, fmt.Errorf("mdt %s: %w", cfg.Name, err)
+	}
 	m.tgt, err = s.ts.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
-		LastTransno: m.store.LastTransno(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
+		LastTransno: m.store.LastTransno(), RecoveryWindow: max(cfg.RecoveryWindow, 0), Clients: clients,
+		OnNewClient: m.store.AddClient,
+		OnClientGone: func(uuid string) {
+			if err := m.store.DropClient(uuid); err != nil {
+				m.log.Warn("mdt: forget client", "client", uuid, "err", err)
+			}
+		},
 		OnGone: func(e *ptlrpc.Export, evicted bool) {
 			m.lockd.ExportGone(e)
 			m.dropOpens(e)
@@ -414,7 +428,8 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	m.handlers = m.handlerTable()
 	// Files unlinked while open before a restart are orphans now; the
 	// clients that had them open reopen them in the recovery window
-	// (replayed opens), and the rest go when it ends.
+	// (replayed opens), and the rest go when it ends: when every client of
+	// the previous life is back, or the window runs out.
 	if end := m.tgt.RecoveryEnd(); end.IsZero() {
 		m.destroyOrphans()
 	} else {
@@ -423,6 +438,9 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 			defer t.Stop()
 			select {
 			case <-t.C:
+				m.tgt.EndRecovery()
+				m.destroyOrphans()
+			case <-m.tgt.RecoveryDone():
 				m.destroyOrphans()
 			case <-m.stop:
 			}

@@ -1,0 +1,52 @@
+package mdd
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The clients connected to the MDT, kept across restarts as Lustre keeps
+// them in last_rcvd: after a restart, recovery waits for exactly these to
+// come back and replay, and ends as soon as they have, instead of
+// running out its whole window. A record goes in, synced, when a client
+// connects afresh and out when it disconnects or is evicted; a client
+// that was connected when the MDT stopped keeps its record.
+
+// maxClientUUID bounds a client UUID (Lustre's are 40 bytes).
+const maxClientUUID = 255
+
+func clientKey(uuid string) []byte { return append([]byte{pfxClient}, uuid...) }
+
+// AddClient records that uuid is connected; synced before it returns, so
+// that a restart right after waits for it.
+func (s *Store) AddClient(uuid string) error {
+	if uuid == "" || len(uuid) > maxClientUUID {
+		return fail(syscall.EINVAL, "client uuid of %d bytes", len(uuid))
+	}
+	return ioError(s.db.Set(clientKey(uuid), nil, pebble.Sync), "record client %q", uuid)
+}
+
+// DropClient forgets uuid (disconnected or evicted); not synced: a
+// restart that still finds it waits for it in vain, no longer than the
+// recovery window.
+func (s *Store) DropClient(uuid string) error {
+	if uuid == "" || len(uuid) > maxClientUUID {
+		return fail(syscall.EINVAL, "client uuid of %d bytes", len(uuid))
+	}
+	return ioError(s.db.Delete(clientKey(uuid), pebble.NoSync), "forget client %q", uuid)
+}
+
+// Clients returns the clients recorded as connected.
+func (s *Store) Clients() ([]string, error) {
+	out := []string{} // not nil: known, if empty
+	err := s.scan([]byte{pfxClient}, func(k, _ []byte) error {
+		if len(k) < 2 || len(k) > 1+maxClientUUID {
+			return fmt.Errorf("bad client key of %d bytes", len(k))
+		}
+		out = append(out, string(k[1:]))
+		return nil
+	})
+	return out, ioError(err, "clients")
+}
