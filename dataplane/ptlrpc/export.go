@@ -132,6 +132,9 @@ type Target struct {
 	transno   atomic.Uint64 // last transno given out
 	committed atomic.Uint64 // last transno committed
 
+	// cmu orders the storage's client records (OnNewClient, OnClientGone)
+	// with the exports; taken before mu.
+	cmu     sync.Mutex
 	mu      sync.Mutex // guards exports, closed
 	exports map[string]*Export
 	closed  bool
@@ -330,11 +333,18 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	if t.cfg.OnGone != nil {
 		t.cfg.OnGone(e, evicted)
 	}
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	if !closed && t.cfg.OnClientGone != nil {
-		t.cfg.OnClientGone(e.uuid)
+	if t.cfg.OnClientGone != nil {
+		// Not if the client has an export again (connect records it
+		// anew under cmu before putting the export in place).
+		t.cmu.Lock()
+		t.mu.Lock()
+		_, back := t.exports[e.uuid]
+		closed := t.closed
+		t.mu.Unlock()
+		if !closed && !back {
+			t.cfg.OnClientGone(e.uuid)
+		}
+		t.cmu.Unlock()
 	}
 }
 
@@ -565,6 +575,15 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		// its old export goes, as Lustre's "already connected" case does.
 		t.drop(old, true, "client reconnected with a new handle")
 	}
+	// Until the export is in place, a drop of an older export of the
+	// same client (the evictor's) must not forget the record made here.
+	t.cmu.Lock()
+	cmuHeld := true
+	defer func() {
+		if cmuHeld {
+			t.cmu.Unlock()
+		}
+	}()
 	if t.cfg.OnNewClient != nil {
 		if err := t.cfg.OnNewClient(cr.ClientUuid); err != nil {
 			t.log.Warn("ptlrpc: cannot record a new client", "client", cr.ClientUuid, "err", err)
@@ -592,6 +611,8 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	t.mu.Lock()
 	t.exports[e.uuid] = e
 	t.mu.Unlock()
+	t.cmu.Unlock()
+	cmuHeld = false
 	reply.Handle = e.handle
 	reply.Evicted = cr.Handle != 0 && !recovering
 	reply.Reconnected = recovering
@@ -717,9 +738,16 @@ func (t *Target) EndRecovery() int {
 	if len(absent) > 0 {
 		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", len(absent))
 		if t.cfg.OnClientGone != nil {
+			t.cmu.Lock()
 			for _, c := range absent {
-				t.cfg.OnClientGone(c)
+				t.mu.Lock()
+				_, back := t.exports[c] // connected afresh just now: recorded anew
+				t.mu.Unlock()
+				if !back {
+					t.cfg.OnClientGone(c)
+				}
 			}
+			t.cmu.Unlock()
 		}
 	}
 	return len(absent)
