@@ -333,19 +333,22 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	if t.cfg.OnGone != nil {
 		t.cfg.OnGone(e, evicted)
 	}
-	if t.cfg.OnClientGone != nil {
-		// Not if the client has an export again (connect records it
-		// anew under cmu before putting the export in place).
-		t.cmu.Lock()
-		t.mu.Lock()
-		_, back := t.exports[e.uuid]
-		closed := t.closed
-		t.mu.Unlock()
-		if !closed && !back {
+	// Not if the client has an export again (connect records it anew
+	// under cmu before putting the export in place).
+	t.cmu.Lock()
+	t.mu.Lock()
+	_, back := t.exports[e.uuid]
+	closed := t.closed
+	t.mu.Unlock()
+	if !closed && !back {
+		if t.cfg.OnClientGone != nil {
 			t.cfg.OnClientGone(e.uuid)
 		}
-		t.cmu.Unlock()
+		// A client of the previous life gone in recovery has nothing left
+		// to replay (it comes back evicted): recovery waits for it no more.
+		t.clientBack(e.uuid)
 	}
+	t.cmu.Unlock()
 }
 
 // evictor evicts exports that have been silent for EvictTimeout (Lustre's

@@ -128,3 +128,32 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 		t.Errorf("a second EndRecovery found %d absent", n)
 	}
 }
+
+// TestRecoveryDoesNotWaitForAnEvictedClient: a client of the previous
+// life that reconnected and then lost its export in recovery (evicted,
+// or it disconnected) has nothing left to replay: recovery ends once the
+// others are back, not when its window runs out.
+func TestRecoveryDoesNotWaitForAnEvictedClient(t *testing.T) {
+	ts := NewTargetSet()
+	tgt, err := ts.NewTarget(TargetConfig{Name: "t3", LastTransno: 1, RecoveryWindow: time.Minute, Clients: []string{"a", "b"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close(context.Background())
+	for _, c := range []struct {
+		uuid   string
+		handle uint64
+	}{{"a", 0x31}, {"b", 0x32}} {
+		body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "t3", ClientUuid: c.uuid, Version: wire.Version, ConnCount: 2, Handle: c.handle})
+		if _, status := ts.connect(&Request{Body: body}); status != 0 {
+			t.Fatalf("%s: connect status %d", c.uuid, status)
+		}
+	}
+	if err := tgt.Evict("a"); err != nil {
+		t.Fatal(err)
+	}
+	tgt.clientBack("b")
+	if tgt.Recovering() {
+		t.Fatal("recovery still waits for a client it evicted")
+	}
+}

@@ -1,6 +1,7 @@
 package mdd
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -38,8 +39,29 @@ func (s *Store) DropClient(uuid string) error {
 	return ioError(s.db.Delete(clientKey(uuid), pebble.NoSync), "forget client %q", uuid)
 }
 
-// Clients returns the clients recorded as connected.
+// ClientsComplete says the client records now list every client the MDT
+// has: its recovery has ended, so every client it serves connected under
+// this code (OnNewClient) and the others are evicted. Until then a store
+// of a binary that kept no records (an upgrade) has its clients unknown.
+func (s *Store) ClientsComplete() error {
+	if _, err := s.dbGet(keyClientsKnown); err == nil {
+		return nil
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return ioError(err, "clients known")
+	}
+	return ioError(s.db.Set(keyClientsKnown, nil, pebble.Sync), "clients known")
+}
+
+// Clients returns the clients recorded as connected; nil if the records
+// are not known to be complete (a store of an older binary, up to the end
+// of its first recovery under this code: ClientsComplete), when recovery
+// must run its whole window.
 func (s *Store) Clients() ([]string, error) {
+	if _, err := s.dbGet(keyClientsKnown); errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, ioError(err, "clients known")
+	}
 	out := []string{} // not nil: known, if empty
 	err := s.scan([]byte{pfxClient}, func(k, _ []byte) error {
 		if len(k) < 2 || len(k) > 1+maxClientUUID {

@@ -52,7 +52,8 @@
 //	                          client records: recovery waits for these)
 //	m name                    format, transno, inode count, next changelog
 //	                          index and user id, next destroy id, sequence
-//	                          controller and server state
+//	                          controller and server state, whether the
+//	                          client records are complete (mclients)
 //
 // # Readdir cookies
 //

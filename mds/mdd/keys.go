@@ -37,6 +37,10 @@ var (
 	keyDestroy   = []byte("mdestroy")   // u64 next destroy record id
 	keySeqCtl    = []byte("mseqctl")    // u64 controller: next free sequence
 	keySeqServer = []byte("mseqserver") // seq server: super range and next sequence
+	// keyClientsKnown (empty) says the client records (pfxClient) list
+	// every client the MDT has: set by format and when a recovery ends
+	// (ClientsComplete), absent in a store of a binary that kept none.
+	keyClientsKnown = []byte("mclients")
 )
 
 const fidLen = fid.Size

@@ -20,9 +20,10 @@ import (
 // formatVersion is the on-disk format this code writes; it opens stores
 // from oldestFormat on and moves them to formatVersion (an older binary
 // then refuses the store at open rather than failing on records it cannot
-// read). 2: inodes may carry inoXattrsTracked and inoXattrs.
+// read). 2: inodes may carry inoXattrsTracked and inoXattrs. 3: client
+// records (clients.go), which an older binary would leave stale.
 const (
-	formatVersion = 2
+	formatVersion = 3
 	oldestFormat  = 1
 )
 
@@ -289,6 +290,7 @@ func (s *Store) format() error {
 	// Sequences below SeqNormal (the root's, local files') belong to MDT0.
 	b.Set(u64Key(pfxFLD, fid.SeqStart), FLDEntry{Start: fid.SeqStart, End: fid.SeqNormal, Index: 0, Type: TargetMDT}.marshal(), nil)
 	b.Set(keyFormat, u64Val(formatVersion), nil)
+	b.Set(keyClientsKnown, nil, nil) // a new MDT: no clients, known
 	return ioError(b.Commit(pebble.Sync), "format %s", s.cfg.Dir)
 }
 

@@ -1066,6 +1066,10 @@ func (m *MDT) fldQuery(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 // destroyOrphans removes the files unlinked while open before a restart
 // that no client reopened.
 func (m *MDT) destroyOrphans() {
+	// Recovery is over: every client is recorded (OnNewClient) or evicted.
+	if err := m.store.ClientsComplete(); err != nil {
+		m.log.Warn("mdt: client records", "err", err)
+	}
 	rms, err := m.store.DestroyOrphans(m.internalReq())
 	if err != nil {
 		m.log.Warn("mdt: destroy orphans", "err", err)
