@@ -334,10 +334,13 @@ func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Para
 // recovery window, when it started, the seconds left of it (or its
 // length, once over) and the clients of the previous life that came back.
 func recoveryText(t *ptlrpc.Target) string {
-	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), time.Now())
+	waiting, of := t.RecoveryWaiting()
+	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), waiting, of, time.Now())
 }
 
-func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, now time.Time) string {
+// recoveryTextAt is recoveryText's text; waiting and of are negative when
+// the clients of the previous life are not known.
+func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, waiting, of int, now time.Time) string {
 	var b strings.Builder
 	if recovering {
 		b.WriteString("status: RECOVERING\n")
@@ -350,6 +353,10 @@ func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, now t
 	fmt.Fprintf(&b, "recovery_start: %d\n", start.Unix())
 	if recovering {
 		fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(end.Sub(now).Seconds())))
+		if of >= 0 {
+			// Lustre's connected_clients: those back of those expected.
+			fmt.Fprintf(&b, "connected_clients: %d/%d\n", of-waiting, of)
+		}
 	} else {
 		fmt.Fprintf(&b, "recovery_duration: %d\n", int64(end.Sub(start).Round(time.Second)/time.Second))
 	}

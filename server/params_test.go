@@ -77,8 +77,13 @@ func TestRecoveryText(t *testing.T) {
 		{"over", false, start, end, end.Add(time.Hour),
 			"status: COMPLETE\nrecovery_start: 1764170000\nrecovery_duration: 90\ncompleted_clients: 3"},
 	} {
-		if got := recoveryTextAt(c.recovering, c.start, c.end, 3, c.now); got != c.want {
+		if got := recoveryTextAt(c.recovering, c.start, c.end, 3, -1, -1, c.now); got != c.want {
 			t.Errorf("%s:\n%s\nwant\n%s", c.name, got, c.want)
 		}
+	}
+	// Known clients, one of four still awaited.
+	want := "status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\nconnected_clients: 3/4\ncompleted_clients: 3"
+	if got := recoveryTextAt(true, start, end, 3, 1, 4, start.Add(4500*time.Millisecond)); got != want {
+		t.Errorf("known clients:\n%s\nwant\n%s", got, want)
 	}
 }

@@ -179,6 +179,18 @@ func (t *Target) RecoveryStart() time.Time { return unixNano(t.recoverStart.Load
 // reconnected within its recovery window (Lustre's completed_clients).
 func (t *Target) RecoveredClients() uint64 { return t.recovered.Load() }
 
+// RecoveryWaiting returns how many of the previous life's clients
+// (TargetConfig.Clients) recovery still waits for, of how many; -1, -1
+// if it does not know them (or is over).
+func (t *Target) RecoveryWaiting() (waiting, of int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waiting == nil {
+		return -1, -1
+	}
+	return len(t.waiting), len(t.cfg.Clients)
+}
+
 // NewTargetSet returns an empty set.
 func NewTargetSet() *TargetSet {
 	return &TargetSet{targets: make(map[string]*Target), byHandle: make(map[uint64]*Export)}

@@ -98,9 +98,15 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	if !tgt.Recovering() || done(tgt) {
 		t.Fatal("recovery ended before a said it had replayed")
 	}
+	if w, of := tgt.RecoveryWaiting(); w != 1 || of != 2 {
+		t.Errorf("waiting for %d of %d clients, want 1 of 2", w, of)
+	}
 	tgt.clientBack("a") // as its request with MsgReqReplayDone|MsgLockReplayDone does
 	if tgt.Recovering() || !done(tgt) {
 		t.Fatal("recovery goes on with every client back")
+	}
+	if w, of := tgt.RecoveryWaiting(); w != -1 || of != -1 {
+		t.Errorf("after recovery: waiting for %d of %d", w, of)
 	}
 	if d := tgt.RecoveryEnd().Sub(tgt.RecoveryStart()); d >= time.Minute {
 		t.Errorf("recovery took its whole window (%v)", d)
