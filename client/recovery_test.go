@@ -21,10 +21,7 @@ import (
 // belong to the old objects, which lfs migrate destroys with its copy).
 func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
 	const window = 6 * time.Second
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: window})
-	a, b := c.Mount(0), c.Mount(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	c, a, b, ctx := restartable(t, 1, window)
 	root := client.Root()
 	w, _, err := a.Create(ctx, root, a.Root(), "written", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
 	if err != nil {
@@ -51,11 +48,7 @@ func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
 	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); !errors.Is(err, syscall.EBUSY) {
 		t.Fatalf("swap with a writer, before the restart: %v, want EBUSY", err)
 	}
-	time.Sleep(1500 * time.Millisecond) // committed
-	c.KillMDS()
-	if err := c.StartMDS(); err != nil {
-		t.Fatal(err)
-	}
+	restartMDS(t, c)
 	// b reconnects and asks at once; a, idle, has not replayed its open.
 	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
 		t.Fatal(err)
@@ -89,41 +82,19 @@ func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
 // next, would destroy the objects the writer writes to.
 func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	const window = 6 * time.Second
-	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildMDS: true, RecoveryWindow: window})
-	a, b := c.Mount(0), c.Mount(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	c, a, b, ctx := restartable(t, 2, window)
 	root := client.Root()
-	for _, name := range []string{"file", "copy"} {
-		f, _, err := b.Create(ctx, root, b.Root(), name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := f.WriteAt(ctx, []byte(name), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fa, err := b.Lookup(ctx, root, b.Root(), "file")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := b.Lookup(ctx, root, b.Root(), "copy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	copyLayout, err := b.Layout(ctx, root, ca.FID)
+	file, cp := makeFile(ctx, t, b, "file", []byte("file")), makeFile(ctx, t, b, "copy", []byte("copy"))
+	copyLayout, err := b.Layout(ctx, root, cp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := copyLayout.Components[0].RAID0.Objects
 	time.Sleep(1500 * time.Millisecond) // all that committed
-	if err := b.SwapLayouts(ctx, root, fa.FID, ca.FID, nil); err != nil {
+	if err := b.SwapLayouts(ctx, root, file, cp, nil); err != nil {
 		t.Fatal(err)
 	}
-	w, _, err := a.Open(ctx, root, fa.FID, syscall.O_WRONLY)
+	w, _, err := a.Open(ctx, root, file, syscall.O_WRONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +109,7 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Mount(2).Layout(ctx, root, fa.FID)
+	got, err := c.Mount(2).Layout(ctx, root, file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,10 +132,7 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 	// replays its open only at its write after the sleep below, must do
 	// so inside it.
 	const window = 20 * time.Second
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: window})
-	a, b := c.Mount(0), c.Mount(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	c, a, b, ctx := restartable(t, 1, window)
 	root := client.Root()
 	f, _, err := a.Create(ctx, root, a.Root(), "kept", syscall.O_CREAT|syscall.O_RDWR, 0o644, nil)
 	if err != nil {
@@ -177,11 +145,7 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // committed
-	c.KillMDS()
-	if err := c.StartMDS(); err != nil {
-		t.Fatal(err)
-	}
+	restartMDS(t, c)
 	// b reconnects and unlinks at once; a has not replayed its open.
 	if err := b.Unlink(ctx, root, b.Root(), "kept"); err != nil {
 		t.Fatal(err)
@@ -212,33 +176,13 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 // during recovery, goes through within seconds of a 60 s window.
 func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	const window = time.Minute
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: window})
-	a, b := c.Mount(0), c.Mount(1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	c, a, b, ctx := restartable(t, 1, window)
 	root := client.Root()
-	var fids []client.FID
-	for _, name := range []string{"x", "y"} {
-		f, attr, err := a.Create(ctx, root, a.Root(), name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := f.WriteAt(ctx, []byte(name), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		fids = append(fids, attr.FID)
-	}
+	fids := []client.FID{makeFile(ctx, t, a, "x", []byte("x")), makeFile(ctx, t, a, "y", []byte("y"))}
 	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // committed
-	c.KillMDS()
-	if err := c.StartMDS(); err != nil {
-		t.Fatal(err)
-	}
+	restartMDS(t, c)
 	start := time.Now()
 	for _, fs := range []*client.FS{a, b} {
 		if _, err := fs.Getattr(ctx, root, fs.Root()); err != nil {
@@ -259,4 +203,42 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("recovery over %v after the restart", time.Since(start).Round(time.Millisecond))
+}
+
+// restartable starts a cluster whose MDS runs in a process of its own,
+// so that a test can kill it, with the recovery window given and two
+// mounts.
+func restartable(t *testing.T, osts int, window time.Duration) (*clustertest.Cluster, *client.FS, *client.FS, context.Context) {
+	t.Helper()
+	c := clustertest.Start(t, clustertest.Options{OSTs: osts, ChildMDS: true, RecoveryWindow: window})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c, c.Mount(0), c.Mount(1), ctx
+}
+
+// restartMDS kills the MDS once what it did has committed (its commit
+// interval is a second) and starts it again.
+func restartMDS(t *testing.T, c *clustertest.Cluster) {
+	t.Helper()
+	time.Sleep(1500 * time.Millisecond)
+	c.KillMDS()
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeFile creates name in fs's root with data and closes it.
+func makeFile(ctx context.Context, t *testing.T, fs *client.FS, name string, data []byte) client.FID {
+	t.Helper()
+	f, attr, err := fs.Create(ctx, client.Root(), fs.Root(), name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return attr.FID
 }
