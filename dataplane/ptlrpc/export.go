@@ -123,7 +123,7 @@ type Target struct {
 	// when every client of the previous life is back (waiting).
 	recoverStart, recoverUntil atomic.Int64
 	recovered                  atomic.Uint64 // clients taken back during recovery
-	recoveryDone               chan struct{} // closed when recovery ends early
+	recoveryDone               chan struct{} // see RecoveryDone
 	// waiting are the clients of the previous life recovery still waits
 	// for (TargetConfig.Clients); guarded by mu.
 	waiting map[string]struct{}
@@ -160,8 +160,9 @@ func (t *Target) Recovering() bool { return time.Now().UnixNano() < t.recoverUnt
 // has none (a new target, or no window configured).
 func (t *Target) RecoveryEnd() time.Time { return unixNano(t.recoverUntil.Load()) }
 
-// RecoveryDone is closed when recovery ends before its window does: every
-// client of the previous life is back (TargetConfig.Clients).
+// RecoveryDone is closed when recovery ends with every client of the
+// previous life back (TargetConfig.Clients), or by EndRecovery; never for
+// a target that does not know its clients.
 func (t *Target) RecoveryDone() <-chan struct{} { return t.recoveryDone }
 
 func unixNano(ns int64) time.Time {
