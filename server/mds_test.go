@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -121,5 +123,32 @@ func TestStorageMDT(t *testing.T) {
 	}
 	if _, err := c.Lookup(ctx, mdc.Root(), r, "nope"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("lookup: %v", err)
+	}
+
+	// Restarted with its client gone silent (its LNet closed, no
+	// DISCONNECT): the MDT waits for it; abort_recovery ends the wait.
+	cln.Close(context.Background())
+	st.Close(context.Background())
+	st, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: lcfg, Logger: quiet, ConfigInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	status := func() string {
+		t.Helper()
+		v, err := st.params.reg.Get(false, "mdt.nacre-MDT0000.recovery_status")
+		if err != nil || len(v) != 1 {
+			t.Fatalf("recovery_status: %v %v", v, err)
+		}
+		return v[0].Value
+	}
+	if s := status(); !strings.HasPrefix(s, "status: RECOVERING\n") || !strings.Contains(s, "connected_clients: 0/1\n") {
+		t.Fatalf("after the restart:\n%s", s)
+	}
+	if _, err := st.params.reg.Set(params.SetOptions{}, params.Assignment{Pattern: "mdt.nacre-MDT0000.abort_recovery", Value: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := status(); !strings.HasPrefix(s, "status: COMPLETE\n") {
+		t.Fatalf("after abort_recovery:\n%s", s)
 	}
 }

@@ -277,6 +277,17 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
+		// Lustre's lctl --device MDT abort_recovery: stop waiting for the
+		// clients of the previous life not back yet (they are evicted).
+		params.Bool(p+"abort_recovery", "1 ends the recovery window now", func() bool { return false },
+			func(on bool) error {
+				if on {
+					if n := tgt.EndRecovery(); n > 0 {
+						s.log.Warn("recovery aborted", "target", name, "clients_evicted", n)
+					}
+				}
+				return nil
+			}),
 		jobStatsParam(p+"job_stats", m.JobStats(), mdtJobOps...),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)

@@ -124,6 +124,7 @@ type Target struct {
 	recoverStart, recoverUntil atomic.Int64
 	recovered                  atomic.Uint64 // clients taken back during recovery
 	recoveryDone               chan struct{} // see RecoveryDone
+	doneOnce                   sync.Once     // closes recoveryDone
 	// waiting are the clients of the previous life recovery still waits
 	// for (TargetConfig.Clients); guarded by mu.
 	waiting map[string]struct{}
@@ -160,9 +161,9 @@ func (t *Target) Recovering() bool { return time.Now().UnixNano() < t.recoverUnt
 // has none (a new target, or no window configured).
 func (t *Target) RecoveryEnd() time.Time { return unixNano(t.recoverUntil.Load()) }
 
-// RecoveryDone is closed when recovery ends with every client of the
-// previous life back (TargetConfig.Clients), or by EndRecovery; never for
-// a target that does not know its clients.
+// RecoveryDone is closed when recovery ends before its window runs out
+// (every client of the previous life back, see TargetConfig.Clients) or
+// by EndRecovery.
 func (t *Target) RecoveryDone() <-chan struct{} { return t.recoveryDone }
 
 func unixNano(ns int64) time.Time {
@@ -727,7 +728,7 @@ func (t *Target) endRecoveryIfDoneLocked() {
 	}
 	t.waiting = nil
 	t.recoverUntil.Store(time.Now().UnixNano())
-	close(t.recoveryDone)
+	t.doneOnce.Do(func() { close(t.recoveryDone) })
 	t.log.Info("ptlrpc: recovery complete: every client is back", "clients", t.recovered.Load(),
 		"after", time.Since(t.RecoveryStart()).Round(time.Millisecond))
 }
@@ -743,13 +744,11 @@ func (t *Target) EndRecovery() int {
 	for c := range t.waiting {
 		absent = append(absent, c)
 	}
-	if t.waiting != nil {
-		t.waiting = nil
-		close(t.recoveryDone)
-	}
+	t.waiting = nil
 	if now := time.Now().UnixNano(); t.recoverUntil.Load() > now {
 		t.recoverUntil.Store(now)
 	}
+	t.doneOnce.Do(func() { close(t.recoveryDone) })
 	t.mu.Unlock()
 	if len(absent) > 0 {
 		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", len(absent))

@@ -51,6 +51,15 @@ func TestRecoveryWindow(t *testing.T) {
 	if n := tgt.RecoveredClients(); n != 1 {
 		t.Errorf("%d clients taken back, want 1", n)
 	}
+	// An administrator ends it (abort_recovery), the clients unknown.
+	if n := tgt.EndRecovery(); n != 0 || tgt.Recovering() {
+		t.Fatalf("EndRecovery: %d absent, recovering %v", n, tgt.Recovering())
+	}
+	select {
+	case <-tgt.RecoveryDone():
+	default:
+		t.Error("EndRecovery left RecoveryDone open")
+	}
 }
 
 // TestRecoveryEndsWhenClientsAreBack: a target that knows its previous
