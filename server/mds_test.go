@@ -142,7 +142,7 @@ func TestStorageMDT(t *testing.T) {
 		}
 		return v[0].Value
 	}
-	if s := status(); !strings.HasPrefix(s, "status: RECOVERING\n") || !strings.Contains(s, "connected_clients: 0/1\n") {
+	if s := status(); !strings.HasPrefix(s, "status: RECOVERING\n") || !strings.Contains(s, "connected_clients: 0/1\ncompleted_clients: 0") {
 		t.Fatalf("after the restart:\n%s", s)
 	}
 	if _, err := st.params.reg.Set(params.SetOptions{}, params.Assignment{Pattern: "mdt.nacre-MDT0000.abort_recovery", Value: "1"}); err != nil {

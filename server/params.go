@@ -343,7 +343,8 @@ func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Para
 // recoveryText shows a target's recovery state as Lustre's
 // recovery_status does: the status; for a target that restarted with a
 // recovery window, when it started, the seconds left of it (or its
-// length, once over) and the clients of the previous life that came back.
+// length, once over) and the clients of the previous life that came back
+// (and, while it waits for known ones, of how many, and those done).
 func recoveryText(t *ptlrpc.Target) string {
 	waiting, of := t.RecoveryWaiting()
 	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), waiting, of, time.Now())
@@ -362,16 +363,21 @@ func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, waiti
 		return strings.TrimSuffix(b.String(), "\n")
 	}
 	fmt.Fprintf(&b, "recovery_start: %d\n", start.Unix())
-	if recovering {
-		fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(end.Sub(now).Seconds())))
-		if of >= 0 {
-			// Lustre's connected_clients: those back of those expected.
-			fmt.Fprintf(&b, "connected_clients: %d/%d\n", of-waiting, of)
-		}
-	} else {
+	if !recovering {
 		fmt.Fprintf(&b, "recovery_duration: %d\n", int64(end.Sub(start).Round(time.Second)/time.Second))
+		fmt.Fprintf(&b, "completed_clients: %d", clients)
+		return b.String()
 	}
-	fmt.Fprintf(&b, "completed_clients: %d", clients)
+	fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(end.Sub(now).Seconds())))
+	if of < 0 {
+		// The clients of the previous life are not known.
+		fmt.Fprintf(&b, "connected_clients: %d", clients)
+		return b.String()
+	}
+	// Lustre's: those reconnected, of those expected; those done (replayed,
+	// connected afresh or gone).
+	fmt.Fprintf(&b, "connected_clients: %d/%d\n", clients, of)
+	fmt.Fprintf(&b, "completed_clients: %d", of-waiting)
 	return b.String()
 }
 

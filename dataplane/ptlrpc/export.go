@@ -735,9 +735,9 @@ func (t *Target) endRecoveryIfDoneLocked() {
 
 // EndRecovery ends the recovery window now if it has not ended (Lustre's
 // abort_recovery; the owner calls it when the window runs out): the
-// clients of the previous life not back yet will find themselves evicted,
-// and OnClientGone forgets them, so that the next restart does not wait
-// for them. It reports how many there were.
+// clients of the previous life that have not reconnected will find
+// themselves evicted, and OnClientGone forgets them, so that the next
+// restart does not wait for them. It reports how many there were.
 func (t *Target) EndRecovery() int {
 	t.mu.Lock()
 	absent := make([]string, 0, len(t.waiting))
@@ -750,22 +750,28 @@ func (t *Target) EndRecovery() int {
 	}
 	t.doneOnce.Do(func() { close(t.recoveryDone) })
 	t.mu.Unlock()
-	if len(absent) > 0 {
-		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", len(absent))
+	// Those with an export (reconnected, their replays not done; or
+	// connected afresh just now) stay: a replay of theirs from now on is
+	// refused, and they come back evicted. The others are forgotten.
+	t.cmu.Lock()
+	gone := 0
+	for _, c := range absent {
+		t.mu.Lock()
+		_, back := t.exports[c]
+		t.mu.Unlock()
+		if back {
+			continue
+		}
+		gone++
 		if t.cfg.OnClientGone != nil {
-			t.cmu.Lock()
-			for _, c := range absent {
-				t.mu.Lock()
-				_, back := t.exports[c] // connected afresh just now: recorded anew
-				t.mu.Unlock()
-				if !back {
-					t.cfg.OnClientGone(c)
-				}
-			}
-			t.cmu.Unlock()
+			t.cfg.OnClientGone(c)
 		}
 	}
-	return len(absent)
+	t.cmu.Unlock()
+	if gone > 0 {
+		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", gone)
+	}
+	return gone
 }
 
 // clientBack notes that uuid, a client of the previous life, needs no more
