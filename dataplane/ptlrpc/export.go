@@ -726,9 +726,7 @@ func (t *Target) endRecoveryIfDoneLocked() {
 	if t.waiting == nil || len(t.waiting) > 0 || !t.Recovering() {
 		return
 	}
-	t.waiting = nil
-	t.recoverUntil.Store(time.Now().UnixNano())
-	t.doneOnce.Do(func() { close(t.recoveryDone) })
+	t.finishRecoveryLocked()
 	t.log.Info("ptlrpc: recovery complete: every client is back", "clients", t.recovered.Load(),
 		"after", time.Since(t.RecoveryStart()).Round(time.Millisecond))
 }
@@ -744,11 +742,7 @@ func (t *Target) EndRecovery() int {
 	for c := range t.waiting {
 		absent = append(absent, c)
 	}
-	t.waiting = nil
-	if now := time.Now().UnixNano(); t.recoverUntil.Load() > now {
-		t.recoverUntil.Store(now)
-	}
-	t.doneOnce.Do(func() { close(t.recoveryDone) })
+	t.finishRecoveryLocked()
 	t.mu.Unlock()
 	// Those with an export (reconnected, their replays not done; or
 	// connected afresh just now) stay: a replay of theirs from now on is
@@ -772,6 +766,16 @@ func (t *Target) EndRecovery() int {
 		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", gone)
 	}
 	return gone
+}
+
+// finishRecoveryLocked ends recovery now (if it has not ended) and wakes
+// RecoveryDone; t.mu is held.
+func (t *Target) finishRecoveryLocked() {
+	t.waiting = nil
+	if now := time.Now().UnixNano(); t.recoverUntil.Load() > now {
+		t.recoverUntil.Store(now)
+	}
+	t.doneOnce.Do(func() { close(t.recoveryDone) })
 }
 
 // clientBack notes that uuid, a client of the previous life, needs no more

@@ -561,7 +561,7 @@ func (imp *Import) replay(cn *connInfo) error {
 			continue
 		}
 		req := &Req{Opcode: rq.op, Body: rq.body}
-		if _, err := imp.replayOne(ctx, cn, req, rq.transno, false); err != nil {
+		if _, err := imp.replayOne(ctx, cn, req, wire.MsgReplay, rq.transno, false); err != nil {
 			var re *RemoteError
 			if !errors.As(err, &re) {
 				return fmt.Errorf("replay of %v transno %d: %w", rq.op, rq.transno, err)
@@ -602,20 +602,10 @@ func (imp *Import) replay(cn *connInfo) error {
 // window's end. A server that does not answer it fails the recovery, as
 // a replay that gets no answer does.
 func (imp *Import) replayDone(ctx context.Context, cn *connInfo) error {
-	r, err := imp.c.newRPC(&Req{Opcode: wire.OBDPing}, imp.replySrc)
-	if err != nil {
-		return err
-	}
-	defer r.finish()
-	h := r.header(cn.handle, cn.count, 0, false, cn.cksum)
-	h.Flags |= replayDone
-	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, imp.timeout(), cn.down)
-	if err != nil {
+	if _, err := imp.replayOne(ctx, cn, &Req{Opcode: wire.OBDPing}, replayDone, 0, false); err != nil {
 		return fmt.Errorf("replay done: %w", err)
 	}
-	imp.measure(r, &m.hdr)
-	_, err = m.result()
-	return err
+	return nil
 }
 
 // Replay sends req once on the connection being recovered, marked
@@ -628,12 +618,13 @@ func (imp *Import) Replay(ctx context.Context, req *Req) ([]byte, error) {
 	if cn == nil {
 		return nil, fmt.Errorf("ptlrpc: import %s: replay outside recovery: %w", imp.cfg.Target, ErrClosed)
 	}
-	return imp.replayOne(ctx, cn, req, 0, true)
+	return imp.replayOne(ctx, cn, req, wire.MsgReplay, 0, true)
 }
 
-// replayOne sends req once on cn as a replay (of transno, if not 0);
-// keep puts it in the replay list under its new transno.
-func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, transno uint64, keep bool) ([]byte, error) {
+// replayOne sends req once on cn, the connection being recovered, with
+// flags in its header (MSG_REPLAY, of transno if not 0; or the replay-done
+// flags); keep puts it in the replay list under its new transno.
+func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags wire.MsgFlags, transno uint64, keep bool) ([]byte, error) {
 	r, err := imp.c.newRPC(req, imp.replySrc)
 	if err != nil {
 		return nil, err
@@ -641,7 +632,7 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, transn
 	defer r.finish()
 	timeout := imp.timeout()
 	h := r.header(cn.handle, cn.count, 0, false, cn.cksum)
-	h.Flags |= wire.MsgReplay
+	h.Flags |= flags
 	h.Transno = transno
 	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, cn.down)
 	if err != nil {

@@ -319,13 +319,9 @@ func (s *Store) CloseFile(r Req, f fid.FID, ci CloseInfo) (Removal, error) {
 	// forgotten the handle, and no other close comes for it (an orphan
 	// whose destroy failed goes with DestroyOrphans at the next start).
 	// Under the store's lock, which finish gives up.
-	if s.mu.opens[f]--; s.mu.opens[f] <= 0 {
-		delete(s.mu.opens, f)
-	}
+	uncount(s.mu.opens, f)
 	if ci.Write {
-		if s.mu.writers[f]--; s.mu.writers[f] <= 0 {
-			delete(s.mu.writers, f)
-		}
+		uncount(s.mu.writers, f)
 	}
 	if err = t.finish(err); err != nil {
 		return Removal{}, err
@@ -341,7 +337,7 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 	}
 	dt, _ := dtype(n.Mode)
 	rm := Removal{FID: f, Type: dt, Nlink: n.Nlink}
-	if n.Nlink == 0 && t.s.mu.opens[f] == 1 && !t.s.mu.recovering {
+	if n.Nlink == 0 && !t.s.mayBeOpenLocked(f, 1) {
 		rm.Last = true
 		if err := t.destroy(n, &rm); err != nil {
 			return Removal{}, err
@@ -388,6 +384,20 @@ func (s *Store) Orphans() ([]fid.FID, error) {
 		return nil
 	})
 	return out, ioError(err, "orphans")
+}
+
+// mayBeOpenLocked reports whether f may be open beyond the mine opens the
+// caller knows of: its open count says so, or recovery may not have
+// replayed every open yet (BeginRecovery). s.mu is held.
+func (s *Store) mayBeOpenLocked(f fid.FID, mine int) bool {
+	return s.mu.opens[f] > mine || s.mu.recovering
+}
+
+// uncount takes one from f's count in m, dropping it at zero.
+func uncount(m map[fid.FID]int, f fid.FID) {
+	if m[f]--; m[f] <= 0 {
+		delete(m, f)
+	}
 }
 
 // BeginRecovery says the open counts may miss opens clients have not

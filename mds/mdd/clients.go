@@ -18,25 +18,33 @@ import (
 // maxClientUUID bounds a client UUID (Lustre's are 40 bytes).
 const maxClientUUID = 255
 
-func clientKey(uuid string) []byte { return append([]byte{pfxClient}, uuid...) }
+// clientKey is uuid's record key; EINVAL for an empty or over-long uuid.
+func clientKey(uuid string) ([]byte, error) {
+	if uuid == "" || len(uuid) > maxClientUUID {
+		return nil, fail(syscall.EINVAL, "client uuid of %d bytes", len(uuid))
+	}
+	return append([]byte{pfxClient}, uuid...), nil
+}
 
 // AddClient records that uuid is connected; synced before it returns, so
 // that a restart right after waits for it.
 func (s *Store) AddClient(uuid string) error {
-	if uuid == "" || len(uuid) > maxClientUUID {
-		return fail(syscall.EINVAL, "client uuid of %d bytes", len(uuid))
+	k, err := clientKey(uuid)
+	if err != nil {
+		return err
 	}
-	return ioError(s.db.Set(clientKey(uuid), nil, pebble.Sync), "record client %q", uuid)
+	return ioError(s.db.Set(k, nil, pebble.Sync), "record client %q", uuid)
 }
 
 // DropClient forgets uuid (disconnected or evicted); not synced: a
 // restart that still finds it waits for it in vain, no longer than the
 // recovery window.
 func (s *Store) DropClient(uuid string) error {
-	if uuid == "" || len(uuid) > maxClientUUID {
-		return fail(syscall.EINVAL, "client uuid of %d bytes", len(uuid))
+	k, err := clientKey(uuid)
+	if err != nil {
+		return err
 	}
-	return ioError(s.db.Delete(clientKey(uuid), pebble.NoSync), "forget client %q", uuid)
+	return ioError(s.db.Delete(k, pebble.NoSync), "forget client %q", uuid)
 }
 
 // ClientsComplete says the client records now list every client the MDT

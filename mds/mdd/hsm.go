@@ -164,7 +164,7 @@ func (t *tx) hsmRelease(f fid.FID, size uint64) (HSM, bool, error) {
 		return HSM{}, false, fail(syscall.EPERM, "release %v: flags %#x forbid it", f, h.Flags)
 	case h.Flags&HSMDirty != 0 || h.ArchivedVersion != h.DataVersion:
 		return HSM{}, false, fail(syscall.EBUSY, "release %v: dirty (data version %d, archived %d)", f, h.DataVersion, h.ArchivedVersion)
-	case t.s.mu.opens[f] > 0 || t.s.mu.recovering:
+	case t.s.mayBeOpenLocked(f, 0):
 		return HSM{}, false, fail(syscall.EBUSY, "release %v: open", f)
 	}
 	l, err := t.layoutOf(f)

@@ -298,7 +298,7 @@ func (t *tx) layoutOf(f fid.FID) (*layout.Layout, error) {
 // orphan while open, destroyed otherwise. It fills rm.
 func (t *tx) release(n *inode, rm *Removal) error {
 	rm.Last = true
-	if t.s.mu.opens[n.FID] > 0 || t.s.mu.recovering {
+	if t.s.mayBeOpenLocked(n.FID, 0) {
 		rm.Orphan = true
 		t.b.Set(fidKey(pfxOrphan, n.FID), nil, nil)
 		t.touch(n)

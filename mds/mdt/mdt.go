@@ -438,12 +438,12 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 			defer t.Stop()
 			select {
 			case <-t.C:
-				m.tgt.EndRecovery()
-				m.destroyOrphans()
 			case <-m.tgt.RecoveryDone():
-				m.destroyOrphans()
 			case <-m.stop:
+				return
 			}
+			m.tgt.EndRecovery() // nothing left to do if it ended already
+			m.destroyOrphans()
 		})
 	}
 	if !cfg.AwaitOSTs {
