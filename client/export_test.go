@@ -1,6 +1,9 @@
 package client
 
-import "github.com/nacrefs/nacre/ldlm"
+import (
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/ldlm"
+)
 
 // LockStats exposes the client's lock counters to the tests.
 func (fs *FS) LockStats() ldlm.ClientStats { return fs.lk.Stats() }
@@ -35,3 +38,6 @@ func SetInConvert(f func(l *ldlm.ClientLock)) { testInConvert = f }
 
 // RPCsSent returns how many requests the client's MDC side has sent.
 func (fs *FS) RPCsSent() uint64 { return fs.rpc.Stats().Sent }
+
+// MDCState returns the state of the client's MDC import.
+func (fs *FS) MDCState() ptlrpc.ImportState { return fs.mdc.Import().State() }

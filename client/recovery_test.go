@@ -9,18 +9,21 @@ import (
 	"time"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/clustertest"
 )
 
 // TestSwapLayoutsRefusedInRecovery: the MDT counts opens for write in
 // memory only, rebuilt by the clients' replayed opens. A client that
 // holds a file open for write and is idle notices an MDS restart only
-// at its next request (or ping, up to 25 s later), so for a while after
-// the restart its open is not counted: a swap another client asks for
-// then must not go through (the writer's pages not yet written back
-// belong to the old objects, which lfs migrate destroys with its copy).
+// at its next request (or ping), so for a while after the restart its
+// open is not counted. A swap another client asks for then waits until
+// the writer is back (recovery serves nothing new before every client
+// has replayed), and is refused for its counted open: the writer's pages
+// not yet written back belong to the old objects, which lfs migrate
+// destroys with its copy.
 func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
-	const window = 6 * time.Second
+	const window = 20 * time.Second
 	c, a, b, ctx := restartable(t, 1, window)
 	root := client.Root()
 	w, _, err := a.Create(ctx, root, a.Root(), "written", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
@@ -50,19 +53,17 @@ func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
 	}
 	restartMDS(t, c)
 	// b reconnects and asks at once; a, idle, has not replayed its open.
-	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
+	swap := make(chan error, 1)
+	go func() { swap <- b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil) }()
+	select {
+	case err := <-swap:
+		t.Fatalf("swap answered (%v) before the writer was back", err)
+	case <-time.After(2 * time.Second):
+	}
+	if err := <-backAfterRestart(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); !errors.Is(err, syscall.EBUSY) {
-		t.Fatalf("swap with a writer that has not replayed its open yet: %v, want EBUSY", err)
-	}
-	// Once the writer replayed its open and the window ended: counted
-	// again, refused; closed: the swap goes through.
-	if _, err := a.Getattr(ctx, root, a.Root()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(window)
-	if err := b.SwapLayouts(ctx, root, wa.FID, ca.FID, nil); !errors.Is(err, syscall.EBUSY) {
+	if err := <-swap; !errors.Is(err, syscall.EBUSY) {
 		t.Fatalf("swap with a writer whose open was replayed: %v, want EBUSY", err)
 	}
 	if err := w.Close(ctx); err != nil {
@@ -81,7 +82,7 @@ func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
 // writer would undo it, and the unlink of lfs migrate's copy, replayed
 // next, would destroy the objects the writer writes to.
 func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
-	const window = 6 * time.Second
+	const window = 20 * time.Second
 	c, a, b, ctx := restartable(t, 2, window)
 	root := client.Root()
 	file, cp := makeFile(ctx, t, b, "file", []byte("file")), makeFile(ctx, t, b, "copy", []byte("copy"))
@@ -103,10 +104,12 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The writer recovers first (its open replayed), then the swapper.
-	if _, err := a.Getattr(ctx, root, a.Root()); err != nil {
+	done := backAfterRestart(ctx, a)
+	waitReplaying(t, a)
+	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.Mount(2).Layout(ctx, root, file)
@@ -121,16 +124,14 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	}
 }
 
-// TestUnlinkInRecoveryKeepsOpenFile: client a has a file open; the MDS
-// restarts; client b, back first, unlinks the file before a, idle, has
-// replayed its open. The MDT must keep the file as an orphan (it cannot
-// know a has it open yet), so that a goes on reading and writing it; the
-// orphan goes when a closes it. Before, the unlink destroyed the file
-// and its objects at once, under a's open descriptor.
+// TestUnlinkInRecoveryKeepsOpenFile: client a has a file open; client b
+// unlinks it, and the MDS stops before that committed. After the restart
+// b, back first, replays its unlink before a, idle, has replayed its
+// open. The MDT must keep the file as an orphan (it cannot know a has it
+// open yet), so that a goes on reading and writing it; the orphan goes
+// when a closes it. Before, the unlink destroyed the file and its
+// objects at once, under a's open descriptor.
 func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
-	// Long, for margin: the test does not wait for its end, and a, which
-	// replays its open only at its write after the sleep below, must do
-	// so inside it.
 	const window = 20 * time.Second
 	c, a, b, ctx := restartable(t, 1, window)
 	root := client.Root()
@@ -145,18 +146,26 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	restartMDS(t, c)
-	// b reconnects and unlinks at once; a has not replayed its open.
+	time.Sleep(1500 * time.Millisecond) // the create committed
 	if err := b.Unlink(ctx, root, b.Root(), "kept"); err != nil {
+		t.Fatal(err)
+	}
+	c.KillMDS() // within the MDT's 1 s commit interval of the unlink
+	if err := c.StartMDS(); err != nil {
+		t.Fatal(err)
+	}
+	done := backAfterRestart(ctx, b) // replays the unlink
+	waitReplaying(t, b)
+	more := []byte("written after the unlink")
+	if _, _, err := f.WriteAt(ctx, more, int64(len(data))); err != nil {
+		t.Fatalf("write to the open file after another client's unlink was replayed: %v", err)
+	}
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	// Long enough for the unlink to commit and, had it destroyed the
 	// file, for the MDT's destroy log to destroy the objects.
 	time.Sleep(3 * time.Second)
-	more := []byte("written after the unlink")
-	if _, _, err := f.WriteAt(ctx, more, int64(len(data))); err != nil {
-		t.Fatalf("write to the open file after another client unlinked it in recovery: %v", err)
-	}
 	if err := f.Sync(ctx); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
@@ -167,6 +176,32 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 	}
 	if err := f.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
+	}
+	if _, err := b.Lookup(ctx, root, b.Root(), "kept"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("the replayed unlink lost: lookup %v", err)
+	}
+}
+
+// backAfterRestart makes fs notice the MDS restart and recover, in the
+// background: the channel gets the error of its request (one no cache
+// answers), answered once recovery is over.
+func backAfterRestart(ctx context.Context, fs *client.FS) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := fs.FID2Path(ctx, client.Root(), fs.Root())
+		done <- err
+	}()
+	return done
+}
+
+// waitReplaying waits until fs's MDC import is in REPLAY_WAIT: it has
+// replayed, and waits for the other clients.
+func waitReplaying(t *testing.T, fs *client.FS) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); fs.MDCState() != ptlrpc.StateReplayWait; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the MDC import is %v, not waiting for recovery to end", fs.MDCState())
+		}
 	}
 }
 
@@ -184,10 +219,15 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	}
 	restartMDS(t, c)
 	start := time.Now()
-	for _, fs := range []*client.FS{a, b} {
-		if _, err := fs.Getattr(ctx, root, fs.Root()); err != nil {
+	// Each waits for the other to be back (recovery serves nothing new
+	// before): both at once.
+	for _, done := range []<-chan error{backAfterRestart(ctx, a), backAfterRestart(ctx, b)} {
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the clients' first requests after the restart took %v", d)
 	}
 	for {
 		err := b.SwapLayouts(ctx, root, fids[0], fids[1], nil)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,6 +24,7 @@ import (
 
 // Errnos of the connection layer (Linux values).
 const (
+	errnoEBUSY     = 16
 	errnoENODEV    = 19
 	errnoENOTCONN  = 107
 	errnoEPROTO    = 71
@@ -128,6 +130,16 @@ type Target struct {
 	// waiting are the clients of the previous life recovery still waits
 	// for (TargetConfig.Clients); guarded by mu.
 	waiting map[string]struct{}
+	// gate says the target knows its previous life's clients and holds
+	// everything new back until they have replayed (Lustre's recovery):
+	// other clients' connects are refused with -EBUSY, and a client done
+	// replaying gets no answer to its replay-done request (parked) until
+	// recovery ends, so it sends nothing new meanwhile. Set at start.
+	gate bool
+	// parked are those replay-done requests, at most one per export
+	// (Export.parked); parking says more are taken. Guarded by mu.
+	parked  []*Request
+	parking bool
 
 	tmu       sync.Mutex    // serializes AssignTransno
 	transno   atomic.Uint64 // last transno given out
@@ -232,6 +244,7 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 			for _, c := range cfg.Clients {
 				t.waiting[c] = struct{}{}
 			}
+			t.gate, t.parking = true, true
 			t.endRecoveryIfDoneLocked()
 		}
 	}
@@ -243,6 +256,9 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	ts.targets[cfg.Name] = t
 	ts.mu.Unlock()
 	go t.evictor()
+	if t.gate {
+		go t.unparkAtEnd()
+	}
 	return t, nil
 }
 
@@ -436,6 +452,7 @@ type Export struct {
 	features   uint64
 	lastSeen   atomic.Int64 // unix nanoseconds of the last request
 	busy       atomic.Int32 // requests being handled: a busy client is not silent
+	parked     bool         // its replay-done request is parked (Target.park); guarded by target.mu
 	private    atomic.Value
 
 	mu        sync.Mutex // guards the fields below
@@ -564,6 +581,25 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		return nil, -errnoENODEV
 	}
 	old := t.exports[cr.ClientUuid]
+	if old == nil && t.gate && t.Recovering() {
+		_, prev := t.waiting[cr.ClientUuid]
+		if !prev || cr.Handle == 0 {
+			// Not a client of the previous life back to replay: it waits
+			// until they have (Lustre's "denying connection for new
+			// client"), its import retrying. One of them that lost its
+			// handle has nothing to replay: recovery need not wait for it.
+			if prev {
+				delete(t.waiting, cr.ClientUuid)
+				t.endRecoveryIfDoneLocked()
+			}
+			if t.Recovering() {
+				t.mu.Unlock()
+				t.log.Info("ptlrpc: refusing a new client while recovering", "client", cr.ClientUuid, "peer", req.Peer,
+					"recovery_ends_in", time.Until(t.RecoveryEnd()).Round(time.Second))
+				return nil, -errnoEBUSY
+			}
+		}
+	}
 	recovering := old == nil && cr.Handle != 0 && t.Recovering()
 	if old != nil && cr.Handle != 0 && (old.handle == cr.Handle || old.prevHandle == cr.Handle) {
 		// A reconnect to the export the client had: keep it, with its saved
@@ -788,4 +824,66 @@ func (t *Target) clientBack(uuid string) {
 	}
 	delete(t.waiting, uuid)
 	t.endRecoveryIfDoneLocked()
+}
+
+// park holds req, a client's replay-done request, unanswered until
+// recovery ends, if the target gates recovery and it goes on; it reports
+// whether it did. An export has at most one parked: another such request
+// of its client is answered at once.
+func (t *Target) park(req *Request) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.parking || t.closed || !t.Recovering() || req.exp.parked {
+		return false
+	}
+	req.exp.parked = true
+	t.parked = append(t.parked, req)
+	return true
+}
+
+// unparkAtEnd answers the parked requests once recovery ends (every
+// client back, EndRecovery, or the window run out), or drops them if the
+// target closes first.
+func (t *Target) unparkAtEnd() {
+	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
+	defer timer.Stop()
+	closing := false
+	select {
+	case <-t.recoveryDone:
+	case <-timer.C:
+	case <-t.stop:
+		closing = true
+	}
+	t.mu.Lock()
+	t.parking = false
+	parked := t.parked
+	t.parked = nil
+	t.mu.Unlock()
+	if len(parked) > 0 {
+		t.log.Info("ptlrpc: recovery over: answering the clients that wait for it", "clients", len(parked))
+	}
+	for _, req := range parked {
+		req.svc.unpark(req, closing)
+	}
+}
+
+// unparkService takes out of the targets' parked requests those of s,
+// which is closing.
+func (ts *TargetSet) unparkService(s *Service) []*Request {
+	ts.mu.Lock()
+	targets := slices.Collect(maps.Values(ts.targets))
+	ts.mu.Unlock()
+	var out []*Request
+	for _, t := range targets {
+		t.mu.Lock()
+		t.parked = slices.DeleteFunc(t.parked, func(r *Request) bool {
+			if r.svc == s {
+				out = append(out, r)
+				return true
+			}
+			return false
+		})
+		t.mu.Unlock()
+	}
+	return out
 }

@@ -29,7 +29,8 @@ type ImportState int32
 // then FULL; after one that found the export gone it is EVICTED while it
 // fails the old requests and tells its owner, then FULL on the new export.
 // After a reconnect to a restarted server that took the client back it is
-// REPLAY while it replays what the server lost, then RECOVER.
+// REPLAY while it replays what the server lost, REPLAY_WAIT while the
+// server waits for its other clients to have replayed too, then RECOVER.
 const (
 	StateDisconn ImportState = iota + 1
 	StateConnecting
@@ -38,10 +39,12 @@ const (
 	StateEvicted
 	StateClosed
 	StateReplay
+	StateReplayWait
 )
 
 var stateNames = [...]string{StateDisconn: "DISCONN", StateConnecting: "CONNECTING", StateFull: "FULL",
-	StateRecover: "RECOVER", StateEvicted: "EVICTED", StateClosed: "CLOSED", StateReplay: "REPLAY"}
+	StateRecover: "RECOVER", StateEvicted: "EVICTED", StateClosed: "CLOSED", StateReplay: "REPLAY",
+	StateReplayWait: "REPLAY_WAIT"}
 
 // String returns Lustre's name of the state.
 func (s ImportState) String() string {
@@ -386,6 +389,11 @@ func (imp *Import) run() {
 					return
 				}
 				backoff = min(max(2*backoff, 50*time.Millisecond), max(imp.cfg.PingInterval, time.Second))
+				if isBusy(err) {
+					// The target is recovering and takes us once it is done,
+					// which may be any moment.
+					backoff = min(backoff, time.Second)
+				}
 				imp.log.Info("ptlrpc: connect failed", "err", err, "retry_in", backoff)
 				t := time.NewTimer(backoff)
 				select {
@@ -462,7 +470,9 @@ func (imp *Import) connect() error {
 	rep, err := imp.connectRPC(server, cr, timeout)
 	if err != nil {
 		imp.mu.Lock()
-		imp.mu.server++ // fail over to the next server
+		if !isBusy(err) {
+			imp.mu.server++ // fail over to the next server
+		}
 		if !imp.mu.closed {
 			imp.setStateLocked(StateDisconn)
 		}
@@ -592,17 +602,29 @@ func (imp *Import) replay(cn *connInfo) error {
 			return err
 		}
 	}
-	return imp.replayDone(ctx, cn)
+	cancel() // the replays' deadline is not the wait for the others'
+	return imp.replayDone(cn)
 }
 
 // replayDone tells the restarted server, with a ping on cn, that this
 // client has replayed its requests and locks (Lustre's
 // MSG_REQ_REPLAY_DONE and MSG_LOCK_REPLAY_DONE): a server that knows its
 // clients ends recovery once all are back, without waiting for the
-// window's end. A server that does not answer it fails the recovery, as
-// a replay that gets no answer does.
-func (imp *Import) replayDone(ctx context.Context, cn *connInfo) error {
-	if _, err := imp.replayOne(ctx, cn, &Req{Opcode: wire.OBDPing}, replayDone, 0, false); err != nil {
+// window's end. Such a server answers only when recovery is over (Lustre's
+// REPLAY_WAIT): the other clients' replays come first, so the import sends
+// nothing new until then, however long that takes; early replies say the
+// server is still there. A server that does not answer it fails the
+// recovery, as a replay that gets no answer does.
+//
+// Meanwhile (REPLAY_WAIT) the import sends what only gives back: lock
+// cancels and conversions, which another client's replay may wait for
+// (a replayed request taking a lock that this client's replayed lock
+// conflicts with).
+func (imp *Import) replayDone(cn *connInfo) error {
+	imp.mu.Lock()
+	imp.setStateLocked(StateReplayWait)
+	imp.mu.Unlock()
+	if _, err := imp.replayOne(imp.ctx, cn, &Req{Opcode: wire.OBDPing}, replayDone, 0, false); err != nil {
 		return fmt.Errorf("replay done: %w", err)
 	}
 	return nil
@@ -646,6 +668,13 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags 
 		}
 	}
 	return m.result()
+}
+
+// isBusy reports whether err is a target's -EBUSY: it refuses new clients
+// while its previous life's clients recover.
+func isBusy(err error) bool {
+	var re *RemoteError
+	return errors.As(err, &re) && re.Status == -errnoEBUSY
 }
 
 // connectRPC sends one CONNECT.
@@ -841,7 +870,8 @@ func (imp *Import) waitConn(ctx context.Context, ic *icall) (*connInfo, error) {
 			return nil, fmt.Errorf("ptlrpc: import %s: %w", imp.cfg.Target, ErrClosed)
 		case ic.gen != imp.mu.gen:
 			return nil, fmt.Errorf("ptlrpc: import %s: %v xid %d: %w", imp.cfg.Target, ic.r.req.Opcode, ic.r.xid, ErrEvicted)
-		case imp.mu.state == StateFull, imp.mu.state == StateRecover && ic.recovered:
+		case imp.mu.state == StateFull, imp.mu.state == StateRecover && ic.recovered,
+			imp.mu.state == StateReplayWait && givesBack(ic.r.req.Opcode):
 			return imp.mu.conn, nil
 		}
 		ch := imp.mu.changed
@@ -1021,6 +1051,11 @@ func (imp *Import) Do(ctx context.Context, req *Req) ([]byte, error) {
 	defer imp.end(ic)
 	return imp.collect(ctx, ic)
 }
+
+// givesBack reports whether requests of op only give back what the client
+// holds (a lock cancel or conversion), so that an import waiting for a
+// server's recovery to end may send them.
+func givesBack(op wire.Opcode) bool { return op == wire.LDLMCancel || op == wire.LDLMConvert }
 
 // limited reports whether requests of op count against MaxRPCsInFlight
 // (connects and disconnects do not go through Do).

@@ -2,12 +2,15 @@ package ptlrpc
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	lwire "github.com/nacrefs/nacre/lnet/wire"
 	ptlrpcv1 "github.com/nacrefs/nacre/proto/nacre/ptlrpc/v1"
 )
 
@@ -64,15 +67,19 @@ func TestRecoveryWindow(t *testing.T) {
 
 // TestRecoveryEndsWhenClientsAreBack: a target that knows its previous
 // life's clients ends recovery once each is back — reconnected and done
-// replaying, or connected afresh — not when the window runs out; with
+// replaying, or tried to connect afresh — not when the window runs out; with
 // none, at once. EndRecovery ends it early and forgets the clients that
 // did not come back.
 func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	ts := NewTargetSet()
+	connectStatus := func(name, uuid string, handle uint64) int32 {
+		body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: name, ClientUuid: uuid, Version: wire.Version, ConnCount: 2, Handle: handle})
+		_, status := ts.connect(&Request{Body: body})
+		return status
+	}
 	connect := func(name, uuid string, handle uint64) {
 		t.Helper()
-		body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: name, ClientUuid: uuid, Version: wire.Version, ConnCount: 2, Handle: handle})
-		if _, status := ts.connect(&Request{Body: body}); status != 0 {
+		if status := connectStatus(name, uuid, handle); status != 0 {
 			t.Fatalf("%s: connect status %d", uuid, status)
 		}
 	}
@@ -103,7 +110,11 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	}
 	defer tgt.Close(context.Background())
 	connect("t1", "a", 0x11) // back, with replays to come
-	connect("t1", "b", 0)    // back without its handle: nothing to replay
+	// Back without its handle: nothing to replay, but nothing new either
+	// before a has replayed.
+	if status := connectStatus("t1", "b", 0); status != -errnoEBUSY {
+		t.Fatalf("b, back without its handle in recovery: connect status %d, want -EBUSY", status)
+	}
 	if !tgt.Recovering() || done(tgt) {
 		t.Fatal("recovery ended before a said it had replayed")
 	}
@@ -120,6 +131,7 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	if d := tgt.RecoveryEnd().Sub(tgt.RecoveryStart()); d >= time.Minute {
 		t.Errorf("recovery took its whole window (%v)", d)
 	}
+	connect("t1", "b", 0) // and in after it
 	if len(added) != 2 || len(gone) != 0 {
 		t.Errorf("recorded %v, forgot %v", added, gone)
 	}
@@ -171,4 +183,237 @@ func TestRecoveryDoesNotWaitForAnEvictedClient(t *testing.T) {
 	if tgt.Recovering() {
 		t.Fatal("recovery still waits for a client it evicted")
 	}
+}
+
+// recoveryEnv is a service with one target, which a test restarts, and
+// clients with uuids of their own; its handler of opInc logs who asked
+// and whether it was a replay.
+type recoveryEnv struct {
+	env
+	ts  *TargetSet
+	svc *Service
+	tgt *Target
+	mu  sync.Mutex
+	log []string // "uuid" or "uuid replay", in the order handled
+}
+
+func newRecoveryEnv(t *testing.T) *recoveryEnv {
+	re := &recoveryEnv{env: sockEnv(t), ts: NewTargetSet()}
+	// A target restarted before, with no window: the transnos go on from
+	// 100, none committed.
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.tgt = tgt
+	re.svc, err = NewService(re.srv, ServiceConfig{Name: "mdt", RequestPortal: reqPortal, Targets: re.ts, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{opInc: {Flags: Modifying, Fn: func(_ context.Context, r *Request) ([]byte, int32) {
+			entry := r.Export().uuid
+			if r.Replayed() {
+				entry += " replay"
+			}
+			re.mu.Lock()
+			re.log = append(re.log, entry)
+			re.mu.Unlock()
+			return nil, 0
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := re.svc.Close(ctx); err != nil {
+			t.Errorf("service close: %v", err)
+		}
+		re.tgt.Close(ctx)
+	})
+	return re
+}
+
+// restart replaces the target with its next life, which knows clients.
+func (re *recoveryEnv) restart(t *testing.T, window time.Duration, clients ...string) {
+	t.Helper()
+	re.tgt.Close(context.Background())
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, RecoveryWindow: window, Clients: clients, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.tgt = tgt
+}
+
+// client connects an import of a client called uuid; it does not wait
+// for the connection if wait is false.
+func (re *recoveryEnv) client(t *testing.T, uuid string, portal uint32, wait bool) *Import {
+	t.Helper()
+	c := NewClient(re.cli, ClientConfig{ReplyPortal: portal, UUID: uuid, Logger: quiet})
+	imp, err := c.NewImport(ImportConfig{Target: "nacre-MDT0000", Servers: []lwire.ProcessID{re.target}, Portal: reqPortal,
+		MinTimeout: 150 * time.Millisecond, InitialTimeout: 100 * time.Millisecond, PingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		imp.Close(ctx)
+	})
+	if wait {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := imp.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return imp
+}
+
+func (re *recoveryEnv) entries() []string {
+	re.mu.Lock()
+	defer re.mu.Unlock()
+	return slices.Clone(re.log)
+}
+
+// waitFor polls until cond holds, failing after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// do runs opInc on imp in the background; the channel gets its error.
+func do(imp *Import) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := imp.Do(ctx, &Req{Opcode: opInc})
+		ch <- err
+	}()
+	return ch
+}
+
+// TestRecoveryHoldsNewWork: a restarted target that knows its clients
+// serves nothing new before each of them has replayed. A client done
+// replaying gets no answer to its replay-done request until the last one
+// is done, so its new request waits meanwhile; a client that was not
+// there before is refused (-EBUSY) until then, and connects after. Left
+// alone, the new request would take what a replay needs (a name a
+// replayed create makes).
+func TestRecoveryHoldsNewWork(t *testing.T) {
+	re := newRecoveryEnv(t)
+	a, b := re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true)
+	for _, imp := range []*Import{a, b} {
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if un := append(a.Uncommitted(), b.Uncommitted()...); !slices.Equal(un, []uint64{101, 102}) {
+		t.Fatalf("uncommitted %v", un)
+	}
+	re.restart(t, time.Minute, "a", "b")
+	start := time.Now()
+
+	aDone := do(a) // reconnects, replays 101, then waits for b
+	waitFor(t, "a's replay", func() bool { return slices.Contains(re.entries(), "a replay") })
+	time.Sleep(300 * time.Millisecond) // a few of its timeouts: early replies keep it waiting
+	select {
+	case err := <-aDone:
+		t.Fatalf("a's new request done (%v) before b replayed; handled %q", err, re.entries())
+	default:
+	}
+	if st := a.Info().State; st != StateReplayWait {
+		t.Errorf("a's import is %v while it waits for b, want REPLAY_WAIT", st)
+	}
+	body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "nacre-MDT0000", ClientUuid: "new", Version: wire.Version, ConnCount: 1})
+	if _, status := re.ts.connect(&Request{Body: body}); status != -errnoEBUSY {
+		t.Fatalf("a new client's connect in recovery: status %d, want -EBUSY", status)
+	}
+	c := re.client(t, "c", rplPortal+2, false) // retries until recovery ends
+	if c.Info().State == StateFull {
+		t.Fatal("a new client connected in recovery")
+	}
+
+	bDone := do(b)
+	for name, ch := range map[string]<-chan error{"a": aDone, "b": bDone} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s's request not done after b replayed; handled %q", name, re.entries())
+		}
+	}
+	if err := <-do(c); err != nil {
+		t.Fatalf("the new client after recovery: %v", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("recovery took %v of its minute", d)
+	}
+	got := re.entries()[2:] // after the first life's
+	if want := []string{"a replay", "b replay"}; len(got) != 5 || !slices.Equal(got[:2], want) {
+		t.Fatalf("handled %q; want the replays %q first, then a, b and c", got, want)
+	}
+	if slices.Sort(got[2:]); !slices.Equal(got[2:], []string{"a", "b", "c"}) {
+		t.Fatalf("handled after recovery %q", got[2:])
+	}
+	if st := re.svc.Stats(); st.Ops[wire.OBDPing].Count < 2 {
+		t.Errorf("the replay-done requests were not answered: %+v", st.Ops[wire.OBDPing])
+	}
+}
+
+// TestRecoveryWindowEndAnswersHeld: when the window runs out with a
+// client of the previous life still away, the clients held waiting for it
+// are answered and go on; the absent one is evicted.
+func TestRecoveryWindowEndAnswersHeld(t *testing.T) {
+	re := newRecoveryEnv(t)
+	a := re.client(t, "a", rplPortal, true)
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	const window = 1500 * time.Millisecond
+	re.restart(t, window, "a", "gone")
+	start := time.Now()
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < window-100*time.Millisecond {
+		t.Errorf("a went on after %v, before the window (%v) ran out without the other client", d, window)
+	}
+	if got := re.entries(); !slices.Equal(got, []string{"a", "a replay", "a"}) {
+		t.Errorf("handled %q", got)
+	}
+}
+
+// TestCloseWithParked: a service closes (and its buffers come back) with
+// a replay-done request held for recovery; the client is not answered.
+func TestCloseWithParked(t *testing.T) {
+	re := newRecoveryEnv(t)
+	a := re.client(t, "a", rplPortal, true)
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute, "a", "b")
+	aDone := do(a)
+	waitFor(t, "a's replay", func() bool { return slices.Contains(re.entries(), "a replay") })
+	waitFor(t, "a's replay-done request held", func() bool {
+		re.tgt.mu.Lock()
+		defer re.tgt.mu.Unlock()
+		return len(re.tgt.parked) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := re.svc.Close(ctx); err != nil {
+		t.Fatalf("close with a request held: %v", err)
+	}
+	select {
+	case err := <-aDone:
+		t.Fatalf("a's request done (%v) though the service closed in recovery", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	re.svc, _ = NewService(re.srv, ServiceConfig{Name: "mdt2", RequestPortal: reqPortal + 5, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}}) // for the cleanup's Close
 }

@@ -660,7 +660,15 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 		if h.Flags&replayDone == replayDone {
 			// The client replayed everything before sending this (each
 			// replay waits for its reply): recovery need not wait for it.
+			// It gets its answer when recovery ends (early replies keep it
+			// waiting): until then it sends nothing new.
 			e.target.clientBack(e.uuid)
+			s.watchEarly(req)
+			if e.target.park(req) {
+				s.log.Debug("ptlrpc: client replayed; held until recovery ends", "client", e.uuid, "xid", h.XID)
+				return
+			}
+			s.unwatchEarly(req)
 		}
 		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && h.Transno <= e.target.LastCommitted() {
 			// A replay of a change this target had already committed
@@ -731,6 +739,21 @@ func (s *Service) queue(ev *lnet.Event, req *Request, it *nrs.Item) (ran, ok boo
 		ok = s.nrs.Enqueue(it)
 	}
 	return false, ok
+}
+
+// unpark runs req, a request parked until its target's recovery ended
+// (Target.park), or drops it if the target is closing.
+func (s *Service) unpark(req *Request, drop bool) {
+	s.unwatchEarly(req)
+	if drop {
+		req.finishExport(nil)
+		s.release(req.buf)
+		return
+	}
+	// It waited for the other clients, not for this service: the wait is
+	// not service time for the adaptive timeouts (here and the client's).
+	req.Arrived = time.Now()
+	s.handle(req)
 }
 
 // direct is a request run by the goroutine that received it (queue): an
@@ -1112,6 +1135,11 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.checkGoneLocked()
 	s.mu.Unlock()
+	if s.cfg.Targets != nil {
+		for _, req := range s.cfg.Targets.unparkService(s) {
+			s.unpark(req, true)
+		}
+	}
 	s.nrs.Close()
 	if s.hp != nil {
 		s.hp.Close()
