@@ -374,6 +374,7 @@ func (imp *Import) Connect(ctx context.Context) error {
 func (imp *Import) run() {
 	defer close(imp.done)
 	var backoff time.Duration
+	busy := false // connects refused for the target's recovery
 	ping := time.NewTimer(time.Hour)
 	defer ping.Stop()
 	for {
@@ -389,12 +390,19 @@ func (imp *Import) run() {
 					return
 				}
 				backoff = min(max(2*backoff, 50*time.Millisecond), max(imp.cfg.PingInterval, time.Second))
-				if isBusy(err) {
+				switch {
+				case !isBusy(err):
+					busy = false
+					imp.log.Info("ptlrpc: connect failed", "err", err, "retry_in", backoff)
+				case !busy:
 					// The target is recovering and takes us once it is done,
-					// which may be any moment.
+					// which may be any moment: once a second, quietly.
+					busy = true
+					imp.log.Info("ptlrpc: the target is recovering from a restart; waiting for it to take new clients", "target", imp.cfg.Target)
+					fallthrough
+				default:
 					backoff = min(backoff, time.Second)
 				}
-				imp.log.Info("ptlrpc: connect failed", "err", err, "retry_in", backoff)
 				t := time.NewTimer(backoff)
 				select {
 				case <-imp.ctx.Done():
@@ -404,7 +412,7 @@ func (imp *Import) run() {
 				}
 				continue
 			}
-			backoff = 0
+			backoff, busy = 0, false
 		}
 		wait := time.Hour
 		if imp.cfg.PingInterval > 0 {
