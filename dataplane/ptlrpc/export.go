@@ -452,7 +452,7 @@ type Export struct {
 	features   uint64
 	lastSeen   atomic.Int64 // unix nanoseconds of the last request
 	busy       atomic.Int32 // requests being handled: a busy client is not silent
-	parked     bool         // its replay-done request is parked (Target.park); guarded by target.mu
+	parked     *Request     // its replay-done request parked (Target.park), if any; guarded by target.mu
 	private    atomic.Value
 
 	mu        sync.Mutex // guards the fields below
@@ -828,17 +828,28 @@ func (t *Target) clientBack(uuid string) {
 
 // park holds req, a client's replay-done request, unanswered until
 // recovery ends, if the target gates recovery and it goes on; it reports
-// whether it did. An export has at most one parked: another such request
-// of its client is answered at once.
-func (t *Target) park(req *Request) bool {
+// whether it did. An export has at most one parked: a later one (sent
+// again after a reconnect, the client having given up on the first)
+// takes its place, and park returns the one it replaced for the caller
+// to drop. A request of a closing service is not parked.
+func (t *Target) park(req *Request) (ok bool, replaced *Request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.parking || t.closed || !t.Recovering() || req.exp.parked {
-		return false
+	if !t.parking || t.closed || !t.Recovering() {
+		return false, nil
 	}
-	req.exp.parked = true
+	req.svc.mu.Lock()
+	closing := req.svc.closed
+	req.svc.mu.Unlock()
+	if closing {
+		return false, nil
+	}
+	if replaced = req.exp.parked; replaced != nil {
+		t.parked = slices.DeleteFunc(t.parked, func(r *Request) bool { return r == replaced })
+	}
+	req.exp.parked = req
 	t.parked = append(t.parked, req)
-	return true
+	return true, replaced
 }
 
 // unparkAtEnd answers the parked requests once recovery ends (every
@@ -858,6 +869,9 @@ func (t *Target) unparkAtEnd() {
 	t.parking = false
 	parked := t.parked
 	t.parked = nil
+	for _, r := range parked {
+		r.exp.parked = nil
+	}
 	t.mu.Unlock()
 	if len(parked) > 0 {
 		t.log.Info("ptlrpc: recovery over: answering the clients that wait for it", "clients", len(parked))
@@ -878,6 +892,7 @@ func (ts *TargetSet) unparkService(s *Service) []*Request {
 		t.mu.Lock()
 		t.parked = slices.DeleteFunc(t.parked, func(r *Request) bool {
 			if r.svc == s {
+				r.exp.parked = nil
 				out = append(out, r)
 				return true
 			}

@@ -183,7 +183,11 @@ type Import struct {
 		// replay holds the uncommitted modifying requests by transno.
 		replay []replayReq
 		// replayConn is the connection being recovered, while OnRecover runs.
-		replayConn    *connInfo
+		replayConn *connInfo
+		// replayDoneDue says the restarted server has not answered the
+		// replay-done request yet: a reconnect sends it again (it has the
+		// replays already) and waits for recovery's end once more.
+		replayDoneDue bool
 		lastCommitted uint64
 		// lastReplied is the highest XID that finished, for last_xid when
 		// nothing is in flight.
@@ -507,6 +511,7 @@ func (imp *Import) connect() error {
 		imp.mu.gen++
 		lost := len(imp.mu.replay)
 		imp.mu.replay = nil
+		imp.mu.replayDoneDue = false
 		imp.mu.recover = 0
 		for _, ic := range imp.mu.inflight {
 			ic.recovered = false
@@ -525,14 +530,26 @@ func (imp *Import) connect() error {
 		imp.mu.Unlock()
 		return nil
 	}
-	if restarted && prev != nil {
+	if prev != nil && (restarted || imp.mu.replayDoneDue) {
 		// The server restarted and took us back: replay what it lost
 		// before anything else goes out (Lustre's REPLAY, REPLAY_LOCKS).
-		imp.setStateLocked(StateReplay)
-		imp.mu.Unlock()
-		err := imp.replay(cn)
+		// Or we lost the connection while it held our replay-done
+		// request: only that goes again.
+		var err error
+		if restarted {
+			imp.setStateLocked(StateReplay)
+			imp.mu.Unlock()
+			err = imp.replay(cn)
+		} else {
+			imp.mu.Unlock()
+			err = imp.replayDone(cn)
+		}
 		imp.mu.Lock()
 		if err != nil {
+			if !imp.mu.closed {
+				// Not FULL or RECOVER: failConn leaves the state alone.
+				imp.setStateLocked(StateDisconn)
+			}
 			imp.mu.Unlock()
 			imp.log.Warn("ptlrpc: recovery failed", "server", server, "err", err)
 			imp.failConn(cn, err)
@@ -631,10 +648,14 @@ func (imp *Import) replay(cn *connInfo) error {
 func (imp *Import) replayDone(cn *connInfo) error {
 	imp.mu.Lock()
 	imp.setStateLocked(StateReplayWait)
+	imp.mu.replayDoneDue = true
 	imp.mu.Unlock()
 	if _, err := imp.replayOne(imp.ctx, cn, &Req{Opcode: wire.OBDPing}, replayDone, 0, false); err != nil {
 		return fmt.Errorf("replay done: %w", err)
 	}
+	imp.mu.Lock()
+	imp.mu.replayDoneDue = false
+	imp.mu.Unlock()
 	return nil
 }
 

@@ -197,7 +197,8 @@ type recoveryEnv struct {
 	log []string // "uuid" or "uuid replay", in the order handled
 }
 
-func newRecoveryEnv(t *testing.T) *recoveryEnv {
+// newRecoveryEnv starts the service, its config changed by mod if not nil.
+func newRecoveryEnv(t *testing.T, mod func(*ServiceConfig)) *recoveryEnv {
 	re := &recoveryEnv{env: sockEnv(t), ts: NewTargetSet()}
 	// A target restarted before, with no window: the transnos go on from
 	// 100, none committed.
@@ -206,7 +207,7 @@ func newRecoveryEnv(t *testing.T) *recoveryEnv {
 		t.Fatal(err)
 	}
 	re.tgt = tgt
-	re.svc, err = NewService(re.srv, ServiceConfig{Name: "mdt", RequestPortal: reqPortal, Targets: re.ts, Logger: quiet,
+	cfg := ServiceConfig{Name: "mdt", RequestPortal: reqPortal, Targets: re.ts, Logger: quiet,
 		Handlers: map[wire.Opcode]HandlerSpec{opInc: {Flags: Modifying, Fn: func(_ context.Context, r *Request) ([]byte, int32) {
 			entry := r.Export().uuid
 			if r.Replayed() {
@@ -216,7 +217,11 @@ func newRecoveryEnv(t *testing.T) *recoveryEnv {
 			re.log = append(re.log, entry)
 			re.mu.Unlock()
 			return nil, 0
-		}}}})
+		}}}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	re.svc, err = NewService(re.srv, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +308,7 @@ func do(imp *Import) <-chan error {
 // alone, the new request would take what a replay needs (a name a
 // replayed create makes).
 func TestRecoveryHoldsNewWork(t *testing.T) {
-	re := newRecoveryEnv(t)
+	re := newRecoveryEnv(t, nil)
 	a, b := re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true)
 	for _, imp := range []*Import{a, b} {
 		if err := <-do(imp); err != nil {
@@ -369,7 +374,7 @@ func TestRecoveryHoldsNewWork(t *testing.T) {
 // client of the previous life still away, the clients held waiting for it
 // are answered and go on; the absent one is evicted.
 func TestRecoveryWindowEndAnswersHeld(t *testing.T) {
-	re := newRecoveryEnv(t)
+	re := newRecoveryEnv(t, nil)
 	a := re.client(t, "a", rplPortal, true)
 	if err := <-do(a); err != nil {
 		t.Fatal(err)
@@ -391,7 +396,7 @@ func TestRecoveryWindowEndAnswersHeld(t *testing.T) {
 // TestCloseWithParked: a service closes (and its buffers come back) with
 // a replay-done request held for recovery; the client is not answered.
 func TestCloseWithParked(t *testing.T) {
-	re := newRecoveryEnv(t)
+	re := newRecoveryEnv(t, nil)
 	a := re.client(t, "a", rplPortal, true)
 	if err := <-do(a); err != nil {
 		t.Fatal(err)
@@ -416,4 +421,90 @@ func TestCloseWithParked(t *testing.T) {
 	}
 	re.svc, _ = NewService(re.srv, ServiceConfig{Name: "mdt2", RequestPortal: reqPortal + 5, Logger: quiet,
 		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}}) // for the cleanup's Close
+}
+
+// TestHeldClientTimesOut: the client waiting in REPLAY_WAIT misses
+// the early replies of its parked replay-done ping (lost on the network)
+// and times out. It must neither hang for good nor go on with new work
+// before recovery has ended.
+func TestHeldClientTimesOut(t *testing.T) {
+	f := &Faults{}
+	re := newRecoveryEnv(t, func(c *ServiceConfig) { c.Faults = f })
+	a, b := re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true)
+	for _, imp := range []*Import{a, b} {
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restart(t, 3*time.Second, "a", "b")
+	f.Arm(FailDropEarlyReply, -1)
+	aDone := do(a)
+	waitFor(t, "a's replay-done request held", func() bool {
+		re.tgt.mu.Lock()
+		defer re.tgt.mu.Unlock()
+		return len(re.tgt.parked) == 1
+	})
+	// a's ping times out (no early replies); recovery still waits for b.
+	time.Sleep(1 * time.Second)
+	if !re.tgt.Recovering() {
+		t.Fatal("recovery over too soon")
+	}
+	if slices.Contains(re.entries()[2:], "a") {
+		t.Errorf("a's new request handled while recovery waits for b: %q (import %v)", re.entries(), a.State())
+	}
+	f.Disarm(FailDropEarlyReply)
+	// b replays: recovery ends, a must go on.
+	if err := <-do(b); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a's request still not done after recovery ended; import %v, handled %q", a.State(), re.entries())
+	}
+}
+
+// TestHeldRequestsKeepNoBuffers: a replay-done request held until
+// recovery ends keeps no request buffer. Each one did, until every buffer
+// held one and the service received nothing more: the last client of the
+// previous life could not replay, recovery ran its whole window and that
+// client came back evicted, its replay lost.
+func TestHeldRequestsKeepNoBuffers(t *testing.T) {
+	re := newRecoveryEnv(t, func(c *ServiceConfig) {
+		c.MaxBodySize = 1024
+		c.BufferSize = 1 // raised to one request's size: each request fills its buffer
+		c.Buffers, c.MaxBuffers = 2, 2
+	})
+	a, b, c := re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true), re.client(t, "c", rplPortal+2, true)
+	for _, imp := range []*Import{a, b, c} {
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const window = 6 * time.Second
+	re.restart(t, window, "a", "b", "c")
+	start := time.Now()
+	aDone, bDone := do(a), do(b)
+	waitFor(t, "a's and b's replay-done requests held", func() bool {
+		re.tgt.mu.Lock()
+		defer re.tgt.mu.Unlock()
+		return len(re.tgt.parked) == 2
+	})
+	if err := <-do(c); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan error{aDone, bDone} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > window/2 {
+		t.Errorf("recovery took %v of its %v window", d, window)
+	}
+	if !slices.Contains(re.entries(), "c replay") {
+		t.Errorf("c's replay lost: handled %q", re.entries())
+	}
 }

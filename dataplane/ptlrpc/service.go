@@ -535,8 +535,12 @@ func (s *Service) growLocked() *rqbd {
 	return b
 }
 
-// release marks one request of b done.
+// release marks one request of b done; nil (a request that keeps no
+// buffer) is nothing.
 func (s *Service) release(b *rqbd) {
+	if b == nil {
+		return
+	}
 	s.mu.Lock()
 	b.refs--
 	s.mu.Unlock()
@@ -663,12 +667,23 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			// It gets its answer when recovery ends (early replies keep it
 			// waiting): until then it sends nothing new.
 			e.target.clientBack(e.uuid)
+			// A held request keeps no request buffer: held until recovery
+			// ends, one per client, they would keep every buffer from
+			// being posted again, and the service from receiving the
+			// replays recovery waits for.
+			body := req.Body
+			req.Body, req.buf = append([]byte(nil), body...), nil
 			s.watchEarly(req)
-			if e.target.park(req) {
+			if ok, replaced := e.target.park(req); ok {
+				s.release(b)
+				if replaced != nil {
+					replaced.svc.unpark(replaced, true)
+				}
 				s.log.Debug("ptlrpc: client replayed; held until recovery ends", "client", e.uuid, "xid", h.XID)
 				return
 			}
 			s.unwatchEarly(req)
+			req.Body, req.buf = body, b
 		}
 		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && h.Transno <= e.target.LastCommitted() {
 			// A replay of a change this target had already committed
