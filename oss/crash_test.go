@@ -48,7 +48,10 @@ func runChild(spec string) int {
 		fmt.Println("lnet:", err)
 		return 2
 	}
-	s, err := New(Config{LNet: ln, Logger: quiet})
+	// The client writing when the kill comes never comes back: recovery,
+	// which lets the checking client in only once it is over, waits for it
+	// a second.
+	s, err := New(Config{LNet: ln, Logger: quiet, RecoveryWindow: time.Second})
 	if err != nil {
 		fmt.Println("oss:", err)
 		return 2

@@ -131,6 +131,15 @@ func (e *ossEnv) client(i int) *ostClient {
 	return oc
 }
 
+// close disconnects the client from every OST.
+func (oc *ostClient) close() {
+	for _, imp := range oc.imps {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		imp.Close(ctx)
+		cancel()
+	}
+}
+
 func body(t testing.TB, m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -452,6 +461,7 @@ func TestPrecreateRestart(t *testing.T) {
 		first = append(first, oc.precreate(ctx, 0, 7)...)
 		ctx2, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		oc.close() // gone: the restarted OST does not wait for it
 		e.oss.Close(ctx2)
 		e.devs[0].Close()
 		e.devs = nil
@@ -733,5 +743,54 @@ func TestSyncJournal(t *testing.T) {
 	got := make([]byte, 64<<10)
 	if _, err := imp.Do(ctx, oc.readReq(objs[0], []wire.Niobuf{{Offset: 19 << 16, Len: 64 << 10}}, [][]byte{got}, false)); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read back: %v", err)
+	}
+}
+
+// TestOSTRecoveryKnowsItsClients: an OST records the clients connected
+// (not those that disconnected), so after a restart its recovery waits
+// for exactly them, and lets no new client in before they are back or
+// recovery is ended.
+func TestOSTRecoveryKnowsItsClients(t *testing.T) {
+	dir := t.TempDir()
+	func() {
+		e := newOSSEnv(t, 1, 3, dir)
+		a := e.client(0)
+		e.client(1)
+		e.client(2).close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// Something to recover: a change made.
+		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
+			t.Fatal(err)
+		}
+		e.oss.Close(ctx)
+		e.devs[0].Close()
+		e.devs = nil
+	}()
+	e := newOSSEnv(t, 1, 4, dir)
+	tgt := e.oss.OSTs()[0].Target()
+	if w, of := tgt.RecoveryWaiting(); !tgt.Recovering() || w != 2 || of != 2 {
+		t.Fatalf("after the restart: recovering %v, waiting for %d of %d clients; want the 2 still connected", tgt.Recovering(), w, of)
+	}
+	ln := lnettest.Start(t, "127.0.0.23", e.port)
+	c := ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: "client-new"})
+	imp, err := c.NewImport(ptlrpc.ImportConfig{Target: ostLabel(0), Servers: []lwire.ProcessID{e.srvID}, Portal: ptlrpc.OSTIOPortal, PingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := imp.Connect(ctx); err == nil {
+		t.Fatal("a new client connected while the OST waited for its previous clients")
+	}
+	if n := tgt.EndRecovery(); n != 2 {
+		t.Errorf("abort_recovery evicted %d clients, want 2", n)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := imp.Connect(ctx); err != nil {
+		t.Fatalf("after recovery: %v", err)
 	}
 }

@@ -91,7 +91,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: lg, ts: ptlrpc.NewTargetSet(), mdts: make(map[*ptlrpc.Target]*MDT),
 		ast: ptlrpc.NewClient(cfg.LNet, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.LDLMCBReplyPortal, Logger: lg}),
-		osp: ptlrpc.NewClient(cfg.LNet, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: lg})}
+		osp: ptlrpc.NewClient(cfg.LNet, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, UUID: ospUUID(cfg.LNet), Logger: lg})}
 	handlers := make(map[wire.Opcode]ptlrpc.HandlerSpec, len(handlerFlags))
 	for op, flags := range handlerFlags {
 		handlers[op] = ptlrpc.HandlerSpec{Flags: flags, Fn: func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
@@ -461,6 +461,16 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 
 // Name returns the MDT's label.
 func (m *MDT) Name() string { return m.cfg.Name }
+
+// ospUUID names the server's connections to the OSTs after its NID, the
+// same across restarts (as Lustre's MDT-mdtlov_UUID): a restarted OST
+// that recorded them knows the MDS from its previous life, has it back
+// without waiting out its recovery window, and does not wait for an MDS
+// process that is gone.
+func ospUUID(ln *lnet.LNet) string {
+	nids := ln.NIDs()
+	return nids[len(nids)-1].String() + "-osp_UUID"
+}
 
 // Target returns the MDT's PtlRPC target.
 func (m *MDT) Target() *ptlrpc.Target { return m.tgt }

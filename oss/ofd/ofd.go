@@ -212,11 +212,39 @@ func New(cfg Config) (*OFD, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	recs, clients, err := loadClients(ctx, cfg.Device)
+	switch {
+	case errors.Is(err, osd.ErrCorrupt):
+		// Recovery waits its whole window, for whoever comes back.
+		o.log.Error("ofd: client records damaged; starting them afresh", "err", err)
+		err = recs.reset(ctx)
+	case err == nil && clients != nil:
+		o.log.Info("ofd: clients of the previous life", "clients", len(clients))
+	}
+	if err != nil {
+		o.lockd.Close()
+		return nil, fmt.Errorf("ofd %s: %w", cfg.Name, err)
+	}
 	// Transnos go on after the last one the device made durable, so a
 	// restarted OST never reuses a transno clients saw committed.
 	o.tgt, err = cfg.Targets.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
 		Features:    ldlm.ConnectGlimpseLock,
 		LastTransno: cfg.Device.LastCommitted(), RecoveryWindow: max(cfg.RecoveryWindow, 0),
+		Clients: clients,
+		OnNewClient: func(uuid string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return recs.add(ctx, uuid)
+		},
+		OnClientGone: func(uuid string) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := recs.remove(ctx, uuid); err != nil {
+				o.log.Warn("ofd: cannot forget a client; the next restart's recovery may wait for it", "client", uuid, "err", err)
+			}
+		},
 		OnConnect: o.connectGrant,
 		OnGone: func(e *ptlrpc.Export, _ bool) {
 			o.lockd.ExportGone(e)

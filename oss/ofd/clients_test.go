@@ -1,0 +1,105 @@
+package ofd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nacrefs/nacre/oss/osd"
+	_ "github.com/nacrefs/nacre/oss/osdfile"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func openDev(t *testing.T, dir string, format bool) osd.Device {
+	t.Helper()
+	ctx := context.Background()
+	if format {
+		if err := osd.Format(ctx, "file", dir, osd.FormatOptions{Label: "nacre-OST0000"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev, err := osd.Open(ctx, "file", dir, osd.OpenOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev
+}
+
+// TestClientRecords: the records keep the clients connected across a
+// reopen, reuse the slots of clients gone, and a damaged record makes
+// the list unknown (not a wrong one) until reset.
+func TestClientRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "osd")
+	dev := openDev(t, dir, true)
+	recs, clients, err := loadClients(ctx, dev)
+	if err != nil || clients != nil {
+		t.Fatalf("a new OST: clients %q, %v; want not known", clients, err)
+	}
+	for _, u := range []string{"a", "b", "c"} {
+		if err := recs.add(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := recs.add(ctx, "a"); err != nil { // again: nothing new
+		t.Fatal(err)
+	}
+	if err := recs.remove(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, strings.Repeat("x", maxUUID+1)); err == nil {
+		t.Error("a uuid over 128 bytes recorded")
+	}
+	if recs.slots["d"] != 1 || recs.len != 3 {
+		t.Errorf("d in slot %d of %d, want b's, 1 of 3", recs.slots["d"], recs.len)
+	}
+	dev.Close()
+
+	dev = openDev(t, dir, false)
+	defer func() { dev.Close() }()
+	recs, clients, err = loadClients(ctx, dev)
+	if err != nil || !slices.Equal(clients, []string{"a", "c", "d"}) {
+		t.Fatalf("after a reopen: clients %q, %v", clients, err)
+	}
+	if err := recs.remove(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, "e"); err != nil || recs.slots["e"] != 0 {
+		t.Fatalf("e in slot %d (%v), want a's, 0", recs.slots["e"], err)
+	}
+
+	// A slot not of the format: the list is not known; reset empties it.
+	tx, err := dev.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := slot("f")
+	bad[0] = 'X'
+	if err := tx.WriteRecord(clientsFID, bad, 5*slotSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, clients, err = loadClients(ctx, dev)
+	if !errors.Is(err, osd.ErrCorrupt) || clients != nil {
+		t.Fatalf("damaged records: clients %q, %v; want ErrCorrupt and not known", clients, err)
+	}
+	if err := recs.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, clients, err = loadClients(ctx, dev); err != nil || !slices.Equal(clients, []string{"g"}) {
+		t.Fatalf("after reset: clients %q, %v", clients, err)
+	}
+}
