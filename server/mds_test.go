@@ -151,4 +151,23 @@ func TestStorageMDT(t *testing.T) {
 	if s := status(); !strings.HasPrefix(s, "status: COMPLETE\n") {
 		t.Fatalf("after abort_recovery:\n%s", s)
 	}
+	// The OSTs' one client, the MDS, is back at once under the same uuid
+	// (its NID's): they do not wait for the MDS process that is gone.
+	for _, ost := range []string{"nacre-OST0000", "nacre-OST0001"} {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			v, err := st.params.reg.Get(false, "obdfilter."+ost+".recovery_status")
+			if err != nil || len(v) != 1 {
+				t.Fatalf("%s recovery_status: %v %v", ost, v, err)
+			}
+			if strings.HasPrefix(v[0].Value, "status: COMPLETE\n") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s still recovering with the MDS back:\n%s", ost, v[0].Value)
+			}
+		}
+	}
+	if _, err := st.params.reg.Set(params.SetOptions{}, params.Assignment{Pattern: "obdfilter.*.abort_recovery", Value: "1"}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -29,9 +29,9 @@ import (
 // MDS's (lctl get_param / set_param), and its devices (lctl dl):
 //
 //	ost.OSS.ost_io.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
-//	obdfilter.FS-OSTxxxx.{stats,tot_granted,num_exports,uuid,recovery_status,job_stats}
+//	obdfilter.FS-OSTxxxx.{stats,tot_granted,num_exports,uuid,recovery_status,abort_recovery,job_stats}
 //	mds.MDS.mdt.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
-//	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,job_stats}
+//	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,abort_recovery,job_stats}
 //	ldlm.namespaces.{filter,mdt}-FS-{OST,MDT}xxxx_UUID.{lock_count,resource_count}
 //
 // The persistent parameters of the file system that apply to servers
@@ -225,6 +225,7 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
 		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
+		s.abortRecoveryParam(p, name, tgt),
 		jobStatsParam(p+"job_stats", o.JobStats(), "read_bytes", "write_bytes"),
 		params.Bool(p+"sync_journal", "commit every modifying request before its reply", o.SyncJournal,
 			func(on bool) error { o.SetSyncJournal(on); return nil }),
@@ -277,23 +278,28 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"num_exports", "clients connected", func() string { return strconv.Itoa(len(tgt.Exports())) }),
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
-		// Lustre's lctl --device MDT abort_recovery: stop waiting for the
-		// clients of the previous life not back yet (they are evicted).
-		params.Bool(p+"abort_recovery", "1 ends the recovery window now", func() bool { return false },
-			func(on bool) error {
-				if on {
-					if n := tgt.EndRecovery(); n > 0 {
-						s.log.Warn("recovery aborted", "target", name, "clients_evicted", n)
-					}
-				}
-				return nil
-			}),
+		s.abortRecoveryParam(p, name, tgt),
 		jobStatsParam(p+"job_stats", m.JobStats(), mdtJobOps...),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)
 	s.addParams(false, lodParams("lod."+name+"-mdtlov.", m)...)
 	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
+}
+
+// abortRecoveryParam is PREFIX.abort_recovery, Lustre's lctl --device
+// TARGET abort_recovery: 1 stops waiting for the clients of the previous
+// life not back yet (they are evicted), and lets the others go on.
+func (s *Storage) abortRecoveryParam(p, name string, tgt *ptlrpc.Target) params.Param {
+	return params.Bool(p+"abort_recovery", "1 ends the recovery window now", func() bool { return false },
+		func(on bool) error {
+			if on {
+				if n := tgt.EndRecovery(); n > 0 {
+					s.log.Warn("recovery aborted", "target", name, "clients_evicted", n)
+				}
+			}
+			return nil
+		})
 }
 
 // lodParams are the file system's default striping, lod.NAME-mdtlov.*:
