@@ -151,8 +151,8 @@ func TestStorageMDT(t *testing.T) {
 	if s := status(); !strings.HasPrefix(s, "status: COMPLETE\n") {
 		t.Fatalf("after abort_recovery:\n%s", s)
 	}
-	// The OSTs' one client, the MDS, is back at once under the same uuid
-	// (its NID's): they do not wait for the MDS process that is gone.
+	// The OSTs' one client, the MDS, disconnected when the server stopped:
+	// they wait for nobody (TestLctlBinaryUp kills the servers instead).
 	for _, ost := range []string{"nacre-OST0000", "nacre-OST0001"} {
 		for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			v, err := st.params.reg.Get(false, "obdfilter."+ost+".recovery_status")
