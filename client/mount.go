@@ -326,6 +326,9 @@ func (fs *FS) watch(from int64) {
 				break
 			}
 			from = ev.GetRevision() + 1
+			if l := ev.GetLiveness(); l != nil && ev.GetType() == mgsv1.ConfigEvent_TYPE_PUT && l.GetState() == mgsv1.TargetState_TARGET_STATE_UP {
+				fs.targetUp(l.GetKind(), l.GetIndex())
+			}
 			if ev.GetTarget() == nil && ev.GetLiveness() == nil && ev.GetParam() == nil {
 				continue
 			}
@@ -344,6 +347,9 @@ func (fs *FS) watch(from int64) {
 		fs.log.Info("configuration watch broke; again", "mgs", fs.cfg.MGS[node%len(fs.mgs)], "err", err)
 		node++
 		// Restart from a fresh configuration: events may have been compacted.
+		// The MGS was away: so may the targets have been, which the events
+		// missed would have said.
+		fs.targetUp(mgsv1.TargetKind_TARGET_KIND_UNSPECIFIED, 0)
 		if c, ferr := fs.fetchConfig(fs.ctx); ferr == nil {
 			cctx, cancel := context.WithTimeout(fs.ctx, 30*time.Second)
 			fs.applyConfig(cctx, c)
@@ -353,6 +359,28 @@ func (fs *FS) watch(from int64) {
 		select {
 		case <-fs.ctx.Done():
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// targetUp has the imports to a target the MGS says has (re)started check
+// their connections now (Lustre's imperative recovery): if it restarted
+// they reconnect and replay at once, instead of at their next ping, which
+// its recovery would wait for while holding the clients back already.
+// TARGET_KIND_UNSPECIFIED means every target.
+func (fs *FS) targetUp(kind mgsv1.TargetKind, idx uint32) {
+	all := kind == mgsv1.TargetKind_TARGET_KIND_UNSPECIFIED
+	if all || kind == mgsv1.TargetKind_TARGET_KIND_MDT {
+		fs.mdc.Import().PingNow()
+	}
+	if !all && kind != mgsv1.TargetKind_TARGET_KIND_OST {
+		return
+	}
+	fs.tmu.RLock()
+	defer fs.tmu.RUnlock()
+	for i, o := range fs.osts {
+		if all || i == idx {
+			o.Import().PingNow()
 		}
 	}
 }

@@ -152,6 +152,7 @@ type Import struct {
 	svcAT    *estimator      // service time, from replies
 	netAT    *estimator      // network latency: round trip minus service time
 	kick     chan struct{}   // wakes run (capacity 1)
+	pingNow  atomic.Bool     // PingNow asked run for a ping
 	ctx      context.Context // ends at Close: stops run and its RPCs
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when run returns
@@ -422,7 +423,7 @@ func (imp *Import) run() {
 		if imp.cfg.PingInterval > 0 {
 			wait = imp.cfg.PingInterval - time.Since(time.Unix(0, imp.lastUse.Load()))
 		}
-		if wait <= 0 {
+		if wait <= 0 || imp.pingNow.Swap(false) {
 			imp.pingOnce()
 			continue
 		}
@@ -433,6 +434,19 @@ func (imp *Import) run() {
 		case <-imp.kick:
 		case <-ping.C:
 		}
+	}
+}
+
+// PingNow has the import check its connection at once instead of at its
+// next ping (Lustre's imperative recovery): the MGS told the client the
+// target restarted, so it reconnects and replays now rather than up to a
+// ping interval later, which the target's recovery would wait for,
+// holding every other client.
+func (imp *Import) PingNow() {
+	imp.pingNow.Store(true)
+	select {
+	case imp.kick <- struct{}{}:
+	default:
 	}
 }
 

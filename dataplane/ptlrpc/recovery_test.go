@@ -508,3 +508,22 @@ func TestHeldRequestsKeepNoBuffers(t *testing.T) {
 		t.Errorf("c's replay lost: handled %q", re.entries())
 	}
 }
+
+// TestPingNow: an idle import (no pings) told to check its connection
+// finds the target restarted, reconnects and replays, with no request of
+// its own to send.
+func TestPingNow(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.client(t, "a", rplPortal, true)
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute, "a")
+	time.Sleep(200 * time.Millisecond)
+	if slices.Contains(re.entries(), "a replay") {
+		t.Fatal("the idle import replayed before it was told to check")
+	}
+	a.PingNow()
+	waitFor(t, "a's replay after PingNow", func() bool { return slices.Contains(re.entries(), "a replay") })
+	waitFor(t, "recovery's end", func() bool { return !re.tgt.Recovering() })
+}
