@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -185,6 +186,10 @@ type Import struct {
 		replay []replayReq
 		// replayConn is the connection being recovered, while OnRecover runs.
 		replayConn *connInfo
+		// replayDue says the recovery of the current server instance
+		// stopped before it was through (a connection lost while
+		// replaying): a reconnect to it goes on with it.
+		replayDue bool
 		// replayDoneDue says the restarted server has not answered the
 		// replay-done request yet: a reconnect sends it again (it has the
 		// replays already) and waits for recovery's end once more.
@@ -217,6 +222,10 @@ type replayReq struct {
 	xid     uint64
 	op      wire.Opcode
 	body    []byte
+	// inst is the server instance it was last replayed to (0: none): a
+	// recovery of that instance that has to start again after a lost
+	// connection does not replay it twice.
+	inst uint64
 }
 
 // NewImport starts an import of c to cfg.Target; it connects in the
@@ -525,7 +534,7 @@ func (imp *Import) connect() error {
 		imp.mu.gen++
 		lost := len(imp.mu.replay)
 		imp.mu.replay = nil
-		imp.mu.replayDoneDue = false
+		imp.mu.replayDue, imp.mu.replayDoneDue = false, false
 		imp.mu.recover = 0
 		for _, ic := range imp.mu.inflight {
 			ic.recovered = false
@@ -544,13 +553,13 @@ func (imp *Import) connect() error {
 		imp.mu.Unlock()
 		return nil
 	}
-	if prev != nil && (restarted || imp.mu.replayDoneDue) {
+	if prev != nil && (restarted || imp.mu.replayDue || imp.mu.replayDoneDue) {
 		// The server restarted and took us back: replay what it lost
 		// before anything else goes out (Lustre's REPLAY, REPLAY_LOCKS).
-		// Or we lost the connection while it held our replay-done
-		// request: only that goes again.
+		// Or we lost the connection while replaying to it: the rest goes.
+		// Or while it held our replay-done request: only that goes again.
 		var err error
-		if restarted {
+		if restarted || imp.mu.replayDue {
 			imp.setStateLocked(StateReplay)
 			imp.mu.Unlock()
 			err = imp.replay(cn)
@@ -600,19 +609,37 @@ func (imp *Import) replay(cn *connInfo) error {
 	imp.mu.Lock()
 	list := imp.mu.replay
 	imp.mu.replay = nil
+	inst := imp.mu.instance
+	imp.mu.replayDue = true
 	imp.mu.Unlock()
 	ctx, cancel := context.WithTimeout(imp.ctx, 4*imp.timeout()+10*time.Second)
 	defer cancel()
 	var kept []replayReq
-	n := 0
-	for _, rq := range list {
+	// putBack returns to the replay list what it held, with the transnos
+	// of this instance of those replayed to it.
+	putBack := func(rest []replayReq) {
+		imp.mu.Lock()
+		imp.mu.replay = slices.Concat(kept, rest, imp.mu.replay)
+		sort.Slice(imp.mu.replay, func(i, j int) bool { return imp.mu.replay[i].transno < imp.mu.replay[j].transno })
+		imp.mu.Unlock()
+	}
+	n, again := 0, 0
+	for i, rq := range list {
 		if imp.cfg.NoReplay != nil && imp.cfg.NoReplay(rq.op) {
+			continue
+		}
+		if rq.inst == inst { // replayed before the connection was lost
+			kept = append(kept, rq)
+			again++
 			continue
 		}
 		req := &Req{Opcode: rq.op, Body: rq.body}
 		if _, err := imp.replayOne(ctx, cn, req, wire.MsgReplay, rq.transno, false); err != nil {
 			var re *RemoteError
 			if !errors.As(err, &re) {
+				// The rest is replayed after the reconnect (this one
+				// again: whether the server got it is not known).
+				putBack(list[i:])
 				return fmt.Errorf("replay of %v transno %d: %w", rq.op, rq.transno, err)
 			}
 			// The server answered: the change cannot be made again (what
@@ -621,14 +648,11 @@ func (imp *Import) replay(cn *connInfo) error {
 		}
 		n++
 		if req.Transno != 0 {
-			kept = append(kept, replayReq{transno: req.Transno, xid: rq.xid, op: rq.op, body: rq.body})
+			kept = append(kept, replayReq{transno: req.Transno, xid: rq.xid, op: rq.op, body: rq.body, inst: inst})
 		}
 	}
-	imp.mu.Lock()
-	imp.mu.replay = append(kept, imp.mu.replay...)
-	sort.Slice(imp.mu.replay, func(i, j int) bool { return imp.mu.replay[i].transno < imp.mu.replay[j].transno })
-	imp.mu.Unlock()
-	imp.log.Info("ptlrpc: replayed to the restarted server", "requests", n, "dropped", len(list)-n)
+	putBack(nil)
+	imp.log.Info("ptlrpc: replayed to the restarted server", "requests", n, "before_a_reconnect", again, "dropped", len(list)-n-again)
 	if imp.cfg.OnRecover != nil {
 		imp.mu.Lock()
 		imp.mu.replayConn = cn
@@ -641,6 +665,9 @@ func (imp *Import) replay(cn *connInfo) error {
 			return err
 		}
 	}
+	imp.mu.Lock()
+	imp.mu.replayDue = false
+	imp.mu.Unlock()
 	cancel() // the replays' deadline is not the wait for the others'
 	return imp.replayDone(cn)
 }

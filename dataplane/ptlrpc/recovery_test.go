@@ -527,3 +527,43 @@ func TestPingNow(t *testing.T) {
 	waitFor(t, "a's replay after PingNow", func() bool { return slices.Contains(re.entries(), "a replay") })
 	waitFor(t, "recovery's end", func() bool { return !re.tgt.Recovering() })
 }
+
+// TestReplayGoesOnAfterALostConnection: a replay lost on the way (the
+// connection failing in the middle of recovery) leaves the rest of the
+// replay list to be replayed after the reconnect, each change once; it
+// was dropped, the changes not yet replayed lost without a word.
+func TestReplayGoesOnAfterALostConnection(t *testing.T) {
+	f := &Faults{}
+	var re *recoveryEnv
+	re = newRecoveryEnv(t, func(c *ServiceConfig) {
+		c.Faults = f
+		inc := c.Handlers[opInc]
+		next := inc.Fn
+		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+			if r.Replayed() && !slices.Contains(re.entries(), "a replay") {
+				f.Arm(FailDropRequest, 1) // the next replay is lost
+			}
+			return next(ctx, r)
+		}
+		c.Handlers[opInc] = inc
+	})
+	a := re.client(t, "a", rplPortal, true)
+	for range 3 {
+		if err := <-do(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restart(t, time.Minute, "a")
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	if f.Fired(FailDropRequest) != 1 {
+		t.Fatalf("the fault fired %d times", f.Fired(FailDropRequest))
+	}
+	if got, want := re.entries()[3:], []string{"a replay", "a replay", "a replay", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("after the restart handled %q, want %q", got, want)
+	}
+	if un := a.Uncommitted(); len(un) != 4 {
+		t.Errorf("uncommitted after recovery %v, want the 3 replayed and the new one", un)
+	}
+}
