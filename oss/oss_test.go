@@ -794,3 +794,92 @@ func TestOSTRecoveryKnowsItsClients(t *testing.T) {
 		t.Fatalf("after recovery: %v", err)
 	}
 }
+
+// startOST starts an OSS alone with the OST in dir and the given window.
+func startOST(t *testing.T, dir string, window time.Duration) (*ofd.OFD, func()) {
+	t.Helper()
+	ln := lnettest.Start(t, "127.0.0.2", lnettest.FreePort(t, "127.0.0.2"))
+	s, err := New(Config{LNet: ln, Logger: quiet, RecoveryWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := openOST(t, dir, 0)
+	o, err := s.AddOST(dev, ostLabel(0), "ost-0-uuid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+		dev.Close()
+	}
+}
+
+// TestOSTForgetsClientsNotBack: the clients of the previous life that do
+// not come back before the recovery window runs out are forgotten (as
+// EndRecovery does), so that the next restart does not wait its whole
+// window for them again, and again.
+func TestOSTForgetsClientsNotBack(t *testing.T) {
+	dir := t.TempDir()
+	func() {
+		e := newOSSEnv(t, 1, 2, dir)
+		a := e.client(0)
+		e.client(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
+			t.Fatal(err)
+		}
+		e.oss.Close(ctx)
+		e.devs[0].Close()
+		e.devs = nil
+	}()
+	// Restarted: both clients are gone for good; the window runs out.
+	o, stop := startOST(t, dir, 300*time.Millisecond)
+	if w, of := o.Target().RecoveryWaiting(); w != 2 || of != 2 {
+		t.Fatalf("first restart: waiting for %d of %d, want 2 of 2", w, of)
+	}
+	time.Sleep(time.Second)
+	stop()
+	// Restarted again: nobody to wait for.
+	o, stop = startOST(t, dir, time.Minute)
+	defer stop()
+	if w, of := o.Target().RecoveryWaiting(); o.Target().Recovering() {
+		t.Fatalf("second restart: still waiting for %d of %d clients that did not come back in the last window", w, of)
+	}
+}
+
+// TestPrecreateInRecordsSequence: a precreate (or orphan cleanup) in the
+// sequence of the client records' object must not treat it as LAST_ID
+// and overwrite it.
+func TestPrecreateInRecordsSequence(t *testing.T) {
+	dir := t.TempDir()
+	func() {
+		e := newOSSEnv(t, 1, 1, dir)
+		a := e.client(0)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000001, Count: 1})}); err == nil {
+			t.Error("precreate in sequence 0x200000001 (the client records') accepted")
+		}
+		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000001, DeleteOrphans: true, LastUsed: 0x1000})}); err == nil {
+			t.Error("orphan cleanup in sequence 0x200000001 (the client records') accepted")
+		}
+		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
+			t.Fatal(err)
+		}
+		e.oss.Close(ctx)
+		e.devs[0].Close()
+		e.devs = nil
+	}()
+	o, stop := startOST(t, dir, time.Minute)
+	defer stop()
+	if w, of := o.Target().RecoveryWaiting(); w != 1 || of != 1 {
+		t.Fatalf("after the restart: waiting for %d of %d clients, want 1 of 1 (records damaged?)", w, of)
+	}
+}

@@ -853,8 +853,8 @@ func (t *Target) park(req *Request) (ok bool, replaced *Request) {
 }
 
 // unparkAtEnd answers the parked requests once recovery ends (every
-// client back, EndRecovery, or the window run out), or drops them if the
-// target closes first.
+// client back, EndRecovery, or the window run out: then it calls
+// EndRecovery itself), or drops them if the target closes first.
 func (t *Target) unparkAtEnd() {
 	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
 	defer timer.Stop()
@@ -862,6 +862,9 @@ func (t *Target) unparkAtEnd() {
 	select {
 	case <-t.recoveryDone:
 	case <-timer.C:
+		// The clients not back are forgotten, or every later restart
+		// would wait its whole window for them.
+		t.EndRecovery()
 	case <-t.stop:
 		closing = true
 	}

@@ -41,6 +41,10 @@ type clientRecords struct {
 	free   []int          // free slots below len, lowest last
 	len    int            // slots the object has room for
 	exists bool           // the object exists
+	// off: the records could not be read nor reset (the object's
+	// attributes are damaged): nothing is recorded in this life, and
+	// connects are not refused for it.
+	off bool
 }
 
 // loadClients reads the client records of dev. It returns the uuids
@@ -53,6 +57,10 @@ func loadClients(ctx context.Context, dev osd.Device) (*clientRecords, []string,
 	if errors.Is(err, osd.ErrNotExist) {
 		return cr, nil, nil
 	}
+	if errors.Is(err, osd.ErrCorrupt) {
+		cr.exists = true
+		return cr, nil, fmt.Errorf("client records: %w", err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("client records: %w", err)
 	}
@@ -61,8 +69,12 @@ func loadClients(ctx context.Context, dev osd.Device) (*clientRecords, []string,
 		return cr, nil, fmt.Errorf("%w: client records of %d bytes", osd.ErrCorrupt, a.Size)
 	}
 	buf := make([]byte, a.Size)
-	if n, err := dev.ReadAt(ctx, clientsFID, [][]byte{buf}, 0); err != nil || n != len(buf) {
-		return cr, nil, fmt.Errorf("client records: read %d of %d bytes: %v", n, len(buf), err)
+	n, err := dev.ReadAt(ctx, clientsFID, [][]byte{buf}, 0)
+	if err != nil {
+		return cr, nil, fmt.Errorf("client records: read %d bytes: %w", len(buf), err)
+	}
+	if n != len(buf) {
+		return cr, nil, fmt.Errorf("%w: client records: read %d of %d bytes", osd.ErrCorrupt, n, len(buf))
 	}
 	cr.len = len(buf) / slotSize
 	var uuids []string
@@ -136,7 +148,7 @@ func (cr *clientRecords) add(ctx context.Context, uuid string) error {
 	}
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
-	if _, ok := cr.slots[uuid]; ok {
+	if _, ok := cr.slots[uuid]; ok || cr.off {
 		return nil
 	}
 	i := cr.len
@@ -179,7 +191,7 @@ func (cr *clientRecords) remove(ctx context.Context, uuid string) error {
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	i, ok := cr.slots[uuid]
-	if !ok {
+	if !ok || cr.off {
 		return nil
 	}
 	tx, err := cr.dev.Begin(ctx)

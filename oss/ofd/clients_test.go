@@ -4,11 +4,19 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	_ "github.com/nacrefs/nacre/lnd/lolnd"
+	_ "github.com/nacrefs/nacre/lnd/socklnd"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	"github.com/nacrefs/nacre/oss/osd"
 	_ "github.com/nacrefs/nacre/oss/osdfile"
 )
@@ -102,4 +110,48 @@ func TestClientRecords(t *testing.T) {
 	if _, clients, err = loadClients(ctx, dev); err != nil || !slices.Equal(clients, []string{"g"}) {
 		t.Fatalf("after reset: clients %q, %v", clients, err)
 	}
+}
+
+// TestDamagedClientRecordsAttr: the client records' object with damaged
+// attributes (GetAttr fails with ErrCorrupt) is "damaged records": the OFD
+// starts, with the records reset, instead of panicking on nil records.
+func TestDamagedClientRecordsAttr(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "osd")
+	dev := openDev(t, dir, true)
+	recs, _, err := loadClients(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	dev.Close()
+	obj := filepath.Join(dir, "O", "200000001", "d0", "0")
+	if _, err := os.Stat(obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(obj, "user.nacre.lma", []byte("garbage"), 0); err != nil {
+		t.Fatalf("cannot damage the lma: %v", err)
+	}
+	dev = openDev(t, dir, false)
+	defer dev.Close()
+
+	port := lnettest.FreePort(t, "127.0.0.2")
+	ln := lnettest.Start(t, "127.0.0.2", port)
+	var o *OFD
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("ofd.New panicked on damaged client records: %v", r)
+			}
+		}()
+		o, err = New(Config{Device: dev, Targets: ptlrpc.NewTargetSet(), Client: ptlrpc.NewClient(ln, ptlrpc.ClientConfig{Logger: quiet}), Logger: quiet})
+	}()
+	if err != nil {
+		t.Fatalf("ofd.New with damaged client records: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	o.Close(cctx)
 }

@@ -219,7 +219,11 @@ func New(cfg Config) (*OFD, error) {
 	case errors.Is(err, osd.ErrCorrupt):
 		// Recovery waits its whole window, for whoever comes back.
 		o.log.Error("ofd: client records damaged; starting them afresh", "err", err)
-		err = recs.reset(ctx)
+		if err = recs.reset(ctx); err != nil {
+			// Not a reason to keep the OST down: it runs without them.
+			o.log.Error("ofd: cannot reset the client records; recording none", "err", err)
+			recs.off, err = true, nil
+		}
 	case err == nil && clients != nil:
 		o.log.Info("ofd: clients of the previous life", "clients", len(clients))
 	}
@@ -499,6 +503,10 @@ func (o *OFD) create(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var cr ostv1.CreateRequest
 	if err := ptlrpc.Unmarshal(r.Body, &cr); err != nil {
 		return o.refuse(r, "%w: create body: %v", errBadRequest, err)
+	}
+	if cr.Seq == clientsFID.Seq {
+		// Its object 0 is the client records, not a LAST_ID.
+		return o.refuse(r, "%w: objects in sequence %#x (the OST's own)", errBadRequest, cr.Seq)
 	}
 	if cr.DeleteOrphans {
 		return o.deleteOrphans(ctx, r, &cr)
