@@ -41,6 +41,9 @@ type clientRecords struct {
 	free   []int          // free slots below len, lowest last
 	len    int            // slots the object has room for
 	exists bool           // the object exists
+	// unsynced: a record was made and its sync failed; the next add
+	// syncs, even of a client recorded already.
+	unsynced bool
 	// off: the records could not be read nor reset (the object's
 	// attributes are damaged): nothing is recorded in this life, and
 	// connects are not refused for it.
@@ -148,8 +151,11 @@ func (cr *clientRecords) add(ctx context.Context, uuid string) error {
 	}
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
-	if _, ok := cr.slots[uuid]; ok || cr.off {
+	if cr.off {
 		return nil
+	}
+	if _, ok := cr.slots[uuid]; ok {
+		return cr.syncLocked(ctx, uuid)
 	}
 	i := cr.len
 	if n := len(cr.free); n > 0 {
@@ -178,9 +184,20 @@ func (cr *clientRecords) add(ctx context.Context, uuid string) error {
 		cr.free = cr.free[:len(cr.free)-1]
 	}
 	cr.slots[uuid] = i
+	cr.unsynced = true
+	return cr.syncLocked(ctx, uuid)
+}
+
+// syncLocked makes the records durable, if the last record made is not
+// known to be.
+func (cr *clientRecords) syncLocked(ctx context.Context, uuid string) error {
+	if !cr.unsynced {
+		return nil
+	}
 	if err := cr.dev.Sync(ctx); err != nil {
 		return fmt.Errorf("record client %s: sync: %w", uuid, err)
 	}
+	cr.unsynced = false
 	return nil
 }
 

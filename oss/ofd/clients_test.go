@@ -155,3 +155,38 @@ func TestDamagedClientRecordsAttr(t *testing.T) {
 	defer cancel()
 	o.Close(cctx)
 }
+
+// failingSync is a device whose Sync fails while fail is set.
+type failingSync struct {
+	osd.Device
+	fail bool
+}
+
+func (d *failingSync) Sync(ctx context.Context) error {
+	if d.fail {
+		return errors.New("sync failed")
+	}
+	return d.Device.Sync(ctx)
+}
+
+// TestClientRecordSyncFails: a connect whose record did not sync fails,
+// and the client's next connect syncs it before it succeeds.
+func TestClientRecordSyncFails(t *testing.T) {
+	ctx := context.Background()
+	dev := &failingSync{Device: openDev(t, filepath.Join(t.TempDir(), "osd"), true), fail: true}
+	defer dev.Close()
+	recs, _, err := loadClients(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, "a"); err == nil {
+		t.Fatal("a record not synced was taken as made")
+	}
+	if err := recs.add(ctx, "a"); err == nil {
+		t.Fatal("the retried connect succeeded with the record still not synced")
+	}
+	dev.fail = false
+	if err := recs.add(ctx, "a"); err != nil || recs.unsynced {
+		t.Fatalf("retry with the device back: %v, unsynced %v", err, recs.unsynced)
+	}
+}
