@@ -41,3 +41,7 @@ func (fs *FS) RPCsSent() uint64 { return fs.rpc.Stats().Sent }
 
 // MDCState returns the state of the client's MDC import.
 func (fs *FS) MDCState() ptlrpc.ImportState { return fs.mdc.Import().State() }
+
+// SetNoImperativeRecovery makes fs (nil: none) ignore the MGS's word of
+// target restarts.
+func SetNoImperativeRecovery(fs *FS) { testNoImperativeRecovery.Store(fs) }

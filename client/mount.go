@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -369,6 +370,9 @@ func (fs *FS) watch(from int64) {
 // its recovery would wait for while holding the clients back already.
 // TARGET_KIND_UNSPECIFIED means every target.
 func (fs *FS) targetUp(kind mgsv1.TargetKind, idx uint32) {
+	if testNoImperativeRecovery.Load() == fs {
+		return
+	}
 	all := kind == mgsv1.TargetKind_TARGET_KIND_UNSPECIFIED
 	if all || kind == mgsv1.TargetKind_TARGET_KIND_MDT {
 		fs.mdc.Import().PingNow()
@@ -384,6 +388,11 @@ func (fs *FS) targetUp(kind mgsv1.TargetKind, idx uint32) {
 		}
 	}
 }
+
+// testNoImperativeRecovery, set by tests, is a mount that learns of
+// target restarts only by itself (its next request or ping), for tests
+// that need one client back after the other.
+var testNoImperativeRecovery atomic.Pointer[FS]
 
 // OSC implements lov.Targets.
 func (fs *FS) OSC(idx uint32) (*osc.Client, error) {

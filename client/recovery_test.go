@@ -94,6 +94,8 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	client.SetNoImperativeRecovery(b) // b back only when it asks
+	t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
 	c.KillMDS() // within the MDT's 1 s commit interval of the swap
 	if err := c.StartMDS(); err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	// The writer recovers first (its open replayed), then the swapper.
 	done := backAfterRestart(ctx, a)
 	waitReplaying(t, a)
-	if _, err := b.Getattr(ctx, root, b.Root()); err != nil {
+	if err := <-backAfterRestart(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -145,6 +147,8 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 	if err := b.Unlink(ctx, root, b.Root(), "kept"); err != nil {
 		t.Fatal(err)
 	}
+	client.SetNoImperativeRecovery(a) // a back only at its write
+	t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
 	c.KillMDS() // within the MDT's 1 s commit interval of the unlink
 	if err := c.StartMDS(); err != nil {
 		t.Fatal(err)

@@ -768,10 +768,12 @@ func (t *Target) endRecoveryIfDoneLocked() {
 }
 
 // EndRecovery ends the recovery window now if it has not ended (Lustre's
-// abort_recovery; the owner calls it when the window runs out): the
-// clients of the previous life that have not reconnected will find
-// themselves evicted, and OnClientGone forgets them, so that the next
-// restart does not wait for them. It reports how many there were.
+// abort_recovery; the target calls it itself when a window it gates runs
+// out): the clients of the previous life that have not reconnected will
+// find themselves evicted, and OnClientGone forgets them, so that the
+// next restart does not wait for them; those that reconnected and have
+// not finished replaying are evicted now. It reports how many clients of
+// the previous life it evicted.
 func (t *Target) EndRecovery() int {
 	t.mu.Lock()
 	absent := make([]string, 0, len(t.waiting))
@@ -780,28 +782,32 @@ func (t *Target) EndRecovery() int {
 	}
 	t.finishRecoveryLocked()
 	t.mu.Unlock()
-	// Those with an export (reconnected, their replays not done; or
-	// connected afresh just now) stay: a replay of theirs from now on is
-	// refused, and they come back evicted. The others are forgotten.
+	// Those that reconnected and had not finished replaying are evicted
+	// (Lustre's stale exports): what they did not replay in time is lost
+	// to them, and what they replayed after now would go in among the
+	// others' new changes. The others are forgotten.
 	t.cmu.Lock()
-	gone := 0
+	var stale []*Export
 	for _, c := range absent {
 		t.mu.Lock()
-		_, back := t.exports[c]
+		e := t.exports[c]
 		t.mu.Unlock()
-		if back {
+		if e != nil {
+			stale = append(stale, e)
 			continue
 		}
-		gone++
 		if t.cfg.OnClientGone != nil {
 			t.cfg.OnClientGone(c)
 		}
 	}
 	t.cmu.Unlock()
-	if gone > 0 {
-		t.log.Warn("ptlrpc: recovery over: clients that did not come back are evicted", "clients", gone)
+	for _, e := range stale {
+		t.drop(e, true, "recovery over before it had replayed everything")
 	}
-	return gone
+	if len(absent) > 0 {
+		t.log.Warn("ptlrpc: recovery over: clients not back, or not done replaying, are evicted", "clients", len(absent), "replaying", len(stale))
+	}
+	return len(absent)
 }
 
 // finishRecoveryLocked ends recovery now (if it has not ended) and wakes

@@ -2,6 +2,7 @@ package ptlrpc
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -565,5 +566,62 @@ func TestReplayGoesOnAfterALostConnection(t *testing.T) {
 	}
 	if un := a.Uncommitted(); len(un) != 4 {
 		t.Errorf("uncommitted after recovery %v, want the 3 replayed and the new one", un)
+	}
+}
+
+// TestRecoveryEvictsClientsNotDone: when the window runs out, a client
+// that reconnected but has not finished replaying is evicted (its export
+// dropped, its record forgotten), as Lustre evicts stale exports: its
+// replays would otherwise go on in among the others' new work. The
+// clients held for recovery go on.
+func TestRecoveryEvictsClientsNotDone(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.client(t, "a", rplPortal, true)
+	stuck, release := make(chan struct{}), make(chan struct{})
+	bc := NewClient(re.cli, ClientConfig{ReplyPortal: rplPortal + 1, UUID: "b", Logger: quiet})
+	var once sync.Once
+	b, err := bc.NewImport(ImportConfig{Target: "nacre-MDT0000", Servers: []lwire.ProcessID{re.target}, Portal: reqPortal,
+		MinTimeout: 150 * time.Millisecond, InitialTimeout: 100 * time.Millisecond, PingInterval: -1,
+		OnRecover: func(ctx context.Context, _ *Import) error {
+			once.Do(func() { close(stuck) })
+			select { // its lock replays, say, slow
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		b.Close(ctx)
+	})
+	for _, imp := range []*Import{a, b} {
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const window = time.Second
+	re.restart(t, window, "a", "b")
+	bDone := do(b)
+	<-stuck // b reconnected and replayed its request; not done
+	if err := <-do(a); err != nil {
+		t.Fatalf("a, held until the window ran out: %v", err)
+	}
+	re.tgt.mu.Lock()
+	_, kept := re.tgt.exports["b"]
+	re.tgt.mu.Unlock()
+	if kept {
+		t.Error("b, not done replaying when the window ran out, keeps its export")
+	}
+	close(release)
+	if err := <-bDone; !errors.Is(err, ErrEvicted) {
+		t.Errorf("b's request: %v, want evicted", err)
+	}
+	got := re.entries()[2:]
+	if !slices.Contains(got, "b replay") || !slices.Contains(got, "a") || slices.Contains(got, "b") {
+		t.Errorf("after the restart handled %q: want b's replay and a's new request, not b's", got)
 	}
 }
