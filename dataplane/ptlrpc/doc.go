@@ -4,8 +4,8 @@
 // exports (the server side of connections); a client with connectionless
 // calls and imports (the client side of connections); server-driven bulk
 // transfers; adaptive timeouts, early replies, resend and reply
-// reconstruction; and the transno/last_committed bookkeeping replay will
-// build on. Bodies are opaque bytes (protobuf, marshalled by the layers
+// reconstruction; the transno/last_committed bookkeeping; and recovery
+// after a server restart (replay, REPLAY_WAIT, client records). Bodies are opaque bytes (protobuf, marshalled by the layers
 // above); headers are dataplane/ptlrpc/wire. It must not know what an
 // opcode means beyond CONNECT, DISCONNECT and OBD_PING.
 //
@@ -90,6 +90,26 @@
 // Replies to Modifying requests carry the transno, and every reply the
 // target's last_committed; an import keeps each such request (opcode, body,
 // transno) until last_committed covers it, bounded by MaxUncommitted (past
-// it new requests wait and ping). Replaying them to a restarted server in
-// transno order is the job of recovery, which builds on this list.
+// it new requests wait and ping).
+//
+// # Recovery
+//
+// A target that restarts with changes behind it (TargetConfig.LastTransno)
+// opens a recovery window (RecoveryWindow). An import that reconnects to
+// a new instance of its server that took it back replays its kept
+// requests in transno order (MSG_REPLAY), then what the layers above keep
+// (ImportConfig.OnRecover: locks, open files, data not yet committed),
+// and then says so with an OBD_PING flagged MSG_REQ_REPLAY_DONE |
+// MSG_LOCK_REPLAY_DONE (state REPLAY). A target that knows its previous
+// life's clients (TargetConfig.Clients, recorded through OnNewClient and
+// OnClientGone) serves nothing new until all of them are back: it holds
+// each replay-done request unanswered (early replies keep its client
+// waiting, in REPLAY_WAIT, sending only lock cancels and conversions) and
+// refuses other clients' connects with -EBUSY; it ends recovery once the
+// last is back, at EndRecovery (abort_recovery), or when the window runs
+// out, then evicts the clients not back or not done replaying and
+// answers the others. A connection lost in the middle of this goes on
+// after the reconnect where it stopped. Import.PingNow makes an idle
+// import notice a restart at once (Lustre's imperative recovery: the
+// client hears of it from the MGS).
 package ptlrpc
