@@ -348,10 +348,11 @@ func (fs *FS) watch(from int64) {
 		fs.log.Info("configuration watch broke; again", "mgs", fs.cfg.MGS[node%len(fs.mgs)], "err", err)
 		node++
 		// Restart from a fresh configuration: events may have been compacted.
-		// The MGS was away: so may the targets have been, which the events
-		// missed would have said.
-		fs.targetUp(mgsv1.TargetKind_TARGET_KIND_UNSPECIFIED, 0)
 		if c, ferr := fs.fetchConfig(fs.ctx); ferr == nil {
+			// The MGS was away: so may the targets have been, which the
+			// events missed would have said. Not at every try while it is
+			// away (each second): every import would ping as often.
+			fs.targetUp(mgsv1.TargetKind_TARGET_KIND_UNSPECIFIED, 0)
 			cctx, cancel := context.WithTimeout(fs.ctx, 30*time.Second)
 			fs.applyConfig(cctx, c)
 			cancel()

@@ -307,3 +307,21 @@ func TestImperativeRecovery(t *testing.T) {
 		}
 	}
 }
+
+// TestMGSAwayNoPingStorm: while the MGS is away the client's
+// configuration watch tries again every second; each try must not have
+// every import ping its target (the word that targets may have restarted
+// is for when the watch is back), or an idle client pings every target
+// every second instead of every ping interval.
+func TestMGSAwayNoPingStorm(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, Clients: 1})
+	fs := c.Mount(0)
+	time.Sleep(500 * time.Millisecond)
+	c.StopMGS()
+	time.Sleep(500 * time.Millisecond)
+	before := fs.RPCsSent()
+	time.Sleep(5 * time.Second)
+	if n := fs.RPCsSent() - before; n > 3 {
+		t.Errorf("an idle client sent %d RPCs in 5 s with the MGS away", n)
+	}
+}

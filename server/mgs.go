@@ -359,7 +359,12 @@ func (m *MGS) RegisterHSMParams(fsname string) {
 	m.hsmParams[fsname] = unreg
 }
 
-// Close stops serving (gracefully until ctx ends) and releases everything.
+// mgsStopGrace is how long Close lets the MGS's gRPC calls in progress
+// finish.
+const mgsStopGrace = 2 * time.Second
+
+// Close stops serving (gracefully for mgsStopGrace at most, and until ctx
+// ends) and releases everything.
 func (m *MGS) Close(ctx context.Context) error {
 	if m.stop != nil {
 		m.stop()
@@ -381,12 +386,17 @@ func (m *MGS) Close(ctx context.Context) error {
 		}
 	}
 	if m.grpc != nil {
+		// Calls in progress get a moment to finish; streams such as
+		// WatchConfig never end on their own, so a graceful stop would
+		// wait out ctx whenever a client watches.
+		grace, cancel := context.WithTimeout(ctx, mgsStopGrace)
+		defer cancel()
 		done := make(chan struct{})
 		go func() { m.grpc.GracefulStop(); close(done) }()
 		select {
 		case <-done:
-		case <-ctx.Done():
-			m.grpc.Stop() // streams such as WatchConfig never end on their own
+		case <-grace.Done():
+			m.grpc.Stop()
 			<-done
 		}
 	}

@@ -284,6 +284,25 @@ func (t *Target) Committed(n uint64) {
 // LastCommitted returns the highest committed transno.
 func (t *Target) LastCommitted() uint64 { return t.committed.Load() }
 
+// replyCommitted is the last_committed replies carry: while recovering, no
+// more than the previous life had committed (LastTransno). The transnos
+// after it are, to the clients, the previous life's numbers of the changes
+// they are replaying, while the replays are numbered anew from it: once a
+// client's replays committed, a higher last_committed would have a client
+// back later drop its own changes unreplayed.
+func (t *Target) replyCommitted() uint64 {
+	c := t.committed.Load()
+	if t.Recovering() {
+		return min(c, t.cfg.LastTransno)
+	}
+	return c
+}
+
+// committedBefore reports whether transno n, a replay's number from the
+// previous life, was committed before the restart (and so is in the
+// store already).
+func (t *Target) committedBefore(n uint64) bool { return n <= t.cfg.LastTransno }
+
 // LastTransno returns the last transno given out.
 func (t *Target) LastTransno() uint64 { return t.transno.Load() }
 

@@ -418,11 +418,24 @@ func (imp *Import) run() {
 					backoff = min(backoff, time.Second)
 				}
 				t := time.NewTimer(backoff)
-				select {
-				case <-imp.ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
+			sleep:
+				for {
+					select {
+					case <-imp.ctx.Done():
+						t.Stop()
+						return
+					case <-t.C:
+						break sleep
+					case <-imp.kick:
+						// PingNow: the target is back (the MGS says so),
+						// which the backoff, up to a ping interval, would
+						// have the import learn only later.
+						if imp.pingNow.Swap(false) {
+							t.Stop()
+							backoff = 0
+							break sleep
+						}
+					}
 				}
 				continue
 			}
@@ -635,8 +648,7 @@ func (imp *Import) replay(cn *connInfo) error {
 		}
 		req := &Req{Opcode: rq.op, Body: rq.body}
 		if _, err := imp.replayOne(ctx, cn, req, wire.MsgReplay, rq.transno, false); err != nil {
-			var re *RemoteError
-			if !errors.As(err, &re) {
+			if !refused(err) {
 				// The rest is replayed after the reconnect (this one
 				// again: whether the server got it is not known).
 				putBack(list[i:])
@@ -662,6 +674,14 @@ func (imp *Import) replay(cn *connInfo) error {
 		imp.mu.replayConn = nil
 		imp.mu.Unlock()
 		if err != nil {
+			if refused(err) {
+				// The server's answer, which every reconnect to this
+				// instance would get again (replayDue runs OnRecover
+				// again): not tried again, as before replayDue.
+				imp.mu.Lock()
+				imp.mu.replayDue = false
+				imp.mu.Unlock()
+			}
 			return err
 		}
 	}
@@ -738,6 +758,14 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags 
 		}
 	}
 	return m.result()
+}
+
+// refused reports whether err is the server's answer to a request, not
+// a lost connection: -ENOTCONN, the export gone (evicted), is taken as
+// the latter, for the reconnect to learn of the eviction.
+func refused(err error) bool {
+	var re *RemoteError
+	return errors.As(err, &re) && re.Status != -errnoENOTCONN
 }
 
 // isBusy reports whether err is a target's -EBUSY: it refuses new clients

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,9 +253,20 @@ func (re *recoveryEnv) restart(t *testing.T, window time.Duration, clients ...st
 // for the connection if wait is false.
 func (re *recoveryEnv) client(t *testing.T, uuid string, portal uint32, wait bool) *Import {
 	t.Helper()
+	return re.newImp(t, uuid, portal, wait, nil)
+}
+
+// newImp is client with the import's configuration changed by mod if not
+// nil.
+func (re *recoveryEnv) newImp(t *testing.T, uuid string, portal uint32, wait bool, mod func(*ImportConfig)) *Import {
+	t.Helper()
 	c := NewClient(re.cli, ClientConfig{ReplyPortal: portal, UUID: uuid, Logger: quiet})
-	imp, err := c.NewImport(ImportConfig{Target: "nacre-MDT0000", Servers: []lwire.ProcessID{re.target}, Portal: reqPortal,
-		MinTimeout: 150 * time.Millisecond, InitialTimeout: 100 * time.Millisecond, PingInterval: -1})
+	cfg := ImportConfig{Target: "nacre-MDT0000", Servers: []lwire.ProcessID{re.target}, Portal: reqPortal,
+		MinTimeout: 150 * time.Millisecond, InitialTimeout: 100 * time.Millisecond, PingInterval: -1}
+	if mod != nil {
+		mod(&cfg)
+	}
+	imp, err := c.NewImport(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,25 +590,16 @@ func TestRecoveryEvictsClientsNotDone(t *testing.T) {
 	re := newRecoveryEnv(t, nil)
 	a := re.client(t, "a", rplPortal, true)
 	stuck, release := make(chan struct{}), make(chan struct{})
-	bc := NewClient(re.cli, ClientConfig{ReplyPortal: rplPortal + 1, UUID: "b", Logger: quiet})
 	var once sync.Once
-	b, err := bc.NewImport(ImportConfig{Target: "nacre-MDT0000", Servers: []lwire.ProcessID{re.target}, Portal: reqPortal,
-		MinTimeout: 150 * time.Millisecond, InitialTimeout: 100 * time.Millisecond, PingInterval: -1,
-		OnRecover: func(ctx context.Context, _ *Import) error {
+	b := re.newImp(t, "b", rplPortal+1, true, func(c *ImportConfig) {
+		c.OnRecover = func(ctx context.Context, _ *Import) error {
 			once.Do(func() { close(stuck) })
 			select { // its lock replays, say, slow
 			case <-release:
 			case <-ctx.Done():
 			}
 			return nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		b.Close(ctx)
+		}
 	})
 	for _, imp := range []*Import{a, b} {
 		if err := <-do(imp); err != nil {
@@ -623,5 +626,123 @@ func TestRecoveryEvictsClientsNotDone(t *testing.T) {
 	got := re.entries()[2:]
 	if !slices.Contains(got, "b replay") || !slices.Contains(got, "a") || slices.Contains(got, "b") {
 		t.Errorf("after the restart handled %q: want b's replay and a's new request, not b's", got)
+	}
+}
+
+// TestPingNowCutsReconnectBackoff: an import that saw its target go away
+// (a busy client) backs off between connects, up to its ping interval.
+// Told by the MGS that the target is back (PingNow), it must connect now,
+// not when its backoff runs out: the target's recovery waits for it.
+func TestPingNowCutsReconnectBackoff(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) { c.PingInterval = 10 * time.Second })
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	re.tgt.Close(context.Background()) // down: connects get -ENODEV
+	aDone := do(a)                     // sees it, and backs off: 50 ms, 100 ms, ... 3.2 s
+	time.Sleep(3500 * time.Millisecond)
+	re.restart(t, time.Minute, "a")
+	start := time.Now()
+	a.PingNow()
+	waitFor(t, "recovery's end", func() bool { return !re.tgt.Recovering() })
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a reconnected %v after PingNow: it slept out its backoff", d)
+	}
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecoverRefusedDoesNotLoop: an OnRecover the server refuses (its
+// answer, the same at every try: a lock replay after the window, say)
+// must not have the import reconnect and recover again and again, never
+// FULL, its requests hanging: replayDue stayed set after the failure.
+func TestRecoverRefusedDoesNotLoop(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	var calls atomic.Int32
+	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) {
+		c.OnRecover = func(context.Context, *Import) error {
+			calls.Add(1)
+			return &RemoteError{Status: -22}
+		}
+	})
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute) // knows no clients: no gate
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if _, err := a.Do(ctx, &Req{Opcode: opInc}); err != nil {
+		t.Errorf("a's request after the restart: %v (OnRecover ran %d times, import %v)", err, calls.Load(), a.State())
+	}
+	if n := calls.Load(); n > 1 {
+		t.Errorf("OnRecover ran %d times against one server instance", n)
+	}
+}
+
+// TestEvictedMidReplayStopsReplaying: a client evicted while it replays
+// (recovery's end drops the exports of the clients not done) gets
+// -ENOTCONN for its next replay: it must reconnect (and learn it was
+// evicted) instead of sending, and logging as refused, every replay left.
+func TestEvictedMidReplayStopsReplaying(t *testing.T) {
+	var re *recoveryEnv
+	re = newRecoveryEnv(t, func(c *ServiceConfig) {
+		inc := c.Handlers[opInc]
+		next := inc.Fn
+		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+			if r.Replayed() && !slices.Contains(re.entries(), "a replay") {
+				defer re.tgt.Evict("a")
+			}
+			return next(ctx, r)
+		}
+		c.Handlers[opInc] = inc
+	})
+	var evicted atomic.Bool
+	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) { c.OnEvict = func(*Import) { evicted.Store(true) } })
+	const n = 20
+	for range n {
+		if err := <-do(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restart(t, time.Minute, "a") // its eviction ends recovery: it is back at once
+	before := re.svc.Stats().NotConnected
+	err := <-do(a)
+	if !errors.Is(err, ErrEvicted) && err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a evicted", evicted.Load)
+	if nc := re.svc.Stats().NotConnected - before; nc > 2 {
+		t.Errorf("%d requests of the evicted client refused -ENOTCONN: it went on replaying", nc)
+	}
+}
+
+// TestLateReplayNotTakenAsCommitted: the restarted target numbers replays
+// anew from its last committed transno. Once it commits the replays of a
+// client back early, a late client's replays carry (old) transnos at or
+// below the new last_committed: neither the server (taking it for a change
+// committed before the restart) nor the client (its connect's
+// last_committed) may drop them unreplayed.
+func TestLateReplayNotTakenAsCommitted(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a, b := re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true)
+	for _, imp := range []*Import{a, b} { // a 101, b 102
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restart(t, time.Minute, "a", "b")
+	bDone := do(b) // b replays 102 as 101, then waits for a
+	waitFor(t, "b's replay", func() bool { return slices.Contains(re.entries(), "b replay") })
+	re.tgt.Committed(re.tgt.LastTransno()) // the MDT's committer
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(re.entries(), "a replay") {
+		t.Errorf("a's change lost: handled %q", re.entries())
 	}
 }

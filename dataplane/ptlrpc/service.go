@@ -650,7 +650,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			s.reconstructed.Add(1)
 			s.log.Info("ptlrpc: reconstructing reply of resent request", "client", e.uuid, "xid", h.XID, "op", h.Opcode)
 			hdr := saved.hdr
-			hdr.LastCommitted = e.target.LastCommitted()
+			hdr.LastCommitted = e.target.replyCommitted()
 			s.sendReply(req, &hdr, saved.body, replyOffset)
 			s.release(b)
 			return
@@ -685,11 +685,11 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			s.unwatchEarly(req)
 			req.Body, req.buf = body, b
 		}
-		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && h.Transno <= e.target.LastCommitted() {
+		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && e.target.committedBefore(h.Transno) {
 			// A replay of a change this target had already committed
 			// before it restarted (the client had not heard): done.
 			s.log.Debug("ptlrpc: replay of a committed request", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "transno", h.Transno)
-			rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, ConnCount: h.ConnCount, LastCommitted: e.target.LastCommitted()}
+			rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, ConnCount: h.ConnCount, LastCommitted: e.target.replyCommitted()}
 			req.finishExport(nil)
 			s.sendReply(req, &rh, nil, replyOffset)
 			s.release(b)
@@ -968,7 +968,7 @@ func (s *Service) handle(req *Request) {
 		if req.transno != 0 && e.target.cfg.AutoCommit {
 			e.target.Committed(req.transno)
 		}
-		rh.LastCommitted = e.target.LastCommitted()
+		rh.LastCommitted = e.target.replyCommitted()
 		if req.spec.Flags&Modifying != 0 {
 			save = &savedReply{hdr: rh, body: append([]byte(nil), body...)}
 		}
@@ -1001,7 +1001,7 @@ func (s *Service) errorReply(req *Request, status int32) {
 	defer s.release(req.buf)
 	rh := wire.Header{Type: wire.TypeError, Opcode: req.Header.Opcode, XID: req.Header.XID, Status: status, ConnCount: req.Header.ConnCount}
 	if req.exp != nil {
-		rh.LastCommitted = req.exp.target.LastCommitted()
+		rh.LastCommitted = req.exp.target.replyCommitted()
 	}
 	s.sendReply(req, &rh, nil, replyOffset)
 }
@@ -1316,7 +1316,7 @@ func (s *Service) sendEarly(r *Request) {
 		Timeout: uint32(min(r.erTimeout/time.Millisecond, 1<<31))}
 	if r.exp != nil {
 		rh.Handle = r.exp.handle
-		rh.LastCommitted = r.exp.target.LastCommitted()
+		rh.LastCommitted = r.exp.target.replyCommitted()
 	}
 	s.early.Add(1)
 	s.sendReply(r, &rh, nil, earlyReplyOffset)

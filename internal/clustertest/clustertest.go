@@ -489,6 +489,16 @@ func stopChild(p **exec.Cmd) {
 	*p = nil
 }
 
+// StopMGS stops the MGS (the servers and clients go on without it).
+func (c *Cluster) StopMGS() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c.mgs != nil {
+		c.mgs.Close(ctx)
+		c.mgs = nil
+	}
+}
+
 // Close stops everything (also run when the test ends): the servers in
 // this process first, so that the MDS disconnects from a child OSS still
 // alive, then the child, then the MGS.
