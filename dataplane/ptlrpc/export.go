@@ -284,15 +284,17 @@ func (t *Target) Committed(n uint64) {
 // LastCommitted returns the highest committed transno.
 func (t *Target) LastCommitted() uint64 { return t.committed.Load() }
 
-// replyCommitted is the last_committed replies carry: while recovering, no
-// more than the previous life had committed (LastTransno). The transnos
-// after it are, to the clients, the previous life's numbers of the changes
-// they are replaying, while the replays are numbered anew from it: once a
-// client's replays committed, a higher last_committed would have a client
-// back later drop its own changes unreplayed.
-func (t *Target) replyCommitted() uint64 {
+// replyCommitted is the last_committed replies to e carry: while e's
+// client replays to the restarted target, no more than the previous life
+// had committed (LastTransno). The transnos after it are, to that client,
+// the previous life's numbers of the changes it has still to replay,
+// while the replays are numbered anew from it: once another client's
+// replays committed, a higher last_committed would have it drop its own
+// changes unreplayed.
+func (e *Export) replyCommitted() uint64 {
+	t := e.target
 	c := t.committed.Load()
-	if t.Recovering() {
+	if e.replaying.Load() && t.Recovering() {
 		return min(c, t.cfg.LastTransno)
 	}
 	return c
@@ -472,7 +474,10 @@ type Export struct {
 	lastSeen   atomic.Int64 // unix nanoseconds of the last request
 	busy       atomic.Int32 // requests being handled: a busy client is not silent
 	parked     *Request     // its replay-done request parked (Target.park), if any; guarded by target.mu
-	private    atomic.Value
+	// replaying says the client reconnected in recovery and has not said
+	// it is done replaying (replyCommitted).
+	replaying atomic.Bool
+	private   atomic.Value
 
 	mu        sync.Mutex // guards the fields below
 	peer      lwire.ProcessID
@@ -690,6 +695,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	reply.Reconnected = recovering
 	req.exp = e
 	if recovering {
+		e.replaying.Store(true)
 		e.prevHandle = cr.Handle
 		t.recovered.Add(1)
 		t.log.Info("ptlrpc: client recovering", "client", cr.ClientUuid, "peer", req.Peer)

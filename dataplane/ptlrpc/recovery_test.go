@@ -746,3 +746,28 @@ func TestLateReplayNotTakenAsCommitted(t *testing.T) {
 		t.Errorf("a's change lost: handled %q", re.entries())
 	}
 }
+
+// TestCommittedCappedOnlyForReplayers: the last_committed held back while
+// a target recovers is only that of clients still replaying; another
+// client (a new one, at a target that does not gate recovery) learns what
+// is committed as ever, or its syncs would wait for the window's end.
+func TestCommittedCappedOnlyForReplayers(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	re.tgt.Close(context.Background())
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, RecoveryWindow: time.Minute, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.tgt = tgt
+	c := re.client(t, "c", rplPortal, true)
+	if err := <-do(c); err != nil {
+		t.Fatal(err)
+	}
+	tgt.Committed(tgt.LastTransno())
+	if err := <-do(c); err != nil {
+		t.Fatal(err)
+	}
+	if !tgt.Recovering() || c.Info().LastCommitted != 101 {
+		t.Fatalf("recovering %v; a new client heard last_committed %d, want past the previous life's 100", tgt.Recovering(), c.Info().LastCommitted)
+	}
+}

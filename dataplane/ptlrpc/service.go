@@ -650,7 +650,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			s.reconstructed.Add(1)
 			s.log.Info("ptlrpc: reconstructing reply of resent request", "client", e.uuid, "xid", h.XID, "op", h.Opcode)
 			hdr := saved.hdr
-			hdr.LastCommitted = e.target.replyCommitted()
+			hdr.LastCommitted = e.replyCommitted()
 			s.sendReply(req, &hdr, saved.body, replyOffset)
 			s.release(b)
 			return
@@ -666,6 +666,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			// replay waits for its reply): recovery need not wait for it.
 			// It gets its answer when recovery ends (early replies keep it
 			// waiting): until then it sends nothing new.
+			e.replaying.Store(false)
 			e.target.clientBack(e.uuid)
 			// A held request keeps no request buffer: held until recovery
 			// ends, one per client, they would keep every buffer from
@@ -689,7 +690,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			// A replay of a change this target had already committed
 			// before it restarted (the client had not heard): done.
 			s.log.Debug("ptlrpc: replay of a committed request", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "transno", h.Transno)
-			rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, ConnCount: h.ConnCount, LastCommitted: e.target.replyCommitted()}
+			rh := wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, ConnCount: h.ConnCount, LastCommitted: e.replyCommitted()}
 			req.finishExport(nil)
 			s.sendReply(req, &rh, nil, replyOffset)
 			s.release(b)
@@ -968,7 +969,7 @@ func (s *Service) handle(req *Request) {
 		if req.transno != 0 && e.target.cfg.AutoCommit {
 			e.target.Committed(req.transno)
 		}
-		rh.LastCommitted = e.target.replyCommitted()
+		rh.LastCommitted = e.replyCommitted()
 		if req.spec.Flags&Modifying != 0 {
 			save = &savedReply{hdr: rh, body: append([]byte(nil), body...)}
 		}
@@ -1001,7 +1002,7 @@ func (s *Service) errorReply(req *Request, status int32) {
 	defer s.release(req.buf)
 	rh := wire.Header{Type: wire.TypeError, Opcode: req.Header.Opcode, XID: req.Header.XID, Status: status, ConnCount: req.Header.ConnCount}
 	if req.exp != nil {
-		rh.LastCommitted = req.exp.target.replyCommitted()
+		rh.LastCommitted = req.exp.replyCommitted()
 	}
 	s.sendReply(req, &rh, nil, replyOffset)
 }
@@ -1316,7 +1317,7 @@ func (s *Service) sendEarly(r *Request) {
 		Timeout: uint32(min(r.erTimeout/time.Millisecond, 1<<31))}
 	if r.exp != nil {
 		rh.Handle = r.exp.handle
-		rh.LastCommitted = r.exp.target.replyCommitted()
+		rh.LastCommitted = r.exp.replyCommitted()
 	}
 	s.early.Add(1)
 	s.sendReply(r, &rh, nil, earlyReplyOffset)
