@@ -258,6 +258,8 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	go t.evictor()
 	if t.gate {
 		go t.unparkAtEnd()
+	} else if t.recoverUntil.Load() != 0 {
+		go t.endAtWindow()
 	}
 	return t, nil
 }
@@ -294,7 +296,11 @@ func (t *Target) LastCommitted() uint64 { return t.committed.Load() }
 func (e *Export) replyCommitted() uint64 {
 	t := e.target
 	c := t.committed.Load()
-	if e.replaying.Load() && t.Recovering() {
+	// Not only while recovering: a client still replaying when recovery
+	// ends is evicted (EndRecovery), but a reply sent before that (or
+	// to a client that connected just as it ended) must not have it drop
+	// old-numbered changes it has not replayed.
+	if e.replaying.Load() {
 		return min(c, t.cfg.LastTransno)
 	}
 	return c
@@ -675,6 +681,12 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		saved: make(map[uint64]savedReply), inflight: make(map[uint64]struct{}),
 	}
 	e.lastSeen.Store(now)
+	if recovering {
+		// Before the export can be found: EndRecovery evicts those
+		// still replaying.
+		e.replaying.Store(true)
+		e.prevHandle = cr.Handle
+	}
 	ts.mu.Lock()
 	for {
 		e.handle = rand.Uint64()
@@ -690,13 +702,16 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	t.mu.Unlock()
 	t.cmu.Unlock()
 	cmuHeld = false
+	if recovering && !t.Recovering() {
+		// Recovery ended as it reconnected, maybe before EndRecovery
+		// could see the export: stale as those it saw.
+		t.drop(e, true, "recovery over as it reconnected")
+	}
 	reply.Handle = e.handle
 	reply.Evicted = cr.Handle != 0 && !recovering
 	reply.Reconnected = recovering
 	req.exp = e
 	if recovering {
-		e.replaying.Store(true)
-		e.prevHandle = cr.Handle
 		t.recovered.Add(1)
 		t.log.Info("ptlrpc: client recovering", "client", cr.ClientUuid, "peer", req.Peer)
 	}
@@ -825,6 +840,15 @@ func (t *Target) EndRecovery() int {
 			t.cfg.OnClientGone(c)
 		}
 	}
+	// A target that does not know its clients (no gate) has them in no
+	// waiting list: those still replaying are stale all the same.
+	t.mu.Lock()
+	for _, e := range t.exports {
+		if !t.gate && e.replaying.Load() {
+			stale = append(stale, e)
+		}
+	}
+	t.mu.Unlock()
 	t.cmu.Unlock()
 	for _, e := range stale {
 		t.drop(e, true, "recovery over before it had replayed everything")
@@ -912,6 +936,20 @@ func (t *Target) unparkAtEnd() {
 	}
 	for _, req := range parked {
 		req.svc.unpark(req, closing)
+	}
+}
+
+// endAtWindow ends the recovery of a target that does not gate it
+// (unparkAtEnd does for one that does) when its window runs out, so that
+// the clients still replaying then are evicted.
+func (t *Target) endAtWindow() {
+	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
+	defer timer.Stop()
+	select {
+	case <-t.recoveryDone:
+	case <-timer.C:
+		t.EndRecovery()
+	case <-t.stop:
 	}
 }
 

@@ -771,3 +771,73 @@ func TestCommittedCappedOnlyForReplayers(t *testing.T) {
 		t.Fatalf("recovering %v; a new client heard last_committed %d, want past the previous life's 100", tgt.Recovering(), c.Info().LastCommitted)
 	}
 }
+
+// restartAt is restart with the next life's LastTransno; no clients: no
+// gate.
+func (re *recoveryEnv) restartAt(t *testing.T, last uint64, window time.Duration, clients ...string) {
+	t.Helper()
+	re.tgt.Close(context.Background())
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: last, RecoveryWindow: window, Clients: clients, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.tgt = tgt
+}
+
+// TestWindowEndLiftsCapMidReplay: at a target that does not know its
+// clients (no gate), a client still replaying when the window runs out
+// is not evicted, but its replies' last_committed is no longer held
+// back: once the new life committed past its next (old-numbered) change,
+// a reconnect mid-replay (the connect's last_committed) has it drop that
+// change unreplayed, and it is told nothing.
+func TestWindowEndLiftsCapMidReplay(t *testing.T) {
+	var re *recoveryEnv
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	faults := &Faults{}
+	re = newRecoveryEnv(t, func(c *ServiceConfig) {
+		c.Faults = faults
+		inc := c.Handlers[opInc]
+		next := inc.Fn
+		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+			if r.Replayed() && r.Export().uuid == "a" {
+				once.Do(func() {
+					close(entered)
+					<-release
+					faults.Arm(FailDropReply, 1) // a loses its connection mid-replay
+				})
+			}
+			return next(ctx, r)
+		}
+		c.Handlers[opInc] = inc
+	})
+	var evicted atomic.Bool
+	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) { c.OnEvict = func(*Import) { evicted.Store(true) } })
+	for range 2 { // 101, 102
+		if err := <-do(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restartAt(t, 100, 500*time.Millisecond) // no gate
+	aDone := do(a)
+	<-entered // a replays 101, slowly
+	c := re.client(t, "c", rplPortal+1, true)
+	for range 2 { // new work: 101, 102
+		if err := <-do(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the window's end", func() bool { return !re.tgt.Recovering() })
+	re.tgt.Committed(re.tgt.LastTransno())
+	close(release)
+	err := <-aDone
+	n := 0
+	for _, e := range re.entries() {
+		if e == "a replay" {
+			n++
+		}
+	}
+	if n != 2 && !evicted.Load() && !errors.Is(err, ErrEvicted) {
+		t.Errorf("a replayed %d of its 2 changes and was not evicted (err %v): handled %q", n, err, re.entries())
+	}
+}
