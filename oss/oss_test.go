@@ -752,22 +752,7 @@ func TestSyncJournal(t *testing.T) {
 // recovery is ended.
 func TestOSTRecoveryKnowsItsClients(t *testing.T) {
 	dir := t.TempDir()
-	func() {
-		e := newOSSEnv(t, 1, 3, dir)
-		a := e.client(0)
-		e.client(1)
-		e.client(2).close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// Something to recover: a change made.
-		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
-			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
-			t.Fatal(err)
-		}
-		e.oss.Close(ctx)
-		e.devs[0].Close()
-		e.devs = nil
-	}()
+	oneLife(t, dir, 3, func(_ context.Context, clients []*ostClient) { clients[2].close() })
 	e := newOSSEnv(t, 1, 4, dir)
 	tgt := e.oss.OSTs()[0].Target()
 	if w, of := tgt.RecoveryWaiting(); !tgt.Recovering() || w != 2 || of != 2 {
@@ -793,6 +778,31 @@ func TestOSTRecoveryKnowsItsClients(t *testing.T) {
 	if err := imp.Connect(ctx); err != nil {
 		t.Fatalf("after recovery: %v", err)
 	}
+}
+
+// oneLife runs an OSS with one OST on dir and n clients, which fn (if
+// not nil) may use, and the first of which makes a change (something to
+// recover), and stops it with its clients still connected, as a crash
+// leaves them.
+func oneLife(t *testing.T, dir string, n int, fn func(ctx context.Context, clients []*ostClient)) {
+	t.Helper()
+	e := newOSSEnv(t, 1, n, dir)
+	var clients []*ostClient
+	for i := range n {
+		clients = append(clients, e.client(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if fn != nil {
+		fn(ctx, clients)
+	}
+	if _, err := clients[0].imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+		Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
+		t.Fatal(err)
+	}
+	e.oss.Close(ctx)
+	e.devs[0].Close()
+	e.devs = nil
 }
 
 // startOST starts an OSS alone with the OST in dir and the given window.
@@ -822,20 +832,7 @@ func startOST(t *testing.T, dir string, window time.Duration) (*ofd.OFD, func())
 // window for them again, and again.
 func TestOSTForgetsClientsNotBack(t *testing.T) {
 	dir := t.TempDir()
-	func() {
-		e := newOSSEnv(t, 1, 2, dir)
-		a := e.client(0)
-		e.client(1)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
-			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
-			t.Fatal(err)
-		}
-		e.oss.Close(ctx)
-		e.devs[0].Close()
-		e.devs = nil
-	}()
+	oneLife(t, dir, 2, nil)
 	// Restarted: both clients are gone for good; the window runs out.
 	o, stop := startOST(t, dir, 300*time.Millisecond)
 	if w, of := o.Target().RecoveryWaiting(); w != 2 || of != 2 {
@@ -856,11 +853,8 @@ func TestOSTForgetsClientsNotBack(t *testing.T) {
 // and overwrite it.
 func TestPrecreateInRecordsSequence(t *testing.T) {
 	dir := t.TempDir()
-	func() {
-		e := newOSSEnv(t, 1, 1, dir)
-		a := e.client(0)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	oneLife(t, dir, 1, func(ctx context.Context, clients []*ostClient) {
+		a := clients[0]
 		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
 			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000001, Count: 1})}); err == nil {
 			t.Error("precreate in sequence 0x200000001 (the client records') accepted")
@@ -869,14 +863,7 @@ func TestPrecreateInRecordsSequence(t *testing.T) {
 			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000001, DeleteOrphans: true, LastUsed: 0x1000})}); err == nil {
 			t.Error("orphan cleanup in sequence 0x200000001 (the client records') accepted")
 		}
-		if _, err := a.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
-			Body: body(t, &ostv1.CreateRequest{Seq: 0x200000400, Count: 1})}); err != nil {
-			t.Fatal(err)
-		}
-		e.oss.Close(ctx)
-		e.devs[0].Close()
-		e.devs = nil
-	}()
+	})
 	o, stop := startOST(t, dir, time.Minute)
 	defer stop()
 	if w, of := o.Target().RecoveryWaiting(); w != 1 || of != 1 {
