@@ -445,6 +445,12 @@ func (m replyMsg) result() ([]byte, error) {
 // newRPC gives req an XID and posts its reply MD and bulk MDs. The caller
 // must call finish.
 func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
+	return c.newRPCAs(req, server, nextXID())
+}
+
+// newRPCAs is newRPC under a given XID: one of an earlier send of req
+// whose answer was lost, so that the server knows it for a resend.
+func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, error) {
 	if len(req.Body) > wire.MaxBodySize || wire.HeaderSize+len(req.Body) > maxMessage {
 		return nil, fmt.Errorf("ptlrpc: %v request body of %d bytes, at most %d", req.Opcode, len(req.Body), maxMessage-wire.HeaderSize)
 	}
@@ -456,7 +462,7 @@ func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
 		return nil, fmt.Errorf("ptlrpc: %v reply cap %d over %d", req.Opcode, replyCap, wire.MaxBodySize)
 	}
 	r := &rpc{
-		c: c, req: req, xid: nextXID(),
+		c: c, req: req, xid: xid,
 		wake: make(chan struct{}, 1),
 	}
 	if req.JobID != "" {

@@ -226,6 +226,11 @@ type replayReq struct {
 	// recovery of that instance that has to start again after a lost
 	// connection does not replay it twice.
 	inst uint64
+	// sentXID is the XID of its replay to instance sentTo whose answer
+	// was lost with the connection: it goes to that instance again under
+	// it, marked resent, so that a server that made the change answers
+	// from the reply it kept instead of making it twice.
+	sentXID, sentTo uint64
 }
 
 // NewImport starts an import of c to cfg.Target; it connects in the
@@ -647,10 +652,15 @@ func (imp *Import) replay(cn *connInfo) error {
 			continue
 		}
 		req := &Req{Opcode: rq.op, Body: rq.body}
-		if _, err := imp.replayOne(ctx, cn, req, wire.MsgReplay, rq.transno, false); err != nil {
+		if rq.sentTo != inst {
+			rq.sentXID = 0 // not sent to this instance yet
+		}
+		if _, err := imp.replayOne(ctx, cn, req, wire.MsgReplay, rq.transno, false, &rq.sentXID); err != nil {
 			if !refused(err) {
 				// The rest is replayed after the reconnect (this one
-				// again: whether the server got it is not known).
+				// again, as a resend: whether the server got it is not
+				// known).
+				list[i].sentXID, list[i].sentTo = rq.sentXID, inst
 				putBack(list[i:])
 				return fmt.Errorf("replay of %v transno %d: %w", rq.op, rq.transno, err)
 			}
@@ -711,7 +721,7 @@ func (imp *Import) replayDone(cn *connInfo) error {
 	imp.setStateLocked(StateReplayWait)
 	imp.mu.replayDoneDue = true
 	imp.mu.Unlock()
-	if _, err := imp.replayOne(imp.ctx, cn, &Req{Opcode: wire.OBDPing}, replayDone, 0, false); err != nil {
+	if _, err := imp.replayOne(imp.ctx, cn, &Req{Opcode: wire.OBDPing}, replayDone, 0, false, nil); err != nil {
 		return fmt.Errorf("replay done: %w", err)
 	}
 	imp.mu.Lock()
@@ -730,20 +740,32 @@ func (imp *Import) Replay(ctx context.Context, req *Req) ([]byte, error) {
 	if cn == nil {
 		return nil, fmt.Errorf("ptlrpc: import %s: replay outside recovery: %w", imp.cfg.Target, ErrClosed)
 	}
-	return imp.replayOne(ctx, cn, req, wire.MsgReplay, 0, true)
+	return imp.replayOne(ctx, cn, req, wire.MsgReplay, 0, true, nil)
 }
 
 // replayOne sends req once on cn, the connection being recovered, with
 // flags in its header (MSG_REPLAY, of transno if not 0; or the replay-done
-// flags); keep puts it in the replay list under its new transno.
-func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags wire.MsgFlags, transno uint64, keep bool) ([]byte, error) {
-	r, err := imp.c.newRPC(req, imp.replySrc)
+// flags); keep puts it in the replay list under its new transno. If xid is
+// not nil, a non-zero *xid is the XID of an earlier send of it, which it
+// is sent again under (MSG_RESENT); otherwise *xid is set to its XID.
+func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags wire.MsgFlags, transno uint64, keep bool, xid *uint64) ([]byte, error) {
+	resend := xid != nil && *xid != 0
+	var r *rpc
+	var err error
+	if resend {
+		r, err = imp.c.newRPCAs(req, imp.replySrc, *xid)
+	} else {
+		r, err = imp.c.newRPC(req, imp.replySrc)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer r.finish()
+	if xid != nil {
+		*xid = r.xid
+	}
 	timeout := imp.timeout()
-	h := r.header(cn.handle, cn.count, 0, false, cn.cksum)
+	h := r.header(cn.handle, cn.count, 0, resend, cn.cksum)
 	h.Flags |= flags
 	h.Transno = transno
 	m, err := r.attempt(ctx, cn.server, imp.cfg.Portal, &h, timeout, cn.down)

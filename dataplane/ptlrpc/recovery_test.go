@@ -841,3 +841,43 @@ func TestWindowEndLiftsCapMidReplay(t *testing.T) {
 		t.Errorf("a replayed %d of its 2 changes and was not evicted (err %v): handled %q", n, err, re.entries())
 	}
 }
+
+// TestReplayWithLostReplyRunsOnce: a replay whose reply is lost with the
+// connection goes again after the reconnect under its XID, marked resent:
+// the server, which made the change, answers from the reply it kept, and
+// the change is made once. (Sent afresh, it was made twice.)
+func TestReplayWithLostReplyRunsOnce(t *testing.T) {
+	f := &Faults{}
+	var re *recoveryEnv
+	re = newRecoveryEnv(t, func(c *ServiceConfig) {
+		c.Faults = f
+		inc := c.Handlers[opInc]
+		next := inc.Fn
+		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+			if r.Replayed() && slices.Contains(re.entries(), "a replay") && f.Fired(FailDropReply) == 0 {
+				f.Arm(FailDropReply, 1) // this, the second replay, made; its reply lost
+			}
+			return next(ctx, r)
+		}
+		c.Handlers[opInc] = inc
+	})
+	a := re.client(t, "a", rplPortal, true)
+	for range 3 {
+		if err := <-do(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restart(t, time.Minute, "a")
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	if f.Fired(FailDropReply) != 1 {
+		t.Fatalf("the fault fired %d times", f.Fired(FailDropReply))
+	}
+	if got, want := re.entries()[3:], []string{"a replay", "a replay", "a replay", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("after the restart handled %q, want %q", got, want)
+	}
+	if st := re.svc.Stats(); st.Reconstructed != 1 {
+		t.Errorf("%d replies reconstructed, want the lost one's", st.Reconstructed)
+	}
+}
