@@ -842,10 +842,12 @@ func (t *Target) EndRecovery() int {
 	}
 	// A target that does not know its clients (no gate) has them in no
 	// waiting list: those still replaying are stale all the same.
+	gone := len(absent)
 	t.mu.Lock()
 	for _, e := range t.exports {
 		if !t.gate && e.replaying.Load() {
 			stale = append(stale, e)
+			gone++
 		}
 	}
 	t.mu.Unlock()
@@ -853,10 +855,10 @@ func (t *Target) EndRecovery() int {
 	for _, e := range stale {
 		t.drop(e, true, "recovery over before it had replayed everything")
 	}
-	if len(absent) > 0 {
-		t.log.Warn("ptlrpc: recovery over: clients not back, or not done replaying, are evicted", "clients", len(absent), "replaying", len(stale))
+	if gone > 0 {
+		t.log.Warn("ptlrpc: recovery over: clients not back, or not done replaying, are evicted", "clients", gone, "replaying", len(stale))
 	}
-	return len(absent)
+	return gone
 }
 
 // finishRecoveryLocked ends recovery now (if it has not ended) and wakes

@@ -56,9 +56,16 @@ func TestRecoveryWindow(t *testing.T) {
 	if n := tgt.RecoveredClients(); n != 1 {
 		t.Errorf("%d clients taken back, want 1", n)
 	}
-	// An administrator ends it (abort_recovery), the clients unknown.
-	if n := tgt.EndRecovery(); n != 0 || tgt.Recovering() {
-		t.Fatalf("EndRecovery: %d absent, recovering %v", n, tgt.Recovering())
+	// An administrator ends it (abort_recovery), the clients unknown: the
+	// one taken back has not said it is done replaying, and is evicted.
+	if n := tgt.EndRecovery(); n != 1 || tgt.Recovering() {
+		t.Fatalf("EndRecovery: %d evicted, recovering %v", n, tgt.Recovering())
+	}
+	tgt.mu.Lock()
+	_, kept := tgt.exports["back"]
+	tgt.mu.Unlock()
+	if kept {
+		t.Error("the client still replaying keeps its export after EndRecovery")
 	}
 	select {
 	case <-tgt.RecoveryDone():
