@@ -130,6 +130,11 @@ type Target struct {
 	// waiting are the clients of the previous life recovery still waits
 	// for (TargetConfig.Clients); guarded by mu.
 	waiting map[string]struct{}
+	// dropped are the handles of this life's exports dropped while it
+	// recovered: a client reconnecting with one is not taken back as
+	// recovering (its export, and the replies it kept, went); guarded by
+	// mu.
+	dropped map[uint64]struct{}
 	// gate says the target knows its previous life's clients and holds
 	// everything new back until they have replayed (Lustre's recovery):
 	// other clients' connects are refused with -EBUSY, and a client done
@@ -366,6 +371,12 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	t.mu.Lock()
 	if t.exports[e.uuid] == e {
 		delete(t.exports, e.uuid)
+	}
+	if t.Recovering() {
+		if t.dropped == nil {
+			t.dropped = make(map[uint64]struct{})
+		}
+		t.dropped[e.handle] = struct{}{}
 	}
 	t.mu.Unlock()
 	t.set.mu.Lock()
@@ -630,7 +641,8 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 			}
 		}
 	}
-	recovering := old == nil && cr.Handle != 0 && t.Recovering()
+	_, lost := t.dropped[cr.Handle]
+	recovering := old == nil && cr.Handle != 0 && t.Recovering() && !lost
 	if old != nil && cr.Handle != 0 && (old.handle == cr.Handle || old.prevHandle == cr.Handle) {
 		// A reconnect to the export the client had: keep it, with its saved
 		// replies.
@@ -865,6 +877,7 @@ func (t *Target) EndRecovery() int {
 // RecoveryDone; t.mu is held.
 func (t *Target) finishRecoveryLocked() {
 	t.waiting = nil
+	t.dropped = nil // connects are no longer taken as recovering
 	if now := time.Now().UnixNano(); t.recoverUntil.Load() > now {
 		t.recoverUntil.Store(now)
 	}

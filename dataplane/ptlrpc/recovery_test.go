@@ -248,8 +248,15 @@ func newRecoveryEnv(t *testing.T, mod func(*ServiceConfig)) *recoveryEnv {
 // restart replaces the target with its next life, which knows clients.
 func (re *recoveryEnv) restart(t *testing.T, window time.Duration, clients ...string) {
 	t.Helper()
+	re.restartAt(t, 100, window, clients...)
+}
+
+// restartAt is restart with the next life's LastTransno; no clients: no
+// gate.
+func (re *recoveryEnv) restartAt(t *testing.T, last uint64, window time.Duration, clients ...string) {
+	t.Helper()
 	re.tgt.Close(context.Background())
-	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, RecoveryWindow: window, Clients: clients, Logger: quiet})
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: last, RecoveryWindow: window, Clients: clients, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,24 +786,12 @@ func TestCommittedCappedOnlyForReplayers(t *testing.T) {
 	}
 }
 
-// restartAt is restart with the next life's LastTransno; no clients: no
-// gate.
-func (re *recoveryEnv) restartAt(t *testing.T, last uint64, window time.Duration, clients ...string) {
-	t.Helper()
-	re.tgt.Close(context.Background())
-	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: last, RecoveryWindow: window, Clients: clients, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	re.tgt = tgt
-}
-
 // TestWindowEndLiftsCapMidReplay: at a target that does not know its
 // clients (no gate), a client still replaying when the window runs out
-// is not evicted, but its replies' last_committed is no longer held
-// back: once the new life committed past its next (old-numbered) change,
-// a reconnect mid-replay (the connect's last_committed) has it drop that
-// change unreplayed, and it is told nothing.
+// is evicted. It was not, and its replies' last_committed was no longer
+// held back: once the new life committed past its next (old-numbered)
+// change, a reconnect mid-replay (the connect's last_committed) had it
+// drop that change unreplayed, and it was told nothing.
 func TestWindowEndLiftsCapMidReplay(t *testing.T) {
 	var re *recoveryEnv
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -886,5 +881,46 @@ func TestReplayWithLostReplyRunsOnce(t *testing.T) {
 	}
 	if st := re.svc.Stats(); st.Reconstructed != 1 {
 		t.Errorf("%d replies reconstructed, want the lost one's", st.Reconstructed)
+	}
+}
+
+// TestResentReplayAfterExportDropped: at a target that does not know its
+// clients (no gate), a client taken back whose export then goes mid-replay
+// (evicted, its saved replies with it) while the reply to a replay it made
+// is lost must not be taken back again as recovering: its replay, resent
+// under its XID, finds no saved reply in the fresh export and is made a
+// second time.
+func TestResentReplayAfterExportDropped(t *testing.T) {
+	f := &Faults{}
+	var re *recoveryEnv
+	re = newRecoveryEnv(t, func(c *ServiceConfig) {
+		c.Faults = f
+		inc := c.Handlers[opInc]
+		next := inc.Fn
+		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+			if r.Replayed() && slices.Contains(re.entries(), "a replay") && f.Fired(FailDropReply) == 0 {
+				f.Arm(FailDropReply, 1) // the second replay made, its reply lost
+				defer re.tgt.Evict("a") // and its export (saved replies) gone
+			}
+			return next(ctx, r)
+		}
+		c.Handlers[opInc] = inc
+	})
+	a := re.client(t, "a", rplPortal, true)
+	for range 3 {
+		if err := <-do(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.restartAt(t, 100, time.Minute) // no gate
+	<-do(a)
+	n := 0
+	for _, e := range re.entries()[3:] {
+		if e == "a replay" {
+			n++
+		}
+	}
+	if n > 3 {
+		t.Fatalf("%d replays of 3 changes: handled %q", n, re.entries())
 	}
 }
