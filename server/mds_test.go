@@ -148,8 +148,8 @@ func TestStorageMDT(t *testing.T) {
 	if _, err := st.params.reg.Set(params.SetOptions{}, params.Assignment{Pattern: "mdt.nacre-MDT0000.abort_recovery", Value: "1"}); err != nil {
 		t.Fatal(err)
 	}
-	if s := status(); !strings.HasPrefix(s, "status: COMPLETE\n") {
-		t.Fatalf("after abort_recovery:\n%s", s)
+	if s := status(); !strings.HasPrefix(s, "status: COMPLETE\n") || !strings.HasSuffix(s, "\nevicted_clients: 1") {
+		t.Fatalf("after abort_recovery (the silent client evicted):\n%s", s)
 	}
 	// The OSTs' one client, the MDS, disconnected when the server stopped:
 	// they wait for nobody (TestLctlBinaryUp kills the servers instead).

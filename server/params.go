@@ -353,12 +353,12 @@ func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Para
 // (and, while it waits for known ones, of how many, and those done).
 func recoveryText(t *ptlrpc.Target) string {
 	waiting, of := t.RecoveryWaiting()
-	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), waiting, of, time.Now())
+	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), waiting, of, t.RecoveryEvicted(), time.Now())
 }
 
 // recoveryTextAt is recoveryText's text; waiting and of are negative when
 // the clients of the previous life are not known.
-func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, waiting, of int, now time.Time) string {
+func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, waiting, of int, evicted uint64, now time.Time) string {
 	var b strings.Builder
 	if recovering {
 		b.WriteString("status: RECOVERING\n")
@@ -371,7 +371,10 @@ func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, waiti
 	fmt.Fprintf(&b, "recovery_start: %d\n", start.Unix())
 	if !recovering {
 		fmt.Fprintf(&b, "recovery_duration: %d\n", int64(end.Sub(start).Round(time.Second)/time.Second))
-		fmt.Fprintf(&b, "completed_clients: %d", clients)
+		fmt.Fprintf(&b, "completed_clients: %d\n", clients)
+		// Those the window's end (or abort_recovery) evicted: not back,
+		// or not done replaying.
+		fmt.Fprintf(&b, "evicted_clients: %d", evicted)
 		return b.String()
 	}
 	fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(end.Sub(now).Seconds())))

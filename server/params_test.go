@@ -75,15 +75,15 @@ func TestRecoveryText(t *testing.T) {
 		{"recovering", true, start, end, start.Add(4500 * time.Millisecond),
 			"status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\nconnected_clients: 3"},
 		{"over", false, start, end, end.Add(time.Hour),
-			"status: COMPLETE\nrecovery_start: 1764170000\nrecovery_duration: 90\ncompleted_clients: 3"},
+			"status: COMPLETE\nrecovery_start: 1764170000\nrecovery_duration: 90\ncompleted_clients: 3\nevicted_clients: 1"},
 	} {
-		if got := recoveryTextAt(c.recovering, c.start, c.end, 3, -1, -1, c.now); got != c.want {
+		if got := recoveryTextAt(c.recovering, c.start, c.end, 3, -1, -1, 1, c.now); got != c.want {
 			t.Errorf("%s:\n%s\nwant\n%s", c.name, got, c.want)
 		}
 	}
 	// Known clients: three of four reconnected, one of them still replaying.
 	want := "status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\nconnected_clients: 3/4\ncompleted_clients: 2"
-	if got := recoveryTextAt(true, start, end, 3, 2, 4, start.Add(4500*time.Millisecond)); got != want {
+	if got := recoveryTextAt(true, start, end, 3, 2, 4, 0, start.Add(4500*time.Millisecond)); got != want {
 		t.Errorf("known clients:\n%s\nwant\n%s", got, want)
 	}
 }

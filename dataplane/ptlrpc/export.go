@@ -125,6 +125,7 @@ type Target struct {
 	// when every client of the previous life is back (waiting).
 	recoverStart, recoverUntil atomic.Int64
 	recovered                  atomic.Uint64 // clients taken back during recovery
+	recoveryEvicted            atomic.Uint64 // clients EndRecovery evicted
 	recoveryDone               chan struct{} // see RecoveryDone
 	doneOnce                   sync.Once     // closes recoveryDone
 	// waiting are the clients of the previous life recovery still waits
@@ -197,6 +198,10 @@ func (t *Target) RecoveryStart() time.Time { return unixNano(t.recoverStart.Load
 // RecoveredClients counts the clients of the target's previous life that
 // reconnected within its recovery window (Lustre's completed_clients).
 func (t *Target) RecoveredClients() uint64 { return t.recovered.Load() }
+
+// RecoveryEvicted counts the clients of the previous life the end of
+// recovery evicted: not back, or not done replaying.
+func (t *Target) RecoveryEvicted() uint64 { return t.recoveryEvicted.Load() }
 
 // RecoveryWaiting returns how many of the previous life's clients
 // (TargetConfig.Clients) recovery still waits for, of how many; -1, -1
@@ -868,6 +873,7 @@ func (t *Target) EndRecovery() int {
 		t.drop(e, true, "recovery over before it had replayed everything")
 	}
 	if gone > 0 {
+		t.recoveryEvicted.Add(uint64(gone))
 		t.log.Warn("ptlrpc: recovery over: clients not back, or not done replaying, are evicted", "clients", gone, "replaying", len(stale))
 	}
 	return gone

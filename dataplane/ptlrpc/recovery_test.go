@@ -157,8 +157,8 @@ func TestRecoveryEndsWhenClientsAreBack(t *testing.T) {
 	if !late.Recovering() {
 		t.Fatal("recovery ended without c")
 	}
-	if n := late.EndRecovery(); n != 1 || len(gone) != 1 || gone[0] != "c" || late.Recovering() || !done(late) {
-		t.Fatalf("EndRecovery: %d absent, forgot %v, recovering %v", n, gone, late.Recovering())
+	if n := late.EndRecovery(); n != 1 || len(gone) != 1 || gone[0] != "c" || late.Recovering() || !done(late) || late.RecoveryEvicted() != 1 {
+		t.Fatalf("EndRecovery: %d absent (%d counted), forgot %v, recovering %v", n, late.RecoveryEvicted(), gone, late.Recovering())
 	}
 	if n := late.EndRecovery(); n != 0 {
 		t.Errorf("a second EndRecovery found %d absent", n)
