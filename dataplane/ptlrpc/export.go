@@ -94,8 +94,10 @@ type TargetConfig struct {
 	// storage through OnNewClient and OnClientGone): the recovery window
 	// then ends as soon as each of them has reconnected and said it
 	// replayed everything (MsgReqReplayDone and MsgLockReplayDone on a
-	// request), or connected afresh (it kept nothing to replay), and at
-	// once if there are none. nil: not known; the window runs its length.
+	// request), or tried to connect afresh (it kept nothing to replay),
+	// and at once if there are none; until then the target serves nothing
+	// new (see the package doc's Recovery). nil: not known; the window
+	// runs its length and new requests are served during it.
 	Clients []string
 	// OnNewClient, if not nil, is called when a client connects afresh
 	// (not a reconnect to its export), before the reply, so that the
