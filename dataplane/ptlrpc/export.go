@@ -181,9 +181,9 @@ func (t *Target) Recovering() bool { return time.Now().UnixNano() < t.recoverUnt
 // has none (a new target, or no window configured).
 func (t *Target) RecoveryEnd() time.Time { return unixNano(t.recoverUntil.Load()) }
 
-// RecoveryDone is closed when recovery ends before its window runs out
-// (every client of the previous life back, see TargetConfig.Clients) or
-// by EndRecovery.
+// RecoveryDone is closed when recovery ends: every client of the
+// previous life back (see TargetConfig.Clients), EndRecovery, or the
+// window run out (the target calls EndRecovery then).
 func (t *Target) RecoveryDone() <-chan struct{} { return t.recoveryDone }
 
 func unixNano(ns int64) time.Time {
@@ -268,10 +268,8 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	ts.targets[cfg.Name] = t
 	ts.mu.Unlock()
 	go t.evictor()
-	if t.gate {
-		go t.unparkAtEnd()
-	} else if t.recoverUntil.Load() != 0 {
-		go t.endAtWindow()
+	if t.recoverUntil.Load() != 0 {
+		go t.watchRecovery()
 	}
 	return t, nil
 }
@@ -827,12 +825,12 @@ func (t *Target) endRecoveryIfDoneLocked() {
 }
 
 // EndRecovery ends the recovery window now if it has not ended (Lustre's
-// abort_recovery; the target calls it itself when a window it gates runs
-// out): the clients of the previous life that have not reconnected will
-// find themselves evicted, and OnClientGone forgets them, so that the
-// next restart does not wait for them; those that reconnected and have
-// not finished replaying are evicted now. It reports how many clients of
-// the previous life it evicted.
+// abort_recovery; the target calls it itself when its window runs out):
+// the clients of the previous life that have not reconnected will find
+// themselves evicted, and OnClientGone forgets them, so that the next
+// restart does not wait for them; those that reconnected and have not
+// finished replaying are evicted now. It reports how many clients of the
+// previous life it evicted.
 func (t *Target) EndRecovery() int {
 	t.mu.Lock()
 	absent := make([]string, 0, len(t.waiting))
@@ -930,18 +928,19 @@ func (t *Target) park(req *Request) (ok bool, replaced *Request) {
 	return true, replaced
 }
 
-// unparkAtEnd answers the parked requests once recovery ends (every
-// client back, EndRecovery, or the window run out: then it calls
-// EndRecovery itself), or drops them if the target closes first.
-func (t *Target) unparkAtEnd() {
+// watchRecovery ends recovery when its window runs out (EndRecovery: the
+// clients not back, or not done replaying, are evicted and forgotten, or
+// every later restart would wait its whole window for them), and then
+// answers the requests parked until it ended (every client back,
+// EndRecovery, or the window run out); it drops them if the target
+// closes first.
+func (t *Target) watchRecovery() {
 	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
 	defer timer.Stop()
 	closing := false
 	select {
 	case <-t.recoveryDone:
 	case <-timer.C:
-		// The clients not back are forgotten, or every later restart
-		// would wait its whole window for them.
 		t.EndRecovery()
 	case <-t.stop:
 		closing = true
@@ -959,20 +958,6 @@ func (t *Target) unparkAtEnd() {
 	}
 	for _, req := range parked {
 		req.svc.unpark(req, closing)
-	}
-}
-
-// endAtWindow ends the recovery of a target that does not gate it
-// (unparkAtEnd does for one that does) when its window runs out, so that
-// the clients still replaying then are evicted.
-func (t *Target) endAtWindow() {
-	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
-	defer timer.Stop()
-	select {
-	case <-t.recoveryDone:
-	case <-timer.C:
-		t.EndRecovery()
-	case <-t.stop:
 	}
 }
 

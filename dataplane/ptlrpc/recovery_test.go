@@ -251,6 +251,20 @@ func (re *recoveryEnv) restart(t *testing.T, window time.Duration, clients ...st
 	re.restartAt(t, 100, window, clients...)
 }
 
+// wrapInc has opInc's handler call before(r) first, and what it returns
+// (if not nil) once it is done.
+func wrapInc(c *ServiceConfig, before func(r *Request) (after func())) {
+	inc := c.Handlers[opInc]
+	next := inc.Fn
+	inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+		if after := before(r); after != nil {
+			defer after()
+		}
+		return next(ctx, r)
+	}
+	c.Handlers[opInc] = inc
+}
+
 // restartAt is restart with the next life's LastTransno; no clients: no
 // gate.
 func (re *recoveryEnv) restartAt(t *testing.T, last uint64, window time.Duration, clients ...string) {
@@ -560,19 +574,32 @@ func TestPingNow(t *testing.T) {
 // replay list to be replayed after the reconnect, each change once; it
 // was dropped, the changes not yet replayed lost without a word.
 func TestReplayGoesOnAfterALostConnection(t *testing.T) {
+	// Armed at the first replay: the next one, the second, is lost.
+	_, a := replayLosing(t, FailDropRequest, 1)
+	if un := a.Uncommitted(); len(un) != 4 {
+		t.Errorf("uncommitted after recovery %v, want the 3 replayed and the new one", un)
+	}
+}
+
+// replayLosing has client a make three changes, restarts the target and
+// has a make a fourth, with fault id armed once as the target handles a's
+// replay number at; it checks the fault fired and that each change was
+// made once.
+func replayLosing(t *testing.T, id FailID, at int) (*recoveryEnv, *Import) {
+	t.Helper()
 	f := &Faults{}
 	var re *recoveryEnv
+	replays := 0
 	re = newRecoveryEnv(t, func(c *ServiceConfig) {
 		c.Faults = f
-		inc := c.Handlers[opInc]
-		next := inc.Fn
-		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
-			if r.Replayed() && !slices.Contains(re.entries(), "a replay") {
-				f.Arm(FailDropRequest, 1) // the next replay is lost
+		wrapInc(c, func(r *Request) (after func()) {
+			if r.Replayed() {
+				if replays++; replays == at {
+					f.Arm(id, 1)
+				}
 			}
-			return next(ctx, r)
-		}
-		c.Handlers[opInc] = inc
+			return nil
+		})
 	})
 	a := re.client(t, "a", rplPortal, true)
 	for range 3 {
@@ -584,15 +611,13 @@ func TestReplayGoesOnAfterALostConnection(t *testing.T) {
 	if err := <-do(a); err != nil {
 		t.Fatal(err)
 	}
-	if f.Fired(FailDropRequest) != 1 {
-		t.Fatalf("the fault fired %d times", f.Fired(FailDropRequest))
+	if f.Fired(id) != 1 {
+		t.Fatalf("the fault fired %d times", f.Fired(id))
 	}
 	if got, want := re.entries()[3:], []string{"a replay", "a replay", "a replay", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("after the restart handled %q, want %q", got, want)
 	}
-	if un := a.Uncommitted(); len(un) != 4 {
-		t.Errorf("uncommitted after recovery %v, want the 3 replayed and the new one", un)
-	}
+	return re, a
 }
 
 // TestRecoveryEvictsClientsNotDone: when the window runs out, a client
@@ -702,15 +727,12 @@ func TestRecoverRefusedDoesNotLoop(t *testing.T) {
 func TestEvictedMidReplayStopsReplaying(t *testing.T) {
 	var re *recoveryEnv
 	re = newRecoveryEnv(t, func(c *ServiceConfig) {
-		inc := c.Handlers[opInc]
-		next := inc.Fn
-		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+		wrapInc(c, func(r *Request) (after func()) {
 			if r.Replayed() && !slices.Contains(re.entries(), "a replay") {
-				defer re.tgt.Evict("a")
+				after = func() { re.tgt.Evict("a") }
 			}
-			return next(ctx, r)
-		}
-		c.Handlers[opInc] = inc
+			return after
+		})
 	})
 	var evicted atomic.Bool
 	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) { c.OnEvict = func(*Import) { evicted.Store(true) } })
@@ -799,9 +821,7 @@ func TestWindowEndLiftsCapMidReplay(t *testing.T) {
 	faults := &Faults{}
 	re = newRecoveryEnv(t, func(c *ServiceConfig) {
 		c.Faults = faults
-		inc := c.Handlers[opInc]
-		next := inc.Fn
-		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+		wrapInc(c, func(r *Request) (after func()) {
 			if r.Replayed() && r.Export().uuid == "a" {
 				once.Do(func() {
 					close(entered)
@@ -809,9 +829,8 @@ func TestWindowEndLiftsCapMidReplay(t *testing.T) {
 					faults.Arm(FailDropReply, 1) // a loses its connection mid-replay
 				})
 			}
-			return next(ctx, r)
-		}
-		c.Handlers[opInc] = inc
+			return after
+		})
 	})
 	var evicted atomic.Bool
 	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) { c.OnEvict = func(*Import) { evicted.Store(true) } })
@@ -849,36 +868,7 @@ func TestWindowEndLiftsCapMidReplay(t *testing.T) {
 // the server, which made the change, answers from the reply it kept, and
 // the change is made once. (Sent afresh, it was made twice.)
 func TestReplayWithLostReplyRunsOnce(t *testing.T) {
-	f := &Faults{}
-	var re *recoveryEnv
-	re = newRecoveryEnv(t, func(c *ServiceConfig) {
-		c.Faults = f
-		inc := c.Handlers[opInc]
-		next := inc.Fn
-		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
-			if r.Replayed() && slices.Contains(re.entries(), "a replay") && f.Fired(FailDropReply) == 0 {
-				f.Arm(FailDropReply, 1) // this, the second replay, made; its reply lost
-			}
-			return next(ctx, r)
-		}
-		c.Handlers[opInc] = inc
-	})
-	a := re.client(t, "a", rplPortal, true)
-	for range 3 {
-		if err := <-do(a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	re.restart(t, time.Minute, "a")
-	if err := <-do(a); err != nil {
-		t.Fatal(err)
-	}
-	if f.Fired(FailDropReply) != 1 {
-		t.Fatalf("the fault fired %d times", f.Fired(FailDropReply))
-	}
-	if got, want := re.entries()[3:], []string{"a replay", "a replay", "a replay", "a"}; !slices.Equal(got, want) {
-		t.Fatalf("after the restart handled %q, want %q", got, want)
-	}
+	re, _ := replayLosing(t, FailDropReply, 2) // the second replay made, its reply lost
 	if st := re.svc.Stats(); st.Reconstructed != 1 {
 		t.Errorf("%d replies reconstructed, want the lost one's", st.Reconstructed)
 	}
@@ -895,16 +885,13 @@ func TestResentReplayAfterExportDropped(t *testing.T) {
 	var re *recoveryEnv
 	re = newRecoveryEnv(t, func(c *ServiceConfig) {
 		c.Faults = f
-		inc := c.Handlers[opInc]
-		next := inc.Fn
-		inc.Fn = func(ctx context.Context, r *Request) ([]byte, int32) {
+		wrapInc(c, func(r *Request) (after func()) {
 			if r.Replayed() && slices.Contains(re.entries(), "a replay") && f.Fired(FailDropReply) == 0 {
-				f.Arm(FailDropReply, 1) // the second replay made, its reply lost
-				defer re.tgt.Evict("a") // and its export (saved replies) gone
+				f.Arm(FailDropReply, 1)              // the second replay made, its reply lost
+				after = func() { re.tgt.Evict("a") } // and its export (saved replies) gone
 			}
-			return next(ctx, r)
-		}
-		c.Handlers[opInc] = inc
+			return after
+		})
 	})
 	a := re.client(t, "a", rplPortal, true)
 	for range 3 {

@@ -430,19 +430,15 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	// clients that had them open reopen them in the recovery window
 	// (replayed opens), and the rest go when it ends: when every client of
 	// the previous life is back, or the window runs out.
-	if end := m.tgt.RecoveryEnd(); end.IsZero() {
+	if m.tgt.RecoveryEnd().IsZero() {
 		m.destroyOrphans()
 	} else {
 		m.wg.Go(func() {
-			t := time.NewTimer(time.Until(end))
-			defer t.Stop()
 			select {
-			case <-t.C:
-			case <-m.tgt.RecoveryDone():
+			case <-m.tgt.RecoveryDone(): // the target ends it itself when the window runs out
 			case <-m.stop:
 				return
 			}
-			m.tgt.EndRecovery() // nothing left to do if it ended already
 			m.destroyOrphans()
 		})
 	}

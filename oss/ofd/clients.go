@@ -119,16 +119,10 @@ func parseSlot(s []byte) (string, bool) {
 func (cr *clientRecords) reset(ctx context.Context) error {
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
-	tx, err := cr.dev.Begin(ctx)
-	if err != nil {
+	if err := cr.commit(ctx, "reset client records", func(tx osd.Tx) error {
+		return tx.SetAttr(clientsFID, osd.Attr{Valid: osd.AttrSize})
+	}); err != nil {
 		return err
-	}
-	defer tx.Abort()
-	if err := tx.SetAttr(clientsFID, osd.Attr{Valid: osd.AttrSize}); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("reset client records: %w", err)
 	}
 	clear(cr.slots)
 	cr.free, cr.len = nil, 0
@@ -161,21 +155,15 @@ func (cr *clientRecords) add(ctx context.Context, uuid string) error {
 	if n := len(cr.free); n > 0 {
 		i = cr.free[n-1]
 	}
-	tx, err := cr.dev.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Abort()
-	if !cr.exists {
-		if err := tx.Create(clientsFID, osd.Attr{}); err != nil {
-			return err
+	if err := cr.commit(ctx, "record client "+uuid, func(tx osd.Tx) error {
+		if !cr.exists {
+			if err := tx.Create(clientsFID, osd.Attr{}); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tx.WriteRecord(clientsFID, slot(uuid), int64(i)*slotSize); err != nil {
+		return tx.WriteRecord(clientsFID, slot(uuid), int64(i)*slotSize)
+	}); err != nil {
 		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("record client %s: %w", uuid, err)
 	}
 	cr.exists = true
 	if i == cr.len {
@@ -211,20 +199,31 @@ func (cr *clientRecords) remove(ctx context.Context, uuid string) error {
 	if !ok || cr.off {
 		return nil
 	}
-	tx, err := cr.dev.Begin(ctx)
-	if err != nil {
+	if err := cr.commit(ctx, "forget client "+uuid, func(tx osd.Tx) error {
+		return tx.WriteRecord(clientsFID, make([]byte, slotSize), int64(i)*slotSize)
+	}); err != nil {
 		return err
-	}
-	defer tx.Abort()
-	if err := tx.WriteRecord(clientsFID, make([]byte, slotSize), int64(i)*slotSize); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("forget client %s: %w", uuid, err)
 	}
 	delete(cr.slots, uuid)
 	// Lowest last, so that the records stay packed at the front.
 	cr.free = append(cr.free, i)
 	slices.SortFunc(cr.free, func(a, b int) int { return b - a })
+	return nil
+}
+
+// commit makes the steps one transaction of the device and commits it;
+// what names it in errors.
+func (cr *clientRecords) commit(ctx context.Context, what string, steps func(osd.Tx) error) error {
+	tx, err := cr.dev.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer tx.Abort()
+	if err := steps(tx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	return nil
 }
