@@ -70,12 +70,13 @@ func TestSwapLayoutsRefusedInRecovery(t *testing.T) {
 }
 
 // TestSwapLayoutsReplayAfterWriterReplay: a swap the MDT made and did not
-// commit before it stopped is replayed by its client, whatever opens other
-// clients replayed first: a writer that opened the file after the swap
-// (and so writes to the objects the swap gave it) has its open replayed
-// too, possibly before the swap. Refusing the replayed swap for that
-// writer would undo it, and the unlink of lfs migrate's copy, replayed
-// next, would destroy the objects the writer writes to.
+// commit before it stopped is replayed by its client, whichever client is
+// back first: a writer that opened the file after the swap (and so writes
+// to the objects the swap gave it) has its open replayed too. Its open
+// waits for the swap (opens are replayed once every client has replayed
+// its requests); were it replayed first, refusing the replayed swap for
+// that writer would undo it, and the unlink of lfs migrate's copy,
+// replayed next, would destroy the objects the writer writes to.
 func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	const window = 20 * time.Second
 	c, a, b, ctx := restartable(t, 2, window)
@@ -86,7 +87,9 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := copyLayout.Components[0].RAID0.Objects
-	time.Sleep(1500 * time.Millisecond) // all that committed
+	if err := c.ReplayBarrierMDS(ctx); err != nil { // the swap and the open are lost in the restart
+		t.Fatal(err)
+	}
 	if err := b.SwapLayouts(ctx, root, file, cp, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -96,11 +99,11 @@ func TestSwapLayoutsReplayAfterWriterReplay(t *testing.T) {
 	}
 	client.SetNoImperativeRecovery(b) // b back only when it asks
 	t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
-	c.KillMDS() // within the MDT's 1 s commit interval of the swap
-	if err := c.StartMDS(); err != nil {
+	if err := c.FailMDS(); err != nil {
 		t.Fatal(err)
 	}
-	// The writer recovers first (its open replayed), then the swapper.
+	// The writer is back first (its open, made after the swap, waits
+	// for it), then the swapper.
 	done := backAfterRestart(ctx, a)
 	waitReplaying(t, a)
 	if err := <-backAfterRestart(ctx, b); err != nil {
@@ -143,14 +146,15 @@ func TestUnlinkInRecoveryKeepsOpenFile(t *testing.T) {
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // the create committed
+	if err := c.ReplayBarrierMDS(ctx); err != nil { // the unlink is lost in the restart
+		t.Fatal(err)
+	}
 	if err := b.Unlink(ctx, root, b.Root(), "kept"); err != nil {
 		t.Fatal(err)
 	}
 	client.SetNoImperativeRecovery(a) // a back only at its write
 	t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
-	c.KillMDS() // within the MDT's 1 s commit interval of the unlink
-	if err := c.StartMDS(); err != nil {
+	if err := c.FailMDS(); err != nil {
 		t.Fatal(err)
 	}
 	done := backAfterRestart(ctx, b) // replays the unlink
@@ -193,13 +197,19 @@ func backAfterRestart(ctx context.Context, fs *client.FS) <-chan error {
 	return done
 }
 
-// waitReplaying waits until fs's MDC import is in REPLAY_WAIT: it has
-// replayed, and waits for the other clients.
+// waitReplaying waits until fs's MDC import is back in the restarted
+// MDT's recovery: replaying its requests (REPLAY: a replay may wait for
+// another client's turn), or done with them and waiting for the other
+// clients (REPLAY_LOCKS, REPLAY_WAIT).
 func waitReplaying(t *testing.T, fs *client.FS) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); fs.MDCState() != ptlrpc.StateReplayWait; time.Sleep(5 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		switch fs.MDCState() {
+		case ptlrpc.StateReplay, ptlrpc.StateReplayLocks, ptlrpc.StateReplayWait:
+			return
+		}
 		if time.Now().After(end) {
-			t.Fatalf("the MDC import is %v, not waiting for recovery to end", fs.MDCState())
+			t.Fatalf("the MDC import is %v, not in recovery", fs.MDCState())
 		}
 	}
 }
@@ -323,5 +333,64 @@ func TestMGSAwayNoPingStorm(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	if n := fs.RPCsSent() - before; n > 3 {
 		t.Errorf("an idle client sent %d RPCs in 5 s with the MGS away", n)
+	}
+}
+
+// TestReplayAfterAnotherClientsReplay: client a makes a directory and
+// client b a file in it, and the MDS stops before either committed. After
+// the restart b is back first, a only later: b's replayed create must
+// wait for a's mkdir (the MDT replays every client's requests in transno
+// order). Run first, it found no directory, was refused, and b's file was
+// lost.
+func TestReplayAfterAnotherClientsReplay(t *testing.T) {
+	c, a, b, ctx := restartable(t, 1, time.Minute)
+	root := client.Root()
+	if _, err := b.FID2Path(ctx, root, b.Root()); err != nil { // b connected
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierMDS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := a.Mkdir(ctx, root, a.Root(), "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("b's file in a's directory")
+	f, _, err := b.Create(ctx, root, d.FID, "f", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client.SetNoImperativeRecovery(a) // a back only when it asks
+	t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
+	if err := c.FailMDS(); err != nil { // both lost: the clients replay them
+		t.Fatal(err)
+	}
+	bDone := backAfterRestart(ctx, b)
+	waitReplaying(t, b)
+	time.Sleep(500 * time.Millisecond) // b's create waits for a
+	if err := <-backAfterRestart(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	fa, err := b.Lookup(ctx, root, d.FID, "f")
+	if err != nil {
+		t.Fatalf("b's file after the restart: %v", err)
+	}
+	r, _, err := b.Open(ctx, root, fa.FID, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	got := make([]byte, 64)
+	if n, err := r.ReadAt(ctx, got, 0); !bytes.Equal(got[:n], data) {
+		t.Fatalf("b's file reads %q (%v), want %q", got[:n], err, data)
 	}
 }

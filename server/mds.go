@@ -57,6 +57,28 @@ func FormatMDT(ctx context.Context, dir string, id TargetIdentity) (TargetIdenti
 	return id, s.Close()
 }
 
+// replayBarrierDir is where an MDT's replay_barrier saves its store,
+// under the target directory.
+const replayBarrierDir = "replay_barrier"
+
+// RestoreReplayBarrier puts the MDT in dir, stopped, back as it was at its
+// replay_barrier (mdt.*.replay_barrier): its store is replaced by the
+// copy the barrier saved, as if every change after it had been lost in a
+// crash. For tests of recovery.
+func RestoreReplayBarrier(dir string) error {
+	saved, store := filepath.Join(dir, replayBarrierDir), filepath.Join(dir, mdtDir)
+	if _, err := os.Stat(saved); err != nil {
+		return fmt.Errorf("server: %s: no replay barrier: %w", dir, err)
+	}
+	if err := os.RemoveAll(store); err != nil {
+		return fmt.Errorf("server: %s: %w", dir, err)
+	}
+	if err := os.Rename(saved, store); err != nil {
+		return fmt.Errorf("server: %s: %w", dir, err)
+	}
+	return nil
+}
+
 // startMDT serves the MDT in dir and registers it; its OST list and pools
 // come from the MGS's configuration, read at registration and every
 // ConfigInterval after.
@@ -70,7 +92,7 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 	if err != nil {
 		return fmt.Errorf("server: %s: %w", dir, err)
 	}
-	s.registerMDT(m, id)
+	s.registerMDT(m, id, dir)
 	abs, _ := filepath.Abs(dir)
 	reg, err := Register(ctx, id, nids, abs, s.StatusPort(), lg)
 	if err != nil {

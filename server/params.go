@@ -7,6 +7,7 @@ import (
 	"github.com/nacrefs/nacre/mds/mdd"
 	"math"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,7 +32,7 @@ import (
 //	ost.OSS.ost_io.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
 //	obdfilter.FS-OSTxxxx.{stats,tot_granted,num_exports,uuid,recovery_status,abort_recovery,job_stats}
 //	mds.MDS.mdt.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
-//	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,abort_recovery,job_stats}
+//	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,abort_recovery,replay_barrier,job_stats}
 //	ldlm.namespaces.{filter,mdt}-FS-{OST,MDT}xxxx_UUID.{lock_count,resource_count}
 //
 // The persistent parameters of the file system that apply to servers
@@ -258,7 +259,7 @@ func (s *Storage) registerMDS() {
 }
 
 // registerMDT registers an MDT's device and parameters.
-func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
+func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity, dir string) {
 	s.registerMGC(id)
 	name := id.Label
 	p := "mdt." + name + "."
@@ -279,6 +280,19 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity) {
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
 		s.abortRecoveryParam(p, name, tgt),
+		params.Bool(p+"replay_barrier", "1 saves the store as it is now and stops reporting commits (recovery tests; see RestoreReplayBarrier)",
+			func() bool { return false },
+			func(on bool) error {
+				if !on {
+					return nil
+				}
+				d := filepath.Join(dir, replayBarrierDir)
+				if err := m.Store().ReplayBarrier(d); err != nil {
+					return err
+				}
+				s.log.Warn("replay barrier: the MDT reports no more commits", "target", name, "saved", d)
+				return nil
+			}),
 		jobStatsParam(p+"job_stats", m.JobStats(), mdtJobOps...),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)

@@ -97,19 +97,33 @@
 // A target that restarts with changes behind it (TargetConfig.LastTransno)
 // opens a recovery window (RecoveryWindow). An import that reconnects to
 // a new instance of its server that took it back replays its kept
-// requests in transno order (MSG_REPLAY), then what the layers above keep
-// (ImportConfig.OnRecover: locks, open files, data not yet committed),
-// and then says so with an OBD_PING flagged MSG_REQ_REPLAY_DONE |
-// MSG_LOCK_REPLAY_DONE (state REPLAY). A target that knows its previous
-// life's clients (TargetConfig.Clients, recorded through OnNewClient and
-// OnClientGone) serves nothing new until all of them are back: it holds
-// each replay-done request unanswered (early replies keep its client
-// waiting, in REPLAY_WAIT, sending only lock cancels and conversions) and
-// refuses other clients' connects with -EBUSY; it ends recovery once the
-// last is back, at EndRecovery (abort_recovery), or when the window runs
-// out, then evicts the clients not back or not done replaying and
-// answers the others. A connection lost in the middle of this goes on
-// after the reconnect where it stopped. Import.PingNow makes an idle
-// import notice a restart at once (Lustre's imperative recovery: the
-// client hears of it from the MGS).
+// requests in transno order (MSG_REPLAY, state REPLAY), says it has with
+// an OBD_PING flagged MSG_REQ_REPLAY_DONE, then replays what the layers
+// above keep (ImportConfig.OnRecover: locks, open files, data not yet
+// committed; state REPLAY_LOCKS), and then says so with an OBD_PING
+// flagged MSG_REQ_REPLAY_DONE | MSG_LOCK_REPLAY_DONE.
+//
+// A target that knows its previous life's clients (TargetConfig.Clients,
+// recorded through OnNewClient and OnClientGone) recovers as Lustre's
+// does. It runs the replayed requests of all clients one at a time in
+// transno order, each under its transno of the previous life: a replay
+// waits until every client that may still replay an earlier transno has
+// come back and sent its next replay or its MSG_REQ_REPLAY_DONE. So a
+// change finds what it depended on (a file created in another client's
+// new directory), and a restart during recovery never has a later change
+// committed before an earlier one still to come. It holds each
+// MSG_REQ_REPLAY_DONE request until every client has replayed its
+// requests, so locks and opens are replayed after them and numbered after
+// them; and it serves nothing new until all clients are back: it holds
+// each final replay-done request unanswered (early replies keep its
+// client waiting, in REPLAY_WAIT, sending only lock cancels and
+// conversions) and refuses other clients' connects with -EBUSY. It ends
+// recovery once the last is back, at EndRecovery (abort_recovery), or
+// when the window runs out. At the window's end, if some clients never
+// came back while others still replay, only the absent are evicted and
+// the others get the window's length once more; then the clients not
+// done are evicted and the rest answered. A connection lost in the middle
+// of this goes on after the reconnect where it stopped. Import.PingNow
+// makes an idle import notice a restart at once (Lustre's imperative
+// recovery: the client hears of it from the MGS).
 package ptlrpc

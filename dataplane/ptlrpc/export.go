@@ -1,6 +1,7 @@
 package ptlrpc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,6 +149,30 @@ type Target struct {
 	// (Export.parked); parking says more are taken. Guarded by mu.
 	parked  []*Request
 	parking bool
+	// replays are the recovering clients' replays of changes the previous
+	// life lost (MSG_REPLAY of a transno after LastTransno), queued to run
+	// one at a time in transno order on their original transnos, as
+	// Lustre's recovery thread runs them: a change is made again only
+	// after every change before it that any client may still replay, so a
+	// replay finds what it depended on (another client's mkdir), and a
+	// restart during recovery never finds a later change committed before
+	// an earlier one still to come. At most one per export
+	// (Export.queued): a client replays one at a time. replayedTo is the
+	// transno of the last run (from LastTransno), replayRunning says one
+	// runs now, and requestsReplayed that request replay is over: every
+	// client recovery waits for has said it replayed its requests
+	// (MsgReqReplayDone), and their lock replays may go. Guarded by mu.
+	replays          []*Request
+	replayedTo       uint64
+	replayRunning    bool
+	requestsReplayed bool
+	// over says a gated recovery has ended (finishRecoveryLocked): it ends
+	// when the target says so, not when the clock passes recoverUntil,
+	// which the window's end may extend.
+	over atomic.Bool
+	// extended says the window's end was put off once, for the clients
+	// that came back and still replay (evictAbsent).
+	extended bool
 
 	tmu       sync.Mutex    // serializes AssignTransno
 	transno   atomic.Uint64 // last transno given out
@@ -175,7 +200,12 @@ type TargetSet struct {
 
 // Recovering reports whether the target is within its recovery window,
 // when clients of its previous life may replay what it lost.
-func (t *Target) Recovering() bool { return time.Now().UnixNano() < t.recoverUntil.Load() }
+func (t *Target) Recovering() bool {
+	if t.gate {
+		return !t.over.Load()
+	}
+	return time.Now().UnixNano() < t.recoverUntil.Load()
+}
 
 // RecoveryEnd returns the end of the target's recovery window; zero if it
 // has none (a new target, or no window configured).
@@ -247,6 +277,7 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	}
 	t.transno.Store(cfg.LastTransno)
 	t.committed.Store(cfg.LastTransno)
+	t.replayedTo = cfg.LastTransno
 	if cfg.LastTransno > 0 && cfg.RecoveryWindow > 0 {
 		now := time.Now()
 		t.recoverStart.Store(now.UnixNano())
@@ -281,6 +312,48 @@ func (t *Target) Name() string { return t.cfg.Name }
 // modifying requests; a storage layer numbering its own transactions may
 // call it too.
 func (t *Target) NextTransno() uint64 { return t.transno.Add(1) }
+
+// InternalTransno numbers a change the target's storage makes on its own
+// (closing an evicted client's files): NextTransno, or 0 — no number —
+// while the clients of a target that knows them still replay their
+// requests. A number then could be one of the previous life's that a
+// client has still to replay, which a restart would then take for
+// committed. Unnumbered, the change is durable with the next commit all
+// the same.
+func (t *Target) InternalTransno() uint64 {
+	if t.gate {
+		t.mu.Lock()
+		replaying := !t.requestsReplayed && !t.over.Load()
+		t.mu.Unlock()
+		if replaying {
+			return 0
+		}
+	}
+	return t.NextTransno()
+}
+
+// takeTransno gives out replay, a replay's transno of the previous life
+// run in its turn, or the next transaction number if it is 0. Replays run
+// one at a time in transno order, before anything new: the transnos
+// given out stay in order.
+func (t *Target) takeTransno(replay uint64) uint64 {
+	if replay == 0 {
+		return t.NextTransno()
+	}
+	for {
+		c := t.transno.Load()
+		if c >= replay || t.transno.CompareAndSwap(c, replay) {
+			return replay
+		}
+	}
+}
+
+// requestsDone notes that e's client has replayed its requests.
+func (t *Target) requestsDone(e *Export) {
+	t.mu.Lock()
+	e.reqDone = true
+	t.mu.Unlock()
+}
 
 // Committed records that every transno up to n is on stable storage; replies
 // from then on carry it as last_committed.
@@ -383,7 +456,15 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 		}
 		t.dropped[e.handle] = struct{}{}
 	}
+	queued := e.queued
+	if queued != nil {
+		e.queued = nil
+		t.replays = slices.DeleteFunc(t.replays, func(r *Request) bool { return r == queued })
+	}
 	t.mu.Unlock()
+	if queued != nil {
+		queued.svc.unpark(queued, true)
+	}
 	t.set.mu.Lock()
 	if t.set.byHandle[e.handle] == e {
 		delete(t.set.byHandle, e.handle)
@@ -422,6 +503,8 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 		t.clientBack(e.uuid)
 	}
 	t.cmu.Unlock()
+	// The others' replays no longer wait for it.
+	t.replayNext()
 }
 
 // evictor evicts exports that have been silent for EvictTimeout (Lustre's
@@ -496,6 +579,10 @@ type Export struct {
 	lastSeen   atomic.Int64 // unix nanoseconds of the last request
 	busy       atomic.Int32 // requests being handled: a busy client is not silent
 	parked     *Request     // its replay-done request parked (Target.park), if any; guarded by target.mu
+	queued     *Request     // its replay queued to run in transno order (Target.queueReplay); guarded by target.mu
+	// reqDone says the client has replayed its requests (MsgReqReplayDone)
+	// to the recovering target; guarded by target.mu.
+	reqDone bool
 	// replaying says the client reconnected in recovery and has not said
 	// it is done replaying (replyCommitted).
 	replaying atomic.Bool
@@ -882,6 +969,7 @@ func (t *Target) EndRecovery() int {
 // finishRecoveryLocked ends recovery now (if it has not ended) and wakes
 // RecoveryDone; t.mu is held.
 func (t *Target) finishRecoveryLocked() {
+	t.over.Store(true)
 	t.waiting = nil
 	t.dropped = nil // connects are no longer taken as recovering
 	if now := time.Now().UnixNano(); t.recoverUntil.Load() > now {
@@ -904,14 +992,17 @@ func (t *Target) clientBack(uuid string) {
 
 // park holds req, a client's replay-done request, unanswered until
 // recovery ends, if the target gates recovery and it goes on; it reports
-// whether it did. An export has at most one parked: a later one (sent
-// again after a reconnect, the client having given up on the first)
-// takes its place, and park returns the one it replaced for the caller
-// to drop. A request of a closing service is not parked.
-func (t *Target) park(req *Request) (ok bool, replaced *Request) {
+// whether it did. With untilReplayed, req is the client's word that it
+// replayed its requests (MsgReqReplayDone alone), held only until
+// request replay is over (and not parked once it is). An export has at
+// most one parked: a later one (sent again after a reconnect, the client
+// having given up on the first) takes its place, and park returns the
+// one it replaced for the caller to drop. A request of a closing service
+// is not parked.
+func (t *Target) park(req *Request, untilReplayed bool) (ok bool, replaced *Request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.parking || t.closed || !t.Recovering() {
+	if !t.parking || t.closed || !t.Recovering() || untilReplayed && t.requestsReplayed {
 		return false, nil
 	}
 	req.svc.mu.Lock()
@@ -923,6 +1014,7 @@ func (t *Target) park(req *Request) (ok bool, replaced *Request) {
 	if replaced = req.exp.parked; replaced != nil {
 		t.parked = slices.DeleteFunc(t.parked, func(r *Request) bool { return r == replaced })
 	}
+	req.untilReplayed = untilReplayed
 	req.exp.parked = req
 	t.parked = append(t.parked, req)
 	return true, replaced
@@ -933,17 +1025,29 @@ func (t *Target) park(req *Request) (ok bool, replaced *Request) {
 // every later restart would wait its whole window for them), and then
 // answers the requests parked until it ended (every client back,
 // EndRecovery, or the window run out); it drops them if the target
-// closes first.
+// closes first. At the window's end of a target that knows its clients,
+// with some that never came back while others still replay, only those
+// absent are evicted, and the rest get the window's length again (once,
+// as Lustre's recovery_time_hard bounds its extensions): their replays
+// may have waited for an absent client's turn.
 func (t *Target) watchRecovery() {
 	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
 	defer timer.Stop()
 	closing := false
-	select {
-	case <-t.recoveryDone:
-	case <-timer.C:
-		t.EndRecovery()
-	case <-t.stop:
-		closing = true
+wait:
+	for {
+		select {
+		case <-t.recoveryDone:
+		case <-timer.C:
+			if d := t.evictAbsent(); d > 0 {
+				timer.Reset(d)
+				continue
+			}
+			t.EndRecovery()
+		case <-t.stop:
+			closing = true
+		}
+		break wait
 	}
 	t.mu.Lock()
 	t.parking = false
@@ -952,6 +1056,14 @@ func (t *Target) watchRecovery() {
 	for _, r := range parked {
 		r.exp.parked = nil
 	}
+	// Replays still queued are of exports EndRecovery dropped (drop takes
+	// them out) or of a closing target.
+	queued := t.replays
+	t.replays = nil
+	for _, r := range queued {
+		r.exp.queued = nil
+	}
+	t.requestsReplayed = true
 	t.mu.Unlock()
 	if len(parked) > 0 {
 		t.log.Info("ptlrpc: recovery over: answering the clients that wait for it", "clients", len(parked))
@@ -959,6 +1071,186 @@ func (t *Target) watchRecovery() {
 	for _, req := range parked {
 		req.svc.unpark(req, closing)
 	}
+	for _, req := range queued {
+		req.svc.unpark(req, true)
+	}
+}
+
+// evictAbsent, at the window's end, evicts the clients of the previous
+// life that never came back, if some that did are still replaying, and
+// puts the end off by the window's length for those; it returns by how
+// much (0: recovery ends now, EndRecovery evicting the clients not done).
+func (t *Target) evictAbsent() time.Duration {
+	t.cmu.Lock()
+	t.mu.Lock()
+	var absent []string
+	replaying := 0
+	for c := range t.waiting {
+		if t.exports[c] == nil {
+			absent = append(absent, c)
+		} else {
+			replaying++
+		}
+	}
+	if !t.gate || t.extended || replaying == 0 || len(absent) == 0 || t.over.Load() {
+		t.mu.Unlock()
+		t.cmu.Unlock()
+		return 0
+	}
+	t.extended = true
+	d := t.cfg.RecoveryWindow
+	t.recoverUntil.Store(time.Now().Add(d).UnixNano())
+	for _, c := range absent {
+		delete(t.waiting, c)
+	}
+	t.mu.Unlock()
+	// Forgotten, as EndRecovery forgets them: the next restart does not
+	// wait for them.
+	if t.cfg.OnClientGone != nil {
+		for _, c := range absent {
+			t.cfg.OnClientGone(c)
+		}
+	}
+	t.cmu.Unlock()
+	t.recoveryEvicted.Add(uint64(len(absent)))
+	t.log.Warn("ptlrpc: recovery window over: clients not back are evicted; those back and replaying get more time",
+		"evicted", len(absent), "replaying", replaying, "more", d)
+	t.replayNext()
+	return d
+}
+
+// queueReplay queues req, a replay of a change the previous life lost
+// (MSG_REPLAY of a transno after LastTransno), to run in transno order,
+// if the target gates recovery and request replay goes on; it reports
+// whether it did (ok), or why req is refused (a client with a replay
+// queued already: each waits for its reply).
+func (t *Target) queueReplay(req *Request) (ok bool, err error) {
+	t.mu.Lock()
+	if !t.gate || t.requestsReplayed || t.closed || !t.Recovering() {
+		t.mu.Unlock()
+		return false, nil
+	}
+	req.svc.mu.Lock()
+	closing := req.svc.closed
+	req.svc.mu.Unlock()
+	if closing {
+		t.mu.Unlock()
+		return false, nil
+	}
+	e := req.exp
+	if e.queued != nil {
+		t.mu.Unlock()
+		return false, fmt.Errorf("replay of transno %d while its replay of %d waits", req.Header.Transno, e.queued.Header.Transno)
+	}
+	e.queued = req
+	i, _ := slices.BinarySearchFunc(t.replays, req.Header.Transno, func(r *Request, n uint64) int {
+		return cmp.Compare(r.Header.Transno, n)
+	})
+	t.replays = slices.Insert(t.replays, i, req)
+	t.mu.Unlock()
+	t.replayNext()
+	return true, nil
+}
+
+// replayNext runs the next queued replay if its turn has come, or ends
+// request replay if none is left to come.
+func (t *Target) replayNext() {
+	t.mu.Lock()
+	if t.replayRunning {
+		t.mu.Unlock()
+		return
+	}
+	r := t.nextReplayLocked()
+	var held []*Request
+	if r == nil {
+		held = t.endRequestReplayLocked()
+	}
+	t.mu.Unlock()
+	if r != nil {
+		go t.runReplays(r)
+	}
+	for _, req := range held {
+		req.svc.unpark(req, false)
+	}
+}
+
+// runReplays runs r, and the replays whose turn comes after it, one at a
+// time (one goroutine per target at most: replayRunning).
+func (t *Target) runReplays(r *Request) {
+	for r != nil {
+		r.replayTransno = r.Header.Transno
+		r.svc.unpark(r, false)
+		t.mu.Lock()
+		t.replayedTo = max(t.replayedTo, r.replayTransno)
+		t.replayRunning = false
+		r = t.nextReplayLocked()
+		var held []*Request
+		if r == nil {
+			held = t.endRequestReplayLocked()
+		}
+		t.mu.Unlock()
+		for _, req := range held {
+			req.svc.unpark(req, false)
+		}
+	}
+}
+
+// nextReplayLocked takes the first queued replay if it is the next
+// transno, or if no client can still replay one before it: each client
+// recovery waits for is back, and has a replay queued or has replayed
+// its requests. (A transno no one replays was committed, or its change
+// failed, or its client went.) t.mu is held.
+func (t *Target) nextReplayLocked() *Request {
+	if t.replayRunning || len(t.replays) == 0 {
+		return nil
+	}
+	r := t.replays[0]
+	if r.Header.Transno > t.replayedTo+1 && !t.allAccountedLocked() {
+		return nil
+	}
+	t.replays = t.replays[1:]
+	r.exp.queued = nil
+	t.replayRunning = true
+	return r
+}
+
+// allAccountedLocked reports whether every client recovery waits for is
+// back and has a replay queued, or has replayed its requests. t.mu is
+// held.
+func (t *Target) allAccountedLocked() bool {
+	for c := range t.waiting {
+		e := t.exports[c]
+		if e == nil || e.queued == nil && !e.reqDone {
+			return false
+		}
+	}
+	return true
+}
+
+// endRequestReplayLocked ends request replay if every client recovery
+// waits for has replayed its requests, and returns the requests parked
+// until then (their MsgReqReplayDone), to be answered. t.mu is held.
+func (t *Target) endRequestReplayLocked() []*Request {
+	if t.requestsReplayed || !t.gate || t.replayRunning || len(t.replays) > 0 {
+		return nil
+	}
+	for c := range t.waiting {
+		if e := t.exports[c]; e == nil || !e.reqDone {
+			return nil
+		}
+	}
+	t.requestsReplayed = true
+	t.log.Info("ptlrpc: request replay over; lock replay goes on", "replayed_to", t.replayedTo)
+	var held []*Request
+	t.parked = slices.DeleteFunc(t.parked, func(r *Request) bool {
+		if r.untilReplayed {
+			r.exp.parked = nil
+			held = append(held, r)
+			return true
+		}
+		return false
+	})
+	return held
 }
 
 // unparkService takes out of the targets' parked requests those of s,
@@ -973,6 +1265,14 @@ func (ts *TargetSet) unparkService(s *Service) []*Request {
 		t.parked = slices.DeleteFunc(t.parked, func(r *Request) bool {
 			if r.svc == s {
 				r.exp.parked = nil
+				out = append(out, r)
+				return true
+			}
+			return false
+		})
+		t.replays = slices.DeleteFunc(t.replays, func(r *Request) bool {
+			if r.svc == s {
+				r.exp.queued = nil
 				out = append(out, r)
 				return true
 			}

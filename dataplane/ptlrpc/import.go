@@ -30,8 +30,10 @@ type ImportState int32
 // then FULL; after one that found the export gone it is EVICTED while it
 // fails the old requests and tells its owner, then FULL on the new export.
 // After a reconnect to a restarted server that took the client back it is
-// REPLAY while it replays what the server lost, REPLAY_WAIT while the
-// server waits for its other clients to have replayed too, then RECOVER.
+// REPLAY while it replays the requests the server lost, REPLAY_LOCKS
+// while it replays its locks and opens (once every client has replayed
+// its requests), REPLAY_WAIT while the server waits for its other clients
+// to have replayed too, then RECOVER.
 const (
 	StateDisconn ImportState = iota + 1
 	StateConnecting
@@ -41,11 +43,12 @@ const (
 	StateClosed
 	StateReplay
 	StateReplayWait
+	StateReplayLocks
 )
 
 var stateNames = [...]string{StateDisconn: "DISCONN", StateConnecting: "CONNECTING", StateFull: "FULL",
 	StateRecover: "RECOVER", StateEvicted: "EVICTED", StateClosed: "CLOSED", StateReplay: "REPLAY",
-	StateReplayWait: "REPLAY_WAIT"}
+	StateReplayWait: "REPLAY_WAIT", StateReplayLocks: "REPLAY_LOCKS"}
 
 // String returns Lustre's name of the state.
 func (s ImportState) String() string {
@@ -621,8 +624,11 @@ func (imp *Import) connect() error {
 }
 
 // replay replays the kept requests to a restarted server in transno
-// order (MSG_REPLAY), then runs OnRecover. The server numbers them anew:
-// the list keeps them under their new transnos until committed.
+// order (MSG_REPLAY), then runs OnRecover. A server that knows its
+// clients runs each in its turn among all clients' replays, under its
+// transno (the wait may be long: early replies keep the client waiting);
+// another numbers them anew. The list keeps them under the transnos the
+// replies give until committed.
 func (imp *Import) replay(cn *connInfo) error {
 	imp.mu.Lock()
 	list := imp.mu.replay
@@ -630,8 +636,6 @@ func (imp *Import) replay(cn *connInfo) error {
 	inst := imp.mu.instance
 	imp.mu.replayDue = true
 	imp.mu.Unlock()
-	ctx, cancel := context.WithTimeout(imp.ctx, 4*imp.timeout()+10*time.Second)
-	defer cancel()
 	var kept []replayReq
 	// putBack returns to the replay list what it held, with the transnos
 	// of this instance of those replayed to it.
@@ -655,7 +659,7 @@ func (imp *Import) replay(cn *connInfo) error {
 		if rq.sentTo != inst {
 			rq.sentXID = 0 // not sent to this instance yet
 		}
-		if _, err := imp.replayOne(ctx, cn, req, wire.MsgReplay, rq.transno, false, &rq.sentXID); err != nil {
+		if _, err := imp.replayOne(imp.ctx, cn, req, wire.MsgReplay, rq.transno, false, &rq.sentXID); err != nil {
 			if !refused(err) {
 				// The rest is replayed after the reconnect (this one
 				// again, as a resend: whether the server got it is not
@@ -675,6 +679,17 @@ func (imp *Import) replay(cn *connInfo) error {
 	}
 	putBack(nil)
 	imp.log.Info("ptlrpc: replayed to the restarted server", "requests", n, "before_a_reconnect", again, "dropped", len(list)-n-again)
+	// The server answers once every client has replayed its requests
+	// (Lustre's MSG_REQ_REPLAY_DONE): the locks and opens replayed next
+	// are numbered after all of them, and conflict with no replay.
+	imp.mu.Lock()
+	imp.setStateLocked(StateReplayLocks)
+	imp.mu.Unlock()
+	if _, err := imp.replayOne(imp.ctx, cn, &Req{Opcode: wire.OBDPing}, wire.MsgReqReplayDone, 0, false, nil); err != nil {
+		return fmt.Errorf("requests replayed: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(imp.ctx, 4*imp.timeout()+10*time.Second)
+	defer cancel()
 	if imp.cfg.OnRecover != nil {
 		imp.mu.Lock()
 		imp.mu.replayConn = cn
@@ -991,7 +1006,7 @@ func (imp *Import) waitConn(ctx context.Context, ic *icall) (*connInfo, error) {
 		case ic.gen != imp.mu.gen:
 			return nil, fmt.Errorf("ptlrpc: import %s: %v xid %d: %w", imp.cfg.Target, ic.r.req.Opcode, ic.r.xid, ErrEvicted)
 		case imp.mu.state == StateFull, imp.mu.state == StateRecover && ic.recovered,
-			imp.mu.state == StateReplayWait && givesBack(ic.r.req.Opcode):
+			(imp.mu.state == StateReplayWait || imp.mu.state == StateReplayLocks) && givesBack(ic.r.req.Opcode):
 			return imp.mu.conn, nil
 		}
 		ch := imp.mu.changed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -370,8 +371,9 @@ func TestRecoveryHoldsNewWork(t *testing.T) {
 		t.Fatalf("a's new request done (%v) before b replayed; handled %q", err, re.entries())
 	default:
 	}
-	if st := a.Info().State; st != StateReplayWait {
-		t.Errorf("a's import is %v while it waits for b, want REPLAY_WAIT", st)
+	// b may still replay a request: a's locks wait (b's 102 before them).
+	if st := a.Info().State; st != StateReplayLocks {
+		t.Errorf("a's import is %v while it waits for b, want REPLAY_LOCKS", st)
 	}
 	body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "nacre-MDT0000", ClientUuid: "new", Version: wire.Version, ConnCount: 1})
 	if _, status := re.ts.connect(&Request{Body: body}); status != -errnoEBUSY {
@@ -647,9 +649,9 @@ func TestRecoveryEvictsClientsNotDone(t *testing.T) {
 	}
 	const window = time.Second
 	re.restart(t, window, "a", "b")
-	bDone := do(b)
-	<-stuck // b reconnected and replayed its request; not done
-	if err := <-do(a); err != nil {
+	bDone, aDone := do(b), do(a)
+	<-stuck // b reconnected and replayed its request (after a's); not done
+	if err := <-aDone; err != nil {
 		t.Fatalf("a, held until the window ran out: %v", err)
 	}
 	re.tgt.mu.Lock()
@@ -754,32 +756,101 @@ func TestEvictedMidReplayStopsReplaying(t *testing.T) {
 	}
 }
 
-// TestLateReplayNotTakenAsCommitted: the restarted target numbers replays
-// anew from its last committed transno. Once it commits the replays of a
-// client back early, a late client's replays carry (old) transnos at or
-// below the new last_committed: neither the server (taking it for a change
-// committed before the restart) nor the client (its connect's
-// last_committed) may drop them unreplayed.
-func TestLateReplayNotTakenAsCommitted(t *testing.T) {
+// TestReplaysRunInTransnoOrder: a restarted target that knows its
+// clients runs their replays in transno order, each under its transno of
+// the previous life, whichever client comes back first: b's change may
+// have needed a's (a file in the directory a made). A later replay waits
+// for the clients that may still replay one before it; none comes first.
+func TestReplaysRunInTransnoOrder(t *testing.T) {
 	re := newRecoveryEnv(t, nil)
 	a, b := re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true)
-	for _, imp := range []*Import{a, b} { // a 101, b 102
+	for _, imp := range []*Import{a, b, a} { // a 101, b 102, a 103
 		if err := <-do(imp); err != nil {
 			t.Fatal(err)
 		}
 	}
 	re.restart(t, time.Minute, "a", "b")
-	bDone := do(b) // b replays 102 as 101, then waits for a
-	waitFor(t, "b's replay", func() bool { return slices.Contains(re.entries(), "b replay") })
-	re.tgt.Committed(re.tgt.LastTransno()) // the MDT's committer
+	bDone := do(b) // 102 waits for a, which may replay 101
+	waitFor(t, "b's replay queued", func() bool {
+		re.tgt.mu.Lock()
+		defer re.tgt.mu.Unlock()
+		return len(re.tgt.replays) == 1
+	})
+	time.Sleep(300 * time.Millisecond) // a few of b's timeouts: early replies keep it waiting
+	if got := re.entries()[3:]; len(got) != 0 {
+		t.Fatalf("handled %q before a came back", got)
+	}
 	if err := <-do(a); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-bDone; err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(re.entries(), "a replay") {
-		t.Errorf("a's change lost: handled %q", re.entries())
+	got := re.entries()[3:]
+	if want := []string{"a replay", "b replay", "a replay"}; len(got) != 5 || !slices.Equal(got[:3], want) {
+		t.Fatalf("handled after the restart %q; want %q, then a and b", got, want)
+	}
+	// Under their transnos of before, and the new after them.
+	if ua, ub := a.Uncommitted(), b.Uncommitted(); !slices.Equal(ua, []uint64{101, 103, 104}) && !slices.Equal(ua, []uint64{101, 103, 105}) ||
+		len(ub) != 2 || ub[0] != 102 || ub[1] < 104 {
+		t.Errorf("uncommitted: a %v, b %v", ua, ub)
+	}
+}
+
+// TestRestartDuringRecoveryKeepsChanges: a target that restarts again
+// while it recovers, some replays made and committed, others not yet
+// come, must have the rest replayed in its next life: none taken for
+// committed because the replays before it were. (Replays numbered anew
+// took the late client's old transno for one of the new, committed.)
+func TestRestartDuringRecoveryKeepsChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first string // the client back in the second life
+	}{{"early first", "a"}, {"late first", "b"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			re := newRecoveryEnv(t, nil)
+			imps := map[string]*Import{}
+			imps["a"], imps["b"] = re.client(t, "a", rplPortal, true), re.client(t, "b", rplPortal+1, true)
+			for _, c := range []string{"a", "b"} { // a 101, b 102
+				if err := <-do(imps[c]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			re.restart(t, time.Minute, "a", "b")
+			first := do(imps[tc.first])
+			if tc.first == "a" {
+				waitFor(t, "a's replay", func() bool { return slices.Contains(re.entries(), "a replay") })
+			} else {
+				waitFor(t, "b's replay queued", func() bool {
+					re.tgt.mu.Lock()
+					defer re.tgt.mu.Unlock()
+					return len(re.tgt.replays) == 1
+				})
+			}
+			// What the second life made is committed (the store's last
+			// transno the third life starts from), and it goes.
+			last := re.tgt.LastTransno()
+			re.tgt.Committed(last)
+			re.restartAt(t, last, time.Minute, "a", "b")
+			second := do(imps[map[string]string{"a": "b", "b": "a"}[tc.first]])
+			for _, ch := range []<-chan error{first, second} {
+				if err := <-ch; err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := re.entries()[2:]
+			var replays []string
+			for _, e := range got {
+				if strings.HasSuffix(e, " replay") {
+					replays = append(replays, e)
+				}
+			}
+			// a's 101 once (in the second life, or the third if b came
+			// first), b's 102 once: in the third life.
+			if !slices.Equal(replays, []string{"a replay", "b replay"}) {
+				t.Fatalf("handled after the first restart %q: want a's replay, then b's, once each", got)
+			}
+		})
 	}
 }
 

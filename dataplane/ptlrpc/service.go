@@ -95,6 +95,12 @@ type Request struct {
 	exp         *Export
 	admitted    bool // exp.admit accepted it: exp.finish must follow
 	transno     uint64
+	// replayTransno is the transno of the previous life a replay run in
+	// its turn (Target.queueReplay) makes its change under again.
+	replayTransno uint64
+	// untilReplayed says the request is parked until request replay is
+	// over, not recovery (Target.park).
+	untilReplayed bool
 
 	// Bulk results for the reply.
 	bulkMoved  uint32
@@ -150,7 +156,7 @@ func (r *Request) AssignTransno(fn func(transno uint64)) uint64 {
 	t := r.exp.target
 	t.tmu.Lock()
 	defer t.tmu.Unlock()
-	r.transno = t.NextTransno()
+	r.transno = t.takeTransno(r.replayTransno)
 	if fn != nil {
 		fn(r.transno)
 	}
@@ -661,32 +667,33 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			return
 		}
 		req.exp, req.admitted = e, true
-		if h.Flags&replayDone == replayDone {
+		t := e.target
+		switch h.Flags & replayDone {
+		case replayDone:
 			// The client replayed everything before sending this (each
 			// replay waits for its reply): recovery need not wait for it.
 			// It gets its answer when recovery ends (early replies keep it
 			// waiting): until then it sends nothing new.
 			e.replaying.Store(false)
-			e.target.clientBack(e.uuid)
-			// A held request keeps no request buffer: held until recovery
-			// ends, one per client, they would keep every buffer from
-			// being posted again, and the service from receiving the
-			// replays recovery waits for.
-			body := req.Body
-			req.Body, req.buf = append([]byte(nil), body...), nil
-			s.watchEarly(req)
-			if ok, replaced := e.target.park(req); ok {
-				s.release(b)
-				if replaced != nil {
-					replaced.svc.unpark(replaced, true)
-				}
-				s.log.Debug("ptlrpc: client replayed; held until recovery ends", "client", e.uuid, "xid", h.XID)
+			t.requestsDone(e)
+			t.clientBack(e.uuid)
+			if s.hold(req, b, func(req *Request) bool { return s.park(req, false) }) {
+				t.replayNext()
 				return
 			}
-			s.unwatchEarly(req)
-			req.Body, req.buf = body, b
+			t.replayNext()
+		case wire.MsgReqReplayDone:
+			// The client replayed its requests; its locks (and opens) go
+			// once every client has (Lustre's REPLAY_LOCKS): they are
+			// numbered after every replayed transno.
+			t.requestsDone(e)
+			ok := s.hold(req, b, func(req *Request) bool { return s.park(req, true) })
+			t.replayNext()
+			if ok {
+				return
+			}
 		}
-		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && e.target.committedBefore(h.Transno) {
+		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && t.committedBefore(h.Transno) {
 			// A replay of a change this target had already committed
 			// before it restarted (the client had not heard): done.
 			s.log.Debug("ptlrpc: replay of a committed request", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "transno", h.Transno)
@@ -695,6 +702,25 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			s.sendReply(req, &rh, nil, replyOffset)
 			s.release(b)
 			return
+		}
+		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && spec.Flags&HasBulk == 0 {
+			// A change the previous life lost: it runs in its transno's
+			// turn (Target.queueReplay).
+			var err error
+			if s.hold(req, b, func(req *Request) bool {
+				var ok bool
+				ok, err = t.queueReplay(req)
+				return ok
+			}) {
+				s.log.Debug("ptlrpc: replay queued", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "transno", h.Transno)
+				return
+			}
+			if err != nil {
+				s.log.Warn("ptlrpc: refusing a replay", "client", e.uuid, "xid", h.XID, "op", h.Opcode, "err", err)
+				req.finishExport(nil)
+				s.errorReply(req, -errnoEPROTO)
+				return
+			}
 		}
 	}
 	// Watch before queueing: a handler may take the request at once, and
@@ -770,6 +796,37 @@ func (s *Service) unpark(req *Request, drop bool) {
 	// not service time for the adaptive timeouts (here and the client's).
 	req.Arrived = time.Now()
 	s.handle(req)
+}
+
+// hold has put take req, which came in request buffer b, to run or
+// answer later; it reports whether put did. A held request keeps no
+// request buffer: held until other clients are done, one per client, they
+// would keep every buffer from being posted again, and the service from
+// receiving what they wait for. Early replies keep its client waiting.
+func (s *Service) hold(req *Request, b *rqbd, put func(*Request) bool) bool {
+	body := req.Body
+	req.Body, req.buf = append([]byte(nil), body...), nil
+	s.watchEarly(req)
+	if put(req) {
+		s.release(b)
+		return true
+	}
+	s.unwatchEarly(req)
+	req.Body, req.buf = body, b
+	return false
+}
+
+// park parks req with its target (Target.park), dropping the request it
+// replaces.
+func (s *Service) park(req *Request, untilReplayed bool) bool {
+	ok, replaced := req.exp.target.park(req, untilReplayed)
+	if replaced != nil {
+		replaced.svc.unpark(replaced, true)
+	}
+	if ok {
+		s.log.Debug("ptlrpc: client replayed; held", "client", req.exp.uuid, "xid", req.Header.XID, "until_requests_replayed", untilReplayed)
+	}
+	return ok
 }
 
 // direct is a request run by the goroutine that received it (queue): an
@@ -909,7 +966,7 @@ func (s *Service) handle(req *Request) {
 	body, status := req.spec.Fn(ctx, req)
 	if req.spec.Flags&Modifying != 0 && req.exp != nil && req.transno == 0 && status == 0 {
 		// The handler did not number its change itself (AssignTransno).
-		req.transno = req.exp.target.NextTransno()
+		req.transno = req.exp.target.takeTransno(req.replayTransno)
 	}
 	end := time.Now() // one reading for the statistics, the reply and the export
 	d := end.Sub(t0)

@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -33,6 +34,7 @@ import (
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/lnettest"
 	"github.com/nacrefs/nacre/server"
@@ -388,7 +390,7 @@ func runChild(spec string) int {
 		return 2
 	}
 	ctx := context.Background()
-	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if os.Getenv("NACRE_TEST_LOG") != "" {
 		lg = Quiet
 	}
@@ -431,6 +433,48 @@ func (c *Cluster) StartMDS() error {
 
 // KillMDS kills the child MDS with SIGKILL.
 func (c *Cluster) KillMDS() { killChild(&c.mdsProc) }
+
+// ReplayBarrierMDS sets the child MDS's replay barrier
+// (mdt.*.replay_barrier, through its parameter socket): FailMDS loses
+// every change the MDT makes from now on, which its clients replay.
+func (c *Cluster) ReplayBarrierMDS(ctx context.Context) error {
+	if c.mdsProc == nil {
+		return errors.New("clustertest: no child MDS")
+	}
+	name := strconv.Itoa(c.mdsProc.Process.Pid) + ".sock"
+	var socks []string
+	for _, dir := range []string{params.RunDir(), params.FallbackRunDir()} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			socks = append(socks, filepath.Join(dir, name))
+		}
+	}
+	if len(socks) == 0 {
+		return fmt.Errorf("clustertest: the child MDS's parameter socket %s not found", name)
+	}
+	r := &params.Remote{Sockets: socks[:1]}
+	_, err := r.Set(ctx, params.Assignment{Pattern: "mdt.*.replay_barrier", Value: "1"})
+	return err
+}
+
+// FailMDS kills the child MDS, puts its MDT back as it was at its replay
+// barrier (RestoreMDS), and starts it again.
+func (c *Cluster) FailMDS() error {
+	c.KillMDS()
+	if err := c.RestoreMDS(); err != nil {
+		return err
+	}
+	return c.StartMDS()
+}
+
+// RestoreMDS puts the MDT of the child MDS, killed, back as it was at its
+// replay barrier (ReplayBarrierMDS), as a crash that lost the disk's
+// cache would.
+func (c *Cluster) RestoreMDS() error {
+	if c.mdsProc != nil {
+		return errors.New("clustertest: RestoreMDS with the child MDS running")
+	}
+	return server.RestoreReplayBarrier(c.mdtDir)
+}
 
 func killChild(p **exec.Cmd) {
 	if *p != nil {

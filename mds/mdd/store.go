@@ -136,9 +136,12 @@ type Store struct {
 	names     nameFilters   // names in new directories (names.go); under mu's write lock
 	syncMu    sync.Mutex    // one Sync at a time, so OnCommit calls are ordered
 	committed atomic.Uint64 // LastCommitted
-	closed    atomic.Bool
-	stop      chan struct{}
-	done      chan struct{}
+	// barrier says a ReplayBarrier was set: Sync reports nothing more
+	// committed.
+	barrier atomic.Bool
+	closed  atomic.Bool
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // Req is what every modifying operation takes besides its arguments: who
@@ -369,6 +372,9 @@ func (s *Store) Sync() error {
 	if err := s.db.LogData([]byte("sync"), pebble.Sync); err != nil {
 		return ioError(err, "sync")
 	}
+	if s.barrier.Load() {
+		return nil
+	}
 	if tn > s.committed.Load() {
 		s.committed.Store(tn)
 	}
@@ -376,6 +382,22 @@ func (s *Store) Sync() error {
 		s.cfg.OnCommit(s.committed.Load())
 	}
 	return nil
+}
+
+// ReplayBarrier syncs the store, saves a copy of it as it is now in dir
+// (a Pebble checkpoint; dir must not exist), and from then on reports
+// nothing more committed (Lustre's replay_barrier: lctl notransno and
+// readonly). The store goes on working, but its clients keep every change
+// after the barrier for replay; a store opened from the copy has lost
+// them, as after a crash that lost the disk's cache (a process killed
+// with SIGKILL loses nothing: Pebble's log is in the page cache). For
+// tests of recovery.
+func (s *Store) ReplayBarrier(dir string) error {
+	if err := s.Sync(); err != nil {
+		return err
+	}
+	s.barrier.Store(true)
+	return ioError(s.db.Checkpoint(dir, pebble.WithFlushedWAL()), "replay barrier in %s", dir)
 }
 
 // LastCommitted returns the highest transno known durable: covered by a

@@ -143,10 +143,11 @@ func marshal(msg proto.Message) ([]byte, int32) {
 
 // internalReq is the store request of a change the MDT makes on its own
 // (closing a departed client's files, destroying orphans): numbered by
-// the target like clients' changes, so that every change's durability
+// the target like clients' changes (but not while clients replay theirs:
+// ptlrpc.Target.InternalTransno), so that every change's durability
 // follows from the target's last committed transno.
 func (m *MDT) internalReq() mdd.Req {
-	return mdd.Req{Cred: mdd.Root(), AssignTransno: m.tgt.NextTransno}
+	return mdd.Req{Cred: mdd.Root(), AssignTransno: m.tgt.InternalTransno}
 }
 
 // req is the store request of a change made by r: its caller, its time,
@@ -899,7 +900,7 @@ func (m *MDT) carriedCloses(r *ptlrpc.Request, qs []closeReq) {
 			continue
 		}
 		m.countOp(r, "close")
-		m.closeAs(mdd.Req{Cred: q.cred, AssignTransno: m.tgt.NextTransno}, o.fid, o.flags)
+		m.closeAs(mdd.Req{Cred: q.cred, AssignTransno: m.tgt.InternalTransno}, o.fid, o.flags)
 	}
 }
 
