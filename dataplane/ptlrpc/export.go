@@ -803,13 +803,20 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	ts.mu.Unlock()
 	t.mu.Lock()
 	t.exports[e.uuid] = e
+	_, awaited := t.waiting[e.uuid]
 	t.mu.Unlock()
 	t.cmu.Unlock()
 	cmuHeld = false
-	if recovering && !t.Recovering() {
+	switch {
+	case recovering && !t.Recovering():
 		// Recovery ended as it reconnected, maybe before EndRecovery
 		// could see the export: stale as those it saw.
 		t.drop(e, true, "recovery over as it reconnected")
+	case recovering && t.gate && !awaited:
+		// The window's end gave up on it as it reconnected (evictAbsent,
+		// before the export was there to see): recovery waits for it no
+		// more, and would run its replays out of their turn.
+		t.drop(e, true, "given up on by recovery as it reconnected")
 	}
 	reply.Handle = e.handle
 	reply.Evicted = cr.Handle != 0 && !recovering
@@ -935,12 +942,15 @@ func (t *Target) EndRecovery() int {
 	for _, c := range absent {
 		t.mu.Lock()
 		e := t.exports[c]
+		closed := t.closed
 		t.mu.Unlock()
 		if e != nil {
 			stale = append(stale, e)
 			continue
 		}
-		if t.cfg.OnClientGone != nil {
+		// Not by a closed target (its window's end racing the close): its
+		// clients come back to the next life, which must wait for them.
+		if t.cfg.OnClientGone != nil && !closed {
 			t.cfg.OnClientGone(c)
 		}
 	}
@@ -1199,9 +1209,12 @@ func (t *Target) runReplays(r *Request) {
 // transno, or if no client can still replay one before it: each client
 // recovery waits for is back, and has a replay queued or has replayed
 // its requests. (A transno no one replays was committed, or its change
-// failed, or its client went.) t.mu is held.
+// failed, or its client went.) None once recovery is over: the replays
+// still queued are of clients it evicts (EndRecovery drops them after it
+// ended, waiting for no one), which would go in among the new work. t.mu
+// is held.
 func (t *Target) nextReplayLocked() *Request {
-	if t.replayRunning || len(t.replays) == 0 {
+	if t.replayRunning || len(t.replays) == 0 || t.over.Load() {
 		return nil
 	}
 	r := t.replays[0]

@@ -982,3 +982,193 @@ func TestResentReplayAfterExportDropped(t *testing.T) {
 		t.Fatalf("%d replays of 3 changes: handled %q", n, re.entries())
 	}
 }
+
+// TestCloseWaitsForRunningReplay: a service closing while a replay run in
+// its transno's turn is being handled waits for the handler, as it waits
+// for its workers': the layer above closes its store after the service.
+// It did not (the replay runs on the target's goroutine, not a worker's).
+func TestCloseWaitsForRunningReplay(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	re := newRecoveryEnv(t, func(c *ServiceConfig) {
+		wrapInc(c, func(r *Request) (after func()) {
+			if r.Replayed() {
+				once.Do(func() { close(entered) })
+				<-release
+			}
+			return nil
+		})
+	})
+	a := re.client(t, "a", rplPortal, true)
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute, "a")
+	do(a)
+	<-entered
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		closed <- re.svc.Close(ctx)
+	}()
+	select {
+	case err := <-closed:
+		t.Errorf("the service closed (%v) with a replay's handler running", err)
+		closed <- err
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	re.svc, _ = NewService(re.srv, ServiceConfig{Name: "mdt2", RequestPortal: reqPortal + 5, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}}) // for the cleanup's Close
+}
+
+// TestNoReplayRunsAfterRecoveryEnds: the window ends (after its one
+// extension) with a replay running and another client's queued behind an
+// absent client's turn: the queued one is of a client recovery evicts,
+// and must not run. It did when recovery's end, waiting for no one any
+// more, let it go before it dropped that client: its change went in among
+// the new work, under a transno the new work may have taken already.
+func TestNoReplayRunsAfterRecoveryEnds(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	re := newRecoveryEnv(t, func(c *ServiceConfig) {
+		wrapInc(c, func(r *Request) (after func()) {
+			if r.Replayed() && r.Export().uuid == "a" {
+				once.Do(func() { close(entered) })
+				<-release
+			}
+			return nil
+		})
+	})
+	a, c, b := re.client(t, "a", rplPortal, true), re.client(t, "c", rplPortal+1, true), re.client(t, "b", rplPortal+2, true)
+	for _, imp := range []*Import{a, c, b} { // a 101, c 102, b 103
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.tgt.Close(context.Background())
+	var tgt *Target
+	forgotten := make(chan struct{})
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, RecoveryWindow: time.Second,
+		Clients: []string{"a", "b", "c"}, Logger: quiet,
+		OnClientGone: func(uuid string) {
+			if uuid != "c" {
+				return
+			}
+			// Recovery is over (c, absent, is forgotten before those not
+			// done are evicted): a's replay ends now; b's must not follow.
+			close(release)
+			for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				tgt.mu.Lock()
+				running := tgt.replayRunning
+				tgt.mu.Unlock()
+				if !running {
+					break
+				}
+			}
+			close(forgotten)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.tgt = tgt
+	tgt.mu.Lock()
+	tgt.extended = true // as after its one extension: the window's end ends recovery
+	tgt.mu.Unlock()
+	do(a) // 101 runs, slowly
+	<-entered
+	do(b) // 103 waits for c, which may replay 102
+	waitFor(t, "b's replay queued", func() bool {
+		tgt.mu.Lock()
+		defer tgt.mu.Unlock()
+		return len(tgt.replays) == 1
+	})
+	<-forgotten
+	waitFor(t, "recovery's end", func() bool {
+		tgt.mu.Lock()
+		defer tgt.mu.Unlock()
+		return tgt.exports["b"] == nil
+	})
+	if got := re.entries()[3:]; slices.Contains(got, "b replay") {
+		t.Errorf("b's replay ran after recovery ended: handled %q", got)
+	}
+}
+
+// TestClientGivenUpAsItReconnectsIsEvicted: the window's end gives up on
+// the clients not back (evictAbsent) just as one of them reconnects, its
+// connect past the check that took it for a client recovery waits for.
+// It must not be kept as recovering: recovery waits for it no more, so
+// its replays would run out of their turn (after later ones), or after
+// request replay is over, renumbered.
+func TestClientGivenUpAsItReconnectsIsEvicted(t *testing.T) {
+	ts := NewTargetSet()
+	tgt, err := ts.NewTarget(TargetConfig{Name: "t4", LastTransno: 1, RecoveryWindow: time.Minute, Clients: []string{"a", "c"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close(context.Background())
+	connect := func(uuid string, handle uint64) int32 {
+		body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "t4", ClientUuid: uuid, Version: wire.Version, ConnCount: 2, Handle: handle})
+		_, status := ts.connect(&Request{Body: body})
+		return status
+	}
+	if status := connect("a", 0x41); status != 0 { // back, replaying
+		t.Fatalf("a: connect status %d", status)
+	}
+	// The client records are busy (another client's being written, say):
+	// the window's end waits for them first, then c's connect.
+	tgt.cmu.Lock()
+	extended := make(chan time.Duration, 1)
+	go func() { extended <- tgt.evictAbsent() }()
+	time.Sleep(50 * time.Millisecond)
+	connected := make(chan int32, 1)
+	go func() { connected <- connect("c", 0x42) }()
+	time.Sleep(50 * time.Millisecond)
+	tgt.cmu.Unlock()
+	if d := <-extended; d == 0 {
+		t.Fatal("the window's end, a back and c not, did not give a more time")
+	}
+	if status := <-connected; status != 0 && status != -errnoEBUSY {
+		t.Fatalf("c: connect status %d", status)
+	}
+	tgt.mu.Lock()
+	e := tgt.exports["c"]
+	_, awaited := tgt.waiting["c"]
+	tgt.mu.Unlock()
+	if e != nil && !awaited {
+		t.Error("c, given up on as it reconnected, is kept as a recovering client recovery does not wait for")
+	}
+}
+
+// TestEndRecoveryOfClosedTargetForgetsNoClient: recovery's end reached
+// after the target closed (its window's timer firing with the close, an
+// abort_recovery racing it) forgets no client: they come back to the
+// next life, whose recovery must wait for them. Forgotten, they would be
+// evicted there, their replays lost.
+func TestEndRecoveryOfClosedTargetForgetsNoClient(t *testing.T) {
+	ts := NewTargetSet()
+	var mu sync.Mutex
+	var gone []string
+	tgt, err := ts.NewTarget(TargetConfig{Name: "t5", LastTransno: 1, RecoveryWindow: time.Minute, Clients: []string{"a", "b"}, Logger: quiet,
+		OnClientGone: func(u string) { mu.Lock(); gone = append(gone, u); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "t5", ClientUuid: "a", Version: wire.Version, ConnCount: 2, Handle: 0x51})
+	if _, status := ts.connect(&Request{Body: body}); status != 0 {
+		t.Fatalf("a: connect status %d", status)
+	}
+	if err := tgt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tgt.EndRecovery()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(gone) != 0 {
+		t.Errorf("the closed target's recovery end forgot %v", gone)
+	}
+}

@@ -308,6 +308,11 @@ type Service struct {
 	hp       *nrs.Head // HighPriority requests
 	at       *estimator
 	workers  sync.WaitGroup
+	// unparked are the held requests (Target.park, Target.queueReplay)
+	// being handled by the goroutine that let them go, not a worker's:
+	// Close waits for them as for its workers. Added to under mu, and
+	// only before closed.
+	unparked sync.WaitGroup
 	threads  atomic.Int32 // handler goroutines running
 	idle     atomic.Int32 // handler goroutines waiting for work
 	direct   atomic.Int32 // requests run by the goroutine that received them (queue), not finished
@@ -784,14 +789,22 @@ func (s *Service) queue(ev *lnet.Event, req *Request, it *nrs.Item) (ran, ok boo
 }
 
 // unpark runs req, a request parked until its target's recovery ended
-// (Target.park), or drops it if the target is closing.
+// (Target.park), or drops it if the target is closing, or the service.
 func (s *Service) unpark(req *Request, drop bool) {
 	s.unwatchEarly(req)
+	if !drop {
+		s.mu.Lock()
+		if drop = s.closed; !drop {
+			s.unparked.Add(1)
+		}
+		s.mu.Unlock()
+	}
 	if drop {
 		req.finishExport(nil)
 		s.release(req.buf)
 		return
 	}
+	defer s.unparked.Done()
 	// It waited for the other clients, not for this service: the wait is
 	// not service time for the adaptive timeouts (here and the client's).
 	req.Arrived = time.Now()
@@ -1224,6 +1237,7 @@ func (s *Service) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.workers.Wait()
+		s.unparked.Wait()
 		// Requests still queued are dropped: their buffers go back.
 		for _, head := range []*nrs.Head{s.nrs, s.hp} {
 			for head != nil {

@@ -390,7 +390,7 @@ func runChild(spec string) int {
 		return 2
 	}
 	ctx := context.Background()
-	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if os.Getenv("NACRE_TEST_LOG") != "" {
 		lg = Quiet
 	}

@@ -400,6 +400,12 @@ func (s *Store) ReplayBarrier(dir string) error {
 	return ioError(s.db.Checkpoint(dir, pebble.WithFlushedWAL()), "replay barrier in %s", dir)
 }
 
+// AtReplayBarrier reports whether a ReplayBarrier was set: what is
+// committed after it counts for nothing (a restore from the barrier's
+// copy loses it), so whoever reports commits for the store, from Sync's
+// return or otherwise, must report none.
+func (s *Store) AtReplayBarrier() bool { return s.barrier.Load() }
+
 // LastCommitted returns the highest transno known durable: covered by a
 // Sync, or recovered from disk at Open. Safe for concurrent use.
 func (s *Store) LastCommitted() uint64 { return s.committed.Load() }

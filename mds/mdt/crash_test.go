@@ -401,3 +401,40 @@ func walkLayouts(t *testing.T, s *mdd.Store, d fid.FID, fn func(layout.Layout)) 
 	}
 	walk(d)
 }
+
+// TestReplayBarrierStopsCommits: after a replay barrier the MDT tells its
+// clients nothing more is committed, though its commits go on: a change
+// after the barrier that a reply reported committed would be dropped from
+// its client's replay list, and lost unreplayed once the store is put
+// back as it was at the barrier.
+func TestReplayBarrierStopsCommits(t *testing.T) {
+	c := newCluster(t, 0, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "before", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.mdt.Store().ReplayBarrier(filepath.Join(t.TempDir(), "barrier")); err != nil {
+		t.Fatal(err)
+	}
+	tgt := c.mdt.Target()
+	barrier := tgt.LastCommitted()
+	if barrier != tgt.LastTransno() {
+		t.Fatalf("at the barrier: committed %d of %d", barrier, tgt.LastTransno())
+	}
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "after", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.mdt.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.mdc.Getattr(ctx, root, n.root); err != nil { // its reply says what is committed
+		t.Fatal(err)
+	}
+	if got := tgt.LastCommitted(); got != barrier {
+		t.Errorf("after the barrier the MDT reports %d committed, want %d (the barrier's)", got, barrier)
+	}
+	if un := n.imp.Uncommitted(); len(un) != 1 {
+		t.Errorf("the client keeps %v for replay, want the change after the barrier", un)
+	}
+}
