@@ -366,41 +366,48 @@ func lockServerParams(ns string, ls *ldlm.Server, since time.Time) []params.Para
 // length, once over) and the clients of the previous life that came back
 // (and, while it waits for known ones, of how many, and those done).
 func recoveryText(t *ptlrpc.Target) string {
-	waiting, of := t.RecoveryWaiting()
-	return recoveryTextAt(t.Recovering(), t.RecoveryStart(), t.RecoveryEnd(), t.RecoveredClients(), waiting, of, t.RecoveryEvicted(), time.Now())
+	return recoveryTextAt(t.RecoveryStatus(), time.Now())
 }
 
-// recoveryTextAt is recoveryText's text; waiting and of are negative when
-// the clients of the previous life are not known.
-func recoveryTextAt(recovering bool, start, end time.Time, clients uint64, waiting, of int, evicted uint64, now time.Time) string {
+// recoveryTextAt is recoveryText's text for st at now.
+func recoveryTextAt(st ptlrpc.RecoveryStatus, now time.Time) string {
 	var b strings.Builder
-	if recovering {
+	if st.Recovering {
 		b.WriteString("status: RECOVERING\n")
 	} else {
 		b.WriteString("status: COMPLETE\n")
 	}
-	if start.IsZero() {
+	if st.Start.IsZero() {
 		return strings.TrimSuffix(b.String(), "\n")
 	}
-	fmt.Fprintf(&b, "recovery_start: %d\n", start.Unix())
-	if !recovering {
-		fmt.Fprintf(&b, "recovery_duration: %d\n", int64(end.Sub(start).Round(time.Second)/time.Second))
-		fmt.Fprintf(&b, "completed_clients: %d\n", clients)
+	fmt.Fprintf(&b, "recovery_start: %d\n", st.Start.Unix())
+	if !st.Recovering {
+		fmt.Fprintf(&b, "recovery_duration: %d\n", int64(st.End.Sub(st.Start).Round(time.Second)/time.Second))
+		fmt.Fprintf(&b, "completed_clients: %d\n", st.Clients)
 		// Those the window's end (or abort_recovery) evicted: not back,
 		// or not done replaying.
-		fmt.Fprintf(&b, "evicted_clients: %d", evicted)
+		fmt.Fprintf(&b, "evicted_clients: %d\n", st.Evicted)
+		fmt.Fprintf(&b, "replayed_requests: %d", st.Replayed)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(end.Sub(now).Seconds())))
-	if of < 0 {
+	fmt.Fprintf(&b, "time_remaining: %d\n", int64(math.Ceil(st.End.Sub(now).Seconds())))
+	if st.Of < 0 {
 		// The clients of the previous life are not known.
-		fmt.Fprintf(&b, "connected_clients: %d", clients)
+		fmt.Fprintf(&b, "connected_clients: %d", st.Clients)
 		return b.String()
 	}
-	// Lustre's: those reconnected, of those expected; those done (replayed,
-	// connected afresh or gone).
-	fmt.Fprintf(&b, "connected_clients: %d/%d\n", clients, of)
-	fmt.Fprintf(&b, "completed_clients: %d", of-waiting)
+	// Lustre's: those reconnected, of those expected; those replaying
+	// requests, then locks; those done (replayed, connected afresh or
+	// gone); the requests replayed in transno order, those waiting for
+	// their turn, and the transno whose turn it is.
+	fmt.Fprintf(&b, "connected_clients: %d/%d\n", st.Clients, st.Of)
+	fmt.Fprintf(&b, "req_replay_clients: %d\n", st.ReqReplay)
+	fmt.Fprintf(&b, "lock_repay_clients: %d\n", st.LockReplay) // (sic: Lustre's name)
+	fmt.Fprintf(&b, "completed_clients: %d\n", st.Of-st.Waiting)
+	fmt.Fprintf(&b, "evicted_clients: %d\n", st.Evicted)
+	fmt.Fprintf(&b, "replayed_requests: %d\n", st.Replayed)
+	fmt.Fprintf(&b, "queued_requests: %d\n", st.Queued)
+	fmt.Fprintf(&b, "next_transno: %d", st.NextTransno)
 	return b.String()
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/params"
 )
@@ -75,15 +76,21 @@ func TestRecoveryText(t *testing.T) {
 		{"recovering", true, start, end, start.Add(4500 * time.Millisecond),
 			"status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\nconnected_clients: 3"},
 		{"over", false, start, end, end.Add(time.Hour),
-			"status: COMPLETE\nrecovery_start: 1764170000\nrecovery_duration: 90\ncompleted_clients: 3\nevicted_clients: 1"},
+			"status: COMPLETE\nrecovery_start: 1764170000\nrecovery_duration: 90\ncompleted_clients: 3\nevicted_clients: 1\nreplayed_requests: 2"},
 	} {
-		if got := recoveryTextAt(c.recovering, c.start, c.end, 3, -1, -1, 1, c.now); got != c.want {
+		st := ptlrpc.RecoveryStatus{Recovering: c.recovering, Start: c.start, End: c.end, Clients: 3, Evicted: 1, Waiting: -1, Of: -1, Replayed: 2}
+		if got := recoveryTextAt(st, c.now); got != c.want {
 			t.Errorf("%s:\n%s\nwant\n%s", c.name, got, c.want)
 		}
 	}
-	// Known clients: three of four reconnected, one of them still replaying.
-	want := "status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\nconnected_clients: 3/4\ncompleted_clients: 2"
-	if got := recoveryTextAt(true, start, end, 3, 2, 4, 0, start.Add(4500*time.Millisecond)); got != want {
+	// Known clients: three of four reconnected, one of them still
+	// replaying requests (one queued for its turn), none replaying locks.
+	want := "status: RECOVERING\nrecovery_start: 1764170000\ntime_remaining: 86\nconnected_clients: 3/4\n" +
+		"req_replay_clients: 1\nlock_repay_clients: 0\ncompleted_clients: 2\nevicted_clients: 0\n" +
+		"replayed_requests: 5\nqueued_requests: 1\nnext_transno: 107"
+	st := ptlrpc.RecoveryStatus{Recovering: true, Start: start, End: end, Clients: 3, Waiting: 2, Of: 4,
+		ReqReplay: 1, Replayed: 5, Queued: 1, NextTransno: 107}
+	if got := recoveryTextAt(st, start.Add(4500*time.Millisecond)); got != want {
 		t.Errorf("known clients:\n%s\nwant\n%s", got, want)
 	}
 }

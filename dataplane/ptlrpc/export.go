@@ -163,6 +163,7 @@ type Target struct {
 	// client recovery waits for has said it replayed its requests
 	// (MsgReqReplayDone), and their lock replays may go. Guarded by mu.
 	replays          []*Request
+	replayed         uint64 // replays run in their turn
 	replayedTo       uint64
 	replayRunning    bool
 	requestsReplayed bool
@@ -245,6 +246,54 @@ func (t *Target) RecoveryWaiting() (waiting, of int) {
 		return -1, -1
 	}
 	return len(t.waiting), len(t.cfg.Clients)
+}
+
+// RecoveryStatus is a target's recovery as lctl's recovery_status shows
+// it.
+type RecoveryStatus struct {
+	Recovering bool
+	// Start and End bound the window (zero: none); End is when recovery
+	// ended once it has.
+	Start, End time.Time
+	// Clients counts the clients taken back (RecoveredClients), Evicted
+	// those the end of recovery evicted (RecoveryEvicted).
+	Clients, Evicted uint64
+	// Waiting of Of clients of the previous life recovery still waits for
+	// (RecoveryWaiting); -1, -1 if it does not know them, or is over.
+	Waiting, Of int
+	// Replayed counts the requests replayed in transno order. Of a
+	// recovering target that knows its clients: how many of those back
+	// replay their requests still (ReqReplay) or are done with them and
+	// replay their locks (LockReplay); how many requests wait for their
+	// turn, and the transno whose turn it is.
+	ReqReplay, LockReplay int
+	Replayed              uint64
+	Queued                int
+	NextTransno           uint64
+}
+
+// RecoveryStatus returns the target's recovery status.
+func (t *Target) RecoveryStatus() RecoveryStatus {
+	st := RecoveryStatus{Recovering: t.Recovering(), Start: t.RecoveryStart(), End: t.RecoveryEnd(),
+		Clients: t.RecoveredClients(), Evicted: t.RecoveryEvicted(), Waiting: -1, Of: -1}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st.Replayed = t.replayed
+	if t.waiting == nil {
+		return st
+	}
+	st.Waiting, st.Of = len(t.waiting), len(t.cfg.Clients)
+	for c := range t.waiting {
+		switch e := t.exports[c]; {
+		case e == nil:
+		case e.reqDone:
+			st.LockReplay++
+		default:
+			st.ReqReplay++
+		}
+	}
+	st.Queued, st.NextTransno = len(t.replays), t.replayedTo+1
+	return st
 }
 
 // NewTargetSet returns an empty set.
@@ -1191,6 +1240,7 @@ func (t *Target) runReplays(r *Request) {
 		r.replayTransno = r.Header.Transno
 		r.svc.unpark(r, false)
 		t.mu.Lock()
+		t.replayed++
 		t.replayedTo = max(t.replayedTo, r.replayTransno)
 		t.replayRunning = false
 		r = t.nextReplayLocked()

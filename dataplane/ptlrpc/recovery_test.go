@@ -780,11 +780,17 @@ func TestReplaysRunInTransnoOrder(t *testing.T) {
 	if got := re.entries()[3:]; len(got) != 0 {
 		t.Fatalf("handled %q before a came back", got)
 	}
+	if st := re.tgt.RecoveryStatus(); st.Waiting != 2 || st.ReqReplay != 1 || st.LockReplay != 0 || st.Queued != 1 || st.Replayed != 0 || st.NextTransno != 101 {
+		t.Errorf("recovery status with b's replay waiting for a: %+v", st)
+	}
 	if err := <-do(a); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-bDone; err != nil {
 		t.Fatal(err)
+	}
+	if st := re.tgt.RecoveryStatus(); st.Recovering || st.Replayed != 3 || st.Waiting != -1 {
+		t.Errorf("recovery status once over: %+v", st)
 	}
 	got := re.entries()[3:]
 	if want := []string{"a replay", "b replay", "a replay"}; len(got) != 5 || !slices.Equal(got[:3], want) {
