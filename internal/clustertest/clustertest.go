@@ -491,6 +491,9 @@ func (c *Cluster) startChild(what string, dirs []string, addr string) (*exec.Cmd
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
+	// A test binary that dies (a panic, a timeout) takes its children
+	// with it: left running, they hold their ports and the next run's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
