@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/clustertest"
 )
 
@@ -260,13 +262,22 @@ func (c *stormClient) private2(ctx context.Context, t *testing.T, m *stormModel,
 }
 
 // TestReplayStorm: three clients make some hundreds of random namespace
-// changes at once — directories, files, symlinks, unlinks, renames, hard
-// links, chmods, xattrs; a third of them in the other clients' new
+// changes at once — directories, files, symlinks, unlinks, renames,
+// hard links, chmods, xattrs; a third of them in the other clients' new
 // directories — all after a replay barrier, so that the MDS restarted
 // from it has lost every one, and the clients replay them, interleaved.
 // After recovery a new client finds exactly what the clients were told:
 // every name, type, mode, symlink target, link count and xattr.
-func TestReplayStorm(t *testing.T) {
+func TestReplayStorm(t *testing.T) { replayStorm(t, false) }
+
+// TestReplayStormRestartInRecovery: the same, but the MDS fails again
+// in the middle of recovery — two clients back and replaying, what they
+// replayed so far committed, the third not back yet — and the clients
+// replay what is left to its third life. Nothing may be taken for
+// committed that was not made.
+func TestReplayStormRestartInRecovery(t *testing.T) { replayStorm(t, true) }
+
+func replayStorm(t *testing.T, again bool) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildMDS: true, RecoveryWindow: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -289,10 +300,20 @@ func TestReplayStorm(t *testing.T) {
 	}
 	const steps = 150
 	var wg sync.WaitGroup
+	// With again, the late client starts once the others are half done:
+	// their first changes, replayed in the second life before its first,
+	// are committed there.
+	half := make(chan struct{})
 	for i, sc := range clients {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(i), 42))
-			for range steps {
+			if again && i == 2 {
+				<-half
+			}
+			for k := range steps {
+				if i == 0 && k == steps/2 {
+					close(half)
+				}
 				sc.step(ctx, t, m, r)
 				if t.Failed() {
 					return
@@ -303,6 +324,36 @@ func TestReplayStorm(t *testing.T) {
 	wg.Wait()
 	if t.Failed() {
 		return
+	}
+	if again {
+		late := clients[2].fs
+		client.SetNoImperativeRecovery(late) // back only when it asks
+		t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
+		if err := c.FailMDS(); err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range clients[:2] {
+			_ = backAfterRestart(ctx, sc.fs) // they wait for the late one
+			waitReplaying(t, sc.fs)
+		}
+		time.Sleep(300 * time.Millisecond) // their replays run up to the late one's first
+		if late.MDCState() != ptlrpc.StateFull {
+			t.Fatalf("the late client is %v: back before its time", late.MDCState())
+		}
+		st, err := c.MDSParam(ctx, "mdt.nacre-MDT0000.recovery_status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var replayed int
+		if _, err := fmt.Sscanf(st[strings.Index(st, "replayed_requests:"):], "replayed_requests: %d", &replayed); err != nil ||
+			!strings.HasPrefix(st, "status: RECOVERING\n") || replayed < 100 || !strings.Contains(st, "\nqueued_requests: 2\n") {
+			t.Fatalf("recovery before the second failure, want 100 replays or more made and two waiting for the late client's:\n%s", st)
+		}
+		t.Logf("the MDS fails again in recovery:\n%s", st)
+		if err := c.ReplayBarrierMDS(ctx); err != nil { // commits what was replayed
+			t.Fatal(err)
+		}
+		client.SetNoImperativeRecovery(nil)
 	}
 	if err := c.FailMDS(); err != nil {
 		t.Fatal(err)

@@ -438,22 +438,43 @@ func (c *Cluster) KillMDS() { killChild(&c.mdsProc) }
 // (mdt.*.replay_barrier, through its parameter socket): FailMDS loses
 // every change the MDT makes from now on, which its clients replay.
 func (c *Cluster) ReplayBarrierMDS(ctx context.Context) error {
+	r, err := c.mdsParams()
+	if err != nil {
+		return err
+	}
+	_, err = r.Set(ctx, params.Assignment{Pattern: "mdt.*.replay_barrier", Value: "1"})
+	return err
+}
+
+// MDSParam returns the value of the child MDS's parameter name (one, not
+// a pattern): mdt.nacre-MDT0000.recovery_status, say.
+func (c *Cluster) MDSParam(ctx context.Context, name string) (string, error) {
+	r, err := c.mdsParams()
+	if err != nil {
+		return "", err
+	}
+	vs, err := r.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if len(vs) != 1 {
+		return "", fmt.Errorf("clustertest: %s: %d values", name, len(vs))
+	}
+	return vs[0].Value, nil
+}
+
+// mdsParams reaches the child MDS's parameters through its socket.
+func (c *Cluster) mdsParams() (*params.Remote, error) {
 	if c.mdsProc == nil {
-		return errors.New("clustertest: no child MDS")
+		return nil, errors.New("clustertest: no child MDS")
 	}
 	name := strconv.Itoa(c.mdsProc.Process.Pid) + ".sock"
-	var socks []string
 	for _, dir := range []string{params.RunDir(), params.FallbackRunDir()} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			socks = append(socks, filepath.Join(dir, name))
+			return &params.Remote{Sockets: []string{filepath.Join(dir, name)}}, nil
 		}
 	}
-	if len(socks) == 0 {
-		return fmt.Errorf("clustertest: the child MDS's parameter socket %s not found", name)
-	}
-	r := &params.Remote{Sockets: socks[:1]}
-	_, err := r.Set(ctx, params.Assignment{Pattern: "mdt.*.replay_barrier", Value: "1"})
-	return err
+	return nil, fmt.Errorf("clustertest: the child MDS's parameter socket %s not found", name)
 }
 
 // FailMDS kills the child MDS, puts its MDT back as it was at its replay
