@@ -246,8 +246,9 @@ func TestHSMFailedRestore(t *testing.T) {
 }
 
 // TestHSMRestoreAcrossMDSRestart: restores are pending (queued while the
-// copytool is busy) when the MDS is killed and started again; they
-// complete, and the files read back byte for byte.
+// copytool is busy) when the MDS is killed and started again, having lost
+// the releases before them (a replay barrier), which the client replays;
+// they complete, and the files read back byte for byte.
 func TestHSMRestoreAcrossMDSRestart(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildMDS: true})
 	user := c.Mount(0)
@@ -271,23 +272,26 @@ func TestHSMRestoreAcrossMDSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAll(t, ctx, hc, ids)
+	if err := c.ReplayBarrierMDS(ctx); err != nil { // the releases are lost in the restart
+		t.Fatal(err)
+	}
 	for _, f := range fids {
 		if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The releases are committed (the MDT commits every second) before
-	// anything else: a restarted MDT does not hold back other clients until
-	// every client has replayed, so a restore must not race the replay of
-	// its own release.
-	time.Sleep(1500 * time.Millisecond)
 	// Restores queue up (the agent takes 300 ms each); the MDS dies under
-	// them and comes back.
+	// them and comes back. The releases are replayed before any restore
+	// goes on: a restarted MDT serves nothing new until every client has
+	// replayed.
 	if ids, err = hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_RESTORE, 1, fids...); err != nil {
 		t.Fatal(err)
 	}
 	c.KillMDS()
 	time.Sleep(500 * time.Millisecond)
+	if err := c.RestoreMDS(); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.StartMDS(); err != nil {
 		t.Fatal(err)
 	}
