@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,5 +71,149 @@ func TestOSSRestartUnderWrite(t *testing.T) {
 	got := make([]byte, len(want))
 	if n, err := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got, want) {
 		t.Fatalf("read back %d bytes (%v), equal %v", n, err, bytes.Equal(got[:n], want[:n]))
+	}
+}
+
+// TestOSSLosesWritesUnderReplayBarrier: the OSTs lose every change after
+// a replay barrier in a restart of the OSS, as in a crash that lost the
+// disk's cache: writes acknowledged (their pages kept, not committed), an
+// overwrite, and a truncate. The client rewrites the pages and replays
+// the truncate, and a second client reads exactly what was written.
+func TestOSSLosesWritesUnderReplayBarrier(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 1 << 20, StripeOffset: -1})
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "lost", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk, chunks = 1 << 20, 12
+	want := make([]byte, chunk*chunks)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	write := func(b []byte, off int) {
+		t.Helper()
+		if _, _, err := f.WriteAt(ctx, b, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(want[:4*chunk], 0)
+	if err := f.Sync(ctx); err != nil { // committed: kept through the restart
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write(want[4*chunk:], 4*chunk)
+	if err := f.Flush(ctx); err != nil { // written, acknowledged, not committed
+		t.Fatal(err)
+	}
+	over := bytes.Repeat([]byte("overwritten after the barrier "), 1000)
+	copy(want[chunk+100:], over)
+	write(over, chunk+100)
+	const size = 10*chunk + 12345
+	if _, err := fs.Setattr(ctx, client.Root(), f.FID(), client.SetAttr{Valid: 1 << 3, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	want = want[:size]
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FailOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil { // after recovery: all committed now
+		t.Fatalf("sync after the OSS restart: %v", err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, chunk*chunks)
+	if n, _ := g.ReadAt(ctx, got, 0); n != size || !bytes.Equal(got[:n], want) {
+		for i := range min(n, size) {
+			if got[i] != want[i] {
+				t.Fatalf("read back %d bytes, want %d; first difference at %d", n, size, i)
+			}
+		}
+		t.Fatalf("read back %d bytes, want %d", n, size)
+	}
+}
+
+// TestOSSFailsAgainInRecovery: the OSS loses the writes after a replay
+// barrier, and fails again while its clients rewrite them (a barrier set
+// as it came back: the second restart loses the rewrites too, or what of
+// them it had made). The writer rewrites them all again, from what it
+// kept, and a second client reads exactly what was written.
+func TestOSSFailsAgainInRecovery(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 1 << 20, StripeOffset: -1})
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "twice", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 24<<20+777)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil { // written, acknowledged, not committed
+		t.Fatal(err)
+	}
+	c.KillOSS()
+	if err := c.RestoreOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil { // as it came back: the rewrites are lost too
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the writer reconnects and rewrites
+	if err := c.FailOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatalf("sync after the OSS restarts: %v", err)
+	}
+	// The MDS, idle, heard of the restart from the MGS as the clients do,
+	// and came back at once: the OSTs' recovery did not wait for its next
+	// ping (25 s) to end.
+	for _, ost := range []string{"nacre-OST0000", "nacre-OST0001"} {
+		st, err := c.OSSParam(ctx, "obdfilter."+ost+".recovery_status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(st, "status: COMPLETE\n") || !strings.Contains(st, "\nrecovery_duration: 0\n") && !strings.Contains(st, "\nrecovery_duration: 1\n") {
+			t.Errorf("%s after the writer's sync:\n%s", ost, st)
+		}
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want)+4096)
+	if n, _ := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read back %d bytes, want %d; equal %v", n, len(want), bytes.Equal(got[:min(n, len(want))], want[:min(n, len(want))]))
 	}
 }

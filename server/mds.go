@@ -57,18 +57,23 @@ func FormatMDT(ctx context.Context, dir string, id TargetIdentity) (TargetIdenti
 	return id, s.Close()
 }
 
-// replayBarrierDir is where an MDT's replay_barrier saves its store,
+// replayBarrierDir is where a target's replay_barrier saves its store,
 // under the target directory.
 const replayBarrierDir = "replay_barrier"
 
-// RestoreReplayBarrier puts the MDT in dir, stopped, back as it was at its
-// replay_barrier (mdt.*.replay_barrier): its store is replaced by the
-// copy the barrier saved, as if every change after it had been lost in a
-// crash. For tests of recovery.
+// RestoreReplayBarrier puts the target in dir (an MDT or an OST), stopped,
+// back as it was at its replay_barrier (mdt.*.replay_barrier,
+// obdfilter.*.replay_barrier): its store is replaced by the copy the
+// barrier saved, as if every change after it had been lost in a crash.
+// For tests of recovery.
 func RestoreReplayBarrier(dir string) error {
-	saved, store := filepath.Join(dir, replayBarrierDir), filepath.Join(dir, mdtDir)
+	saved := filepath.Join(dir, replayBarrierDir)
 	if _, err := os.Stat(saved); err != nil {
 		return fmt.Errorf("server: %s: no replay barrier: %w", dir, err)
+	}
+	store := filepath.Join(dir, mdtDir)
+	if _, err := os.Stat(store); err != nil {
+		store = filepath.Join(dir, osdDir)
 	}
 	if err := os.RemoveAll(store); err != nil {
 		return fmt.Errorf("server: %s: %w", dir, err)
@@ -109,7 +114,13 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 		<-s.stop
 		cancel()
 	})
-	s.wg.Go(func() { reg.Watch(wctx, every, func(c *mgsv1.ClientConfig) { applyConfig(m, c, lg) }) })
+	s.wg.Go(func() {
+		reg.Watch(wctx, every, func(c *mgsv1.ClientConfig) { applyConfig(m, c, lg) }, func(kind mgsv1.TargetKind, idx uint32) {
+			if kind == mgsv1.TargetKind_TARGET_KIND_OST {
+				m.OSTUp(idx)
+			}
+		})
+	})
 	return nil
 }
 

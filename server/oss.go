@@ -177,7 +177,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if err != nil {
 			return nil, err
 		}
-		s.registerOST(o, ids[i])
+		s.registerOST(o, ids[i], dir)
 		abs, _ := filepath.Abs(dir)
 		reg, err := Register(ctx, ids[i], nids, abs, s.StatusPort(), lg)
 		if err != nil {

@@ -30,7 +30,7 @@ import (
 // MDS's (lctl get_param / set_param), and its devices (lctl dl):
 //
 //	ost.OSS.ost_io.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
-//	obdfilter.FS-OSTxxxx.{stats,tot_granted,num_exports,uuid,recovery_status,abort_recovery,job_stats}
+//	obdfilter.FS-OSTxxxx.{stats,tot_granted,num_exports,uuid,recovery_status,abort_recovery,replay_barrier,job_stats}
 //	mds.MDS.mdt.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
 //	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,abort_recovery,replay_barrier,job_stats}
 //	ldlm.namespaces.{filter,mdt}-FS-{OST,MDT}xxxx_UUID.{lock_count,resource_count}
@@ -213,7 +213,7 @@ func (s *Storage) registerMGC(id TargetIdentity) {
 }
 
 // registerOST registers an OST's device and parameters.
-func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
+func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity, dir string) {
 	s.registerMGC(id)
 	name := id.Label
 	p := "obdfilter." + name + "."
@@ -227,6 +227,7 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity) {
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
 		s.abortRecoveryParam(p, name, tgt),
+		s.replayBarrierParam(p, name, func(d string) error { return o.ReplayBarrier(context.Background(), d) }, dir),
 		jobStatsParam(p+"job_stats", o.JobStats(), "read_bytes", "write_bytes"),
 		params.Bool(p+"sync_journal", "commit every modifying request before its reply", o.SyncJournal,
 			func(on bool) error { o.SetSyncJournal(on); return nil }),
@@ -280,25 +281,35 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity, dir string) {
 		params.ReadOnly(p+"uuid", "the target's uuid", func() string { return id.UUID }),
 		params.ReadOnly(p+"recovery_status", "recovery after a restart", func() string { return recoveryText(tgt) }),
 		s.abortRecoveryParam(p, name, tgt),
-		params.Bool(p+"replay_barrier", "1 saves the store as it is now and stops reporting commits (recovery tests; see RestoreReplayBarrier)",
-			func() bool { return false },
-			func(on bool) error {
-				if !on {
-					return nil
-				}
-				d := filepath.Join(dir, replayBarrierDir)
-				if err := m.Store().ReplayBarrier(d); err != nil {
-					return err
-				}
-				s.log.Warn("replay barrier: the MDT reports no more commits", "target", name, "saved", d)
-				return nil
-			}),
+		s.replayBarrierParam(p, name, m.Store().ReplayBarrier, dir),
 		jobStatsParam(p+"job_stats", m.JobStats(), mdtJobOps...),
 		changelogUsersParam("mdd."+name+".changelog_users", m.Store()),
 	)
 	s.addParams(false, lodParams("lod."+name+"-mdtlov.", m)...)
 	s.addParams(false, exportParams(p, tgt)...)
 	s.addParams(false, lockServerParams("mdt-"+name+"_UUID", m.LockServer(), s.params.since)...)
+}
+
+// replayBarrierParam is PREFIX.replay_barrier, Lustre's replay_barrier
+// (lctl notransno and readonly) for tests of recovery: 1 copies the
+// target's store as it is durable now (save) to replay_barrier under the
+// target directory dir, and has the target report no more commits, so
+// that its clients keep every later change to replay to the target put
+// back as it was (RestoreReplayBarrier).
+func (s *Storage) replayBarrierParam(p, name string, save func(dir string) error, dir string) params.Param {
+	return params.Bool(p+"replay_barrier", "1 saves the store as it is now and stops reporting commits (recovery tests; see RestoreReplayBarrier)",
+		func() bool { return false },
+		func(on bool) error {
+			if !on {
+				return nil
+			}
+			d := filepath.Join(dir, replayBarrierDir)
+			if err := save(d); err != nil {
+				return err
+			}
+			s.log.Warn("replay barrier: the target reports no more commits", "target", name, "saved", d)
+			return nil
+		})
 }
 
 // abortRecoveryParam is PREFIX.abort_recovery, Lustre's lctl --device
@@ -509,7 +520,9 @@ func (s *Storage) startParams(ids []TargetIdentity) {
 			cancel()
 		})
 		for _, r := range byFS {
-			s.wg.Go(func() { r.Watch(ctx, DefaultConfigInterval, func(c *mgsv1.ClientConfig) { s.applyParams(c, ids) }) })
+			s.wg.Go(func() {
+				r.Watch(ctx, DefaultConfigInterval, func(c *mgsv1.ClientConfig) { s.applyParams(c, ids) }, nil)
+			})
 		}
 	}
 	stop, err := params.Serve(context.Background(), s.params.reg)

@@ -303,8 +303,10 @@ func (r *Registrar) Close() {
 // target, its liveness, a pool or a persistent parameter changes (the
 // MGS's WatchConfig stream, from the node that answered last), and every
 // interval besides, so that a broken stream or a missed event costs at
-// most one interval. It returns when ctx ends.
-func (r *Registrar) Watch(ctx context.Context, interval time.Duration, apply func(*mgsv1.ClientConfig)) {
+// most one interval; and up, if not nil, for each target the stream says
+// is up (registered, maybe again after a restart). It returns when ctx
+// ends.
+func (r *Registrar) Watch(ctx context.Context, interval time.Duration, apply func(*mgsv1.ClientConfig), up func(kind mgsv1.TargetKind, idx uint32)) {
 	refresh := func() {
 		cctx, cancel := context.WithTimeout(ctx, interval)
 		defer cancel()
@@ -323,6 +325,9 @@ func (r *Registrar) Watch(ctx context.Context, interval time.Duration, apply fun
 			for err == nil {
 				var ev *mgsv1.ConfigEvent
 				if ev, err = stream.Recv(); err == nil && (ev.GetTarget() != nil || ev.GetLiveness() != nil || ev.GetPool() != nil || ev.GetParam() != nil) {
+					if l := ev.GetLiveness(); up != nil && l != nil && ev.GetType() == mgsv1.ConfigEvent_TYPE_PUT && l.GetState() == mgsv1.TargetState_TARGET_STATE_UP {
+						up(l.GetKind(), l.GetIndex())
+					}
 					select {
 					case events <- struct{}{}:
 					default:

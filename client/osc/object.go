@@ -608,6 +608,7 @@ func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
 			p.dirty = span{}
 			if !r.stable {
 				p.unstable = r.transno
+				p.sent = p.sent.union(s.s)
 			}
 			lru = append(lru, p)
 			continue
@@ -824,6 +825,7 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 		for _, p := range ps {
 			if p.idx == cut && cutOff > 0 {
 				clear(p.data[cutOff:])
+				p.sent = p.sent.intersect(span{0, cutOff})
 				switch {
 				case p.uptodate():
 				case p.valid.to >= cutOff:

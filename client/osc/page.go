@@ -37,6 +37,14 @@ func (s span) union(o span) span {
 	return span{min(s.from, o.from), max(s.to, o.to)}
 }
 
+// intersect returns the bytes both s and o hold.
+func (s span) intersect(o span) span {
+	if r := (span{max(s.from, o.from), min(s.to, o.to)}); !r.empty() {
+		return r
+	}
+	return span{}
+}
+
 var wholePage = span{0, PageSize}
 
 // page is one PageSize piece of an object in the cache (Lustre's
@@ -64,6 +72,12 @@ type page struct {
 	// unstable is the transno of the write that last sent the page, while
 	// the OST has not committed it (see recovery.go); such a page stays.
 	unstable uint64
+	// sent spans the bytes the writes not yet committed sent (from the
+	// first to the last): what a rewrite after an OST restart writes
+	// again. Not the valid bytes: those may run past the object's end
+	// (a page read whole, or cut by a truncate, which the OST replays
+	// before the rewrite), and writing them would make the object longer.
+	sent span
 
 	// Guarded by Cache.mu.
 	prev, next *page

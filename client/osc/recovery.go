@@ -81,6 +81,7 @@ func (c *Client) releaseCommitted() {
 		for _, p := range e.pages {
 			if p.unstable == e.transno {
 				p.unstable = 0
+				p.sent = span{}
 				lru = append(lru, p)
 			}
 		}
@@ -145,9 +146,15 @@ func (c *Client) recover(ctx context.Context, imp *ptlrpc.Import) error {
 	c.mu.unstable = nil
 	c.mu.Unlock()
 	rewritten := 0
-	for _, e := range list {
+	for i, e := range list {
 		n, err := c.rewrite(ctx, imp, e)
 		if err != nil {
+			// What is not rewritten yet goes at the next try (the import
+			// recovers again after its reconnect): dropped, it was lost.
+			c.mu.Lock()
+			c.mu.unstable = append(c.mu.unstable, list[i:]...)
+			sort.Slice(c.mu.unstable, func(a, b int) bool { return c.mu.unstable[a].transno < c.mu.unstable[b].transno })
+			c.mu.Unlock()
 			return err
 		}
 		rewritten += n
@@ -168,14 +175,19 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 		if o.mu.pages.get(p.idx) != p || p.data == nil || p.state != pageIdle || p.unstable != e.transno || p.valid.empty() {
 			continue
 		}
+		sp := p.sent.intersect(p.valid)
+		if sp.empty() {
+			p.unstable = 0
+			continue
+		}
 		p.unstable = 0
 		p.state = pageWriteback
 		o.mu.busy++
 		o.mu.writeback++
-		if !r.add(p, p.valid) || r.bytes >= c.rpcPages()*PageSize {
+		if !r.add(p, sp) || r.bytes >= c.rpcPages()*PageSize {
 			rpcs = append(rpcs, r)
 			r = &brwRPC{obj: o, write: true}
-			r.add(p, p.valid)
+			r.add(p, sp)
 		}
 	}
 	if len(r.segs) > 0 {
@@ -197,6 +209,8 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 				o.mu.writeback--
 				if firstErr == nil {
 					p.unstable = r.transno
+				} else {
+					p.unstable = e.transno // to be written again (recover puts e back)
 				}
 			}
 		}

@@ -438,18 +438,30 @@ func (c *Cluster) KillMDS() { killChild(&c.mdsProc) }
 // (mdt.*.replay_barrier, through its parameter socket): FailMDS loses
 // every change the MDT makes from now on, which its clients replay.
 func (c *Cluster) ReplayBarrierMDS(ctx context.Context) error {
-	r, err := c.mdsParams()
-	if err != nil {
-		return err
-	}
-	_, err = r.Set(ctx, params.Assignment{Pattern: "mdt.*.replay_barrier", Value: "1"})
-	return err
+	return setChildParam(ctx, c.mdsProc, "mdt.*.replay_barrier", "1")
+}
+
+// ReplayBarrierOSS sets the replay barrier of every OST of the child OSS
+// (obdfilter.*.replay_barrier): FailOSS loses every change they make from
+// now on, which their clients replay.
+func (c *Cluster) ReplayBarrierOSS(ctx context.Context) error {
+	return setChildParam(ctx, c.child, "obdfilter.*.replay_barrier", "1")
 }
 
 // MDSParam returns the value of the child MDS's parameter name (one, not
 // a pattern): mdt.nacre-MDT0000.recovery_status, say.
 func (c *Cluster) MDSParam(ctx context.Context, name string) (string, error) {
-	r, err := c.mdsParams()
+	return childParam(ctx, c.mdsProc, name)
+}
+
+// OSSParam returns the value of the child OSS's parameter name (one, not
+// a pattern).
+func (c *Cluster) OSSParam(ctx context.Context, name string) (string, error) {
+	return childParam(ctx, c.child, name)
+}
+
+func childParam(ctx context.Context, p *exec.Cmd, name string) (string, error) {
+	r, err := childParams(p)
 	if err != nil {
 		return "", err
 	}
@@ -463,18 +475,27 @@ func (c *Cluster) MDSParam(ctx context.Context, name string) (string, error) {
 	return vs[0].Value, nil
 }
 
-// mdsParams reaches the child MDS's parameters through its socket.
-func (c *Cluster) mdsParams() (*params.Remote, error) {
-	if c.mdsProc == nil {
-		return nil, errors.New("clustertest: no child MDS")
+func setChildParam(ctx context.Context, p *exec.Cmd, pattern, value string) error {
+	r, err := childParams(p)
+	if err != nil {
+		return err
 	}
-	name := strconv.Itoa(c.mdsProc.Process.Pid) + ".sock"
+	_, err = r.Set(ctx, params.Assignment{Pattern: pattern, Value: value})
+	return err
+}
+
+// childParams reaches a child server's parameters through its socket.
+func childParams(p *exec.Cmd) (*params.Remote, error) {
+	if p == nil {
+		return nil, errors.New("clustertest: no such child server")
+	}
+	name := strconv.Itoa(p.Process.Pid) + ".sock"
 	for _, dir := range []string{params.RunDir(), params.FallbackRunDir()} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			return &params.Remote{Sockets: []string{filepath.Join(dir, name)}}, nil
 		}
 	}
-	return nil, fmt.Errorf("clustertest: the child MDS's parameter socket %s not found", name)
+	return nil, fmt.Errorf("clustertest: the child server's parameter socket %s not found", name)
 }
 
 // FailMDS kills the child MDS, puts its MDT back as it was at its replay
@@ -485,6 +506,31 @@ func (c *Cluster) FailMDS() error {
 		return err
 	}
 	return c.StartMDS()
+}
+
+// FailOSS kills the child OSS, puts its OSTs back as they were at their
+// replay barrier (RestoreOSS), and starts it again.
+func (c *Cluster) FailOSS() error {
+	c.KillOSS()
+	if err := c.RestoreOSS(); err != nil {
+		return err
+	}
+	return c.StartOSS()
+}
+
+// RestoreOSS puts the OSTs of the child OSS, killed, back as they were at
+// their replay barrier (ReplayBarrierOSS), as a crash that lost the
+// disk's cache would.
+func (c *Cluster) RestoreOSS() error {
+	if c.child != nil {
+		return errors.New("clustertest: RestoreOSS with the child OSS running")
+	}
+	for _, d := range c.OSTDirs {
+		if err := server.RestoreReplayBarrier(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RestoreMDS puts the MDT of the child MDS, killed, back as it was at its

@@ -26,6 +26,20 @@ const qosThreshold = 17
 // from the MGS's): new OSTs get an import and a pool, OSTs that left stop
 // getting objects (their imports stay for destroys). Safe for concurrent
 // use.
+// OSTUp has the MDT's connection to OST idx check itself now: the MGS
+// says the OST has (re)started (Lustre's imperative recovery, which the
+// MDT's OSP devices get as clients do). If it restarted, the connection
+// reconnects and replays at once instead of at its next ping or statfs,
+// which the OST's recovery would wait for while holding every client.
+func (m *MDT) OSTUp(idx uint32) {
+	m.ospMu.Lock()
+	p := m.osps[idx]
+	m.ospMu.Unlock()
+	if p != nil {
+		p.imp.PingNow()
+	}
+}
+
 func (m *MDT) SetOSTs(osts []OST) error {
 	m.ospMu.Lock()
 	defer m.ospMu.Unlock()

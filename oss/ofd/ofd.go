@@ -151,6 +151,8 @@ type OFD struct {
 		reads, writes SizeStats
 	}
 	since time.Time
+	// barrier says a ReplayBarrier was set: no commit is reported since.
+	barrier atomic.Bool
 
 	// syncJournal and degraded are obdfilter.*.sync_journal and degraded.
 	syncJournal, degraded atomic.Bool
@@ -258,9 +260,40 @@ func New(cfg Config) (*OFD, error) {
 		o.lockd.Close()
 		return nil, err
 	}
-	o.tgt.Committed(o.dev.LastCommitted())
+	o.reportCommitted()
 	go o.committer()
 	return o, nil
+}
+
+// reportCommitted passes the device's durable transno to the target, so
+// replies carry it as last_committed; nothing after a replay barrier.
+func (o *OFD) reportCommitted() {
+	if !o.barrier.Load() {
+		o.tgt.Committed(o.dev.LastCommitted())
+	}
+}
+
+// snapshotter is a device that can copy itself as it is durable now
+// (osdfile.Device.Snapshot).
+type snapshotter interface {
+	Snapshot(ctx context.Context, dir string) error
+}
+
+// ReplayBarrier saves the device as it is durable now into dir (which
+// must not exist) and from then on reports nothing more committed
+// (Lustre's replay_barrier): the OST's clients keep every later change to
+// replay, and an OST started from the copy has lost them, as after a
+// crash that lost the disk's cache. For tests of recovery.
+func (o *OFD) ReplayBarrier(ctx context.Context, dir string) error {
+	s, ok := o.dev.(snapshotter)
+	if !ok {
+		return fmt.Errorf("ofd %s: replay barrier: the device cannot copy itself: %w", o.cfg.Name, osd.ErrInvalid)
+	}
+	o.barrier.Store(true) // before: what the copy has may stay uncommitted, not the reverse
+	if err := s.Snapshot(ctx, dir); err != nil {
+		return fmt.Errorf("ofd %s: replay barrier: %w", o.cfg.Name, err)
+	}
+	return nil
 }
 
 // Target returns the OST's PtlRPC target.
@@ -320,7 +353,7 @@ func (o *OFD) committer() {
 		case <-o.stop:
 			return
 		case <-t.C:
-			o.tgt.Committed(o.dev.LastCommitted())
+			o.reportCommitted()
 		}
 	}
 }
@@ -490,7 +523,7 @@ func (o *OFD) commit(ctx context.Context, r *ptlrpc.Request, tx osd.Tx) error {
 		if err := o.dev.Sync(ctx); err != nil {
 			return err
 		}
-		o.tgt.Committed(o.dev.LastCommitted())
+		o.reportCommitted()
 	}
 	return nil
 }
@@ -788,7 +821,7 @@ func (o *OFD) sync(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err := o.dev.Sync(ctx); err != nil {
 		return nil, errno(err)
 	}
-	o.tgt.Committed(o.dev.LastCommitted())
+	o.reportCommitted()
 	return nil, 0
 }
 
