@@ -21,11 +21,13 @@ import (
 // committed. If the OST restarts first and takes the client back within
 // its recovery window, the import replays what the OST lost: the OSC's
 // locks (ldlm.ReplayLocks), then the unstable pages, written again in
-// transno order on the recovering connection, before the writes in
-// flight are resent and new requests go out. Write requests are therefore
-// not replayed from the import's list (NoReplay): their data is in the
-// pages, not in the request. A lock that is called back first has its
-// unstable pages committed (OST_SYNC) before they are dropped.
+// transno order on the recovering connection (the bytes their writes
+// sent, not past a later truncate, which the OST replays first), before
+// the writes in flight are resent and new requests go out. Write requests
+// are therefore not replayed from the import's list (NoReplay): their
+// data is in the pages, not in the request. A lock that is called back
+// first has its unstable pages committed (OST_SYNC) before they are
+// dropped.
 
 // unstableRPC is an acknowledged, uncommitted write: its transno and its
 // pages.
