@@ -217,3 +217,189 @@ func TestOSSFailsAgainInRecovery(t *testing.T) {
 		t.Fatalf("read back %d bytes, want %d; equal %v", n, len(want), bytes.Equal(got[:min(n, len(want))], want[:min(n, len(want))]))
 	}
 }
+
+// TestOSSKeepsSeparateWritesToOnePage: two small writes to one page, far
+// apart, each acknowledged and not committed when the OSS restarts under
+// a replay barrier. A page holds one piece of partial data: the second
+// write sent the first, then started a new piece. The rewrite still
+// writes both, and a second client reads them.
+func TestOSSKeepsSeparateWritesToOnePage(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "pieces", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file longer than the page, the page not cached: the writes make
+	// pieces of partial data, not pages of zeros around them.
+	const size = 3 * 4096
+	if _, err := fs.Setattr(ctx, client.Root(), f.FID(), client.SetAttr{Valid: 1 << 3, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	for _, w := range []struct {
+		off int
+		b   string
+	}{{10, "first piece"}, {1500, "second piece"}, {1990, "end piece!"}} {
+		copy(want[w.off:], w.b)
+		if _, _, err := f.WriteAt(ctx, []byte(w.b), int64(w.off)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Flush(ctx); err != nil { // acknowledged, not committed
+			t.Fatal(err)
+		}
+	}
+	if err := c.FailOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatalf("sync after the OSS restart: %v", err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 2*size)
+	if n, _ := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read back %d bytes %q, want %d %q", n, bytes.Trim(got[:n], "\x00"), len(want), bytes.Trim(want, "\x00"))
+	}
+}
+
+// TestOSSKeepsWritesOfAPageInFlight: a page's write is acknowledged, not
+// committed, and the next write of the page is in flight when the OSS
+// restarts under a replay barrier. The rewrite cannot take the page (the
+// write in flight holds it, and is resent after), and the resend sends
+// only its own bytes: the page's earlier bytes are written again all the
+// same, and a second client reads both writes.
+func TestOSSKeepsWritesOfAPageInFlight(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "inflight", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 3 * 4096 // longer than the page: pieces, not pages of zeros
+	if _, err := fs.Setattr(ctx, client.Root(), f.FID(), client.SetAttr{Valid: 1 << 3, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	first, second := []byte("acknowledged before the restart"), []byte("in flight at the restart")
+	copy(want[100:], first)
+	copy(want[100+len(first):], second)
+	if _, _, err := f.WriteAt(ctx, first, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil { // acknowledged, not committed
+		t.Fatal(err)
+	}
+	c.KillOSS()
+	done := make(chan error, 1)
+	go func() {
+		if _, _, err := f.WriteAt(ctx, second, int64(100+len(first))); err != nil {
+			done <- err
+			return
+		}
+		done <- f.Flush(ctx) // in flight until the OSS is back
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := c.RestoreOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatalf("sync after the OSS restart: %v", err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 2*size)
+	if n, _ := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read back %d bytes %q, want %d %q", n, bytes.Trim(got[:n], "\x00"), len(want), bytes.Trim(want, "\x00"))
+	}
+}
+
+// TestSyncAcrossOSSRestart: a Sync begins while the OSS is down, with
+// writes acknowledged and not committed; the OSS comes back having lost
+// them (a replay barrier), and the client rewrites them under new
+// transnos, in fewer than before (one page). The Sync ends once the
+// rewrite is committed: it waited for the old transnos, which the
+// restarted OST, idle, never reached.
+func TestSyncAcrossOSSRestart(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "synced", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("three writes to one page, rewritten in one")
+	for i := range 3 {
+		part := want[i*len(want)/3 : (i+1)*len(want)/3]
+		if _, _, err := f.WriteAt(ctx, part, int64(i*len(want)/3)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Flush(ctx); err != nil { // acknowledged, not committed
+			t.Fatal(err)
+		}
+	}
+	c.KillOSS()
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		done <- f.Sync(sctx)
+	}()
+	time.Sleep(300 * time.Millisecond) // the Sync waits for the OSS
+	if err := c.RestoreOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartOSS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("sync across the OSS restart: %v", err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4096)
+	if n, _ := g.ReadAt(ctx, got, 0); !bytes.Equal(got[:n], want) {
+		t.Fatalf("read back %q, want %q", got[:n], want)
+	}
+}

@@ -92,6 +92,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 	for {
 		o.mu.Lock()
 		busy, flushFirst := o.mu.truncating > 0, false
+		var fill []uint64
 		need := 0
 		for i := first; i <= last && !busy; i++ {
 			p := o.mu.pages.get(i)
@@ -101,6 +102,13 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 			case p.state != pageIdle:
 				busy = true
 			case p.clean():
+				if p.unstable != 0 && !p.uptodate() && !p.valid.empty() && !p.valid.touches(pageSpan(i, off, end)) {
+					// The page's piece was sent and is not committed: a
+					// rewrite after an OST restart needs it, so it may not
+					// give way to the new bytes as a committed piece does.
+					// Read the rest of the page first: whole, it holds both.
+					fill = append(fill, i)
+				}
 				need++
 			case !p.uptodate() && !p.valid.touches(pageSpan(i, off, end)):
 				// A dirty piece the new bytes do not join: send it first,
@@ -120,6 +128,17 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 			o.mu.Unlock()
 			if err := o.flushPages(ctx, first, last); err != nil {
 				return 0, err
+			}
+			continue
+		}
+		if len(fill) > 0 {
+			o.mu.Unlock()
+			var noRA func()
+			scratch := make([]byte, PageSize)
+			for _, i := range fill {
+				if err := o.readWindow(ctx, scratch, i*PageSize, &noRA); err != nil {
+					return 0, o.errorf("read of page %d before a write into it: %w", i, err)
+				}
 			}
 			continue
 		}

@@ -630,7 +630,8 @@ func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
 }
 
 // fillDone records the outcome of a read RPC: its pages are valid, or, if
-// it failed, pages without dirty data go and the others stay as they were.
+// it failed, pages without dirty or uncommitted data go and the others stay
+// as they were (a rewrite after an OST restart needs the latter).
 func (o *Object) fillDone(r *brwRPC, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -648,7 +649,7 @@ func (o *Object) fillDone(r *brwRPC, err error) {
 			continue
 		}
 		p.held = false
-		if p.clean() {
+		if p.clean() && p.unstable == 0 {
 			if o.mu.pages.get(p.idx) == p {
 				o.mu.pages.del(p.idx)
 			}

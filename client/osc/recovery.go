@@ -173,8 +173,14 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 	o.mu.Lock()
 	var rpcs []*brwRPC
 	r := &brwRPC{obj: o, write: true}
+	// copies are the pages an RPC in flight holds (a write or a read sent
+	// before the restart, resent only after this recovery): the rewrite
+	// sends a copy of their sent bytes, which that RPC does not change (a
+	// write sends its dirty bytes, a read fills the bytes not valid), and
+	// which it alone would not write again (a write sends only its own).
+	copies := map[*page]*page{}
 	for _, p := range e.pages {
-		if o.mu.pages.get(p.idx) != p || p.data == nil || p.state != pageIdle || p.unstable != e.transno || p.valid.empty() {
+		if o.mu.pages.get(p.idx) != p || p.data == nil || p.unstable != e.transno || p.valid.empty() {
 			continue
 		}
 		sp := p.sent.intersect(p.valid)
@@ -182,10 +188,18 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 			p.unstable = 0
 			continue
 		}
-		p.unstable = 0
-		p.state = pageWriteback
-		o.mu.busy++
-		o.mu.writeback++
+		q := p
+		if p.state != pageIdle {
+			q = &page{obj: o, idx: p.idx, data: make([]byte, PageSize)}
+			copy(q.data[sp.from:sp.to], p.data[sp.from:sp.to])
+			copies[q] = p
+		} else {
+			p.unstable = 0
+			p.state = pageWriteback
+			o.mu.busy++
+			o.mu.writeback++
+		}
+		p = q
 		if !r.add(p, sp) || r.bytes >= c.rpcPages()*PageSize {
 			rpcs = append(rpcs, r)
 			r = &brwRPC{obj: o, write: true}
@@ -203,8 +217,15 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 			r.transno, firstErr = c.replayWrite(ctx, imp, r)
 		}
 		o.mu.Lock()
-		for _, s := range r.segs {
+		for k, s := range r.segs {
 			p := s.p
+			if orig := copies[p]; orig != nil {
+				r.segs[k].p = orig // recorded unstable, and released, as itself
+				if firstErr == nil && orig.unstable == e.transno {
+					orig.unstable = r.transno
+				}
+				continue
+			}
 			if p.state == pageWriteback {
 				p.state = pageIdle
 				o.mu.busy--

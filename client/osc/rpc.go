@@ -223,9 +223,24 @@ func (c *Client) setTimes(ctx context.Context, f fid.FID, mtime, ctime int64) er
 // every change the import keeps for replay, so that whatever the client
 // wrote before is durable.
 func (c *Client) syncOST(ctx context.Context, f fid.FID) error {
-	var upTo uint64
-	if u := c.imp.Uncommitted(); len(u) > 0 {
-		upTo = u[len(u)-1]
+	last := func() uint64 {
+		if u := c.imp.Uncommitted(); len(u) > 0 {
+			return u[len(u)-1]
+		}
+		return 0
+	}
+	inst, upTo := c.imp.Info().Instance, last()
+	// committed reports whether the OST has committed upTo. An OST that
+	// restarted meanwhile numbers anew what it lost, as its clients
+	// replay and rewrite it, maybe in fewer transnos than before (the
+	// pages of many writes in one rewrite): upTo, a number of the previous
+	// life, might never come, and is then what the replay list holds once
+	// recovery is over.
+	committed := func() bool {
+		if info := c.imp.Info(); info.Instance != inst && info.State == ptlrpc.StateFull {
+			inst, upTo = info.Instance, last()
+		}
+		return c.imp.Info().LastCommitted >= upTo
 	}
 	body, err := ptlrpc.Marshal(&ostv1.SyncRequest{Fid: fidToWire(f)})
 	if err != nil {
@@ -234,12 +249,12 @@ func (c *Client) syncOST(ctx context.Context, f fid.FID) error {
 	if _, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSync, Body: body}); err != nil {
 		return fmt.Errorf("osc: ost%04x: sync %v: %w", c.index, f, err)
 	}
-	for wait := time.Millisecond; c.imp.Info().LastCommitted < upTo; wait = min(2*wait, 100*time.Millisecond) {
+	for wait := time.Millisecond; !committed(); wait = min(2*wait, 100*time.Millisecond) {
 		// The OST commits in the background and tells on every reply.
 		if err := c.imp.Ping(ctx); err != nil {
 			return fmt.Errorf("osc: ost%04x: sync %v: %w", c.index, f, err)
 		}
-		if c.imp.Info().LastCommitted >= upTo {
+		if committed() {
 			break
 		}
 		t := time.NewTimer(wait)

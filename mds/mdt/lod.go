@@ -22,10 +22,6 @@ import (
 // going round robin (Lustre's qos_threshold_rr, 17%).
 const qosThreshold = 17
 
-// SetOSTs makes osts the MDT's OST list (from its configuration, later
-// from the MGS's): new OSTs get an import and a pool, OSTs that left stop
-// getting objects (their imports stay for destroys). Safe for concurrent
-// use.
 // OSTUp has the MDT's connection to OST idx check itself now: the MGS
 // says the OST has (re)started (Lustre's imperative recovery, which the
 // MDT's OSP devices get as clients do). If it restarted, the connection
@@ -40,6 +36,10 @@ func (m *MDT) OSTUp(idx uint32) {
 	}
 }
 
+// SetOSTs makes osts the MDT's OST list (from its configuration, later
+// from the MGS's): new OSTs get an import and a pool, OSTs that left stop
+// getting objects (their imports stay for destroys). Safe for concurrent
+// use.
 func (m *MDT) SetOSTs(osts []OST) error {
 	m.ospMu.Lock()
 	defer m.ospMu.Unlock()

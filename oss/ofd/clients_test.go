@@ -190,3 +190,51 @@ func TestClientRecordSyncFails(t *testing.T) {
 		t.Fatalf("retry with the device back: %v, unsynced %v", err, recs.unsynced)
 	}
 }
+
+// TestFailedReplayBarrierReportsCommits: a replay barrier that made no
+// copy (its directory exists) leaves the OST reporting commits: nothing
+// would be lost in a restart, and clients would keep their pages and wait
+// in their Syncs for ever.
+func TestFailedReplayBarrierReportsCommits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dev := openDev(t, filepath.Join(dir, "osd"), true)
+	defer dev.Close()
+	tgt, err := ptlrpc.NewTargetSet().NewTarget(ptlrpc.TargetConfig{Name: "nacre-OST0000", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := loadClients(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recs.add(ctx, "a"); err != nil { // an object for the commit below
+		t.Fatal(err)
+	}
+	o := &OFD{cfg: Config{Name: "nacre-OST0000"}, dev: dev, tgt: tgt}
+	taken := filepath.Join(dir, "barrier")
+	if err := os.Mkdir(taken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.ReplayBarrier(ctx, taken); err == nil {
+		t.Fatal("a replay barrier into an existing directory succeeded")
+	}
+	tx, err := dev.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.SetTransno(dev.LastCommitted() + 1)
+	if err := tx.WriteRecord(clientsFID, slot("b"), slotSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.reportCommitted()
+	if got, want := tgt.LastCommitted(), dev.LastCommitted(); got != want || want == 0 {
+		t.Fatalf("after a failed barrier and a commit the target reports %d committed, the device %d", got, want)
+	}
+}

@@ -268,8 +268,12 @@ func New(cfg Config) (*OFD, error) {
 // reportCommitted passes the device's durable transno to the target, so
 // replies carry it as last_committed; nothing after a replay barrier.
 func (o *OFD) reportCommitted() {
+	// Read before the barrier is checked: read after, it could count
+	// transactions made after the barrier's copy, which a restart from
+	// the copy loses, and clients would drop them.
+	lc := o.dev.LastCommitted()
 	if !o.barrier.Load() {
-		o.tgt.Committed(o.dev.LastCommitted())
+		o.tgt.Committed(lc)
 	}
 }
 
@@ -289,8 +293,14 @@ func (o *OFD) ReplayBarrier(ctx context.Context, dir string) error {
 	if !ok {
 		return fmt.Errorf("ofd %s: replay barrier: the device cannot copy itself: %w", o.cfg.Name, osd.ErrInvalid)
 	}
-	o.barrier.Store(true) // before: what the copy has may stay uncommitted, not the reverse
+	was := o.barrier.Swap(true) // before: what the copy has may stay uncommitted, not the reverse
 	if err := s.Snapshot(ctx, dir); err != nil {
+		if !was {
+			// No copy, no restart from it: commits are reported again,
+			// or the clients' pages and Syncs would wait forever.
+			o.barrier.Store(false)
+			o.reportCommitted()
+		}
 		return fmt.Errorf("ofd %s: replay barrier: %w", o.cfg.Name, err)
 	}
 	return nil
