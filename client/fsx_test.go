@@ -60,3 +60,110 @@ func TestFSX(t *testing.T) {
 	}
 	t.Logf("%+v", st)
 }
+
+// TestFSXAcrossOSSFailures runs the exerciser on a file striped over the
+// OSTs of an OSS that fails every 1,000 operations and comes back having
+// lost every change since the failure before (a replay barrier set then):
+// the writes its clients had acknowledged and not seen committed, dirty
+// pages not sent yet, truncates. The client rewrites and replays them,
+// and every read after is checked byte for byte against the model.
+func TestFSXAcrossOSSFailures(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cred := client.Root()
+	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 64 << 10, StripeOffset: -1})
+	f, _, err := fs.Create(ctx, cred, fs.Root(), "fsx", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fid := f.FID()
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failures := 0
+	reopen := func(old fsx.File) (fsx.File, error) {
+		// The OSS fails under the open file (dirty pages, writes not
+		// committed), losing what it did since the last barrier.
+		if err := c.FailOSS(); err != nil {
+			return nil, err
+		}
+		failures++
+		if err := old.(libFile).f.Close(ctx); err != nil {
+			return nil, err
+		}
+		if err := c.ReplayBarrierOSS(ctx); err != nil {
+			return nil, err
+		}
+		nf, _, err := fs.Open(ctx, cred, fid, syscall.O_RDWR)
+		return libFile{ctx, nf}, err
+	}
+	seed := uint64(time.Now().UnixNano())
+	st, err := fsx.Run(ctx, libFile{ctx, f}, fsx.Config{Ops: 6000, MaxSize: 1 << 20, MaxLen: 96 << 10, Seed: seed,
+		Reopen: reopen, ReopenEvery: 1000})
+	if err != nil {
+		t.Fatalf("seed %d, after %d OSS failures: %v", seed, failures, err)
+	}
+	t.Logf("%d OSS failures: %+v", failures, st)
+}
+
+// TestFSXUnderServerFailures is TestFSXAcrossOSSFailures with the servers
+// failing at any moment, not between operations — the OSS, then the MDS
+// (truncates change the file's size there too), in turn, each losing what
+// it did since its last failure: a write, read or truncate of the
+// exerciser may be in flight, or waiting for its lock, as one goes.
+func TestFSXUnderServerFailures(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true, ChildMDS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cred := client.Root()
+	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 64 << 10, StripeOffset: -1})
+	f, _, err := fs.Create(ctx, cred, fs.Root(), "fsx", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierMDS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop, failed := make(chan struct{}), make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { failed <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(400 * time.Millisecond):
+			}
+			fail, barrier := c.FailOSS, c.ReplayBarrierOSS
+			if n%2 == 1 {
+				fail, barrier = c.FailMDS, c.ReplayBarrierMDS
+			}
+			if err := fail(); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+			if err := barrier(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	seed := uint64(time.Now().UnixNano())
+	st, err := fsx.Run(ctx, libFile{ctx, f}, fsx.Config{Ops: 8000, MaxSize: 1 << 20, MaxLen: 96 << 10, Seed: seed})
+	close(stop)
+	n := <-failed
+	if err != nil {
+		t.Fatalf("seed %d, after %d server failures: %v", seed, n, err)
+	}
+	if n < 4 {
+		t.Errorf("only %d server failures during the run", n)
+	}
+	t.Logf("%d server failures: %+v", n, st)
+}
