@@ -80,15 +80,7 @@ func TestOSSRestartUnderWrite(t *testing.T) {
 // overwrite, and a truncate. The client rewrites the pages and replays
 // the truncate, and a second client reads exactly what was written.
 func TestOSSLosesWritesUnderReplayBarrier(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
-	fs := c.Mount(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 1 << 20, StripeOffset: -1})
-	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "lost", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, fs, f, ctx := ossFile(t, 2, 0)
 	const chunk, chunks = 1 << 20, 12
 	want := make([]byte, chunk*chunks)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -129,22 +121,7 @@ func TestOSSLosesWritesUnderReplayBarrier(t *testing.T) {
 	if err := f.Sync(ctx); err != nil { // after recovery: all committed now
 		t.Fatalf("sync after the OSS restart: %v", err)
 	}
-	if err := f.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, chunk*chunks)
-	if n, _ := g.ReadAt(ctx, got, 0); n != size || !bytes.Equal(got[:n], want) {
-		for i := range min(n, size) {
-			if got[i] != want[i] {
-				t.Fatalf("read back %d bytes, want %d; first difference at %d", n, size, i)
-			}
-		}
-		t.Fatalf("read back %d bytes, want %d", n, size)
-	}
+	readBack(ctx, t, c, f, want)
 }
 
 // TestOSSFailsAgainInRecovery: the OSS loses the writes after a replay
@@ -153,15 +130,7 @@ func TestOSSLosesWritesUnderReplayBarrier(t *testing.T) {
 // them it had made). The writer rewrites them all again, from what it
 // kept, and a second client reads exactly what was written.
 func TestOSSFailsAgainInRecovery(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
-	fs := c.Mount(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 1 << 20, StripeOffset: -1})
-	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "twice", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _, f, ctx := ossFile(t, 2, 0)
 	want := make([]byte, 24<<20+777)
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := range want {
@@ -205,17 +174,7 @@ func TestOSSFailsAgainInRecovery(t *testing.T) {
 			t.Errorf("%s after the writer's sync:\n%s", ost, st)
 		}
 	}
-	if err := f.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(want)+4096)
-	if n, _ := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
-		t.Fatalf("read back %d bytes, want %d; equal %v", n, len(want), bytes.Equal(got[:min(n, len(want))], want[:min(n, len(want))]))
-	}
+	readBack(ctx, t, c, f, want)
 }
 
 // TestOSSKeepsSeparateWritesToOnePage: two small writes to one page, far
@@ -224,23 +183,10 @@ func TestOSSFailsAgainInRecovery(t *testing.T) {
 // write sent the first, then started a new piece. The rewrite still
 // writes both, and a second client reads them.
 func TestOSSKeepsSeparateWritesToOnePage(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildOSS: true})
-	fs := c.Mount(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "pieces", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A file longer than the page, the page not cached: the writes make
 	// pieces of partial data, not pages of zeros around them.
 	const size = 3 * 4096
-	if _, err := fs.Setattr(ctx, client.Root(), f.FID(), client.SetAttr{Valid: 1 << 3, Size: size}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, _, f, ctx := ossFile(t, 1, size)
 	if err := c.ReplayBarrierOSS(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -263,17 +209,7 @@ func TestOSSKeepsSeparateWritesToOnePage(t *testing.T) {
 	if err := f.Sync(ctx); err != nil {
 		t.Fatalf("sync after the OSS restart: %v", err)
 	}
-	if err := f.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 2*size)
-	if n, _ := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
-		t.Fatalf("read back %d bytes %q, want %d %q", n, bytes.Trim(got[:n], "\x00"), len(want), bytes.Trim(want, "\x00"))
-	}
+	readBack(ctx, t, c, f, want)
 }
 
 // TestOSSKeepsWritesOfAPageInFlight: a page's write is acknowledged, not
@@ -283,21 +219,8 @@ func TestOSSKeepsSeparateWritesToOnePage(t *testing.T) {
 // only its own bytes: the page's earlier bytes are written again all the
 // same, and a second client reads both writes.
 func TestOSSKeepsWritesOfAPageInFlight(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildOSS: true})
-	fs := c.Mount(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "inflight", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const size = 3 * 4096 // longer than the page: pieces, not pages of zeros
-	if _, err := fs.Setattr(ctx, client.Root(), f.FID(), client.SetAttr{Valid: 1 << 3, Size: size}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, _, f, ctx := ossFile(t, 1, size)
 	if err := c.ReplayBarrierOSS(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -333,17 +256,7 @@ func TestOSSKeepsWritesOfAPageInFlight(t *testing.T) {
 	if err := f.Sync(ctx); err != nil {
 		t.Fatalf("sync after the OSS restart: %v", err)
 	}
-	if err := f.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := c.Mount(1).Open(ctx, client.Root(), f.FID(), syscall.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 2*size)
-	if n, _ := g.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
-		t.Fatalf("read back %d bytes %q, want %d %q", n, bytes.Trim(got[:n], "\x00"), len(want), bytes.Trim(want, "\x00"))
-	}
+	readBack(ctx, t, c, f, want)
 }
 
 // TestSyncAcrossOSSRestart: a Sync begins while the OSS is down, with
@@ -353,14 +266,7 @@ func TestOSSKeepsWritesOfAPageInFlight(t *testing.T) {
 // rewrite is committed: it waited for the old transnos, which the
 // restarted OST, idle, never reached.
 func TestSyncAcrossOSSRestart(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 1, ChildOSS: true})
-	fs := c.Mount(0)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "synced", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _, f, ctx := ossFile(t, 1, 0)
 	if err := c.ReplayBarrierOSS(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -391,6 +297,39 @@ func TestSyncAcrossOSSRestart(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("sync across the OSS restart: %v", err)
 	}
+	readBack(ctx, t, c, f, want)
+}
+
+// ossFile starts a cluster whose OSS (osts OSTs) runs in a child
+// process, mounts it (client 0), and creates a file striped over every
+// OST in 1 MiB stripes, size bytes long (a hole) and synced if size is
+// not 0.
+func ossFile(t *testing.T, osts int, size uint64) (*clustertest.Cluster, *client.FS, *client.File, context.Context) {
+	t.Helper()
+	c := clustertest.Start(t, clustertest.Options{OSTs: osts, ChildOSS: true})
+	fs := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	lay := layout.Plain(layout.RAID0{StripeCount: int32(osts), StripeSize: 1 << 20, StripeOffset: -1})
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), t.Name(), syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size > 0 {
+		if _, err := fs.Setattr(ctx, client.Root(), f.FID(), client.SetAttr{Valid: 1 << 3, Size: size}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, fs, f, ctx
+}
+
+// readBack closes f and checks that another client (client 1) reads
+// exactly want from it.
+func readBack(ctx context.Context, t *testing.T, c *clustertest.Cluster, f *client.File, want []byte) {
+	t.Helper()
 	if err := f.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -398,8 +337,15 @@ func TestSyncAcrossOSSRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make([]byte, 4096)
-	if n, _ := g.ReadAt(ctx, got, 0); !bytes.Equal(got[:n], want) {
-		t.Fatalf("read back %q, want %q", got[:n], want)
+	defer g.Close(ctx)
+	got := make([]byte, len(want)+4096)
+	n, err := g.ReadAt(ctx, got, 0)
+	if n == len(want) && bytes.Equal(got[:n], want) {
+		return
 	}
+	i := 0
+	for i < min(n, len(want)) && got[i] == want[i] {
+		i++
+	}
+	t.Fatalf("another client reads %d bytes (%v), want %d; the first difference at %d", n, err, len(want), i)
 }

@@ -26,21 +26,29 @@ func (l libFile) WriteAt(p []byte, off int64) (int, error) {
 func (l libFile) Truncate(size int64) error { return l.f.Truncate(l.ctx, size) }
 func (l libFile) Size() (int64, error)      { return l.f.Size(l.ctx) }
 
+// fsxFile makes the exerciser's file, striped over stripes OSTs in 64
+// KiB stripes, on client 0 of c.
+func fsxFile(ctx context.Context, t *testing.T, c *clustertest.Cluster, stripes int32) (*client.FS, *client.File) {
+	t.Helper()
+	fs := c.Mount(0)
+	lay := layout.Plain(layout.RAID0{StripeCount: stripes, StripeSize: 64 << 10, StripeOffset: -1})
+	f, _, err := fs.Create(ctx, client.Root(), fs.Root(), "fsx", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, f
+}
+
 // TestFSX runs 100,000 random operations on a file striped over four
 // OSTs in 64 KiB stripes, closing and reopening it every 5,000 (what a
 // handle flushed, the next must read); every read is checked byte for
 // byte against the exerciser's model. The seed is in any failure.
 func TestFSX(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 4})
-	fs := c.Mount(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cred := client.Root()
-	lay := layout.Plain(layout.RAID0{StripeCount: 4, StripeSize: 64 << 10, StripeOffset: -1})
-	f, _, err := fs.Create(ctx, cred, fs.Root(), "fsx", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, f := fsxFile(ctx, t, c, 4)
 	fid := f.FID()
 	ops := 100000
 	if testing.Short() {
@@ -69,15 +77,10 @@ func TestFSX(t *testing.T) {
 // and every read after is checked byte for byte against the model.
 func TestFSXAcrossOSSFailures(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
-	fs := c.Mount(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cred := client.Root()
-	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 64 << 10, StripeOffset: -1})
-	f, _, err := fs.Create(ctx, cred, fs.Root(), "fsx", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, f := fsxFile(ctx, t, c, 2)
 	fid := f.FID()
 	if err := c.ReplayBarrierOSS(ctx); err != nil {
 		t.Fatal(err)
@@ -115,15 +118,9 @@ func TestFSXAcrossOSSFailures(t *testing.T) {
 // exerciser may be in flight, or waiting for its lock, as one goes.
 func TestFSXUnderServerFailures(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true, ChildMDS: true})
-	fs := c.Mount(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cred := client.Root()
-	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 64 << 10, StripeOffset: -1})
-	f, _, err := fs.Create(ctx, cred, fs.Root(), "fsx", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, &client.CreateOptions{Layout: &lay})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, f := fsxFile(ctx, t, c, 2)
 	if err := c.ReplayBarrierOSS(ctx); err != nil {
 		t.Fatal(err)
 	}

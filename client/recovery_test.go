@@ -279,7 +279,13 @@ func restartMDS(t *testing.T, c *clustertest.Cluster) {
 // makeFile creates name in fs's root with data and closes it.
 func makeFile(ctx context.Context, t *testing.T, fs *client.FS, name string, data []byte) client.FID {
 	t.Helper()
-	f, attr, err := fs.Create(ctx, client.Root(), fs.Root(), name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	return makeFileIn(ctx, t, fs, fs.Root(), name, data)
+}
+
+// makeFileIn creates name in directory dir with data and closes it.
+func makeFileIn(ctx context.Context, t *testing.T, fs *client.FS, dir client.FID, name string, data []byte) client.FID {
+	t.Helper()
+	f, attr, err := fs.Create(ctx, client.Root(), dir, name, syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,16 +362,7 @@ func TestReplayAfterAnotherClientsReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := []byte("b's file in a's directory")
-	f, _, err := b.Create(ctx, root, d.FID, "f", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := f.WriteAt(ctx, data, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	makeFileIn(ctx, t, b, d.FID, "f", data)
 	client.SetNoImperativeRecovery(a) // a back only when it asks
 	t.Cleanup(func() { client.SetNoImperativeRecovery(nil) })
 	if err := c.FailMDS(); err != nil { // both lost: the clients replay them
