@@ -129,6 +129,13 @@ type Server struct {
 		ns *Namespace
 		// remote maps a lock to its client's handle for callbacks.
 		remote map[Handle]uint64
+		// replayed finds a lock a replay granted by its owner and client
+		// handle, so that the same replay again (the client's recovery
+		// started over after a lost connection) gets that lock back, not
+		// a second one (Lustre's find_existing_lock); replayedKey is the
+		// way back. Bounded by the locks.
+		replayed    map[replayKey]Handle
+		replayedKey map[Handle]replayKey
 		// discard holds the target's own locks taken with DiscardData.
 		discard map[Handle]struct{}
 		// timers are the callback timers of locks sent a blocking AST.
@@ -192,6 +199,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: lg.With("ldlm", ns.Name()), ast: make(chan []astWork, cfg.ASTQueue)}
 	s.mu.ns = ns
 	s.mu.remote = make(map[Handle]uint64)
+	s.mu.replayed = make(map[replayKey]Handle)
+	s.mu.replayedKey = make(map[Handle]replayKey)
 	s.mu.discard = make(map[Handle]struct{})
 	s.mu.timers = make(map[Handle]*time.Timer)
 	s.mu.owners = make(map[Owner]*ptlrpc.Export)
@@ -311,6 +320,12 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		}
 		return marshalEnqueueReply(&ldlmv1.EnqueueReply{Mode: uint32(g.Mode), Policy: policyToWire(g.Policy)})
 	}
+	replay := replayKey{owner, er.ClientHandle}
+	if req.Flags&Replay != 0 && er.ClientHandle != 0 {
+		if rep, ok := s.replayedAgain(replay); ok {
+			return marshalEnqueueReply(rep)
+		}
+	}
 	var rep ldlmv1.EnqueueReply
 	if len(er.Intent) > 0 {
 		if s.cfg.Intent == nil {
@@ -361,6 +376,9 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	l := result.Lock
 	if l.Handle != 0 {
 		s.mu.remote[l.Handle] = er.ClientHandle
+		if req.Flags&Replay != 0 && er.ClientHandle != 0 {
+			s.mu.replayed[replay], s.mu.replayedKey[l.Handle] = l.Handle, replay
+		}
 	}
 	lvb, _ := s.mu.ns.LVB(l.Resource)
 	work := s.effectsLocked(result.Effects)
@@ -578,6 +596,35 @@ func (s *Server) forgetLocked(h Handle) {
 	s.stopTimerLocked(h)
 	delete(s.mu.remote, h)
 	delete(s.mu.discard, h)
+	if k, ok := s.mu.replayedKey[h]; ok {
+		delete(s.mu.replayed, k)
+		delete(s.mu.replayedKey, h)
+	}
+}
+
+// replayKey names a replayed lock by its owner and its client's handle.
+type replayKey struct {
+	owner  Owner
+	client uint64
+}
+
+// replayedAgain answers a lock replay the server has granted already, as
+// it did the first time, if it has.
+func (s *Server) replayedAgain(k replayKey) (*ldlmv1.EnqueueReply, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.mu.replayed[k]
+	if !ok {
+		return nil, false
+	}
+	l, err := s.mu.ns.Lookup(h)
+	if err != nil || l.Owner != k.owner {
+		return nil, false
+	}
+	lvb, _ := s.mu.ns.LVB(l.Resource)
+	s.log.Debug("ldlm: lock replayed again: the lock of its first replay", "owner", k.owner, "handle", h)
+	return &ldlmv1.EnqueueReply{Handle: uint64(h), Granted: l.State == Granted, Mode: uint32(l.Mode), Policy: policyToWire(l.Policy),
+		CallbackPending: l.CallbackPending, Lvb: lvbToWire(lvb)}, true
 }
 
 func (s *Server) stopTimerLocked(h Handle) {

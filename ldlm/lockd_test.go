@@ -59,6 +59,12 @@ func newLockCluster(t testing.TB, nclients int, cbTimeout time.Duration) *lockCl
 // newLockClusterWith is newLockCluster whose service configuration adjust
 // changes (handlers, threads) before the service starts.
 func newLockClusterWith(t testing.TB, nclients int, cbTimeout time.Duration, adjust func(*lockCluster, *ptlrpc.ServiceConfig)) *lockCluster {
+	return newLockClusterTarget(t, nclients, cbTimeout, adjust, nil)
+}
+
+// newLockClusterTarget is newLockClusterWith whose target configuration
+// target changes, if not nil.
+func newLockClusterTarget(t testing.TB, nclients int, cbTimeout time.Duration, adjust func(*lockCluster, *ptlrpc.ServiceConfig), target func(*ptlrpc.TargetConfig)) *lockCluster {
 	addrs := []string{"127.0.0.2"}
 	for i := range nclients {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 10+i))
@@ -82,13 +88,17 @@ func newLockClusterWith(t testing.TB, nclients int, cbTimeout time.Duration, adj
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc.tgt, err = ts.NewTarget(ptlrpc.TargetConfig{Name: "nacre-OST0000", AutoCommit: true, Logger: quiet, Features: ConnectGlimpseLock,
+	tc := ptlrpc.TargetConfig{Name: "nacre-OST0000", AutoCommit: true, Logger: quiet, Features: ConnectGlimpseLock,
 		OnGone: func(e *ptlrpc.Export, evicted bool) {
 			lc.lockd.ExportGone(e)
 			if evicted {
 				lc.evicted <- e.ClientUUID()
 			}
-		}})
+		}}
+	if target != nil {
+		target(&tc)
+	}
+	lc.tgt, err = ts.NewTarget(tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,5 +759,48 @@ func TestCancelSkipsStaleHandles(t *testing.T) {
 	}
 	if len(lc.lockd.Locks(res(2))) != 1 {
 		t.Fatal("another client's lock went")
+	}
+}
+
+// TestLockReplayedTwice: a client whose recovery starts over (its
+// connection lost in the middle of its lock replays) replays the same
+// locks again. The server answers each with the lock the first replay
+// granted, under its handle, instead of granting a second one that
+// nobody would ever cancel (Lustre's find_existing_lock).
+func TestLockReplayedTwice(t *testing.T) {
+	lc := newLockClusterTarget(t, 1, 5*time.Second, nil, func(c *ptlrpc.TargetConfig) {
+		c.LastTransno, c.RecoveryWindow = 1, time.Minute // recovering: lock replays are taken
+	})
+	a := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	body, _ := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(objRes), Mode: uint32(PW),
+		Policy: policyToWire(Policy{Extent: Whole}), ClientHandle: 0x77, Flags: wireReplay})
+	var handles []uint64
+	for range 2 {
+		b, err := a.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep ldlmv1.EnqueueReply
+		if err := proto.Unmarshal(b, &rep); err != nil || !rep.Granted {
+			t.Fatalf("replay: %+v %v", &rep, err)
+		}
+		handles = append(handles, rep.Handle)
+	}
+	if handles[0] != handles[1] {
+		t.Errorf("the second replay got lock %#x, the first %#x", handles[1], handles[0])
+	}
+	if locks := lc.lockd.Locks(objRes); len(locks) != 1 {
+		t.Fatalf("%d locks after the same replay twice, want 1: %+v", len(locks), locks)
+	}
+	// Another client handle is another lock.
+	res2 := Resource{ID: ResIDOfFID(0x100000000, 2, 0), Type: TypeExtent}
+	other, _ := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res2), Mode: uint32(PR),
+		Policy: policyToWire(Policy{Extent: Whole}), ClientHandle: 0x78, Flags: wireReplay})
+	if _, err := a.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: other}); err != nil {
+		t.Fatal(err)
+	}
+	if locks := lc.lockd.Locks(res2); len(locks) != 1 {
+		t.Fatalf("%d locks of another replay, want 1", len(locks))
 	}
 }
