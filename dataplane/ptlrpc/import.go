@@ -791,7 +791,13 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags 
 	if m.hdr.Status == 0 {
 		req.Transno = m.hdr.Transno
 		if keep && req.Transno != 0 {
-			imp.keep(r, req.Transno)
+			// Made by the instance being recovered: a recovery of it that
+			// starts over (a lost connection) does not replay it from the
+			// list as well as from OnRecover.
+			imp.mu.Lock()
+			inst := imp.mu.instance
+			imp.mu.Unlock()
+			imp.keepAt(r, req.Transno, inst)
 		}
 	}
 	return m.result()
@@ -909,13 +915,16 @@ func (imp *Import) committedUpTo(n uint64) {
 }
 
 // keep records a modifying request the server has not committed yet.
-func (imp *Import) keep(r *rpc, transno uint64) {
+func (imp *Import) keep(r *rpc, transno uint64) { imp.keepAt(r, transno, 0) }
+
+// keepAt is keep of a request replayed to instance inst (0: none).
+func (imp *Import) keepAt(r *rpc, transno, inst uint64) {
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
 	if transno <= imp.mu.lastCommitted {
 		return
 	}
-	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), r.req.Body...)}
+	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), r.req.Body...), inst: inst}
 	i := sort.Search(len(imp.mu.replay), func(i int) bool { return imp.mu.replay[i].transno > transno })
 	imp.mu.replay = append(imp.mu.replay, replayReq{})
 	copy(imp.mu.replay[i+1:], imp.mu.replay[i:])

@@ -1178,3 +1178,45 @@ func TestEndRecoveryOfClosedTargetForgetsNoClient(t *testing.T) {
 		t.Errorf("the closed target's recovery end forgot %v", gone)
 	}
 }
+
+// TestOnRecoverKeptNotReplayedTwice: what OnRecover replays and keeps
+// (an open, say) was made by the instance being recovered: when the
+// connection is lost in the middle of OnRecover and recovery starts over
+// with the same instance, OnRecover replays it again, and the kept list
+// must not replay it a third time.
+func TestOnRecoverKeptNotReplayedTwice(t *testing.T) {
+	f := &Faults{}
+	re := newRecoveryEnv(t, func(c *ServiceConfig) { c.Faults = f })
+	calls := 0
+	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) {
+		c.OnRecover = func(ctx context.Context, imp *Import) error {
+			calls++
+			if _, err := imp.Replay(ctx, &Req{Opcode: opInc}); err != nil {
+				return err
+			}
+			if calls == 1 {
+				// The next request is lost: the connection with it, and
+				// recovery starts over.
+				f.Arm(FailDropRequest, 1)
+				_, err := imp.Replay(ctx, &Req{Opcode: opInc})
+				return err
+			}
+			return nil
+		}
+	})
+	if err := <-do(a); err != nil { // 101
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute) // no gate: the replays run as they come
+	if err := <-do(a); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || f.Fired(FailDropRequest) != 1 {
+		t.Fatalf("OnRecover ran %d times, the fault fired %d", calls, f.Fired(FailDropRequest))
+	}
+	// 101 from the list, OnRecover's replay once in each pass, then the
+	// new request.
+	if got, want := re.entries()[1:], []string{"a replay", "a replay", "a replay", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("after the restart handled %q, want %q", got, want)
+	}
+}
