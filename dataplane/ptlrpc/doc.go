@@ -119,10 +119,12 @@
 // client waiting, in REPLAY_WAIT, sending only lock cancels and
 // conversions) and refuses other clients' connects with -EBUSY. It ends
 // recovery once the last is back, at EndRecovery (abort_recovery), or
-// when the window runs out. At the window's end, if some clients never
-// came back while others still replay, only the absent are evicted and
-// the others get the window's length once more; then the clients not
-// done are evicted and the rest answered. A connection lost in the middle
+// when the window runs out. At the window's end, while clients that came
+// back still replay, and either some others never came back (they are
+// evicted then) or the replays went on since, the window is put off by
+// its length, up to three windows from the start (Lustre's
+// recovery_time_hard); then the clients not done are evicted and the
+// rest answered. A connection lost in the middle
 // of this goes on after the reconnect where it stopped. Import.PingNow
 // makes an idle import notice a restart at once (Lustre's imperative
 // recovery: the client hears of it from the MGS).

@@ -171,9 +171,11 @@ type Target struct {
 	// when the target says so, not when the clock passes recoverUntil,
 	// which the window's end may extend.
 	over atomic.Bool
-	// extended says the window's end was put off once, for the clients
-	// that came back and still replay (evictAbsent).
-	extended bool
+	// activity counts the replays the target received and the clients
+	// done replaying (a client still at it is making progress), and
+	// lastActivity is its value at the window's last end (extendRecovery).
+	activity     atomic.Uint64
+	lastActivity uint64
 
 	tmu       sync.Mutex    // serializes AssignTransno
 	transno   atomic.Uint64 // last transno given out
@@ -862,7 +864,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		// could see the export: stale as those it saw.
 		t.drop(e, true, "recovery over as it reconnected")
 	case recovering && t.gate && !awaited:
-		// The window's end gave up on it as it reconnected (evictAbsent,
+		// The window's end gave up on it as it reconnected (extendRecovery,
 		// before the export was there to see): recovery waits for it no
 		// more, and would run its replays out of their turn.
 		t.drop(e, true, "given up on by recovery as it reconnected")
@@ -1046,6 +1048,7 @@ func (t *Target) clientBack(uuid string) {
 		return
 	}
 	delete(t.waiting, uuid)
+	t.activity.Add(1)
 	t.endRecoveryIfDoneLocked()
 }
 
@@ -1085,10 +1088,8 @@ func (t *Target) park(req *Request, untilReplayed bool) (ok bool, replaced *Requ
 // answers the requests parked until it ended (every client back,
 // EndRecovery, or the window run out); it drops them if the target
 // closes first. At the window's end of a target that knows its clients,
-// with some that never came back while others still replay, only those
-// absent are evicted, and the rest get the window's length again (once,
-// as Lustre's recovery_time_hard bounds its extensions): their replays
-// may have waited for an absent client's turn.
+// while clients that came back still replay, it may put the end off
+// instead (extendRecovery).
 func (t *Target) watchRecovery() {
 	timer := time.NewTimer(time.Until(t.RecoveryEnd()))
 	defer timer.Stop()
@@ -1098,7 +1099,7 @@ wait:
 		select {
 		case <-t.recoveryDone:
 		case <-timer.C:
-			if d := t.evictAbsent(); d > 0 {
+			if d := t.extendRecovery(); d > 0 {
 				timer.Reset(d)
 				continue
 			}
@@ -1135,11 +1136,19 @@ wait:
 	}
 }
 
-// evictAbsent, at the window's end, evicts the clients of the previous
-// life that never came back, if some that did are still replaying, and
-// puts the end off by the window's length for those; it returns by how
-// much (0: recovery ends now, EndRecovery evicting the clients not done).
-func (t *Target) evictAbsent() time.Duration {
+// recoveryHard bounds a recovery window that its end puts off
+// (extendRecovery), in windows from the start (Lustre's
+// recovery_time_hard, three times recovery_time_soft by default).
+const recoveryHard = 3
+
+// extendRecovery, at the window's end of a target that knows its
+// clients, puts the end off by the window's length if clients that came
+// back are still replaying and either some others never came back (their
+// turns may have held the replays up: the absent are evicted now) or the
+// replays went on since the window's last end; never past recoveryHard
+// windows from the start. It returns by how much (0: recovery ends now,
+// EndRecovery evicting the clients not done).
+func (t *Target) extendRecovery() time.Duration {
 	t.cmu.Lock()
 	t.mu.Lock()
 	var absent []string
@@ -1151,14 +1160,18 @@ func (t *Target) evictAbsent() time.Duration {
 			replaying++
 		}
 	}
-	if !t.gate || t.extended || replaying == 0 || len(absent) == 0 || t.over.Load() {
+	act := t.activity.Load()
+	moved := act != t.lastActivity
+	t.lastActivity = act
+	now := time.Now()
+	hard := t.RecoveryStart().Add(recoveryHard * t.cfg.RecoveryWindow)
+	if !t.gate || replaying == 0 || len(absent) == 0 && !moved || !now.Before(hard) || t.over.Load() {
 		t.mu.Unlock()
 		t.cmu.Unlock()
 		return 0
 	}
-	t.extended = true
-	d := t.cfg.RecoveryWindow
-	t.recoverUntil.Store(time.Now().Add(d).UnixNano())
+	d := min(t.cfg.RecoveryWindow, hard.Sub(now))
+	t.recoverUntil.Store(now.Add(d).UnixNano())
 	for _, c := range absent {
 		delete(t.waiting, c)
 	}
@@ -1172,7 +1185,7 @@ func (t *Target) evictAbsent() time.Duration {
 	}
 	t.cmu.Unlock()
 	t.recoveryEvicted.Add(uint64(len(absent)))
-	t.log.Warn("ptlrpc: recovery window over: clients not back are evicted; those back and replaying get more time",
+	t.log.Warn("ptlrpc: recovery window over: those back and replaying get more time; clients not back are evicted",
 		"evicted", len(absent), "replaying", replaying, "more", d)
 	t.replayNext()
 	return d

@@ -1082,9 +1082,9 @@ func TestNoReplayRunsAfterRecoveryEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	re.tgt = tgt
-	tgt.mu.Lock()
-	tgt.extended = true // as after its one extension: the window's end ends recovery
-	tgt.mu.Unlock()
+	// As after its extensions: the hard limit is near, and the window's
+	// end ends recovery.
+	tgt.recoverStart.Store(time.Now().Add(-recoveryHard * time.Second).UnixNano())
 	do(a) // 101 runs, slowly
 	<-entered
 	do(b) // 103 waits for c, which may replay 102
@@ -1105,7 +1105,7 @@ func TestNoReplayRunsAfterRecoveryEnds(t *testing.T) {
 }
 
 // TestClientGivenUpAsItReconnectsIsEvicted: the window's end gives up on
-// the clients not back (evictAbsent) just as one of them reconnects, its
+// the clients not back (extendRecovery) just as one of them reconnects, its
 // connect past the check that took it for a client recovery waits for.
 // It must not be kept as recovering: recovery waits for it no more, so
 // its replays would run out of their turn (after later ones), or after
@@ -1129,7 +1129,7 @@ func TestClientGivenUpAsItReconnectsIsEvicted(t *testing.T) {
 	// the window's end waits for them first, then c's connect.
 	tgt.cmu.Lock()
 	extended := make(chan time.Duration, 1)
-	go func() { extended <- tgt.evictAbsent() }()
+	go func() { extended <- tgt.extendRecovery() }()
 	time.Sleep(50 * time.Millisecond)
 	connected := make(chan int32, 1)
 	go func() { connected <- connect("c", 0x42) }()
@@ -1218,5 +1218,39 @@ func TestOnRecoverKeptNotReplayedTwice(t *testing.T) {
 	// new request.
 	if got, want := re.entries()[1:], []string{"a replay", "a replay", "a replay", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("after the restart handled %q, want %q", got, want)
+	}
+}
+
+// TestRecoveryExtendedWhileReplaysGoOn: a client whose replays take
+// longer than the window, one after the other, is not evicted at its end:
+// the replays go on, so the window is put off (up to recoveryHard
+// windows), and every change is made.
+func TestRecoveryExtendedWhileReplaysGoOn(t *testing.T) {
+	re := newRecoveryEnv(t, func(c *ServiceConfig) {
+		wrapInc(c, func(r *Request) (after func()) {
+			if r.Replayed() {
+				time.Sleep(60 * time.Millisecond) // a slow replay
+			}
+			return nil
+		})
+	})
+	a := re.client(t, "a", rplPortal, true)
+	const n = 10
+	for range n {
+		if err := <-do(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const window = 300 * time.Millisecond // n replays take 600 ms
+	re.restart(t, window, "a")
+	if err := <-do(a); err != nil {
+		t.Fatalf("a, replaying for longer than the window: %v", err)
+	}
+	got := re.entries()[n:]
+	if len(got) != n+1 || slices.Index(got, "a") != n {
+		t.Fatalf("after the restart handled %q: want the %d replays, then a's new request", got, n)
+	}
+	if st := re.tgt.RecoveryStatus(); st.Evicted != 0 || st.Recovering {
+		t.Errorf("recovery status: %+v", st)
 	}
 }

@@ -698,6 +698,9 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 				return
 			}
 		}
+		if h.Flags&wire.MsgReplay != 0 {
+			t.activity.Add(1) // a client replaying makes progress
+		}
 		if h.Flags&wire.MsgReplay != 0 && h.Transno != 0 && t.committedBefore(h.Transno) {
 			// A replay of a change this target had already committed
 			// before it restarted (the client had not heard): done.
