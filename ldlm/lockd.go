@@ -320,8 +320,13 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		}
 		return marshalEnqueueReply(&ldlmv1.EnqueueReply{Mode: uint32(g.Mode), Policy: policyToWire(g.Policy)})
 	}
+	// A lock replay: of a granted lock (Replay: granted without a conflict
+	// check), or of one the client still waited for (an ordinary enqueue,
+	// but sent as a replay from OnRecover). Either may come again when
+	// recovery starts over, the second time maybe as granted.
 	replay := replayKey{owner, er.ClientHandle}
-	if req.Flags&Replay != 0 && er.ClientHandle != 0 {
+	replaying := (req.Flags&Replay != 0 || r.Replayed()) && er.ClientHandle != 0
+	if replaying {
 		if rep, ok := s.replayedAgain(replay); ok {
 			return marshalEnqueueReply(rep)
 		}
@@ -361,6 +366,14 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		s.mu.Unlock()
 		return nil, -int32(syscall.ESHUTDOWN)
 	}
+	if replaying {
+		// Again under the lock that records it: the same replay sent again
+		// on a new connection may be handled at the same time.
+		if rep, ok := s.replayedAgainLocked(replay); ok {
+			s.mu.Unlock()
+			return marshalEnqueueReply(rep)
+		}
+	}
 	s.mu.owners[owner] = exp
 	result, err := s.mu.ns.Enqueue(req)
 	if err != nil {
@@ -376,7 +389,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	l := result.Lock
 	if l.Handle != 0 {
 		s.mu.remote[l.Handle] = er.ClientHandle
-		if req.Flags&Replay != 0 && er.ClientHandle != 0 {
+		if replaying {
 			s.mu.replayed[replay], s.mu.replayedKey[l.Handle] = l.Handle, replay
 		}
 	}
@@ -613,6 +626,11 @@ type replayKey struct {
 func (s *Server) replayedAgain(k replayKey) (*ldlmv1.EnqueueReply, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.replayedAgainLocked(k)
+}
+
+// replayedAgainLocked is replayedAgain with s.mu held.
+func (s *Server) replayedAgainLocked(k replayKey) (*ldlmv1.EnqueueReply, bool) {
 	h, ok := s.mu.replayed[k]
 	if !ok {
 		return nil, false

@@ -804,3 +804,54 @@ func TestLockReplayedTwice(t *testing.T) {
 		t.Fatalf("%d locks of another replay, want 1", len(locks))
 	}
 }
+
+// newReplayCluster is a recovering lock cluster whose enqueues come as an
+// import's replays (MSG_REPLAY), as ReplayLocks sends them from OnRecover.
+func newReplayCluster(t *testing.T) *lockCluster {
+	return newLockClusterTarget(t, 1, 5*time.Second, func(lc *lockCluster, c *ptlrpc.ServiceConfig) {
+		spec := c.Handlers[wire.LDLMEnqueue]
+		fn := spec.Fn
+		spec.Fn = func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+			r.Header.Flags |= wire.MsgReplay
+			return fn(ctx, r)
+		}
+		c.Handlers[wire.LDLMEnqueue] = spec
+	}, func(c *ptlrpc.TargetConfig) {
+		c.LastTransno, c.RecoveryWindow = 1, time.Minute
+	})
+}
+
+// TestWaitingLockReplayedTwice: a lock the client still waited for is
+// replayed without the replay flag (the server checks it for conflicts),
+// but a replay all the same: replayed again after recovery started over
+// (as waiting, or as granted once the first replay's reply granted it),
+// it gets the lock the first replay made, not a second one that nobody
+// would cancel.
+func TestWaitingLockReplayedTwice(t *testing.T) {
+	lc := newReplayCluster(t)
+	a := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	var handles []uint64
+	for _, flags := range []uint32{0, 0, wireReplay} {
+		body, _ := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(objRes), Mode: uint32(PW),
+			Policy: policyToWire(Policy{Extent: Whole}), ClientHandle: 0x79, Flags: flags})
+		b, err := a.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep ldlmv1.EnqueueReply
+		if err := proto.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Granted {
+			t.Errorf("replay %d: lock %#x not granted", len(handles), rep.Handle)
+		}
+		handles = append(handles, rep.Handle)
+	}
+	if handles[1] != handles[0] || handles[2] != handles[0] {
+		t.Errorf("the replays of one waiting lock got locks %#x", handles)
+	}
+	if locks := lc.lockd.Locks(objRes); len(locks) != 1 {
+		t.Fatalf("%d locks after the same replay three times, want 1: %+v", len(locks), locks)
+	}
+}
