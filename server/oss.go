@@ -65,6 +65,11 @@ type ServerConfig struct {
 	// ConfigInterval is how often an MDT reads the OST list and pools
 	// from the MGS again; 0 means DefaultConfigInterval.
 	ConfigInterval time.Duration
+	// RestoreReplayBarrier puts each target that set a replay barrier
+	// (mdt.*.replay_barrier, obdfilter.*.replay_barrier) back as it was
+	// then before serving it (RestoreReplayBarrier): a crash after the
+	// barrier lost every later change, and the clients replay them.
+	RestoreReplayBarrier bool
 	// Params is where the server registers its live parameters and
 	// devices for lctl, and which it serves on the process's socket; nil
 	// means params.Default, the process's registry.
@@ -127,6 +132,14 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	for i, dir := range cfg.Dirs {
 		if ids[i], err = ReadTarget(dir); err != nil {
 			return nil, err
+		}
+		if cfg.RestoreReplayBarrier {
+			if _, err := os.Stat(filepath.Join(dir, replayBarrierDir)); err == nil {
+				if err := RestoreReplayBarrier(dir); err != nil {
+					return nil, err
+				}
+				lg.Warn("replay barrier: the target is back as it was at its barrier; later changes are lost, for its clients to replay", "target", ids[i].Label, "dir", dir)
+			}
 		}
 		if ids[i].Kind != mgs.KindOST && ids[i].Kind != mgs.KindMDT {
 			return nil, fmt.Errorf("server: %s is %s %s; this server runs OSTs and MDTs", dir, ids[i].Kind, ids[i].Label)

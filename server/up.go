@@ -38,6 +38,8 @@ type UpConfig struct {
 	// state, which the gateway's /metrics and the Admin API read); the
 	// default picks a free loopback port.
 	StatusAddr string
+	// RestoreReplayBarrier is ServerConfig's, for MDT0 and the OSTs.
+	RestoreReplayBarrier bool
 }
 
 // DefaultUpConfig is `nacre up` without flags.
@@ -155,7 +157,8 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 		// The servers' metrics and state are on their own status port, as
 		// those of a separate `nacre server`: the gateway's /metrics and the
 		// Admin API reach them the same way.
-		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger, StatusAddr: cfg.StatusAddr}); err != nil {
+		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger, StatusAddr: cfg.StatusAddr,
+			RestoreReplayBarrier: cfg.RestoreReplayBarrier}); err != nil {
 			return nil, fmt.Errorf("up: %w", err)
 		}
 	}

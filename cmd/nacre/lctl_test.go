@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -563,14 +564,39 @@ func TestLctlBinaryUp(t *testing.T) {
 	// over in moments, not after its 90 s window.
 	p.cmd.Process.Kill()
 	<-p.done
-	startUp(t, data, ports, "--osts", "2")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, err := lctlExec("get_param", "-n", "obdfilter.*.recovery_status")
-		if err == nil && strings.Count(out, "status: COMPLETE\n") == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the OSTs still recovering 20 s after a crash with the MDS back: %v\n%s", err, out)
+	p = startUp(t, data, ports, "--osts", "2")
+	recovered := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out, err := lctlExec("get_param", "-n", "obdfilter.*.recovery_status", "mdt.*.recovery_status")
+			if err == nil && strings.Count(out, "status: COMPLETE\n") == 3 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the targets still recovering 20 s after %s: %v\n%s", what, err, out)
+			}
 		}
 	}
+	recovered("a crash with the MDS back")
+
+	// Replay barriers, then a crash, then a start from the barriers'
+	// copies: each target saved its store, and is put back as it was.
+	if out, err := lctlExec("set_param", "mdt.*.replay_barrier=1", "obdfilter.*.replay_barrier=1"); err != nil || strings.Count(out, "replay_barrier=1") != 3 {
+		t.Fatalf("set_param replay_barrier: %v\n%s", err, out)
+	}
+	saved := []string{filepath.Join(data, "mdt0", "replay_barrier"), filepath.Join(data, "ost0", "replay_barrier"), filepath.Join(data, "ost1", "replay_barrier")}
+	for _, d := range saved {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("the barrier's copy: %v", err)
+		}
+	}
+	p.cmd.Process.Kill()
+	<-p.done
+	startUp(t, data, ports, "--osts", "2", "--restore-replay-barrier")
+	for _, d := range saved {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after a start with --restore-replay-barrier: %v (not put back)", d, err)
+		}
+	}
+	recovered("a start from the replay barriers")
 }

@@ -72,7 +72,8 @@ func newServerCmd() *cobra.Command {
 			defer stop()
 			st, err := server.StartServer(ctx, server.ServerConfig{Dirs: args, LNet: lcfg, Logger: lcfg.Logger,
 				CallbackTimeout: v.GetDuration("ldlm-timeout"), EvictTimeout: v.GetDuration("evict-timeout"),
-				RecoveryWindow: v.GetDuration("recovery-window"), StatusAddr: v.GetString("metrics-addr")})
+				RecoveryWindow: v.GetDuration("recovery-window"), StatusAddr: v.GetString("metrics-addr"),
+				RestoreReplayBarrier: v.GetBool("restore-replay-barrier")})
 			if err != nil {
 				return err
 			}
@@ -98,6 +99,7 @@ func newServerCmd() *cobra.Command {
 	f.Duration("ldlm-timeout", 0, "how long a client has to give a lock back before eviction (0: default)")
 	f.Duration("evict-timeout", 0, "how long a silent client keeps its export (0: default)")
 	f.Duration("recovery-window", 0, "how long a restarted target waits for its clients to reconnect and replay (0: default 90s, negative: none)")
+	f.Bool("restore-replay-barrier", false, "put each target that set a replay barrier (mdt.*.replay_barrier, obdfilter.*.replay_barrier) back as it was then: later changes are lost, for the clients to replay (testing recovery)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
 	f.String("metrics-addr", "127.0.0.1:9882", "the status port: Prometheus metrics at http://ADDR/metrics and the live state the MGS's admin API reads, registered with the targets; the MGS must reach it: on several hosts, 0.0.0.0:9882 (advertised at the first NID's address) (\"\": none; :0 picks a port)")
 	return cmd

@@ -44,6 +44,7 @@ func newUpCmd() *cobra.Command {
 			}
 			cfg.MGS.Logger = log
 			cfg.OSTs = v.GetInt("osts")
+			cfg.RestoreReplayBarrier = v.GetBool("restore-replay-barrier")
 			mountDir := v.GetString("mount")
 			if mountDir != "" && cfg.OSTs == 0 {
 				return errors.New("--mount needs a data plane: --osts > 0")
@@ -131,6 +132,7 @@ func newUpCmd() *cobra.Command {
 	f.Int("osts", d.OSTs, "OSTs to serve (formatted under DATA/ostN on first start), with MDT0 (DATA/mdt0); 0: control plane only")
 	f.String("mount", "", "mount the file system (FUSE) on this directory once it is up; unmounted at shutdown")
 	f.String("mount-options", "", "mount options for --mount (as nacre mount -o)")
+	f.Bool("restore-replay-barrier", false, "put MDT0 and the OSTs back as they were at their replay barrier (mdt.*.replay_barrier, obdfilter.*.replay_barrier), if they set one: later changes are lost, for the clients to replay (testing recovery)")
 	addLNetFlags(f)
 	return cmd
 }
