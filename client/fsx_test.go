@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"syscall"
 	"testing"
 	"time"
@@ -127,16 +128,14 @@ func TestFSXUnderServerFailures(t *testing.T) {
 	if err := c.ReplayBarrierMDS(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stop, failed := make(chan struct{}), make(chan int, 1)
+	// Every 1,000 operations (the exerciser's reopen, as a clock) a
+	// server fails a moment later, in the middle of what follows.
+	tick, failed := make(chan struct{}, 1), make(chan int, 1)
 	go func() {
 		n := 0
 		defer func() { failed <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(400 * time.Millisecond):
-			}
+		for range tick {
+			time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
 			fail, barrier := c.FailOSS, c.ReplayBarrierOSS
 			if n%2 == 1 {
 				fail, barrier = c.FailMDS, c.ReplayBarrierMDS
@@ -152,9 +151,17 @@ func TestFSXUnderServerFailures(t *testing.T) {
 			}
 		}
 	}()
+	ticked := func(f fsx.File) (fsx.File, error) {
+		select {
+		case tick <- struct{}{}:
+		default: // the last failure is still on
+		}
+		return f, nil
+	}
 	seed := uint64(time.Now().UnixNano())
-	st, err := fsx.Run(ctx, libFile{ctx, f}, fsx.Config{Ops: 8000, MaxSize: 1 << 20, MaxLen: 96 << 10, Seed: seed})
-	close(stop)
+	st, err := fsx.Run(ctx, libFile{ctx, f}, fsx.Config{Ops: 8000, MaxSize: 1 << 20, MaxLen: 96 << 10, Seed: seed,
+		Reopen: ticked, ReopenEvery: 1000})
+	close(tick)
 	n := <-failed
 	if err != nil {
 		t.Fatalf("seed %d, after %d server failures: %v", seed, n, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -389,5 +390,48 @@ func TestReplayAfterAnotherClientsReplay(t *testing.T) {
 	got := make([]byte, 64)
 	if n, err := r.ReadAt(ctx, got, 0); !bytes.Equal(got[:n], data) {
 		t.Fatalf("b's file reads %q (%v), want %q", got[:n], err, data)
+	}
+}
+
+// TestReplayedCreateKeepsItsObjects: a file created and written after
+// the MDT's last commit, the MDS then failing: the client replays the
+// create with the layout it was given, and the restarted MDT makes the
+// file on those objects again, where its data is; another client reads
+// it. Made anew, the file got new, empty objects, and its data was lost
+// (and the OSTs' orphan cleanup, at the MDT's start, destroyed the old).
+func TestReplayedCreateKeepsItsObjects(t *testing.T) {
+	c, a, _, ctx := restartable(t, 2, time.Minute)
+	root := client.Root()
+	if err := c.ReplayBarrierMDS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("data of a file made after the barrier "), 3000)
+	f := makeFile(ctx, t, a, "after", data)
+	before, err := a.Layout(ctx, root, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FailMDS(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
+		t.Fatal(err)
+	}
+	g := c.Mount(2)
+	after, err := g.Layout(ctx, root, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bo, ao := before.Components[0].RAID0.Objects, after.Components[0].RAID0.Objects; !slices.Equal(bo, ao) {
+		t.Errorf("the file's objects after the replay %v, before %v", ao, bo)
+	}
+	r, _, err := g.Open(ctx, root, f, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	got := make([]byte, len(data)+100)
+	if n, err := r.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got[:n], data) {
+		t.Fatalf("another client reads %d bytes (%v) of the replayed file, want its %d", n, err, len(data))
 	}
 }

@@ -487,6 +487,10 @@ type Enqueue struct {
 	Intent []byte
 	// Hooks are the lock's flush and glimpse hooks.
 	Hooks Hooks
+	// KeepIntent, if not nil, gives the intent an import keeps for
+	// replay, from the intent sent and the target's answer to it
+	// (ptlrpc.Req.KeepBody); nil from it keeps the intent sent.
+	KeepIntent func(intent, reply []byte) []byte
 }
 
 // nsLocked returns imp's namespace view.
@@ -629,7 +633,11 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 	} else {
 		c.enqueues.Add(1)
 	}
-	repBody, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)})
+	preq := &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body, JobID: jobstats.JobOf(ctx)}
+	if e.KeepIntent != nil {
+		preq.KeepBody = keepIntent(e.KeepIntent)
+	}
+	repBody, err := imp.Do(ctx, preq)
 	if err != nil {
 		c.forget(l)
 		c.requeueCancels(ns, cancels)
@@ -1497,4 +1505,27 @@ func (c *Client) Close() {
 	c.mu.Unlock()
 	c.stop()
 	c.wg.Wait()
+}
+
+// keepIntent turns an Enqueue's KeepIntent into the ptlrpc.Req.KeepBody
+// of its request: the enqueue kept for replay carries the intent it
+// gives.
+func keepIntent(fn func(intent, reply []byte) []byte) func(req, reply []byte) []byte {
+	return func(req, reply []byte) []byte {
+		var er ldlmv1.EnqueueRequest
+		var rep ldlmv1.EnqueueReply
+		if er.UnmarshalVT(req) != nil || rep.UnmarshalVT(reply) != nil {
+			return nil
+		}
+		it := fn(er.Intent, rep.IntentReply)
+		if it == nil {
+			return nil
+		}
+		er.Intent = it
+		b, err := er.MarshalVT()
+		if err != nil {
+			return nil
+		}
+		return b
+	}
 }

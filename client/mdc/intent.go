@@ -116,8 +116,11 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 		// of on a blocking AST the create waits for.
 		c.locks.GiveBackUnused(ctx, c.imp, ibitsRes(it.Parent), ldlm.BitUpdate, it.KeepDirLock)
 	}
-	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, ldlm.Enqueue{Resource: res, Mode: ldlm.PR,
-		Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks})
+	enq := ldlm.Enqueue{Resource: res, Mode: ldlm.PR, Policy: ldlm.Policy{Bits: ldlm.BitLookup}, Intent: body, Hooks: hooks}
+	if req.NewFid != nil {
+		enq.KeepIntent = keepCreateIntent // it may create a file
+	}
+	l, rb, status, err := c.locks.Enqueue(ctx, c.imp, enq)
 	c.carried(later, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: intent %#x on %q in %v: %w", it.Op, it.Name, on, err)

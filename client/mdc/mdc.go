@@ -217,7 +217,23 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 	later, closes := c.takeCarried(req.SizeVT)
 	req.Closes = closes
 	var rep mdsv1.ReintReply
-	err := c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
+	var err error
+	if co, ok := op.(createOp); ok && co.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		// A file's create: its replay makes the file on the objects
+		// the MDT gave it, which the client may have written to.
+		var body, b []byte
+		if body, err = ptlrpc.Marshal(req); err == nil {
+			b, err = c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.MDSReint, Body: body, ReplyCap: layoutReplyCap, JobID: jobstats.JobOf(ctx),
+				KeepBody: keepCreateReint})
+		}
+		if err == nil {
+			if uerr := ptlrpc.Unmarshal(b, &rep); uerr != nil {
+				err = fmt.Errorf("%w: %v reply: %v", ErrBadReply, wire.MDSReint, uerr)
+			}
+		}
+	} else {
+		err = c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
+	}
 	c.carried(later, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
@@ -851,4 +867,50 @@ func (c *Client) SwapLayouts(ctx context.Context, cred Cred, a, b fid.FID, dvA *
 		return fmt.Errorf("mdc: swap layouts of %v and %v: %w", a, b, err)
 	}
 	return nil
+}
+
+// keepCreateReint is the body kept for the replay of a file's create
+// (ptlrpc.Req.KeepBody): the request, with the layout the MDT gave the
+// file, objects and all, for the replay to make the file on them again
+// (Lustre keeps the reply's layout with a replayed open-create). Made
+// anew, the file would have new, empty objects, and what the client wrote
+// to the old ones would be lost.
+func keepCreateReint(req, reply []byte) []byte {
+	var rep mdsv1.ReintReply
+	if ptlrpc.Unmarshal(reply, &rep) != nil || len(rep.Layout) == 0 {
+		return nil
+	}
+	var q mdsv1.ReintRequest
+	if ptlrpc.Unmarshal(req, &q) != nil {
+		return nil
+	}
+	co := q.GetCreate()
+	if co == nil {
+		return nil
+	}
+	co.Layout, co.DelayLayout = rep.Layout, false
+	b, err := ptlrpc.Marshal(&q)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// keepCreateIntent is keepCreateReint for an open-create intent
+// (ldlm.Enqueue.KeepIntent).
+func keepCreateIntent(intent, reply []byte) []byte {
+	var rep mdsv1.IntentReply
+	if ptlrpc.Unmarshal(reply, &rep) != nil || !rep.Created || len(rep.Layout) == 0 {
+		return nil
+	}
+	var q mdsv1.IntentRequest
+	if ptlrpc.Unmarshal(intent, &q) != nil {
+		return nil
+	}
+	q.Layout, q.DelayLayout = rep.Layout, false
+	b, err := ptlrpc.Marshal(&q)
+	if err != nil {
+		return nil
+	}
+	return b
 }

@@ -209,6 +209,11 @@ type Req struct {
 	// modifying request's successful reply: the request is durable once
 	// the server reports it committed.
 	Transno uint64
+	// KeepBody, if not nil, gives the body an import keeps for replay
+	// once a modifying request's reply came, from the request's body and
+	// the reply's: what the server decided that a replay must make again
+	// (the objects a create was given). nil from it keeps the request's.
+	KeepBody func(req, reply []byte) []byte
 }
 
 // Call sends body as a request for op to the service on target's portal and

@@ -797,7 +797,7 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags 
 			imp.mu.Lock()
 			inst := imp.mu.instance
 			imp.mu.Unlock()
-			imp.keepAt(r, req.Transno, inst)
+			imp.keepAt(r, req.Transno, inst, m.body)
 		}
 	}
 	return m.result()
@@ -915,16 +915,23 @@ func (imp *Import) committedUpTo(n uint64) {
 }
 
 // keep records a modifying request the server has not committed yet.
-func (imp *Import) keep(r *rpc, transno uint64) { imp.keepAt(r, transno, 0) }
+func (imp *Import) keep(r *rpc, transno uint64) { imp.keepAt(r, transno, 0, nil) }
 
-// keepAt is keep of a request replayed to instance inst (0: none).
-func (imp *Import) keepAt(r *rpc, transno, inst uint64) {
+// keepAt is keep of a request replayed to instance inst (0: none), whose
+// reply's body is reply (for Req.KeepBody).
+func (imp *Import) keepAt(r *rpc, transno, inst uint64, reply []byte) {
+	body := r.req.Body
+	if r.req.KeepBody != nil {
+		if b := r.req.KeepBody(body, reply); b != nil {
+			body = b
+		}
+	}
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
 	if transno <= imp.mu.lastCommitted {
 		return
 	}
-	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), r.req.Body...), inst: inst}
+	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), body...), inst: inst}
 	i := sort.Search(len(imp.mu.replay), func(i int) bool { return imp.mu.replay[i].transno > transno })
 	imp.mu.replay = append(imp.mu.replay, replayReq{})
 	copy(imp.mu.replay[i+1:], imp.mu.replay[i:])
@@ -1153,7 +1160,7 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 			return nil, err
 		}
 		if m.hdr.Transno != 0 && m.hdr.Status == 0 {
-			imp.keep(r, m.hdr.Transno)
+			imp.keepAt(r, m.hdr.Transno, 0, m.body)
 			r.req.Transno = m.hdr.Transno
 		}
 		return m.result()

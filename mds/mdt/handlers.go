@@ -341,6 +341,22 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 		a, err := m.store.Symlink(req, o.parent, o.name, o.target, sp)
 		return a, nil, err
 	case sIFREG, 0:
+		if o.layout != nil && hasObjects(o.layout) {
+			if !req.Replay {
+				return mdd.Attr{}, nil, bad("layout names objects; the MDT allocates them")
+			}
+			// A replayed create, with the objects the file was given
+			// before the restart (its client may have written to them):
+			// the store counts them used, and the OSTs' orphan cleanup
+			// waits for the replays.
+			sp.Layout = o.layout
+			sp.Mode &= mdd.PermMask
+			a, err := m.store.Create(req, o.parent, o.name, sp)
+			if err != nil {
+				return a, nil, err
+			}
+			return a, o.layout, nil
+		}
 		var p *plan
 		if !o.delay {
 			tmpl := o.layout

@@ -214,6 +214,16 @@ func (p *osp) run() {
 		cancel()
 	}()
 	cfg := &p.m.cfg
+	// The orphan cleanup waits for the MDT's recovery: a replayed create
+	// names objects the restarted store had not counted as used (the
+	// client may have written to them), which the cleanup would destroy.
+	if t := p.m.tgt; t != nil && !t.RecoveryEnd().IsZero() {
+		select {
+		case <-t.RecoveryDone():
+		case <-p.stop:
+			return
+		}
+	}
 	var lastStatfs time.Time
 	for {
 		ctx, cancelStep := context.WithTimeout(base, cfg.OSTTimeout)
@@ -318,6 +328,11 @@ func (p *osp) cleanup(ctx context.Context) error {
 			return ctx.Err()
 		}
 		p.mu.Lock()
+	}
+	// Replayed creates count their objects in the store, maybe past
+	// what this pool took before the MDT restarted.
+	if last, ok := p.m.store.LastObjects()[p.ost.Index]; ok && last.Seq == p.mu.seq && last.Oid > p.mu.taken {
+		p.mu.taken = last.Oid
 	}
 	seq, taken := p.mu.seq, p.mu.taken
 	p.mu.needCleanup = false

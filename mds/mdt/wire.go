@@ -117,6 +117,20 @@ func template(b []byte) (*layout.Layout, error) {
 	return &l, nil
 }
 
+// createLayout decodes the layout of a create: a template, or, in a
+// replayed create only (MDT.create checks), the layout the MDT gave the
+// file before it restarted, objects and all.
+func createLayout(b []byte) (*layout.Layout, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	l, err := layout.Unmarshal(b)
+	if err != nil {
+		return nil, bad("layout: %v", err)
+	}
+	return &l, nil
+}
+
 func unmarshal(b []byte, m proto.Message) error {
 	if err := ptlrpc.Unmarshal(b, m); err != nil {
 		return bad("%T: %v", m, err)
@@ -269,7 +283,7 @@ func parseReint(b []byte) (reintReq, error) {
 		if cr.fid, err = optFID("new", o.Fid); err != nil {
 			return r, err
 		}
-		if cr.layout, err = template(o.Layout); err != nil {
+		if cr.layout, err = createLayout(o.Layout); err != nil {
 			return r, err
 		}
 		r.op = cr
@@ -387,7 +401,7 @@ func openFrom(parent *mdsv1.FID, name []byte, f *mdsv1.FID, flags uint64, mode u
 	if o.newFID, err = optFID("new", newFID); err != nil {
 		return nil, err
 	}
-	if o.layout, err = template(lb); err != nil {
+	if o.layout, err = createLayout(lb); err != nil {
 		return nil, err
 	}
 	switch {
@@ -596,7 +610,7 @@ func parseIntent(b []byte) (intentReq, error) {
 	if r.newFID, err = optFID("new", w.NewFid); err != nil {
 		return r, err
 	}
-	if r.layout, err = template(w.Layout); err != nil {
+	if r.layout, err = createLayout(w.Layout); err != nil {
 		return r, err
 	}
 	switch {
