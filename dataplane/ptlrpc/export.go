@@ -771,13 +771,18 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 			// Not a client of the previous life back to replay: it waits
 			// until they have (Lustre's "denying connection for new
 			// client"), its import retrying. One of them that lost its
-			// handle has nothing to replay: recovery need not wait for it.
+			// handle has nothing to replay: recovery need not wait for it,
+			// and the others' replays, and their word that they replayed
+			// their requests, need not either (replayNext).
 			if prev {
 				delete(t.waiting, cr.ClientUuid)
 				t.endRecoveryIfDoneLocked()
 			}
 			if t.Recovering() {
 				t.mu.Unlock()
+				if prev {
+					t.replayNext()
+				}
 				t.log.Info("ptlrpc: refusing a new client while recovering", "client", cr.ClientUuid, "peer", req.Peer,
 					"recovery_ends_in", time.Until(t.RecoveryEnd()).Round(time.Second))
 				return nil, -errnoEBUSY
@@ -830,6 +835,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	}
 	if !recovering {
 		t.clientBack(cr.ClientUuid) // back without anything to replay
+		defer t.replayNext()        // the others' replays need not wait for it
 	}
 	e := &Export{
 		target: t, uuid: cr.ClientUuid, features: reply.Features, peer: req.Peer, connCount: cr.ConnCount,

@@ -1254,3 +1254,36 @@ func TestRecoveryExtendedWhileReplaysGoOn(t *testing.T) {
 		t.Errorf("recovery status: %+v", st)
 	}
 }
+
+// TestRecoveryGoesOnWhenAClientComesBackAfresh: a client of the previous
+// life that comes back without its handle (its process restarted: an MDS
+// to its OSTs) has nothing to replay. The clients that did replay their
+// requests, held until it had too, must go on then: they waited for the
+// window's end instead.
+func TestRecoveryGoesOnWhenAClientComesBackAfresh(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.client(t, "a", rplPortal, true)
+	if err := <-do(a); err != nil { // 101
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute, "a", "b")
+	aDone := do(a) // replays 101, then waits for b
+	waitFor(t, "a waiting for b", func() bool { return a.Info().State == StateReplayLocks })
+	// b, its process new, connects afresh: refused until recovery ends,
+	// but recovery waits for it no more.
+	body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "nacre-MDT0000", ClientUuid: "b", Version: wire.Version, ConnCount: 1})
+	if _, status := re.ts.connect(&Request{Body: body}); status != -errnoEBUSY {
+		t.Fatalf("b's fresh connect in recovery: status %d, want -EBUSY", status)
+	}
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a still waits (import %v) after b came back afresh", a.Info().State)
+	}
+	if re.tgt.Recovering() {
+		t.Error("recovery goes on with every client back")
+	}
+}
