@@ -342,7 +342,9 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 		return a, nil, err
 	case sIFREG, 0:
 		if o.layout != nil && hasObjects(o.layout) {
-			if !req.Replay {
+			// The replay flag is the client's word: only while the
+			// MDT recovers does a replay make what it did before.
+			if !req.Replay || !m.tgt.Recovering() {
 				return mdd.Attr{}, nil, bad("layout names objects; the MDT allocates them")
 			}
 			// A replayed create, with the objects the file was given

@@ -799,3 +799,68 @@ func TestDegradedOST(t *testing.T) {
 		t.Fatalf("OST2 healthy again: objects per OST %v", per)
 	}
 }
+
+// TestCreateNamingObjectsOnlyInRecovery: a request marked as a replay
+// (a flag its client sets) outside the MDT's recovery may not make a file
+// on objects it names: another file's object would end up in two files.
+// A replayed create during recovery does (TestReplayedCreateKeepsItsObjects
+// in client).
+func TestCreateNamingObjectsOnlyInRecovery(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	_, l, err := n.mdc.Create(ctx, root, n.root, "f", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := *l
+	if c.mdt.Target().Recovering() {
+		t.Fatal("a new MDT recovering")
+	}
+	m := c.mdt
+	req := mdd.Req{Cred: mdd.Root(), Replay: true, AssignTransno: m.tgt.InternalTransno}
+	_, _, err = m.create(ctx, req, &createOp{parent: n.root, name: "g", mode: sIFREG | 0o644, layout: &taken})
+	if !errors.Is(err, errBadRequest) { // EINVAL on the wire
+		t.Errorf("a create marked as a replay, outside recovery, naming f's objects: %v, want a bad request", err)
+	}
+	if _, err := m.Store().Lookup(mdd.Req{Cred: mdd.Root()}, n.root, "g"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("g: %v, want ENOENT", err)
+	}
+}
+
+// TestOrphanCleanupAfterALaterSequence: replayed creates name objects of
+// a sequence the restored store had not recorded (the MDT moved to it
+// after its last commit), a later one than the pool's: the orphan cleanup
+// goes on from their last object, in their sequence. Going on in the old
+// sequence from the store's last object there, it destroyed and gave
+// again the old sequence's objects the replays used, and new files got
+// objects before the OST's last one.
+func TestOrphanCleanupAfterALaterSequence(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	_, l, err := n.mdc.Create(ctx, root, n.root, "f", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := objectsOf(l)[0].Object
+	e, err := c.mdt.Store().AllocSuperSeq(mdd.TargetOST, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What replays of creates on objects 1 to 3 of the later sequence
+	// leave in the store.
+	replayed := fid.FID{Seq: e.Start, Oid: 3}
+	if err := c.mdt.Store().SetLastObject(0, replayed); err != nil {
+		t.Fatal(err)
+	}
+	c.mdt.ospOf(0).evicted() // the cleanup runs again
+	_, l, err = n.mdc.Create(ctx, root, n.root, "g", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := objectsOf(l)[0].Object, (fid.FID{Seq: replayed.Seq, Oid: replayed.Oid + 1}); got != want {
+		t.Fatalf("a new file after replays to %v gets %v (the first file %v), want %v", replayed, got, first, want)
+	}
+	c.check()
+}

@@ -150,6 +150,17 @@ func (p *osp) reserve(ctx context.Context) error {
 			}
 			return nil
 		}
+		if !p.mu.ready {
+			if t := p.m.tgt; t != nil && t.Recovering() {
+				// The pool starts after the MDT's recovery (run): its
+				// objects past the last the store knows may be those of
+				// creates still to be replayed. A replay that wants new
+				// objects (a PFL component's first write, say) fails now
+				// rather than hold recovery up until its timeout.
+				p.mu.Unlock()
+				return fmt.Errorf("%s: no new objects while the MDT recovers: %w", p.ost.Name, syscall.EAGAIN)
+			}
+		}
 		p.mu.drained = true
 		ch := p.mu.changed
 		p.mu.Unlock()
@@ -330,9 +341,15 @@ func (p *osp) cleanup(ctx context.Context) error {
 		p.mu.Lock()
 	}
 	// Replayed creates count their objects in the store, maybe past
-	// what this pool took before the MDT restarted.
-	if last, ok := p.m.store.LastObjects()[p.ost.Index]; ok && last.Seq == p.mu.seq && last.Oid > p.mu.taken {
-		p.mu.taken = last.Oid
+	// what this pool took before the MDT restarted, maybe in a later
+	// sequence the restored store had not recorded (the pool moved to it
+	// after the last commit): the pool goes on after them, there.
+	if last, ok := p.m.store.LastObjects()[p.ost.Index]; ok && fid.Compare(last, fid.FID{Seq: p.mu.seq, Oid: p.mu.taken}) > 0 {
+		if last.Seq != p.mu.seq {
+			p.log.Warn("mdt: replayed creates used objects of a later sequence; the pool moves to it",
+				"seq", fmt.Sprintf("%#x", p.mu.seq), "to", fmt.Sprintf("%#x", last.Seq))
+		}
+		p.mu.seq, p.mu.taken = last.Seq, last.Oid
 	}
 	seq, taken := p.mu.seq, p.mu.taken
 	p.mu.needCleanup = false
