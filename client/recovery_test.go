@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"syscall"
@@ -433,5 +434,44 @@ func TestReplayedCreateKeepsItsObjects(t *testing.T) {
 	got := make([]byte, len(data)+100)
 	if n, err := r.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got[:n], data) {
 		t.Fatalf("another client reads %d bytes (%v) of the replayed file, want its %d", n, err, len(data))
+	}
+}
+
+// TestReplayedCloseRecordsItsSize: a file opened, written and closed after
+// the MDT's last commit, the MDS then failing: the close is replayed
+// before any open could be (opens are replayed with the locks), and must
+// still record what it carried, the file's lazy size. It was refused
+// (EBADF), and the size lost.
+func TestReplayedCloseRecordsItsSize(t *testing.T) {
+	c, a, _, ctx := restartable(t, 1, time.Minute)
+	root := client.Root()
+	f := makeFile(ctx, t, a, "closed", nil) // before the barrier: the file, empty
+	if err := c.ReplayBarrierMDS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("written and closed after the barrier "), 1000)
+	w, _, err := a.Open(ctx, root, f, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FailMDS(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
+		t.Fatal(err)
+	}
+	v, err := c.Mount(2).Getxattr(ctx, root, f, client.XattrLSOM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attr client.MDTAttr
+	if err := json.Unmarshal(v, &attr); err != nil || attr.Size != uint64(len(data)) {
+		t.Fatalf("the MDT's lazy size after the replayed close: %d (%v), want %d", attr.Size, err, len(data))
 	}
 }

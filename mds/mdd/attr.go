@@ -342,14 +342,8 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 		if err := t.destroy(n, &rm); err != nil {
 			return Removal{}, err
 		}
-	} else if ci.LSOM != nil && n.Mode&S_IFMT == S_IFREG {
-		som := *ci.LSOM
-		som.Flags |= SOMLazy
-		t.b.Set(fidKey(pfxLSOM, f), som.marshal(), nil)
-		// The client sends its size only when this open wrote.
-		if err := t.dataChanged(f); err != nil {
-			return Removal{}, err
-		}
+	} else if err := t.closeAttrs(n, ci); err != nil {
+		return Removal{}, err
 	}
 	if ci.Write && !rm.Last && n.Mode&S_IFMT == S_IFREG && (ci.Mtime != 0 || ci.Ctime != 0) {
 		if ci.Mtime != 0 {
@@ -361,9 +355,37 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 		t.touch(n)
 	}
 	if ci.Write {
-		t.changelog(ChangelogRecord{Type: CLClose, TFID: f})
+		t.changelog(ChangelogRecord{Type: CLClose, TFID: n.FID})
 	}
 	return rm, nil
+}
+
+// closeAttrs records the lazy size a close brings (the client sends it
+// only when its open wrote).
+func (t *tx) closeAttrs(n *inode, ci CloseInfo) error {
+	if ci.LSOM == nil || n.Mode&S_IFMT != S_IFREG {
+		return nil
+	}
+	som := *ci.LSOM
+	som.Flags |= SOMLazy
+	t.b.Set(fidKey(pfxLSOM, n.FID), som.marshal(), nil)
+	return t.dataChanged(n.FID)
+}
+
+// ReplayedClose makes again what a close made, replayed by its client
+// after a restart that lost it, when the open it ended is not open here:
+// made and ended after the last commit, the open is not replayed (opens
+// are replayed with the locks, after the requests, and only those still
+// open). It records the file's lazy size and times, as the close did; the
+// open counts are left alone, and a file unlinked meanwhile is left to
+// DestroyOrphans.
+func (s *Store) ReplayedClose(r Req, f fid.FID, ci CloseInfo) error {
+	t := s.begin(&r)
+	n, err := t.inode(f)
+	if err == nil && n.Nlink > 0 {
+		_, err = t.close(f, ci)
+	}
+	return t.finish(err)
 }
 
 // OpenCount returns how many opens of f are outstanding.

@@ -940,6 +940,17 @@ func (m *MDT) closeFile(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return m.fail(r, err)
 	}
 	o, ok := m.takeOpen(r.Export(), q.handle, q.fid)
+	if !ok && r.Replayed() && m.tgt.Recovering() {
+		// A close replayed after a restart that lost its open too (made
+		// and ended after the last commit: the open is not replayed):
+		// what it recorded is made again, the lazy size and times.
+		err := m.store.ReplayedClose(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: q.lsom != nil || q.mtime != 0 || q.ctime != 0,
+			LSOM: q.lsom, Mtime: q.mtime, Ctime: q.ctime})
+		if err != nil {
+			return m.fail(r, err)
+		}
+		return nil, 0
+	}
 	if !ok {
 		return m.fail(r, fmt.Errorf("mdt: close of %v: handle %#x is not open: %w", q.fid, q.handle, syscall.EBADF))
 	}
