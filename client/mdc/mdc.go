@@ -85,6 +85,11 @@ func (c *Client) Import() *ptlrpc.Import { return c.imp }
 
 // do sends one request and returns the reply body.
 func (c *Client) do(ctx context.Context, op wire.Opcode, msg proto.Message, replyCap int) ([]byte, error) {
+	return c.doKeep(ctx, op, msg, replyCap, nil)
+}
+
+// doKeep is do with the request's ptlrpc.Req.KeepBody.
+func (c *Client) doKeep(ctx context.Context, op wire.Opcode, msg proto.Message, replyCap int, keep func(req, reply []byte) []byte) ([]byte, error) {
 	var body []byte
 	if msg != nil {
 		var err error
@@ -92,7 +97,7 @@ func (c *Client) do(ctx context.Context, op wire.Opcode, msg proto.Message, repl
 			return nil, err
 		}
 	}
-	return c.send(ctx, op, body, replyCap)
+	return c.imp.Do(ctx, &ptlrpc.Req{Opcode: op, Body: body, ReplyCap: replyCap, JobID: jobstats.JobOf(ctx), KeepBody: keep})
 }
 
 // send sends a request with body encoded already and returns the reply's.
@@ -102,7 +107,12 @@ func (c *Client) send(ctx context.Context, op wire.Opcode, body []byte, replyCap
 
 // call sends a request and decodes its reply into rep.
 func (c *Client) call(ctx context.Context, op wire.Opcode, msg, rep proto.Message, replyCap int) error {
-	b, err := c.do(ctx, op, msg, replyCap)
+	return c.callKeep(ctx, op, msg, rep, replyCap, nil)
+}
+
+// callKeep is call with the request's ptlrpc.Req.KeepBody.
+func (c *Client) callKeep(ctx context.Context, op wire.Opcode, msg, rep proto.Message, replyCap int, keep func(req, reply []byte) []byte) error {
+	b, err := c.doKeep(ctx, op, msg, replyCap, keep)
 	if err != nil {
 		return err
 	}
@@ -217,23 +227,18 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 	later, closes := c.takeCarried(req.SizeVT)
 	req.Closes = closes
 	var rep mdsv1.ReintReply
-	var err error
-	if co, ok := op.(createOp); ok && co.Mode&syscall.S_IFMT == syscall.S_IFREG {
-		// A file's create: its replay makes the file on the objects
-		// the MDT gave it, which the client may have written to.
-		var body, b []byte
-		if body, err = ptlrpc.Marshal(req); err == nil {
-			b, err = c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.MDSReint, Body: body, ReplyCap: layoutReplyCap, JobID: jobstats.JobOf(ctx),
-				KeepBody: keepCreateReint})
+	var keep func(req, reply []byte) []byte
+	switch o := op.(type) {
+	case createOp:
+		if o.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			keep = keepCreateReint
 		}
-		if err == nil {
-			if uerr := ptlrpc.Unmarshal(b, &rep); uerr != nil {
-				err = fmt.Errorf("%w: %v reply: %v", ErrBadReply, wire.MDSReint, uerr)
-			}
+	case openOp:
+		if o.NewFid != nil {
+			keep = keepCreateReint // it may create the file
 		}
-	} else {
-		err = c.call(ctx, wire.MDSReint, req, &rep, layoutReplyCap)
 	}
+	err := c.callKeep(ctx, wire.MDSReint, req, &rep, layoutReplyCap, keep)
 	c.carried(later, err)
 	if err != nil {
 		return nil, fmt.Errorf("mdc: %s: %w", fmt.Sprintf(format, args...), err)
@@ -870,45 +875,53 @@ func (c *Client) SwapLayouts(ctx context.Context, cred Cred, a, b fid.FID, dvA *
 }
 
 // keepCreateReint is the body kept for the replay of a file's create
-// (ptlrpc.Req.KeepBody): the request, with the layout the MDT gave the
-// file, objects and all, for the replay to make the file on them again
-// (Lustre keeps the reply's layout with a replayed open-create). Made
-// anew, the file would have new, empty objects, and what the client wrote
-// to the old ones would be lost.
+// (ptlrpc.Req.KeepBody; a create, or an open that may create): the
+// request, with the layout the MDT gave the file, objects and all, for
+// the replay to make the file on them again (Lustre keeps the reply's
+// layout with a replayed open-create). Made anew, the file would have
+// new, empty objects, and what the client wrote to the old ones would be
+// lost.
 func keepCreateReint(req, reply []byte) []byte {
-	var rep mdsv1.ReintReply
-	if ptlrpc.Unmarshal(reply, &rep) != nil || len(rep.Layout) == 0 {
-		return nil
-	}
 	var q mdsv1.ReintRequest
-	if ptlrpc.Unmarshal(req, &q) != nil {
-		return nil
-	}
-	co := q.GetCreate()
-	if co == nil {
-		return nil
-	}
-	co.Layout, co.DelayLayout = rep.Layout, false
-	b, err := ptlrpc.Marshal(&q)
-	if err != nil {
-		return nil
-	}
-	return b
+	var rep mdsv1.ReintReply
+	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
+		switch {
+		case q.GetCreate() != nil:
+			q.GetCreate().Layout, q.GetCreate().DelayLayout = l, false
+		case q.GetOpen() != nil && rep.Created:
+			q.GetOpen().Layout, q.GetOpen().DelayLayout = l, false
+		default:
+			return false
+		}
+		return true
+	})
 }
 
 // keepCreateIntent is keepCreateReint for an open-create intent
 // (ldlm.Enqueue.KeepIntent).
 func keepCreateIntent(intent, reply []byte) []byte {
-	var rep mdsv1.IntentReply
-	if ptlrpc.Unmarshal(reply, &rep) != nil || !rep.Created || len(rep.Layout) == 0 {
-		return nil
-	}
 	var q mdsv1.IntentRequest
-	if ptlrpc.Unmarshal(intent, &q) != nil {
+	var rep mdsv1.IntentReply
+	return keepWithLayout(intent, reply, &q, &rep, func() []byte {
+		if !rep.Created {
+			return nil
+		}
+		return rep.Layout
+	}, func(l []byte) bool { q.Layout, q.DelayLayout = l, false; return true })
+}
+
+// keepWithLayout decodes reply into rep and, if layout (read from rep)
+// gives one, req into q, has set put it in, and returns q encoded; nil if
+// any of that cannot be done.
+func keepWithLayout(req, reply []byte, q, rep proto.Message, layout func() []byte, set func([]byte) bool) []byte {
+	if ptlrpc.Unmarshal(reply, rep) != nil {
 		return nil
 	}
-	q.Layout, q.DelayLayout = rep.Layout, false
-	b, err := ptlrpc.Marshal(&q)
+	l := layout()
+	if len(l) == 0 || ptlrpc.Unmarshal(req, q) != nil || !set(l) {
+		return nil
+	}
+	b, err := ptlrpc.Marshal(q)
 	if err != nil {
 		return nil
 	}

@@ -237,10 +237,11 @@ func (c *Client) syncOST(ctx context.Context, f fid.FID) error {
 	// life, might never come, and is then what the replay list holds once
 	// recovery is over.
 	committed := func() bool {
-		if info := c.imp.Info(); info.Instance != inst && info.State == ptlrpc.StateFull {
+		info := c.imp.Info()
+		if info.Instance != inst && info.State == ptlrpc.StateFull {
 			inst, upTo = info.Instance, last()
 		}
-		return c.imp.Info().LastCommitted >= upTo
+		return info.LastCommitted >= upTo
 	}
 	body, err := ptlrpc.Marshal(&ostv1.SyncRequest{Fid: fidToWire(f)})
 	if err != nil {

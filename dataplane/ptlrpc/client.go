@@ -212,7 +212,8 @@ type Req struct {
 	// KeepBody, if not nil, gives the body an import keeps for replay
 	// once a modifying request's reply came, from the request's body and
 	// the reply's: what the server decided that a replay must make again
-	// (the objects a create was given). nil from it keeps the request's.
+	// (the objects a create was given), in a slice of its own. nil from
+	// it keeps (a copy of) the request's.
 	KeepBody func(req, reply []byte) []byte
 }
 

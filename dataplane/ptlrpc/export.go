@@ -424,9 +424,11 @@ func (t *Target) LastCommitted() uint64 { return t.committed.Load() }
 // client replays to the restarted target, no more than the previous life
 // had committed (LastTransno). The transnos after it are, to that client,
 // the previous life's numbers of the changes it has still to replay,
-// while the replays are numbered anew from it: once another client's
-// replays committed, a higher last_committed would have it drop its own
-// changes unreplayed.
+// which a target that does not know its clients numbers anew from it:
+// once another client's replays committed, a higher last_committed would
+// have it drop its own changes unreplayed. (A target that knows them runs
+// replays in transno order under their numbers, where the cap costs
+// nothing.)
 func (e *Export) replyCommitted() uint64 {
 	t := e.target
 	c := t.committed.Load()
@@ -514,7 +516,7 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	}
 	t.mu.Unlock()
 	if queued != nil {
-		queued.svc.unpark(queued, true)
+		queued.svc.unpark(queued, true) // after t.mu: unpark takes the service's lock
 	}
 	t.set.mu.Lock()
 	if t.set.byHandle[e.handle] == e {
@@ -771,16 +773,11 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 			// Not a client of the previous life back to replay: it waits
 			// until they have (Lustre's "denying connection for new
 			// client"), its import retrying. One of them that lost its
-			// handle has nothing to replay: recovery need not wait for it,
-			// and the others' replays, and their word that they replayed
-			// their requests, need not either (replayNext).
-			if prev {
-				delete(t.waiting, cr.ClientUuid)
-				t.endRecoveryIfDoneLocked()
-			}
+			// handle has nothing to replay: recovery need not wait for it.
+			back := prev && t.clientBackLocked(cr.ClientUuid)
 			if t.Recovering() {
 				t.mu.Unlock()
-				if prev {
+				if back {
 					t.replayNext()
 				}
 				t.log.Info("ptlrpc: refusing a new client while recovering", "client", cr.ClientUuid, "peer", req.Peer,
@@ -835,7 +832,6 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	}
 	if !recovering {
 		t.clientBack(cr.ClientUuid) // back without anything to replay
-		defer t.replayNext()        // the others' replays need not wait for it
 	}
 	e := &Export{
 		target: t, uuid: cr.ClientUuid, features: reply.Features, peer: req.Peer, connCount: cr.ConnCount,
@@ -1047,15 +1043,27 @@ func (t *Target) finishRecoveryLocked() {
 
 // clientBack notes that uuid, a client of the previous life, needs no more
 // recovery: it replayed everything, or connected afresh.
+// The replays queued, and the others' word that they replayed their
+// requests, wait for it no more (replayNext).
 func (t *Target) clientBack(uuid string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	back := t.clientBackLocked(uuid)
+	t.mu.Unlock()
+	if back {
+		t.replayNext()
+	}
+}
+
+// clientBackLocked is clientBack with t.mu held, but for replayNext,
+// which the caller calls after if it reports true.
+func (t *Target) clientBackLocked(uuid string) bool {
 	if _, ok := t.waiting[uuid]; !ok {
-		return
+		return false
 	}
 	delete(t.waiting, uuid)
 	t.activity.Add(1)
 	t.endRecoveryIfDoneLocked()
+	return true
 }
 
 // park holds req, a client's replay-done request, unanswered until

@@ -791,13 +791,7 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags 
 	if m.hdr.Status == 0 {
 		req.Transno = m.hdr.Transno
 		if keep && req.Transno != 0 {
-			// Made by the instance being recovered: a recovery of it that
-			// starts over (a lost connection) does not replay it from the
-			// list as well as from OnRecover.
-			imp.mu.Lock()
-			inst := imp.mu.instance
-			imp.mu.Unlock()
-			imp.keepAt(r, req.Transno, inst, m.body)
+			imp.keep(r, req.Transno, m.body, true)
 		}
 	}
 	return m.result()
@@ -914,24 +908,34 @@ func (imp *Import) committedUpTo(n uint64) {
 	imp.mu.committed = make(chan struct{})
 }
 
-// keep records a modifying request the server has not committed yet.
-func (imp *Import) keep(r *rpc, transno uint64) { imp.keepAt(r, transno, 0, nil) }
-
-// keepAt is keep of a request replayed to instance inst (0: none), whose
-// reply's body is reply (for Req.KeepBody).
-func (imp *Import) keepAt(r *rpc, transno, inst uint64, reply []byte) {
-	body := r.req.Body
+// keep records a modifying request the server has not committed yet,
+// whose reply's body is reply (for Req.KeepBody). replayed says it was
+// replayed to the instance being recovered, which made it: a recovery of
+// that instance that starts over (a lost connection) does not replay it
+// from the list as well as from OnRecover.
+func (imp *Import) keep(r *rpc, transno uint64, reply []byte, replayed bool) {
+	imp.mu.Lock()
+	committed := transno <= imp.mu.lastCommitted
+	imp.mu.Unlock()
+	if committed {
+		return
+	}
+	var body []byte
 	if r.req.KeepBody != nil {
-		if b := r.req.KeepBody(body, reply); b != nil {
-			body = b
-		}
+		body = r.req.KeepBody(r.req.Body, reply) // a body of its own, or nil
+	}
+	if body == nil {
+		body = append([]byte(nil), r.req.Body...) // the caller's buffer is not ours to keep
 	}
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
-	if transno <= imp.mu.lastCommitted {
+	if transno <= imp.mu.lastCommitted { // committed meanwhile
 		return
 	}
-	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), body...), inst: inst}
+	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: body}
+	if replayed {
+		rq.inst = imp.mu.instance
+	}
 	i := sort.Search(len(imp.mu.replay), func(i int) bool { return imp.mu.replay[i].transno > transno })
 	imp.mu.replay = append(imp.mu.replay, replayReq{})
 	copy(imp.mu.replay[i+1:], imp.mu.replay[i:])
@@ -1160,7 +1164,7 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 			return nil, err
 		}
 		if m.hdr.Transno != 0 && m.hdr.Status == 0 {
-			imp.keepAt(r, m.hdr.Transno, 0, m.body)
+			imp.keep(r, m.hdr.Transno, m.body, false)
 			r.req.Transno = m.hdr.Transno
 		}
 		return m.result()

@@ -673,28 +673,23 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 		}
 		req.exp, req.admitted = e, true
 		t := e.target
-		switch h.Flags & replayDone {
-		case replayDone:
-			// The client replayed everything before sending this (each
-			// replay waits for its reply): recovery need not wait for it.
-			// It gets its answer when recovery ends (early replies keep it
-			// waiting): until then it sends nothing new.
-			e.replaying.Store(false)
+		if done := h.Flags & replayDone; done != 0 {
+			// The client replayed its requests (MsgReqReplayDone): its locks
+			// and opens go once every client has (Lustre's REPLAY_LOCKS),
+			// numbered after every replayed transno; it gets its answer
+			// then. Or it replayed everything (each replay waits for its
+			// reply): recovery need not wait for it, and it gets its answer
+			// when recovery ends, sending nothing new until then. Early
+			// replies keep it waiting.
+			final := done == replayDone
 			t.requestsDone(e)
-			t.clientBack(e.uuid)
-			if s.hold(req, b, func(req *Request) bool { return s.park(req, false) }) {
-				t.replayNext()
-				return
+			if final {
+				e.replaying.Store(false)
+				t.clientBack(e.uuid)
 			}
+			held := s.hold(req, b, func(req *Request) bool { return s.park(req, !final) })
 			t.replayNext()
-		case wire.MsgReqReplayDone:
-			// The client replayed its requests; its locks (and opens) go
-			// once every client has (Lustre's REPLAY_LOCKS): they are
-			// numbered after every replayed transno.
-			t.requestsDone(e)
-			ok := s.hold(req, b, func(req *Request) bool { return s.park(req, true) })
-			t.replayNext()
-			if ok {
+			if held {
 				return
 			}
 		}

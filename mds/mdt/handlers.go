@@ -341,7 +341,9 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 		a, err := m.store.Symlink(req, o.parent, o.name, o.target, sp)
 		return a, nil, err
 	case sIFREG, 0:
-		if o.layout != nil && hasObjects(o.layout) {
+		var p *plan
+		switch {
+		case o.layout != nil && hasObjects(o.layout):
 			// The replay flag is the client's word: only while the
 			// MDT recovers does a replay make what it did before.
 			if !req.Replay || !m.tgt.Recovering() {
@@ -352,15 +354,7 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 			// the store counts them used, and the OSTs' orphan cleanup
 			// waits for the replays.
 			sp.Layout = o.layout
-			sp.Mode &= mdd.PermMask
-			a, err := m.store.Create(req, o.parent, o.name, sp)
-			if err != nil {
-				return a, nil, err
-			}
-			return a, o.layout, nil
-		}
-		var p *plan
-		if !o.delay {
+		case !o.delay:
 			tmpl := o.layout
 			if tmpl == nil {
 				d := m.defaultLayout(o.parent)
@@ -377,8 +371,13 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 		}
 		sp.Mode &= mdd.PermMask
 		a, err := m.store.Create(req, o.parent, o.name, sp)
-		if err != nil || p == nil || !p.taken {
+		switch {
+		case err != nil:
 			return a, nil, err
+		case sp.Layout != nil:
+			return a, sp.Layout, nil
+		case p == nil || !p.taken:
+			return a, nil, nil
 		}
 		return a, &p.out, nil
 	default:
