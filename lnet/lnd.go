@@ -166,6 +166,18 @@ type Rx interface {
 	Recv(dst [][]byte, mlen int) error
 }
 
+// ObservingRx is an Rx whose LND can show the payload to an observer piece
+// by piece as it lands (MD.Observe). LNet calls RecvObserved instead of
+// Recv when the MD has an observer; with another Rx it shows the observer
+// the whole payload once Recv returns.
+type ObservingRx interface {
+	Rx
+	// RecvObserved is Recv that calls seen, in order, with each piece of
+	// the first mlen bytes right after it is in place; the pieces together
+	// are those mlen bytes.
+	RecvObserved(dst [][]byte, mlen int, seen func([]byte)) error
+}
+
 // PeerEvent is what an LND reports about a neighbour.
 type PeerEvent uint8
 

@@ -84,6 +84,15 @@ type MD struct {
 	Handler func(Event)
 	// User is handed back in every event of the MD.
 	User any
+	// Observe, if not nil, is shown the bytes each incoming PUT or REPLY
+	// writes into the MD, in order, as they land: off is where b starts in
+	// the MD, so an operation's first call has its starting offset. An LND
+	// that reads a payload in pieces calls it after each piece, while the
+	// bytes are still in the CPU's cache: a checksum of bulk data then
+	// costs no second trip through memory. It runs on the receiving
+	// goroutine, before the operation's event, and must be quick. A
+	// receive that fails may have shown only part of its payload.
+	Observe func(off int, b []byte)
 }
 
 // MDHandle names an MD; the zero MDHandle names none. It is a plain
@@ -121,6 +130,7 @@ type md struct {
 	options   MDOptions
 	handler   func(Event)
 	user      any
+	observe   func(off int, b []byte)
 	me        *me // nil for a bound (free-floating) MD
 	bound     bool
 	internal  bool // made by LNet for itself (ping buffer, ping sink); not in Stats.MDs
@@ -279,6 +289,7 @@ func (ln *LNet) newMDLocked(d *MD, length int, internal bool) *md {
 		options:   d.Options,
 		handler:   d.Handler,
 		user:      d.User,
+		observe:   d.Observe,
 		internal:  internal,
 	}
 	m.evq = m.evBuf[:0]

@@ -128,9 +128,10 @@ func (ln *LNet) parsePut(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) e
 	cont, _ := rx.(Continuer)
 	ev.rx = cont
 	dst := iov(m.bufs, off, mlen)
+	obs := m.observe
 	ln.res.Unlock()
 
-	err := rx.Recv(dst, mlen)
+	err := recvObserved(rx, dst, mlen, off, obs)
 
 	d := dispatchList{rx: cont}
 	ln.res.Lock()
@@ -282,7 +283,7 @@ func (ln *LNet) parseReply(via *ni, hdr *wire.Header, rx Rx) error {
 	delete(ln.res.pending, m.cookie)
 	ln.res.Unlock()
 
-	err := rx.Recv(iov(sink.bufs, 0, mlen), mlen)
+	err := recvObserved(rx, iov(sink.bufs, 0, mlen), mlen, 0, sink.observe)
 
 	var d dispatchList
 	ln.res.Lock()
@@ -345,3 +346,26 @@ func (ln *LNet) peerEvent(via *ni, nid wire.NID, ev PeerEvent) {
 
 // deadline is when a message started now times out.
 func (ln *LNet) deadline() time.Time { return time.Now().Add(ln.TransactionTimeout()) }
+
+// recvObserved has rx move mlen bytes of its payload into dst, which
+// starts off bytes into its MD, showing them to obs (the MD's observer, if
+// any) as they land.
+func recvObserved(rx Rx, dst [][]byte, mlen, off int, obs func(int, []byte)) error {
+	if obs == nil || mlen == 0 {
+		return rx.Recv(dst, mlen)
+	}
+	seen := func(b []byte) {
+		obs(off, b)
+		off += len(b)
+	}
+	if o, ok := rx.(ObservingRx); ok {
+		return o.RecvObserved(dst, mlen, seen)
+	}
+	err := rx.Recv(dst, mlen)
+	if err == nil {
+		for _, b := range iov(dst, 0, mlen) {
+			seen(b)
+		}
+	}
+	return err
+}

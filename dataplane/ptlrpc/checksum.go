@@ -165,3 +165,62 @@ func (t ChecksumType) flags() wire.MsgFlags {
 	}
 	return wire.MsgBulkCksum
 }
+
+// poly returns the reversed polynomial of algorithm t (the zero type is
+// CRC-32C).
+func (t ChecksumType) poly() uint32 {
+	if t == ChecksumCRC32 {
+		return crc32.IEEE
+	}
+	return crc32.Castagnoli
+}
+
+// table returns the crc32 table of algorithm t.
+func (t ChecksumType) table() *crc32.Table {
+	if t == ChecksumCRC32 {
+		return crc32.IEEETable
+	}
+	return castagnoli
+}
+
+// Combine returns t's checksum of A followed by B from the checksum of A,
+// the checksum of B and the length of B, so that the pieces of a bulk
+// summed as they arrive, in whatever order, give the checksum of the
+// whole. hash/crc32 has no such function; this is zlib's crc32_combine:
+// appending n bytes multiplies A's remainder by x^(8n) modulo the
+// polynomial, and the CRC's initial and final inversions cancel out.
+func (t ChecksumType) Combine(a, b uint32, n int) uint32 {
+	p := t.poly()
+	return mulModP(p, xPow8n(p, uint64(n)), a) ^ b
+}
+
+// mulModP multiplies a and b, polynomials over GF(2) in reversed bit
+// order (the x^0 coefficient in the top bit), modulo p.
+func mulModP(p, a, b uint32) uint32 {
+	var prod uint32
+	for m := uint32(1) << 31; m != 0; m >>= 1 {
+		if a&m != 0 {
+			prod ^= b
+		}
+		if b&1 != 0 {
+			b = b>>1 ^ p
+		} else {
+			b >>= 1
+		}
+	}
+	return prod
+}
+
+// xPow8n returns x^(8n) modulo p, by squaring: x^(8·2^k) for each bit k
+// of n.
+func xPow8n(p uint32, n uint64) uint32 {
+	result := uint32(1) << 31 // x^0
+	sq := uint32(1) << 23     // x^8
+	for ; n != 0; n >>= 1 {
+		if n&1 != 0 {
+			result = mulModP(p, sq, result)
+		}
+		sq = mulModP(p, sq, sq)
+	}
+	return result
+}

@@ -119,3 +119,105 @@ func TestChecksumNegotiation(t *testing.T) {
 		t.Errorf("connected: %v, want %v", got, ChecksumTypes)
 	}
 }
+
+// Combine gives the checksum of two pieces joined, for every cut of a
+// buffer, both algorithms, and pieces of every size the bulk path makes.
+func TestChecksumCombine(t *testing.T) {
+	data := pattern(2<<20+13, 5)
+	for _, ct := range []ChecksumType{ChecksumCRC32, ChecksumCRC32C} {
+		whole := ct.Sum([][]byte{data})
+		for _, cut := range []int{0, 1, 7, 4096, 1 << 20, len(data) - 1, len(data)} {
+			a, b := data[:cut], data[cut:]
+			if got := ct.Combine(ct.Sum([][]byte{a}), ct.Sum([][]byte{b}), len(b)); got != whole {
+				t.Errorf("%v: cut at %d: combined %#x, want %#x", ct, cut, got, whole)
+			}
+		}
+	}
+}
+
+// bulkSums give a bulk's checksum from its fragments' pieces only when
+// they were shown every byte of each fragment in order; otherwise verify
+// sums the buffer again, so it is never wrong.
+func TestBulkSums(t *testing.T) {
+	const n = 2*bulkFragment + 1000
+	data := pattern(n, 9)
+	frag := func(i int) []byte { return data[i*bulkFragment : min(n, (i+1)*bulkFragment)] }
+	show := func(s *bulkSums, i, off, k int) { s.observer(i)(off, frag(i)[off:off+k]) }
+	all := func(s *bulkSums, piece int) {
+		for i := range 3 {
+			f := frag(i)
+			for off := 0; off < len(f); off += piece {
+				show(s, i, off, min(piece, len(f)-off))
+			}
+		}
+	}
+	for _, ct := range []ChecksumType{ChecksumCRC32, ChecksumCRC32C} {
+		want := ct.Sum([][]byte{data})
+		cases := []struct {
+			name string
+			show func(s *bulkSums)
+			ok   bool
+		}{
+			{"whole fragments", func(s *bulkSums) { all(s, bulkFragment) }, true},
+			{"pieces", func(s *bulkSums) { all(s, 128<<10-3) }, true},
+			{"fragments out of order", func(s *bulkSums) {
+				show(s, 2, 0, 1000)
+				show(s, 0, 0, bulkFragment)
+				show(s, 1, 0, bulkFragment)
+			}, true},
+			{"a fragment missing", func(s *bulkSums) {
+				show(s, 0, 0, bulkFragment)
+				show(s, 2, 0, 1000)
+			}, false},
+			{"a fragment short", func(s *bulkSums) {
+				all(s, bulkFragment)
+				show(s, 1, 0, 100)
+			}, false},
+			{"a piece skipped", func(s *bulkSums) {
+				show(s, 0, 0, 100)
+				show(s, 0, 200, bulkFragment-200)
+				show(s, 1, 0, bulkFragment)
+				show(s, 2, 0, 1000)
+			}, false},
+			{"a fragment landed twice", func(s *bulkSums) {
+				all(s, 64<<10)
+				show(s, 1, 0, bulkFragment)
+			}, true},
+		}
+		for _, c := range cases {
+			s := newBulkSums(ct)
+			c.show(s)
+			got, ok := s.sum(ct, n)
+			if ok != c.ok || (ok && got != want) {
+				t.Errorf("%v, %s: sum %#x %v, want %#x %v", ct, c.name, got, ok, want, c.ok)
+			}
+			if v := s.verify(ct, [][]byte{data}, n, want); v != want {
+				t.Errorf("%v, %s: verify %#x, want %#x", ct, c.name, v, want)
+			}
+		}
+		// A read shorter than the buffer: the sums must cover just it.
+		s := newBulkSums(ct)
+		show(s, 0, 0, bulkFragment)
+		show(s, 1, 0, 10)
+		if got, ok := s.sum(ct, bulkFragment+10); !ok || got != ct.Sum([][]byte{data[:bulkFragment+10]}) {
+			t.Errorf("%v: short read: sum %#x %v", ct, got, ok)
+		}
+		// Sums of the other algorithm are no answer.
+		other := ChecksumCRC32C
+		if ct == ChecksumCRC32C {
+			other = ChecksumCRC32
+		}
+		s = newBulkSums(other)
+		all(s, bulkFragment)
+		if _, ok := s.sum(ct, n); ok {
+			t.Errorf("%v: sums of %v taken", ct, other)
+		}
+	}
+	var none *bulkSums
+	if none.observer(0) != nil {
+		t.Error("nil sums have an observer")
+	}
+	if got := none.verify(ChecksumCRC32C, [][]byte{data}, 10, 0); got != ChecksumCRC32C.Sum([][]byte{data[:10]}) {
+		t.Errorf("nil sums: verify %#x", got)
+	}
+}

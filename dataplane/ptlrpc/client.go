@@ -336,6 +336,8 @@ type rpc struct {
 	pool    *sync.Pool
 	bulkMDs []lnet.MDHandle
 	bulkLen int
+	// bulkSums are a checksummed read's sums, taken as its data lands.
+	bulkSums *bulkSums
 	// bulkGone gets one value per bulk MD unlinked.
 	bulkGone chan struct{}
 
@@ -503,7 +505,10 @@ func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, e
 	r.rmd = rmd
 	if req.Bulk != nil {
 		r.bulkGone = make(chan struct{}, maxFragments)
-		mds, err := req.Bulk.register(c.ln, c.cfg.BulkPortal, server, r.xid, r.bulkGone)
+		if b := req.Bulk; b.Op == BulkRead && b.Checksum {
+			r.bulkSums = newBulkSums(b.ChecksumType)
+		}
+		mds, err := req.Bulk.register(c.ln, c.cfg.BulkPortal, server, r.xid, r.bulkGone, r.bulkSums)
 		if err != nil {
 			c.ln.Unlink(rmd)
 			return nil, err
@@ -678,7 +683,7 @@ func (r *rpc) checkBulkReply(h *wire.Header) error {
 	// names too (a late reply may answer an earlier send that named
 	// another).
 	t := flagChecksum(h.Flags)
-	got := t.Sum(iovSlice(b.Buffers, 0, int(h.BulkLen)))
+	got := r.bulkSums.verify(t, b.Buffers, int(h.BulkLen), h.BulkCksum)
 	if got == h.BulkCksum {
 		return nil
 	}

@@ -72,7 +72,7 @@ func (c *conn) readLoop() (cont *rx, more bool) {
 			// The contract has LNet drain a refused message itself; make
 			// sure the stream moves on if it did not.
 			if r.used.CompareAndSwap(false, true) {
-				r.recv(nil, 0)
+				r.recv(nil, 0, nil)
 			}
 		}
 		select {
@@ -119,10 +119,25 @@ func (r *rx) Recv(dst [][]byte, mlen int) error {
 	if !r.used.CompareAndSwap(false, true) {
 		return fmt.Errorf("socklnd: Recv called twice for one %v from %v", r.hdr.Type, r.c.p.nid)
 	}
-	return r.recv(dst, mlen)
+	return r.recv(dst, mlen, nil)
 }
 
-func (r *rx) recv(dst [][]byte, mlen int) error {
+// RecvObserved is Recv that shows seen each piece of the payload as it is
+// read, in reads of at most observedRead bytes so that the piece is still
+// in the CPU's cache (lnet.ObservingRx).
+func (r *rx) RecvObserved(dst [][]byte, mlen int, seen func([]byte)) error {
+	if !r.used.CompareAndSwap(false, true) {
+		return fmt.Errorf("socklnd: Recv called twice for one %v from %v", r.hdr.Type, r.c.p.nid)
+	}
+	return r.recv(dst, mlen, seen)
+}
+
+// observedRead is the most an observed receive reads at once: a piece the
+// kernel just copied is in a core's L2 cache (512 KiB and more on the CPUs
+// servers have) when the observer reads it.
+const observedRead = 128 << 10
+
+func (r *rx) recv(dst [][]byte, mlen int, seen func([]byte)) error {
 	c := r.c
 	n := int(r.hdr.PayloadLen)
 	var misuse error
@@ -136,7 +151,7 @@ func (r *rx) recv(dst [][]byte, mlen int) error {
 	if deadline {
 		c.nc.SetReadDeadline(time.Now().Add(c.ni.conf.Timeout))
 	}
-	err := c.rb.payload(c.nc, dst, mlen, n)
+	err := c.rb.payload(c.nc, dst, mlen, n, seen)
 	if deadline && err == nil {
 		c.nc.SetReadDeadline(time.Time{})
 	}
@@ -222,12 +237,13 @@ func (rb *rxBuf) next(src io.Reader, n int) ([]byte, error) {
 
 // payload moves the next n bytes of the stream: the first mlen into dst
 // (which has room for them), in order, and the rest are dropped. Buffered
-// bytes are copied; the others are read from src straight into dst.
-func (rb *rxBuf) payload(src io.Reader, dst [][]byte, mlen, n int) error {
+// bytes are copied; the others are read from src straight into dst. If
+// seen is not nil it is shown each piece of dst once it is filled.
+func (rb *rxBuf) payload(src io.Reader, dst [][]byte, mlen, n int, seen func([]byte)) error {
 	k := min(rb.buffered(), n)
 	in := rb.b[rb.r : rb.r+k]
 	rb.r += k
-	cur := cursor{v: dst}
+	cur := cursor{v: dst, seen: seen}
 	cur.copyFrom(in[:min(k, mlen)])
 	if want := mlen - k; want > 0 {
 		if err := cur.readFrom(src, want); err != nil {
@@ -253,31 +269,53 @@ func unexpected(err error) error {
 
 // cursor is a position in a list of views, for filling them in order.
 type cursor struct {
-	v   [][]byte
-	off int // into v[0]
+	v    [][]byte
+	off  int          // into v[0]
+	seen func([]byte) // if not nil, shown each piece once it is filled
 }
 
 // copyFrom copies b to the cursor, which has room for it, and moves on.
 func (c *cursor) copyFrom(b []byte) {
 	for len(b) > 0 {
 		k := copy(c.v[0][c.off:], b)
+		c.filled(k)
 		b = b[k:]
-		c.advance(k)
 	}
 }
 
 // readFrom reads exactly n bytes from r to the cursor, which has room for
-// them, and moves on.
+// them, and moves on. Observed, it reads at most observedRead bytes at a
+// time and shows each read's bytes as soon as they are in; otherwise it
+// fills each view with as few reads as the socket allows.
 func (c *cursor) readFrom(r io.Reader, n int) error {
 	for n > 0 {
 		k := min(len(c.v[0])-c.off, n)
-		if _, err := io.ReadFull(r, c.v[0][c.off:c.off+k]); err != nil {
-			return err
+		if c.seen == nil {
+			if _, err := io.ReadFull(r, c.v[0][c.off:c.off+k]); err != nil {
+				return err
+			}
+		} else {
+			var err error
+			if k, err = r.Read(c.v[0][c.off : c.off+min(k, observedRead)]); k == 0 {
+				if err == nil {
+					err = io.ErrNoProgress
+				}
+				return err
+			}
 		}
 		n -= k
-		c.advance(k)
+		c.filled(k)
 	}
 	return nil
+}
+
+// filled moves the cursor on past the k bytes just put at it, showing
+// them to seen first.
+func (c *cursor) filled(k int) {
+	if c.seen != nil && k > 0 {
+		c.seen(c.v[0][c.off : c.off+k])
+	}
+	c.advance(k)
 }
 
 func (c *cursor) advance(k int) {

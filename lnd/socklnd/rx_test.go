@@ -77,7 +77,8 @@ func readRef(stream []byte) []framed {
 }
 
 // readBuf reads stream through an rxBuf, as a connection's reader and Recv
-// do.
+// do, every other payload observed (RecvObserved): the pieces shown must
+// be the payload's kept bytes, in order, each at most observedRead long.
 func readBuf(t *testing.T, typ wire.ConnType, src io.Reader) []framed {
 	var rb rxBuf
 	rb.init(typ)
@@ -95,7 +96,17 @@ func readBuf(t *testing.T, typ wire.ConnType, src io.Reader) []framed {
 		// Two views with room to spare, so a write past mlen would show.
 		v0, v1 := make([]byte, f.split+3), make([]byte, f.mlen-f.split+3)
 		dst := [][]byte{v0[:f.split], {}, v1[:f.mlen-f.split]}
-		if err := rb.payload(src, dst, f.mlen, f.n); err != nil {
+		var seen func([]byte)
+		var shown []byte
+		if len(out)%2 == 1 {
+			seen = func(b []byte) {
+				if len(b) == 0 || len(b) > observedRead {
+					t.Fatalf("observer shown a piece of %d bytes", len(b))
+				}
+				shown = append(shown, b...)
+			}
+		}
+		if err := rb.payload(src, dst, f.mlen, f.n, seen); err != nil {
 			if !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("payload: %v", err)
 			}
@@ -104,7 +115,11 @@ func readBuf(t *testing.T, typ wire.ConnType, src io.Reader) []framed {
 		if !bytes.Equal(v0[f.split:], make([]byte, 3)) || !bytes.Equal(v1[f.mlen-f.split:], make([]byte, 3)) {
 			t.Fatal("payload written past mlen")
 		}
-		out = append(out, framed{hdr: hdr, payload: append(v0[:f.split:f.split], v1[:f.mlen-f.split]...)})
+		payload := append(v0[:f.split:f.split], v1[:f.mlen-f.split]...)
+		if seen != nil && !bytes.Equal(shown, payload) {
+			t.Fatalf("observer shown %d bytes that are not the %d of the payload", len(shown), len(payload))
+		}
+		out = append(out, framed{hdr: hdr, payload: payload})
 	}
 }
 

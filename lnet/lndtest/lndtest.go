@@ -63,6 +63,7 @@ func Run(t *testing.T, h Harness) {
 		{"PutAck", testPutAck},
 		{"PutBytes", testPutBytes},
 		{"GetReply", testGetReply},
+		{"Observe", testObserve},
 		{"MTU", testMTU},
 		{"ManageRemote", testManageRemote},
 		{"Ordering", testOrdering},
@@ -723,6 +724,109 @@ func testGetReply(e *env) {
 		get := tr.next1(t, lnet.EventGet)
 		if int(get.MLength) != c.n || int(get.Offset) != c.off || get.Status != nil {
 			t.Fatalf("Get %d at %d: target's GET event %+v", c.n, c.off, get)
+		}
+	}
+}
+
+// observed records what an MD's observer was shown.
+type observed struct {
+	mu     sync.Mutex
+	start  int // off of the first call, -1 before it
+	bytes  []byte
+	calls  int
+	broken string
+}
+
+func newObserved() *observed { return &observed{start: -1} }
+
+func (o *observed) observe(off int, b []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case len(b) == 0:
+		o.broken = "shown an empty piece"
+	case o.start < 0:
+		o.start = off
+	case off != o.start+len(o.bytes):
+		o.broken = fmt.Sprintf("piece at %d after %d bytes from %d", off, len(o.bytes), o.start)
+	}
+	o.bytes = append(o.bytes, b...)
+	o.calls++
+}
+
+// check says what is wrong with what was shown, if it was not want's bytes
+// from off on.
+func (o *observed) check(off int, want []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.broken != "":
+		return errors.New(o.broken)
+	case len(want) == 0 && o.calls != 0:
+		return fmt.Errorf("shown %d pieces of an empty payload", o.calls)
+	case len(want) != 0 && o.start != off:
+		return fmt.Errorf("first piece at %d, want %d", o.start, off)
+	case !bytes.Equal(o.bytes, want):
+		return fmt.Errorf("shown %d bytes that are not the %d that landed", len(o.bytes), len(want))
+	}
+	return nil
+}
+
+// testObserve: an MD's observer is shown, in order and before the
+// operation's event, exactly the bytes a PUT or a REPLY put into it.
+func testObserve(e *env) {
+	t := e.t
+	const portal = 75
+	for i, c := range []struct{ n, off, room int }{{0, 0, 10}, {1, 3, 10}, {4093, 1, 5000}, {1<<16 + 1, 13, 1 << 17}, {wire.MTU, 0, wire.MTU}, {wire.MTU - 7, 7, wire.MTU}, {300, 0, 100}} {
+		tbuf := make([]byte, c.room)
+		o := newObserved()
+		var atEvent error
+		tr := newRecorder()
+		src := pattern(c.n, byte(i))
+		kept := src[:min(c.n, c.room-c.off)]
+		e.attach(portal, lnet.AnyProcess, uint64(i), 0, lnet.InsertLast, lnet.MD{Buffers: split(tbuf, 3, 7, 1, 1000, 4093), Threshold: 1,
+			Options: lnet.MDOpPut | lnet.MDManageRemote | lnet.MDTruncate, Observe: o.observe, Handler: func(ev lnet.Event) {
+				if ev.Type == lnet.EventPut {
+					atEvent = o.check(c.off, kept)
+				}
+				tr.handler(ev)
+			}})
+		e.putDone(split(src, 1, 2, 5, 4000), portal, uint64(i), uint32(c.off), 0)
+		if ev := tr.next1(t, lnet.EventPut); int(ev.MLength) != len(kept) {
+			t.Fatalf("PUT %d at %d: target PUT event %+v", c.n, c.off, ev)
+		}
+		if atEvent != nil {
+			t.Fatalf("PUT %d at %d into %d: at the PUT event: %v", c.n, c.off, c.room, atEvent)
+		}
+		if !bytes.Equal(tbuf[c.off:c.off+len(kept)], kept) {
+			t.Fatalf("PUT %d at %d: target holds other bytes", c.n, c.off)
+		}
+	}
+
+	tsrc := pattern(wire.MTU+100, 3)
+	e.attach(portal, lnet.AnyProcess, 100, 0, lnet.InsertLast, lnet.MD{Buffers: [][]byte{tsrc}, Threshold: lnet.ThresholdInfinite, Options: lnet.MDOpGet | lnet.MDManageRemote})
+	for _, c := range []struct{ n, off int }{{0, 0}, {1, 5}, {65537, 11}, {wire.MTU, 99}} {
+		sink := make([]byte, c.n)
+		o := newObserved()
+		var atEvent error
+		r := newRecorder()
+		h := e.bind(lnet.MD{Buffers: split(sink, 5, 1, 3000), Threshold: 1, Observe: o.observe, Handler: func(ev lnet.Event) {
+			if ev.Type == lnet.EventReply {
+				atEvent = o.check(0, tsrc[c.off:c.off+c.n])
+			}
+			r.handler(ev)
+		}})
+		if err := e.a.Get(context.Background(), h, e.target, portal, 100, uint32(c.off)); err != nil {
+			t.Fatalf("Get %d at %d: %v", c.n, c.off, err)
+		}
+		if evs := r.wait(t, 3); evs[1].Type != lnet.EventReply || evs[1].Status != nil {
+			t.Fatalf("Get %d at %d: events %v", c.n, c.off, describe(evs))
+		}
+		if atEvent != nil {
+			t.Fatalf("Get %d at %d: at the REPLY event: %v", c.n, c.off, atEvent)
+		}
+		if !bytes.Equal(sink, tsrc[c.off:c.off+c.n]) {
+			t.Fatalf("Get %d at %d: sink holds other bytes", c.n, c.off)
 		}
 	}
 }
