@@ -437,6 +437,74 @@ func TestReplayedCreateKeepsItsObjects(t *testing.T) {
 	}
 }
 
+// TestReplayedLayoutIntentKeepsItsObjects: a PFL component first written
+// after the MDT's last commit, the MDS then failing: the replayed layout
+// intent instantiates the component again on the objects the client wrote
+// to. It was refused while the MDT recovered, and the data was lost in
+// orphans.
+func TestReplayedLayoutIntentKeepsItsObjects(t *testing.T) {
+	c, a, _, ctx := restartable(t, 2, time.Minute)
+	root := client.Root()
+	tmpl := pfl()
+	w, attr, err := a.Create(ctx, root, a.Root(), "pfl", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	head := []byte("in the first component, made with the file")
+	if _, _, err := w.WriteAt(ctx, head, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReplayBarrierMDS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const at = 2 << 20 // in the second component
+	data := bytes.Repeat([]byte("written after the barrier, in a component made for it "), 6000)
+	if _, _, err := w.WriteAt(ctx, data, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, err := a.Layout(ctx, root, attr.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !before.Components[1].Instantiated() {
+		t.Fatalf("the write did not instantiate the second component: %+v", before.Components[1])
+	}
+	if err := c.FailMDS(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
+		t.Fatal(err)
+	}
+	g := c.Mount(2)
+	after, err := g.Layout(ctx, root, attr.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bo, ao := before.Components[1].RAID0.Objects, after.Components[1].RAID0.Objects; !slices.Equal(bo, ao) {
+		t.Fatalf("the second component's objects after the replay %v, before %v", ao, bo)
+	}
+	r, _, err := g.Open(ctx, root, attr.FID, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	got := make([]byte, len(data))
+	if n, err := r.ReadAt(ctx, got, at); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("another client reads %d bytes (%v) of the second component, not the %d written", n, err, len(data))
+	}
+	got = make([]byte, len(head))
+	if n, err := r.ReadAt(ctx, got, 0); n != len(head) || !bytes.Equal(got, head) {
+		t.Fatalf("another client reads %d bytes (%v) of the first component, not the %d written", n, err, len(head))
+	}
+}
+
 // TestReplayedCloseRecordsItsSize: a file opened, written and closed after
 // the MDT's last commit, the MDS then failing: the close is replayed
 // before any open could be (opens are replayed with the locks), and must

@@ -237,6 +237,8 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 		if o.NewFid != nil {
 			keep = keepCreateReint // it may create the file
 		}
+	case layoutIntentOp:
+		keep = keepLayoutIntent
 	}
 	err := c.callKeep(ctx, wire.MDSReint, req, &rep, layoutReplyCap, keep)
 	c.carried(later, err)
@@ -893,6 +895,23 @@ func keepCreateReint(req, reply []byte) []byte {
 		default:
 			return false
 		}
+		return true
+	})
+}
+
+// keepLayoutIntent is the body kept for the replay of a layout intent:
+// the request, with the layout the MDT returned, so that the replay
+// instantiates the components again on the objects the client may have
+// written to since, not on new ones.
+func keepLayoutIntent(req, reply []byte) []byte {
+	var q mdsv1.ReintRequest
+	var rep mdsv1.ReintReply
+	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
+		o := q.GetLayoutIntent()
+		if o == nil {
+			return false
+		}
+		o.Layout = l
 		return true
 	})
 }

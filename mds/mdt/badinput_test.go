@@ -153,6 +153,8 @@ func TestBadInput(t *testing.T) {
 		{"setxattr with unknown flags", wire.MDSReint, reint(setxattr{&mdsv1.SetxattrOp{Fid: w(f.FID), Name: []byte("user.a"), Flags: 4}}), syscall.EINVAL},
 		{"setxattr with a long name", wire.MDSReint, reint(setxattr{&mdsv1.SetxattrOp{Fid: w(f.FID), Name: []byte("user." + strings.Repeat("a", 300))}}), syscall.ERANGE},
 		{"setxattr of a bad ACL", wire.MDSReint, reint(setxattr{&mdsv1.SetxattrOp{Fid: w(f.FID), Name: []byte(mdd.XattrACLAccess), Value: []byte{2, 0, 0, 0, 1}}}), syscall.EINVAL},
+		{"layout intent naming a layout, not replayed", wire.MDSReint, reint(layoutIntent{&mdsv1.LayoutIntentOp{Fid: w(f.FID), Start: 0, End: 1 << 20, Layout: withObj}}), syscall.EINVAL},
+		{"layout intent with a corrupt layout", wire.MDSReint, reint(layoutIntent{&mdsv1.LayoutIntentOp{Fid: w(f.FID), Start: 0, End: 1 << 20, Layout: []byte("NLOVgarbage")}}), syscall.EINVAL},
 		{"set layout without a layout", wire.MDSReint, reint(setLayout{&mdsv1.SetLayoutOp{Fid: w(d.FID)}}), syscall.EINVAL},
 		{"set layout of a missing file", wire.MDSReint, reint(setLayout{&mdsv1.SetLayoutOp{Fid: w(missing), Layout: tmpl}}), syscall.ENOENT},
 		{"open of nothing", wire.MDSReint, reint(open{&mdsv1.OpenOp{}}), syscall.EINVAL},
@@ -237,15 +239,20 @@ func TestBadInput(t *testing.T) {
 type isReint interface{ apply(*mdsv1.ReintRequest) }
 
 type (
-	create    struct{ *mdsv1.CreateOp }
-	unlink    struct{ *mdsv1.UnlinkOp }
-	rename    struct{ *mdsv1.RenameOp }
-	link      struct{ *mdsv1.LinkOp }
-	setattr   struct{ *mdsv1.SetattrOp }
-	setxattr  struct{ *mdsv1.SetxattrOp }
-	setLayout struct{ *mdsv1.SetLayoutOp }
-	open      struct{ *mdsv1.OpenOp }
+	create       struct{ *mdsv1.CreateOp }
+	unlink       struct{ *mdsv1.UnlinkOp }
+	rename       struct{ *mdsv1.RenameOp }
+	link         struct{ *mdsv1.LinkOp }
+	setattr      struct{ *mdsv1.SetattrOp }
+	setxattr     struct{ *mdsv1.SetxattrOp }
+	setLayout    struct{ *mdsv1.SetLayoutOp }
+	layoutIntent struct{ *mdsv1.LayoutIntentOp }
+	open         struct{ *mdsv1.OpenOp }
 )
+
+func (o layoutIntent) apply(r *mdsv1.ReintRequest) {
+	r.Op = &mdsv1.ReintRequest_LayoutIntent{LayoutIntent: o.LayoutIntentOp}
+}
 
 func (o create) apply(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Create{Create: o.CreateOp} }
 func (o unlink) apply(r *mdsv1.ReintRequest) { r.Op = &mdsv1.ReintRequest_Unlink{Unlink: o.UnlinkOp} }

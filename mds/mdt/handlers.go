@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"syscall"
 
 	"google.golang.org/protobuf/proto"
@@ -649,9 +650,17 @@ func (m *MDT) doSetLayout(ctx context.Context, r *ptlrpc.Request, q reintReq, o 
 // that cover [o.start, o.end) and are not instantiated yet, with objects
 // from the pools, under an EX LAYOUT lock (clients caching the layout are
 // called back first). The reply carries the layout.
+//
+// A replay while the MDT recovers brings the layout returned before the
+// restart: a component the restart lost is instantiated again on the
+// objects it had then, which the client may have written to (new ones
+// would leave that data in orphans the cleanup destroys).
 func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq, o *layoutIntentOp) (*mdsv1.ReintReply, error) {
 	if err := m.checkFID(o.fid); err != nil {
 		return nil, err
+	}
+	if o.layout != nil && !(r.Replayed() && m.tgt.Recovering()) {
+		return nil, bad("layout intent names a layout; only a replay in recovery does")
 	}
 	release, err := m.lock(ctx, objLock(o.fid, ldlm.BitLayout))
 	if err != nil {
@@ -675,8 +684,17 @@ func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq,
 			p.release()
 		}
 	}()
+	var replayed []int // components instantiated again from o.layout
 	for ci, c := range cur.Components {
 		if c.Instantiated() || c.Start >= o.end || (c.End != layout.EOF && c.End <= o.start) {
+			continue
+		}
+		if o.layout != nil {
+			if ci >= len(o.layout.Components) || !o.layout.Components[ci].Instantiated() ||
+				o.layout.Components[ci].Start != c.Start || o.layout.Components[ci].End != c.End {
+				return nil, bad("replayed layout intent on %v: component %d [%d, %d) is not in the layout it brings", o.fid, ci, c.Start, c.End)
+			}
+			replayed = append(replayed, ci)
 			continue
 		}
 		p, err := m.allocateComp(ctx, cur, ci)
@@ -686,7 +704,7 @@ func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq,
 		plans = append(plans, p)
 	}
 	out := cur
-	if len(plans) > 0 {
+	if len(plans) > 0 || len(replayed) > 0 {
 		out, err = m.store.SetLayoutAlloc(m.req(r, q.cred, q.time), o.fid, func(now *layout.Layout) (layout.Layout, error) {
 			if now == nil {
 				return layout.Layout{}, fmt.Errorf("mdt: layout of %v went: %w", o.fid, syscall.EAGAIN)
@@ -696,6 +714,18 @@ func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq,
 				var err error
 				if l, err = p.fill(l); err != nil {
 					return layout.Layout{}, err
+				}
+			}
+			if len(replayed) > 0 {
+				l = l.Clone()
+				for _, ci := range replayed {
+					if ci >= len(l.Components) || l.Components[ci].Instantiated() {
+						return layout.Layout{}, fmt.Errorf("mdt: component %d of %v changed meanwhile: %w", ci, o.fid, syscall.EAGAIN)
+					}
+					was := o.layout.Components[ci]
+					c := &l.Components[ci]
+					c.Objects = slices.Clone(was.Objects)
+					c.StripeCount = was.StripeCount
 				}
 			}
 			return l, nil

@@ -224,6 +224,8 @@ type (
 	layoutIntentOp struct {
 		fid        fid.FID
 		start, end uint64
+		// layout is a replay's: the layout returned before the restart.
+		layout *layout.Layout
 	}
 	openOp struct {
 		parent fid.FID // zero: open fid
@@ -369,6 +371,9 @@ func parseReint(b []byte) (reintReq, error) {
 		}
 		if o.End <= o.Start {
 			return r, bad("layout intent on [%d, %d)", o.Start, o.End)
+		}
+		if s.layout, err = createLayout(o.Layout); err != nil {
+			return r, err
 		}
 		r.op = s
 	case *mdsv1.ReintRequest_Open:

@@ -1361,10 +1361,14 @@ func (x *SetLayoutOp) GetRemove() bool {
 // there (Lustre's IT_LAYOUT with LAYOUT_INTENT_WRITE). The reply carries
 // the file's layout; components already instantiated stay as they are.
 type LayoutIntentOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fid           *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
-	Start         uint64                 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
-	End           uint64                 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fid   *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
+	Start uint64                 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	End   uint64                 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	// layout is, in a replay while the MDT recovers only, the layout the
+	// MDT returned before it restarted: the components it instantiated come
+	// back with the same objects, which the client may have written to.
+	Layout        []byte `protobuf:"bytes,4,opt,name=layout,proto3" json:"layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1418,6 +1422,13 @@ func (x *LayoutIntentOp) GetEnd() uint64 {
 		return x.End
 	}
 	return 0
+}
+
+func (x *LayoutIntentOp) GetLayout() []byte {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
 }
 
 // OpenOp opens name in parent, or the file fid when parent is absent
@@ -3406,11 +3417,12 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\vSetLayoutOp\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\fR\x06layout\x12\x16\n" +
-	"\x06remove\x18\x03 \x01(\bR\x06remove\"]\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"u\n" +
 	"\x0eLayoutIntentOp\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\x04R\x03end\"\xa2\x02\n" +
+	"\x03end\x18\x03 \x01(\x04R\x03end\x12\x16\n" +
+	"\x06layout\x18\x04 \x01(\fR\x06layout\"\xa2\x02\n" +
 	"\x06OpenOp\x12)\n" +
 	"\x06parent\x18\x01 \x01(\v2\x11.nacre.mds.v1.FIDR\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12#\n" +

@@ -1290,6 +1290,13 @@ func (m *LayoutIntentOp) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Layout) > 0 {
+		i -= len(m.Layout)
+		copy(dAtA[i:], m.Layout)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Layout)))
+		i--
+		dAtA[i] = 0x22
+	}
 	if m.End != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.End))
 		i--
@@ -3507,6 +3514,10 @@ func (m *LayoutIntentOp) SizeVT() (n int) {
 	}
 	if m.End != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.End))
+	}
+	l = len(m.Layout)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7388,6 +7399,40 @@ func (m *LayoutIntentOp) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Layout", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Layout = append(m.Layout[:0], dAtA[iNdEx:postIndex]...)
+			if m.Layout == nil {
+				m.Layout = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
