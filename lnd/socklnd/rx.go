@@ -290,6 +290,10 @@ func (c *cursor) copyFrom(b []byte) {
 func (c *cursor) readFrom(r io.Reader, n int) error {
 	for n > 0 {
 		k := min(len(c.v[0])-c.off, n)
+		if k == 0 { // an empty view: a Read into it would read nothing
+			c.advance(0)
+			continue
+		}
 		if c.seen == nil {
 			if _, err := io.ReadFull(r, c.v[0][c.off:c.off+k]); err != nil {
 				return err

@@ -171,3 +171,53 @@ func TestRxBufNoProgress(t *testing.T) {
 type zeroReader struct{}
 
 func (zeroReader) Read([]byte) (int, error) { return 0, nil }
+
+// TestPayloadEmptyViews: Recv takes views of any length, empty ones
+// included (a dst that starts with one, say); an observed receive
+// (RecvObserved) must fill and show them just as an unobserved one fills
+// them, whether the payload's start came with the header or not.
+func TestPayloadEmptyViews(t *testing.T) {
+	const n = 3000
+	for _, c := range []struct {
+		name  string
+		views []int // the lengths of dst's views, n bytes in all
+	}{
+		{"one view", []int{n}},
+		{"an empty view first", []int{0, n}},
+		{"empty views first", []int{0, 0, 1000, n - 1000}},
+		{"an empty view between", []int{1000, 0, n - 1000}},
+		{"an empty view last", []int{n, 0}},
+	} {
+		for _, typ := range []wire.ConnType{wire.ConnControl, wire.ConnBulkIn} {
+			for _, observed := range []bool{false, true} {
+				payload := pattern(uint64(len(c.views)), n)
+				hdr := make([]byte, wire.HeaderSize)
+				var rb rxBuf
+				rb.init(typ)
+				src := &chunkReader{data: append(hdr, payload...), chunks: []byte{255, 40}}
+				if _, err := rb.next(src, wire.HeaderSize); err != nil {
+					t.Fatal(err)
+				}
+				var dst [][]byte
+				for _, k := range c.views {
+					dst = append(dst, make([]byte, k))
+				}
+				var seen func([]byte)
+				var shown []byte
+				if observed {
+					seen = func(b []byte) { shown = append(shown, b...) }
+				}
+				if err := rb.payload(src, dst, n, n, seen); err != nil {
+					t.Errorf("%s, %v, observed %v: %v", c.name, typ, observed, err)
+					continue
+				}
+				if got := bytes.Join(dst, nil); !bytes.Equal(got, payload) {
+					t.Errorf("%s, %v, observed %v: views hold other bytes", c.name, typ, observed)
+				}
+				if observed && !bytes.Equal(shown, payload) {
+					t.Errorf("%s, %v, observed %v: shown %d bytes that are not the payload", c.name, typ, observed, len(shown))
+				}
+			}
+		}
+	}
+}

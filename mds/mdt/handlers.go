@@ -726,6 +726,9 @@ func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq,
 					c := &l.Components[ci]
 					c.Objects = slices.Clone(was.Objects)
 					c.StripeCount = was.StripeCount
+					if !l.Composite {
+						c.StripeOffset = was.StripeOffset // as plan.fill sets it
+					}
 				}
 			}
 			return l, nil
