@@ -13,6 +13,7 @@ import (
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/layout"
 )
 
 // TestSwapLayoutsRefusedInRecovery: the MDT counts opens for write in
@@ -502,6 +503,61 @@ func TestReplayedLayoutIntentKeepsItsObjects(t *testing.T) {
 	got = make([]byte, len(head))
 	if n, err := r.ReadAt(ctx, got, 0); n != len(head) || !bytes.Equal(got, head) {
 		t.Fatalf("another client reads %d bytes (%v) of the first component, not the %d written", n, err, len(head))
+	}
+}
+
+// TestReplayedSetLayoutKeepsItsObjects: a file made without objects
+// before the MDT's last commit and given its layout after it (lfs
+// setstripe, or cp -a setting lustre.lov), then written, the MDS then
+// failing: the replayed set layout gives it back the objects the client
+// wrote to, not new ones.
+func TestReplayedSetLayoutKeepsItsObjects(t *testing.T) {
+	c, a, _, ctx := restartable(t, 2, time.Minute)
+	root := client.Root()
+	w, attr, err := a.Create(ctx, root, a.Root(), "delayed", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Delay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if err := c.ReplayBarrierMDS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, err := a.SetLayout(ctx, root, attr.FID, layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 64 << 10, StripeOffset: -1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("written to the objects a set layout gave "), 5000)
+	if _, _, err := w.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FailMDS(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
+		t.Fatal(err)
+	}
+	g := c.Mount(2)
+	after, err := g.Layout(ctx, root, attr.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == nil {
+		t.Fatal("the file has no layout after the replay")
+	}
+	if bo, ao := before.Components[0].RAID0.Objects, after.Components[0].RAID0.Objects; len(bo) != 2 || !slices.Equal(bo, ao) {
+		t.Fatalf("the file's objects after the replay %v, before %v", ao, bo)
+	}
+	r, _, err := g.Open(ctx, root, attr.FID, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	got := make([]byte, len(data))
+	if n, err := r.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("another client reads %d bytes (%v), not the %d written", n, err, len(data))
 	}
 }
 

@@ -239,6 +239,8 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 		}
 	case layoutIntentOp:
 		keep = keepLayoutIntent
+	case setLayoutOp:
+		keep = keepSetLayout
 	}
 	err := c.callKeep(ctx, wire.MDSReint, req, &rep, layoutReplyCap, keep)
 	c.carried(later, err)
@@ -909,6 +911,22 @@ func keepLayoutIntent(req, reply []byte) []byte {
 	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
 		o := q.GetLayoutIntent()
 		if o == nil {
+			return false
+		}
+		o.Layout = l
+		return true
+	})
+}
+
+// keepSetLayout is the body kept for the replay of a set layout: the
+// request with the layout the MDT returned, so that a file without
+// objects gets again the objects its client may have written to.
+func keepSetLayout(req, reply []byte) []byte {
+	var q mdsv1.ReintRequest
+	var rep mdsv1.ReintReply
+	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
+		o := q.GetSetLayout()
+		if o == nil || o.Remove {
 			return false
 		}
 		o.Layout = l

@@ -155,6 +155,8 @@ func TestBadInput(t *testing.T) {
 		{"setxattr of a bad ACL", wire.MDSReint, reint(setxattr{&mdsv1.SetxattrOp{Fid: w(f.FID), Name: []byte(mdd.XattrACLAccess), Value: []byte{2, 0, 0, 0, 1}}}), syscall.EINVAL},
 		{"layout intent naming a layout, not replayed", wire.MDSReint, reint(layoutIntent{&mdsv1.LayoutIntentOp{Fid: w(f.FID), Start: 0, End: 1 << 20, Layout: withObj}}), syscall.EINVAL},
 		{"layout intent with a corrupt layout", wire.MDSReint, reint(layoutIntent{&mdsv1.LayoutIntentOp{Fid: w(f.FID), Start: 0, End: 1 << 20, Layout: []byte("NLOVgarbage")}}), syscall.EINVAL},
+		{"set layout naming objects, not replayed", wire.MDSReint, reint(setLayout{&mdsv1.SetLayoutOp{Fid: w(f.FID), Layout: withObj}}), syscall.EINVAL},
+		{"set a directory's layout naming objects", wire.MDSReint, reint(setLayout{&mdsv1.SetLayoutOp{Fid: w(d.FID), Layout: withObj}}), syscall.EINVAL},
 		{"set layout without a layout", wire.MDSReint, reint(setLayout{&mdsv1.SetLayoutOp{Fid: w(d.FID)}}), syscall.EINVAL},
 		{"set layout of a missing file", wire.MDSReint, reint(setLayout{&mdsv1.SetLayoutOp{Fid: w(missing), Layout: tmpl}}), syscall.ENOENT},
 		{"open of nothing", wire.MDSReint, reint(open{&mdsv1.OpenOp{}}), syscall.EINVAL},

@@ -84,11 +84,13 @@ func FuzzRequests(f *testing.F) {
 				}
 			}
 		}
+		// A layout may name objects (a replay's, which the handlers take
+		// only while the MDT recovers), but it must be valid.
 		tmplOK := func(what string, l *layout.Layout) {
 			if l == nil {
 				return
 			}
-			if err := l.Validate(); err != nil || hasObjects(l) {
+			if err := l.Validate(); err != nil {
 				t.Fatalf("%s: accepted layout %v (%v)", what, l, err)
 			}
 		}

@@ -610,6 +610,13 @@ func (m *MDT) doSetLayout(ctx context.Context, r *ptlrpc.Request, q reintReq, o 
 	if err != nil {
 		return nil, err
 	}
+	// A layout with objects comes only in a replay while the MDT
+	// recovers: the layout a file without objects was given before the
+	// restart, which its client may have written to.
+	replayed := hasObjects(&o.layout)
+	if replayed && (!(r.Replayed() && m.tgt.Recovering()) || a.Mode&sIFMT != sIFREG) {
+		return nil, bad("layout names objects; the MDT allocates them")
+	}
 	req := m.req(r, q.cred, q.time)
 	if o.remove {
 		if err := m.store.RemoveDefaultLayout(req, o.fid); err != nil {
@@ -624,10 +631,12 @@ func (m *MDT) doSetLayout(ctx context.Context, r *ptlrpc.Request, q reintReq, o 
 		out, err = m.store.SetLayout(req, o.fid, o.layout)
 	} else {
 		var p *plan
-		if p, err = m.allocate(ctx, o.layout); err != nil {
-			return nil, err
+		if !replayed {
+			if p, err = m.allocate(ctx, o.layout); err != nil {
+				return nil, err
+			}
+			defer p.release()
 		}
-		defer p.release()
 		out, err = m.store.SetLayoutAlloc(req, o.fid, func(cur *layout.Layout) (layout.Layout, error) {
 			if cur != nil && hasObjects(cur) {
 				return layout.Layout{}, fmt.Errorf("mdt: %v already has objects: %w", o.fid, syscall.EEXIST)

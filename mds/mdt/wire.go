@@ -117,9 +117,9 @@ func template(b []byte) (*layout.Layout, error) {
 	return &l, nil
 }
 
-// createLayout decodes the layout of a create: a template, or, in a
-// replayed create only (MDT.create checks), the layout the MDT gave the
-// file before it restarted, objects and all.
+// createLayout decodes the layout of a create, a set layout or a layout
+// intent: a template, or, in a replay only (the handlers check), the
+// layout the MDT gave the file before it restarted, objects and all.
 func createLayout(b []byte) (*layout.Layout, error) {
 	if len(b) == 0 {
 		return nil, nil
@@ -354,7 +354,7 @@ func parseReint(b []byte) (reintReq, error) {
 			r.op = s
 			break
 		}
-		l, err := template(o.Layout)
+		l, err := createLayout(o.Layout) // objects only in a replay: doSetLayout checks
 		if err != nil {
 			return r, err
 		}
