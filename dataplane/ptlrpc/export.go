@@ -979,6 +979,7 @@ func (t *Target) endRecoveryIfDoneLocked() {
 // finished replaying are evicted now. It reports how many clients of the
 // previous life it evicted.
 func (t *Target) EndRecovery() int {
+	st := t.RecoveryStatus() // for the log, should it evict
 	t.mu.Lock()
 	absent := make([]string, 0, len(t.waiting))
 	for c := range t.waiting {
@@ -1020,11 +1021,24 @@ func (t *Target) EndRecovery() int {
 	t.mu.Unlock()
 	t.cmu.Unlock()
 	for _, e := range stale {
-		t.drop(e, true, "recovery over before it had replayed everything")
+		// Where it was, so that a recovery that stalled can be told from
+		// a client too slow or gone.
+		t.mu.Lock()
+		stage := "its requests"
+		if e.reqDone {
+			stage = "its locks and opens"
+		}
+		if e.queued != nil {
+			stage += fmt.Sprintf(", transno %d waiting for its turn", e.queued.Header.Transno)
+		}
+		t.mu.Unlock()
+		t.drop(e, true, "recovery over before it had replayed everything: it was replaying "+stage)
 	}
 	if gone > 0 {
 		t.recoveryEvicted.Add(uint64(gone))
-		t.log.Warn("ptlrpc: recovery over: clients not back, or not done replaying, are evicted", "clients", gone, "replaying", len(stale))
+		t.log.Warn("ptlrpc: recovery over: clients not back, or not done replaying, are evicted", "clients", gone, "replaying", len(stale),
+			"req_replay_clients", st.ReqReplay, "lock_replay_clients", st.LockReplay, "replayed_requests", st.Replayed,
+			"queued_requests", st.Queued, "next_transno", st.NextTransno)
 	}
 	return gone
 }
