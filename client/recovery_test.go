@@ -413,28 +413,52 @@ func TestReplayedCreateKeepsItsObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g := failMDS(ctx, t, c, a)
+	keptObjects(ctx, t, g, f, before, 0)
+	readsBack(ctx, t, g, f, 0, data)
+}
+
+// failMDS has the MDS fail (losing what came after its replay barrier)
+// and start again, waits until fs is back and has replayed, and returns
+// another client's mount, new since.
+func failMDS(ctx context.Context, t *testing.T, c *clustertest.Cluster, fs *client.FS) *client.FS {
+	t.Helper()
 	if err := c.FailMDS(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
+	if _, err := fs.FID2Path(ctx, client.Root(), fs.Root()); err != nil { // back and replayed
 		t.Fatal(err)
 	}
-	g := c.Mount(2)
-	after, err := g.Layout(ctx, root, f)
-	if err != nil {
+	return c.Mount(2)
+}
+
+// keptObjects checks that component ci of f's layout, as fs sees it, has
+// the objects it had in before.
+func keptObjects(ctx context.Context, t *testing.T, fs *client.FS, f client.FID, before *layout.Layout, ci int) {
+	t.Helper()
+	after, err := fs.Layout(ctx, client.Root(), f)
+	switch {
+	case err != nil:
 		t.Fatal(err)
+	case after == nil || len(after.Components) <= ci:
+		t.Fatalf("the file's layout after the replay %v has no component %d", after, ci)
 	}
-	if bo, ao := before.Components[0].RAID0.Objects, after.Components[0].RAID0.Objects; !slices.Equal(bo, ao) {
-		t.Errorf("the file's objects after the replay %v, before %v", ao, bo)
+	if bo, ao := before.Components[ci].RAID0.Objects, after.Components[ci].RAID0.Objects; len(bo) == 0 || !slices.Equal(bo, ao) {
+		t.Fatalf("component %d's objects after the replay %v, before %v", ci, ao, bo)
 	}
-	r, _, err := g.Open(ctx, root, f, syscall.O_RDONLY)
+}
+
+// readsBack checks that fs reads want at off of f, and nothing after it.
+func readsBack(ctx context.Context, t *testing.T, fs *client.FS, f client.FID, off int64, want []byte) {
+	t.Helper()
+	r, _, err := fs.Open(ctx, client.Root(), f, syscall.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close(ctx)
-	got := make([]byte, len(data)+100)
-	if n, err := r.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got[:n], data) {
-		t.Fatalf("another client reads %d bytes (%v) of the replayed file, want its %d", n, err, len(data))
+	got := make([]byte, len(want)+100)
+	if n, err := r.ReadAt(ctx, got, off); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("another client reads %d bytes (%v) at %d, not the %d written", n, err, off, len(want))
 	}
 }
 
@@ -477,30 +501,15 @@ func TestReplayedLayoutIntentKeepsItsObjects(t *testing.T) {
 	if !before.Components[1].Instantiated() {
 		t.Fatalf("the write did not instantiate the second component: %+v", before.Components[1])
 	}
-	if err := c.FailMDS(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
-		t.Fatal(err)
-	}
-	g := c.Mount(2)
-	after, err := g.Layout(ctx, root, attr.FID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bo, ao := before.Components[1].RAID0.Objects, after.Components[1].RAID0.Objects; !slices.Equal(bo, ao) {
-		t.Fatalf("the second component's objects after the replay %v, before %v", ao, bo)
-	}
+	g := failMDS(ctx, t, c, a)
+	keptObjects(ctx, t, g, attr.FID, before, 1)
+	readsBack(ctx, t, g, attr.FID, at, data)
+	got := make([]byte, len(head))
 	r, _, err := g.Open(ctx, root, attr.FID, syscall.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close(ctx)
-	got := make([]byte, len(data))
-	if n, err := r.ReadAt(ctx, got, at); n != len(data) || !bytes.Equal(got, data) {
-		t.Fatalf("another client reads %d bytes (%v) of the second component, not the %d written", n, err, len(data))
-	}
-	got = make([]byte, len(head))
 	if n, err := r.ReadAt(ctx, got, 0); n != len(head) || !bytes.Equal(got, head) {
 		t.Fatalf("another client reads %d bytes (%v) of the first component, not the %d written", n, err, len(head))
 	}
@@ -533,32 +542,9 @@ func TestReplayedSetLayoutKeepsItsObjects(t *testing.T) {
 	if err := w.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.FailMDS(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.FID2Path(ctx, root, a.Root()); err != nil { // back and replayed
-		t.Fatal(err)
-	}
-	g := c.Mount(2)
-	after, err := g.Layout(ctx, root, attr.FID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after == nil {
-		t.Fatal("the file has no layout after the replay")
-	}
-	if bo, ao := before.Components[0].RAID0.Objects, after.Components[0].RAID0.Objects; len(bo) != 2 || !slices.Equal(bo, ao) {
-		t.Fatalf("the file's objects after the replay %v, before %v", ao, bo)
-	}
-	r, _, err := g.Open(ctx, root, attr.FID, syscall.O_RDONLY)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	got := make([]byte, len(data))
-	if n, err := r.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got, data) {
-		t.Fatalf("another client reads %d bytes (%v), not the %d written", n, err, len(data))
-	}
+	g := failMDS(ctx, t, c, a)
+	keptObjects(ctx, t, g, attr.FID, before, 0)
+	readsBack(ctx, t, g, attr.FID, 0, data)
 }
 
 // TestReplayedCloseRecordsItsSize: a file opened, written and closed after

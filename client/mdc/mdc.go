@@ -231,16 +231,14 @@ func (c *Client) reint(ctx context.Context, cred Cred, op isReintOp, format stri
 	switch o := op.(type) {
 	case createOp:
 		if o.Mode&syscall.S_IFMT == syscall.S_IFREG {
-			keep = keepCreateReint
+			keep = keepReintLayout
 		}
 	case openOp:
 		if o.NewFid != nil {
-			keep = keepCreateReint // it may create the file
+			keep = keepReintLayout // it may create the file
 		}
-	case layoutIntentOp:
-		keep = keepLayoutIntent
-	case setLayoutOp:
-		keep = keepSetLayout
+	case layoutIntentOp, setLayoutOp:
+		keep = keepReintLayout
 	}
 	err := c.callKeep(ctx, wire.MDSReint, req, &rep, layoutReplyCap, keep)
 	c.carried(later, err)
@@ -878,14 +876,15 @@ func (c *Client) SwapLayouts(ctx context.Context, cred Cred, a, b fid.FID, dvA *
 	return nil
 }
 
-// keepCreateReint is the body kept for the replay of a file's create
-// (ptlrpc.Req.KeepBody; a create, or an open that may create): the
-// request, with the layout the MDT gave the file, objects and all, for
-// the replay to make the file on them again (Lustre keeps the reply's
-// layout with a replayed open-create). Made anew, the file would have
-// new, empty objects, and what the client wrote to the old ones would be
-// lost.
-func keepCreateReint(req, reply []byte) []byte {
+// keepReintLayout is the body kept for the replay of a change that gave
+// a file objects (ptlrpc.Req.KeepBody): a create, an open that may
+// create, a layout intent (PFL components instantiated), a layout set on
+// a file made without objects. It is the request with the layout the MDT
+// returned, objects and all, for the replay to give the file those
+// objects again (Lustre keeps the reply's layout with a replayed
+// open-create). Given new ones, the file would lose what the client
+// wrote to the old ones, left in orphans.
+func keepReintLayout(req, reply []byte) []byte {
 	var q mdsv1.ReintRequest
 	var rep mdsv1.ReintReply
 	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
@@ -894,6 +893,10 @@ func keepCreateReint(req, reply []byte) []byte {
 			q.GetCreate().Layout, q.GetCreate().DelayLayout = l, false
 		case q.GetOpen() != nil && rep.Created:
 			q.GetOpen().Layout, q.GetOpen().DelayLayout = l, false
+		case q.GetLayoutIntent() != nil:
+			q.GetLayoutIntent().Layout = l
+		case q.GetSetLayout() != nil && !q.GetSetLayout().Remove:
+			q.GetSetLayout().Layout = l
 		default:
 			return false
 		}
@@ -901,40 +904,7 @@ func keepCreateReint(req, reply []byte) []byte {
 	})
 }
 
-// keepLayoutIntent is the body kept for the replay of a layout intent:
-// the request, with the layout the MDT returned, so that the replay
-// instantiates the components again on the objects the client may have
-// written to since, not on new ones.
-func keepLayoutIntent(req, reply []byte) []byte {
-	var q mdsv1.ReintRequest
-	var rep mdsv1.ReintReply
-	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
-		o := q.GetLayoutIntent()
-		if o == nil {
-			return false
-		}
-		o.Layout = l
-		return true
-	})
-}
-
-// keepSetLayout is the body kept for the replay of a set layout: the
-// request with the layout the MDT returned, so that a file without
-// objects gets again the objects its client may have written to.
-func keepSetLayout(req, reply []byte) []byte {
-	var q mdsv1.ReintRequest
-	var rep mdsv1.ReintReply
-	return keepWithLayout(req, reply, &q, &rep, func() []byte { return rep.Layout }, func(l []byte) bool {
-		o := q.GetSetLayout()
-		if o == nil || o.Remove {
-			return false
-		}
-		o.Layout = l
-		return true
-	})
-}
-
-// keepCreateIntent is keepCreateReint for an open-create intent
+// keepCreateIntent is keepReintLayout for an open-create intent
 // (ldlm.Enqueue.KeepIntent).
 func keepCreateIntent(intent, reply []byte) []byte {
 	var q mdsv1.IntentRequest
