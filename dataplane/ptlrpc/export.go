@@ -755,16 +755,31 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 	if t == nil {
 		return nil, -errnoENODEV
 	}
-	reply := &ptlrpcv1.ConnectReply{
-		Features: cr.Features & t.cfg.Features, Version: wire.Version, CksumTypes: uint32(negotiated(cr.CksumTypes)),
-		Instance: t.instance, TargetUuid: t.cfg.UUID,
+	for {
+		reply := &ptlrpcv1.ConnectReply{
+			Features: cr.Features & t.cfg.Features, Version: wire.Version, CksumTypes: uint32(negotiated(cr.CksumTypes)),
+			Instance: t.instance, TargetUuid: t.cfg.UUID,
+		}
+		if body, status, again := t.connect(req, &cr, reply); !again {
+			return body, status
+		}
 	}
+}
+
+// connect is TargetSet.connect on t, the target cr names. It reports again
+// if another connect of the same client put an export in place after this
+// one looked for it (a CONNECT the client gave up on, delivered late
+// beside the one it sent next): this one has to look again, and take the
+// export as the client's reconnect to it, rather than put another in its
+// place that the client may never use.
+func (t *Target) connect(req *Request, cr *ptlrpcv1.ConnectRequest, reply *ptlrpcv1.ConnectReply) (_ []byte, _ int32, again bool) {
+	ts := t.set
 	now := time.Now().UnixNano()
 
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, -errnoENODEV
+		return nil, -errnoENODEV, false
 	}
 	old := t.exports[cr.ClientUuid]
 	if old == nil && t.gate && t.Recovering() {
@@ -782,7 +797,7 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 				}
 				t.log.Info("ptlrpc: refusing a new client while recovering", "client", cr.ClientUuid, "peer", req.Peer,
 					"recovery_ends_in", time.Until(t.RecoveryEnd()).Round(time.Second))
-				return nil, -errnoEBUSY
+				return nil, -errnoEBUSY, false
 			}
 		}
 	}
@@ -803,11 +818,12 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 			reply.TargetData = t.cfg.OnConnect(old)
 		}
 		t.log.Info("ptlrpc: client reconnected", "client", cr.ClientUuid, "peer", req.Peer, "conn", cr.ConnCount)
-		return marshalReply(reply)
+		body, status := marshalReply(reply)
+		return body, status, false
 	}
 	if old == nil && len(t.exports) >= t.cfg.MaxExports {
 		t.mu.Unlock()
-		return nil, -errnoEUSERS
+		return nil, -errnoEUSERS, false
 	}
 	t.mu.Unlock()
 	if old != nil {
@@ -824,10 +840,18 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 			t.cmu.Unlock()
 		}
 	}()
+	// Exports are put in place under cmu: none can come between this look
+	// and this one's.
+	t.mu.Lock()
+	_, raced := t.exports[cr.ClientUuid]
+	t.mu.Unlock()
+	if raced {
+		return nil, 0, true
+	}
 	if t.cfg.OnNewClient != nil {
 		if err := t.cfg.OnNewClient(cr.ClientUuid); err != nil {
 			t.log.Warn("ptlrpc: cannot record a new client", "client", cr.ClientUuid, "err", err)
-			return nil, -errnoEIO
+			return nil, -errnoEIO, false
 		}
 	}
 	if !recovering {
@@ -883,7 +907,8 @@ func (ts *TargetSet) connect(req *Request) ([]byte, int32) {
 		reply.TargetData = t.cfg.OnConnect(e)
 	}
 	t.log.Info("ptlrpc: client connected", "client", cr.ClientUuid, "peer", req.Peer, "evicted_before", reply.Evicted)
-	return marshalReply(reply)
+	body, status := marshalReply(reply)
+	return body, status, false
 }
 
 // disconnect serves DISCONNECT.

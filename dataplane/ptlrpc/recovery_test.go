@@ -1287,3 +1287,79 @@ func TestRecoveryGoesOnWhenAClientComesBackAfresh(t *testing.T) {
 		t.Error("recovery goes on with every client back")
 	}
 }
+
+// TestRecoveryConnectRacingItsRetryKeepsOneExport: a client's CONNECT to a
+// restarted target that it gave up on (sent while the server was away,
+// delivered late) is handled at the same time as the one it sent next.
+// Both looked for the client's export before either put one in place;
+// the one it waits for puts its export in place first, the one it gave
+// up on after. The target must not end up waiting on an export the
+// client never uses: the client would say on its own that it replayed
+// its requests, and request replay would wait for the other export to
+// say so, holding every client until the window's end, which then evicts
+// them all (the OSS restart in TestDDAcrossOSSRestart).
+func TestRecoveryConnectRacingItsRetryKeepsOneExport(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) {
+		// Not to give up on the CONNECT held below.
+		c.InitialTimeout, c.MinTimeout = time.Second, time.Second
+	})
+	b := re.client(t, "b", rplPortal+1, true)
+	for _, imp := range []*Import{a, b} {
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prev := a.Info() // a's connection to the previous life
+
+	re.tgt.Close(context.Background())
+	inRecords, recorded := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, RecoveryWindow: 30 * time.Second,
+		Clients: []string{"a", "b"}, Logger: quiet,
+		OnNewClient: func(uuid string) error {
+			if uuid == "a" && calls.Add(1) == 1 {
+				close(inRecords)
+				<-recorded
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.tgt = tgt
+	aDone, bDone := do(a), do(b) // each reconnects, replays, and waits for the other
+	<-inRecords                  // a's CONNECT is about to put its export in place
+	stale := make(chan int32, 1)
+	go func() {
+		body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: "nacre-MDT0000", ClientUuid: "a", Version: wire.Version,
+			ConnCount: prev.ConnCount + 1, Handle: prev.Handle})
+		_, status := re.ts.connect(&Request{Body: body})
+		stale <- status
+	}()
+	time.Sleep(100 * time.Millisecond) // it finds no export of a yet, and waits for the client records
+	close(recorded)
+	for name, ch := range map[string]<-chan error{"a": aDone, "b": bDone} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			st := tgt.RecoveryStatus()
+			t.Fatalf("%s still waits for recovery: %d clients replaying their requests, %d their locks", name, st.ReqReplay, st.LockReplay)
+		}
+	}
+	if status := <-stale; status != 0 {
+		t.Errorf("the late CONNECT: status %d", status)
+	}
+	if n := tgt.RecoveryEvicted(); n != 0 {
+		t.Errorf("recovery evicted %d clients", n)
+	}
+	tgt.mu.Lock()
+	e := tgt.exports["a"]
+	tgt.mu.Unlock()
+	if e == nil || e.handle != a.Info().Handle {
+		t.Errorf("a's export is not the one its connection names")
+	}
+}
