@@ -903,7 +903,9 @@ func (t *Target) connect(req *Request, cr *ptlrpcv1.ConnectRequest, reply *ptlrp
 		t.recovered.Add(1)
 		t.log.Info("ptlrpc: client recovering", "client", cr.ClientUuid, "peer", req.Peer)
 	}
-	if t.cfg.OnConnect != nil {
+	if t.cfg.OnConnect != nil && !e.Gone() {
+		// Not for an export dropped above: OnGone has seen it already,
+		// and what OnConnect gave it would never be taken back.
 		reply.TargetData = t.cfg.OnConnect(e)
 	}
 	t.log.Info("ptlrpc: client connected", "client", cr.ClientUuid, "peer", req.Peer, "evicted_before", reply.Evicted)

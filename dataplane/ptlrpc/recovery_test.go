@@ -1363,3 +1363,68 @@ func TestRecoveryConnectRacingItsRetryKeepsOneExport(t *testing.T) {
 		t.Errorf("a's export is not the one its connection names")
 	}
 }
+
+// TestNoConnectHookForAnExportDropped: a client of the previous life whose
+// CONNECT is made as recovery ends gets its export dropped at once ("stale
+// as those recovery evicted"); OnConnect is not called for that export
+// (an OST's would hand it grant that OnGone had already taken back, and
+// that nothing would ever give back).
+func TestNoConnectHookForAnExportDropped(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.client(t, "a", rplPortal, true)
+	b := re.client(t, "b", rplPortal+1, true)
+	for _, imp := range []*Import{a, b} {
+		if err := <-do(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	re.tgt.Close(context.Background())
+	var mu sync.Mutex
+	var connected, gone []*Export
+	made := make(chan *Target, 1) // the imports may reconnect before NewTarget returns
+	tgt, err := re.ts.NewTarget(TargetConfig{Name: "nacre-MDT0000", LastTransno: 100, RecoveryWindow: 30 * time.Second,
+		Clients: []string{"a", "b"}, Logger: quiet,
+		OnNewClient: func(uuid string) error {
+			tgt := <-made
+			made <- tgt
+			if uuid == "a" && tgt.Recovering() {
+				// Recovery ends as a's CONNECT puts its export in place.
+				go tgt.EndRecovery()
+				for tgt.Recovering() {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			return nil
+		},
+		OnConnect: func(e *Export) []byte {
+			mu.Lock()
+			defer mu.Unlock()
+			connected = append(connected, e)
+			return nil
+		},
+		OnGone: func(e *Export, _ bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			gone = append(gone, e)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made <- tgt
+	re.tgt = tgt
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.Ping(ctx) // reconnects: its first CONNECT finds recovery ending
+	waitFor(t, "a's export dropped", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(gone) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, g := range gone {
+		if slices.Contains(connected, g) {
+			t.Errorf("OnConnect called for an export dropped as it connected (client %s)", g.ClientUUID())
+		}
+	}
+}

@@ -207,7 +207,10 @@ func (o *OFD) spent(n uint64) {
 func (o *OFD) connectGrant(e *ptlrpc.Export) []byte {
 	o.gmu.Lock()
 	g, ok := o.gmu.byExp[e]
-	if !ok {
+	if !ok && !e.Gone() {
+		// Not for an export dropped meanwhile (a reconnect racing an
+		// eviction): its OnGone, dropGrant, has run or waits for gmu and
+		// takes it back after; given after, it would never be.
 		g = min(o.cfg.InitialGrant, o.spaceLocked(context.Background())/8) &^ (grantUnit - 1)
 		o.gmu.byExp[e] = g
 		o.gmu.total += g
