@@ -130,6 +130,7 @@ type Target struct {
 	recovered                  atomic.Uint64 // clients taken back during recovery
 	recoveryEvicted            atomic.Uint64 // clients EndRecovery evicted
 	recoveryDone               chan struct{} // see RecoveryDone
+	replaysIn                  atomic.Int64  // replays in their handlers; see ReplaysDone
 	doneOnce                   sync.Once     // closes recoveryDone
 	// waiting are the clients of the previous life recovery still waits
 	// for (TargetConfig.Clients); guarded by mu.
@@ -218,6 +219,46 @@ func (t *Target) RecoveryEnd() time.Time { return unixNano(t.recoverUntil.Load()
 // previous life back (see TargetConfig.Clients), EndRecovery, or the
 // window run out (the target calls EndRecovery then).
 func (t *Target) RecoveryDone() <-chan struct{} { return t.recoveryDone }
+
+// ReplaysDone waits until recovery has ended and no replay is in its
+// handler any more, or ctx is done. A replay whose handler saw the target
+// recovering may still be making its change when the window runs out (its
+// client evicted meanwhile); what must not run beside such a change (the
+// orphan cleanup that destroys the objects no layout names) waits for
+// this, not only for RecoveryDone. A replay handled later finds recovery
+// over.
+func (t *Target) ReplaysDone(ctx context.Context) error {
+	var tick *time.Ticker // handlers are short; nothing to wake on
+	for {
+		over := false
+		select {
+		case <-t.recoveryDone:
+			over = true
+		default:
+		}
+		if over && t.replaysIn.Load() == 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !over {
+			select {
+			case <-t.recoveryDone:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if tick == nil {
+			tick = time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+}
 
 func unixNano(ns int64) time.Time {
 	if ns == 0 {

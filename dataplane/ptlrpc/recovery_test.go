@@ -1428,3 +1428,49 @@ func TestNoConnectHookForAnExportDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaysDoneWaitsForAReplayInItsHandler: a replay still in its
+// handler when recovery ends (the window run out, its client evicted)
+// may still make its change; ReplaysDone, which the MDS's orphan cleanup
+// waits for, returns only once it is out.
+func TestReplaysDoneWaitsForAReplayInItsHandler(t *testing.T) {
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	re := newRecoveryEnv(t, func(c *ServiceConfig) {
+		wrapInc(c, func(r *Request) func() {
+			if r.Replayed() {
+				once.Do(func() { close(inHandler) })
+				<-release
+			}
+			return nil
+		})
+	})
+	a := re.client(t, "a", rplPortal, true)
+	if err := <-do(a); err != nil { // 101, not committed
+		t.Fatal(err)
+	}
+	re.restart(t, time.Minute, "a")
+	aDone := do(a)
+	<-inHandler // a's replay of 101 is in its handler
+	re.tgt.EndRecovery()
+	<-re.tgt.RecoveryDone()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- re.tgt.ReplaysDone(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("ReplaysDone returned (%v) with a replay in its handler", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("ReplaysDone: %v", err)
+	}
+	<-aDone // evicted as it replayed: whatever it says
+	stopped, cancelStopped := context.WithCancel(context.Background())
+	cancelStopped()
+	if err := re.tgt.ReplaysDone(stopped); err != nil {
+		t.Fatalf("ReplaysDone once done, with a done context: %v", err)
+	}
+}

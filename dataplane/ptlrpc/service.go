@@ -974,7 +974,15 @@ func (s *Service) handle(req *Request) {
 	if req.hctx.rel != nil {
 		ctx = &req.hctx
 	}
+	var replayOf *Target // counted in its handler for ReplaysDone
+	if h.Flags&wire.MsgReplay != 0 && req.exp != nil {
+		replayOf = req.exp.target
+		replayOf.replaysIn.Add(1)
+	}
 	body, status := req.spec.Fn(ctx, req)
+	if replayOf != nil {
+		replayOf.replaysIn.Add(-1)
+	}
 	if req.spec.Flags&Modifying != 0 && req.exp != nil && req.transno == 0 && status == 0 {
 		// The handler did not number its change itself (AssignTransno).
 		req.transno = req.exp.target.takeTransno(req.replayTransno)

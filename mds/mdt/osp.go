@@ -225,13 +225,12 @@ func (p *osp) run() {
 		cancel()
 	}()
 	cfg := &p.m.cfg
-	// The orphan cleanup waits for the MDT's recovery: a replayed create
-	// names objects the restarted store had not counted as used (the
-	// client may have written to them), which the cleanup would destroy.
+	// The orphan cleanup waits for the MDT's recovery and the replays
+	// still in their handlers when it ended: a replayed create names
+	// objects the restarted store had not counted as used (the client
+	// may have written to them), which the cleanup would destroy.
 	if t := p.m.tgt; t != nil && !t.RecoveryEnd().IsZero() {
-		select {
-		case <-t.RecoveryDone():
-		case <-p.stop:
+		if t.ReplaysDone(base) != nil { // stopped
 			return
 		}
 	}
