@@ -165,17 +165,12 @@ func BenchmarkBulkvsLNet(b *testing.B) {
 				// then by raw LNet, so that a drift in the machine's speed
 				// weighs on both alike.
 				var el, raw time.Duration
-				const rounds = 10
-				for r := range rounds {
-					n := (r+1)*b.N/rounds - r*b.N/rounds
-					if n == 0 {
-						continue
-					}
+				inRounds(b.N, func(n int) {
 					b.StartTimer()
 					el += rpcs(n)
 					b.StopTimer()
 					raw += rawLNetBulk(b, e, n, k, size, dir == "write")
-				}
+				})
 				rate, rawRate := float64(b.N*size)/el.Seconds(), float64(b.N*size)/raw.Seconds()
 				b.ReportMetric(rate/1e6, "MB/s")
 				b.ReportMetric(rawRate/1e6, "lnet-MB/s")
