@@ -487,9 +487,9 @@ type Enqueue struct {
 	Intent []byte
 	// Hooks are the lock's flush and glimpse hooks.
 	Hooks Hooks
-	// KeepIntent, if not nil, gives the intent an import keeps for
-	// replay, from the intent sent and the target's answer to it
-	// (ptlrpc.Req.KeepBody); nil from it keeps the intent sent.
+	// KeepIntent, if not nil, gives the intent the enqueue is replayed
+	// with, from the intent sent and the target's answer to it
+	// (ptlrpc.Req.KeepBody); nil from it replays the intent sent.
 	KeepIntent func(intent, reply []byte) []byte
 }
 

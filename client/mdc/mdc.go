@@ -876,8 +876,8 @@ func (c *Client) SwapLayouts(ctx context.Context, cred Cred, a, b fid.FID, dvA *
 	return nil
 }
 
-// keepReintLayout is the body kept for the replay of a change that gave
-// a file objects (ptlrpc.Req.KeepBody): a create, an open that may
+// keepReintLayout is the body a change that gave a file objects is
+// replayed with (ptlrpc.Req.KeepBody): a create, an open that may
 // create, a layout intent (PFL components instantiated), a layout set on
 // a file made without objects. It is the request with the layout the MDT
 // returned, objects and all, for the replay to give the file those

@@ -209,11 +209,11 @@ type Req struct {
 	// modifying request's successful reply: the request is durable once
 	// the server reports it committed.
 	Transno uint64
-	// KeepBody, if not nil, gives the body an import keeps for replay
-	// once a modifying request's reply came, from the request's body and
-	// the reply's: what the server decided that a replay must make again
-	// (the objects a create was given), in a slice of its own. nil from
-	// it keeps (a copy of) the request's.
+	// KeepBody, if not nil, gives the body a kept modifying request is
+	// replayed with, from the request's body and its reply's: what the
+	// server decided that a replay must make again (the objects a create
+	// was given), in a slice of its own. The import keeps both bodies and
+	// calls it only to replay; nil from it replays the request's.
 	KeepBody func(req, reply []byte) []byte
 }
 

@@ -228,30 +228,22 @@ func (t *Target) RecoveryDone() <-chan struct{} { return t.recoveryDone }
 // this, not only for RecoveryDone. A replay handled later finds recovery
 // over.
 func (t *Target) ReplaysDone(ctx context.Context) error {
-	var tick *time.Ticker // handlers are short; nothing to wake on
+	select {
+	case <-t.recoveryDone:
+	case <-ctx.Done():
+	}
+	tick := time.NewTicker(5 * time.Millisecond) // handlers are short; nothing to wake on
+	defer tick.Stop()
 	for {
-		over := false
 		select {
 		case <-t.recoveryDone:
-			over = true
+			if t.replaysIn.Load() == 0 {
+				return nil
+			}
 		default:
-		}
-		if over && t.replaysIn.Load() == 0 {
-			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
-		}
-		if !over {
-			select {
-			case <-t.recoveryDone:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		if tick == nil {
-			tick = time.NewTicker(5 * time.Millisecond)
-			defer tick.Stop()
 		}
 		select {
 		case <-tick.C:

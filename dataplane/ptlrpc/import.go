@@ -225,6 +225,10 @@ type replayReq struct {
 	xid     uint64
 	op      wire.Opcode
 	body    []byte
+	// keepBody and reply, if keepBody is not nil, are the request's
+	// Req.KeepBody and its reply's body, for replayBody.
+	keepBody func(req, reply []byte) []byte
+	reply    []byte
 	// inst is the server instance it was last replayed to (0: none): a
 	// recovery of that instance that has to start again after a lost
 	// connection does not replay it twice.
@@ -655,7 +659,7 @@ func (imp *Import) replay(cn *connInfo) error {
 			again++
 			continue
 		}
-		req := &Req{Opcode: rq.op, Body: rq.body}
+		req := &Req{Opcode: rq.op, Body: rq.replayBody()}
 		if rq.sentTo != inst {
 			rq.sentXID = 0 // not sent to this instance yet
 		}
@@ -674,7 +678,7 @@ func (imp *Import) replay(cn *connInfo) error {
 		}
 		n++
 		if req.Transno != 0 {
-			kept = append(kept, replayReq{transno: req.Transno, xid: rq.xid, op: rq.op, body: rq.body, inst: inst})
+			kept = append(kept, replayReq{transno: req.Transno, xid: rq.xid, op: rq.op, body: req.Body, inst: inst})
 		}
 	}
 	putBack(nil)
@@ -920,19 +924,16 @@ func (imp *Import) keep(r *rpc, transno uint64, reply []byte, replayed bool) {
 	if committed {
 		return
 	}
-	var body []byte
+	// The callers' buffers are not ours to keep.
+	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: append([]byte(nil), r.req.Body...)}
 	if r.req.KeepBody != nil {
-		body = r.req.KeepBody(r.req.Body, reply) // a body of its own, or nil
-	}
-	if body == nil {
-		body = append([]byte(nil), r.req.Body...) // the caller's buffer is not ours to keep
+		rq.keepBody, rq.reply = r.req.KeepBody, append([]byte(nil), reply...)
 	}
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
 	if transno <= imp.mu.lastCommitted { // committed meanwhile
 		return
 	}
-	rq := replayReq{transno: transno, xid: r.xid, op: r.req.Opcode, body: body}
 	if replayed {
 		rq.inst = imp.mu.instance
 	}
@@ -940,6 +941,19 @@ func (imp *Import) keep(r *rpc, transno uint64, reply []byte, replayed bool) {
 	imp.mu.replay = append(imp.mu.replay, replayReq{})
 	copy(imp.mu.replay[i+1:], imp.mu.replay[i:])
 	imp.mu.replay[i] = rq
+}
+
+// replayBody is the body rq is replayed with: what its KeepBody gives
+// from the request and its reply, else the request's. It is made only
+// now: made when the reply came, it would cost a decode and an encode on
+// the path of every create.
+func (rq *replayReq) replayBody() []byte {
+	if rq.keepBody != nil {
+		if b := rq.keepBody(rq.body, rq.reply); b != nil {
+			return b
+		}
+	}
+	return rq.body
 }
 
 // Uncommitted returns the transnos of the modifying requests the import
