@@ -91,8 +91,13 @@ type Config struct {
 	SyncWorkers int
 	// DirectWriteMin is the size from which a bulk write goes to its file
 	// with O_DIRECT, around the page cache (Lustre's
-	// writethrough_max_io_mb); 0 sends every write through the page
-	// cache.
+	// writethrough_max_io_mb); 0, the default, sends every write through
+	// the page cache. On a store whose direct writes are slow to complete
+	// (ext4 serializes those that extend a file, and a virtual disk adds
+	// its latency to each) the page cache's background writeback keeps
+	// the disk busier than the OST's handlers can; where direct writes
+	// are quick, setting it (osd-file.*.direct_write_min_kb) saves the
+	// copy into the page cache.
 	DirectWriteMin int
 	// LazyObjects bounds the objects that exist without a file (created
 	// and not written yet, see lazy.go); 0 makes every object's file at
@@ -107,7 +112,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 1 << 20, LazyObjects: 4096}
+	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 0, LazyObjects: 4096}
 }
 
 // Validate reports what is wrong with c, wrapping osd.ErrInvalid.

@@ -17,12 +17,16 @@ const directAlign = 4096
 // writeData writes a bulk write's bufs at off into o's file, whose buffered
 // descriptor is fd, and returns how many bytes from the start reached it.
 //
-// A large write goes around the page cache (O_DIRECT) for its block-aligned
-// middle, as osd-ldiskfs sends I/O above writethrough_max_io_mb straight to
-// the disk: a buffered write costs the OSS a copy into freshly allocated
-// page-cache pages and later their writeback, which on a small server is
-// CPU the network needs, and the pages would mostly push out data that is
-// read more. The unaligned head and tail, small writes, and stores that do
+// With Config.DirectWriteMin set, a large write goes around the page cache
+// (O_DIRECT) for its block-aligned middle, as osd-ldiskfs sends I/O above
+// writethrough_max_io_mb straight to the disk: a buffered write costs the
+// OSS a copy into freshly allocated page-cache pages and later their
+// writeback, which on a small server is CPU the network needs, and the
+// pages would mostly push out data that is read more. But a direct write
+// holds its handler until the disk has it, and ext4 serializes those that
+// extend a file (every streaming write does), so where the disk is slow to
+// complete each, the page cache's writeback is faster: DirectWriteMin is 0
+// by default. The unaligned head and tail, small writes, and stores that do
 // not take O_DIRECT go through the page cache. The kernel keeps the two
 // ways coherent (a direct write flushes and drops cached pages of its
 // range), and the committer's fsync makes either durable.

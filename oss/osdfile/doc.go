@@ -17,9 +17,10 @@
 //
 // An object's bytes are its file's bytes: reads and writes use preadv and
 // pwritev straight between the file and the caller's buffers, holes stay
-// holes, Punch is fallocate(PUNCH_HOLE|KEEP_SIZE). Bulk writes of at least
-// Config.DirectWriteMin bytes write their block-aligned middle with O_DIRECT,
-// around the page cache (see writeData). Its attributes live in one
+// holes, Punch is fallocate(PUNCH_HOLE|KEEP_SIZE). With
+// Config.DirectWriteMin set (it is 0 by default), bulk writes of at least
+// that many bytes write their block-aligned middle with O_DIRECT, around the
+// page cache (see writeData). Its attributes live in one
 // extended attribute on the file, user.nacre.lma (trusted.nacre.lma where the
 // store does not take user xattrs; Format picks and records which), 108
 // bytes, little-endian, checksummed:
