@@ -2,9 +2,11 @@ package osc
 
 import (
 	"context"
-	"github.com/nacrefs/nacre/internal/jobstats"
 	"syscall"
 	"time"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/internal/jobstats"
 )
 
 // ReadAt reads len(p) bytes of the object at offset off into p, under a
@@ -216,6 +218,11 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *b
 	n := len(buf)
 	pulled, added := 0, false
 	lru := make([]*page, 0, last-first+1)
+	summing := c.tun.checksums.Load()
+	var ct ptlrpc.ChecksumType
+	if summing {
+		ct = c.ChecksumType()
+	}
 	for i := first; i <= last; i++ {
 		p := o.mu.pages.get(i)
 		ws := pageSpan(i, off, end)
@@ -232,7 +239,13 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *b
 		at := int(p.off(ws.from) - off)
 		copy(p.data[ws.from:ws.to], buf[at:at+ws.to-ws.from])
 		p.valid = p.valid.union(ws)
+		was := p.dirty
 		p.dirty = p.dirty.union(ws)
+		if summing {
+			p.resum(ct, was, ws)
+		} else {
+			p.sumOf = span{}
+		}
 		lru = append(lru, p)
 		if sync == nil && wasClean && !charged {
 			sync = &brwRPC{obj: o, write: true, sync: true, mtime: now}

@@ -605,7 +605,7 @@ func (o *Object) writeDone(r *brwRPC, err error, sticky bool) {
 		o.mu.writeback--
 		p.charged = false
 		if err == nil {
-			p.dirty = span{}
+			p.dirty, p.sumOf = span{}, span{}
 			if !r.stable {
 				p.unstable = r.transno
 				p.sent = p.sent.union(s.s)
@@ -826,6 +826,7 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 		for _, p := range ps {
 			if p.idx == cut && cutOff > 0 {
 				clear(p.data[cutOff:])
+				p.sumOf = span{} // the dirty bytes may be cut
 				p.sent = p.sent.intersect(span{0, cutOff})
 				switch {
 				case p.uptodate():

@@ -105,6 +105,7 @@ type stats struct {
 	hits, misses, raPages, raHits      atomic.Uint64
 	writeErrors, grantWaits, lostPages atomic.Uint64
 	discardedLocks, discardedPages     atomic.Uint64
+	presummed, presumMisses            atomic.Uint64
 	// readSize and writeSize bound the bytes of one RPC.
 	readSize, writeSize minMax
 	// rpcs are the RPCs in flight and their histograms (rpc_stats).
@@ -292,6 +293,11 @@ type Stats struct {
 	// object (DiscardData), DiscardedPages the dirty pages they dropped
 	// unwritten: data of files that are gone, not lost.
 	DiscardedLocks, DiscardedPages uint64
+	// PresummedWrites counts the checksummed write RPCs sent with a
+	// checksum joined from their pages' sums, taken as the data was
+	// written in; PresumMisses those the OST refused, sent again summed
+	// from the data (a page whose bytes changed without its sum: a bug).
+	PresummedWrites, PresumMisses uint64
 	// Objects is how many objects the OSC tracks.
 	Objects int
 	// MinReadRPC, MaxReadRPC, MinWriteRPC and MaxWriteRPC bound the
@@ -313,6 +319,7 @@ func (c *Client) Stats() Stats {
 	s.ReadAheadPages, s.ReadAheadHits = c.st.raPages.Load(), c.st.raHits.Load()
 	s.WriteErrors, s.GrantWaits, s.LostPages = c.st.writeErrors.Load(), c.st.grantWaits.Load(), c.st.lostPages.Load()
 	s.DiscardedLocks, s.DiscardedPages = c.st.discardedLocks.Load(), c.st.discardedPages.Load()
+	s.PresummedWrites, s.PresumMisses = c.st.presummed.Load(), c.st.presumMisses.Load()
 	s.MinReadRPC, s.MaxReadRPC = c.st.readSize.lo.Load(), c.st.readSize.hi.Load()
 	s.MinWriteRPC, s.MaxWriteRPC = c.st.writeSize.lo.Load(), c.st.writeSize.hi.Load()
 	s.Since = c.st.since

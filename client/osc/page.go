@@ -1,5 +1,7 @@
 package osc
 
+import "github.com/nacrefs/nacre/dataplane/ptlrpc"
+
 // pageState says whether an RPC is using a page.
 type pageState uint8
 
@@ -78,6 +80,15 @@ type page struct {
 	// (a page read whole, or cut by a truncate, which the OST replays
 	// before the rewrite), and writing them would make the object longer.
 	sent span
+	// sum is the checksum, by sumType, of the page's bytes sumOf (its
+	// dirty bytes), taken as they were written in while they were in the
+	// CPU's cache, when the OSC checksums: a write RPC joins its pages'
+	// sums (brwRPC.joinSum) instead of reading all its data again to sum
+	// it. sumOf is empty when there is none; whatever changes the dirty
+	// bytes other than a write drops it.
+	sum     uint32
+	sumType ptlrpc.ChecksumType
+	sumOf   span
 
 	// Guarded by Cache.mu.
 	prev, next *page
@@ -94,6 +105,18 @@ func (p *page) clean() bool { return p.dirty.empty() }
 // waited for, and committed.
 func (p *page) evictable() bool {
 	return p.clean() && p.state == pageIdle && !p.held && p.unstable == 0
+}
+
+// resum brings p's checksum up to date after a write put bytes ws into
+// it, its dirty bytes having been was: it goes on from the old sum when
+// the write appended to them, and sums the dirty bytes afresh otherwise.
+func (p *page) resum(t ptlrpc.ChecksumType, was, ws span) {
+	if p.sumOf == was && !was.empty() && p.sumType == t && ws.from == was.to && p.dirty == (span{was.from, ws.to}) {
+		p.sum = t.Update(p.sum, p.data[ws.from:ws.to])
+	} else {
+		p.sum, p.sumType = t.Update(0, p.data[p.dirty.from:p.dirty.to]), t
+	}
+	p.sumOf = p.dirty
 }
 
 // off returns the object offset of byte i of the page.

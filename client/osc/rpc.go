@@ -56,6 +56,38 @@ type brwRPC struct {
 	// already committed it when the reply came.
 	transno uint64
 	stable  bool
+	// sum is a write's checksum of the ranges added so far, joined from
+	// their pages' sums (joinSum); sumOK says every range had one, all by
+	// sumType.
+	sum     uint32
+	sumType ptlrpc.ChecksumType
+	sumOK   bool
+}
+
+// pageShifters join the sums of whole pages, by each algorithm.
+var pageShifters = map[ptlrpc.ChecksumType]ptlrpc.Shifter{
+	ptlrpc.ChecksumCRC32:  ptlrpc.ChecksumCRC32.Shifter(PageSize),
+	ptlrpc.ChecksumCRC32C: ptlrpc.ChecksumCRC32C.Shifter(PageSize),
+}
+
+// joinSum extends r's checksum over range s of p, about to be added, with
+// the page's sum, if it has one of exactly s.
+func (r *brwRPC) joinSum(p *page, s span) {
+	switch {
+	case p.sumOf != s || s.empty():
+		r.sumOK = false
+	case len(r.segs) == 0:
+		r.sum, r.sumType, r.sumOK = p.sum, p.sumType, true
+	case !r.sumOK || p.sumType != r.sumType:
+		r.sumOK = false
+	default:
+		n := s.to - s.from
+		sh, ok := pageShifters[r.sumType]
+		if !ok || n != sh.Len() {
+			sh = r.sumType.Shifter(n)
+		}
+		r.sum = sh.Combine(r.sum, p.sum)
+	}
 }
 
 // add appends a range of p, which comes after every range already added.
@@ -71,6 +103,9 @@ func (r *brwRPC) add(p *page, s span) bool {
 			return false
 		}
 		r.nbs = append(r.nbs, wire.Niobuf{Offset: off, Len: uint32(n)})
+	}
+	if r.write {
+		r.joinSum(p, s)
 	}
 	b := p.data[s.from:s.to]
 	if k := len(r.bufs) - 1; k >= 0 && adjacent(r.bufs[k], b) {
@@ -136,6 +171,9 @@ func (c *Client) brwReq(r *brwRPC) (*ptlrpc.Req, error) {
 	bulk := &ptlrpc.Bulk{Op: bop, Buffers: r.bufs}
 	if c.tun.checksums.Load() {
 		bulk.Checksum, bulk.ChecksumType = true, c.ChecksumType()
+		if r.write && r.sumOK && r.sumType == bulk.ChecksumType {
+			bulk.Presummed, bulk.Presum = true, r.sum
+		}
 	}
 	return &ptlrpc.Req{Opcode: op, Body: body, JobID: r.job, Bulk: bulk}, nil
 }
@@ -149,6 +187,23 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 	}
 	defer c.st.rpcs[b2i(r.write)].start(r.pages())()
 	repBody, err := c.imp.Do(ctx, preq)
+	if b := preq.Bulk; b.Presummed {
+		c.st.presummed.Add(1)
+		if errors.Is(err, syscall.EBADMSG) {
+			// The OST did not take the checksum joined from the pages'
+			// sums (and wrote nothing): a page's bytes changed without its
+			// sum. Send the pages again, summed afresh, rather than fail
+			// a write whose data is right.
+			c.st.presumMisses.Add(1)
+			c.log.Error("osc: the OST refused the write checksum joined from the pages' sums; sending it again summed from the data",
+				"ost", c.index, "fid", r.obj.fid, "pages", r.pages(), "err", err)
+			if preq, err = c.brwReq(r); err != nil {
+				return nil, err
+			}
+			preq.Bulk.Presummed = false
+			repBody, err = c.imp.Do(ctx, preq)
+		}
+	}
 	r.transno = preq.Transno
 	r.stable = r.transno == 0 || r.transno <= c.imp.Info().LastCommitted
 	if err != nil {

@@ -262,6 +262,18 @@ type Bulk struct {
 	// ChecksumType is the algorithm, one the target agreed to at CONNECT
 	// (Import.ChecksumTypes); zero is CRC-32C, which every target takes.
 	ChecksumType ChecksumType
+	// Presummed, for a checksummed write, says the caller has summed
+	// Buffers already, by algorithm ChecksumType, to Presum: the request
+	// sends that instead of reading the buffers again to sum them. A
+	// client that sums its data as it copies it in, while it is in the
+	// CPU's cache, saves a pass over memory on the path of every write.
+	// The request sums the buffers itself when it goes out by another
+	// algorithm (the target did not agree to ChecksumType). The server
+	// verifies the checksum either way: a wrong Presum fails the request
+	// with ErrBulkChecksum (-EBADMSG), which the caller can send again
+	// without it.
+	Presummed bool
+	Presum    uint32
 }
 
 // register posts the fragments of b for xid on portal, accepting operations

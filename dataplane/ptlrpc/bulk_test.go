@@ -283,6 +283,36 @@ func testBulkChecksum(t *testing.T, e env, ct ChecksumType) {
 	if got := c.Stats().BulkChecksumErrors; got != 1+bulkVerifyTries {
 		t.Fatalf("client checksum errors %d, want %d", got, 1+bulkVerifyTries)
 	}
+	// A write whose caller summed it already sends that sum, which the
+	// server checks as any other: joined from the pieces' sums it passes,
+	// a wrong one is refused and nothing is written.
+	faults.Disarm(FailBulkReadCorrupt)
+	third := pattern(300<<10, 7)
+	sh := ct.Shifter(100 << 10)
+	joined := ct.Update(0, third[:100<<10])
+	for off := 100 << 10; off < len(third); off += 100 << 10 {
+		joined = sh.Combine(joined, ct.Update(0, third[off:off+100<<10]))
+	}
+	if _, err := c.Do(ctx, e.target, reqPortal, &Req{Opcode: opWrite, Body: nbs,
+		Bulk: &Bulk{Op: BulkWrite, Buffers: [][]byte{third}, Checksum: true, ChecksumType: ct, Presummed: true, Presum: joined}}); err != nil {
+		t.Fatalf("presummed write: %v", err)
+	}
+	if !bytes.Equal(o.bytes(1000, len(third)), third) {
+		t.Fatal("object differs after a presummed write")
+	}
+	errs := s.Stats().BulkChecksumErrors
+	_, err = c.Do(ctx, e.target, reqPortal, &Req{Opcode: opWrite, Body: nbs,
+		Bulk: &Bulk{Op: BulkWrite, Buffers: [][]byte{other}, Checksum: true, ChecksumType: ct, Presummed: true, Presum: joined}})
+	if !errors.Is(err, syscall.EBADMSG) {
+		t.Fatalf("write presummed wrong: %v, want EBADMSG", err)
+	}
+	if !bytes.Equal(o.bytes(1000, len(third)), third) {
+		t.Fatal("a write presummed wrong changed the object")
+	}
+	if got := s.Stats().BulkChecksumErrors; got != errs+bulkVerifyTries {
+		t.Fatalf("server checksum errors %d after a wrong presum, want %d", got, errs+bulkVerifyTries)
+	}
+
 	// The server used the algorithm each request named, and no other.
 	st := s.Stats()
 	used, unused := st.BulkCRC32C, st.BulkCRC32

@@ -53,6 +53,10 @@ func (t ChecksumType) Sum(bufs [][]byte) uint32 {
 	return c
 }
 
+// Update returns t's checksum crc extended by the bytes of b: the
+// checksum of a piece whose beginning was summed to crc (0 for nothing).
+func (t ChecksumType) Update(crc uint32, b []byte) uint32 { return crc32.Update(crc, t.table(), b) }
+
 // checksumNames are the algorithms' names, in the order lctl lists them.
 var checksumNames = []struct {
 	t    ChecksumType
@@ -193,6 +197,28 @@ func (t ChecksumType) Combine(a, b uint32, n int) uint32 {
 	p := t.poly()
 	return mulModP(p, xPow8n(p, uint64(n)), a) ^ b
 }
+
+// Shifter combines checksums by algorithm t with that of a piece of n
+// bytes appended, for n fixed: Combine's x^(8n) taken once, so that a
+// caller joining the sums of many pieces of one size (pages) pays one
+// multiplication for each.
+type Shifter struct {
+	p, x uint32
+	n    int
+}
+
+// Shifter returns t's Shifter for pieces of n bytes.
+func (t ChecksumType) Shifter(n int) Shifter {
+	p := t.poly()
+	return Shifter{p: p, x: xPow8n(p, uint64(n)), n: n}
+}
+
+// Len returns the piece length s combines.
+func (s Shifter) Len() int { return s.n }
+
+// Combine returns the checksum of A followed by B, B being s.Len() bytes,
+// from their checksums (ChecksumType.Combine).
+func (s Shifter) Combine(a, b uint32) uint32 { return mulModP(s.p, s.x, a) ^ b }
 
 // mulModP multiplies a and b, polynomials over GF(2) in reversed bit
 // order (the x^0 coefficient in the top bit), modulo p.

@@ -135,6 +135,36 @@ func TestChecksumCombine(t *testing.T) {
 	}
 }
 
+// A Shifter joins as Combine does, for pieces of its length; Update goes
+// on from a sum as if the bytes had been summed in one go.
+func TestChecksumShifter(t *testing.T) {
+	data := pattern(64<<10, 9)
+	for _, ct := range []ChecksumType{ChecksumCRC32, ChecksumCRC32C} {
+		whole := ct.Sum([][]byte{data})
+		for _, n := range []int{1, 100, 4096, 16 << 10} {
+			sh := ct.Shifter(n)
+			if sh.Len() != n {
+				t.Fatalf("%v: Shifter(%d).Len() = %d", ct, n, sh.Len())
+			}
+			var got uint32
+			for off := 0; off < len(data); off += n {
+				piece := data[off:min(off+n, len(data))]
+				if len(piece) == n {
+					got = sh.Combine(got, ct.Update(0, piece))
+				} else {
+					got = ct.Combine(got, ct.Update(0, piece), len(piece))
+				}
+			}
+			if got != whole {
+				t.Errorf("%v: pieces of %d joined to %#x, want %#x", ct, n, got, whole)
+			}
+		}
+		if got := ct.Update(ct.Update(0, data[:777]), data[777:]); got != whole {
+			t.Errorf("%v: Update in two goes %#x, want %#x", ct, got, whole)
+		}
+	}
+}
+
 // bulkSums give a bulk's checksum from its fragments' pieces only when
 // they were shown every byte of each fragment in order; otherwise verify
 // sums the buffer again, so it is never wrong.

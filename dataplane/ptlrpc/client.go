@@ -544,7 +544,11 @@ func (r *rpc) header(handle uint64, connCount uint32, lastXID uint64, resend boo
 				t = ChecksumCRC32C
 			}
 			h.Flags |= t.flags() // a read asks the server for one
-			if b.Op == BulkWrite {
+			switch {
+			case b.Op != BulkWrite:
+			case b.Presummed && t == b.ChecksumType:
+				h.BulkCksum = b.Presum
+			default:
 				h.BulkCksum = t.Sum(b.Buffers)
 			}
 		}
