@@ -920,3 +920,55 @@ func TestChecksummedRead(t *testing.T) {
 		t.Fatalf("%d reads did not match their checksum", n)
 	}
 }
+
+// TestFailedWriteGivesBackTheGrantItTook: a write from grant that the
+// client's grant covers only in part, or not at all, takes what grant
+// there is (and free space for the rest); when its data never arrives right (a checksum bad
+// every time) it gives back that much grant, not the whole write's size,
+// which would leave the target's granted total above what it gave out.
+func TestFailedWriteGivesBackTheGrantItTook(t *testing.T) {
+	e := newOSSEnv(t, 1, 1)
+	oc := e.client(0)
+	ctx := ctxT(t, 60*time.Second)
+	f := oc.precreate(ctx, 0, 1)[0]
+	chunk := pattern(1<<20, 4)
+	write := func(off uint64, fromGrant bool) (*ostv1.BRWReply, error) {
+		req := oc.writeReq(f, []wire.Niobuf{{Offset: off, Len: 1 << 20}}, [][]byte{chunk}, true)
+		req.Body = body(t, &ostv1.BRWRequest{Fid: ofdFID(f), Niobufs: niobufs(t, []wire.Niobuf{{Offset: off, Len: 1 << 20}}), FromGrant: fromGrant})
+		rep, err := oc.imps[0].Do(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		var br ostv1.BRWReply
+		return &br, proto.Unmarshal(rep, &br)
+	}
+	// Use the grant up, a MiB at a time, asking for none more, until
+	// less than a MiB is left.
+	st := e.oss.OSTs()[0].Stats()
+	grant := st.Granted
+	var off uint64
+	for grant >= 1<<20 {
+		br, err := write(off, true)
+		if err != nil {
+			t.Fatalf("write at %d: %v", off, err)
+		}
+		if br.Grant >= grant {
+			t.Fatalf("grant %d after a write from grant %d", br.Grant, grant)
+		}
+		grant = br.Grant
+		off += 1 << 20
+	}
+	before := e.oss.OSTs()[0].Stats().Granted
+	if before != grant {
+		t.Fatalf("target granted %d, the client holds %d", before, grant)
+	}
+	e.faults.Arm(ptlrpc.FailBulkWriteCorrupt, -1)
+	_, err := write(off, true)
+	e.faults.Disarm(ptlrpc.FailBulkWriteCorrupt)
+	if !errors.Is(err, syscall.EBADMSG) {
+		t.Fatalf("write with a bad checksum: %v", err)
+	}
+	if after := e.oss.OSTs()[0].Stats().Granted; after != before {
+		t.Fatalf("granted %d after a failed write from %d of grant (held %d before it)", after, grant, before)
+	}
+}

@@ -91,6 +91,14 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 	c := o.c
 	end := off + uint64(len(buf))
 	first, last := off/PageSize, (end-1)/PageSize
+	// The algorithm the pages' sums are taken by, asked before the
+	// object's lock is (it takes the import's, and the first call
+	// measures the algorithms' speeds).
+	summing := c.tun.checksums.Load()
+	var ct ptlrpc.ChecksumType
+	if summing {
+		ct = c.ChecksumType()
+	}
 	for {
 		o.mu.Lock()
 		busy, flushFirst := o.mu.truncating > 0, false
@@ -188,7 +196,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 		for _, p := range fresh {
 			o.mu.pages.set(p.idx, p)
 		}
-		n, sync := o.applyWriteLocked(buf, off, ok)
+		n, sync := o.applyWriteLocked(buf, off, ok, summing, ct)
 		o.mu.Unlock()
 		if sync == nil {
 			return n, nil
@@ -207,8 +215,10 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 // within the grant; without, the first such page and every page after it
 // go into a write RPC the caller sends now (pages of earlier writes among
 // them give their charge back: the RPC is not from grant). It returns the
-// bytes of buf before that RPC's first page, and the RPC.
-func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *brwRPC) {
+// bytes of buf before that RPC's first page, and the RPC. With summing,
+// each page's sum of its dirty bytes is brought up to date by algorithm ct
+// as the bytes are copied in (page.resum).
+func (o *Object) applyWriteLocked(buf []byte, off uint64, charged, summing bool, ct ptlrpc.ChecksumType) (int, *brwRPC) {
 	c := o.c
 	end := off + uint64(len(buf))
 	first, last := off/PageSize, (end-1)/PageSize
@@ -218,11 +228,6 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged bool) (int, *b
 	n := len(buf)
 	pulled, added := 0, false
 	lru := make([]*page, 0, last-first+1)
-	summing := c.tun.checksums.Load()
-	var ct ptlrpc.ChecksumType
-	if summing {
-		ct = c.ChecksumType()
-	}
 	for i := first; i <= last; i++ {
 		p := o.mu.pages.get(i)
 		ws := pageSpan(i, off, end)

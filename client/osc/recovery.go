@@ -165,20 +165,19 @@ func (c *Client) recover(ctx context.Context, imp *ptlrpc.Import) error {
 	return nil
 }
 
-// rewrite writes e's pages that are still cached and idle again, on the
-// recovering connection, and records them as unstable under the new
-// transno.
-func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC) (int, error) {
+// rewriteRPCsLocked builds the RPCs of rewrite from e's pages that are
+// still cached, each page in one of them, up to a full RPC each, and marks
+// the idle pages in writeback. copies maps the copies it made of pages an
+// RPC in flight holds to the pages. e.obj.mu is held.
+func (c *Client) rewriteRPCsLocked(e unstableRPC) (rpcs []*brwRPC, copies map[*page]*page) {
 	o := e.obj
-	o.mu.Lock()
-	var rpcs []*brwRPC
 	r := &brwRPC{obj: o, write: true}
 	// copies are the pages an RPC in flight holds (a write or a read sent
 	// before the restart, resent only after this recovery): the rewrite
 	// sends a copy of their sent bytes, which that RPC does not change (a
 	// write sends its dirty bytes, a read fills the bytes not valid), and
 	// which it alone would not write again (a write sends only its own).
-	copies := map[*page]*page{}
+	copies = map[*page]*page{}
 	for _, p := range e.pages {
 		if o.mu.pages.get(p.idx) != p || p.data == nil || p.unstable != e.transno || p.valid.empty() {
 			continue
@@ -200,15 +199,34 @@ func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC)
 			o.mu.writeback++
 		}
 		p = q
-		if !r.add(p, sp) || r.bytes >= c.rpcPages()*PageSize {
+		if !r.add(p, sp) {
+			// Out of niobufs: the page starts the next RPC.
 			rpcs = append(rpcs, r)
 			r = &brwRPC{obj: o, write: true}
 			r.add(p, sp)
+		}
+		if r.bytes >= c.rpcPages()*PageSize {
+			// Full: the next page starts the next RPC. Added to it as well,
+			// a page would go out twice, the second time after the first
+			// RPC let it go idle, when a writer may be changing it: its
+			// bytes would not be the ones summed as the RPC was built.
+			rpcs = append(rpcs, r)
+			r = &brwRPC{obj: o, write: true}
 		}
 	}
 	if len(r.segs) > 0 {
 		rpcs = append(rpcs, r)
 	}
+	return rpcs, copies
+}
+
+// rewrite writes e's pages that are still cached and idle again, on the
+// recovering connection, and records them as unstable under the new
+// transno.
+func (c *Client) rewrite(ctx context.Context, imp *ptlrpc.Import, e unstableRPC) (int, error) {
+	o := e.obj
+	o.mu.Lock()
+	rpcs, copies := c.rewriteRPCsLocked(e)
 	o.mu.Unlock()
 	pages := 0
 	var firstErr error
@@ -255,6 +273,9 @@ func (c *Client) replayWrite(ctx context.Context, imp *ptlrpc.Import, r *brwRPC)
 	if err != nil {
 		return 0, err
 	}
+	// Summed from the data, not joined from the pages' sums: a refused
+	// rewrite ends the recovery, and nothing sends it again.
+	req.Bulk.Presummed = false
 	if _, err := imp.Replay(ctx, req); err != nil {
 		return 0, fmt.Errorf("osc: ost%04x: rewrite of %v after the OST restarted: %w", c.index, r.obj.fid, err)
 	}

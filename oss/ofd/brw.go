@@ -91,14 +91,15 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return o.refuse(r, "write %v: %w", b.f, err)
 	}
 	exp := r.Export()
-	if err := o.consumeGrant(ctx, exp, uint64(b.size), b.req.FromGrant); err != nil {
+	used, err := o.consumeGrant(ctx, exp, uint64(b.size), b.req.FromGrant)
+	if err != nil {
 		return o.refuse(r, "write %v of %d bytes: %w", b.f, b.size, err)
 	}
 	views, release := b.buffers()
 	defer release()
 	if _, err := r.BulkGet(ctx, views); err != nil {
-		// Nothing was written; the space goes back.
-		o.returnSpace(exp, uint64(b.size), b.req.FromGrant)
+		// Nothing was written; the grant it took goes back.
+		o.returnGrant(exp, used)
 		return nil, ptlrpc.Errno(err)
 	}
 	tx, err := o.dev.Begin(ctx)
@@ -235,29 +236,32 @@ func (o *OFD) grantOf(e *ptlrpc.Export) uint64 {
 
 // consumeGrant accounts for a write of n bytes: from the client's grant
 // if it says so (as far as the grant goes), the rest from free space,
-// failing with ENOSPC if there is not enough.
-func (o *OFD) consumeGrant(ctx context.Context, e *ptlrpc.Export, n uint64, fromGrant bool) error {
+// failing with ENOSPC if there is not enough. It returns the grant it
+// took.
+func (o *OFD) consumeGrant(ctx context.Context, e *ptlrpc.Export, n uint64, fromGrant bool) (uint64, error) {
 	o.gmu.Lock()
 	defer o.gmu.Unlock()
-	g := o.gmu.byExp[e]
+	g, ok := o.gmu.byExp[e]
 	use := uint64(0)
-	if fromGrant {
+	if fromGrant && ok {
 		use = min(g, n)
 	}
 	if rest := n - use; rest > 0 && o.spaceLocked(ctx) < rest {
 		o.gmu.noSpace++
-		return fmt.Errorf("%w: %d bytes not covered by grant (%d held), too little space", osd.ErrNoSpace, rest, g)
+		return 0, fmt.Errorf("%w: %d bytes not covered by grant (%d held), too little space", osd.ErrNoSpace, rest, g)
 	}
-	if _, ok := o.gmu.byExp[e]; ok {
+	if ok {
 		o.gmu.byExp[e] = g - use
 	}
 	o.gmu.total -= use
-	return nil
+	return use, nil
 }
 
-// returnSpace undoes consumeGrant for a write that did not happen.
-func (o *OFD) returnSpace(e *ptlrpc.Export, n uint64, fromGrant bool) {
-	if !fromGrant {
+// returnGrant undoes consumeGrant, which took n of e's grant, for a write
+// that did not happen. (Only the grant: what the write would have taken
+// from free space beyond it was never set aside.)
+func (o *OFD) returnGrant(e *ptlrpc.Export, n uint64) {
+	if n == 0 {
 		return
 	}
 	o.gmu.Lock()
