@@ -213,8 +213,7 @@ func FuzzIncoming(f *testing.F) {
 	f.Add(true, append(bytes.Clone(goodBytes), bigBytes...))
 	f.Add(true, append(bytes.Clone(bigBytes), over...))
 	f.Fuzz(func(t *testing.T, handshake bool, data []byte) {
-		port := testPort(t, "127.0.0.2")
-		b := startNode(t, "127.0.0.2", port, map[string]string{"handshake_timeout": "200ms"})
+		b := startNodeAnyPort(t, "127.0.0.2", map[string]string{"handshake_timeout": "200ms"})
 		bad := dialFake(t, b, "127.0.0.10", handshake)
 		bad.nc.Write(data)
 		bad.nc.Close()

@@ -3,6 +3,7 @@ package socklnd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,6 +302,36 @@ func fastOpts(port int) map[string]string {
 // startNode starts an NI on addr@tcp with the fast options plus extra.
 func startNode(t testing.TB, addr string, port int, extra map[string]string) *node {
 	t.Helper()
+	n, err := tryStartNode(t, addr, port, extra)
+	if err != nil {
+		t.Fatalf("startup %v: %v", n.nid, err)
+	}
+	return n
+}
+
+// startNodeAnyPort starts a node on a port testPort picks, and on another
+// if someone took that one before the node could listen on it: the
+// parallel workers of a fuzzer, separate processes, pick from the same
+// ports.
+func startNodeAnyPort(t testing.TB, addr string, extra map[string]string) *node {
+	t.Helper()
+	for range 20 {
+		n, err := tryStartNode(t, addr, testPort(t, addr), extra)
+		if err == nil {
+			return n
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatalf("startup %v: %v", n.nid, err)
+		}
+	}
+	t.Fatalf("startup %v: every port tried was taken", addr)
+	return nil
+}
+
+// tryStartNode starts a node, or returns (with n.nid set) the error of
+// its startup.
+func tryStartNode(t testing.TB, addr string, port int, extra map[string]string) (*node, error) {
+	t.Helper()
 	opts := fastOpts(port)
 	for k, v := range extra {
 		opts[k] = v
@@ -324,7 +356,7 @@ func startNode(t testing.TB, addr string, port int, extra map[string]string) *no
 		Logger:      logger,
 	}, n.h)
 	if err != nil {
-		t.Fatalf("startup %v: %v", n.nid, err)
+		return n, err
 	}
 	n.ni = lnd.(*NI)
 	t.Cleanup(func() {
@@ -333,7 +365,7 @@ func startNode(t testing.TB, addr string, port int, extra map[string]string) *no
 			t.Logf("log of %v:\n%s", n.nid, n.log.String())
 		}
 	})
-	return n
+	return n, nil
 }
 
 func (n *node) stop(t testing.TB) {

@@ -120,6 +120,11 @@ func FuzzDecodeRecords(f *testing.F) {
 				return
 			}
 			again = h.marshal()
+			if len(v) == 9 {
+				// A record written before data versions reads as one
+				// with both versions 0, and is written back so.
+				v = append(bytes.Clone(v), make([]byte, 16)...)
+			}
 		case 3:
 			e, err := decodeFLD(1, v)
 			if err != nil {
