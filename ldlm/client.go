@@ -689,6 +689,12 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 		select {
 		case <-done:
 		case <-ctx.Done():
+			if e.Resource.Type == TypeFlock {
+				if c.giveUpFlock(ctx, l) {
+					return l, true, nil
+				}
+				return nil, true, ctx.Err()
+			}
 			// Give the waiting lock back; the server's completion AST will
 			// find it gone.
 			l.Release()
@@ -703,6 +709,53 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 		return nil, true, err
 	}
 	return l, true, nil
+}
+
+// flockGiveUpTimeout bounds the CANCEL of a FLOCK wait given up.
+const flockGiveUpTimeout = 10 * time.Second
+
+// giveUpFlock gives back l, a FLOCK lock whose wait its caller gave up,
+// before the caller returns, and reports whether it was granted first
+// (the wait then succeeded; the caller keeps it). Not lazily, as other
+// locks go: the server may grant it meanwhile, replacing the owner's
+// locks in its range by it, and a cancel would then drop those too. The
+// server refuses to cancel a granted FLOCK lock (EBUSY), so a grant just
+// before the cancel is no loss either. If the CANCEL fails otherwise the
+// handle goes lazily as usual (an eviction drops the lock anyway).
+func (c *Client) giveUpFlock(ctx context.Context, l *ClientLock) (granted bool) {
+	c.mu.Lock()
+	if l.state == lockGranted {
+		c.mu.Unlock()
+		return true
+	}
+	if l.state != lockWaiting {
+		c.mu.Unlock()
+		c.forget(l)
+		return false
+	}
+	// A completion AST from now on finds it no longer waiting.
+	l.state = lockCancelling
+	h, ns := l.remote, l.ns
+	c.mu.Unlock()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flockGiveUpTimeout)
+	defer cancel()
+	cr := ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}}
+	body, err := cr.MarshalVT()
+	if err == nil {
+		c.cancelRPCs.Add(1)
+		_, err = ns.imp.Do(cctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unlinkLocked(l)
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		return true
+	case err != nil && !errors.Is(err, syscall.ESTALE):
+		c.log.Info("ldlm: cancel of a flock wait given up", "target", ns.imp.Target(), "lock", h, "err", err)
+		ns.queueHandleLocked(h)
+	}
+	return false
 }
 
 // requeueCancels puts back the handles an enqueue that failed carried, for

@@ -484,7 +484,9 @@ func (s *Server) initLVBLocked(res Resource) error {
 // ldlm_request_cancel skips them: the server may have cancelled a lock
 // itself (its holder answered a blocking AST as if it did not know it,
 // or a callback timed out) while the holder's cancel of it was on its
-// way, batched with others that must still go.
+// way, batched with others that must still go. A granted FLOCK lock is
+// never cancelled; a strict CANCEL that named only such locks (besides
+// unknown ones) fails with errFlockGranted.
 func (s *Server) cancelHandles(owner Owner, handles []uint64, strict bool) (int, error) {
 	s.mu.Lock()
 	if strict {
@@ -509,7 +511,17 @@ func (s *Server) cancelHandles(owner Owner, handles []uint64, strict bool) (int,
 	}
 	var work []astWork
 	n := 0
+	var refused error
 	for _, h := range handles {
+		if l, err := s.mu.ns.Lookup(Handle(h)); err == nil && l.Owner == owner && l.Resource.Type == TypeFlock && l.State == Granted {
+			// A client gives back a FLOCK lock only when it gives up
+			// waiting for it (it unlocks granted ones by enqueue); this
+			// cancel came after the grant, which merged the owner's locks
+			// into it: cancelling it would drop those too. The wait
+			// succeeded; the client hears so (errFlockGranted).
+			refused = fmt.Errorf("%w: cancel of %v", errFlockGranted, Handle(h))
+			continue
+		}
 		eff, err := s.mu.ns.Cancel(Handle(h), owner)
 		if err != nil {
 			s.log.Debug("ldlm: cancel", "lock", Handle(h), "err", err)
@@ -521,8 +533,15 @@ func (s *Server) cancelHandles(owner Owner, handles []uint64, strict bool) (int,
 	}
 	s.mu.Unlock()
 	s.dispatch(work)
+	if strict && n == 0 && refused != nil {
+		return 0, refused
+	}
 	return n, nil
 }
+
+// errFlockGranted refuses the cancel of a granted FLOCK lock (EBUSY on
+// the wire): see cancelHandles.
+var errFlockGranted = errors.New("ldlm: FLOCK lock granted before its wait was given up")
 
 func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	exp := r.Export()
@@ -538,6 +557,9 @@ func (s *Server) handleCancel(_ context.Context, r *ptlrpc.Request) ([]byte, int
 	}
 	s.cancels.Add(1)
 	if _, err := s.cancelHandles(ownerOf(exp), cr.Handles, true); err != nil {
+		if errors.Is(err, errFlockGranted) {
+			return nil, -int32(syscall.EBUSY) // an answer, not bad input
+		}
 		return s.bad(r, err)
 	}
 	return nil, 0

@@ -662,6 +662,61 @@ func TestFlockDeadlock(t *testing.T) {
 	}
 }
 
+// TestFlockWaitGivenUp: a POSIX lock wait the caller gives up leaves the
+// owner's locks as they were, even when the holder lets go just after: the
+// waiting lock is given back before Flock returns, not later, when the
+// server may have granted it in the meantime (merging the owner's read
+// lock into it) and its cancel would take the owner's read lock along. A
+// cancel that comes after the grant is refused (EBUSY): the lock stays.
+func TestFlockWaitGivenUp(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	fres := Resource{ID: objRes.ID, Type: TypeFlock}
+	pol := func(start, end uint64) Policy { return Policy{Extent: Extent{start, end}, FlockOwner: 1, PID: 1} }
+	if err := a.lc.Flock(ctx, a.imp, fres, PR, pol(0, 99), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lc.Flock(ctx, b.imp, fres, PR, pol(50, 50), false); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() { waited <- a.lc.Flock(wctx, a.imp, fres, PW, pol(0, 99), true) }() // the upgrade waits for b
+	for deadline := time.Now().Add(5 * time.Second); len(lc.lockd.Locks(fres)) != 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a's upgrade never queued")
+		}
+	}
+	wcancel()
+	werr := <-waited
+	if err := b.lc.Flock(ctx, b.imp, fres, NL, pol(50, 50), false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * DefaultCancelDelay) // a lazy cancel of a's wait would be in by now
+	want := PR                         // the wait was given up: a keeps its read lock
+	if werr == nil {
+		want = PW // the grant came first: the wait succeeded
+	} else if !errors.Is(werr, context.Canceled) {
+		t.Fatalf("given-up wait: %v", werr)
+	}
+	got, m, found, err := b.lc.TestFlock(ctx, b.imp, fres, PW, pol(0, EOF))
+	if err != nil || !found || m != want || got.Extent != (Extent{0, 99}) {
+		t.Fatalf("after a gave up its upgrade (%v): b finds %v %+v (found %v, %v), want a's %v [0,99]; server %v",
+			werr, m, got, found, err, want, lc.lockd.Locks(fres))
+	}
+	// A cancel naming a's granted lock, as one of a given-up wait that
+	// lost the race with the grant would: refused, the lock stays.
+	h := lc.lockd.Locks(fres)[0].Handle
+	body, _ := proto.Marshal(&ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}})
+	if _, err := a.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body}); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("cancel of a granted FLOCK lock: %v, want EBUSY", err)
+	}
+	if ls := lc.lockd.Locks(fres); len(ls) != 1 || ls[0].Handle != h {
+		t.Fatalf("a refused cancel changed the locks: %v", ls)
+	}
+}
+
 // TestBadInput: requests that make no sense get an error reply and change
 // nothing; the server keeps running.
 func TestBadInput(t *testing.T) {

@@ -170,5 +170,11 @@ func (h *handle) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, wai
 	if err := h.m.fs.SetLock(ctx, fid, owner, lockRange(lk), wait); err != nil {
 		return h.m.errno(err, "setlk", fid, "owner", owner, "type", lk.Typ, "start", lk.Start, "end", lk.End)
 	}
+	if lk.Typ != syscall.F_UNLCK {
+		// Again: a FLUSH of another descriptor of the file while the lock
+		// waited forgot the owner, and the lock it now holds must go at
+		// the next close.
+		h.m.noteLocker(nodeID(h.m.root, fid), fid, owner)
+	}
 	return 0
 }

@@ -740,6 +740,44 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 	if err := setlk(fb, syscall.F_WRLCK, 705, 1); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("b over the lock a waited for: %v", err)
 	}
+	// A lock granted after another descriptor of the file was closed
+	// during the wait still goes at the next close (the close dropped
+	// what the process held then, not what it was waiting for).
+	if err := setlk(fa, syscall.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := setlk(fb, syscall.F_WRLCK, 800, 10); err != nil {
+		t.Fatal(err)
+	}
+	fa3 := open(a)
+	go func() {
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 805, Len: 1}
+		for {
+			err := syscall.FcntlFlock(fa3.Fd(), syscall.F_SETLKW, &lk)
+			if !errors.Is(err, syscall.EINTR) {
+				got <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // a waits
+	fa4 := open(a)
+	fa4.Close()
+	if err := setlk(fb, syscall.F_UNLCK, 800, 10); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("F_SETLKW after b unlocked: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("F_SETLKW still waiting 10s after b unlocked")
+	}
+	fa3.Close()
+	if err := setlk(fb, syscall.F_WRLCK, 805, 1); err != nil {
+		t.Fatalf("b over the lock a held until its close: %v", err)
+	}
 
 	// flock() locks are whole-file locks, across mounts too, dropped at
 	// the last close (released asynchronously: poll).
