@@ -77,25 +77,32 @@ func (fs *FS) restoreReleased(ctx context.Context, cred Cred, mf *mdc.File, try 
 	if try >= maxRestoreTries {
 		return fmt.Errorf("open %v: still released after %d restores: %w", mf.FID, try, syscall.EIO)
 	}
-	r := fs.restorer()
-	if r == nil {
-		return fmt.Errorf("open %v: released and no HSM coordinator to restore it: %w", mf.FID, syscall.ENODATA)
-	}
-	st, err := fs.mdc.HSMState(ctx, Root(), mf.FID)
+	_, err := fs.restoreIfReleased(ctx, "open", mf.FID)
+	return err
+}
+
+// restoreIfReleased restores f if it is released (op names the caller in
+// errors), returning whether it was.
+func (fs *FS) restoreIfReleased(ctx context.Context, op string, f FID) (bool, error) {
+	st, err := fs.mdc.HSMState(ctx, Root(), f)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if st.Flags&HSMReleased == 0 {
-		return nil // restored meanwhile
+		return false, nil // restored meanwhile
 	}
-	if err := r.Restore(ctx, mf.FID, st.ArchiveID); err != nil {
+	r := fs.restorer()
+	if r == nil {
+		return true, fmt.Errorf("%s %v: released and no HSM coordinator to restore it: %w", op, f, syscall.ENODATA)
+	}
+	if err := r.Restore(ctx, f, st.ArchiveID); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("open %v: waiting for its restore: %w", mf.FID, ctx.Err())
+			return true, fmt.Errorf("%s %v: waiting for its restore: %w", op, f, ctx.Err())
 		}
-		return fmt.Errorf("open %v: restore: %v: %w", mf.FID, err, syscall.EIO)
+		return true, fmt.Errorf("%s %v: restore: %v: %w", op, f, err, syscall.EIO)
 	}
-	fs.cache.invalidate(mf.FID)
-	return nil
+	fs.cache.invalidate(f)
+	return true, nil
 }
 
 // HSMState returns f's HSM state: ENOENT, EINVAL for a file that is not

@@ -351,6 +351,25 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 			return Attr{}, fmt.Errorf("truncate %v: %w", f, syscall.EINVAL)
 		}
 		lay = l
+		// A released file (no objects) is restored first, as Lustre's
+		// ll_setattr_raw does: otherwise only the MDT's size changes, and
+		// the next restore brings the archive's data and size back over
+		// the truncate.
+		for try := 0; lay != nil && !anyObjects(lay); try++ {
+			if try >= maxRestoreTries {
+				return Attr{}, fmt.Errorf("truncate %v: still released after %d restores: %w", f, try, syscall.EIO)
+			}
+			restored, err := fs.restoreIfReleased(ctx, "truncate", f)
+			if err != nil {
+				return Attr{}, err
+			}
+			if !restored {
+				break
+			}
+			if _, lay, err = fs.mdc.GetattrLayout(ctx, cred, f); err != nil {
+				return Attr{}, err
+			}
+		}
 		if sa.Valid&(mdc.AttrMtime|mdc.AttrMtimeNow) == 0 {
 			sa.Valid |= mdc.AttrMtimeNow
 		}

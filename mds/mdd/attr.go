@@ -303,6 +303,12 @@ type CloseInfo struct {
 	// the times of the writes of an open for write, which the client
 	// sends with the close unless the times were set explicitly since.
 	Mtime, Ctime int64
+	// Departed: the open was for write and its client went away without
+	// closing it (crashed, evicted). Its writes may have reached the
+	// objects with no size to tell of them, so a regular file's data
+	// count as changed (Lustre's mdt_export_cleanup marks it dirty):
+	// else an archive copy made before them would let it be released.
+	Departed bool
 }
 
 // CloseFile ends one OpenFile of f. When it was the last open of an orphan, the
@@ -363,7 +369,13 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 // closeAttrs records the lazy size a close brings (the client sends it
 // only when its open wrote).
 func (t *tx) closeAttrs(n *inode, ci CloseInfo) error {
-	if ci.LSOM == nil || n.Mode&S_IFMT != S_IFREG {
+	if n.Mode&S_IFMT != S_IFREG {
+		return nil
+	}
+	if ci.LSOM == nil {
+		if ci.Departed {
+			return t.dataChanged(n.FID)
+		}
 		return nil
 	}
 	som := *ci.LSOM

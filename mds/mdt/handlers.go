@@ -921,7 +921,12 @@ func (m *MDT) closeFID(f fid.FID, flags uint64) { m.closeAs(m.internalReq(), f, 
 
 // closeAs is closeFID for the closer of req (a carried close's).
 func (m *MDT) closeAs(req mdd.Req, f fid.FID, flags uint64) {
-	rm, err := m.store.CloseFile(req, f, mdd.CloseInfo{Write: flags&mdd.OpenAccMode != mdd.OpenReadOnly})
+	m.closeWith(req, f, mdd.CloseInfo{Write: flags&mdd.OpenAccMode != mdd.OpenReadOnly})
+}
+
+// closeWith is closeAs with the close's info.
+func (m *MDT) closeWith(req mdd.Req, f fid.FID, ci mdd.CloseInfo) {
+	rm, err := m.store.CloseFile(req, f, ci)
 	if err != nil {
 		m.log.Info("mdt: close", "fid", f, "err", err)
 		return
@@ -936,7 +941,10 @@ func (m *MDT) dropOpens(exp *ptlrpc.Export) {
 	delete(m.opens, exp)
 	m.opensMu.Unlock()
 	for _, o := range hs {
-		m.closeFID(o.fid, o.flags)
+		// A writer gone without its close may have changed the data
+		// (mdd.CloseInfo.Departed).
+		w := o.flags&mdd.OpenAccMode != mdd.OpenReadOnly
+		m.closeWith(m.internalReq(), o.fid, mdd.CloseInfo{Write: w, Departed: w})
 	}
 	if len(hs) > 0 {
 		m.log.Info("mdt: closed the files of a departed client", "client", exp.ClientUUID(), "files", len(hs))

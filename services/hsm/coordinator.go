@@ -458,9 +458,19 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 			return err
 		}
 	}
+	// One action at a time per file: a remove of the archive copy beside
+	// an archive of the file could delete the copy the archive then
+	// records as current, or a release beside a remove leave the file
+	// with no data anywhere. The others wait their turn.
+	busy := map[string]bool{}
+	for _, id := range ids {
+		if a := c.mu.actions[id]; a.State == hsmv1.ActionState_ACTION_STATE_STARTED {
+			busy[fidKey(a.Fid)] = true
+		}
+	}
 	for _, id := range ids {
 		a := c.mu.actions[id]
-		if a.State != hsmv1.ActionState_ACTION_STATE_WAITING || c.disabled.Load() {
+		if a.State != hsmv1.ActionState_ACTION_STATE_WAITING || c.disabled.Load() || busy[fidKey(a.Fid)] {
 			continue
 		}
 		ag := c.pickLocked(a)
@@ -477,6 +487,7 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 			return err
 		}
 		ag.actions[a.Id] = true
+		busy[fidKey(a.Fid)] = true
 		c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Action{Action: proto.Clone(a).(*hsmv1.Action)}})
 	}
 	return nil
@@ -1090,7 +1101,7 @@ func (c *Coordinator) progress(ctx context.Context, ag *agent, id uint64, p *hsm
 	a.ChangedUnixNs = now
 	if p != nil {
 		a.BytesDone, a.BytesTotal = p.BytesDone, p.BytesTotal
-		a.DeadlineUnixNs = now + int64(c.cfg.ActiveRequestTimeout)
+		a.DeadlineUnixNs = now + c.activeTimeout.Load() // as set now (SetActiveRequestTimeout)
 	} else {
 		a.Checksum = d.Checksum
 		if d.Errno == 0 {

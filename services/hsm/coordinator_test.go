@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -366,5 +367,126 @@ func TestCoordinatorMaxRequests(t *testing.T) {
 	}
 	if m := most.Load(); m != 1 {
 		t.Fatalf("max_requests=1: the agent ran %d actions at once", m)
+	}
+}
+
+// fileHandler counts, per file, the actions it runs at once.
+type fileHandler struct {
+	mu        sync.Mutex
+	now, most map[fid.FID]int
+}
+
+func (h *fileHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	f := hsm.FIDFrom(a.Fid)
+	h.mu.Lock()
+	h.now[f]++
+	h.most[f] = max(h.most[f], h.now[f])
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.now[f]--
+		h.mu.Unlock()
+	}()
+	select {
+	case <-time.After(100 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	progress(1, 1)
+	return "", nil
+}
+
+// TestCoordinatorOneActionPerFile: actions on one file are not run at
+// once, even of different kinds and with agents free: a remove of the
+// archive copy running beside an archive of the file could delete the
+// copy the archive then records as current (the file released next has
+// no data left), a release beside a remove the same.
+func TestCoordinatorOneActionPerFile(t *testing.T) {
+	_, addrs := hsmtest.StartCoordinators(t, 1, 20*time.Second)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := &fileHandler{now: map[fid.FID]int{}, most: map[fid.FID]int{}}
+	for _, uuid := range []string{"agent-1", "agent-2"} {
+		agentCtx, stopAgent := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			hsm.RunAgent(agentCtx, hsm.AgentConfig{Client: hc, UUID: uuid, MaxRequests: 4, Handler: h, Logger: clustertest.Quiet})
+		}()
+		defer func() { stopAgent(); <-done }()
+	}
+	a, b := fid.FID{Seq: 0x200000400, Oid: 1}, fid.FID{Seq: 0x200000400, Oid: 2}
+	var ids []uint64
+	for _, k := range []hsmv1.ActionKind{hsmv1.ActionKind_ACTION_KIND_ARCHIVE, hsmv1.ActionKind_ACTION_KIND_REMOVE, hsmv1.ActionKind_ACTION_KIND_RELEASE} {
+		got, err := hc.Submit(ctx, k, 1, a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got...)
+	}
+	for _, id := range ids {
+		if err := hc.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range []fid.FID{a, b} {
+		if h.most[f] != 1 {
+			t.Errorf("%v: %d actions ran at once", f, h.most[f])
+		}
+	}
+}
+
+// stuckHandler reports progress once, then hangs until canceled.
+type stuckHandler struct{}
+
+func (stuckHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	progress(1, 10)
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// TestCoordinatorActiveTimeoutSetAtRunTime: active_request_timeout set at
+// run time holds for actions heard of since, not the configured one: an
+// agent that reported progress then hung is given up on within it.
+func TestCoordinatorActiveTimeoutSetAtRunTime(t *testing.T) {
+	coords, addrs := hsmtest.StartCoordinators(t, 1, time.Hour)
+	if err := coords[0].C.SetActiveRequestTimeout(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hsm.RunAgent(agentCtx, hsm.AgentConfig{Client: hc, UUID: "stuck", Handler: stuckHandler{}, Logger: clustertest.Quiet})
+	}()
+	defer func() { stopAgent(); <-done }()
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fid.FID{Seq: 0x200000400, Oid: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		a, err := hc.Action(ctx, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Attempts >= 2 || a.State == hsmv1.ActionState_ACTION_STATE_FAILED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a hung action not given up on 10s after it started, timeout 1s: %v", a)
+		}
 	}
 }

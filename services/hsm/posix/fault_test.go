@@ -11,11 +11,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/fid"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
 	"github.com/nacrefs/nacre/services/hsm/hsmtest"
+	"github.com/nacrefs/nacre/services/hsm/posix"
 )
 
 func makeFiles(t testing.TB, ctx context.Context, fsys *client.FS, prefix string, n, size int) []fid.FID {
@@ -318,3 +320,120 @@ func TestHSMRestoreAcrossMDSRestart(t *testing.T) {
 }
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// TestHSMTruncateReleased: truncating a released file (truncate(2), no
+// open) restores it first, as Lustre's ll_setattr_raw does: the file then
+// has the truncated size and the archive's bytes up to it, not the whole
+// archive copy brought back over the truncate by a later restore.
+func TestHSMTruncateReleased(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	user := c.Mount(0)
+	_, addrs := startCoordinators(t, 1, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const size = 5000
+	fids := makeFiles(t, ctx, user, "t", 2, size)
+	archive := t.TempDir()
+	startAgent(t, c.Mount(1), addrs, "agent-a", archive, nil)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	user.SetHSMRestorer(hc)
+	defer user.SetHSMRestorer(nil)
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, ctx, hc, ids)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	// One shrinks, one grows (the tail reads as zeros).
+	for i, newSize := range []uint64{100, 2 * size} {
+		f := fids[i]
+		if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := user.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrSize, Size: newSize}); err != nil {
+			t.Fatalf("truncate %v to %d: %v", f, newSize, err)
+		}
+		fh, a, err := user.Open(ctx, client.Root(), f, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, newSize+10)
+		n, _ := fh.ReadAt(ctx, got, 0)
+		fh.Close(ctx)
+		exp := make([]byte, newSize)
+		copy(exp, want)
+		if a.Size != newSize || !bytesEqual(got[:n], exp) {
+			t.Errorf("%v truncated to %d while released: size %d, read %d bytes, equal %v", f, newSize, a.Size, n, bytesEqual(got[:min(n, len(exp))], exp[:min(n, len(exp))]))
+		}
+		if got := state(t, user, f); got != "exists dirty archived, archive_id:1" {
+			t.Errorf("%v truncated after its restore: state %q", f, got)
+		}
+	}
+}
+
+// TestHSMReleaseDuringRemove: a file released while the copytool removes
+// its archive copy (after its check that the file is not released) keeps
+// the copy, its only data: the removal is refused (EBUSY), and the file
+// reads back byte for byte.
+func TestHSMReleaseDuringRemove(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	user := c.Mount(0)
+	_, addrs := startCoordinators(t, 1, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const size = 5000
+	fids := makeFiles(t, ctx, user, "x", 1, size)
+	f := fids[0]
+	archive := t.TempDir()
+	startAgent(t, c.Mount(1), addrs, "agent-a", archive, nil)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	user.SetHSMRestorer(hc)
+	defer user.SetHSMRestorer(nil)
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, ctx, hc, ids)
+	ct, err := posixNew(c.Mount(2), archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	posix.SetTestHookRemoving(func(fid.FID) {
+		if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+			t.Errorf("release during the remove: %v", err)
+		}
+	})
+	err = ct.Remove(ctx, f)
+	posix.SetTestHookRemoving(nil)
+	if !errorsIs(err, syscall.EBUSY) {
+		t.Errorf("remove of the copy of a file released meanwhile: %v, want EBUSY", err)
+	}
+	if got := state(t, user, f); got != "exists released archived, archive_id:1" {
+		t.Fatalf("state %q", got)
+	}
+	fh, _, err := user.Open(ctx, client.Root(), f, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatalf("open after the refused remove: %v", err)
+	}
+	got := make([]byte, size+10)
+	n, _ := fh.ReadAt(ctx, got, 0)
+	fh.Close(ctx)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if !bytesEqual(got[:n], want) {
+		t.Fatalf("read back %d bytes, want %d, equal %v", n, size, bytesEqual(got[:min(n, size)], want[:min(n, size)]))
+	}
+}

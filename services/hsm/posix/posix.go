@@ -267,18 +267,30 @@ func (ct *Copytool) Remove(ctx context.Context, f fid.FID) error {
 	case !gone && st.Flags&client.HSMReleased != 0:
 		return fmt.Errorf("posix: remove the archive copy of %v: released: %w", f, syscall.EBUSY)
 	}
+	if testHookRemoving != nil {
+		testHookRemoving(f)
+	}
+	// The MDT hears of it before the copy goes: it refuses for a file
+	// released since the check above (EBUSY), and a file no longer
+	// archived cannot be released after; deleting first could leave a
+	// released file with no copy.
+	if !gone {
+		if _, err := ct.fs.HSMProgress(ctx, f, client.HSMActionRemove, 0, 0); err != nil {
+			return fmt.Errorf("posix: remove the archive copy of %v: %w", f, err)
+		}
+	}
 	p := ct.Path(f)
 	ct.unlinkShadow(f)
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("posix: remove the archive copy of %v: %w", f, err)
 	}
 	os.Remove(p + ".sha256")
-	if gone {
-		return nil
-	}
-	_, err = ct.fs.HSMProgress(ctx, f, client.HSMActionRemove, 0, 0)
-	return err
+	return nil
 }
+
+// testHookRemoving, if set (by tests), runs when Remove has found f not
+// released, before it changes anything.
+var testHookRemoving func(fid.FID)
 
 // ShadowRoot is the shadow namespace's directory.
 func (ct *Copytool) ShadowRoot() string { return filepath.Join(ct.root, "shadow") }
