@@ -55,13 +55,16 @@ type grantTicket struct {
 	repliesAtSend  uint64 // grant.replies when it was sent
 }
 
-// reset starts over from a grant the OST reported at CONNECT: nothing of
-// the client's is in flight, and what is still charged by dirty pages is
-// deducted.
+// reset starts over from a grant the OST reported at CONNECT: what is
+// still charged by dirty pages is deducted, and so is what is in flight.
+// After an OST restart those RPCs are resent to the new export once the
+// recovery is over, before anything sent later, and take their bytes from
+// this grant (after an eviction they fail instead, and the next reply
+// gives back what they did not take).
 func (g *grant) reset(total uint64) {
 	g.total = total
 	g.anchor = g.replies
-	g.avail = max(int64(total)-g.unsent, 0)
+	g.avail = max(int64(total)-g.unsent-g.inflight(), 0)
 }
 
 // charge takes n bytes of grant for new dirty pages, if there is that much.

@@ -129,3 +129,34 @@ func TestGrantExactWhenSerial(t *testing.T) {
 		t.Fatalf("want %d", w)
 	}
 }
+
+// TestGrantResetCountsInflight: the OST restarts with from-grant writes of
+// the client in flight, and takes it back with a new grant. Those writes
+// are resent to it after the recovery, before anything sent later, and
+// take their bytes from the new grant: the client may charge only what is
+// left after them. Counted as free, every page the client charged on top
+// would be sent from grant the OST no longer holds for it.
+func TestGrantResetCountsInflight(t *testing.T) {
+	var g grant
+	g.reset(100 * PageSize)
+	if !g.charge(60 * PageSize) {
+		t.Fatalf("charge 60 pages of 100: %+v", g)
+	}
+	tk := g.send(40 * PageSize) // in flight as the OST restarts
+	g.reset(100 * PageSize)     // its grant after the restart
+	charged := int64(0)
+	for g.charge(PageSize) {
+		charged += PageSize
+	}
+	// The resent write consumes its 40 pages first; the 20 unsent and
+	// what was charged since must fit in the rest.
+	if need := 40*PageSize + g.unsent; need > 100*PageSize {
+		t.Fatalf("charged %d bytes after the restart: the OST must hold %d bytes of grant, it holds %d", charged, need, 100*PageSize)
+	}
+	// The resent write's reply is exact again: 60 pages left of the
+	// 100, all charged.
+	g.reply(tk, 60*PageSize)
+	if g.avail != 0 || g.unsent != 60*PageSize {
+		t.Fatalf("after the resent write's reply: %+v", g)
+	}
+}

@@ -547,6 +547,14 @@ func (o *Object) undirtyLocked(p *page) {
 	p.charged = false
 }
 
+// dirtyInLocked reports whether o has unsent dirty pages with index in
+// [first, last].
+func (o *Object) dirtyInLocked(first, last uint64) bool {
+	idx := o.mu.dirtyIdx
+	i := sort.Search(len(idx), func(k int) bool { return idx[k] >= first })
+	return i < len(idx) && idx[i] <= last
+}
+
 // gatherLocked builds a write RPC from the unsent dirty pages with index
 // in [first, last], in order, up to a full RPC (max_pages_per_rpc pages,
 // maxNiobufs extents), and marks them in writeback. It returns nil if
@@ -676,6 +684,23 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 			return err
 		}
 		o.mu.Lock()
+		// Near full, writes from grant go one at a time, as the engine
+		// sends them (writebackPass), so that each reply's grant is exact
+		// (see grant.go): the range's dirty pages wait for the one in
+		// flight.
+		c.mu.Lock()
+		serial, changed := c.lowSpaceLocked() && c.mu.grantWrites > 0, c.mu.changed
+		c.mu.Unlock()
+		if serial && o.dirtyInLocked(first, last) {
+			o.mu.Unlock()
+			c.wslots.Release()
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
 		r := o.gatherLocked(first, last)
 		if r == nil {
 			// Wait for the pages of the range in writeback, and for dirty

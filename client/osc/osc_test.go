@@ -751,3 +751,41 @@ func TestReadAheadPerFile(t *testing.T) {
 		t.Errorf("closing the reader's OSC took %v", d)
 	}
 }
+
+// TestLowSpaceSyncOneWriteAtATime: while the grant is below a full
+// pipeline of RPCs (the OST filling up), write RPCs from grant go one at a
+// time, so that each reply's grant is exact (grant.go): those a Sync sends
+// as well as the engine's. Sent side by side, a reply computed before the
+// OST shrank the grant in another could let the client cache writes the
+// OST no longer holds grant for, which fail with ENOSPC after write()
+// succeeded.
+func TestLowSpaceSyncOneWriteAtATime(t *testing.T) {
+	dir := mountTmpfs(t, "48m")
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 1, Dirs: []string{dir}})
+	cfg := osc.DefaultConfig()
+	a := newNode(t, c, 0, cfg)
+	ctx := ctxT(t, time.Minute)
+	f := precreate(t, c, 0)
+	o := a.OSCs[0].Open(f)
+	defer o.Close()
+	pipeline := uint64(cfg.MaxRPCsInFlight*cfg.MaxPagesPerRPC) * osc.PageSize
+	a.OSCs[0].ClearRPCStats()
+	const chunk = 6 << 20 // more than one RPC
+	for i := range 3 {
+		if st := a.OSCs[0].Stats(); st.Grant >= pipeline {
+			t.Fatalf("round %d: grant %d on a 48 MiB OST, not below a pipeline of %d", i, st.Grant, pipeline)
+		}
+		if _, err := o.WriteAt(ctx, pattern(chunk, uint64(i)), uint64(i*chunk)); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := a.OSCs[0].RPCStats()
+	for n, k := range rs.ByInFlight[1] {
+		if n > 1 && k > 0 {
+			t.Fatalf("%d write RPCs sent with %d in flight near full: %v", k, n, rs.ByInFlight[1][:cfg.MaxRPCsInFlight+1])
+		}
+	}
+}
