@@ -7,6 +7,7 @@ import (
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/jobstats"
+	"github.com/nacrefs/nacre/ldlm"
 )
 
 // ReadAt reads len(p) bytes of the object at offset off into p, under a
@@ -58,6 +59,7 @@ func (o *Object) writeAt(ctx context.Context, lk *Lock, p []byte, off uint64) (i
 			return 0, err
 		}
 		defer l.Release()
+		lk = l
 	} else if !lk.covers(true, off, end) {
 		return 0, o.errorf("write [%d,%d) under %v %v: %w", off, end, lk.info.mode, lk.info.ext, ErrLockRange)
 	}
@@ -65,7 +67,7 @@ func (o *Object) writeAt(ctx context.Context, lk *Lock, p []byte, off uint64) (i
 	for done < len(p) {
 		woff := off + uint64(done)
 		wend := o.window(woff, end)
-		n, err := o.writeWindow(ctx, p[done:done+int(wend-woff)], woff)
+		n, err := o.writeWindow(ctx, lk.l, p[done:done+int(wend-woff)], woff)
 		done += n
 		if err != nil {
 			return done, err
@@ -86,8 +88,8 @@ func pageSpan(i, off, end uint64) span {
 	return s
 }
 
-// writeWindow writes buf, at most a full RPC of pages, at off.
-func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, error) {
+// writeWindow writes buf, at most a full RPC of pages, at off, under l.
+func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, off uint64) (int, error) {
 	c := o.c
 	end := off + uint64(len(buf))
 	first, last := off/PageSize, (end-1)/PageSize
@@ -101,6 +103,10 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 	}
 	for {
 		o.mu.Lock()
+		if l.Gone() {
+			o.mu.Unlock()
+			return 0, o.lockGone(l)
+		}
 		busy, flushFirst := o.mu.truncating > 0, false
 		var fill []uint64
 		need := 0
@@ -146,7 +152,7 @@ func (o *Object) writeWindow(ctx context.Context, buf []byte, off uint64) (int, 
 			var noRA func()
 			scratch := make([]byte, PageSize)
 			for _, i := range fill {
-				if err := o.readWindow(ctx, scratch, i*PageSize, &noRA); err != nil {
+				if err := o.readWindow(ctx, l, scratch, i*PageSize, &noRA); err != nil {
 					return 0, o.errorf("read of page %d before a write into it: %w", i, err)
 				}
 			}
@@ -323,14 +329,14 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	exts = clipExtents(exts, limit)
 	ra := func() {
 		if len(exts) > 0 {
-			o.readAhead(exts)
+			o.readAhead(lk.l, exts)
 		}
 	}
 	done := 0
 	for done < len(p) {
 		woff := off + uint64(done)
 		wend := o.window(woff, end)
-		if err := o.readWindow(ctx, p[done:done+int(wend-woff)], woff, &ra); err != nil {
+		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], woff, &ra); err != nil {
 			return done, err
 		}
 		done += int(wend - woff)
@@ -372,12 +378,20 @@ func clipExtents(exts []extent, limit uint64) []extent {
 	return out
 }
 
-// readWindow reads buf, at most a full RPC of pages, at off: it copies out
-// what is cached and valid, waits for pages other RPCs are filling, and
-// fills the rest with one read RPC. *ra starts read-ahead once, after the
-// window's own RPC is built (so that it goes first) or once the window is
-// served from the cache.
-func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *func()) error {
+// lockGone is the error of I/O under l after an eviction dropped it: its
+// hook has dropped what l covered, and pages cached under it now would
+// stay with no lock to call them back (stale for every later reader), or
+// go to the OST dirty with nobody's lock held.
+func (o *Object) lockGone(l *ldlm.ClientLock) error {
+	return o.errorf("lock %v %v: dropped by an eviction: %w", l.Mode(), l.Policy().Extent, syscall.EIO)
+}
+
+// readWindow reads buf, at most a full RPC of pages, at off, under l: it
+// copies out what is cached and valid, waits for pages other RPCs are
+// filling, and fills the rest with one read RPC. *ra starts read-ahead
+// once, after the window's own RPC is built (so that it goes first) or
+// once the window is served from the cache.
+func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, off uint64, ra *func()) error {
 	if job := jobstats.JobOf(ctx); job != "" {
 		o.mu.Lock()
 		o.mu.readJob = job // read-ahead goes on this reader's behalf
@@ -462,6 +476,10 @@ func (o *Object) readWindow(ctx context.Context, buf []byte, off uint64, ra *fun
 				return err
 			}
 			continue
+		}
+		if l.Gone() {
+			o.mu.Unlock()
+			return o.lockGone(l)
 		}
 		r := &brwRPC{obj: o, job: jobstats.JobOf(ctx)}
 		exact, esize := o.exactSizeLocked()
@@ -561,8 +579,9 @@ func rebuildBufs(segs []seg) [][]byte {
 // in RPCs of up to max_pages_per_rpc pages that do not cross an RPC-size
 // boundary (several extents of a strided pattern share one RPC, as
 // niobufs), as long as read RPC slots (keeping one for readers),
-// read-ahead budget and cache space last.
-func (o *Object) readAhead(exts []extent) {
+// read-ahead budget and cache space last, for a reader under l (which
+// covers them).
+func (o *Object) readAhead(l *ldlm.ClientLock, exts []extent) {
 	c := o.c
 	rpcPages := uint64(c.rpcPages())
 	// The pages to read, in order, grouped into RPCs.
@@ -597,6 +616,17 @@ func (o *Object) readAhead(exts []extent) {
 		budget := c.cache.raCharge(len(g))
 		r := &brwRPC{obj: o}
 		o.mu.Lock()
+		if o.mu.truncating > 0 || l.Gone() {
+			// A truncate is cutting the object (readWindow waits for it):
+			// it dropped the pages past the new size already, and pages
+			// read now could get the bytes its punch is about to remove,
+			// to be read back as data if the object grows again. Or an
+			// eviction dropped the reader's lock (see lockGone).
+			o.mu.Unlock()
+			c.cache.raUsed(budget)
+			c.rslots.Release()
+			return
+		}
 		r.job = o.mu.readJob
 		bufs := c.cache.allocLocked(o, budget)
 		exhausted := budget < len(g) || len(bufs) < budget

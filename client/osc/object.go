@@ -394,7 +394,6 @@ func (o *Object) glimpse(*ldlm.ClientLock) ldlm.LVB {
 func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool) {
 	o.mu.Lock()
 	info, ok := o.mu.locks[l]
-	delete(o.mu.locks, l)
 	o.mu.Unlock()
 	if !ok {
 		info = lockInfo{mode: l.Mode(), ext: l.Policy().Extent}
@@ -415,6 +414,14 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 		}
 		o.c.releaseCommitted()
 	}
+	// The lock counts for the known size until its pages are on the OST:
+	// a glimpse meanwhile (a stat elsewhere; the OST still lists the lock
+	// as granted) must see the writes it covers, which the OST's size does
+	// not hold until the flush is acknowledged. Gone from the locks, it
+	// stops counting when its pages go.
+	o.mu.Lock()
+	delete(o.mu.locks, l)
+	o.mu.Unlock()
 	o.dropPages(ctx, first, last, lost, discard)
 	o.mu.Lock()
 	if len(o.mu.locks) == 0 && len(o.mu.dirtyIdx) == 0 {
@@ -815,6 +822,11 @@ func (l *Lock) SetTimes(ctx context.Context, mtime, ctime int64) error {
 	return nil
 }
 
+// testHookTruncating, if set (by tests), runs when a truncate has dropped
+// the pages past the new size and is about to punch (punched false), and
+// when the punch is done (true).
+var testHookTruncating func(o *Object, punched bool)
+
 // truncate is Truncate under a write lock on [size, EOF].
 func (o *Object) truncate(ctx context.Context, size uint64) error {
 	o.mu.Lock()
@@ -828,6 +840,7 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 	}()
 	c := o.c
 	cut, cutOff := size/PageSize, int(size%PageSize)
+	var was uint64
 	for {
 		o.mu.Lock()
 		ps := o.pagesInLocked(cut, ^uint64(0))
@@ -881,6 +894,13 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 			o.mu.pages.del(p.idx)
 			freed = append(freed, p)
 		}
+		// A shrinking object is no longer known to be longer than size,
+		// before the punch, as Lustre sets the kms at osc_io_setattr_start:
+		// a glimpse answered once the OST has cut it must not tell the
+		// old size, which the lock server would keep as the largest it
+		// heard (a stat elsewhere would see it after the truncate).
+		was = o.mu.sizeSeen
+		o.mu.sizeSeen = min(was, size)
 		c.cache.lruUpdate(lru)
 		c.cache.release(freed)
 		o.broadcastLocked()
@@ -888,8 +908,17 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 		c.uncharge(uncharged)
 		break
 	}
+	if testHookTruncating != nil {
+		testHookTruncating(o, false)
+	}
 	if err := c.punch(ctx, o.fid, size, ^uint64(0)); err != nil {
+		o.mu.Lock()
+		o.mu.sizeSeen = max(o.mu.sizeSeen, was) // not cut, as far as we know
+		o.mu.Unlock()
 		return err
+	}
+	if testHookTruncating != nil {
+		testHookTruncating(o, true)
 	}
 	o.mu.Lock()
 	o.mu.sizeSeen = size
