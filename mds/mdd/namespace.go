@@ -636,14 +636,17 @@ func (t *tx) rename(sp fid.FID, sname string, tp fid.FID, tname string, flags ui
 	if flags&RenameNoReplace != 0 && tfound {
 		return nil, fail(syscall.EEXIST, "rename %q in %v", clampName(tname), tp)
 	}
+	if tfound && tf == sf {
+		// Two links of one file: POSIX says do nothing, and Linux does so
+		// before it checks the write permission on the parents
+		// (vfs_rename's source == target).
+		return nil, nil
+	}
 	if err := t.may(spd, MayWrite|MayExec); err != nil {
 		return nil, err
 	}
 	if err := t.may(tpd, MayWrite|MayExec); err != nil {
 		return nil, err
-	}
-	if tfound && tf == sf {
-		return nil, nil // two links of one file: POSIX says do nothing
 	}
 	src, err := t.inode(sf)
 	if err != nil {

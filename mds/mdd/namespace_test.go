@@ -398,3 +398,27 @@ func TestReopenKeepsState(t *testing.T) {
 	}
 	check(t, s)
 }
+
+// TestRenameOntoItselfNeedsNoWrite: renaming a name onto itself, or onto
+// another link of the same file, does nothing and succeeds (POSIX), even
+// for a caller who may not write the directories: Linux returns before
+// its permission checks of the parents (vfs_rename).
+func TestRenameOntoItselfNeedsNoWrite(t *testing.T) {
+	s := newStore(t)
+	d := mkdir(t, s, root, RootFID, "d", 0o755) // owned by root: uid 1000 may only search it
+	f := create(t, s, root, d, "f", 0o644)
+	if _, err := s.Link(root, f, d, "hl"); err != nil {
+		t.Fatal(err)
+	}
+	u := user(1000, 1000)
+	for _, tname := range []string{"f", "hl"} {
+		if rm, err := s.Rename(u, d, "f", d, tname, 0); err != nil || rm != nil {
+			t.Fatalf("rename f onto %s = %+v, %v", tname, rm, err)
+		}
+	}
+	_, err := s.Rename(u, d, "f", d, "g", 0)
+	wantErrno(t, "rename to a new name without write permission", err, syscall.EACCES)
+	if getattr(t, s, f).Nlink != 2 {
+		t.Fatal("nlink changed")
+	}
+}

@@ -471,11 +471,37 @@ func (m *MDT) removed(rm mdd.Removal) {
 	}
 }
 
+// testHookRenameParentsLocked, if set (by tests), runs when a rename holds
+// its directory and name locks, before it takes its object locks.
+var testHookRenameParentsLocked func()
+
 func (m *MDT) doRename(ctx context.Context, r *ptlrpc.Request, q reintReq, o *renameOp) (*mdsv1.ReintReply, error) {
 	for _, p := range []fid.FID{o.sp, o.tp} {
 		if err := m.checkFID(p); err != nil {
 			return nil, err
 		}
+	}
+	// A rename between two parents locks a directory it moves (or
+	// replaces) after its parents, so that two of them can each hold
+	// what the other waits for: rename d1/d2 → y/d2 holds d1 and waits
+	// for d2 while rename /d1 → d2/x holds d2 and waits for d1, until
+	// both time out. The rename lock, taken before any other, lets one
+	// such rename run at a time; one that turns out to move no directory
+	// gives it back before its object locks, and cannot be part of such
+	// a cycle.
+	renameLocked := false
+	if o.sp != o.tp {
+		select {
+		case m.renameLock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mdt: rename lock: %w", syscall.ETIMEDOUT)
+		}
+		renameLocked = true
+		defer func() {
+			if renameLocked {
+				<-m.renameLock
+			}
+		}()
 	}
 	first := []lockReq{dirLock(o.sp), dirLock(o.tp), nameLock(o.sp, o.sname), nameLock(o.tp, o.tname)}
 	release, err := m.lock(ctx, first...)
@@ -490,6 +516,13 @@ func (m *MDT) doRename(ctx context.Context, r *ptlrpc.Request, q reintReq, o *re
 	tgt, tfound, err := m.child(q.cred, o.tp, o.tname)
 	if err != nil {
 		return nil, err
+	}
+	if renameLocked && !(sfound && src.Mode&sIFMT == sIFDIR) && !(tfound && tgt.Mode&sIFMT == sIFDIR) {
+		<-m.renameLock
+		renameLocked = false
+	}
+	if testHookRenameParentsLocked != nil {
+		testHookRenameParentsLocked()
 	}
 	var objs []lockReq
 	if sfound {

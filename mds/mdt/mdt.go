@@ -322,6 +322,11 @@ type MDT struct {
 
 	commitMu sync.Mutex // one commit at a time
 
+	// renameLock (a token in a channel of one) serializes the renames
+	// that move a directory between parents: Lustre's global rename lock
+	// (mdt_rename_lock). See doRename.
+	renameLock chan struct{}
+
 	precreated, destroyed atomic.Uint64
 
 	destroyKick chan struct{}
@@ -349,7 +354,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	}
 	m := &MDT{cfg: cfg, log: lg.With("mdt", cfg.Name), srv: s, osps: map[uint32]*osp{}, ostsKnown: make(chan struct{}),
 		opens: map[*ptlrpc.Export]map[uint64]openFile{}, nextHandle: rand.Uint64() >> 1,
-		destroyKick: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0), ops: map[string]uint64{}}
+		destroyKick: make(chan struct{}, 1), renameLock: make(chan struct{}, 1), stop: make(chan struct{}), jobs: jobstats.New(0), ops: map[string]uint64{}}
 	m.SetPools(cfg.Pools)
 	def := cfg.DefaultStripe
 	m.defStripe.Store(&def)
