@@ -280,9 +280,16 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		// before the first write needs no RPC.
 		n.m.setNoCap(a.FID, true)
 	}
+	n.made(name)
 	ch := n.child(ctx, a)
 	h, fl := n.m.newHandle(f, flags)
 	return ch, h, fl, 0
+}
+
+// made tells the notifier that the kernel's entry name in the directory
+// is the one an operation of the mount's just made (see madeName).
+func (n *node) made(name string) {
+	n.m.n.madeName(nodeID(n.m.root, n.fid), name)
 }
 
 // delayCreate is what the kernel leaves of O_LOV_DELAY_CREATE in a
@@ -312,6 +319,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return nil, n.m.errno(syscall.EIO, "mkdir: not a directory", a.FID, "mode", a.Mode)
 	}
+	n.made(name)
 	fillEntry(a, out, false)
 	return n.child(ctx, a), 0
 }
@@ -324,6 +332,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	if err != nil {
 		return nil, n.m.errno(err, "mknod", n.fid, "name", name, "mode", mode)
 	}
+	n.made(name)
 	fillEntry(a, out, false)
 	return n.child(ctx, a), 0
 }
@@ -336,6 +345,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, n.m.errno(err, "symlink", n.fid, "name", name)
 	}
+	n.made(name)
 	fillEntry(a, out, false)
 	return n.child(ctx, a), 0
 }
@@ -363,6 +373,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, n.m.errno(err, "link", t.fid, "parent", n.fid, "name", name)
 	}
+	n.made(name)
 	fillEntry(a, out, false)
 	return n.child(ctx, a), 0
 }
@@ -424,11 +435,25 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if err := n.m.fs.Rename(ctx, cred, n.fid, name, np.fid, newName, flags); err != nil {
 		return n.m.errno(err, "rename", n.fid, "name", name, "to", np.fid, "newname", newName, "flags", flags)
 	}
+	np.made(newName)
 	n.m.fs.Lookup(ctx, cred, np.fid, newName)
+	np.uncacheIfPrivate(ctx, cred, newName)
 	if flags&client.RenameExchange != 0 {
 		n.m.fs.Lookup(ctx, cred, n.fid, name)
+		n.uncacheIfPrivate(ctx, cred, name)
 	}
 	return 0
+}
+
+// uncacheIfPrivate drops the kernel's entry name, which a rename moved
+// here with the timeout it had where it came from, if not everyone may
+// search the directory (see Lookup: such entries are not cached). The
+// invalidation waits for the kernel's rename to finish (it holds the
+// directory's lock).
+func (n *node) uncacheIfPrivate(ctx context.Context, cred client.Cred, name string) {
+	if a, err := n.m.fs.Getattr(ctx, cred, n.fid); err != nil || a.Mode&0o111 != 0o111 {
+		n.m.n.InvalidateEntry(n.fid, name)
+	}
 }
 
 // OpendirHandle opens the directory for reading: pages are read from the

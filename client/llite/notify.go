@@ -130,6 +130,17 @@ func (n *notifier) keepNegative(parent uint64, name string) bool {
 	return true
 }
 
+// madeName forgets a negative entry of the kernel's that a name this
+// mount made (a create, mkdir, mknod, symlink, link or rename into the
+// directory with node ID parent) replaced: no invalidation comes for it
+// (see client.FS's makingName), and kept it would count against
+// maxKernelNegatives for good.
+func (n *notifier) madeName(parent uint64, name string) {
+	n.mu.Lock()
+	delete(n.mu.negs, negKey{parent, name})
+	n.mu.Unlock()
+}
+
 // InvalidateEntry implements client.Notifier.
 func (n *notifier) InvalidateEntry(parent client.FID, name string) {
 	n.push(metaEvent{entry: true, parent: parent, name: name})
