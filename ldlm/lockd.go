@@ -298,7 +298,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	}
 	if er.Flags&wireGlimpse != 0 {
 		if er.Flags&wireGlimpseLock != 0 {
-			if rep, ok := s.glimpseLock(exp, owner, req, er.ClientHandle); ok {
+			if rep, ok := s.glimpseLock(exp, owner, req, er.ClientHandle, r.Header.Flags&wire.MsgResent != 0); ok {
 				return marshalEnqueueReply(rep)
 			}
 		}
@@ -373,6 +373,17 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 			s.mu.Unlock()
 			return marshalEnqueueReply(rep)
 		}
+	} else if r.Header.Flags&wire.MsgResent != 0 && er.ClientHandle != 0 {
+		// A resend whose first send's reply was lost: the lock it got
+		// then is the answer (Lustre's find_existing_lock). Enqueued
+		// again, the second lock would wait on the first, which the
+		// client does not know of and cannot give back: the client is
+		// evicted. (An MDT's enqueues are Modifying: answered from the
+		// saved reply before they get here.)
+		if rep, ok := s.resentAgainLocked(owner, er.ClientHandle, req.Resource); ok {
+			s.mu.Unlock()
+			return marshalEnqueueReply(rep)
+		}
 	}
 	s.mu.owners[owner] = exp
 	result, err := s.mu.ns.Enqueue(req)
@@ -415,7 +426,7 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 // otherwise, and the glimpse asks the writers (Lustre's ofd_intent_policy
 // grants a glimpse that meets no resistance and turns it into glimpse
 // callbacks otherwise).
-func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clientHandle uint64) (*ldlmv1.EnqueueReply, bool) {
+func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clientHandle uint64, resent bool) (*ldlmv1.EnqueueReply, bool) {
 	if s.cfg.LVBInit == nil || req.Mode != PR || req.Policy.Extent != Whole {
 		return nil, false // no LVB to vouch for
 	}
@@ -424,6 +435,15 @@ func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clien
 	if s.mu.closed {
 		s.mu.Unlock()
 		return nil, false
+	}
+	if resent && clientHandle != 0 {
+		// The lock its first send got, if it got one (see handleEnqueue):
+		// a second would never be given back.
+		if rep, ok := s.resentAgainLocked(owner, clientHandle, req.Resource); ok {
+			s.mu.Unlock()
+			rep.LvbValid = true
+			return rep, true
+		}
 	}
 	result, err := s.mu.ns.Enqueue(req)
 	if err != nil {
@@ -661,10 +681,30 @@ func (s *Server) replayedAgainLocked(k replayKey) (*ldlmv1.EnqueueReply, bool) {
 	if err != nil || l.Owner != k.owner {
 		return nil, false
 	}
-	lvb, _ := s.mu.ns.LVB(l.Resource)
 	s.log.Debug("ldlm: lock replayed again: the lock of its first replay", "owner", k.owner, "handle", h)
-	return &ldlmv1.EnqueueReply{Handle: uint64(h), Granted: l.State == Granted, Mode: uint32(l.Mode), Policy: policyToWire(l.Policy),
-		CallbackPending: l.CallbackPending, Lvb: lvbToWire(lvb)}, true
+	return s.existingReplyLocked(l), true
+}
+
+// resentAgainLocked answers a resent enqueue with the lock its first send
+// got, if it got one: owner's lock on res that the client names
+// clientHandle. Only the resource's locks are looked at, not every
+// lock's client handle: resends are few, but locks many. s.mu is held.
+func (s *Server) resentAgainLocked(owner Owner, clientHandle uint64, res Resource) (*ldlmv1.EnqueueReply, bool) {
+	for _, l := range s.mu.ns.Locks(res) {
+		if l.Owner == owner && s.mu.remote[l.Handle] == clientHandle {
+			s.log.Debug("ldlm: enqueue resent: the lock of its first send", "owner", owner, "handle", l.Handle)
+			return s.existingReplyLocked(l), true
+		}
+	}
+	return nil, false
+}
+
+// existingReplyLocked is the enqueue reply of l, a lock granted or queued
+// already. s.mu is held.
+func (s *Server) existingReplyLocked(l Lock) *ldlmv1.EnqueueReply {
+	lvb, _ := s.mu.ns.LVB(l.Resource)
+	return &ldlmv1.EnqueueReply{Handle: uint64(l.Handle), Granted: l.State == Granted, Mode: uint32(l.Mode), Policy: policyToWire(l.Policy),
+		CallbackPending: l.CallbackPending, Lvb: lvbToWire(lvb)}
 }
 
 func (s *Server) stopTimerLocked(h Handle) {

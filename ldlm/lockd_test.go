@@ -910,3 +910,58 @@ func TestWaitingLockReplayedTwice(t *testing.T) {
 		t.Fatalf("%d locks after the same replay three times, want 1: %+v", len(locks), locks)
 	}
 }
+
+// TestResentEnqueueGrantsOnce: an enqueue whose reply is lost is resent
+// under its XID; the server, which granted the lock, must answer with
+// that lock rather than enqueue a second one for the same client lock.
+// It enqueued again: the second PW lock conflicted with the first,
+// which the client did not know of, and the resend waited for a cancel
+// that could not come (or, once granted, the first lock leaked).
+func TestResentEnqueueGrantsOnce(t *testing.T) {
+	faults := &ptlrpc.Faults{}
+	lc := newLockClusterWith(t, 1, 2*time.Second, func(_ *lockCluster, c *ptlrpc.ServiceConfig) { c.Faults = faults })
+	a := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	faults.Arm(ptlrpc.FailDropReply, 1)
+	l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatalf("%v; locks %+v; stats %+v", err, lc.lockd.Locks(objRes), lc.lockd.Stats())
+	}
+	defer l.Release()
+	if faults.Fired(ptlrpc.FailDropReply) != 1 {
+		t.Fatal("the reply was not dropped")
+	}
+	if ls := lc.lockd.Locks(objRes); len(ls) != 1 {
+		t.Fatalf("%d locks on the resource after one enqueue resent: %+v", len(ls), ls)
+	}
+	select {
+	case uuid := <-lc.evicted:
+		t.Fatalf("%s evicted", uuid)
+	default:
+	}
+}
+
+// TestResentGlimpseLockGrantsOnce: a glimpse answered with a lock whose
+// reply is lost is resent; the server answers with the lock it granted,
+// not a second one the client never learns of and never gives back.
+func TestResentGlimpseLockGrantsOnce(t *testing.T) {
+	faults := &ptlrpc.Faults{}
+	lc := newLockClusterWith(t, 1, 5*time.Second, func(_ *lockCluster, c *ptlrpc.ServiceConfig) { c.Faults = faults })
+	b := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	lc.mu.Lock()
+	binary.LittleEndian.PutUint64(lc.data[objSize-8:], 777) // an LVB a lock vouches for
+	lc.mu.Unlock()
+	faults.Arm(ptlrpc.FailDropReply, 1)
+	l, _, _, err := b.lc.GlimpseLock(ctx, b.imp, objRes, b.hooks())
+	if err != nil || l == nil {
+		t.Fatalf("glimpse: lock %v err %v; server locks %+v", l, err, lc.lockd.Locks(objRes))
+	}
+	defer l.Release()
+	if faults.Fired(ptlrpc.FailDropReply) != 1 {
+		t.Fatal("the reply was not dropped")
+	}
+	if ls := lc.lockd.Locks(objRes); len(ls) != 1 {
+		t.Fatalf("%d locks on the resource after one glimpse resent: %+v", len(ls), ls)
+	}
+}
