@@ -326,11 +326,14 @@ func (p *plan) alloc() (layout.Layout, error) {
 
 // fill takes the reserved objects into component p.comp of a copy of l.
 func (p *plan) fill(l layout.Layout) (layout.Layout, error) {
-	p.taken = true
 	l = l.Clone()
 	if p.comp >= len(l.Components) || l.Components[p.comp].Instantiated() {
+		// Nothing taken: release gives the reservations back (taken
+		// already, they were held for good, and the orphan cleanup,
+		// which waits for reservations to end, never ran again).
 		return layout.Layout{}, fmt.Errorf("mdt: component %d changed meanwhile: %w", p.comp, syscall.EAGAIN)
 	}
+	p.taken = true
 	c := &l.Components[p.comp]
 	c.Objects = make([]layout.Object, len(p.osps))
 	for i, o := range p.osps {

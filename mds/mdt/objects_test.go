@@ -2,6 +2,7 @@ package mdt
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"syscall"
@@ -863,4 +864,119 @@ func TestOrphanCleanupAfterALaterSequence(t *testing.T) {
 		t.Fatalf("a new file after replays to %v gets %v (the first file %v), want %v", replayed, got, first, want)
 	}
 	c.check()
+}
+
+// loseObjects makes OST i (its OSS stopped) as a crash before its
+// precreates from object from on were committed leaves it: those objects
+// gone, LAST_ID just before them.
+func loseObjects(t *testing.T, dir string, i int, from fid.FID) {
+	t.Helper()
+	ctx := context.Background()
+	dev := openOST(t, dir, i)
+	defer dev.Close()
+	lf := fid.FID{Seq: from.Seq}
+	var b [4]byte
+	if _, err := dev.ReadAt(ctx, lf, [][]byte{b[:]}, 0); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dev.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	for oid := from.Oid; oid <= binary.LittleEndian.Uint32(b[:]); oid++ {
+		if err := tx.Destroy(fid.FID{Seq: from.Seq, Oid: oid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.WriteRecord(lf, binary.LittleEndian.AppendUint32(nil, from.Oid-1), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDestroyAfterLostPrecreate: the MDT and the OSS restart after a crash
+// in which the OST lost the precreate of an object that a file removed
+// before it had (its destroy log record survived). The destroy worker
+// found the object missing during the MDT's recovery and dropped the
+// record; the orphan cleanup after recovery then made the object again,
+// up to the last one used, and nothing ever destroyed it.
+func TestDestroyAfterLostPrecreate(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) {
+		cfg.RecoveryWindow, cfg.OSTTimeout = 3*time.Second, 2*time.Second
+	})
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	_, l, err := n.mdc.Create(ctx, root, n.root, "f", 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := objectsOf(l)[0].Object
+	// f goes while the OSS is down: its record waits in the log.
+	c.oss.close()
+	if err := n.mdc.Unlink(ctx, root, n.root, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.mdt.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	c.stop()
+	loseObjects(t, c.oss.dirs[0], 0, obj)
+	c.oss = serveOSS(t, c.oss.ln, 1, c.oss.dirs)
+	c.start() // recovers, for n, which does not come back
+	p := c.mdt.ospOf(0)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		recs, err := c.mdt.Store().PendingDestroys(0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 && p.avail() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("destroy log %v, pool %d objects", recs, p.avail())
+		}
+	}
+	if c.oss.objectExists(t, 0, obj) {
+		t.Fatalf("object %v of a removed file exists, its destroy log record gone", obj)
+	}
+	c.check()
+}
+
+// TestPlanFillFailsWithoutTaking: a plan whose component was instantiated
+// meanwhile takes nothing, and its release gives the reservations back.
+// It counted them as taken, so they were held for good: the pool had that
+// many objects fewer, and its next orphan cleanup (after the OST restarts)
+// waited for them to end, each step until its timeout.
+func TestPlanFillFailsWithoutTaking(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	ctx := ctxT(t, time.Minute)
+	p := c.mdt.ospOf(0)
+	for deadline := time.Now().Add(10 * time.Second); p.avail() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool does not fill")
+		}
+	}
+	tmpl := layout.Plain(layout.RAID0{StripeCount: 1, StripeSize: 1 << 20, StripeOffset: -1})
+	pl, err := c.mdt.allocateComp(ctx, tmpl, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := tmpl.Clone()
+	now.Components[0].Objects = []layout.Object{{OSTIndex: 0, Object: fid.FID{Seq: 0x240000400, Oid: 1}}}
+	if _, err := pl.fill(now); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("fill of an instantiated component: %v, want EAGAIN", err)
+	}
+	pl.release()
+	p.mu.Lock()
+	reserved := p.mu.reserved
+	p.mu.Unlock()
+	if reserved != 0 {
+		t.Fatalf("%d objects still reserved after the plan's release", reserved)
+	}
 }

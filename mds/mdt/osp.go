@@ -55,6 +55,7 @@ type osp struct {
 		reserved    int    // objects promised to creates in flight
 		ready       bool   // the orphan cleanup has run: the pool is usable
 		needCleanup bool   // the OST lost our export (restarted): clean up again
+		evictions   uint64 // times the OST lost our export
 		active      bool   // in the MDT's OST list
 		high        uint32 // the pool size the refill aims at
 		drained     bool   // a create waited on an empty pool since the last refill
@@ -104,6 +105,7 @@ func (p *osp) wake() {
 func (p *osp) evicted() {
 	p.mu.Lock()
 	p.mu.needCleanup, p.mu.ready = true, false
+	p.mu.evictions++
 	p.broadcastLocked()
 	p.mu.Unlock()
 	p.log.Warn("mdt: the OST lost the MDT's connection; objects wait for the orphan cleanup")
@@ -372,11 +374,15 @@ func (p *osp) cleanup(ctx context.Context) error {
 		return fmt.Errorf("orphan cleanup of %s: %w", p.ost.Name, err)
 	}
 	p.mu.Lock()
-	if !p.mu.needCleanup { // not evicted again meanwhile
+	done := !p.mu.needCleanup
+	if done { // not evicted again meanwhile
 		p.mu.last, p.mu.ready = taken, true
 		p.broadcastLocked()
 	}
 	p.mu.Unlock()
+	if done {
+		p.m.kickDestroy() // objects found missing before it are looked for again
+	}
 	p.log.Debug("mdt: orphan cleanup done", "seq", fmt.Sprintf("%#x", seq), "last_used", taken)
 	return nil
 }
@@ -489,10 +495,25 @@ func (p *osp) isDegraded() bool {
 // object, and the OST refuses destroys beyond its own bound (EBUSY).
 const destroysInFlight = 8
 
+// settledLocked reports whether the OST's objects are as the pool knows
+// them: no orphan cleanup is due, which would make again the objects up
+// to the last one used that the OST lost in a crash (their precreate not
+// committed). An OST out of the MDT's list gets no cleanup.
+func (p *osp) settledLocked() bool {
+	return !p.mu.active || p.mu.ready && !p.mu.needCleanup
+}
+
 // destroy destroys OST objects (a destroy log record's), destroysInFlight
 // at a time, and then syncs the OST, so the destroys are durable before
-// the record goes. Objects already gone count as destroyed.
+// the record goes. Objects already gone count as destroyed, unless an
+// orphan cleanup was due meanwhile (as after the MDT's or the OST's
+// restart): it may make them again, and with the record dropped nothing
+// would ever destroy them. The record stays until after the cleanup then.
 func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
+	p.mu.Lock()
+	settled, evictions := p.settledLocked(), p.mu.evictions
+	p.mu.Unlock()
+	missing := 0
 	for len(objs) > 0 {
 		n := min(len(objs), destroysInFlight)
 		calls := make([]ptlrpc.SetCall, n)
@@ -504,7 +525,10 @@ func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
 			calls[i] = ptlrpc.SetCall{Import: p.imp, Req: &ptlrpc.Req{Opcode: wire.OSTDestroy, Body: body}}
 		}
 		for i, r := range ptlrpc.DoSet(ctx, calls) {
-			if r.Err != nil && !errors.Is(r.Err, syscall.ENOENT) {
+			switch {
+			case errors.Is(r.Err, syscall.ENOENT):
+				missing++
+			case r.Err != nil:
 				return fmt.Errorf("destroy %v on %s: %w", objs[i], p.ost.Name, r.Err)
 			}
 		}
@@ -512,6 +536,15 @@ func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
 	}
 	if _, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSync}); err != nil {
 		return fmt.Errorf("sync of %s after destroys: %w", p.ost.Name, err)
+	}
+	if missing > 0 {
+		p.mu.Lock()
+		ok := settled && p.settledLocked() && p.mu.evictions == evictions
+		p.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("%d objects missing on %s before its orphan cleanup, which may make them again: %w",
+				missing, p.ost.Name, syscall.EAGAIN)
+		}
 	}
 	return nil
 }
