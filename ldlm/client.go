@@ -739,12 +739,7 @@ func (c *Client) giveUpFlock(ctx context.Context, l *ClientLock) (granted bool) 
 	c.mu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flockGiveUpTimeout)
 	defer cancel()
-	cr := ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}}
-	body, err := cr.MarshalVT()
-	if err == nil {
-		c.cancelRPCs.Add(1)
-		_, err = ns.imp.Do(cctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
-	}
+	err := c.cancelRPC(cctx, ns.imp, uint64(h))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unlinkLocked(l)
@@ -1147,13 +1142,7 @@ func (l *ClientLock) Cancel(ctx context.Context) error {
 	h := l.remote
 	c.unlinkLocked(l)
 	c.mu.Unlock()
-	cr := ldlmv1.CancelRequest{Handles: []uint64{uint64(h)}}
-	body, err := cr.MarshalVT() // on the stack, as in Enqueue
-	if err != nil {
-		return err
-	}
-	c.cancelRPCs.Add(1)
-	if _, err := l.ns.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body}); err != nil && !errors.Is(err, syscall.ESTALE) {
+	if err := c.cancelRPC(ctx, l.ns.imp, uint64(h)); err != nil && !errors.Is(err, syscall.ESTALE) {
 		return fmt.Errorf("ldlm: cancel %v on %s: %w", h, l.ns.imp.Target(), err)
 	}
 	return nil
@@ -1328,14 +1317,25 @@ func (c *Client) takeCancelsLocked(ns *clientNS, now time.Time) []uint64 {
 	return hs
 }
 
+// cancelRPC sends one LDLM_CANCEL of handles to imp's target and waits
+// for its answer.
+func (c *Client) cancelRPC(ctx context.Context, imp *ptlrpc.Import, handles ...uint64) error {
+	cr := ldlmv1.CancelRequest{Handles: handles}
+	body, err := cr.MarshalVT()
+	if err != nil {
+		return err
+	}
+	c.cancelRPCs.Add(1)
+	_, err = imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
+	return err
+}
+
 // sendCancels tells imp's target that the client gave back the locks of
 // handles (one LDLM_CANCEL).
 func (c *Client) sendCancels(imp *ptlrpc.Import, handles []uint64) {
-	body, _ := ptlrpc.Marshal(&ldlmv1.CancelRequest{Handles: handles})
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
-	_, err := imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
-	c.cancelRPCs.Add(1)
+	err := c.cancelRPC(ctx, imp, handles...)
 	if err != nil && c.ctx.Err() == nil {
 		// The server forgets locks of an evicted client by itself, and
 		// cancels one the client no longer knows at its next blocking AST.

@@ -711,16 +711,33 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() {
-		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 705, Len: 1}
-		for {
-			err := syscall.FcntlFlock(fa.Fd(), syscall.F_SETLKW, &lk)
-			if !errors.Is(err, syscall.EINTR) {
-				got <- err
-				return
+	// setlkw takes a write lock on [start, start+1) of f with F_SETLKW
+	// in the background, its result to got.
+	setlkw := func(f *os.File, start int64) {
+		go func() {
+			lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: start, Len: 1}
+			for {
+				err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLKW, &lk)
+				if !errors.Is(err, syscall.EINTR) {
+					got <- err
+					return
+				}
 			}
+		}()
+	}
+	// granted waits for the lock setlkw asked for.
+	granted := func() {
+		t.Helper()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("F_SETLKW after b unlocked: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("F_SETLKW still waiting 10s after b unlocked")
 		}
-	}()
+	}
+	setlkw(fa, 705)
 	select {
 	case err := <-got:
 		t.Fatalf("F_SETLKW on a did not wait for b's lock: %v", err)
@@ -729,14 +746,7 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 	if err := setlk(fb, syscall.F_UNLCK, 700, 10); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("F_SETLKW after b unlocked: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("F_SETLKW still waiting 10s after b unlocked")
-	}
+	granted()
 	if err := setlk(fb, syscall.F_WRLCK, 705, 1); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("b over the lock a waited for: %v", err)
 	}
@@ -750,30 +760,14 @@ func testLocks(t *testing.T, a, b *llite.Server) {
 		t.Fatal(err)
 	}
 	fa3 := open(a)
-	go func() {
-		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: 805, Len: 1}
-		for {
-			err := syscall.FcntlFlock(fa3.Fd(), syscall.F_SETLKW, &lk)
-			if !errors.Is(err, syscall.EINTR) {
-				got <- err
-				return
-			}
-		}
-	}()
+	setlkw(fa3, 805)
 	time.Sleep(200 * time.Millisecond) // a waits
 	fa4 := open(a)
 	fa4.Close()
 	if err := setlk(fb, syscall.F_UNLCK, 800, 10); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("F_SETLKW after b unlocked: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("F_SETLKW still waiting 10s after b unlocked")
-	}
+	granted()
 	fa3.Close()
 	if err := setlk(fb, syscall.F_WRLCK, 805, 1); err != nil {
 		t.Fatalf("b over the lock a held until its close: %v", err)

@@ -696,7 +696,7 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		// (see grant.go): the range's dirty pages wait for the one in
 		// flight.
 		c.mu.Lock()
-		serial, changed := c.lowSpaceLocked() && c.mu.grantWrites > 0, c.mu.changed
+		serial, changed := c.grantWriteWaitsLocked(), c.mu.changed
 		c.mu.Unlock()
 		if serial && o.dirtyInLocked(first, last) {
 			o.mu.Unlock()

@@ -457,6 +457,12 @@ func (c *Client) lowSpaceLocked() bool {
 	return c.mu.grant.total < uint64(c.maxRPCs()*c.rpcPages())*PageSize
 }
 
+// grantWriteWaitsLocked reports whether a write from grant must wait for
+// the one in flight: near full they go one at a time (lowSpaceLocked).
+func (c *Client) grantWriteWaitsLocked() bool {
+	return c.lowSpaceLocked() && c.mu.grantWrites > 0
+}
+
 // engine is the writeback engine: it sends dirty pages as write RPCs when
 // an object has a full RPC of them, when dirty data or grant or the cache
 // are under pressure, and when dirty data is older than DirtyExpire; and
@@ -514,7 +520,7 @@ func (c *Client) writebackPass() {
 			return
 		}
 		c.mu.Lock()
-		if (c.lowSpaceLocked() && c.mu.grantWrites > 0) || len(c.mu.queue) == 0 {
+		if c.grantWriteWaitsLocked() || len(c.mu.queue) == 0 {
 			c.mu.Unlock()
 			c.wslots.Release()
 			return

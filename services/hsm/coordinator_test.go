@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -302,20 +301,44 @@ func dial(t *testing.T, coords []*hsmtest.Coord) *grpc.ClientConn {
 	return nil
 }
 
-// limitHandler counts the actions it runs at once.
-type limitHandler struct{ now, most *atomic.Int32 }
+// busyHandler counts the actions it runs at once, in all and per file.
+type busyHandler struct {
+	mu                sync.Mutex
+	now, most         int
+	fileNow, fileMost map[fid.FID]int
+}
 
-func (h limitHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
-	n := h.now.Add(1)
-	defer h.now.Add(-1)
-	for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
-	}
+func newBusyHandler() *busyHandler {
+	return &busyHandler{fileNow: map[fid.FID]int{}, fileMost: map[fid.FID]int{}}
+}
+
+func (h *busyHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	f := hsm.FIDFrom(a.Fid)
+	h.mu.Lock()
+	h.now++
+	h.most = max(h.most, h.now)
+	h.fileNow[f]++
+	h.fileMost[f] = max(h.fileMost[f], h.fileNow[f])
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.now--
+		h.fileNow[f]--
+		h.mu.Unlock()
+	}()
 	select {
 	case <-time.After(100 * time.Millisecond):
 	case <-ctx.Done():
 	}
 	progress(1, 1)
 	return "", nil
+}
+
+// mostAtOnce returns the most actions it ran at once, in all and of f.
+func (h *busyHandler) mostAtOnce(f fid.FID) (all, ofFile int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.most, h.fileMost[f]
 }
 
 // TestCoordinatorMaxRequests: mdt.*.hsm.max_requests, changed at run time,
@@ -344,12 +367,12 @@ func TestCoordinatorMaxRequests(t *testing.T) {
 	defer hc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var now, most atomic.Int32
+	h := newBusyHandler()
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		hsm.RunAgent(agentCtx, hsm.AgentConfig{Client: hc, UUID: "one-at-a-time", ArchiveIDs: []uint32{1}, Handler: limitHandler{&now, &most}, Logger: clustertest.Quiet})
+		hsm.RunAgent(agentCtx, hsm.AgentConfig{Client: hc, UUID: "one-at-a-time", ArchiveIDs: []uint32{1}, Handler: h, Logger: clustertest.Quiet})
 	}()
 	defer func() { stopAgent(); <-done }()
 	var ids []uint64
@@ -365,34 +388,9 @@ func TestCoordinatorMaxRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if m := most.Load(); m != 1 {
+	if m, _ := h.mostAtOnce(fid.FID{}); m != 1 {
 		t.Fatalf("max_requests=1: the agent ran %d actions at once", m)
 	}
-}
-
-// fileHandler counts, per file, the actions it runs at once.
-type fileHandler struct {
-	mu        sync.Mutex
-	now, most map[fid.FID]int
-}
-
-func (h *fileHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
-	f := hsm.FIDFrom(a.Fid)
-	h.mu.Lock()
-	h.now[f]++
-	h.most[f] = max(h.most[f], h.now[f])
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		h.now[f]--
-		h.mu.Unlock()
-	}()
-	select {
-	case <-time.After(100 * time.Millisecond):
-	case <-ctx.Done():
-	}
-	progress(1, 1)
-	return "", nil
 }
 
 // TestCoordinatorOneActionPerFile: actions on one file are not run at
@@ -409,7 +407,7 @@ func TestCoordinatorOneActionPerFile(t *testing.T) {
 	defer hc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h := &fileHandler{now: map[fid.FID]int{}, most: map[fid.FID]int{}}
+	h := newBusyHandler()
 	for _, uuid := range []string{"agent-1", "agent-2"} {
 		agentCtx, stopAgent := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -433,11 +431,9 @@ func TestCoordinatorOneActionPerFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	for _, f := range []fid.FID{a, b} {
-		if h.most[f] != 1 {
-			t.Errorf("%v: %d actions ran at once", f, h.most[f])
+		if _, m := h.mostAtOnce(f); m != 1 {
+			t.Errorf("%v: %d actions ran at once", f, m)
 		}
 	}
 }

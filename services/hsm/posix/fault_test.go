@@ -20,13 +20,19 @@ import (
 	"github.com/nacrefs/nacre/services/hsm/posix"
 )
 
-func makeFiles(t testing.TB, ctx context.Context, fsys *client.FS, prefix string, n, size int) []fid.FID {
-	t.Helper()
-	var out []fid.FID
+// fileBytes are the bytes makeFiles writes into each file.
+func fileBytes(size int) []byte {
 	b := make([]byte, size)
 	for i := range b {
 		b[i] = byte(i * 7)
 	}
+	return b
+}
+
+func makeFiles(t testing.TB, ctx context.Context, fsys *client.FS, prefix string, n, size int) []fid.FID {
+	t.Helper()
+	var out []fid.FID
+	b := fileBytes(size)
 	for i := range n {
 		f, _, err := fsys.Create(ctx, client.Root(), fsys.Root(), fmt.Sprintf("%s%03d", prefix, i), syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644, nil)
 		if err != nil {
@@ -321,36 +327,50 @@ func TestHSMRestoreAcrossMDSRestart(t *testing.T) {
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
 
+// archivedSetup is a cluster with one coordinator and one agent, n files
+// of size bytes made by user and archived, and user restoring through hc.
+type archivedSetup struct {
+	c       *clustertest.Cluster
+	user    *client.FS
+	hc      *hsm.Client
+	fids    []fid.FID
+	archive string
+}
+
+func archivedFiles(t *testing.T, ctx context.Context, prefix string, n, size int) archivedSetup {
+	t.Helper()
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
+	s := archivedSetup{c: c, user: c.Mount(0), archive: t.TempDir()}
+	_, addrs := startCoordinators(t, 1, 10*time.Second)
+	s.fids = makeFiles(t, ctx, s.user, prefix, n, size)
+	startAgent(t, c.Mount(1), addrs, "agent-a", s.archive, nil)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Close() })
+	s.hc = hc
+	s.user.SetHSMRestorer(hc)
+	t.Cleanup(func() { s.user.SetHSMRestorer(nil) })
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, s.fids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, ctx, hc, ids)
+	return s
+}
+
 // TestHSMTruncateReleased: truncating a released file (truncate(2), no
 // open) restores it first, as Lustre's ll_setattr_raw does: the file then
 // has the truncated size and the archive's bytes up to it, not the whole
 // archive copy brought back over the truncate by a later restore.
 func TestHSMTruncateReleased(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
-	user := c.Mount(0)
-	_, addrs := startCoordinators(t, 1, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const size = 5000
-	fids := makeFiles(t, ctx, user, "t", 2, size)
-	archive := t.TempDir()
-	startAgent(t, c.Mount(1), addrs, "agent-a", archive, nil)
-	hc, err := hsm.NewClient(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	user.SetHSMRestorer(hc)
-	defer user.SetHSMRestorer(nil)
-	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fids...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, ctx, hc, ids)
-	want := make([]byte, size)
-	for i := range want {
-		want[i] = byte(i * 7)
-	}
+	s := archivedFiles(t, ctx, "t", 2, size)
+	user, fids := s.user, s.fids
+	want := fileBytes(size)
 	// One shrinks, one grows (the tail reads as zeros).
 	for i, newSize := range []uint64{100, 2 * size} {
 		f := fids[i]
@@ -383,29 +403,12 @@ func TestHSMTruncateReleased(t *testing.T) {
 // the copy, its only data: the removal is refused (EBUSY), and the file
 // reads back byte for byte.
 func TestHSMReleaseDuringRemove(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{OSTs: 2})
-	user := c.Mount(0)
-	_, addrs := startCoordinators(t, 1, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const size = 5000
-	fids := makeFiles(t, ctx, user, "x", 1, size)
-	f := fids[0]
-	archive := t.TempDir()
-	startAgent(t, c.Mount(1), addrs, "agent-a", archive, nil)
-	hc, err := hsm.NewClient(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	user.SetHSMRestorer(hc)
-	defer user.SetHSMRestorer(nil)
-	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAll(t, ctx, hc, ids)
-	ct, err := posixNew(c.Mount(2), archive)
+	s := archivedFiles(t, ctx, "x", 1, size)
+	user, f := s.user, s.fids[0]
+	ct, err := posixNew(s.c.Mount(2), s.archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,10 +432,7 @@ func TestHSMReleaseDuringRemove(t *testing.T) {
 	got := make([]byte, size+10)
 	n, _ := fh.ReadAt(ctx, got, 0)
 	fh.Close(ctx)
-	want := make([]byte, size)
-	for i := range want {
-		want[i] = byte(i * 7)
-	}
+	want := fileBytes(size)
 	if !bytesEqual(got[:n], want) {
 		t.Fatalf("read back %d bytes, want %d, equal %v", n, size, bytesEqual(got[:min(n, size)], want[:min(n, size)]))
 	}
