@@ -1325,8 +1325,8 @@ func (c *Client) cancelRPC(ctx context.Context, imp *ptlrpc.Import, handles ...u
 	if err != nil {
 		return err
 	}
-	c.cancelRPCs.Add(1)
 	_, err = imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMCancel, Body: body})
+	c.cancelRPCs.Add(1) // once done: a stat of the CANCELs answered or failed
 	return err
 }
 
