@@ -41,8 +41,11 @@ type inode struct {
 	// with a time), so closes of writers do not overwrite them.
 	mtimeGen uint64
 	// stale: a lock covering the layout went while the file was open;
-	// the next I/O reads the layout again.
-	stale bool
+	// the next I/O reads the layout again. layoutGen counts such losses:
+	// a read that began on objects the layout no longer has is done again
+	// (their data may have been destroyed under it).
+	stale     bool
+	layoutGen uint64
 	opens int
 	names map[dentKey]struct{}
 	// written says the file's data changed through this client since its
@@ -246,8 +249,8 @@ func (ino *inode) closeData() {
 	ino.data, ino.retired = nil, nil
 }
 
-// openLock records the lock an open was granted: its callback marks the
-// open file's layout stale and, if the open was by name (entry), drops
+// openLock records the lock an open was granted (or one a layout was read
+// again under): its callback marks the open file's layout stale and, if the open was by name (entry), drops
 // the entry, which the lock's LOOKUP bit kept valid: the cache knows the
 // name leads to f until then. It reports whether it keeps the entry so.
 func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock, entry dentKey) bool {
@@ -256,7 +259,14 @@ func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock, entry dentKey) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.byLock[l]; ok || l.Gone() {
+	if _, ok := c.byLock[l]; ok {
+		return false
+	}
+	if l.Gone() {
+		// Called back already: the layout it came with may be old.
+		if ino := c.inodes[f]; ino != nil && ino.opens > 0 {
+			ino.staleLocked()
+		}
 		return false
 	}
 	c.byLock[l] = lockRef{fid: f, layoutOnly: true, entry: entry}
@@ -265,6 +275,13 @@ func (c *cache) openLock(f fid.FID, l *ldlm.ClientLock, entry dentKey) bool {
 	}
 	c.dents[entry] = f
 	return true
+}
+
+// staleLocked has the next I/O read the layout again and the reads under
+// way on the present one do theirs again. The cache's mutex is held.
+func (ino *inode) staleLocked() {
+	ino.stale = true
+	ino.layoutGen++
 }
 
 // getLocked returns f's inode, making an empty one.
@@ -430,7 +447,7 @@ func (c *cache) lockGone(fs *FS, l *ldlm.ClientLock) {
 	f := ref.fid
 	ino := c.inodes[f]
 	if ino != nil && ino.opens > 0 {
-		ino.stale = true
+		ino.staleLocked()
 	}
 	if ref.layoutOnly {
 		var entry dentKey
@@ -493,7 +510,7 @@ func (c *cache) lockConverted(fs *FS, l *ldlm.ClientLock, dropped ldlm.Bits) boo
 	f := ref.fid
 	ino := c.inodes[f]
 	if ino != nil && ino.opens > 0 && dropped&ldlm.BitLayout != 0 {
-		ino.stale = true
+		ino.staleLocked()
 	}
 	if !ref.layoutOnly && ino != nil && ino.lock == l {
 		ino.valid = false
@@ -519,7 +536,7 @@ func (c *cache) dropAll(fs *FS) {
 			gone = append(gone, ino)
 			delete(c.inodes, f)
 		} else {
-			ino.stale = true
+			ino.staleLocked()
 		}
 	}
 	clear(c.dents)

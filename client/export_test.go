@@ -12,6 +12,10 @@ func (fs *FS) LockStats() ldlm.ClientStats { return fs.lk.Stats() }
 // name's negative entry and its RPC (nil: none).
 func SetBeforeCreate(f func()) { testBeforeCreate = f }
 
+// SetBeforeRead sets the hook File.ReadAt runs between taking the file's
+// objects and reading them (nil: none).
+func SetBeforeRead(f func()) { testBeforeRead = f }
+
 // MakingName exposes FS.makingName to the tests.
 func (fs *FS) MakingName(parent FID, name string) func(error) { return fs.makingName(parent, name) }
 

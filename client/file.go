@@ -52,6 +52,10 @@ var errExisted = errors.New("the name existed")
 // the name's negative entry and its RPC.
 var testBeforeCreate func()
 
+// testBeforeRead, set by tests, runs in ReadAt between taking the file's
+// objects and reading them.
+var testBeforeRead func()
+
 // Create opens name in parent with Linux's open flags, making it (a
 // regular file with permission bits mode) if O_CREAT says so: one
 // LDLM_ENQUEUE with an open intent. It returns the file and its
@@ -138,6 +142,12 @@ func (f *File) EntryLocked() bool { return f.entryLocked }
 
 // opened sets up the File of an open intent's reply.
 func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64, name dentKey) (_ *File, _ Attr, err error) {
+	// Counted open first: a callback of the open's lock that comes
+	// before openLock has recorded it marks the layout stale then.
+	fs.cache.mu.Lock()
+	ino := fs.cache.getLocked(mf.FID)
+	ino.opens++
+	fs.cache.mu.Unlock()
 	entryLocked := false
 	if mf.Lock != nil {
 		// The open lock (LOOKUP, LAYOUT) stays in the LRU; its callback
@@ -146,11 +156,13 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64,
 		entryLocked = fs.cache.openLock(mf.FID, mf.Lock, name)
 		mf.Lock.Release()
 		mf.Lock = nil
+	} else if mf.Attr.Mode&sIFMT == sIFREG {
+		// Opened without a lock on the layout: nothing would say when it
+		// changes. The first I/O reads it again, under a lock.
+		fs.cache.mu.Lock()
+		ino.staleLocked()
+		fs.cache.mu.Unlock()
 	}
-	fs.cache.mu.Lock()
-	ino := fs.cache.getLocked(mf.FID)
-	ino.opens++
-	fs.cache.mu.Unlock()
 	f := &File{fs: fs, cred: cred, flags: flags, mf: mf, ino: ino, entryLocked: entryLocked}
 	defer func() {
 		if err != nil {
@@ -185,30 +197,63 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64,
 }
 
 // data returns the file's objects as its current layout has them: read
-// again from the MDT when a lock covering the layout went meanwhile. nil
-// for a file without objects.
+// again from the MDT, under a lock on the layout, when a lock covering it
+// went meanwhile. nil for a file without objects.
 func (f *File) data(ctx context.Context) (*lov.File, error) {
+	d, _, err := f.dataGen(ctx)
+	return d, err
+}
+
+// dataGen is data, with the inode's layoutGen the objects are current
+// for: if it moves, the layout changed since (Lustre's layout generation,
+// which restarts an I/O that ran on the old layout).
+func (f *File) dataGen(ctx context.Context) (*lov.File, uint64, error) {
 	fs := f.fs
 	fs.cache.mu.Lock()
-	d, stale := f.ino.data, f.ino.stale
+	d, stale, gen := f.ino.data, f.ino.stale, f.ino.layoutGen
 	f.ino.stale = false
 	fs.cache.mu.Unlock()
 	if !stale && (d != nil || f.mf.Attr.Mode&sIFMT != sIFREG) {
-		return d, nil
+		return d, gen, nil
 	}
 	if f.mf.Attr.Mode&sIFMT != sIFREG {
-		return nil, nil
+		return nil, gen, nil
 	}
-	_, lay, err := fs.mdc.GetattrLayout(ctx, Root(), f.mf.FID)
+	// A getattr intent: the layout comes read under the lock granted
+	// with it, whose loss marks the layout stale again (a layout fetched
+	// without one would never be known to change).
+	rep, err := fs.mdc.Enqueue(ctx, Root(), mdc.Intent{Op: mdc.ItGetattr, FID: f.mf.FID}, fs.hooks())
 	if err != nil {
-		return nil, fmt.Errorf("layout of %v: %w", f.mf.FID, err)
+		fs.cache.mu.Lock()
+		f.ino.stale = true // still: the next I/O tries again
+		fs.cache.mu.Unlock()
+		return nil, gen, fmt.Errorf("layout of %v: %w", f.mf.FID, err)
 	}
-	if lay == nil {
-		return nil, nil
+	if rep.Lock != nil {
+		fs.cache.openLock(f.mf.FID, rep.Lock, dentKey{})
+		rep.Lock.Release()
+	} else {
+		fs.cache.mu.Lock()
+		f.ino.staleLocked()
+		fs.cache.mu.Unlock()
 	}
-	d, _, err = fs.dataOf(f.mf.FID, lay)
-	return d, err
+	if rep.Layout == nil {
+		return nil, gen, nil
+	}
+	d, _, err = fs.dataOf(f.mf.FID, rep.Layout)
+	return d, gen, err
 }
+
+// layoutMoved reports whether f's layout was lost since generation gen.
+func (f *File) layoutMoved(gen uint64) bool {
+	f.fs.cache.mu.Lock()
+	defer f.fs.cache.mu.Unlock()
+	return f.ino.layoutGen != gen
+}
+
+// layoutRetries bounds how often a read is done again because the layout
+// changed under it.
+const layoutRetries = 3
 
 // instantiate has the MDT instantiate the components covering [off,
 // off+n) and returns the objects of the new layout.
@@ -255,14 +300,23 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	d, err := f.data(ctx)
-	if err != nil || d == nil {
-		if err == nil {
-			err = io.EOF
+	for try := 0; ; try++ {
+		d, gen, err := f.dataGen(ctx)
+		if err != nil || d == nil {
+			if err == nil {
+				err = io.EOF
+			}
+			return 0, err
 		}
-		return 0, err
+		if testBeforeRead != nil {
+			testBeforeRead()
+		}
+		n, err := d.ReadAt(ctx, p, off)
+		if try == layoutRetries || !f.layoutMoved(gen) {
+			return n, err
+		}
+		f.fs.log.Debug("client: read again: the layout changed under it", "fid", f.mf.FID, "off", off, "len", len(p), "err", err)
 	}
-	return d.ReadAt(ctx, p, off)
 }
 
 // WriteAt writes p at off (at the end of the file, atomically, for a file
@@ -328,11 +382,16 @@ func (f *File) markWritten() {
 func (f *File) Size(ctx context.Context) (int64, error) {
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	d, err := f.data(ctx)
-	if err != nil || d == nil {
-		return int64(f.mf.Attr.Size), err
+	for try := 0; ; try++ {
+		d, gen, err := f.dataGen(ctx)
+		if err != nil || d == nil {
+			return int64(f.mf.Attr.Size), err
+		}
+		size, err := d.Size(ctx)
+		if try == layoutRetries || !f.layoutMoved(gen) {
+			return size, err
+		}
 	}
-	return d.Size(ctx)
 }
 
 // Truncate sets the file's size.

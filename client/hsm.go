@@ -186,7 +186,7 @@ func (fs *FS) OpenRestore(ctx context.Context, f FID) (*File, error) {
 			return nil, fmt.Errorf("restore of %v: new objects: %w", f, err)
 		}
 		fs.cache.mu.Lock()
-		file.ino.stale = true
+		file.ino.staleLocked()
 		fs.cache.mu.Unlock()
 	}
 	return file, nil

@@ -439,6 +439,16 @@ func TestGlimpseLock(t *testing.T) {
 	if got := lc.lockd.Locks(other); len(got) != 0 {
 		t.Fatalf("locks on the missing object: %+v", got)
 	}
+	// Nor does an ordinary lock: the enqueue fails (a reader of a file's
+	// old layout, whose object was destroyed, would otherwise be told the
+	// object is empty and read zeros).
+	l5, _, _, err := b.lc.Enqueue(ctx, b.imp, Enqueue{Resource: other, Mode: PR, Policy: Policy{Extent: Whole}, Hooks: b.hooks()})
+	if !errors.Is(err, syscall.ENOENT) || l5 != nil {
+		t.Fatalf("read lock on a missing object: lock %v err %v, want ENOENT", l5, err)
+	}
+	if got := lc.lockd.Locks(other); len(got) != 0 {
+		t.Fatalf("locks on the missing object after the enqueue: %+v", got)
+	}
 }
 
 // TestOwnConflictsGoEarly: a write lock asked by a client that holds an

@@ -188,6 +188,18 @@ func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) l
 		return noLock(rep)
 	}
 	rep.Attr = attrTo(a)
+	if bits&ldlm.BitLayout != 0 {
+		// The layout the open read may have been swapped (lfs migrate,
+		// HSM release) before the lock was granted: the client would
+		// hold a lock on the new layout and use the old one, whose
+		// objects are destroyed. Read again under the lock.
+		lb, err := m.layoutBytes(a.FID)
+		if err != nil {
+			m.lockd.CancelIntentLock(r, l)
+			return noLock(rep)
+		}
+		rep.Layout = lb
+	}
 	if !q.open.parent.IsZero() {
 		// Give the LOOKUP lock only if the name still leads to the file.
 		if b, err := m.store.Lookup(mdd.Req{Cred: q.cred}, q.open.parent, q.open.name); err != nil || b.FID != a.FID {
