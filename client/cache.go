@@ -46,8 +46,8 @@ type inode struct {
 	// (their data may have been destroyed under it).
 	stale     bool
 	layoutGen uint64
-	opens int
-	names map[dentKey]struct{}
+	opens     int
+	names     map[dentKey]struct{}
 	// written says the file's data changed through this client since its
 	// last close (its mtime goes to the MDT then).
 	written bool
