@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
@@ -110,13 +111,16 @@ type ostClient struct {
 	imps []*ptlrpc.Import
 }
 
-func (e *ossEnv) client(i int) *ostClient {
+func (e *ossEnv) client(i int) *ostClient { return e.clientWith(i, nil) }
+
+// clientWith is client, whose CONNECTs carry what connectData gives.
+func (e *ossEnv) clientWith(i int, connectData func() []byte) *ostClient {
 	t := e.t
 	ln := lnettest.Start(t, fmt.Sprintf("127.0.0.%d", 20+i), e.port)
 	oc := &ostClient{t: t, c: ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: fmt.Sprintf("client-%d", i)})}
 	for k := range e.devs {
 		imp, err := oc.c.NewImport(ptlrpc.ImportConfig{Target: ostLabel(k), Servers: []lwire.ProcessID{e.srvID}, Portal: ptlrpc.OSTIOPortal,
-			MinTimeout: 2 * time.Second, PingInterval: -1})
+			MinTimeout: 2 * time.Second, PingInterval: -1, ConnectData: connectData})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -970,5 +974,43 @@ func TestFailedWriteGivesBackTheGrantItTook(t *testing.T) {
 	}
 	if after := e.oss.OSTs()[0].Stats().Granted; after != before {
 		t.Fatalf("granted %d after a failed write from %d of grant (held %d before it)", after, grant, before)
+	}
+}
+
+// TestConnectGrantClaims: a client's CONNECT says what grant it holds
+// (after an OST restart, its dirty data was cached under it). The OST
+// gives at least its first grant, the claim when larger as far as the
+// free space goes, and takes a claim it cannot read for none.
+func TestConnectGrantClaims(t *testing.T) {
+	tests := []struct {
+		name  string
+		data  []byte
+		check func(g, first, free uint64) bool
+	}{
+		{"nothing", nil, func(g, first, _ uint64) bool { return g == first }},
+		{"garbage", []byte{0xff, 0xff, 0xff}, func(g, first, _ uint64) bool { return g == first }},
+		{"less than a first grant", body(t, &ostv1.ConnectData{Grant: 1 << 20}), func(g, first, _ uint64) bool { return g == first }},
+		{"more", body(t, &ostv1.ConnectData{Grant: ofd.DefaultInitialGrant + 12345}), func(g, _, _ uint64) bool { return g == ofd.DefaultInitialGrant+12345 }},
+		{"more than the target has", body(t, &ostv1.ConnectData{Grant: 1 << 62}), func(g, first, free uint64) bool { return g > first && g <= free }},
+	}
+	e := newOSSEnv(t, 1, len(tests))
+	var st unix.Statfs_t
+	if err := unix.Statfs(e.dirs[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	first := min(uint64(ofd.DefaultInitialGrant), free/8) &^ 4095
+	for i, tt := range tests {
+		oc := e.clientWith(i, func() []byte { return tt.data })
+		var cd ostv1.ConnectData
+		if err := ptlrpc.Unmarshal(oc.imps[0].Info().TargetData, &cd); err != nil {
+			t.Fatalf("%s: connect reply: %v", tt.name, err)
+		}
+		if !tt.check(cd.Grant, first, free) {
+			t.Errorf("%s: granted %d (first grant %d, %d bytes free)", tt.name, cd.Grant, first, free)
+		}
+		if _, err := oc.imps[0].Do(ctxT(t, 10*time.Second), &ptlrpc.Req{Opcode: wire.OSTStatfs}); err != nil {
+			t.Errorf("%s: statfs after connect: %v", tt.name, err)
+		}
 	}
 }

@@ -121,6 +121,11 @@ func (g *grant) failed(t grantTicket, nospace bool) {
 // inflight returns the from-grant bytes in RPCs not yet answered.
 func (g *grant) inflight() int64 { return int64(g.sent - g.done) }
 
+// held is the grant the client holds: what it may still charge, what its
+// dirty pages charged, and what its RPCs in flight carry (what it tells
+// the OST at CONNECT).
+func (g *grant) held() uint64 { return uint64(max(g.avail, 0) + g.unsent + g.inflight()) }
+
 // want returns how much more grant to ask for so that the client holds
 // target, going by the total the OST reported last (the lower bound in
 // avail understates it while RPCs overlap, and asking by it would make the

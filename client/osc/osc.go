@@ -181,6 +181,7 @@ func New(cfg ClientConfig) (*Client, error) {
 	}
 	ic.OnRecover = c.recover
 	ic.NoReplay = noReplay
+	ic.ConnectData = c.connectData
 	ic.Features |= ldlm.ConnectGlimpseLock
 	userEvict := ic.OnEvict
 	ic.OnEvict = func(imp *ptlrpc.Import) {
@@ -215,6 +216,21 @@ func (c *Client) Connect(ctx context.Context) error {
 	c.learnGrantLocked()
 	c.mu.Unlock()
 	return nil
+}
+
+// connectData is what each CONNECT tells the OST: the grant the client
+// holds. An OST that restarted (or evicted the client) has forgotten it,
+// and the dirty pages cached under it must still find room.
+func (c *Client) connectData() []byte {
+	c.mu.Lock()
+	held := c.mu.grant.held()
+	c.mu.Unlock()
+	b, err := ptlrpc.Marshal(&ostv1.ConnectData{Grant: held})
+	if err != nil {
+		c.log.Warn("osc: connect data", "err", err)
+		return nil
+	}
+	return b
 }
 
 // learnGrantLocked reads the grant the OST sent at CONNECT, once per

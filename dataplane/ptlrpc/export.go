@@ -82,10 +82,11 @@ type TargetConfig struct {
 	// with MSG_REPLAY, data not yet committed). 0 means none: every
 	// client of the previous life is evicted.
 	RecoveryWindow time.Duration
-	// OnConnect, if not nil, is called for each new or revived export; what
-	// it returns goes to the client in ConnectReply.target_data (an OST's
-	// first grant, say).
-	OnConnect func(e *Export) []byte
+	// OnConnect, if not nil, is called for each new or revived export,
+	// with what the client sent in ConnectRequest.client_data (maybe
+	// nothing); what it returns goes to the client in
+	// ConnectReply.target_data (an OST's grant, say).
+	OnConnect func(e *Export, clientData []byte) []byte
 	// OnGone, if not nil, is called once for each export that goes away,
 	// with evicted set when the target evicted it (not a DISCONNECT), so
 	// the layers above drop its locks and state.
@@ -848,7 +849,7 @@ func (t *Target) connect(req *Request, cr *ptlrpcv1.ConnectRequest, reply *ptlrp
 		reply.Handle, reply.Reconnected = old.handle, true
 		req.exp = old
 		if t.cfg.OnConnect != nil {
-			reply.TargetData = t.cfg.OnConnect(old)
+			reply.TargetData = t.cfg.OnConnect(old, cr.ClientData)
 		}
 		t.log.Info("ptlrpc: client reconnected", "client", cr.ClientUuid, "peer", req.Peer, "conn", cr.ConnCount)
 		body, status := marshalReply(reply)
@@ -939,7 +940,7 @@ func (t *Target) connect(req *Request, cr *ptlrpcv1.ConnectRequest, reply *ptlrp
 	if t.cfg.OnConnect != nil && !e.Gone() {
 		// Not for an export dropped above: OnGone has seen it already,
 		// and what OnConnect gave it would never be taken back.
-		reply.TargetData = t.cfg.OnConnect(e)
+		reply.TargetData = t.cfg.OnConnect(e, cr.ClientData)
 	}
 	t.log.Info("ptlrpc: client connected", "client", cr.ClientUuid, "peer", req.Peer, "evicted_before", reply.Evicted)
 	body, status := marshalReply(reply)

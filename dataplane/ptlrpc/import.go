@@ -127,6 +127,10 @@ type ImportConfig struct {
 	// OnState, if not nil, is called on every state change with the
 	// import's lock held; it must not call the import.
 	OnState func(from, to ImportState)
+	// ConnectData, if not nil, gives what each CONNECT carries for the
+	// target (ConnectRequest.client_data: an OSC's grant). It is called on
+	// the import's goroutine, without the import's lock.
+	ConnectData func() []byte
 }
 
 // connInfo is one connection of an import: the export handle the server
@@ -526,6 +530,9 @@ func (imp *Import) connect() error {
 	}
 	timeout := imp.timeout()
 	imp.mu.Unlock()
+	if imp.cfg.ConnectData != nil {
+		cr.ClientData = imp.cfg.ConnectData()
+	}
 
 	rep, err := imp.connectRPC(server, cr, timeout)
 	if err != nil {

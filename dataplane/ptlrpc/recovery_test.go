@@ -1396,7 +1396,7 @@ func TestNoConnectHookForAnExportDropped(t *testing.T) {
 			}
 			return nil
 		},
-		OnConnect: func(e *Export) []byte {
+		OnConnect: func(e *Export, _ []byte) []byte {
 			mu.Lock()
 			defer mu.Unlock()
 			connected = append(connected, e)

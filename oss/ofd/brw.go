@@ -203,16 +203,32 @@ func (o *OFD) spent(n uint64) {
 	}
 }
 
-// connectGrant gives a new export its first grant, returned to the client
-// in the CONNECT reply.
-func (o *OFD) connectGrant(e *ptlrpc.Export) []byte {
+// connectGrant gives a new export its grant, returned to the client in
+// the CONNECT reply: the grant the client says it holds (its dirty pages
+// were cached under it, and a restarted OST has forgotten it), as far as
+// the free space goes, and at least a first grant. A reconnect to the
+// export it had keeps that export's grant.
+func (o *OFD) connectGrant(e *ptlrpc.Export, clientData []byte) []byte {
+	var held ostv1.ConnectData
+	if len(clientData) > 0 {
+		if err := ptlrpc.Unmarshal(clientData, &held); err != nil {
+			o.log.Warn("ofd: bad connect data from a client: no grant claimed", "client", e.ClientUUID(), "err", err)
+			held.Grant = 0
+		}
+	}
 	o.gmu.Lock()
 	g, ok := o.gmu.byExp[e]
 	if !ok && !e.Gone() {
 		// Not for an export dropped meanwhile (a reconnect racing an
 		// eviction): its OnGone, dropGrant, has run or waits for gmu and
 		// takes it back after; given after, it would never be.
-		g = min(o.cfg.InitialGrant, o.spaceLocked(context.Background())/8) &^ (grantUnit - 1)
+		spare := o.spaceLocked(context.Background())
+		g = min(o.cfg.InitialGrant, spare/8) &^ (grantUnit - 1)
+		if claim := min(held.Grant, spare); claim > g {
+			g = claim
+			o.log.Info("ofd: grant held by a reconnecting client given back", "client", e.ClientUUID(),
+				"claimed", held.Grant, "granted", g)
+		}
 		o.gmu.byExp[e] = g
 		o.gmu.total += g
 	}

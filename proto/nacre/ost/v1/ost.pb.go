@@ -1086,8 +1086,12 @@ func (x *Advice) GetEnd() uint64 {
 	return 0
 }
 
-// ConnectData is what an OST adds to a CONNECT reply: the client's first
-// grant.
+// ConnectData is what an OST adds to a CONNECT reply: the client's grant.
+// An OSC sends it with its CONNECT too (ConnectRequest.client_data), with
+// the grant it holds: what it may still charge, what its dirty pages
+// charged, and what its write RPCs in flight carry. A restarted OST gives
+// that back as space allows, so that dirty data cached under the old grant
+// still has room (Lustre's ocd_grant at reconnect).
 type ConnectData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Grant         uint64                 `protobuf:"varint,1,opt,name=grant,proto3" json:"grant,omitempty"`

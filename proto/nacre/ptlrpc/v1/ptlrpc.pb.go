@@ -48,7 +48,10 @@ type ConnectRequest struct {
 	// CksumTypes are the bulk checksum algorithms the client can use
 	// (Lustre's ocd_cksum_types: a set of OBD_CKSUM_* bits, ptlrpc's
 	// ChecksumType). 0 from an older client: CRC-32C only.
-	CksumTypes    uint32 `protobuf:"varint,7,opt,name=cksum_types,json=cksumTypes,proto3" json:"cksum_types,omitempty"`
+	CksumTypes uint32 `protobuf:"varint,7,opt,name=cksum_types,json=cksumTypes,proto3" json:"cksum_types,omitempty"`
+	// ClientData is what the client adds for the target (the grant an OSC
+	// holds, Lustre's ocd_grant), in the target's own encoding.
+	ClientData    []byte `protobuf:"bytes,8,opt,name=client_data,json=clientData,proto3" json:"client_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -130,6 +133,13 @@ func (x *ConnectRequest) GetCksumTypes() uint32 {
 		return x.CksumTypes
 	}
 	return 0
+}
+
+func (x *ConnectRequest) GetClientData() []byte {
+	if x != nil {
+		return x.ClientData
+	}
+	return nil
 }
 
 // ConnectReply answers a ConnectRequest.
@@ -261,7 +271,7 @@ var File_nacre_ptlrpc_v1_ptlrpc_proto protoreflect.FileDescriptor
 
 const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnacre/ptlrpc/v1/ptlrpc.proto\x12\x0fnacre.ptlrpc.v1\"\xd7\x01\n" +
+	"\x1cnacre/ptlrpc/v1/ptlrpc.proto\x12\x0fnacre.ptlrpc.v1\"\xf8\x01\n" +
 	"\x0eConnectRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1f\n" +
 	"\vclient_uuid\x18\x02 \x01(\tR\n" +
@@ -272,7 +282,9 @@ const file_nacre_ptlrpc_v1_ptlrpc_proto_rawDesc = "" +
 	"\n" +
 	"conn_count\x18\x06 \x01(\rR\tconnCount\x12\x1f\n" +
 	"\vcksum_types\x18\a \x01(\rR\n" +
-	"cksumTypes\"\x97\x02\n" +
+	"cksumTypes\x12\x1f\n" +
+	"\vclient_data\x18\b \x01(\fR\n" +
+	"clientData\"\x97\x02\n" +
 	"\fConnectReply\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x1a\n" +
 	"\bfeatures\x18\x02 \x01(\x04R\bfeatures\x12\x18\n" +

@@ -48,6 +48,13 @@ func (m *ConnectRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.ClientData) > 0 {
+		i -= len(m.ClientData)
+		copy(dAtA[i:], m.ClientData)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ClientData)))
+		i--
+		dAtA[i] = 0x42
+	}
 	if m.CksumTypes != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CksumTypes))
 		i--
@@ -210,6 +217,10 @@ func (m *ConnectRequest) SizeVT() (n int) {
 	}
 	if m.CksumTypes != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.CksumTypes))
+	}
+	l = len(m.ClientData)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -442,6 +453,40 @@ func (m *ConnectRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 8:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClientData", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ClientData = append(m.ClientData[:0], dAtA[iNdEx:postIndex]...)
+			if m.ClientData == nil {
+				m.ClientData = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
