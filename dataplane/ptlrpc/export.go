@@ -87,6 +87,9 @@ type TargetConfig struct {
 	// nothing); what it returns goes to the client in
 	// ConnectReply.target_data (an OST's grant, say).
 	OnConnect func(e *Export, clientData []byte) []byte
+	// Replies, if not nil, keeps the replies handlers asked to keep
+	// (Request.KeepReply) across restarts.
+	Replies ReplyStore
 	// OnGone, if not nil, is called once for each export that goes away,
 	// with evicted set when the target evicted it (not a DISCONNECT), so
 	// the layers above drop its locks and state.
@@ -585,6 +588,9 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 		if t.cfg.OnClientGone != nil {
 			t.cfg.OnClientGone(e.uuid)
 		}
+		if t.cfg.Replies != nil {
+			t.cfg.Replies.ForgetReplies(e.uuid)
+		}
 		// A client of the previous life gone in recovery has nothing left
 		// to replay (it comes back evicted): recovery waits for it no more.
 		t.clientBack(e.uuid)
@@ -716,6 +722,23 @@ func (e *Export) CountBulk(write bool, n uint64) {
 }
 
 // savedReply is a reply kept for reconstruction.
+// ReplyStore keeps the replies of changes on a target's storage, so that
+// they survive a restart (Lustre's reply data in last_rcvd). A reply is
+// saved after its change is committed (in the store's order), and
+// forgotten once its client's requests report a lowest unreplied XID past
+// it, or the client goes. Its methods are called from handlers'
+// goroutines, concurrently.
+type ReplyStore interface {
+	// SaveReply keeps client's reply to request xid, whose change got
+	// transno; lastXID is what the request said the client had heard the
+	// replies of (all up to it): those it may forget.
+	SaveReply(client string, xid, lastXID, transno uint64, body []byte)
+	// LoadReply returns the reply kept for client's request xid.
+	LoadReply(client string, xid uint64) (transno uint64, body []byte, ok bool)
+	// ForgetReplies drops every reply kept for client.
+	ForgetReplies(client string)
+}
+
 type savedReply struct {
 	hdr  wire.Header
 	body []byte
@@ -882,6 +905,12 @@ func (t *Target) connect(req *Request, cr *ptlrpcv1.ConnectRequest, reply *ptlrp
 	if raced {
 		return nil, 0, true
 	}
+	if cr.Handle == 0 && t.cfg.Replies != nil {
+		// A client starting afresh: its XIDs start afresh too, and a
+		// reply kept for an earlier one of the same name must not answer
+		// its resends.
+		t.cfg.Replies.ForgetReplies(cr.ClientUuid)
+	}
 	if t.cfg.OnNewClient != nil {
 		if err := t.cfg.OnNewClient(cr.ClientUuid); err != nil {
 			t.log.Warn("ptlrpc: cannot record a new client", "client", cr.ClientUuid, "err", err)
@@ -992,6 +1021,13 @@ func (e *Export) admit(h *wire.Header) (saved *savedReply, ok bool, why string) 
 	if h.Flags&wire.MsgResent != 0 {
 		if r, ok := e.saved[h.XID]; ok {
 			return &r, false, ""
+		}
+		if rs := e.target.cfg.Replies; rs != nil {
+			// A reply the previous life sent and the client lost.
+			if transno, body, ok := rs.LoadReply(e.uuid, h.XID); ok {
+				return &savedReply{hdr: wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, BodyLen: uint32(len(body)),
+					ConnCount: h.ConnCount, Handle: e.handle, Transno: transno}, body: body}, false, ""
+			}
 		}
 	}
 	e.inflight[h.XID] = struct{}{}

@@ -101,6 +101,9 @@ type Request struct {
 	// untilReplayed says the request is parked until request replay is
 	// over, not recovery (Target.park).
 	untilReplayed bool
+	// keepReply: the handler asked for its reply to be stored where it
+	// survives a restart (KeepReply).
+	keepReply bool
 
 	// Bulk results for the reply.
 	bulkMoved  uint32
@@ -139,6 +142,15 @@ func (r *Request) Replayed() bool { return r.Header.Flags&wire.MsgReplay != 0 }
 // Transno returns the transno the request's change was given, 0 if none
 // (yet).
 func (r *Request) Transno() uint64 { return r.transno }
+
+// KeepReply asks that the reply of this Modifying request, should it make
+// a change, be kept by the target's ReplyStore, so that the client's
+// resend after a restart that lost the reply gets it rather than running
+// the change again (Lustre's reply data in last_rcvd: a mkdir whose reply
+// was lost would fail with EEXIST). Only for replies that stay true
+// after a restart: not those naming open handles or locks, which the
+// restart lost.
+func (r *Request) KeepReply() { r.keepReply = true }
 
 // AssignTransno gives a Modifying request on an export its transno, once,
 // and calls fn with it while no other request of the target can get one,
@@ -1056,6 +1068,14 @@ func (s *Service) handle(req *Request) {
 		s.log.Debug("ptlrpc: fault injection: dropping reply", "xid", h.XID, "op", h.Opcode)
 	} else {
 		s.sendReplyAt(req, &rh, body, replyOffset, end)
+	}
+	if save != nil && req.keepReply && rh.Transno != 0 {
+		if rs := req.exp.target.cfg.Replies; rs != nil {
+			// After the reply went: the client waits for nothing here.
+			// The change's own commit came first, so a restart that keeps
+			// this reply keeps the change.
+			rs.SaveReply(req.exp.uuid, h.XID, h.LastXID, rh.Transno, body)
+		}
 	}
 	req.finishExportAt(save, end)
 	s.release(req.buf)

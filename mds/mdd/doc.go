@@ -50,6 +50,8 @@
 //	                          layout with objects, for the orphan cleanup
 //	r clientUUID              a client connected to the MDT (last_rcvd's
 //	                          client records: recovery waits for these)
+//	p len clientUUID xid      the reply to a client's change, for its resend
+//	                          after a restart (last_rcvd's reply data)
 //	m name                    format, transno, inode count, next changelog
 //	                          index and user id, next destroy id, sequence
 //	                          controller and server state, whether the

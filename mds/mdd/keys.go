@@ -25,6 +25,7 @@ const (
 	pfxMeta    = 'm' // m name → counters and state
 	pfxLastObj = 'v' // v ostIndex → last object used there (objects.go)
 	pfxClient  = 'r' // r client UUID → (empty): a client connected (clients.go)
+	pfxReply   = 'p' // p len(UUID) UUID XID → transno, reply body (replies.go)
 )
 
 // Meta keys.

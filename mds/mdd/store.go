@@ -133,6 +133,7 @@ type Store struct {
 	}
 
 	cache     *valueCache   // hot records (cache.go)
+	replies   replyBook     // the reply records of this life (replies.go)
 	names     nameFilters   // names in new directories (names.go); under mu's write lock
 	syncMu    sync.Mutex    // one Sync at a time, so OnCommit calls are ordered
 	committed atomic.Uint64 // LastCommitted

@@ -282,6 +282,11 @@ func (m *MDT) reint(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return m.fail(r, err)
 	}
+	if _, open := q.op.(*openOp); !open {
+		// Its reply stays true after a restart (an open's names a handle
+		// the restart loses): a resend after one gets it from the store.
+		r.KeepReply()
+	}
 	return marshal(rep)
 }
 

@@ -415,7 +415,7 @@ func (s *Server) AddMDT(cfg Config) (*MDT, error) {
 	}
 	m.tgt, err = s.ts.NewTarget(ptlrpc.TargetConfig{Name: cfg.Name, UUID: cfg.UUID, EvictTimeout: cfg.EvictTimeout, Logger: lg,
 		LastTransno: m.store.LastTransno(), RecoveryWindow: max(cfg.RecoveryWindow, 0), Clients: clients,
-		OnNewClient: m.store.AddClient,
+		OnNewClient: m.store.AddClient, Replies: m.store,
 		OnClientGone: func(uuid string) {
 			if err := m.store.DropClient(uuid); err != nil {
 				m.log.Warn("mdt: forget client", "client", uuid, "err", err)

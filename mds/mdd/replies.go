@@ -1,0 +1,157 @@
+package mdd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Replies of changes kept across restarts (ptlrpc.ReplyStore; Lustre's
+// reply data in last_rcvd). A client whose reply was lost resends its
+// request; after a restart the MDT no longer has the reply in memory,
+// and without this record it would make the change again (a mkdir done
+// before the restart would fail with EEXIST). A record goes in after its
+// change's batch, not synced: it reaches the disk with the change or
+// after it, never before. Records go once the client's later requests say
+// it has the replies (their last XID), and all of a client's when it goes.
+//
+// Key: pfxReply, the client UUID's length (a byte), the UUID, the XID
+// (8 bytes, big-endian). Value: the transno (8 bytes, little-endian) and
+// the reply body.
+
+// maxKeptReplies bounds the records a client keeps in one life of the
+// MDT: one that never reports a last XID loses its oldest.
+const maxKeptReplies = 1024
+
+// replyBook is what the store remembers of the reply records: the XIDs
+// each client has records for in this life, and whether those of the
+// previous life were cleared.
+type replyBook struct {
+	mu      sync.Mutex
+	clients map[string]*keptReplies
+}
+
+type keptReplies struct {
+	xids    []uint64 // ascending
+	cleared bool     // the previous life's records up to a last XID are gone
+}
+
+// replyPrefix is the key prefix of client's records.
+func replyPrefix(client string) ([]byte, error) {
+	if client == "" || len(client) > maxClientUUID {
+		return nil, fail(syscall.EINVAL, "client uuid of %d bytes", len(client))
+	}
+	k := make([]byte, 0, 2+len(client)+8)
+	k = append(k, pfxReply, byte(len(client)))
+	return append(k, client...), nil
+}
+
+func replyKey(prefix []byte, xid uint64) []byte {
+	return binary.BigEndian.AppendUint64(slices.Clip(prefix), xid)
+}
+
+// SaveReply keeps client's reply to request xid, whose change got
+// transno, and drops those of its requests up to lastXID. Errors are
+// logged: the reply went to the client already, and only a resend after a
+// restart misses the record.
+func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []byte) {
+	pfx, err := replyPrefix(client)
+	if err != nil {
+		s.log.Warn("mdd: reply not kept", "client", client, "xid", xid, "err", err)
+		return
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	v := make([]byte, 8, 8+len(body))
+	binary.LittleEndian.PutUint64(v, transno)
+	b.Set(replyKey(pfx, xid), append(v, body...), nil)
+	s.replies.mu.Lock()
+	if s.replies.clients == nil {
+		s.replies.clients = make(map[string]*keptReplies)
+	}
+	kr := s.replies.clients[client]
+	if kr == nil {
+		kr = &keptReplies{}
+		s.replies.clients[client] = kr
+	}
+	if !kr.cleared && lastXID > 0 {
+		// The previous life's records the client has the replies of.
+		b.DeleteRange(replyKey(pfx, 0), replyKey(pfx, lastXID+1), nil)
+		kr.cleared = true
+	}
+	n := 0
+	for _, x := range kr.xids {
+		if x <= lastXID || len(kr.xids)-n >= maxKeptReplies {
+			b.Delete(replyKey(pfx, x), nil)
+			n++
+			continue
+		}
+		break
+	}
+	kr.xids = kr.xids[n:]
+	if i, found := slices.BinarySearch(kr.xids, xid); !found {
+		kr.xids = slices.Insert(kr.xids, i, xid)
+	}
+	err = b.Commit(pebble.NoSync)
+	s.replies.mu.Unlock() // (after the commit: batches of one client go in order)
+	if err != nil {
+		s.log.Warn("mdd: reply not kept", "client", client, "xid", xid, "err", err)
+	}
+}
+
+// LoadReply returns the reply kept for client's request xid.
+func (s *Store) LoadReply(client string, xid uint64) (transno uint64, body []byte, ok bool) {
+	pfx, err := replyPrefix(client)
+	if err != nil {
+		return 0, nil, false
+	}
+	v, err := s.dbGet(replyKey(pfx, xid))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return 0, nil, false
+	case err != nil:
+		s.log.Warn("mdd: kept reply unreadable", "client", client, "xid", xid, "err", err)
+		return 0, nil, false
+	case len(v) < 8:
+		s.log.Warn("mdd: kept reply damaged", "client", client, "xid", xid, "len", len(v))
+		return 0, nil, false
+	}
+	return binary.LittleEndian.Uint64(v), v[8:], true
+}
+
+// ForgetReplies drops every reply kept for client.
+func (s *Store) ForgetReplies(client string) {
+	pfx, err := replyPrefix(client)
+	if err != nil {
+		return
+	}
+	s.replies.mu.Lock()
+	defer s.replies.mu.Unlock()
+	delete(s.replies.clients, client)
+	end := append(slices.Clip(pfx), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	if err := s.db.DeleteRange(pfx, end, pebble.NoSync); err != nil {
+		s.log.Warn("mdd: kept replies not forgotten", "client", client, "err", fmt.Errorf("delete range: %w", err))
+	}
+}
+
+// KeptReplies counts the replies kept for client.
+func (s *Store) KeptReplies(client string) (int, error) {
+	pfx, err := replyPrefix(client)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	err = s.scan(pfx, func(k, _ []byte) error {
+		if len(k) != len(pfx)+8 {
+			return fmt.Errorf("bad reply key of %d bytes", len(k))
+		}
+		n++
+		return nil
+	})
+	return n, ioError(err, "replies kept for %q", client)
+}

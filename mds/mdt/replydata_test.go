@@ -1,0 +1,119 @@
+package mdt
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/mds/mdd"
+)
+
+// TestResendAfterRestartGetsKeptReply: a change's reply is lost and the
+// MDS restarts before the client resends it. The restarted MDT answers
+// the resend with the reply it kept on disk (Lustre's reply data) instead
+// of making the change again, which would fail it: an unlink or a rename
+// with ENOENT, a link with EEXIST. (A mkdir made again succeeds: its FID
+// is the client's, and the name it finds taken is taken by that FID.)
+func TestResendAfterRestartGetsKeptReply(t *testing.T) {
+	c := newCluster(t, 0, func(cfg *Config) { cfg.RecoveryWindow = 30 * time.Second })
+	n := c.client()
+	ctx := ctxT(t, 2*time.Minute)
+	file := func(name string) fid.FID {
+		t.Helper()
+		a, _, err := n.mdc.Create(ctx, root, n.root, name, 0o644, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.FID
+	}
+	lookup := func(name string) error {
+		_, err := c.mdt.Store().Lookup(mdd.Req{Cred: mdd.Cred{}}, n.root, name)
+		return err
+	}
+	var target fid.FID
+	tests := []struct {
+		name  string
+		setup func()
+		op    func() error
+		made  func() bool // the change is on the MDT
+	}{
+		{"mkdir", func() { file("first") }, func() error { _, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755); return err },
+			func() bool { return lookup("d") == nil }},
+		{"unlink", func() { file("gone") }, func() error { return n.mdc.Unlink(ctx, root, n.root, "gone") },
+			func() bool { return errors.Is(lookup("gone"), syscall.ENOENT) }},
+		{"rename", func() { file("from") }, func() error { return n.mdc.Rename(ctx, root, n.root, "from", n.root, "to", 0) },
+			func() bool { return lookup("to") == nil }},
+		{"link", func() { target = file("target") }, func() error {
+			_, err := n.mdc.Link(ctx, root, target, n.root, "second")
+			return err
+		}, func() bool { return lookup("second") == nil }},
+	}
+	for _, tt := range tests {
+		tt.setup()
+		// The next reply, the change's, is lost.
+		c.faults.Arm(ptlrpc.FailDropReply, 1)
+		done := make(chan error, 1)
+		go func() { done <- tt.op() }()
+		for !tt.made() || c.faults.Fired(ptlrpc.FailDropReply) == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: the change was never made", tt.name)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		c.faults.Disarm(ptlrpc.FailDropReply)
+		c.stop()
+		c.start()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s resent after the restart: %v", tt.name, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: no answer after the restart", tt.name)
+		}
+		if st := c.srv.Service().Stats(); st.Reconstructed != 1 {
+			t.Errorf("%s: %d replies reconstructed by the restarted MDS, want 1", tt.name, st.Reconstructed)
+		}
+	}
+	if _, err := n.mdc.Lookup(ctx, root, n.root, "from"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("the renamed file's old name: %v", err)
+	}
+	c.check()
+}
+
+// TestKeptRepliesForgotten: the replies kept for a client go once its
+// later requests say it has them, and all of them when it disconnects.
+func TestKeptRepliesForgotten(t *testing.T) {
+	c := newCluster(t, 0, nil)
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	kept := func() int {
+		k, err := c.mdt.Store().KeptReplies("client-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := n.mdc.Mkdir(ctx, root, n.root, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each mkdir's request told the MDT the client had every reply before
+	// it: only the last is kept.
+	if k := kept(); k != 1 {
+		t.Fatalf("%d replies kept after three mkdirs, want 1", k)
+	}
+	if err := n.imp.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for kept() != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d replies kept after the client disconnected", kept())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
