@@ -459,6 +459,21 @@ func (c *Client) newRPC(req *Req, server lwire.ProcessID) (*rpc, error) {
 // newRPCAs is newRPC under a given XID: one of an earlier send of req
 // whose answer was lost, so that the server knows it for a resend.
 func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, error) {
+	r, err := c.allocRPC(req)
+	if err != nil {
+		return nil, err
+	}
+	r.xid = xid
+	if err := r.post(server); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// allocRPC checks req and returns its rpc without an XID or MDs: the
+// caller sets r.xid and calls post (an import takes the XID under its lock,
+// as it records the request in flight).
+func (c *Client) allocRPC(req *Req) (*rpc, error) {
 	if len(req.Body) > wire.MaxBodySize || wire.HeaderSize+len(req.Body) > maxMessage {
 		return nil, fmt.Errorf("ptlrpc: %v request body of %d bytes, at most %d", req.Opcode, len(req.Body), maxMessage-wire.HeaderSize)
 	}
@@ -470,7 +485,7 @@ func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, e
 		return nil, fmt.Errorf("ptlrpc: %v reply cap %d over %d", req.Opcode, replyCap, wire.MaxBodySize)
 	}
 	r := &rpc{
-		c: c, req: req, xid: xid,
+		c: c, req: req,
 		wake: make(chan struct{}, 1),
 	}
 	if req.JobID != "" {
@@ -491,6 +506,13 @@ func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, e
 		}
 	}
 	r.pool = replyPool(replyCap)
+	return r, nil
+}
+
+// post posts r's reply MD and bulk MDs under r.xid, which is set. The
+// caller must call finish once it succeeded.
+func (r *rpc) post(server lwire.ProcessID) error {
+	c, req := r.c, r.req
 	r.bp = r.pool.Get().(*[]byte)
 	r.replyBufs[0] = *r.bp
 	rmd, err := c.ln.Attach(c.cfg.ReplyPortal, server, r.xid, 0, lnet.InsertLast, lnet.MD{
@@ -500,7 +522,7 @@ func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, e
 	})
 	if err != nil {
 		r.pool.Put(r.bp)
-		return nil, fmt.Errorf("ptlrpc: post reply MD: %w", err)
+		return fmt.Errorf("ptlrpc: post reply MD: %w", err)
 	}
 	r.rmd = rmd
 	if req.Bulk != nil {
@@ -511,11 +533,11 @@ func (c *Client) newRPCAs(req *Req, server lwire.ProcessID, xid uint64) (*rpc, e
 		mds, err := req.Bulk.register(c.ln, c.cfg.BulkPortal, server, r.xid, r.bulkGone, r.bulkSums)
 		if err != nil {
 			c.ln.Unlink(rmd)
-			return nil, err
+			return err
 		}
 		r.bulkMDs = mds
 	}
-	return r, nil
+	return nil
 }
 
 // header builds the request header for one send of r.

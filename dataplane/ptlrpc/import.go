@@ -1081,21 +1081,45 @@ func (imp *Import) begin(ctx context.Context, req *Req) (*icall, error) {
 			return nil, err
 		}
 	}
-	r, err := imp.c.newRPC(req, imp.replySrc)
+	r, err := imp.c.allocRPC(req)
 	if err != nil {
 		return nil, err
 	}
 	imp.mu.Lock()
+	// The XID is taken under imp.mu as the request goes in flight: one
+	// taken before would leave a moment when lastXID, below every XID in
+	// flight, passed it, and a header made then tells the server to forget
+	// the saved reply that a resend of this request needs (it would run
+	// twice).
+	r.xid = nextXID()
 	ic := &r.ic
 	*ic = icall{r: r, gen: imp.mu.gen, needSend: true}
 	heap.Push(&imp.mu.inflight, ic)
 	imp.mu.Unlock()
+	if err := r.post(imp.replySrc); err != nil {
+		imp.mu.Lock()
+		heap.Remove(&imp.mu.inflight, ic.hidx)
+		ic.hidx = -1
+		imp.mu.Unlock()
+		return nil, err
+	}
+	if testHookXIDTaken != nil {
+		testHookXIDTaken(r)
+	}
 	if err := imp.sendNext(ctx, ic); err != nil && ctx.Err() != nil {
 		imp.end(ic)
 		return nil, err
 	}
 	return ic, nil
 }
+
+// testHookXIDTaken, if set (by tests), runs in begin once the request
+// has its XID, before it is first sent.
+var testHookXIDTaken func(r *rpc)
+
+// testHookHeaderMade, if set (by tests), runs in sendNext once the
+// request's header (its last_xid) is made, before it is sent.
+var testHookHeaderMade func(r *rpc, h *wire.Header)
 
 // sendNext sends ic on the current connection, waiting for one. An error
 // that is not the caller's (ctx) or final (eviction, close) leaves
@@ -1112,6 +1136,9 @@ func (imp *Import) sendNext(ctx context.Context, ic *icall) error {
 	imp.mu.Unlock()
 	resend := ic.r.nsent > 0
 	h := ic.r.header(cn.handle, cn.count, imp.lastXID(), resend, cn.cksum)
+	if testHookHeaderMade != nil {
+		testHookHeaderMade(ic.r, &h)
+	}
 	ic.timeout = timeout
 	if err := ic.r.send(ctx, cn.server, imp.cfg.Portal, &h, timeout); err != nil {
 		if ctx.Err() == nil {
@@ -1280,17 +1307,24 @@ type SetCall struct {
 // ptlrpc_set_wait). Results are in the order of calls.
 func DoSet(ctx context.Context, calls []SetCall) []Result {
 	res := make([]Result, len(calls))
-	ics := make([]*icall, len(calls))
+	// A goroutine per call, each sending and collecting its own: a call
+	// sent on a connection that failed is resent only by whoever collects
+	// it, and the reconnect (RECOVER) holds the calls not sent yet until
+	// it is. One goroutine sending the rest before collecting any would
+	// wait for itself until ctx ends.
+	var wg sync.WaitGroup
 	for i, sc := range calls {
-		ics[i], res[i].Err = sc.Import.begin(ctx, sc.Req)
+		wg.Go(func() {
+			ic, err := sc.Import.begin(ctx, sc.Req)
+			if err != nil {
+				res[i].Err = err
+				return
+			}
+			defer sc.Import.end(ic)
+			res[i].Reply, res[i].Err = sc.Import.collect(ctx, ic)
+		})
 	}
-	for i, ic := range ics {
-		if ic == nil {
-			continue
-		}
-		res[i].Reply, res[i].Err = calls[i].Import.collect(ctx, ic)
-		calls[i].Import.end(ic)
-	}
+	wg.Wait()
 	return res
 }
 
