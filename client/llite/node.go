@@ -275,6 +275,11 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	// (by the mode last seen: the create just changed the directory, and
 	// asking for its attributes again would cost an RPC).
 	fillEntry(a, out, f.EntryLocked() && n.mode.Load()&0o001 != 0)
+	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		// Another mount's file found in place (a fifo, say): the open's
+		// lock covers its name, not its attributes.
+		out.SetAttrTimeout(0)
+	}
 	if f.Created() {
 		// A new file has no capabilities: the kernel's read of them
 		// before the first write needs no RPC.
