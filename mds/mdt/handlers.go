@@ -912,7 +912,10 @@ func (m *MDT) openCreate(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, 
 		return mdd.Attr{}, false, nil, err
 	}
 	if found {
-		if o.flags&oExcl != 0 {
+		// A file of the FID the client gave this create was made by an
+		// earlier send of it (a resend after a restart lost the reply it
+		// had saved): O_EXCL is satisfied.
+		if o.flags&oExcl != 0 && c.FID != o.newFID {
 			return mdd.Attr{}, false, nil, fmt.Errorf("mdt: open O_EXCL of %q: %w", clamp(o.name), syscall.EEXIST)
 		}
 		return c, false, nil, nil
