@@ -16,6 +16,10 @@ func SetBeforeCreate(f func()) { testBeforeCreate = f }
 // objects and reading them (nil: none).
 func SetBeforeRead(f func()) { testBeforeRead = f }
 
+// SetBeforeDataOf sets the hook every use of a layout read from the MDT
+// runs before it takes the layout's objects (nil: none).
+func SetBeforeDataOf(f func(fs *FS, f FID)) { testBeforeDataOf = f }
+
 // MakingName exposes FS.makingName to the tests.
 func (fs *FS) MakingName(parent FID, name string) func(error) { return fs.makingName(parent, name) }
 

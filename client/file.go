@@ -186,7 +186,10 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64,
 			// Made or emptied by this open: empty, no glimpse needed.
 			a.Size, a.Blocks = 0, 0
 		} else {
-			size, err := d.Size(ctx)
+			// By the file's objects now, not the open's: its layout may
+			// have been swapped and its objects destroyed since it was
+			// read (the open's lock was called back then).
+			size, err := f.Size(ctx)
 			if err != nil {
 				return nil, Attr{}, fmt.Errorf("open %v: size: %w", mf.FID, err)
 			}
@@ -211,7 +214,6 @@ func (f *File) dataGen(ctx context.Context) (*lov.File, uint64, error) {
 	fs := f.fs
 	fs.cache.mu.Lock()
 	d, stale, gen := f.ino.data, f.ino.stale, f.ino.layoutGen
-	f.ino.stale = false
 	fs.cache.mu.Unlock()
 	if !stale && (d != nil || f.mf.Attr.Mode&sIFMT != sIFREG) {
 		return d, gen, nil
@@ -221,13 +223,13 @@ func (f *File) dataGen(ctx context.Context) (*lov.File, uint64, error) {
 	}
 	// A getattr intent: the layout comes read under the lock granted
 	// with it, whose loss marks the layout stale again (a layout fetched
-	// without one would never be known to change).
+	// without one would never be known to change). The mark stays until
+	// the new layout's objects are in the inode's place: an I/O that
+	// starts meanwhile reads the layout as well, rather than use the
+	// objects it replaces.
 	rep, err := fs.mdc.Enqueue(ctx, Root(), mdc.Intent{Op: mdc.ItGetattr, FID: f.mf.FID}, fs.hooks())
 	if err != nil {
-		fs.cache.mu.Lock()
-		f.ino.stale = true // still: the next I/O tries again
-		fs.cache.mu.Unlock()
-		return nil, gen, fmt.Errorf("layout of %v: %w", f.mf.FID, err)
+		return nil, gen, fmt.Errorf("layout of %v: %w", f.mf.FID, err) // (still stale: the next I/O tries again)
 	}
 	if rep.Lock != nil {
 		fs.cache.openLock(f.mf.FID, rep.Lock, dentKey{})
@@ -237,11 +239,18 @@ func (f *File) dataGen(ctx context.Context) (*lov.File, uint64, error) {
 		f.ino.staleLocked()
 		fs.cache.mu.Unlock()
 	}
-	if rep.Layout == nil {
-		return nil, gen, nil
+	d = nil
+	if rep.Layout != nil {
+		if d, _, err = fs.dataOf(f.mf.FID, rep.Layout); err != nil {
+			return nil, gen, err
+		}
 	}
-	d, _, err = fs.dataOf(f.mf.FID, rep.Layout)
-	return d, gen, err
+	fs.cache.mu.Lock()
+	if f.ino.layoutGen == gen {
+		f.ino.stale = false // (else lost again since it was read: read it again)
+	}
+	fs.cache.mu.Unlock()
+	return d, gen, nil
 }
 
 // layoutMoved reports whether f's layout was lost since generation gen.

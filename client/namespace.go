@@ -109,24 +109,38 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 	if err := checkName(name); err != nil {
 		return Attr{}, err
 	}
+	for try := 0; ; try++ {
+		a, lost, err := fs.lookupOnce(ctx, cred, parent, name, size)
+		if err == nil || !lost || try == layoutRetries {
+			return a, err
+		}
+		fs.log.Debug("client: lookup again: the layout changed under its size", "parent", parent, "name", name, "err", err)
+	}
+}
+
+// lookupOnce is lookup, once; lost says that an error may come of the
+// layout the size was asked of having changed since it was read (see
+// sizeLost).
+func (fs *FS) lookupOnce(ctx context.Context, cred Cred, parent FID, name string, size bool) (_ Attr, lost bool, _ error) {
 	withSize := fs.withSize
 	if !size {
 		withSize = lazySize
 	}
 	if f, ok := fs.cache.lookup(parent, name); ok && fs.mayExec(cred, parent) {
 		if a, lay, ok := fs.cache.attr(f); ok {
-			return withSize(ctx, a, lay)
+			a, err := withSize(ctx, a, lay)
+			return a, fs.sizeLost(err, f, nil), err
 		}
 	}
 	if fs.cache.negative(parent, name) && fs.mayExec(cred, parent) {
-		return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
+		return Attr{}, false, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
 	}
 	if fs.mayExec(cred, parent) {
 		if l, ok := fs.cache.answerFromSet(parent, name); ok {
 			// Not in the directory's name set: a negative entry now,
 			// under the set's lock (the kernel may keep it too).
 			l.Touch()
-			return Attr{}, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
+			return Attr{}, false, fmt.Errorf("client: lookup %q in %v: %w (cached)", name, parent, syscall.ENOENT)
 		}
 	}
 	gen := fs.cache.nameGen(parent, name)
@@ -145,13 +159,31 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 				rep.Lock.Release()
 			}
 		}
-		return Attr{}, err
+		return Attr{}, false, err
 	}
 	fs.cache.store(rep.Attr, rep.Layout, rep.Lock, parent, name)
 	if rep.Lock != nil {
 		rep.Lock.Release()
 	}
-	return withSize(ctx, rep.Attr, rep.Layout)
+	a, err := withSize(ctx, rep.Attr, rep.Layout)
+	return a, fs.sizeLost(err, rep.Attr.FID, rep.Lock), err
+}
+
+// sizeLost reports whether err, of a size asked of f's objects by a
+// layout read under lock l (nil: cached under a lock), may come of the
+// layout having changed since: the lock went, or gave back its LAYOUT
+// bit. A swap of the layouts (lfs migrate) calls it back before the old
+// objects can be destroyed, and a glimpse of a destroyed object fails
+// (ENOENT); the attributes are asked again then.
+func (fs *FS) sizeLost(err error, f FID, l *ldlm.ClientLock) bool {
+	if err == nil {
+		return false
+	}
+	if l != nil {
+		return l.Gone() || l.Policy().Bits&ldlm.BitLayout == 0
+	}
+	_, _, valid := fs.cache.attr(f)
+	return !valid
 }
 
 // makingName is called before a change that makes name in parent. The
@@ -227,20 +259,33 @@ func contains(s []uint32, v uint32) bool {
 // by a getattr intent; a regular file's size and blocks come from its
 // objects (what the client's locks say, or a glimpse of each).
 func (fs *FS) Getattr(ctx context.Context, cred Cred, f FID) (Attr, error) {
+	for try := 0; ; try++ {
+		a, lost, err := fs.getattr(ctx, cred, f)
+		if err == nil || !lost || try == layoutRetries {
+			return a, err
+		}
+		fs.log.Debug("client: getattr again: the layout changed under its size", "fid", f, "err", err)
+	}
+}
+
+// getattr is Getattr, once; lost as lookupOnce's.
+func (fs *FS) getattr(ctx context.Context, cred Cred, f FID) (_ Attr, lost bool, _ error) {
 	if a, lay, ok := fs.cache.attr(f); ok {
-		return fs.withSize(ctx, a, lay)
+		a, err := fs.withSize(ctx, a, lay)
+		return a, fs.sizeLost(err, f, nil), err
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	rep, err := fs.mdc.Enqueue(ctx, cred, mdc.Intent{Op: mdc.ItGetattr, FID: f}, fs.hooks())
 	if err != nil {
-		return Attr{}, err
+		return Attr{}, false, err
 	}
 	fs.cache.store(rep.Attr, rep.Layout, rep.Lock, fid.FID{}, "")
 	if rep.Lock != nil {
 		rep.Lock.Release()
 	}
-	return fs.withSize(ctx, rep.Attr, rep.Layout)
+	a, err := fs.withSize(ctx, rep.Attr, rep.Layout)
+	return a, fs.sizeLost(err, f, rep.Lock), err
 }
 
 // withSize fills in a regular file's size from its objects.
@@ -282,10 +327,17 @@ func sameLayout(a, b *layout.Layout) bool {
 
 // dataOf returns the objects of f with layout lay, opened on first use
 // (and again when the layout changed) and kept with f's inode; call done
-// after use (it closes them when no inode keeps them).
+// after use (it closes them when no inode keeps them). If the inode keeps
+// the objects of a newer layout (a later generation: lay was read before
+// a layout change another caller has seen the outcome of), those are
+// returned: lay's may be destroyed. It leaves the inode's stale mark
+// alone: a lock's callback that set it may have come after lay was read.
 func (fs *FS) dataOf(f FID, lay *layout.Layout) (_ *lov.File, done func(), _ error) {
+	if testBeforeDataOf != nil {
+		testBeforeDataOf(fs, f)
+	}
 	fs.cache.mu.Lock()
-	if ino := fs.cache.inodes[f]; ino != nil && ino.data != nil && sameLayout(ino.dlay, lay) {
+	if ino := fs.cache.inodes[f]; ino != nil && ino.keepsLocked(lay) {
 		d := ino.data
 		fs.cache.mu.Unlock()
 		return d, func() {}, nil
@@ -305,14 +357,14 @@ func (fs *FS) dataOf(f FID, lay *layout.Layout) (_ *lov.File, done func(), _ err
 		fs.cache.mu.Unlock()
 		return d, d.Close, nil
 	}
-	if ino.data != nil && sameLayout(ino.dlay, lay) {
+	if ino.keepsLocked(lay) {
 		cur := ino.data
 		fs.cache.mu.Unlock()
 		d.Close()
 		return cur, func() {}, nil
 	}
 	old := ino.data
-	ino.data, ino.dlay, ino.stale = d, lay, false
+	ino.data, ino.dlay = d, lay
 	if old != nil && ino.opens > 0 {
 		// Open handles may be in the middle of I/O on the old objects.
 		ino.retired = append(ino.retired, old)
@@ -323,6 +375,13 @@ func (fs *FS) dataOf(f FID, lay *layout.Layout) (_ *lov.File, done func(), _ err
 		old.Close()
 	}
 	return d, func() {}, nil
+}
+
+// keepsLocked reports whether ino's objects serve for layout lay: they are
+// lay's, or a newer layout's (a layout's generation only grows). The
+// cache's mutex is held.
+func (ino *inode) keepsLocked(lay *layout.Layout) bool {
+	return ino.data != nil && (sameLayout(ino.dlay, lay) || ino.dlay.Gen > lay.Gen)
 }
 
 // Setattr changes f's attributes: mode, owner, times, and size (the MDT
@@ -396,14 +455,11 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		lay = sent
 	}
 	if sa.Valid&mdc.AttrSize != 0 && lay != nil {
-		d, done, err := fs.dataOf(f, lay)
-		if err != nil {
+		// A caller with the file open for write keeps its layout from
+		// being swapped (the MDT refuses); others check it was not.
+		recheck := sa.Valid&mdc.AttrOpenWrite == 0
+		if lay, err = fs.truncateObjects(ctx, cred, f, lay, int64(sa.Size), recheck); err != nil {
 			return Attr{}, err
-		}
-		err = d.Truncate(ctx, int64(sa.Size))
-		done()
-		if err != nil {
-			return Attr{}, fmt.Errorf("truncate %v to %d: %w", f, sa.Size, err)
 		}
 	}
 	if a.Mode&sIFMT == sIFREG && lay == nil {
@@ -426,6 +482,44 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 		}
 	}
 	return fs.withSize(ctx, a, lay)
+}
+
+// truncateObjects cuts f's objects, those of layout lay, to size, and
+// returns the layout whose objects were cut. With recheck, it reads the
+// layout again after the cut: a swap of the layouts (lfs migrate) since
+// lay was read gave the objects to the migration's copy, which goes with
+// them, and the file has the copy's objects, not cut (or, if the old ones
+// were destroyed, the cut failed). The new ones are cut then, as Lustre
+// restarts an I/O whose layout changed under it.
+func (fs *FS) truncateObjects(ctx context.Context, cred Cred, f FID, lay *layout.Layout, size int64, recheck bool) (*layout.Layout, error) {
+	for try := 0; ; try++ {
+		d, done, err := fs.dataOf(f, lay)
+		if err != nil {
+			return nil, err
+		}
+		err = d.Truncate(ctx, size)
+		done()
+		if !recheck || try == layoutRetries {
+			return lay, wrapTruncate(f, size, err)
+		}
+		_, now, lerr := fs.mdc.GetattrLayout(ctx, cred, f)
+		switch {
+		case lerr != nil && err == nil:
+			return nil, fmt.Errorf("truncate %v to %d: layout after the cut: %w", f, size, lerr)
+		case lerr != nil || now == nil || sameLayout(now, lay):
+			return lay, wrapTruncate(f, size, err)
+		}
+		fs.log.Debug("client: truncate again: the layout changed under it", "fid", f, "size", size, "err", err)
+		lay = now
+	}
+}
+
+// wrapTruncate gives an error of a cut of f's objects its context.
+func wrapTruncate(f FID, size int64, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("truncate %v to %d: %w", f, size, err)
 }
 
 // Mkdir makes directory name in parent.
@@ -821,6 +915,10 @@ func (fs *FS) Layout(ctx context.Context, cred Cred, f FID) (*layout.Layout, err
 	_, lay, err := fs.mdc.GetattrLayout(ctx, cred, f)
 	return lay, err
 }
+
+// testBeforeDataOf, set by tests, runs first in dataOf: after the layout
+// it is given was read, before its objects are taken.
+var testBeforeDataOf func(fs *FS, f FID)
 
 // testBeforeStoreNegative, set by tests, runs when a lookup's RPC found
 // name missing, before the name is stored as such.
