@@ -1,6 +1,7 @@
 package mdd
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,8 +38,16 @@ type replyBook struct {
 }
 
 type keptReplies struct {
-	xids    []uint64 // ascending
-	cleared bool     // the previous life's records up to a last XID are gone
+	kept    []keptReply // ascending XIDs
+	cleared bool        // the previous life's records up to a last XID are gone
+}
+
+// keptReply is a record of this life; committed once its batch is in.
+// Only a committed record is deleted: a delete in a batch that goes in
+// before the record's own would leave the record for good.
+type keptReply struct {
+	xid       uint64
+	committed bool
 }
 
 // replyPrefix is the key prefix of client's records.
@@ -84,23 +93,41 @@ func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []by
 		b.DeleteRange(replyKey(pfx, 0), replyKey(pfx, lastXID+1), nil)
 		kr.cleared = true
 	}
-	n := 0
-	for _, x := range kr.xids {
-		if x <= lastXID || len(kr.xids)-n >= maxKeptReplies {
-			b.Delete(replyKey(pfx, x), nil)
-			n++
+	kept := kr.kept[:0]
+	for i, k := range kr.kept {
+		if k.committed && (k.xid <= lastXID || len(kr.kept)-i > maxKeptReplies) {
+			b.Delete(replyKey(pfx, k.xid), nil)
 			continue
 		}
-		break
+		kept = append(kept, k)
 	}
-	kr.xids = kr.xids[n:]
-	if i, found := slices.BinarySearch(kr.xids, xid); !found {
-		kr.xids = slices.Insert(kr.xids, i, xid)
-	}
+	clear(kr.kept[len(kept):])
+	kr.kept = kept
+	i, _ := slices.BinarySearchFunc(kr.kept, xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) })
+	kr.kept = slices.Insert(kr.kept, i, keptReply{xid: xid})
+	s.replies.mu.Unlock()
+	// Not under the lock: saves of many requests go in at once.
 	err = b.Commit(pebble.NoSync)
-	s.replies.mu.Unlock() // (after the commit: batches of one client go in order)
+	s.replies.mu.Lock()
+	defer s.replies.mu.Unlock()
 	if err != nil {
 		s.log.Warn("mdd: reply not kept", "client", client, "xid", xid, "err", err)
+	}
+	if s.replies.clients[client] != kr {
+		// The client was forgotten as the record went in: it goes too.
+		if err == nil {
+			if err := s.db.Delete(replyKey(pfx, xid), pebble.NoSync); err != nil {
+				s.log.Warn("mdd: reply of a departed client not forgotten", "client", client, "xid", xid, "err", err)
+			}
+		}
+		return
+	}
+	if i, found := slices.BinarySearchFunc(kr.kept, xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) }); found {
+		if err == nil {
+			kr.kept[i].committed = true
+		} else {
+			kr.kept = slices.Delete(kr.kept, i, i+1)
+		}
 	}
 }
 
