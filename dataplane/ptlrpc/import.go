@@ -145,6 +145,8 @@ type connInfo struct {
 	// cksum are the checksum algorithms the target agreed to on this
 	// connection.
 	cksum ChecksumType
+	// instance is the server instance it is to.
+	instance uint64
 }
 
 // Import is the client side of one client–target connection (Lustre's
@@ -552,7 +554,8 @@ func (imp *Import) connect() error {
 		imp.mu.Unlock()
 		return ErrClosed
 	}
-	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{}), cksum: negotiated(rep.CksumTypes)}
+	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{}), cksum: negotiated(rep.CksumTypes),
+		instance: rep.Instance}
 	imp.mu.conn = cn
 	imp.mu.features = rep.Features
 	imp.mu.targetData = rep.TargetData
@@ -1188,13 +1191,6 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 			// Any other late reply to an older send is a real answer.
 			continue
 		}
-		if m.hdr.Status == -errnoENOTCONN && m.hdr.ConnCount != 0 && m.hdr.ConnCount < ic.conn.count {
-			// A send on an older connection, queued while the server was
-			// away, reached its new life, which refused it: the answer to
-			// this send (on the connection that replaced it) is to come.
-			// Any other late reply to an older send is a real answer.
-			continue
-		}
 		imp.measure(r, &m.hdr)
 		if m.hdr.Status == -errnoENOTCONN {
 			// The server has no export for us: reconnect, which tells
@@ -1211,6 +1207,18 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 			}
 			return nil, err
 		}
+		if testHookReplyCollected != nil {
+			testHookReplyCollected(r, &m.hdr)
+		}
+		if m.hdr.Transno != 0 && m.hdr.Status == 0 && imp.lostWithItsLife(ic, m.hdr.Transno) {
+			// The server's life that made the change has ended since, and
+			// the next one recovered without it (it was not in the replay
+			// list yet): its change may be lost. Sent again, the new life
+			// makes it, or answers from the reply it kept.
+			imp.log.Info("ptlrpc: reply of a server life that ended before it was kept: resending", "op", r.req.Opcode, "xid", r.xid, "transno", m.hdr.Transno)
+			ic.needSend = true
+			continue
+		}
 		if m.hdr.Transno != 0 && m.hdr.Status == 0 {
 			imp.keep(r, m.hdr.Transno, m.body, false)
 			r.req.Transno = m.hdr.Transno
@@ -1218,6 +1226,20 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 		return m.result()
 	}
 }
+
+// lostWithItsLife reports whether the change of transno, answered on ic's
+// connection, may have been lost: the import has connected since to
+// another instance of the server, which has not reported it committed.
+func (imp *Import) lostWithItsLife(ic *icall, transno uint64) bool {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	cur := imp.mu.conn
+	return ic.conn != nil && cur != nil && cur != ic.conn && cur.instance != ic.conn.instance && transno > imp.mu.lastCommitted
+}
+
+// testHookReplyCollected, if set (by tests), runs in collect once a reply
+// to r has come, before it is kept.
+var testHookReplyCollected func(r *rpc, h *wire.Header)
 
 // end releases ic.
 func (imp *Import) end(ic *icall) {

@@ -1474,3 +1474,50 @@ func TestReplaysDoneWaitsForAReplayInItsHandler(t *testing.T) {
 		t.Fatalf("ReplaysDone once done, with a done context: %v", err)
 	}
 }
+
+// TestLateReplyOfEndedLifeResent: a change's reply (transno 101) arrives
+// from the server, but before the import takes it in (it is not in the
+// replay list yet) the server restarts without the change (its store had
+// committed up to 100) and the import reconnects and recovers, replaying
+// nothing. Kept as it was, the reply said the change was made, and the
+// next life never had it. The import sends the request again instead:
+// the new life makes the change.
+func TestLateReplyOfEndedLifeResent(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.client(t, "a", rplPortal, true)
+	got, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	testHookReplyCollected = func(r *rpc, h *wire.Header) {
+		if r.req.Opcode == opInc && h.Transno != 0 {
+			once.Do(func() {
+				close(got)
+				<-release
+			})
+		}
+	}
+	defer func() { testHookReplyCollected = nil }()
+	done := do(a)
+	<-got
+	if n := len(re.entries()); n != 1 {
+		t.Fatalf("%d changes made before the restart, want 1", n)
+	}
+	inst := a.Info().Instance
+	re.restartAt(t, 100, time.Minute, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Ping(ctx); err != nil { // reconnects, recovers
+		t.Fatal(err)
+	}
+	// (RECOVER: the replay is over; the request in flight is to be sent
+	// again before anything new goes.)
+	if info := a.Info(); info.Instance == inst || (info.State != StateFull && info.State != StateRecover) {
+		t.Fatalf("the import has not recovered to the new life: %+v", info)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if e := re.entries(); len(e) != 2 {
+		t.Fatalf("the change was made %d times over the two lives (%q), want once in each", len(e), e)
+	}
+}
