@@ -209,12 +209,9 @@ func (o *OFD) spent(n uint64) {
 // the free space goes, and at least a first grant. A reconnect to the
 // export it had keeps that export's grant.
 func (o *OFD) connectGrant(e *ptlrpc.Export, clientData []byte) []byte {
-	var held ostv1.ConnectData
-	if len(clientData) > 0 {
-		if err := ptlrpc.Unmarshal(clientData, &held); err != nil {
-			o.log.Warn("ofd: bad connect data from a client: no grant claimed", "client", e.ClientUUID(), "err", err)
-			held.Grant = 0
-		}
+	claimed, err := heldGrant(clientData)
+	if err != nil {
+		o.log.Warn("ofd: bad connect data from a client: no grant claimed", "client", e.ClientUUID(), "err", err)
 	}
 	o.gmu.Lock()
 	g, ok := o.gmu.byExp[e]
@@ -224,10 +221,10 @@ func (o *OFD) connectGrant(e *ptlrpc.Export, clientData []byte) []byte {
 		// takes it back after; given after, it would never be.
 		spare := o.spaceLocked(context.Background())
 		g = min(o.cfg.InitialGrant, spare/8) &^ (grantUnit - 1)
-		if claim := min(held.Grant, spare); claim > g {
+		if claim := min(claimed, spare); claim > g {
 			g = claim
 			o.log.Info("ofd: grant held by a reconnecting client given back", "client", e.ClientUUID(),
-				"claimed", held.Grant, "granted", g)
+				"claimed", claimed, "granted", g)
 		}
 		o.gmu.byExp[e] = g
 		o.gmu.total += g
@@ -235,6 +232,19 @@ func (o *OFD) connectGrant(e *ptlrpc.Export, clientData []byte) []byte {
 	o.gmu.Unlock()
 	b, _ := ptlrpc.Marshal(&ostv1.ConnectData{Grant: g})
 	return b
+}
+
+// heldGrant decodes the grant a client's CONNECT says it holds: 0 for no
+// data, and for data it cannot read (with the error).
+func heldGrant(clientData []byte) (uint64, error) {
+	if len(clientData) == 0 {
+		return 0, nil
+	}
+	var held ostv1.ConnectData
+	if err := ptlrpc.Unmarshal(clientData, &held); err != nil {
+		return 0, fmt.Errorf("connect data of %d bytes: %w", len(clientData), err)
+	}
+	return held.Grant, nil
 }
 
 func (o *OFD) dropGrant(e *ptlrpc.Export) {
