@@ -487,8 +487,8 @@ func (f *File) Close(ctx context.Context) error {
 	// saves an RPC per file. Other closes go now: a file someone opened to
 	// read, an HSM copytool say, may be released (which wants it closed)
 	// right after.
-	if lsom != nil || mtime != 0 || !f.mf.Created || !fs.mdc.CloseLater(f.cred, f.mf) {
-		if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, mtime, mtime); err != nil {
+	if lsom != nil || mtime != 0 || written || !f.mf.Created || !fs.mdc.CloseLater(f.cred, f.mf) {
+		if err := fs.mdc.CloseWritten(ctx, f.cred, f.mf, lsom, written, mtime, mtime); err != nil {
 			errs = append(errs, err)
 		}
 	}

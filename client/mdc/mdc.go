@@ -686,14 +686,16 @@ type LSOM struct{ Size, Blocks uint64 }
 // unlinked file has the MDT destroy its objects. EBADF for a handle the
 // MDT does not know (closed, or lost in a restart of the MDT).
 func (c *Client) Close(ctx context.Context, cred Cred, f *File, lsom *LSOM) error {
-	return c.CloseWritten(ctx, cred, f, lsom, 0, 0)
+	return c.CloseWritten(ctx, cred, f, lsom, false, 0, 0)
 }
 
 // CloseWritten is Close for an open that wrote: the file's mtime and ctime
 // become mtime and ctime (the times of its writes), if not 0, in the same
-// RPC and transaction.
-func (c *Client) CloseWritten(ctx context.Context, cred Cred, f *File, lsom *LSOM, mtime, ctime int64) error {
-	req := &mdsv1.CloseRequest{Cred: credTo(cred), Handle: f.Handle, Fid: fidTo(f.FID), Mtime: mtime, Ctime: ctime}
+// RPC and transaction; written says the open changed the data, which
+// moves the data version even without lsom (a size the client could not
+// read).
+func (c *Client) CloseWritten(ctx context.Context, cred Cred, f *File, lsom *LSOM, written bool, mtime, ctime int64) error {
+	req := &mdsv1.CloseRequest{Cred: credTo(cred), Handle: f.Handle, Fid: fidTo(f.FID), Mtime: mtime, Ctime: ctime, Written: written}
 	if lsom != nil {
 		req.Lsom, req.Size, req.Blocks = true, lsom.Size, lsom.Blocks
 	}

@@ -303,6 +303,10 @@ type CloseInfo struct {
 	// the times of the writes of an open for write, which the client
 	// sends with the close unless the times were set explicitly since.
 	Mtime, Ctime int64
+	// Written: the open changed the file's data. A close with LSOM says
+	// so too; one without (the client could not read the size) needs it,
+	// or the data version would not move.
+	Written bool
 	// Departed: the open was for write and its client went away without
 	// closing it (crashed, evicted). Its writes may have reached the
 	// objects with no size to tell of them, so a regular file's data
@@ -373,7 +377,7 @@ func (t *tx) closeAttrs(n *inode, ci CloseInfo) error {
 		return nil
 	}
 	if ci.LSOM == nil {
-		if ci.Departed {
+		if ci.Departed || ci.Written {
 			return t.dataChanged(n.FID)
 		}
 		return nil

@@ -1034,8 +1034,8 @@ func (m *MDT) closeFile(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		// A close replayed after a restart that lost its open too (made
 		// and ended after the last commit: the open is not replayed):
 		// what it recorded is made again, the lazy size and times.
-		err := m.store.ReplayedClose(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: q.lsom != nil || q.mtime != 0 || q.ctime != 0,
-			LSOM: q.lsom, Mtime: q.mtime, Ctime: q.ctime})
+		err := m.store.ReplayedClose(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: q.lsom != nil || q.mtime != 0 || q.ctime != 0 || q.written,
+			LSOM: q.lsom, Mtime: q.mtime, Ctime: q.ctime, Written: q.written})
 		if err != nil {
 			return m.fail(r, err)
 		}
@@ -1045,7 +1045,7 @@ func (m *MDT) closeFile(_ context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return m.fail(r, fmt.Errorf("mdt: close of %v: handle %#x is not open: %w", q.fid, q.handle, syscall.EBADF))
 	}
 	rm, err := m.store.CloseFile(m.req(r, q.cred, 0), q.fid, mdd.CloseInfo{Write: o.flags&mdd.OpenAccMode != mdd.OpenReadOnly, LSOM: q.lsom,
-		Mtime: q.mtime, Ctime: q.ctime})
+		Mtime: q.mtime, Ctime: q.ctime, Written: q.written && o.flags&mdd.OpenAccMode != mdd.OpenReadOnly})
 	if err != nil {
 		return m.fail(r, err)
 	}

@@ -23,7 +23,7 @@ func TestHSMWriterGoneMarksDirty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.mdc.CloseWritten(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 1}, 0, 0); err != nil {
+	if err := n.mdc.CloseWritten(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 1}, true, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	st, err := n.mdc.HSMState(ctx, root, f.FID)
@@ -57,4 +57,51 @@ func TestHSMWriterGoneMarksDirty(t *testing.T) {
 	}
 	_, err = n.mdc.HSMRelease(ctx, root, f.FID, 10)
 	wantErrno(t, "release after the writer went", err, syscall.EBUSY)
+}
+
+// TestHSMCloseWithoutSizeMarksDirty: a writer's close that brings no size
+// (its client could not read it from the objects) but says it wrote moves
+// the data version and marks an archived file dirty: its archive copy is
+// stale, and a release would drop the new data. A close of an open for
+// write that wrote nothing changes nothing.
+func TestHSMCloseWithoutSizeMarksDirty(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	ctx := ctxT(t, time.Minute)
+	n := c.client()
+	f, err := n.mdc.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.mdc.CloseWritten(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 1}, true, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.mdc.HSMState(ctx, root, f.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = n.mdc.HSMProgress(ctx, root, f.FID, mdc.HSMActionArchive, 1, st.DataVersion); err != nil || st.Flags != mdc.HSMExists|mdc.HSMArchived {
+		t.Fatalf("archive: %+v %v", st, err)
+	}
+	dv := st.DataVersion
+	for _, written := range []bool{false, true} {
+		w, err := n.mdc.OpenFID(ctx, root, f.FID, syscall.O_WRONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.mdc.CloseWritten(ctx, root, w, nil, written, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.mdt.Store().HSMState(f.FID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !written && (h.DataVersion != dv || h.Flags&mdd.HSMDirty != 0):
+			t.Fatalf("a writer's close that wrote nothing changed %+v (data version was %d)", h, dv)
+		case written && (h.DataVersion != dv+1 || h.Flags&mdd.HSMDirty == 0):
+			t.Fatalf("after a write closed without a size: %+v, want dirty at data version %d", h, dv+1)
+		}
+	}
+	_, err = n.mdc.HSMRelease(ctx, root, f.FID, 10)
+	wantErrno(t, "release after a write closed without a size", err, syscall.EBUSY)
 }

@@ -573,7 +573,7 @@ func TestOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.CloseWritten(ctx, root, h, nil, tc.mtime, tc.ctime); err != nil {
+		if err := m.CloseWritten(ctx, root, h, nil, false, tc.mtime, tc.ctime); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		a, err := m.Getattr(ctx, root, f.FID)

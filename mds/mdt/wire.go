@@ -426,6 +426,7 @@ type closeReq struct {
 	fid          fid.FID
 	lsom         *mdd.LSOM
 	mtime, ctime int64
+	written      bool
 }
 
 func parseClose(b []byte) (closeReq, error) {
@@ -441,7 +442,7 @@ func closeFrom(w *mdsv1.CloseRequest) (closeReq, error) {
 	if err != nil {
 		return closeReq{}, err
 	}
-	r := closeReq{cred: c, handle: w.Handle, mtime: w.Mtime, ctime: w.Ctime}
+	r := closeReq{cred: c, handle: w.Handle, mtime: w.Mtime, ctime: w.Ctime, written: w.Written}
 	if r.fid, err = needFID("file", w.Fid); err != nil {
 		return r, err
 	}
@@ -465,8 +466,8 @@ func closesFrom(ws []*mdsv1.CloseRequest) ([]closeReq, error) {
 	}
 	var out []closeReq
 	for _, w := range ws {
-		if w.Lsom || w.Mtime != 0 || w.Ctime != 0 {
-			return nil, bad("a carried close sets LSOM or times")
+		if w.Lsom || w.Mtime != 0 || w.Ctime != 0 || w.Written {
+			return nil, bad("a carried close sets LSOM or times, or says it wrote")
 		}
 		q, err := closeFrom(w)
 		if err != nil {

@@ -1741,8 +1741,13 @@ type CloseRequest struct {
 	// writes of this open: the file's mtime and ctime become them, in the
 	// transaction of the close (Lustre's MDS_CLOSE carries the inode's
 	// times).
-	Mtime         int64 `protobuf:"varint,7,opt,name=mtime,proto3" json:"mtime,omitempty"`
-	Ctime         int64 `protobuf:"varint,8,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	Mtime int64 `protobuf:"varint,7,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Ctime int64 `protobuf:"varint,8,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	// written says this open changed the file's data, also when the client
+	// could not read the size to send (lsom unset): the data version moves,
+	// so that an archive copy made before the writes does not let the file
+	// be released.
+	Written       bool `protobuf:"varint,9,opt,name=written,proto3" json:"written,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1831,6 +1836,13 @@ func (x *CloseRequest) GetCtime() int64 {
 		return x.Ctime
 	}
 	return 0
+}
+
+func (x *CloseRequest) GetWritten() bool {
+	if x != nil {
+		return x.Written
+	}
+	return false
 }
 
 // ReaddirRequest is MDS_READPAGE: up to max_entries entries of directory
@@ -3448,7 +3460,7 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x04fid2\x18\x03 \x01(\v2\x11.nacre.mds.v1.FIDR\x04fid2\x12\x12\n" +
 	"\x04time\x18\x04 \x01(\x03R\x04time\x12\x1b\n" +
 	"\tcheck_dv1\x18\x05 \x01(\bR\bcheckDv1\x12\x10\n" +
-	"\x03dv1\x18\x06 \x01(\x04R\x03dv1\"\xdf\x01\n" +
+	"\x03dv1\x18\x06 \x01(\x04R\x03dv1\"\xf9\x01\n" +
 	"\fCloseRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x06R\x06handle\x12#\n" +
@@ -3457,7 +3469,8 @@ const file_nacre_mds_v1_mds_proto_rawDesc = "" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06blocks\x18\x06 \x01(\x04R\x06blocks\x12\x14\n" +
 	"\x05mtime\x18\a \x01(\x03R\x05mtime\x12\x14\n" +
-	"\x05ctime\x18\b \x01(\x03R\x05ctime\"\x96\x01\n" +
+	"\x05ctime\x18\b \x01(\x03R\x05ctime\x12\x18\n" +
+	"\awritten\x18\t \x01(\bR\awritten\"\x96\x01\n" +
 	"\x0eReaddirRequest\x12&\n" +
 	"\x04cred\x18\x01 \x01(\v2\x12.nacre.mds.v1.CredR\x04cred\x12#\n" +
 	"\x03fid\x18\x02 \x01(\v2\x11.nacre.mds.v1.FIDR\x03fid\x12\x16\n" +

@@ -1623,6 +1623,16 @@ func (m *CloseRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Written {
+		i--
+		if m.Written {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x48
+	}
 	if m.Ctime != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Ctime))
 		i--
@@ -3657,6 +3667,9 @@ func (m *CloseRequest) SizeVT() (n int) {
 	}
 	if m.Ctime != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Ctime))
+	}
+	if m.Written {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -8356,6 +8369,26 @@ func (m *CloseRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Written", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Written = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
