@@ -392,6 +392,21 @@ func (fs *FS) Setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
+	for try := 0; ; try++ {
+		a, err := fs.setattr(ctx, cred, f, sa)
+		if sa.Valid&mdc.AttrSize == 0 || !errors.Is(err, syscall.ENODATA) || try >= maxRestoreTries {
+			return a, err
+		}
+		// The MDT refuses the size of a released file: released again
+		// between the restore setattr made and its change.
+		if _, rerr := fs.restoreIfReleased(ctx, "truncate", f); rerr != nil {
+			return Attr{}, rerr
+		}
+	}
+}
+
+// setattr is Setattr, once.
+func (fs *FS) setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, error) {
 	var lay *layout.Layout
 	if sa.Valid&mdc.AttrSize != 0 {
 		// The type and layout: cached under a lock, or from the MDT.

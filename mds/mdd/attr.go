@@ -190,6 +190,16 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 	typ := CLSetattr
 	if sa.Valid&AttrSize != 0 {
 		typ = CLTrunc
+		// A released file's size is the archive's until it is restored:
+		// changed here alone, the next restore would bring the archive's
+		// data and size back over it. Its client restores it first, and
+		// again if a release came in between (Lustre's truncate of a
+		// released file restores it).
+		if h, err := t.hsmOf(f); err != nil {
+			return Attr{}, err
+		} else if h.Flags&HSMReleased != 0 {
+			return Attr{}, fail(syscall.ENODATA, "truncate %v: released: restore it first", f)
+		}
 		if err := t.dataChanged(f); err != nil {
 			return Attr{}, err
 		}

@@ -398,6 +398,73 @@ func TestHSMTruncateReleased(t *testing.T) {
 	}
 }
 
+// releaseAfterRestore is the restorer of a client that sees its file
+// released again right after each of its first n restores (another
+// client's release, landing between a truncate's restore and its size
+// change).
+type releaseAfterRestore struct {
+	client.HSMRestorer
+	user *client.FS
+	n    int
+	done int
+}
+
+func (r *releaseAfterRestore) Restore(ctx context.Context, f client.FID, archiveID uint32) error {
+	if err := r.HSMRestorer.Restore(ctx, f, archiveID); err != nil {
+		return err
+	}
+	if r.done < r.n {
+		r.done++
+		if _, err := r.user.HSMRelease(ctx, client.Root(), f); err != nil {
+			return fmt.Errorf("release after the restore: %w", err)
+		}
+	}
+	return nil
+}
+
+// TestHSMTruncateReleasedAgain: a truncate of a released file restores
+// it, and the file is released again before the truncate's size change
+// reaches the MDT. The MDT refuses the size of a released file (ENODATA)
+// and the client restores it once more: the file has the truncated size
+// and the archive's bytes up to it, and is dirty. Before, the MDT changed
+// the size of the released file alone, and the restore of the next open
+// cleared the truncate's dirty mark: the file, shorter than its archive
+// copy, passed for archived.
+func TestHSMTruncateReleasedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const size, newSize = 5000, 100
+	s := archivedFiles(t, ctx, "r", 1, size)
+	user, f := s.user, s.fids[0]
+	r := &releaseAfterRestore{HSMRestorer: s.hc, user: user, n: 1}
+	user.SetHSMRestorer(r)
+	if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := user.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrSize, Size: newSize}); err != nil {
+		t.Fatalf("truncate to %d: %v", newSize, err)
+	}
+	if r.done != 1 {
+		t.Fatalf("released again after %d restores, want 1", r.done)
+	}
+	fh, a, err := user.Open(ctx, client.Root(), f, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	n, _ := fh.ReadAt(ctx, got, 0)
+	fh.Close(ctx)
+	if a.Size != newSize || !bytesEqual(got[:n], fileBytes(size)[:newSize]) {
+		t.Fatalf("truncated to %d across a release: size %d, read %d bytes", newSize, a.Size, n)
+	}
+	// Its data differ from the archive copy's: dirty, to be archived
+	// again, not taken for the copy (released, the file's truncate would
+	// rest on the MDT's size alone).
+	if got := state(t, user, f); got != "exists dirty archived, archive_id:1" {
+		t.Errorf("truncated across a release: state %q", got)
+	}
+}
+
 // TestHSMReleaseDuringRemove: a file released while the copytool removes
 // its archive copy (after its check that the file is not released) keeps
 // the copy, its only data: the removal is refused (EBUSY), and the file
