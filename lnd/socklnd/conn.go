@@ -265,6 +265,9 @@ type conn struct {
 	nbw   nbWriter // non-blocking writes, for inline ones
 
 	rb rxBuf // reader only, and Recv while the reader waits for it
+	// hdrDeadline is set while a read deadline bounds the rest of a
+	// header part of which is in rb (headerReader). Reader only.
+	hdrDeadline bool
 
 	// Guarded by NI.cont.mu: the message whose continuation runs, when it
 	// started, and where c is in the watchdog's list (-1: not in it).

@@ -234,3 +234,41 @@ func FuzzIncoming(f *testing.F) {
 		}
 	})
 }
+
+// A peer that stops sending in the middle of a message loses its
+// connection after sock_timeout, whether it stopped in the payload or in
+// the header: a reader waiting forever for the rest of a header would keep
+// the connection (and its goroutine) for as long as the peer's kernel
+// answers keepalives.
+func TestStallMidMessage(t *testing.T) {
+	_, b := pair(t, map[string]string{"sock_timeout": "300ms"})
+	header := func(from string, payload int) []byte {
+		h := put(wire.MustParseNID(from+"@tcp"), b.nid, 1, make([]byte, payload)).Hdr
+		buf := make([]byte, wire.HeaderSize)
+		if err := h.Marshal(buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf
+	}
+	for _, tc := range []struct {
+		name string
+		src  string
+		send []byte
+		why  string
+	}{
+		{"payload", "127.0.0.21", append(header("127.0.0.21", 1000), pattern(21, 500)...), "while reading payload"},
+		{"header", "127.0.0.22", header("127.0.0.22", 10)[:50], "while reading header"},
+		{"header after a message", "127.0.0.23",
+			append(append(header("127.0.0.23", 10), pattern(23, 10)...), header("127.0.0.23", 10)[:30]...),
+			"while reading header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := dialFake(t, b, tc.src, true)
+			if _, err := f.nc.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			f.waitClosed(t)
+			b.log.waitLine(t, "connection dropped", "peer="+tc.src+"@tcp", tc.why, "no progress")
+		})
+	}
+}

@@ -47,7 +47,11 @@ type rx struct {
 func (c *conn) readLoop() (cont *rx, more bool) {
 	ni, from := c.ni, c.p.nid
 	for {
-		b, err := c.rb.next(c.nc, wire.HeaderSize)
+		b, err := c.rb.next(headerReader{c}, wire.HeaderSize)
+		if c.hdrDeadline {
+			c.hdrDeadline = false
+			c.nc.SetReadDeadline(time.Time{})
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) { // nothing of a header read: a clean close
 				ni.dropConn(c, slog.LevelInfo, "closed by peer", err)
@@ -88,6 +92,25 @@ func (c *conn) readLoop() (cont *rx, more bool) {
 			return r, true
 		}
 	}
+}
+
+// headerReader is what a connection's reader reads headers through. While
+// no byte of a header is in it waits without a deadline (an idle peer is
+// kept; TCP keepalive finds a dead one), but once part of one has come the
+// rest must follow within Config.Timeout, as a payload's must: a peer that
+// stops in the middle of a header is dropped rather than holding the
+// connection and its reader for as long as its kernel answers keepalives.
+// It is a value holding only c, so passing it as an io.Reader allocates
+// nothing.
+type headerReader struct{ c *conn }
+
+func (h headerReader) Read(b []byte) (int, error) {
+	c := h.c
+	if !c.hdrDeadline && c.rb.buffered() > 0 {
+		c.hdrDeadline = true
+		c.nc.SetReadDeadline(time.Now().Add(c.ni.conf.Timeout))
+	}
+	return c.nc.Read(b)
 }
 
 // readFailed drops c after a read error, saying why in a person's terms.

@@ -75,9 +75,10 @@ type Config struct {
 	// HandshakeTimeout bounds a dial plus the hello exchange
 	// ("handshake_timeout", default 10s).
 	HandshakeTimeout time.Duration
-	// Timeout bounds one message's write, and one payload's read once its
-	// header has arrived: a connection making no progress for that long is
-	// dropped ("sock_timeout", default 50s, as Lustre's).
+	// Timeout bounds one message's write, and one message's read once its
+	// first bytes have arrived (the rest of its header, then its payload):
+	// a connection making no progress for that long is dropped
+	// ("sock_timeout", default 50s, as Lustre's).
 	Timeout time.Duration
 	// KeepAliveIdle, KeepAliveInterval and KeepAliveCount configure TCP
 	// keepalive on every connection, which is how a silent dead peer is
