@@ -70,6 +70,13 @@ type ossEnv struct {
 }
 
 func newOSSEnv(t testing.TB, nOSTs, nClients int, dirs ...string) *ossEnv {
+	return newOSSEnvWrapped(t, nil, nOSTs, nClients, dirs...)
+}
+
+// newOSSEnvWrapped is newOSSEnv with each OST's device passed through
+// wrap (if not nil) before its OFD gets it, so that a test can hold or
+// break calls; devs keeps the devices themselves.
+func newOSSEnvWrapped(t testing.TB, wrap func(osd.Device) osd.Device, nOSTs, nClients int, dirs ...string) *ossEnv {
 	addrs := []string{"127.0.0.2"}
 	for i := range nClients {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 20+i))
@@ -89,6 +96,9 @@ func newOSSEnv(t testing.TB, nOSTs, nClients int, dirs ...string) *ossEnv {
 		}
 		dev := openOST(t, dir, i)
 		e.devs, e.dirs = append(e.devs, dev), append(e.dirs, dir)
+		if wrap != nil {
+			dev = wrap(dev)
+		}
 		if _, err := e.oss.AddOST(dev, ostLabel(i), fmt.Sprintf("ost-%d-uuid", i)); err != nil {
 			t.Fatal(err)
 		}

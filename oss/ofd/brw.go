@@ -95,6 +95,14 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return o.refuse(r, "write %v of %d bytes: %w", b.f, b.size, err)
 	}
+	// Its bytes are in flight until spent takes them off the cached
+	// statfs; a write that fails first takes them back here.
+	landed := false
+	defer func() {
+		if !landed {
+			o.notInFlight(uint64(b.size))
+		}
+	}()
 	views, release := b.buffers()
 	defer release()
 	if _, err := r.BulkGet(ctx, views); err != nil {
@@ -126,6 +134,7 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return o.refuse(r, "write %v: %w", b.f, err)
 	}
 	o.spent(uint64(b.size))
+	landed = true
 	o.countBulk(true, uint64(b.size))
 	r.Export().CountBulk(true, uint64(b.size))
 	after, err := o.updateLVB(ctx, b.f)
@@ -186,21 +195,32 @@ func (o *OFD) spaceLocked(ctx context.Context) uint64 {
 	// Keep a reserve for the device's own metadata: 1/64 of the target,
 	// at least 1 MiB.
 	reserve := max(o.gmu.sfs.Blocks*uint64(o.gmu.sfs.BSize)/64, 1<<20)
-	if avail <= reserve+o.gmu.total {
+	if avail <= reserve+o.gmu.total+o.gmu.inFlight {
 		return 0
 	}
-	return avail - reserve - o.gmu.total
+	return avail - reserve - o.gmu.total - o.gmu.inFlight
 }
 
 // spent takes n written bytes off the cached statfs until the next one,
 // so that grant consumed by a write is not counted as free space again
-// before the file system reports it used (Lustre's tgt_grant tot_dirty).
+// before the file system reports it used (Lustre's tgt_grant tot_dirty),
+// and off the bytes in flight, in one step: counted in neither, they
+// would be free space for a grant given in between.
 func (o *OFD) spent(n uint64) {
 	o.gmu.Lock()
 	defer o.gmu.Unlock()
 	if bs := uint64(o.gmu.sfs.BSize); bs > 0 {
 		o.gmu.sfs.BAvail -= min(o.gmu.sfs.BAvail, (n+bs-1)/bs)
 	}
+	o.gmu.inFlight -= n
+}
+
+// notInFlight takes back the n bytes in flight of a write that failed
+// before it was spent.
+func (o *OFD) notInFlight(n uint64) {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	o.gmu.inFlight -= n
 }
 
 // connectGrant gives a new export its grant, returned to the client in
@@ -280,6 +300,11 @@ func (o *OFD) consumeGrant(ctx context.Context, e *ptlrpc.Export, n uint64, from
 		o.gmu.byExp[e] = g - use
 	}
 	o.gmu.total -= use
+	// From here until the data is written (spent), the write's bytes
+	// are no longer granted and not yet used in the statfs: without
+	// counting them, spaceLocked would give them out as grant again
+	// (Lustre's tgt_grant tot_pending).
+	o.gmu.inFlight += n
 	return use, nil
 }
 

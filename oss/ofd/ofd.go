@@ -149,6 +149,9 @@ type OFD struct {
 		// ops, reads and writes are Stats.Ops, ReadBytes and WriteBytes.
 		ops           map[wire.Opcode]uint64
 		reads, writes SizeStats
+		// inFlight counts the bytes of writes admitted by consumeGrant
+		// and not yet spent: space neither granted nor shown used.
+		inFlight uint64
 	}
 	since time.Time
 	// barrier says a ReplayBarrier was set: no commit is reported since.
