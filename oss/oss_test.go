@@ -434,6 +434,13 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("a refused write created the object: %v", err)
 	}
 	check("after bad requests")
+	// Size goes through OST_PUNCH (under the client's extent lock), not
+	// OST_SETATTR, which leaves it.
+	if _, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSetattr, Body: body(t, &ostv1.ObjectRequest{Fid: ofdFID(f),
+		Attr: &ostv1.Attr{Size: 1, Valid: uint32(ostv1.AttrValid_ATTR_VALID_SIZE)}})}); err != nil {
+		t.Fatalf("setattr of the size: %v", err)
+	}
+	check("after a setattr of the size")
 
 	// A write whose data is corrupted in flight every time.
 	bad := oc.writeReq(f, []wire.Niobuf{{Offset: 0, Len: 4096}}, [][]byte{other}, true)

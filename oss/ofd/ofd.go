@@ -483,7 +483,7 @@ func attrFromWire(w *ostv1.Attr) osd.Attr {
 		return osd.Attr{}
 	}
 	a := osd.Attr{Size: w.Size, Mtime: fromNS(w.Mtime), Atime: fromNS(w.Atime), Ctime: fromNS(w.Ctime), Mode: w.Mode,
-		UID: w.Uid, GID: w.Gid, StripeIndex: w.StripeIndex, LayoutVersion: w.LayoutVersion, Valid: osd.AttrMask(w.Valid) &^ osd.AttrBlocks}
+		UID: w.Uid, GID: w.Gid, StripeIndex: w.StripeIndex, LayoutVersion: w.LayoutVersion, Valid: osd.AttrMask(w.Valid) &^ (osd.AttrBlocks | osd.AttrSize)}
 	if w.Parent != nil {
 		a.ParentFID = fid.FID{Seq: w.Parent.Seq, Oid: w.Parent.Oid, Ver: w.Parent.Ver}
 	}
