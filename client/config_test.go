@@ -3,14 +3,20 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/internal/params"
+	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
 )
 
 // TestNewOSTWithoutRemount: an OST added to the file system after the
@@ -50,5 +56,45 @@ func TestNewOSTWithoutRemount(t *testing.T) {
 	got := make([]byte, len(data))
 	if n, err := g.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got, data) {
 		t.Fatalf("read %d %v", n, err)
+	}
+}
+
+// TestPersistentLRUSizeOnNewOST: lctl set_param -P ldlm.namespaces.*.lru_size
+// (nacre.client.ldlm.lru_size) applies to every lock namespace of the
+// mount, those of OSTs added after the mount as well, as osc.* parameters
+// do.
+func TestPersistentLRUSizeOnNewOST(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cc, err := grpc.NewClient(c.MGS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := adminv1.NewAdminClient(cc).SetParam(ctx, &adminv1.SetParamRequest{Name: "nacre.client.ldlm.lru_size", Value: "123"}); err != nil {
+		t.Fatal(err)
+	}
+	fs := c.Mount(0)
+	lru := func(ost uint32) string {
+		name := fmt.Sprintf("ldlm.namespaces.nacre-OST%04x-osc-%s.lru_size", ost, fs.Instance())
+		vs, err := params.Default.Get(false, name)
+		if err != nil || len(vs) != 1 {
+			t.Fatalf("get %s: %v %v", name, vs, err)
+		}
+		return vs[0].Value
+	}
+	if v := lru(0); v != "123" {
+		t.Fatalf("OST0000's namespace at mount: lru_size=%s, want 123", v)
+	}
+	idx := c.AddOST()
+	for !slices.Contains(fs.OSTs(), idx) {
+		if ctx.Err() != nil {
+			t.Fatalf("the client never connected to OST%04x: %v", idx, fs.OSTs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := lru(idx); v != "123" {
+		t.Fatalf("the namespace of OST%04x, added after the mount: lru_size=%s, want the persistent 123", idx, v)
 	}
 }

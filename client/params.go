@@ -409,7 +409,8 @@ func (fs *FS) localParam(pn mgs.ParamName) string {
 // applyParams sets the persistent parameters of c this mount has not
 // applied at their revision yet, oldest first (as Lustre's client replays
 // its params log), through the registry; newOSCs are devices that appeared
-// since the last call: every OSC parameter of c applies to them again.
+// since the last call: every OSC parameter of c, and every lock namespace
+// one (ldlm.lru_size, ldlm.lru_max_age), applies to them again.
 // Parameters the client does not implement are skipped; a refused value
 // is logged.
 func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
@@ -433,10 +434,14 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 			fs.params.mu.applied[p.GetName()] = p.GetRevision()
 			names = append(names, local)
 		} else {
+			// A new OSC brings its osc.DEV.* and its lock namespace's
+			// ldlm.namespaces.DEV.*: both are the OSC's to apply.
+			_, rest, _ := strings.Cut(pn.Param, ".")
 			for _, dev := range newOSCs {
-				n := "osc." + dev + "." + strings.TrimPrefix(pn.Param, "osc.")
-				if ok, _ := params.Match(local, n); ok {
-					names = append(names, n)
+				for _, n := range []string{"osc." + dev + "." + rest, "ldlm.namespaces." + dev + "." + rest} {
+					if ok, _ := params.Match(local, n); ok {
+						names = append(names, n)
+					}
 				}
 			}
 		}
