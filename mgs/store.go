@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -339,10 +341,8 @@ func (s *Store) validateRegistration(r *Registration) error {
 	if len(r.Path) > 4096 {
 		return errs.Errorf(errs.Invalid, "target path is %d bytes; the limit is 4096", len(r.Path))
 	}
-	if r.StatusAddr != "" {
-		if _, port, err := net.SplitHostPort(r.StatusAddr); err != nil || port == "" || len(r.StatusAddr) > 256 {
-			return errs.Errorf(errs.Invalid, "target status address %.64q: want HOST:PORT", r.StatusAddr)
-		}
+	if r.StatusAddr != "" && !validHostPort(r.StatusAddr) {
+		return errs.Errorf(errs.Invalid, "target status address %.64q: want HOST:PORT", r.StatusAddr)
 	}
 	if len(r.StatusToken) > 256 {
 		return errs.Errorf(errs.Invalid, "target status token of %d bytes; the limit is 256", len(r.StatusToken))
@@ -471,6 +471,27 @@ func (s *Store) revoke(id clientv3.LeaseID) {
 	}
 }
 
+// validHostPort reports whether s is HOST:PORT and nothing else: the admin
+// API and the gateway build http://ADDR/PATH from a status address and
+// send it the target's token, so a host holding a path, a query, a
+// fragment or userinfo ("10.0.0.9/x#:80") must not reach them. HOST is an
+// IP address or a DNS name; PORT a number from 1 to 65535.
+func validHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || len(s) > 256 || host == "" {
+		return false
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return false
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return !strings.ContainsFunc(host, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_')
+	})
+}
+
 func lowestFree(ts []Target, k Kind) (uint32, error) {
 	used := make(map[uint32]bool, len(ts))
 	for _, t := range ts {
@@ -501,6 +522,9 @@ type liveRecord struct {
 func (s *Store) Heartbeat(ctx context.Context, fsname string, k Kind, index uint32, id clientv3.LeaseID) (time.Duration, error) {
 	if err := ValidateFSName(fsname); err != nil {
 		return 0, err
+	}
+	if !k.Valid() {
+		return 0, errs.Errorf(errs.Invalid, "heartbeat: target kind %d is not MDT, OST or MGT", uint8(k))
 	}
 	if err := validateIndex(k, index); err != nil {
 		return 0, err

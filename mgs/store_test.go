@@ -174,6 +174,12 @@ func TestRegisterTarget(t *testing.T) {
 		{"bad nid net", ost("fs1", nil, "1.2.3.4@ethernet"), errs.Invalid},
 		{"bad kind", Registration{FSName: "fs1", Kind: 9, NIDs: []string{"0@lo"}}, errs.Invalid},
 		{"bad uuid", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, UUID: "not-a-uuid"}, errs.Invalid},
+		// The admin API and the gateway put the status address in URLs
+		// (http://ADDR/nacre/v1/params, with the token): only HOST:PORT.
+		{"status addr with a path", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, StatusAddr: "10.0.0.9/v3/kv/put#:2379"}, errs.Invalid},
+		{"status addr with a query", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, StatusAddr: "10.0.0.9?:80"}, errs.Invalid},
+		{"status addr with userinfo", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, StatusAddr: "u@10.0.0.9:80"}, errs.Invalid},
+		{"status addr port not a number", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, StatusAddr: "10.0.0.9:http"}, errs.Invalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

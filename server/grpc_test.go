@@ -112,6 +112,14 @@ func TestGRPCRegisterHeartbeatWatch(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument)
 	_, err = mgsc.RegisterTarget(ctx, &mgsv1.RegisterTargetRequest{Fsname: "lustre", Nids: []string{"10.0.0.1@tcp"}})
 	wantCode(t, err, codes.InvalidArgument)
+	// A kind that is none of the three, even one whose low byte is
+	// (256+OST), is refused, not taken for another kind.
+	for _, k := range []mgsv1.TargetKind{256 + mgsv1.TargetKind_TARGET_KIND_OST, -1, 4} {
+		_, err = mgsc.RegisterTarget(ctx, &mgsv1.RegisterTargetRequest{Fsname: "lustre", Kind: k, Nids: []string{"10.0.0.1@tcp"}})
+		wantCode(t, err, codes.InvalidArgument)
+	}
+	_, err = mgsc.Heartbeat(ctx, &mgsv1.HeartbeatRequest{Fsname: "lustre", Kind: 256 + mgsv1.TargetKind_TARGET_KIND_MDT, Index: 0, LeaseId: reg.GetLeaseId()})
+	wantCode(t, err, codes.InvalidArgument)
 	_, err = mgsc.GetClientConfig(ctx, &mgsv1.GetClientConfigRequest{Fsname: "nofs"})
 	wantCode(t, err, codes.NotFound)
 	ws, err := mgsc.WatchConfig(ctx, &mgsv1.WatchConfigRequest{Fsname: "nofs"})

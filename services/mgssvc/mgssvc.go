@@ -6,6 +6,7 @@ package mgssvc
 import (
 	"context"
 	"log/slog"
+	"math"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -31,11 +32,21 @@ func New(store *mgs.Store, log *slog.Logger) *Server {
 	return &Server{store: store, log: log.With("service", "mgs")}
 }
 
+// kindOf converts a wire kind. mgs.Kind is a byte and the wire's an int32:
+// a plain conversion would take 256+OST for OST, so anything out of range
+// becomes 0, which the store refuses as Invalid.
+func kindOf(k mgsv1.TargetKind) mgs.Kind {
+	if k < 0 || k > math.MaxUint8 {
+		return 0
+	}
+	return mgs.Kind(k)
+}
+
 // RegisterTarget implements mgsv1.MGSServer.
 func (s *Server) RegisterTarget(ctx context.Context, req *mgsv1.RegisterTargetRequest) (*mgsv1.RegisterTargetResponse, error) {
 	r := mgs.Registration{
 		FSName:       req.GetFsname(),
-		Kind:         mgs.Kind(req.GetKind()),
+		Kind:         kindOf(req.GetKind()),
 		Index:        req.Index,
 		NIDs:         req.GetNids(),
 		FailoverNIDs: req.GetFailoverNids(),
@@ -59,7 +70,7 @@ func (s *Server) RegisterTarget(ctx context.Context, req *mgsv1.RegisterTargetRe
 
 // Heartbeat implements mgsv1.MGSServer.
 func (s *Server) Heartbeat(ctx context.Context, req *mgsv1.HeartbeatRequest) (*mgsv1.HeartbeatResponse, error) {
-	ttl, err := s.store.Heartbeat(ctx, req.GetFsname(), mgs.Kind(req.GetKind()), req.GetIndex(), clientv3.LeaseID(req.GetLeaseId()))
+	ttl, err := s.store.Heartbeat(ctx, req.GetFsname(), kindOf(req.GetKind()), req.GetIndex(), clientv3.LeaseID(req.GetLeaseId()))
 	if err != nil {
 		return nil, rpcstatus.Error(err)
 	}
