@@ -205,3 +205,50 @@ func (s *Store) toEvent(fsname string, ev *clientv3.Event) (Event, bool) {
 	}
 	return e, true
 }
+
+// WatchFilesystems calls fn with every filesystem there is, then with each
+// one created (or written again) later, until ctx is done. fn runs on the
+// caller's goroutine and may see a filesystem more than once: after etcd's
+// watch breaks (member lost, compaction) the list is read again, so none
+// created meanwhile is missed. It returns only when ctx is done.
+func (s *Store) WatchFilesystems(ctx context.Context, fn func(Filesystem)) error {
+	prefix := s.prefix + "filesystems/"
+	for {
+		cctx, cancel := s.call(ctx)
+		resp, err := s.cli.Get(cctx, prefix, clientv3.WithPrefix())
+		cancel()
+		if err != nil {
+			err = s.etcdErr("watch filesystems", err)
+		} else {
+			for _, kv := range resp.Kvs {
+				if fs, err := decode[Filesystem](string(kv.Key), kv.Value); err == nil {
+					fs.Revision = kv.ModRevision
+					fn(fs)
+				}
+			}
+			wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete())
+			for wr := range wch {
+				if err = wr.Err(); err != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					if fs, err := decode[Filesystem](string(ev.Kv.Key), ev.Kv.Value); err == nil {
+						fs.Revision = ev.Kv.ModRevision
+						fn(fs)
+					}
+				}
+			}
+			wcancel()
+		}
+		if ctx.Err() != nil {
+			return errs.Errorf(errs.Canceled, "watch filesystems: %w", ctx.Err())
+		}
+		s.log.Info("filesystem watch broke; listing again", "err", err)
+		select {
+		case <-ctx.Done():
+			return errs.Errorf(errs.Canceled, "watch filesystems: %w", ctx.Err())
+		case <-time.After(watchRetry):
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/mgs"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
 )
@@ -74,4 +75,68 @@ func TestHSMControlParams(t *testing.T) {
 	if err := set("mdt.hsmfs-MDT0000.hsm_control", "enabled"); err != nil || get("mdt.hsmfs-MDT0000.hsm_control") != "enabled" {
 		t.Fatalf("enable: %v", err)
 	}
+}
+
+// TestHSMParamsOfNewFilesystem: a filesystem that comes into being after
+// the MGS started (its first target registers, as on a new cluster) gets
+// its mdt.FS-MDT0000.hsm_control and hsm.* on the MGS as well, without a
+// restart of the MGS.
+func TestHSMParamsOfNewFilesystem(t *testing.T) {
+	ec := etcdtest.Start(t, 1)
+	reg := params.New()
+	m := startMGS(t, ec.Endpoints(), func(c *MGSConfig) { c.Params = reg })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, _, err := m.Store().RegisterTarget(ctx, mgs.Registration{FSName: "newfs", Kind: mgs.KindMDT, NIDs: []string{"192.168.1.5@tcp"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		v, err := reg.Get(false, "mdt.newfs-MDT0000.hsm_control")
+		if err == nil && len(v) == 1 && v[0].Value == "enabled" {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("hsm_control of a filesystem created after the MGS started: %v %v", v, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHSMPersistentParams: lctl set_param -P mdt.*.hsm.max_requests and
+// conf_param FS-MDT0000.mdt.hsm_control are the coordinator's, which is
+// the MGS's, not the MDS's: the MGS applies them, stored before it
+// started and changed while it runs, in a cluster where the MGS and the
+// MDS are separate processes (registries).
+func TestHSMPersistentParams(t *testing.T) {
+	ec := etcdtest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := startMGS(t, ec.Endpoints(), func(c *MGSConfig) { c.Params = params.New() })
+	if _, err := m.Store().CreateFilesystem(ctx, "hsmfs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Store().SetParam(ctx, "hsmfs.MDT0000.mdt.hsm.max_requests", "7"); err != nil {
+		t.Fatal(err)
+	}
+	m.Close(ctx)
+	reg := params.New()
+	m = startMGS(t, ec.Endpoints(), func(c *MGSConfig) { c.Params = reg })
+	wait := func(name, want string) {
+		t.Helper()
+		for {
+			v, err := reg.Get(false, name)
+			if err == nil && len(v) == 1 && v[0].Value == want {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: %v %v; want %s", name, v, err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	wait("mdt.hsmfs-MDT0000.hsm.max_requests", "7")
+	if _, err := m.Store().SetParam(ctx, "*.MDT*.mdt.hsm_control", "disabled"); err != nil {
+		t.Fatal(err)
+	}
+	wait("mdt.hsmfs-MDT0000.hsm_control", "disabled")
 }

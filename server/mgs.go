@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,6 +275,19 @@ func StartMGS(ctx context.Context, cfg MGSConfig) (_ *MGS, err error) {
 		}
 	})
 	m.wg.Go(func() { m.probeHealth(gwCtx, hs) })
+	// Every filesystem has its HSM parameters here, those created after
+	// the MGS started too: a new cluster's filesystem comes with its
+	// first target's registration, which any MGS node may take.
+	m.wg.Go(func() {
+		followed := map[string]bool{} // only this goroutine's
+		m.store.WatchFilesystems(gwCtx, func(fs mgs.Filesystem) {
+			m.RegisterHSMParams(fs.Name)
+			if !followed[fs.Name] {
+				followed[fs.Name] = true
+				m.wg.Go(func() { m.followHSMParams(gwCtx, fs.Name) })
+			}
+		})
+	})
 	log.Info("mgs started", "grpc", m.gl.Addr().String(), "http", m.hl.Addr().String(), "etcd", cfg.EtcdEndpoints, "tls", cfg.TLS.Enabled(), "auth", !cfg.Auth.Disabled)
 	return m, nil
 }
@@ -328,7 +343,9 @@ func (m *MGS) Store() *mgs.Store { return m.store }
 func (m *MGS) RegisterHSMParams(fsname string) {
 	m.hsmMu.Lock()
 	defer m.hsmMu.Unlock()
-	if m.coord == nil || m.hsmParams[fsname] != nil {
+	// hsmParams is nil once Close took them away: the filesystem watch
+	// may still be delivering one then.
+	if m.coord == nil || m.hsmParams == nil || m.hsmParams[fsname] != nil {
 		return
 	}
 	p := "mdt." + mgs.TargetLabel(fsname, mgs.KindMDT, 0) + "."
@@ -357,6 +374,65 @@ func (m *MGS) RegisterHSMParams(fsname string) {
 		return
 	}
 	m.hsmParams[fsname] = unreg
+}
+
+// followHSMParams applies fsname's persistent parameters of the HSM
+// coordinator (FS.MDT0000.mdt.hsm_control, mdt.hsm.*) to the MGS's
+// registry, those stored now and as they change, until ctx ends. The
+// coordinator lives in the MGS, not on the MDS, whose server applies the
+// rest of mdt.*; each parameter is applied once per revision, oldest
+// first, as servers apply theirs.
+func (m *MGS) followHSMParams(ctx context.Context, fsname string) {
+	mdt := mgs.TargetName(mgs.KindMDT, 0)
+	applied := map[string]int64{}
+	apply := func(p mgs.Param) {
+		if p.Revision <= applied[p.Name] {
+			return
+		}
+		applied[p.Name] = p.Revision
+		pn, err := mgs.ParseParamName(p.Name)
+		if err != nil || !pn.MatchesFS(fsname) || !isHSMParam(pn.Param) {
+			return
+		}
+		if ok, _ := path.Match(pn.Target, mdt); !ok {
+			return
+		}
+		name := "mdt." + mgs.TargetLabel(fsname, mgs.KindMDT, 0) + "." + strings.TrimPrefix(pn.Param, "mdt.")
+		if _, err := m.preg.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: name, Value: p.Value}); err != nil {
+			m.log.Warn("persistent parameter refused", "param", p.Name, "value", p.Value, "err", err)
+			return
+		}
+		m.log.Info("persistent parameter", "param", p.Name, "value", p.Value)
+	}
+	for ctx.Err() == nil {
+		cfg, err := m.store.GetConfig(ctx, fsname)
+		if err == nil {
+			for _, p := range cfg.Params {
+				apply(p)
+			}
+			// Compacted or broken: read the configuration again.
+			err = m.store.Watch(ctx, fsname, cfg.Revision+1, func(e mgs.Event) error {
+				if e.Param != nil && e.Type == mgs.EventPut {
+					apply(*e.Param)
+				}
+				return nil
+			})
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Info("persistent HSM parameters: configuration watch broke", "fs", fsname, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// isHSMParam reports whether a persistent parameter (LAYER.NAME) is the
+// HSM coordinator's: mdt.hsm_control and mdt.hsm.*.
+func isHSMParam(param string) bool {
+	return param == "mdt.hsm_control" || strings.HasPrefix(param, "mdt.hsm.")
 }
 
 // mgsStopGrace is how long Close lets the MGS's gRPC calls in progress

@@ -459,6 +459,8 @@ func (s *Storage) localParams(pn mgs.ParamName, ids []TargetIdentity) []string {
 			ossWide = true
 		case id.Kind == mgs.KindOST && layer == "obdfilter":
 			out = append(out, "obdfilter."+id.Label+"."+rest)
+		case id.Kind == mgs.KindMDT && layer == "mdt" && isHSMParam(pn.Param):
+			// The coordinator's: the MGS applies them (followHSMParams).
 		case id.Kind == mgs.KindMDT && layer == "mdt":
 			out = append(out, "mdt."+id.Label+"."+rest)
 		case id.Kind == mgs.KindMDT && layer == "lod":
