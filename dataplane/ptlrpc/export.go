@@ -585,12 +585,7 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	closed := t.closed
 	t.mu.Unlock()
 	if !closed && !back {
-		if t.cfg.OnClientGone != nil {
-			t.cfg.OnClientGone(e.uuid)
-		}
-		if t.cfg.Replies != nil {
-			t.cfg.Replies.ForgetReplies(e.uuid)
-		}
+		t.forgetClient(e.uuid)
 		// A client of the previous life gone in recovery has nothing left
 		// to replay (it comes back evicted): recovery waits for it no more.
 		t.clientBack(e.uuid)
@@ -598,6 +593,19 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 	t.cmu.Unlock()
 	// The others' replays no longer wait for it.
 	t.replayNext()
+}
+
+// forgetClient has the storage forget uuid, a client gone for good
+// (disconnected, evicted, or not back to recovery): its record
+// (OnClientGone) and the replies kept for it (Replies), which nothing
+// else would ever drop. t.cmu is held.
+func (t *Target) forgetClient(uuid string) {
+	if t.cfg.OnClientGone != nil {
+		t.cfg.OnClientGone(uuid)
+	}
+	if t.cfg.Replies != nil {
+		t.cfg.Replies.ForgetReplies(uuid)
+	}
 }
 
 // evictor evicts exports that have been silent for EvictTimeout (Lustre's
@@ -1101,8 +1109,8 @@ func (t *Target) EndRecovery() int {
 		}
 		// Not by a closed target (its window's end racing the close): its
 		// clients come back to the next life, which must wait for them.
-		if t.cfg.OnClientGone != nil && !closed {
-			t.cfg.OnClientGone(c)
+		if !closed {
+			t.forgetClient(c)
 		}
 	}
 	// A target that does not know its clients (no gate) has them in no
@@ -1303,10 +1311,8 @@ func (t *Target) extendRecovery() time.Duration {
 	t.mu.Unlock()
 	// Forgotten, as EndRecovery forgets them: the next restart does not
 	// wait for them.
-	if t.cfg.OnClientGone != nil {
-		for _, c := range absent {
-			t.cfg.OnClientGone(c)
-		}
+	for _, c := range absent {
+		t.forgetClient(c)
 	}
 	t.cmu.Unlock()
 	t.recoveryEvicted.Add(uint64(len(absent)))

@@ -147,6 +147,12 @@ type connInfo struct {
 	cksum ChecksumType
 	// instance is the server instance it is to.
 	instance uint64
+	// lifeCommitted is the last committed transno the import knew when it
+	// first connected to instance: the changes of the server's earlier
+	// lives it has; a later transno of an earlier life's reply is not of
+	// a change this life has, committed or not (its own transnos go on
+	// from its start).
+	lifeCommitted uint64
 }
 
 // Import is the client side of one client–target connection (Lustre's
@@ -555,7 +561,10 @@ func (imp *Import) connect() error {
 		return ErrClosed
 	}
 	cn := &connInfo{handle: rep.Handle, count: cr.ConnCount, server: server, down: make(chan struct{}), cksum: negotiated(rep.CksumTypes),
-		instance: rep.Instance}
+		instance: rep.Instance, lifeCommitted: imp.mu.lastCommitted}
+	if prev != nil && prev.instance == rep.Instance {
+		cn.lifeCommitted = prev.lifeCommitted
+	}
 	imp.mu.conn = cn
 	imp.mu.features = rep.Features
 	imp.mu.targetData = rep.TargetData
@@ -1229,12 +1238,14 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 
 // lostWithItsLife reports whether the change of transno, answered on ic's
 // connection, may have been lost: the import has connected since to
-// another instance of the server, which has not reported it committed.
+// another instance of the server, which had not committed it when the
+// import first connected to it. (Not the last committed transno now: the
+// new life's own changes, under the same transnos, may have passed it.)
 func (imp *Import) lostWithItsLife(ic *icall, transno uint64) bool {
 	imp.mu.Lock()
 	defer imp.mu.Unlock()
 	cur := imp.mu.conn
-	return ic.conn != nil && cur != nil && cur != ic.conn && cur.instance != ic.conn.instance && transno > imp.mu.lastCommitted
+	return ic.conn != nil && cur != nil && cur != ic.conn && cur.instance != ic.conn.instance && transno > cur.lifeCommitted
 }
 
 // testHookReplyCollected, if set (by tests), runs in collect once a reply

@@ -1521,3 +1521,57 @@ func TestLateReplyOfEndedLifeResent(t *testing.T) {
 		t.Fatalf("the change was made %d times over the two lives (%q), want once in each", len(e), e)
 	}
 }
+
+// TestLateReplyOfEndedLifeResentPastNewCommits: as
+// TestLateReplyOfEndedLifeResent, but before the late reply is taken in,
+// the new life has committed a change of its own under the same transno
+// (101: its transnos go on from 100) and said so in the reply to another
+// request of the import. That transno is not the
+// old life's change: the request is sent again all the same. Compared
+// with the last committed transno, the reply was kept and the change the
+// new life never had was reported made.
+func TestLateReplyOfEndedLifeResentPastNewCommits(t *testing.T) {
+	re := newRecoveryEnv(t, nil)
+	a := re.client(t, "a", rplPortal, true)
+	got, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	testHookReplyCollected = func(r *rpc, h *wire.Header) {
+		if r.c == a.c && r.req.Opcode == opInc && h.Transno != 0 {
+			once.Do(func() {
+				close(got)
+				<-release
+			})
+		}
+	}
+	defer func() { testHookReplyCollected = nil }()
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	done := do(a)
+	<-got
+	re.restartAt(t, 100, time.Minute, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Ping(ctx); err != nil { // reconnects, recovers
+		t.Fatal(err)
+	}
+	// Another client's change in the new life, committed, and the import
+	// told so.
+	b := re.client(t, "b", rplPortal+1, true)
+	if err := <-do(b); err != nil {
+		t.Fatal(err)
+	}
+	re.tgt.Committed(101)
+	// The reply to another request of a's resent in RECOVER (the import
+	// holds new ones until its requests in flight are resent) says so.
+	a.committedUpTo(101)
+	if c := a.Info().LastCommitted; c != 101 {
+		t.Fatalf("the import knows %d committed, want 101", c)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if e := re.entries(); len(e) != 3 {
+		t.Fatalf("changes %q over the two lives, want a's in each and b's", e)
+	}
+}

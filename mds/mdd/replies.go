@@ -30,19 +30,19 @@ import (
 const maxKeptReplies = 1024
 
 // replyBook is what the store remembers of the reply records: the XIDs
-// each client has records for in this life, and whether those of the
-// previous life were cleared.
+// each client has records for, read from the store at its first save in
+// this life (those of earlier lives) and saved since.
 type replyBook struct {
 	mu      sync.Mutex
 	clients map[string]*keptReplies
 }
 
 type keptReplies struct {
-	kept    []keptReply // ascending XIDs
-	cleared bool        // the previous life's records up to a last XID are gone
+	kept []keptReply // ascending XIDs
 }
 
-// keptReply is a record of this life; committed once its batch is in.
+// keptReply is a record; committed once its batch is in (one of an
+// earlier life is).
 // Only a committed record is deleted: a delete in a batch that goes in
 // before the record's own would leave the record for good.
 type keptReply struct {
@@ -85,13 +85,12 @@ func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []by
 	}
 	kr := s.replies.clients[client]
 	if kr == nil {
-		kr = &keptReplies{}
+		// Its first save in this life: the records of earlier lives go
+		// as this life's do, once a last XID passes them. (Cleared only
+		// up to the first last XID, which a request in flight holds
+		// down, those past it stayed until the client went.)
+		kr = &keptReplies{kept: s.earlierRepliesLocked(client, pfx)}
 		s.replies.clients[client] = kr
-	}
-	if !kr.cleared && lastXID > 0 {
-		// The previous life's records the client has the replies of.
-		b.DeleteRange(replyKey(pfx, 0), replyKey(pfx, lastXID+1), nil)
-		kr.cleared = true
 	}
 	kept := kr.kept[:0]
 	for i, k := range kr.kept {
@@ -129,6 +128,24 @@ func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []by
 			kr.kept = slices.Delete(kr.kept, i, i+1)
 		}
 	}
+}
+
+// earlierRepliesLocked returns the XIDs of the records client has in the
+// store, committed; pfx is its key prefix. An unreadable store is logged:
+// the records not read stay until the client goes. s.replies.mu is held.
+func (s *Store) earlierRepliesLocked(client string, pfx []byte) []keptReply {
+	var kept []keptReply
+	err := s.scan(pfx, func(k, _ []byte) error {
+		if len(k) != len(pfx)+8 {
+			return fmt.Errorf("bad reply key of %d bytes", len(k))
+		}
+		kept = append(kept, keptReply{xid: binary.BigEndian.Uint64(k[len(pfx):]), committed: true})
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("mdd: replies kept before not read", "client", client, "err", ioError(err, "replies kept for %q", client))
+	}
+	return kept
 }
 
 // LoadReply returns the reply kept for client's request xid.

@@ -80,3 +80,31 @@ func newStore2(t *testing.T, dir string) *Store {
 	})
 	return s
 }
+
+// TestRepliesOfPreviousLifeForgotten: a record of the previous life goes
+// once a last XID passes it, even if the first save of this life had a
+// last XID below it (a request still in flight held it down); a second
+// save past it left it for good, and each restart could leave more.
+func TestRepliesOfPreviousLifeForgotten(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SaveReply("a", 100, 0, 7, nil)
+	s.SaveReply("a", 200, 0, 8, nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = newStore2(t, dir)
+	// A request of XID 150 is still in flight (resent, or waiting for a
+	// lock): the first save of this life says only up to 149.
+	s.SaveReply("a", 300, 149, 9, nil)
+	if _, _, ok := s.LoadReply("a", 200); !ok {
+		t.Fatal("the previous life's reply went before a last XID passed it")
+	}
+	s.SaveReply("a", 400, 300, 10, nil)
+	if n, err := s.KeptReplies("a"); err != nil || n != 1 {
+		t.Fatalf("%d replies kept for a after its last XID passed all but one (%v)", n, err)
+	}
+}

@@ -1,6 +1,7 @@
 package mdt
 
 import (
+	"context"
 	"errors"
 	"syscall"
 	"testing"
@@ -115,5 +116,32 @@ func TestKeptRepliesForgotten(t *testing.T) {
 			t.Fatalf("%d replies kept after the client disconnected", kept())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestKeptRepliesOfClientNotBackForgotten: a client that does not come
+// back to a restarted MDT is forgotten when recovery ends, and so are the
+// replies kept for it; they stayed in the store for good.
+func TestKeptRepliesOfClientNotBackForgotten(t *testing.T) {
+	c := newCluster(t, 0, func(cfg *Config) { cfg.RecoveryWindow = 30 * time.Second })
+	n := c.client()
+	ctx := ctxT(t, time.Minute)
+	if _, err := n.mdc.Mkdir(ctx, root, n.root, "d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := c.mdt.Store().KeptReplies("client-0"); err != nil || k != 1 {
+		t.Fatalf("%d replies kept after a mkdir (%v), want 1", k, err)
+	}
+	c.stop()
+	// The client goes while the MDS is down: it never comes back.
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	n.imp.Close(cctx)
+	cancel()
+	c.start()
+	if got := c.mdt.Target().EndRecovery(); got != 1 {
+		t.Fatalf("recovery's end evicted %d clients, want 1", got)
+	}
+	if k, err := c.mdt.Store().KeptReplies("client-0"); err != nil || k != 0 {
+		t.Fatalf("%d replies kept for a client recovery gave up on (%v)", k, err)
 	}
 }
