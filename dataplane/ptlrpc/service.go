@@ -1069,7 +1069,7 @@ func (s *Service) handle(req *Request) {
 	} else {
 		s.sendReplyAt(req, &rh, body, replyOffset, end)
 	}
-	if save != nil && req.keepReply && rh.Transno != 0 {
+	if save != nil && req.keepReply && rh.Transno != 0 && !req.exp.Gone() {
 		if rs := req.exp.target.cfg.Replies; rs != nil {
 			// After the reply went: the client waits for nothing here.
 			// The change's own commit came first, so a restart that keeps

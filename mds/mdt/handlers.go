@@ -912,10 +912,11 @@ func (m *MDT) openCreate(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, 
 		return mdd.Attr{}, false, nil, err
 	}
 	if found {
-		// A file of the FID the client gave this create was made by an
-		// earlier send of it (a resend after a restart lost the reply it
-		// had saved): O_EXCL is satisfied.
-		if o.flags&oExcl != 0 && c.FID != o.newFID {
+		// A file of the FID the client gave this create, found by a
+		// resend (or replay) of it, was made by its earlier send, whose
+		// reply a restart lost: O_EXCL is satisfied.
+		again := r.Header.Flags&(wire.MsgResent|wire.MsgReplay) != 0
+		if o.flags&oExcl != 0 && (c.FID != o.newFID || !again) {
 			return mdd.Attr{}, false, nil, fmt.Errorf("mdt: open O_EXCL of %q: %w", clamp(o.name), syscall.EEXIST)
 		}
 		return c, false, nil, nil
