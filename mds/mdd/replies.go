@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -33,21 +34,26 @@ const maxKeptReplies = 1024
 // each client has records for, read from the store at its first save in
 // this life (those of earlier lives) and saved since.
 type replyBook struct {
-	mu      sync.Mutex
-	clients map[string]*keptReplies
+	// flushMu orders the batches of records (flushReplies); dbClosed,
+	// under it, says the database is closed.
+	flushMu  sync.Mutex
+	dbClosed bool
+	mu       sync.Mutex
+	clients  map[string]*keptReplies
+	// pending holds the records and deletes not in the store yet, and
+	// waiting the records in it; timer flushes them if no change does.
+	pending *pebble.Batch
+	waiting []pendingReply
+	timer   *time.Timer
 }
 
 type keptReplies struct {
 	kept []keptReply // ascending XIDs
 }
 
-// keptReply is a record; committed once its batch is in (one of an
-// earlier life is).
-// Only a committed record is deleted: a delete in a batch that goes in
-// before the record's own would leave the record for good.
+// keptReply is a record the store has or will have.
 type keptReply struct {
-	xid       uint64
-	committed bool
+	xid uint64
 }
 
 // replyPrefix is the key prefix of client's records.
@@ -65,20 +71,20 @@ func replyKey(prefix []byte, xid uint64) []byte {
 }
 
 // SaveReply keeps client's reply to request xid, whose change got
-// transno, and drops those of its requests up to lastXID. Errors are
-// logged: the reply went to the client already, and only a resend after a
-// restart misses the record.
+// transno, and drops those of its requests up to lastXID. The records of
+// replies sent within replyFlushDelay go in together, in a batch of their
+// own (or with the next Sync), after the changes they answer: a batch for
+// every reply cost each create a second commit, and made creates wait
+// for each other's. Errors are logged: the reply went to the client
+// already, and only a resend after a restart misses the record.
 func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []byte) {
 	pfx, err := replyPrefix(client)
 	if err != nil {
 		s.log.Warn("mdd: reply not kept", "client", client, "xid", xid, "err", err)
 		return
 	}
-	b := s.db.NewBatch()
-	defer b.Close()
 	v := make([]byte, 8, 8+len(body))
 	binary.LittleEndian.PutUint64(v, transno)
-	b.Set(replyKey(pfx, xid), append(v, body...), nil)
 	s.replies.mu.Lock()
 	if s.replies.clients == nil {
 		s.replies.clients = make(map[string]*keptReplies)
@@ -92,9 +98,18 @@ func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []by
 		kr = &keptReplies{kept: s.earlierRepliesLocked(client, pfx)}
 		s.replies.clients[client] = kr
 	}
+	b := s.replies.pending
+	if b == nil {
+		b = s.db.NewBatch()
+		s.replies.pending = b
+	}
+	b.Set(replyKey(pfx, xid), append(v, body...), nil)
+	// A delete goes after its record whatever batch each is in: the
+	// batches that carry records commit one at a time, in the order they
+	// were filled (flushReplies).
 	kept := kr.kept[:0]
 	for i, k := range kr.kept {
-		if k.committed && (k.xid <= lastXID || len(kr.kept)-i > maxKeptReplies) {
+		if k.xid <= lastXID || len(kr.kept)-i > maxKeptReplies {
 			b.Delete(replyKey(pfx, k.xid), nil)
 			continue
 		}
@@ -104,34 +119,99 @@ func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []by
 	kr.kept = kept
 	i, _ := slices.BinarySearchFunc(kr.kept, xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) })
 	kr.kept = slices.Insert(kr.kept, i, keptReply{xid: xid})
+	s.replies.waiting = append(s.replies.waiting, pendingReply{client: client, kr: kr, xid: xid})
+	full := len(s.replies.waiting) >= maxPendingReplies
+	if !full && s.replies.timer == nil {
+		s.replies.timer = time.AfterFunc(replyFlushDelay, func() { s.flushReplies() })
+	}
 	s.replies.mu.Unlock()
-	// Not under the lock: saves of many requests go in at once.
-	err = b.Commit(pebble.NoSync)
+	if full {
+		s.flushReplies()
+	}
+}
+
+// replyFlushDelay bounds how long a reply record waits in memory for the
+// others of its batch; maxPendingReplies how many wait.
+const (
+	replyFlushDelay   = 5 * time.Millisecond
+	maxPendingReplies = 1024
+)
+
+// pendingReply is a record in the pending batch, ended by repliesIn once
+// the batch is in or failed.
+type pendingReply struct {
+	client string
+	kr     *keptReplies
+	xid    uint64
+}
+
+// takeReplies takes the pending reply records, for the caller's batch.
+func (s *Store) takeReplies() (*pebble.Batch, []pendingReply) {
 	s.replies.mu.Lock()
 	defer s.replies.mu.Unlock()
-	if err != nil {
-		s.log.Warn("mdd: reply not kept", "client", client, "xid", xid, "err", err)
+	b, w := s.replies.pending, s.replies.waiting
+	s.replies.pending, s.replies.waiting = nil, nil
+	if s.replies.timer != nil {
+		s.replies.timer.Stop()
+		s.replies.timer = nil
 	}
-	if s.replies.clients[client] != kr {
-		// The client was forgotten as the record went in: it goes too.
-		if err == nil {
-			if err := s.db.Delete(replyKey(pfx, xid), pebble.NoSync); err != nil {
-				s.log.Warn("mdd: reply of a departed client not forgotten", "client", client, "xid", xid, "err", err)
-			}
-		}
+	return b, w
+}
+
+// flushReplies commits the pending reply records in a batch of their own.
+// The batches go in one at a time, in the order they were filled, so a
+// record's delete never lands before the record.
+func (s *Store) flushReplies() {
+	s.replies.flushMu.Lock()
+	defer s.replies.flushMu.Unlock()
+	if s.replies.dbClosed {
 		return
 	}
-	if i, found := slices.BinarySearchFunc(kr.kept, xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) }); found {
+	b, w := s.takeReplies()
+	if b == nil {
+		return
+	}
+	err := b.Commit(pebble.NoSync)
+	b.Close()
+	s.repliesIn(w, err)
+}
+
+// repliesIn ends the records of w once their batch went in (err nil) or
+// failed (they are no longer kept). A record of a client forgotten
+// meanwhile goes.
+func (s *Store) repliesIn(w []pendingReply, err error) {
+	if len(w) == 0 {
+		return
+	}
+	if err != nil {
+		s.log.Warn("mdd: replies not kept", "records", len(w), "err", err)
+	}
+	s.replies.mu.Lock()
+	defer s.replies.mu.Unlock()
+	for _, p := range w {
+		if s.replies.clients[p.client] != p.kr {
+			// The client was forgotten as the record went in: it goes too.
+			if err == nil {
+				if pfx, perr := replyPrefix(p.client); perr == nil {
+					if derr := s.db.Delete(replyKey(pfx, p.xid), pebble.NoSync); derr != nil {
+						s.log.Warn("mdd: reply of a departed client not forgotten", "client", p.client, "xid", p.xid, "err", derr)
+					}
+				}
+			}
+			continue
+		}
 		if err == nil {
-			kr.kept[i].committed = true
-		} else {
+			continue
+		}
+		kr := p.kr
+		if i, found := slices.BinarySearchFunc(kr.kept, p.xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) }); found {
 			kr.kept = slices.Delete(kr.kept, i, i+1)
 		}
 	}
 }
 
 // earlierRepliesLocked returns the XIDs of the records client has in the
-// store, committed; pfx is its key prefix. An unreadable store is logged:
+// store; pfx is its key prefix. An unreadable store is logged:
 // the records not read stay until the client goes. s.replies.mu is held.
 func (s *Store) earlierRepliesLocked(client string, pfx []byte) []keptReply {
 	var kept []keptReply
@@ -139,7 +219,7 @@ func (s *Store) earlierRepliesLocked(client string, pfx []byte) []keptReply {
 		if len(k) != len(pfx)+8 {
 			return fmt.Errorf("bad reply key of %d bytes", len(k))
 		}
-		kept = append(kept, keptReply{xid: binary.BigEndian.Uint64(k[len(pfx):]), committed: true})
+		kept = append(kept, keptReply{xid: binary.BigEndian.Uint64(k[len(pfx):])})
 		return nil
 	})
 	if err != nil {
@@ -154,6 +234,7 @@ func (s *Store) LoadReply(client string, xid uint64) (transno uint64, body []byt
 	if err != nil {
 		return 0, nil, false
 	}
+	s.flushReplies() // (one still waiting is kept too; resends are rare)
 	v, err := s.dbGet(replyKey(pfx, xid))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -189,6 +270,7 @@ func (s *Store) KeptReplies(client string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.flushReplies()
 	n := 0
 	err = s.scan(pfx, func(k, _ []byte) error {
 		if len(k) != len(pfx)+8 {

@@ -365,6 +365,7 @@ func (s *Store) getU64(key []byte) (uint64, error) {
 func (s *Store) Sync() error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	s.flushReplies() // (the records of the changes synced go with them)
 	s.mu.RLock()
 	tn := s.mu.transno // every change numbered ≤ tn has been applied
 	s.mu.RUnlock()
@@ -444,6 +445,9 @@ func (s *Store) Close() error {
 	close(s.stop)
 	<-s.done
 	err := s.Sync()
+	s.replies.flushMu.Lock()
+	s.replies.dbClosed = true // a reply flush timer that fires now does nothing
+	s.replies.flushMu.Unlock()
 	if cerr := s.db.Close(); err == nil {
 		err = ioError(cerr, "close")
 	}
