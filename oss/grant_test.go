@@ -3,8 +3,6 @@ package oss
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/tmpfs"
 	"github.com/nacrefs/nacre/oss/osd"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
 )
@@ -51,20 +50,6 @@ func (d *holdBegin) Begin(ctx context.Context) (osd.Tx, error) {
 	return d.Device.Begin(ctx)
 }
 
-// mountTmpfs mounts a tmpfs of size bytes on a new directory.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a tmpfs: run it as root (CI does)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
 // TestGrantOfWriteInFlight: the bytes of a write that took them from its
 // client's grant are neither granted nor on the disk until the write
 // lands; a grant given meanwhile (here to a client reconnecting with
@@ -72,7 +57,7 @@ func mountTmpfs(t *testing.T, size string) string {
 // together hold more grant than the target has space, and writes of
 // data they cached under it fail with ENOSPC.
 func TestGrantOfWriteInFlight(t *testing.T) {
-	dir := mountTmpfs(t, "32m")
+	dir := tmpfs.Mount(t, "32m")
 	var hold *holdBegin
 	e := newOSSEnvWrapped(t, func(d osd.Device) osd.Device { hold = &holdBegin{Device: d}; return hold }, 1, 3, dir)
 	claimAll := func() []byte { return body(t, &ostv1.ConnectData{Grant: 1 << 40}) }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/tmpfs"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -505,14 +505,7 @@ func TestPrecreateRestart(t *testing.T) {
 // ENOSPC before anything is written, grants shrink as the target fills,
 // and the grant accounting adds up afterwards.
 func TestENOSPC(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a tmpfs: run it as root (CI does)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	dir := tmpfs.Mount(t, "24m")
 	e := newOSSEnv(t, 1, 2, dir)
 	a, b := e.client(0), e.client(1)
 	ctx := ctxT(t, 60*time.Second)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/nacrefs/nacre/client/internal/clienttest"
 	"github.com/nacrefs/nacre/client/osc"
+	"github.com/nacrefs/nacre/internal/tmpfs"
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 )
@@ -150,7 +150,7 @@ func BenchmarkStriped(b *testing.B) {
 			opts := clienttest.Options{OSTs: 4, Nodes: 2}
 			if os.Getenv("NACRE_BENCH_TMPFS") != "" {
 				for range 4 {
-					opts.Dirs = append(opts.Dirs, mountTmpfs(b, "4g"))
+					opts.Dirs = append(opts.Dirs, tmpfs.Mount(b, "4g"))
 				}
 			}
 			c := startCluster(b, opts)
@@ -234,17 +234,6 @@ func BenchmarkStriped(b *testing.B) {
 			b.ReportMetric(rate/diskRate, "x-vs-disk")
 		})
 	}
-}
-
-// mountTmpfs mounts a tmpfs of size for an OST held in memory.
-func mountTmpfs(b testing.TB, size string) string {
-	b.Helper()
-	dir := b.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		b.Skipf("mount tmpfs (needs root): %v: %s", err, out)
-	}
-	b.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
 }
 
 // cpuTime is the processor time this process has used, user and system.

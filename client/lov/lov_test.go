@@ -18,6 +18,7 @@ import (
 	"github.com/nacrefs/nacre/client/lov"
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/internal/tmpfs"
 )
 
 const portBase = 30200
@@ -80,7 +81,7 @@ func memOSTs(t *testing.T, n int) []string {
 	}
 	var dirs []string
 	for range n {
-		dirs = append(dirs, mountTmpfs(t, "1g"))
+		dirs = append(dirs, tmpfs.Mount(t, "1g"))
 	}
 	return dirs
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/nacrefs/nacre/client/internal/clienttest"
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/tmpfs"
 	"github.com/nacrefs/nacre/ldlm"
 )
 
@@ -256,20 +255,6 @@ func ldlmRes(f fid.FID) ldlm.Resource {
 	return ldlm.Resource{ID: ldlm.ResIDOfFID(f.Seq, f.Oid, f.Ver), Type: ldlm.TypeExtent}
 }
 
-// mountTmpfs mounts a tmpfs of size bytes for a small OST.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a tmpfs: run it as root (CI does)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
 // checkGrant checks the grant invariants of an OSC's stats.
 func checkGrant(t *testing.T, st osc.Stats, cfg osc.Config) {
 	t.Helper()
@@ -292,7 +277,7 @@ func checkGrant(t *testing.T, st osc.Stats, cfg osc.Config) {
 // reads back on another client; and after a truncate frees space the
 // client writes again.
 func TestGrantENOSPC(t *testing.T) {
-	dir := mountTmpfs(t, "24m")
+	dir := tmpfs.Mount(t, "24m")
 	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2, Dirs: []string{dir}})
 	cfg := osc.DefaultConfig()
 	a := newNode(t, c, 0, cfg)
@@ -589,7 +574,7 @@ func TestEvictionDropsDirtyData(t *testing.T) {
 // cached dirty data all along, both get ENOSPC (from a write or a Sync),
 // and everything either synced reads back.
 func TestGrantTwoClientsFill(t *testing.T) {
-	dir := mountTmpfs(t, "48m")
+	dir := tmpfs.Mount(t, "48m")
 	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 3, Dirs: []string{dir}})
 	cfg := osc.DefaultConfig()
 	nodes := []*clienttest.Node{newNode(t, c, 0, cfg), newNode(t, c, 1, cfg)}
@@ -760,7 +745,7 @@ func TestReadAheadPerFile(t *testing.T) {
 // OST no longer holds grant for, which fail with ENOSPC after write()
 // succeeded.
 func TestLowSpaceSyncOneWriteAtATime(t *testing.T) {
-	dir := mountTmpfs(t, "48m")
+	dir := tmpfs.Mount(t, "48m")
 	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 1, Dirs: []string{dir}})
 	cfg := osc.DefaultConfig()
 	a := newNode(t, c, 0, cfg)

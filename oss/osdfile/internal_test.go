@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/tmpfs"
 	"github.com/nacrefs/nacre/oss/osd"
 )
 
@@ -118,7 +119,7 @@ func TestFormatAndOpenErrors(t *testing.T) {
 }
 
 func TestAutoJournalSize(t *testing.T) {
-	mnt := mountTmpfs(t, "24m")
+	mnt := tmpfs.Mount(t, "24m")
 	if err := Format(bg, mnt+"/ost", DefaultFormatConfig("small")); err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +591,7 @@ func TestLazyCreateOverStaleFile(t *testing.T) {
 // for them than a margin, so that a checkpoint can always give every lazy
 // object its file.
 func TestLazyObjectsNeedInodes(t *testing.T) {
-	mnt := mountTmpfs(t, "16m,nr_inodes=1200")
+	mnt := tmpfs.Mount(t, "16m,nr_inodes=1200")
 	dir := mnt + "/ost"
 	d := formatOpen(t, dir, MinJournalSize)
 	t.Cleanup(func() { d.Close() }) // before the unmount, whatever happens

@@ -3,12 +3,10 @@ package osdfile
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/nacrefs/nacre/internal/tmpfs"
 	"github.com/nacrefs/nacre/oss/osd"
 	"github.com/nacrefs/nacre/oss/osd/osdtest"
 )
@@ -51,28 +49,6 @@ func formatOpen(t testing.TB, dir string, journal int64) *Device {
 	return d
 }
 
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, or skips the
-// test when not root.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs needs root")
-	}
-	mnt := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount %s: %v", mnt, err)
-		}
-	})
-	return mnt
-}
-
 func TestConformance(t *testing.T) {
 	osdtest.Run(t, osdtest.Harness{
 		New: func(t *testing.T) osd.Device {
@@ -80,7 +56,7 @@ func TestConformance(t *testing.T) {
 			return d
 		},
 		Small: func(t *testing.T) osd.Device {
-			mnt := mountTmpfs(t, "8m")
+			mnt := tmpfs.Mount(t, "8m")
 			return formatOpen(t, filepath.Join(mnt, "ost"), MinJournalSize)
 		},
 		Reopen: func(t *testing.T, dev osd.Device) osd.Device {
@@ -105,7 +81,7 @@ func TestConformanceTmpfs(t *testing.T) {
 	}
 	osdtest.Run(t, osdtest.Harness{
 		New: func(t *testing.T) osd.Device {
-			mnt := mountTmpfs(t, "2g")
+			mnt := tmpfs.Mount(t, "2g")
 			return formatOpen(t, filepath.Join(mnt, "ost"), MinJournalSize)
 		},
 	})
