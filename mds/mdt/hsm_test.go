@@ -1,6 +1,7 @@
 package mdt
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
@@ -19,21 +20,7 @@ func TestHSMWriterGoneMarksDirty(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	ctx := ctxT(t, time.Minute)
 	n := c.client()
-	f, err := n.mdc.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.mdc.CloseWritten(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 1}, true, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	st, err := n.mdc.HSMState(ctx, root, f.FID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err = n.mdc.HSMProgress(ctx, root, f.FID, mdc.HSMActionArchive, 1, st.DataVersion); err != nil || st.Flags != mdc.HSMExists|mdc.HSMArchived {
-		t.Fatalf("archive: %+v %v", st, err)
-	}
-	dv := st.DataVersion
+	f, dv := archivedFile(ctx, t, n)
 	w := c.client()
 	if _, err := w.mdc.OpenFID(ctx, root, f.FID, syscall.O_WRONLY); err != nil {
 		t.Fatal(err)
@@ -68,21 +55,7 @@ func TestHSMCloseWithoutSizeMarksDirty(t *testing.T) {
 	c := newCluster(t, 1, nil)
 	ctx := ctxT(t, time.Minute)
 	n := c.client()
-	f, err := n.mdc.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.mdc.CloseWritten(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 1}, true, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	st, err := n.mdc.HSMState(ctx, root, f.FID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err = n.mdc.HSMProgress(ctx, root, f.FID, mdc.HSMActionArchive, 1, st.DataVersion); err != nil || st.Flags != mdc.HSMExists|mdc.HSMArchived {
-		t.Fatalf("archive: %+v %v", st, err)
-	}
-	dv := st.DataVersion
+	f, dv := archivedFile(ctx, t, n)
 	for _, written := range []bool{false, true} {
 		w, err := n.mdc.OpenFID(ctx, root, f.FID, syscall.O_WRONLY)
 		if err != nil {
@@ -102,6 +75,27 @@ func TestHSMCloseWithoutSizeMarksDirty(t *testing.T) {
 			t.Fatalf("after a write closed without a size: %+v, want dirty at data version %d", h, dv+1)
 		}
 	}
-	_, err = n.mdc.HSMRelease(ctx, root, f.FID, 10)
+	_, err := n.mdc.HSMRelease(ctx, root, f.FID, 10)
 	wantErrno(t, "release after a write closed without a size", err, syscall.EBUSY)
+}
+
+// archivedFile makes file f of 10 bytes through n, archived, and returns
+// it with its data version.
+func archivedFile(ctx context.Context, t *testing.T, n *node) (*mdc.File, uint64) {
+	t.Helper()
+	f, err := n.mdc.Open(ctx, root, n.root, "f", syscall.O_CREAT|syscall.O_RDWR, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.mdc.CloseWritten(ctx, root, f, &mdc.LSOM{Size: 10, Blocks: 1}, true, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.mdc.HSMState(ctx, root, f.FID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = n.mdc.HSMProgress(ctx, root, f.FID, mdc.HSMActionArchive, 1, st.DataVersion); err != nil || st.Flags != mdc.HSMExists|mdc.HSMArchived {
+		t.Fatalf("archive: %+v %v", st, err)
+	}
+	return f, st.DataVersion
 }
