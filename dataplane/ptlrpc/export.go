@@ -600,11 +600,14 @@ func (t *Target) drop(e *Export, evicted bool, why string) {
 // (OnClientGone) and the replies kept for it (Replies), which nothing
 // else would ever drop. t.cmu is held.
 func (t *Target) forgetClient(uuid string) {
-	if t.cfg.OnClientGone != nil {
-		t.cfg.OnClientGone(uuid)
-	}
+	// Its replies first: a crash between the two then leaves a client
+	// recorded with none (recovery waits for it, in vain, one window),
+	// not replies of a client nobody will ever forget again.
 	if t.cfg.Replies != nil {
 		t.cfg.Replies.ForgetReplies(uuid)
+	}
+	if t.cfg.OnClientGone != nil {
+		t.cfg.OnClientGone(uuid)
 	}
 }
 
@@ -735,7 +738,9 @@ func (e *Export) CountBulk(write bool, n uint64) {
 // saved after its change is committed (in the store's order), and
 // forgotten once its client's requests report a lowest unreplied XID past
 // it, or the client goes. Its methods are called from handlers'
-// goroutines, concurrently.
+// goroutines, concurrently; SaveReply and LoadReply with the client's
+// export locked (a reply kept is not kept past the export's drop, which
+// forgets them), so neither may call back into the target.
 type ReplyStore interface {
 	// SaveReply keeps client's reply to request xid, whose change got
 	// transno; lastXID is what the request said the client had heard the
@@ -1005,7 +1010,7 @@ func marshalReply(m proto.Message) ([]byte, int32) {
 // reports whether the request should go on, and otherwise answers it (a
 // saved reply for a resend) or drops it. Called by the service for every
 // request naming an export.
-func (e *Export) admit(h *wire.Header) (saved *savedReply, ok bool, why string) {
+func (e *Export) admit(h *wire.Header, modifying bool) (saved *savedReply, ok bool, why string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -1030,8 +1035,9 @@ func (e *Export) admit(h *wire.Header) (saved *savedReply, ok bool, why string) 
 		if r, ok := e.saved[h.XID]; ok {
 			return &r, false, ""
 		}
-		if rs := e.target.cfg.Replies; rs != nil {
-			// A reply the previous life sent and the client lost.
+		if rs := e.target.cfg.Replies; rs != nil && modifying {
+			// A reply the previous life sent and the client lost (only a
+			// change's is kept: the others need no look in the store).
 			if transno, body, ok := rs.LoadReply(e.uuid, h.XID); ok {
 				return &savedReply{hdr: wire.Header{Type: wire.TypeReply, Opcode: h.Opcode, XID: h.XID, BodyLen: uint32(len(body)),
 					ConnCount: h.ConnCount, Handle: e.handle, Transno: transno}, body: body}, false, ""
@@ -1042,6 +1048,31 @@ func (e *Export) admit(h *wire.Header) (saved *savedReply, ok bool, why string) 
 	e.busy.Add(1)
 	return nil, true, ""
 }
+
+// keepReply has the target's ReplyStore, if any, keep the reply to h,
+// whose change got transno, unless e is gone. Under e.mu: drop marks e
+// gone under it before it has the store forget the client, so a reply
+// kept here goes with the client's others (one kept after a Gone look
+// that raced the drop stayed for good).
+func (e *Export) keepReply(h *wire.Header, transno uint64, body []byte) {
+	rs := e.target.cfg.Replies
+	if rs == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gone {
+		return
+	}
+	if testHookKeepReply != nil {
+		testHookKeepReply(e)
+	}
+	rs.SaveReply(e.uuid, h.XID, h.LastXID, transno, body)
+}
+
+// testHookKeepReply, if set (by tests), runs in keepReply once the export
+// is found live, before the reply is kept.
+var testHookKeepReply func(e *Export)
 
 // finish ends a request admitted by admit, saving its reply if it is to be
 // reconstructable.

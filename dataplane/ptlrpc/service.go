@@ -667,7 +667,7 @@ func (s *Service) incoming(b *rqbd, ev lnet.Event, data []byte) {
 			s.errorReply(req, -errnoENOTCONN)
 			return
 		}
-		saved, ok, why := e.admit(&h)
+		saved, ok, why := e.admit(&h, spec.Flags&Modifying != 0)
 		switch {
 		case saved != nil:
 			s.reconstructed.Add(1)
@@ -1069,13 +1069,11 @@ func (s *Service) handle(req *Request) {
 	} else {
 		s.sendReplyAt(req, &rh, body, replyOffset, end)
 	}
-	if save != nil && req.keepReply && rh.Transno != 0 && !req.exp.Gone() {
-		if rs := req.exp.target.cfg.Replies; rs != nil {
-			// After the reply went: the client waits for nothing here.
-			// The change's own commit came first, so a restart that keeps
-			// this reply keeps the change.
-			rs.SaveReply(req.exp.uuid, h.XID, h.LastXID, rh.Transno, body)
-		}
+	if save != nil && req.keepReply && rh.Transno != 0 {
+		// After the reply went: the client waits for nothing here. The
+		// change's own commit came first, so a restart that keeps this
+		// reply keeps the change.
+		req.exp.keepReply(h, rh.Transno, body)
 	}
 	req.finishExportAt(save, end)
 	s.release(req.buf)

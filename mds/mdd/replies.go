@@ -257,7 +257,20 @@ func (s *Store) ForgetReplies(client string) {
 	}
 	s.replies.mu.Lock()
 	defer s.replies.mu.Unlock()
+	kr, known := s.replies.clients[client]
 	delete(s.replies.clients, client)
+	// No tombstone for a client with nothing kept (most connect and go
+	// without a change): they would pile up with clients coming and
+	// going. Its pending records go after their batch (repliesIn).
+	if known && len(kr.kept) == 0 {
+		return
+	}
+	if !known {
+		some := false
+		if err := s.scan(pfx, func(_, _ []byte) error { some = true; return errStop }); err == nil && !some {
+			return
+		}
+	}
 	end := append(slices.Clip(pfx), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 	if err := s.db.DeleteRange(pfx, end, pebble.NoSync); err != nil {
 		s.log.Warn("mdd: kept replies not forgotten", "client", client, "err", fmt.Errorf("delete range: %w", err))
