@@ -98,3 +98,49 @@ func TestPersistentLRUSizeOnNewOST(t *testing.T) {
 		t.Fatalf("the namespace of OST%04x, added after the mount: lru_size=%s, want the persistent 123", idx, v)
 	}
 }
+
+// TestPersistentTimeoutAndJobIDVar: the persistent sys.timeout and
+// jobid_var (lctl set_param -P) reach a mount, at mount and as they
+// change, as its llite.*.timeout and llite.*.jobid_var; the catalog took
+// them and nothing applied them before. A value set_param refuses leaves
+// the mount's.
+func TestPersistentTimeoutAndJobIDVar(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cc, err := grpc.NewClient(c.MGS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	adm := adminv1.NewAdminClient(cc)
+	set := func(name, v string) {
+		t.Helper()
+		if _, err := adm.SetParam(ctx, &adminv1.SetParamRequest{Name: name, Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("nacre.sys.timeout", "7")
+	fs := c.Mount(0)
+	if got := fs.Timeout(); got != 7*time.Second {
+		t.Fatalf("timeout at mount: %v, want the persistent 7s", got)
+	}
+	if got := fs.JobIDVar(); got != "procname_uid" {
+		t.Fatalf("jobid_var at mount: %q, want the default", got)
+	}
+	set("nacre.client.jobid_var", "SLURM_JOB_ID")
+	set("nacre.sys.timeout", "9")
+	for fs.JobIDVar() != "SLURM_JOB_ID" || fs.Timeout() != 9*time.Second {
+		if ctx.Err() != nil {
+			t.Fatalf("after set_param -P: jobid_var %q, timeout %v", fs.JobIDVar(), fs.Timeout())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	name := "llite.nacre-" + fs.Instance() + ".jobid_var"
+	if _, err := params.Default.Set(params.SetOptions{}, params.Assignment{Pattern: name, Value: "A=B"}); err == nil {
+		t.Fatalf("set_param %s=A=B accepted", name)
+	}
+	if vs, err := params.Default.Get(false, name); err != nil || len(vs) != 1 || vs[0].Value != "SLURM_JOB_ID" {
+		t.Fatalf("get %s: %v %v", name, vs, err)
+	}
+}

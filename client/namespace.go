@@ -60,7 +60,7 @@ func checkName(name string) error {
 
 // op bounds one operation by the mount's timeout.
 func (fs *FS) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, fs.cfg.Timeout)
+	return context.WithTimeout(ctx, fs.Timeout())
 }
 
 func (fs *FS) writable() error {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nacrefs/nacre/client/osc"
@@ -34,7 +35,11 @@ import (
 // clientParams is what a mount registered, and which persistent
 // parameters it applied.
 type clientParams struct {
-	mu struct {
+	// timeout and jobIDVar are Config.Timeout and Config.JobIDVar as
+	// llite.*.timeout and llite.*.jobid_var have them now.
+	timeout  atomic.Int64 // time.Duration
+	jobIDVar atomic.Pointer[string]
+	mu       struct {
 		sync.Mutex
 		// undo unregisters what the mount registered.
 		undo []func()
@@ -129,6 +134,20 @@ func (fs *FS) registerParams(mdt *mgsv1.Target) {
 				return cache.SetLimits(n, ra)
 			}},
 		params.ReadOnly(llite+"read_ahead_stats", "read-ahead and cache hits", fs.readAheadStats),
+		params.Int(llite+"timeout", "seconds an operation waits for a server that does not answer before it fails with EIO (sys.timeout)",
+			func() int64 { return int64(fs.Timeout() / time.Second) },
+			func(n int64) error { fs.params.timeout.Store(int64(time.Duration(n) * time.Second)); return nil },
+			1, 1<<20, nil),
+		params.Param{Name: llite + "jobid_var", Help: "what tags requests with a job id: procname_uid, disable, or an environment variable",
+			Get:      func() (string, error) { return fs.JobIDVar(), nil },
+			Validate: checkJobIDVar,
+			Set: func(v string) error {
+				if err := checkJobIDVar(v); err != nil {
+					return err
+				}
+				fs.params.jobIDVar.Store(&v)
+				return nil
+			}},
 		params.ReadOnly(llite+"uuid", "the client's uuid", func() string { return uuid }),
 		params.ReadOnly("lov."+name+"-clilov-"+id+".target_obd", "the OSTs and their state", fs.targetOBD),
 		params.ReadOnly("lov."+name+"-clilov-"+id+".numobd", "OSTs", func() string { return strconv.Itoa(len(fs.OSTs())) }),
@@ -402,6 +421,10 @@ func (fs *FS) localParam(pn mgs.ParamName) string {
 		return "llite." + name + "-" + id + "." + rest
 	case pn.Spec.Scope == mgs.ScopeClient && layer == "ldlm":
 		return "ldlm.namespaces." + name + "-*-" + id + "." + rest
+	case pn.Spec.Scope == mgs.ScopeClient && pn.Param == "jobid_var",
+		pn.Spec.Scope == mgs.ScopeSys && pn.Param == "timeout":
+		// Node-wide in Lustre; each mount's here.
+		return "llite." + name + "-" + id + "." + pn.Param
 	}
 	return ""
 }
@@ -455,4 +478,31 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 			}
 		}
 	}
+}
+
+// Timeout returns how long an operation waits for a server that does not
+// answer (Config.Timeout, or llite.*.timeout as set since).
+func (fs *FS) Timeout() time.Duration {
+	if t := fs.params.timeout.Load(); t > 0 {
+		return time.Duration(t)
+	}
+	return fs.cfg.Timeout
+}
+
+// JobIDVar returns what tags requests with a job id (Config.JobIDVar, or
+// llite.*.jobid_var as set since).
+func (fs *FS) JobIDVar() string {
+	if v := fs.params.jobIDVar.Load(); v != nil {
+		return *v
+	}
+	return fs.cfg.JobIDVar
+}
+
+// checkJobIDVar refuses a jobid_var that is neither a mode nor the name of
+// an environment variable.
+func checkJobIDVar(v string) error {
+	if v == "" || len(v) > 64 || strings.ContainsAny(v, "=\x00 \t\n") {
+		return fmt.Errorf("jobid_var %q: want procname_uid, disable, or an environment variable's name", v)
+	}
+	return nil
 }

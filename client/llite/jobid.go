@@ -40,7 +40,7 @@ func (m *mount) withJob(req, ctx context.Context) context.Context {
 	if !ok || c.Pid == 0 {
 		return ctx
 	}
-	mode := m.fs.Config().JobIDVar
+	mode := m.fs.JobIDVar()
 	if mode == "" || mode == "disable" {
 		return ctx
 	}
