@@ -147,7 +147,10 @@ type Server struct {
 		// (LockLocal, IntentLock): their grant or failure goes to the
 		// channel (buffered) instead of a completion AST.
 		waiters map[Handle]chan error
-		closed  bool
+		// recovering: a goroutine waits for the target's recovery to
+		// end to grant the locks RecoveryWait queued (Recovered).
+		recovering bool
+		closed     bool
 	}
 
 	enqueues, cancels, converts, earlyCancels           atomic.Uint64
@@ -366,6 +369,13 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		s.mu.Unlock()
 		return nil, -int32(syscall.ESHUTDOWN)
 	}
+	if exp.Gone() {
+		// Evicted or disconnected while this request was on its way in:
+		// ExportGone has run (or runs after s.mu), and nothing would drop
+		// a lock granted now, nor the export kept for it.
+		s.mu.Unlock()
+		return nil, -int32(syscall.ENOTCONN)
+	}
 	if replaying {
 		// Again under the lock that records it: the same replay sent again
 		// on a new connection may be handled at the same time.
@@ -406,6 +416,11 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 			}
 		}
 	}
+	if replaying && req.Flags&Replay == 0 && exp.Target().Recovering() {
+		// A lock the client waited for: the one it waited for may not be
+		// replayed yet.
+		req.Flags |= RecoveryWait
+	}
 	s.mu.owners[owner] = exp
 	result, err := s.mu.ns.Enqueue(req)
 	if err != nil {
@@ -428,6 +443,10 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 			s.mu.replayed[replay], s.mu.replayedKey[l.Handle] = l.Handle, replay
 		}
 	}
+	if req.Flags&RecoveryWait != 0 && !s.mu.recovering {
+		s.mu.recovering = true
+		s.wg.Go(func() { s.recovered(exp.Target()) })
+	}
 	lvb, _ := s.mu.ns.LVB(l.Resource)
 	work := s.effectsLocked(result.Effects)
 	s.mu.Unlock()
@@ -443,6 +462,21 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	return marshalEnqueueReply(&rep)
 }
 
+// recovered waits for the end of tgt's recovery, then grants the locks
+// replayed as waiting, and calls back the locks they wait for.
+func (s *Server) recovered(tgt *ptlrpc.Target) {
+	select {
+	case <-tgt.RecoveryDone():
+	case <-s.ctx.Done():
+		return
+	}
+	s.mu.Lock()
+	s.mu.recovering = false
+	work := s.effectsLocked(s.mu.ns.Recovered())
+	s.mu.Unlock()
+	s.dispatch(work)
+}
+
 // glimpseLock grants req, a glimpse's PR lock on a whole resource, if no
 // lock conflicts with it and the resource's LVB is known (the object
 // exists): a lock the holder keeps vouches for the size it carries until
@@ -456,7 +490,7 @@ func (s *Server) glimpseLock(exp *ptlrpc.Export, owner Owner, req Request, clien
 	}
 	req.Flags |= BlockNoWait | NoExpansion
 	s.mu.Lock()
-	if s.mu.closed {
+	if s.mu.closed || exp.Gone() { // gone: see handleEnqueue
 		s.mu.Unlock()
 		return nil, false
 	}
@@ -646,9 +680,9 @@ func (s *Server) convertLocked(owner Owner, cr *ldlmv1.ConvertRequest) (Lock, []
 	if err != nil {
 		return Lock{}, nil, err
 	}
-	if !res.Lock.CallbackPending {
-		s.stopTimerLocked(res.Lock.Handle)
-	}
+	// The holder answered its blocking AST: if the lock is called back
+	// again for what it kept, it has a new callback timeout for that.
+	s.stopTimerLocked(res.Lock.Handle)
 	return res.Lock, s.effectsLocked(res.Effects), nil
 }
 
@@ -760,7 +794,11 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 			Handle: uint64(h), ClientHandle: s.mu.remote[h], ConflictMode: uint32(b.By.Mode), ConflictPolicy: policyToWire(b.By.Policy),
 			DiscardData: discard}})
 		if s.mu.timers[h] == nil {
-			s.mu.timers[h] = time.AfterFunc(s.cfg.CallbackTimeout, func() { s.callbackExpired(h, owner) })
+			// t is read under s.mu, after it is set: the timer may fire
+			// before AfterFunc returns.
+			var t *time.Timer
+			t = time.AfterFunc(s.cfg.CallbackTimeout, func() { s.callbackExpired(h, owner, &t) })
+			s.mu.timers[h] = t
 		}
 	}
 	for _, g := range eff.Granted {
@@ -862,9 +900,16 @@ func (s *Server) sendASTs(work []astWork) {
 }
 
 // callbackExpired evicts the holder of a lock it did not give back within
-// the callback timeout after a blocking AST.
-func (s *Server) callbackExpired(h Handle, owner Owner) {
+// the callback timeout after a blocking AST. *t is the timer that fired:
+// one stopped while this call waited for s.mu (the lock was cancelled or
+// converted out of its conflicts just in time), or replaced by a later
+// blocking AST's, no longer counts.
+func (s *Server) callbackExpired(h Handle, owner Owner, t **time.Timer) {
 	s.mu.Lock()
+	if s.mu.timers[h] != *t {
+		s.mu.Unlock()
+		return
+	}
 	delete(s.mu.timers, h)
 	l, err := s.mu.ns.Lookup(h)
 	exp := s.mu.owners[owner]
@@ -1114,6 +1159,10 @@ func (s *Server) enqueueWait(ctx context.Context, req Request, exp *ptlrpc.Expor
 		return Lock{}, fmt.Errorf("ldlm: %s: %w", s.mu.ns.Name(), syscall.ESHUTDOWN)
 	}
 	if exp != nil {
+		if exp.Gone() { // see handleEnqueue
+			s.mu.Unlock()
+			return Lock{}, fmt.Errorf("ldlm: lock for a departed client: %w", syscall.ENOTCONN)
+		}
 		s.mu.owners[req.Owner] = exp
 	}
 	result, err := s.mu.ns.Enqueue(req)

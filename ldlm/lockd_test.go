@@ -908,8 +908,8 @@ func TestWaitingLockReplayedTwice(t *testing.T) {
 		if err := proto.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)
 		}
-		if !rep.Granted {
-			t.Errorf("replay %d: lock %#x not granted", len(handles), rep.Handle)
+		if rep.Granted {
+			t.Errorf("replay %d: lock %#x granted during recovery", len(handles), rep.Handle)
 		}
 		handles = append(handles, rep.Handle)
 	}
@@ -918,6 +918,14 @@ func TestWaitingLockReplayedTwice(t *testing.T) {
 	}
 	if locks := lc.lockd.Locks(objRes); len(locks) != 1 {
 		t.Fatalf("%d locks after the same replay three times, want 1: %+v", len(locks), locks)
+	}
+	// Granted once recovery is over.
+	lc.tgt.EndRecovery()
+	for lc.lockd.Locks(objRes)[0].State != Granted {
+		if ctx.Err() != nil {
+			t.Fatalf("not granted after recovery: %+v", lc.lockd.Locks(objRes))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -973,5 +981,198 @@ func TestResentGlimpseLockGrantsOnce(t *testing.T) {
 	}
 	if ls := lc.lockd.Locks(objRes); len(ls) != 1 {
 		t.Fatalf("%d locks on the resource after one glimpse resent: %+v", len(ls), ls)
+	}
+}
+
+// TestEnqueueAfterExportGone: an enqueue whose handler was running when its
+// client was evicted must not leave a lock behind: ExportGone has run, and
+// nothing would ever drop it (nor the export the server keeps for it).
+func TestEnqueueAfterExportGone(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	lc := newLockClusterWith(t, 1, 5*time.Second, func(lc *lockCluster, c *ptlrpc.ServiceConfig) {
+		spec := c.Handlers[wire.LDLMEnqueue]
+		fn := spec.Fn
+		spec.Fn = func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+			close(entered)
+			<-release
+			return fn(ctx, r)
+		}
+		c.Handlers[wire.LDLMEnqueue] = spec
+	})
+	a := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 5*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PR, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+		if err == nil {
+			l.Release()
+		}
+		done <- err
+	}()
+	<-entered
+	if err := lc.tgt.Evict("client-0"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-done
+	if ls := lc.lockd.Locks(objRes); len(ls) != 0 {
+		t.Fatalf("locks of an evicted client left on the server: %+v", ls)
+	}
+	lc.lockd.mu.Lock()
+	n := len(lc.lockd.mu.owners)
+	lc.lockd.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d owners kept after their export went", n)
+	}
+}
+
+// TestConvertBeatsCallbackTimer: a holder that converts its lock out of
+// every conflict just as its callback timer fires (the timer's evict waits
+// for the server's lock, which the convert holds) is not evicted: it gave
+// the server what it asked for in time.
+func TestConvertBeatsCallbackTimer(t *testing.T) {
+	const cbTimeout = 200 * time.Millisecond
+	lc := newLockCluster(t, 1, cbTimeout)
+	a := lc.node(0, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	a.stall.Store(true)
+	la, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Hooks: a.hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release()
+	held := lc.lockd.Locks(objRes)[0]
+	lc.lockd.mu.Lock()
+	// A PR request queues behind a's PW and arms a's callback timer.
+	ns := lc.lockd.mu.ns
+	res, err := ns.Enqueue(Request{Resource: objRes, Mode: PR, Owner: LocalOwner, Policy: Policy{Extent: Extent{0, 4095}}})
+	if err != nil || res.Lock.State != Waiting {
+		lc.lockd.mu.Unlock()
+		t.Fatalf("%+v %v", res, err)
+	}
+	lc.lockd.effectsLocked(res.Effects)
+	if lc.lockd.mu.timers[held.Handle] == nil {
+		lc.lockd.mu.Unlock()
+		t.Fatal("no callback timer")
+	}
+	time.Sleep(cbTimeout + 100*time.Millisecond) // the timer fires and waits for mu
+	_, _, err = lc.lockd.convertLocked(held.Owner, &ldlmv1.ConvertRequest{Handle: uint64(held.Handle), Mode: uint32(PR)})
+	lc.lockd.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uuid := <-lc.evicted:
+		t.Fatalf("%s evicted for a lock it converted before its timer's eviction ran", uuid)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestConvertLeavesConflict: a holder called back for one waiter's bits
+// converts them away, but still holds bits a later waiter (queued while
+// the first callback was out, so sent none) needs. The holder must hear
+// of that conflict: otherwise it keeps the lock unused in its LRU, the
+// waiter hangs, and the holder is evicted when its callback timer fires.
+func TestConvertLeavesConflict(t *testing.T) {
+	const cbTimeout = time.Second
+	lc := newLockCluster(t, 3, cbTimeout)
+	a, b, c := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{}), lc.node(2, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	res := Resource{ID: ResIDOfFID(0x200000000, 7, 0), Type: TypeIBits}
+	proceed := make(chan struct{})
+	hooks := Hooks{Convert: func(context.Context, *ClientLock, Bits) bool { <-proceed; return true }}
+	la, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: res, Mode: PR, Policy: Policy{Bits: BitLookup | BitUpdate | BitLayout}, Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	la.Release()
+	grant := func(n *lockNode, m Mode, bits Bits) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			l, _, _, err := n.lc.Enqueue(ctx, n.imp, Enqueue{Resource: res, Mode: m, Policy: Policy{Bits: bits}})
+			if err == nil {
+				l.Release()
+			}
+			ch <- err
+		}()
+		return ch
+	}
+	waiting := func(n int) {
+		for len(lc.lockd.Locks(res)) != n {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	bDone := grant(b, EX, BitLayout) // a is called back for LAYOUT
+	waiting(2)
+	cDone := grant(c, PW, BitUpdate) // queued while a's callback is out
+	waiting(3)
+	close(proceed) // a converts to LOOKUP|UPDATE
+	start := time.Now()
+	for _, ch := range []chan error{bDone, cDone} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case uuid := <-lc.evicted:
+		t.Fatalf("%s evicted; waiters granted after %v", uuid, time.Since(start))
+	default:
+	}
+}
+
+// TestReplayWaitingThenGranted: before a restart a held PW and b waited
+// for PW on the same range. Recovery takes the clients' replays in any
+// order: b's waiting lock replayed first must not be granted over a's
+// granted lock replayed after it (two writers at once).
+func TestReplayWaitingThenGranted(t *testing.T) {
+	lc := newLockClusterTarget(t, 2, 5*time.Second, func(lc *lockCluster, c *ptlrpc.ServiceConfig) {
+		spec := c.Handlers[wire.LDLMEnqueue]
+		fn := spec.Fn
+		spec.Fn = func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+			r.Header.Flags |= wire.MsgReplay
+			return fn(ctx, r)
+		}
+		c.Handlers[wire.LDLMEnqueue] = spec
+	}, func(c *ptlrpc.TargetConfig) {
+		c.LastTransno, c.RecoveryWindow = 1, time.Minute
+	})
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	send := func(n *lockNode, flags uint32, ch uint64) {
+		body, _ := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(objRes), Mode: uint32(PW),
+			Policy: policyToWire(Policy{Extent: Whole}), ClientHandle: ch, Flags: flags})
+		if _, err := n.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(b, 0, 0x2)          // b's waiting lock
+	send(a, wireReplay, 0x1) // a's granted lock
+	granted := 0
+	for _, l := range lc.lockd.Locks(objRes) {
+		if l.State == Granted {
+			granted++
+		}
+	}
+	if granted > 1 {
+		t.Fatalf("two conflicting PW locks granted: %+v", lc.lockd.Locks(objRes))
+	}
+	// Once recovery is over, a's lock is called back (a's client does not
+	// know it, and it is cancelled) and b's is granted.
+	lc.tgt.EndRecovery()
+	for {
+		ls := lc.lockd.Locks(objRes)
+		if len(ls) == 1 && ls[0].State == Granted {
+			lc.lockd.mu.Lock()
+			ch := lc.lockd.mu.remote[ls[0].Handle]
+			lc.lockd.mu.Unlock()
+			if ch != 0x2 {
+				t.Fatalf("the lock left is not b's: %+v", ls)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("b not granted after recovery: %+v", ls)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

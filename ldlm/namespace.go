@@ -132,7 +132,8 @@ type Effects struct {
 	// Blocking lists granted locks that must now be called back, each
 	// with the request it blocks. A lock appears here at most once in its
 	// life (until a Convert resolves every conflict it has): later
-	// conflicting requests do not call it back again. GROUP locks are
+	// conflicting requests do not call it back again; a Convert that
+	// leaves one in its way calls it back anew. GROUP locks are
 	// never called back; they are released only by their holders.
 	Blocking []Blocking
 	// Granted lists waiting locks that this call granted, in queue order:
@@ -263,6 +264,15 @@ func (ns *Namespace) Enqueue(req Request) (Result, error) {
 		out.Lock = l.snapshot()
 		return out, nil
 	}
+	if req.Flags&RecoveryWait != 0 {
+		var out Result
+		r, out.NewResource = ns.resource(req.Resource)
+		ns.register(r, l)
+		r.enqueueWaiting(l)
+		ns.stats.Waiting++
+		out.Lock = l.snapshot()
+		return out, nil
+	}
 	grant, cs := true, []*lock(nil)
 	if r != nil {
 		grant, cs = r.enqueueCheck(l)
@@ -327,9 +337,12 @@ func (ns *Namespace) Cancel(h Handle, owner Owner) (Effects, error) {
 // spare — and returns the waiting locks that can now be granted. If the
 // converted lock no longer conflicts with any waiting lock its
 // CallbackPending flag is cleared: the daemon disarms its callback timer,
-// and a later conflict calls it back afresh. Errors: ErrUnknownHandle,
-// ErrNotOwner, and ErrInvalid for a waiting or FLOCK lock, an upgrade, or
-// bits that are not a non-empty subset; none changes anything.
+// and a later conflict calls it back afresh. If it still conflicts with a
+// waiting lock, it is called back again (Effects.Blocking), for the first
+// such lock: its owner took the conversion as the answer to the blocking
+// AST it had. Errors: ErrUnknownHandle, ErrNotOwner, and ErrInvalid for
+// a waiting or FLOCK lock, an upgrade, or bits that are not a non-empty
+// subset; none changes anything.
 func (ns *Namespace) Convert(h Handle, owner Owner, to Conversion) (Result, error) {
 	l, err := ns.owned("convert", h, owner)
 	if err != nil {
@@ -351,10 +364,22 @@ func (ns *Namespace) Convert(h Handle, owner Owner, to Conversion) (Result, erro
 	var out Result
 	r := l.res
 	ns.reprocess(r, &out.Effects)
-	if l.cbPending && !r.blocksWaiter(l) {
-		l.cbPending = false
+	var by *lock
+	if l.cbPending {
+		if i := slices.IndexFunc(r.waiting, func(w *lock) bool { return conflicts(w, l) }); i >= 0 {
+			by = r.waiting[i]
+		} else {
+			l.cbPending = false
+		}
 	}
 	out.Lock = l.snapshot()
+	if by != nil {
+		// The owner converted away what its blocking AST asked for, and
+		// takes the lock as settled; a request queued since (sent no AST,
+		// the lock being marked already) still waits for what is left.
+		out.Blocking = append(out.Blocking, Blocking{Lock: out.Lock, By: by.snapshot()})
+		ns.stats.BlockingASTs++
+	}
 	return out, nil
 }
 
@@ -384,6 +409,37 @@ func (ns *Namespace) DropOwner(owner Owner) Effects {
 		ns.settle(r, &eff)
 	}
 	ns.stats.Evicted += uint64(len(mine))
+	return eff
+}
+
+// Recovered ends a recovery: it grants the waiting locks that can be
+// granted, resource by resource, and calls back the granted locks that
+// the others wait for, as Enqueue would have had they come after every
+// lock replayed with Replay (RecoveryWait queued them without either).
+func (ns *Namespace) Recovered() Effects {
+	var eff Effects
+	for _, n := range ns.Resources() {
+		r := ns.res[n]
+		ns.reprocess(r, &eff)
+		if n.Type == TypeFlock {
+			continue // never called back
+		}
+		for i, w := range r.waiting {
+			for _, c := range r.granted {
+				if c.mode == GROUP || c.cbPending || !conflicts(w, c) {
+					continue
+				}
+				c.cbPending = true
+				eff.Blocking = append(eff.Blocking, Blocking{Lock: c.snapshot(), By: w.snapshot()})
+				ns.stats.BlockingASTs++
+			}
+			for _, c := range r.waiting[:i] {
+				if c.mode != GROUP && conflicts(w, c) {
+					c.cbPending = true
+				}
+			}
+		}
+	}
 	return eff
 }
 

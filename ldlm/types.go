@@ -159,8 +159,16 @@ const (
 	// they cache under them without writing it back, as the object is
 	// being destroyed (Lustre's ofd_destroy). The blocking ASTs say so.
 	DiscardData
+	// RecoveryWait, during a target's recovery, queues a lock its client
+	// still waited for before the restart (replayed without Replay) as
+	// waiting even if nothing conflicts with it yet, and calls nothing
+	// back: a granted lock it waited for may be replayed after it, and
+	// granting it first would make two conflicting locks (Lustre's
+	// LDLM_FL_REPLAY with LDLM_FL_BLOCK_GRANTED). Namespace.Recovered
+	// grants it, or calls back what blocks it, once the replays are in.
+	RecoveryWait
 
-	allFlags = BlockNoWait | NoExpansion | Replay | DiscardData
+	allFlags = BlockNoWait | NoExpansion | Replay | DiscardData | RecoveryWait
 )
 
 // Request asks for a lock.
