@@ -67,14 +67,7 @@ func TestPersistentLRUSizeOnNewOST(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cc, err := grpc.NewClient(c.MGS, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	if _, err := adminv1.NewAdminClient(cc).SetParam(ctx, &adminv1.SetParamRequest{Name: "nacre.client.ldlm.lru_size", Value: "123"}); err != nil {
-		t.Fatal(err)
-	}
+	setParam(ctx, t, c, "nacre.client.ldlm.lru_size", "123")
 	fs := c.Mount(0)
 	lru := func(ost uint32) string {
 		name := fmt.Sprintf("ldlm.namespaces.nacre-OST%04x-osc-%s.lru_size", ost, fs.Instance())
@@ -108,18 +101,7 @@ func TestPersistentTimeoutAndJobIDVar(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cc, err := grpc.NewClient(c.MGS, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminv1.NewAdminClient(cc)
-	set := func(name, v string) {
-		t.Helper()
-		if _, err := adm.SetParam(ctx, &adminv1.SetParamRequest{Name: name, Value: v}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	set := func(name, v string) { t.Helper(); setParam(ctx, t, c, name, v) }
 	set("nacre.sys.timeout", "7")
 	fs := c.Mount(0)
 	if got := fs.Timeout(); got != 7*time.Second {
@@ -142,5 +124,19 @@ func TestPersistentTimeoutAndJobIDVar(t *testing.T) {
 	}
 	if vs, err := params.Default.Get(false, name); err != nil || len(vs) != 1 || vs[0].Value != "SLURM_JOB_ID" {
 		t.Fatalf("get %s: %v %v", name, vs, err)
+	}
+}
+
+// setParam stores the persistent parameter name=v through the MGS's admin
+// API, as lctl set_param -P does.
+func setParam(ctx context.Context, t *testing.T, c *clustertest.Cluster, name, v string) {
+	t.Helper()
+	cc, err := grpc.NewClient(c.MGS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := adminv1.NewAdminClient(cc).SetParam(ctx, &adminv1.SetParamRequest{Name: name, Value: v}); err != nil {
+		t.Fatal(err)
 	}
 }
