@@ -253,14 +253,28 @@ func (f *File) dataGen(ctx context.Context) (*lov.File, uint64, error) {
 	return d, gen, nil
 }
 
-// layoutMoved reports whether f's layout was lost since generation gen.
-func (f *File) layoutMoved(gen uint64) bool {
-	f.fs.cache.mu.Lock()
-	defer f.fs.cache.mu.Unlock()
-	return f.ino.layoutGen != gen
+// onData runs fn on f's objects, and again on the new ones if the layout
+// was lost while it ran (its objects may have been destroyed under it), at
+// most layoutRetries times more. It reports false, without calling fn, for
+// a file without objects.
+func (f *File) onData(ctx context.Context, what string, fn func(d *lov.File) error) (bool, error) {
+	for try := 0; ; try++ {
+		d, gen, err := f.dataGen(ctx)
+		if err != nil || d == nil {
+			return false, err
+		}
+		err = fn(d)
+		f.fs.cache.mu.Lock()
+		moved := f.ino.layoutGen != gen
+		f.fs.cache.mu.Unlock()
+		if try == layoutRetries || !moved {
+			return true, err
+		}
+		f.fs.log.Debug("client: again: the layout changed under it", "op", what, "fid", f.mf.FID, "err", err)
+	}
 }
 
-// layoutRetries bounds how often a read is done again because the layout
+// layoutRetries bounds how often an I/O is done again because the layout
 // changed under it.
 const layoutRetries = 3
 
@@ -309,23 +323,18 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	for try := 0; ; try++ {
-		d, gen, err := f.dataGen(ctx)
-		if err != nil || d == nil {
-			if err == nil {
-				err = io.EOF
-			}
-			return 0, err
-		}
+	var n int
+	some, err := f.onData(ctx, "read", func(d *lov.File) (err error) {
 		if testBeforeRead != nil {
 			testBeforeRead()
 		}
-		n, err := d.ReadAt(ctx, p, off)
-		if try == layoutRetries || !f.layoutMoved(gen) {
-			return n, err
-		}
-		f.fs.log.Debug("client: read again: the layout changed under it", "fid", f.mf.FID, "off", off, "len", len(p), "err", err)
+		n, err = d.ReadAt(ctx, p, off)
+		return err
+	})
+	if !some && err == nil {
+		err = io.EOF
 	}
+	return n, err
 }
 
 // WriteAt writes p at off (at the end of the file, atomically, for a file
@@ -391,16 +400,12 @@ func (f *File) markWritten() {
 func (f *File) Size(ctx context.Context) (int64, error) {
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	for try := 0; ; try++ {
-		d, gen, err := f.dataGen(ctx)
-		if err != nil || d == nil {
-			return int64(f.mf.Attr.Size), err
-		}
-		size, err := d.Size(ctx)
-		if try == layoutRetries || !f.layoutMoved(gen) {
-			return size, err
-		}
-	}
+	size := int64(f.mf.Attr.Size)
+	_, err := f.onData(ctx, "size", func(d *lov.File) (err error) {
+		size, err = d.Size(ctx)
+		return err
+	})
+	return size, err
 }
 
 // Truncate sets the file's size.

@@ -109,12 +109,19 @@ func (fs *FS) lookup(ctx context.Context, cred Cred, parent FID, name string, si
 	if err := checkName(name); err != nil {
 		return Attr{}, err
 	}
+	return fs.whileLayoutLost("lookup", func() (Attr, bool, error) { return fs.lookupOnce(ctx, cred, parent, name, size) })
+}
+
+// whileLayoutLost runs once (lookup, getattr) again while its error may come
+// of the layout its size was asked of having been lost (see sizeLost), at
+// most layoutRetries times more.
+func (fs *FS) whileLayoutLost(what string, once func() (Attr, bool, error)) (Attr, error) {
 	for try := 0; ; try++ {
-		a, lost, err := fs.lookupOnce(ctx, cred, parent, name, size)
+		a, lost, err := once()
 		if err == nil || !lost || try == layoutRetries {
 			return a, err
 		}
-		fs.log.Debug("client: lookup again: the layout changed under its size", "parent", parent, "name", name, "err", err)
+		fs.log.Debug("client: again: the layout changed under its size", "op", what, "err", err)
 	}
 }
 
@@ -259,13 +266,7 @@ func contains(s []uint32, v uint32) bool {
 // by a getattr intent; a regular file's size and blocks come from its
 // objects (what the client's locks say, or a glimpse of each).
 func (fs *FS) Getattr(ctx context.Context, cred Cred, f FID) (Attr, error) {
-	for try := 0; ; try++ {
-		a, lost, err := fs.getattr(ctx, cred, f)
-		if err == nil || !lost || try == layoutRetries {
-			return a, err
-		}
-		fs.log.Debug("client: getattr again: the layout changed under its size", "fid", f, "err", err)
-	}
+	return fs.whileLayoutLost("getattr", func() (Attr, bool, error) { return fs.getattr(ctx, cred, f) })
 }
 
 // getattr is Getattr, once; lost as lookupOnce's.

@@ -396,19 +396,21 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		}
 	}
 	var newLVB *LVB // a new resource's, read before the enqueue
-	if !replaying && s.cfg.LVBInit != nil {
+	if s.cfg.LVBInit != nil {
 		if _, known := s.mu.ns.LVB(req.Resource); !known {
-			// A lock on an object that is gone (destroyed under a reader
-			// that still had the file's old layout) would vouch for an
-			// empty object: the reader would read zeros where the file
-			// had data. Refused, as Lustre's lvbo_init fails the enqueue:
-			// the reader finds the file's new layout or reports the loss.
 			lvb, err := s.cfg.LVBInit(req.Resource)
 			switch {
-			case errors.Is(err, ErrNoObject):
+			case errors.Is(err, ErrNoObject) && !replaying:
+				// A lock on an object that is gone (destroyed under a
+				// reader that still had the file's old layout) would vouch
+				// for an empty object: the reader would read zeros where
+				// the file had data. Refused, as Lustre's lvbo_init fails
+				// the enqueue: the reader finds the file's new layout or
+				// reports the loss.
 				s.mu.Unlock()
 				s.log.Debug("ldlm: enqueue on a missing object", "resource", req.Resource, "from", r.Peer)
 				return nil, -int32(syscall.ENOENT)
+			case errors.Is(err, ErrNoObject): // a replayed lock's object may be gone: its LVB stays empty
 			case err != nil:
 				s.log.Warn("ldlm: lvb init", "resource", req.Resource, "err", err)
 			default:
@@ -430,11 +432,8 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 		}
 		return s.bad(r, err)
 	}
-	switch {
-	case result.NewResource && newLVB != nil:
+	if result.NewResource && newLVB != nil {
 		s.mu.ns.SetLVB(result.Lock.Resource, *newLVB) // (it exists: just made)
-	case result.NewResource && replaying && s.cfg.LVBInit != nil:
-		s.initLVBLocked(result.Lock.Resource) // (a replayed lock's object may be gone: its LVB stays empty)
 	}
 	l := result.Lock
 	if l.Handle != 0 {

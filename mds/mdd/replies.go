@@ -51,6 +51,11 @@ type keptReplies struct {
 	kept []keptReply // ascending XIDs
 }
 
+// find returns where xid is, or would go, in kr.kept.
+func (kr *keptReplies) find(xid uint64) (int, bool) {
+	return slices.BinarySearchFunc(kr.kept, xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) })
+}
+
 // keptReply is a record the store has or will have.
 type keptReply struct {
 	xid uint64
@@ -117,7 +122,7 @@ func (s *Store) SaveReply(client string, xid, lastXID, transno uint64, body []by
 	}
 	clear(kr.kept[len(kept):])
 	kr.kept = kept
-	i, _ := slices.BinarySearchFunc(kr.kept, xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) })
+	i, _ := kr.find(xid)
 	kr.kept = slices.Insert(kr.kept, i, keptReply{xid: xid})
 	s.replies.waiting = append(s.replies.waiting, pendingReply{client: client, kr: kr, xid: xid})
 	full := len(s.replies.waiting) >= maxPendingReplies
@@ -204,7 +209,7 @@ func (s *Store) repliesIn(w []pendingReply, err error) {
 			continue
 		}
 		kr := p.kr
-		if i, found := slices.BinarySearchFunc(kr.kept, p.xid, func(k keptReply, x uint64) int { return cmp.Compare(k.xid, x) }); found {
+		if i, found := kr.find(p.xid); found {
 			kr.kept = slices.Delete(kr.kept, i, i+1)
 		}
 	}
