@@ -872,8 +872,11 @@ func TestLockReplayedTwice(t *testing.T) {
 
 // newReplayCluster is a recovering lock cluster whose enqueues come as an
 // import's replays (MSG_REPLAY), as ReplayLocks sends them from OnRecover.
-func newReplayCluster(t *testing.T) *lockCluster {
-	return newLockClusterTarget(t, 1, 5*time.Second, func(lc *lockCluster, c *ptlrpc.ServiceConfig) {
+func newReplayCluster(t *testing.T) *lockCluster { return newReplayClusterOf(t, 1) }
+
+// newReplayClusterOf is newReplayCluster with nclients clients.
+func newReplayClusterOf(t *testing.T, nclients int) *lockCluster {
+	return newLockClusterTarget(t, nclients, 5*time.Second, func(lc *lockCluster, c *ptlrpc.ServiceConfig) {
 		spec := c.Handlers[wire.LDLMEnqueue]
 		fn := spec.Fn
 		spec.Fn = func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
@@ -1125,17 +1128,7 @@ func TestConvertLeavesConflict(t *testing.T) {
 // order: b's waiting lock replayed first must not be granted over a's
 // granted lock replayed after it (two writers at once).
 func TestReplayWaitingThenGranted(t *testing.T) {
-	lc := newLockClusterTarget(t, 2, 5*time.Second, func(lc *lockCluster, c *ptlrpc.ServiceConfig) {
-		spec := c.Handlers[wire.LDLMEnqueue]
-		fn := spec.Fn
-		spec.Fn = func(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
-			r.Header.Flags |= wire.MsgReplay
-			return fn(ctx, r)
-		}
-		c.Handlers[wire.LDLMEnqueue] = spec
-	}, func(c *ptlrpc.TargetConfig) {
-		c.LastTransno, c.RecoveryWindow = 1, time.Minute
-	})
+	lc := newReplayClusterOf(t, 2)
 	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
 	ctx := ctxT(t, 10*time.Second)
 	send := func(n *lockNode, flags uint32, ch uint64) {
