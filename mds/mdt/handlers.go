@@ -877,7 +877,7 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 		}
 		res.released = h.Flags&mdd.HSMReleased != 0
 	}
-	if res.layout == nil && a.Mode&sIFMT == sIFREG {
+	if res.layout == nil && a.Mode&sIFMT == sIFREG && !o.layoutUnderLock {
 		if res.layout, err = m.layoutBytes(target); err != nil {
 			m.closeFID(target, flags)
 			return res, err

@@ -166,45 +166,54 @@ func (m *MDT) attrReply(f fid.FID, withLayout bool) (*mdsv1.IntentReply, error) 
 // intentOpen serves IT_OPEN (with IT_CREAT, O_CREAT): the open, then a
 // LOOKUP lock on the file with its attributes read under it.
 func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) ldlm.IntentResult {
+	// The layout is read once the LAYOUT lock is granted: read before,
+	// it may have been swapped (lfs migrate, HSM release) meanwhile, and
+	// the client would hold a lock on the new layout and use the old one,
+	// whose objects are destroyed.
+	q.open.layoutUnderLock = true
 	res, err := m.open(ctx, r, q.cred, q.time, q.open)
 	if err != nil {
 		return skip(err)
 	}
-	rep := &mdsv1.IntentReply{OpenHandle: res.handle, Created: res.created, Layout: res.layout, Released: res.released}
+	rep := &mdsv1.IntentReply{OpenHandle: res.handle, Created: res.created, Released: res.released}
+	reg := res.attr.Mode&sIFMT == sIFREG
+	unlocked := func(a mdd.Attr) ldlm.IntentResult {
+		// The file is open all the same: answered without a lock, with
+		// the layout as it is now (the client reads it again, under a
+		// lock, before its first I/O).
+		rep.Attr, rep.Layout = attrTo(a), res.layout // (a new file's, or nil)
+		if reg {
+			if lb, err := m.layoutBytes(a.FID); err == nil {
+				rep.Layout = lb
+			}
+		}
+		return noLock(rep)
+	}
 	bits := openBits
-	if res.attr.Mode&sIFMT == sIFREG {
+	if reg {
 		bits |= ldlm.BitLayout
 	}
 	l, err := m.lockFor(ctx, r, res.attr.FID, bits)
 	if err != nil {
-		// The file is open all the same: answer without a lock.
-		rep.Attr = attrTo(res.attr)
-		return noLock(rep)
+		return unlocked(res.attr)
 	}
 	a, err := m.store.Getattr(res.attr.FID)
 	if err != nil {
 		m.lockd.CancelIntentLock(r, l)
-		rep.Attr = attrTo(res.attr)
-		return noLock(rep)
+		return unlocked(res.attr)
 	}
 	rep.Attr = attrTo(a)
-	if bits&ldlm.BitLayout != 0 {
-		// The layout the open read may have been swapped (lfs migrate,
-		// HSM release) before the lock was granted: the client would
-		// hold a lock on the new layout and use the old one, whose
-		// objects are destroyed. Read again under the lock.
-		lb, err := m.layoutBytes(a.FID)
-		if err != nil {
+	if reg {
+		if rep.Layout, err = m.layoutBytes(a.FID); err != nil {
 			m.lockd.CancelIntentLock(r, l)
-			return noLock(rep)
+			return unlocked(a)
 		}
-		rep.Layout = lb
 	}
 	if !q.open.parent.IsZero() {
 		// Give the LOOKUP lock only if the name still leads to the file.
 		if b, err := m.store.Lookup(mdd.Req{Cred: q.cred}, q.open.parent, q.open.name); err != nil || b.FID != a.FID {
 			m.lockd.CancelIntentLock(r, l)
-			return noLock(rep)
+			return unlocked(a)
 		}
 	}
 	return granted(l, rep, 0)

@@ -242,6 +242,9 @@ type (
 		// keepDirLock: a PR lock of the requester's on parent that the
 		// create leaves alone (IntentRequest.keep_dir_lock); 0 for none.
 		keepDirLock ldlm.Handle
+		// layoutUnderLock: the caller reads an existing file's layout
+		// itself, under the lock it takes (an open intent): open does not.
+		layoutUnderLock bool
 	}
 )
 
