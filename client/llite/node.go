@@ -462,9 +462,18 @@ func (n *node) uncacheIfPrivate(ctx context.Context, cred client.Cred, name stri
 }
 
 // OpendirHandle opens the directory for reading: pages are read from the
-// MDT as the kernel asks for them.
+// MDT as the kernel asks for them. The first is read now, with the
+// opener's credentials: open(2) of a directory needs read permission,
+// which the MDT checks as it reads (EACCES here, not at the first
+// getdents, which readdir(3) takes for the end of the directory). Other
+// errors are the first getdents' (a removed directory opens, as Linux's
+// do, and reads ENOENT).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	return &dirHandle{n: n}, 0, 0
+	d := &dirHandle{n: n}
+	if errno := d.read(ctx); errno == syscall.EACCES || errno == syscall.EPERM {
+		return nil, 0, errno
+	}
+	return d, 0, 0
 }
 
 // Fsync makes an open file's data durable (a directory's changes are
@@ -561,14 +570,23 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return 0
 }
 
+// dirEndOff is the offset the kernel gets for the end of a directory
+// (Lustre's LL_DIR_END_OFF): the largest off_t.
+const dirEndOff = 1<<63 - 1
+
 // dirHandle reads a directory page by page, by the MDT's cookies: an
-// entry's offset (d_off) is the cookie of the entry after it, so the
-// kernel can seek back to any entry (telldir/seekdir).
+// entry's offset (d_off) is the cookie of the entry after it (dirEndOff
+// after the last), so the kernel can seek back to any entry
+// (telldir/seekdir).
 type dirHandle struct {
 	n    *node
 	ents []client.DirEntry // of the page read, not returned yet
 	next uint64            // cookie after ents (0: the start)
-	sa   *statAhead        // the lookups ahead of the page last read
+	// fresh says ents is a whole page not returned from yet: its
+	// lookups ahead begin with its first entry returned (an open alone,
+	// which reads the first page, starts none).
+	fresh bool
+	sa    *statAhead // the lookups ahead of the page last read
 }
 
 var (
@@ -586,6 +604,21 @@ func (d *dirHandle) Releasedir(_ context.Context, _ uint32) {
 	}
 }
 
+// read reads the page at d.next.
+func (d *dirHandle) read(ctx context.Context) syscall.Errno {
+	rctx, cred, done := d.n.m.req(ctx)
+	ents, next, err := d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
+	done()
+	if err != nil {
+		return d.n.m.errno(err, "readdir", d.n.fid, "cookie", d.next)
+	}
+	if len(ents) == 0 && next != client.DirEnd && next <= d.next {
+		return d.n.m.errno(syscall.EIO, "readdir: no progress", d.n.fid, "cookie", d.next)
+	}
+	d.ents, d.next, d.fresh = ents, next, true
+	return 0
+}
+
 // Readdirent returns the next entry, nil at the end. go-fuse calls it for
 // one handle at a time.
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -593,17 +626,13 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if d.next == client.DirEnd {
 			return nil, 0
 		}
-		rctx, cred, done := d.n.m.req(ctx)
-		ents, next, err := d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
-		done()
-		if err != nil {
-			return nil, d.n.m.errno(err, "readdir", d.n.fid, "cookie", d.next)
+		if errno := d.read(ctx); errno != 0 {
+			return nil, errno
 		}
-		if len(ents) == 0 && next != client.DirEnd && next <= d.next {
-			return nil, d.n.m.errno(syscall.EIO, "readdir: no progress", d.n.fid, "cookie", d.next)
-		}
-		d.ents, d.next = ents, next
-		sa := newStatAhead(d.n.m.saCtx, d.n.fid, ents)
+	}
+	if d.fresh {
+		d.fresh = false
+		sa := newStatAhead(d.n.m.saCtx, d.n.fid, d.ents)
 		if old := d.n.sa.Swap(sa); old != nil {
 			old.cancel()
 		}
@@ -618,14 +647,20 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if len(d.ents) > 0 {
 		off = d.ents[0].Cookie
 	}
-	if off == 0 {
+	switch off {
+	case 0:
 		off = 1 // never the start again
+	case client.DirEnd:
+		// Negative as an off_t, which lseek refuses: the kernel gets
+		// Lustre's LL_DIR_END_OFF, a cookie past every name's hash but
+		// one, from which a page holds no entry but that one's.
+		off = dirEndOff
 	}
 	return &fuse.DirEntry{Name: e.Name, Ino: inoOf(e.FID), Mode: uint32(e.Type&0xf) << 12, Off: off}, 0
 }
 
 // Seekdir goes to an offset a Readdirent returned (0: the start).
 func (d *dirHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
-	d.ents, d.next = nil, off
+	d.ents, d.next, d.fresh = nil, off, false
 	return 0
 }
