@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/internal/timeouts"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mgs"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
@@ -25,6 +27,7 @@ import (
 //	    checksums,checksum_type,cur_grant_bytes,cur_dirty_bytes,stats,rpc_stats,import,ost_server_uuid}
 //	mdc.FS-MDT0000-mdc-ID.{import,mds_server_uuid}
 //	ldlm.namespaces.{FS-OSTxxxx-osc-ID,FS-MDT0000-mdc-ID}.{lru_size,lock_count,lock_unused_count}
+//	timeout, at_min, at_max, at_history, ldlm_timeout (the node's: internal/timeouts)
 //
 // ID is the mount's instance, ffff followed by 12 hex digits of its uuid
 // (Lustre shows its super block's address there). The persistent
@@ -95,9 +98,23 @@ func (fs *FS) register(ps ...params.Param) {
 	fs.keep(u)
 }
 
+// share adds ps to the registry as parameters of the node (the process),
+// which every mount and server in it registers alike (params.Registry.Share).
+func (fs *FS) share(ps ...params.Param) {
+	for _, p := range ps {
+		u, err := fs.registry().Share(p)
+		if err != nil {
+			fs.log.Warn("parameter not registered", "err", err)
+			continue
+		}
+		fs.keep(u)
+	}
+}
+
 // registerParams registers the mount's client-wide parameters and
 // devices; registerOSC adds each OSC's.
 func (fs *FS) registerParams(mdt *mgsv1.Target) {
+	fs.share(timeouts.Params()...)
 	reg, id, name := fs.registry(), fs.Instance(), fs.cfg.FSName
 	uuid := fs.rpc.UUID()
 	fs.keep(reg.RegisterDevice(params.Device{Type: "mgc", Name: "MGC" + fs.cfg.MGS[0], UUID: strings.Join(fs.cfg.MGS, ",")}))
@@ -407,26 +424,31 @@ func (fs *FS) unregisterParams() {
 	}
 }
 
-// localParam turns a persistent parameter of the MGS into the name of
-// this mount's live parameter(s), "" if it is not the client's.
-func (fs *FS) localParam(pn mgs.ParamName) string {
+// localParam turns a persistent parameter of the MGS into the patterns
+// of this mount's live parameters, none if it is not the client's.
+func (fs *FS) localParam(pn mgs.ParamName) []string {
 	id, name := fs.Instance(), fs.cfg.FSName
 	layer, rest, _ := strings.Cut(pn.Param, ".")
 	switch {
 	case pn.Spec.Scope == mgs.ScopeOST && layer == "osc":
-		return "osc." + name + "-" + pn.Target + "-osc-" + id + "." + rest
+		return []string{"osc." + name + "-" + pn.Target + "-osc-" + id + "." + rest}
 	case pn.Spec.Scope == mgs.ScopeMDT && layer == "mdc":
-		return "mdc." + name + "-" + pn.Target + "-mdc-" + id + "." + rest
+		return []string{"mdc." + name + "-" + pn.Target + "-mdc-" + id + "." + rest}
 	case pn.Spec.Scope == mgs.ScopeClient && layer == "llite":
-		return "llite." + name + "-" + id + "." + rest
+		return []string{"llite." + name + "-" + id + "." + rest}
 	case pn.Spec.Scope == mgs.ScopeClient && layer == "ldlm":
-		return "ldlm.namespaces." + name + "-*-" + id + "." + rest
-	case pn.Spec.Scope == mgs.ScopeClient && pn.Param == "jobid_var",
-		pn.Spec.Scope == mgs.ScopeSys && pn.Param == "timeout":
+		return []string{"ldlm.namespaces." + name + "-*-" + id + "." + rest}
+	case pn.Spec.Scope == mgs.ScopeSys && pn.Param == "timeout":
+		// The node's obd_timeout, and the mount's own wait for a server
+		// (which its timeout= mount option sets alone).
+		return []string{"timeout", "llite." + name + "-" + id + ".timeout"}
+	case pn.Spec.Scope == mgs.ScopeSys && slices.Contains(timeouts.Names, pn.Param):
+		return []string{pn.Param} // the node's
+	case pn.Spec.Scope == mgs.ScopeClient && pn.Param == "jobid_var":
 		// Node-wide in Lustre; each mount's here.
-		return "llite." + name + "-" + id + "." + pn.Param
+		return []string{"llite." + name + "-" + id + "." + pn.Param}
 	}
-	return ""
+	return nil
 }
 
 // applyParams sets the persistent parameters of c this mount has not
@@ -449,20 +471,20 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 			continue
 		}
 		local := fs.localParam(pn)
-		if local == "" {
+		if len(local) == 0 {
 			continue
 		}
 		var names []string
 		if p.GetRevision() > fs.params.mu.applied[p.GetName()] {
 			fs.params.mu.applied[p.GetName()] = p.GetRevision()
-			names = append(names, local)
-		} else {
+			names = local
+		} else if len(local) == 1 {
 			// A new OSC brings its osc.DEV.* and its lock namespace's
 			// ldlm.namespaces.DEV.*: both are the OSC's to apply.
 			_, rest, _ := strings.Cut(pn.Param, ".")
 			for _, dev := range newOSCs {
 				for _, n := range []string{"osc." + dev + "." + rest, "ldlm.namespaces." + dev + "." + rest} {
-					if ok, _ := params.Match(local, n); ok {
+					if ok, _ := params.Match(local[0], n); ok {
 						names = append(names, n)
 					}
 				}

@@ -21,8 +21,9 @@ import (
 // Defaults of a ServerConfig.
 const (
 	// DefaultCallbackTimeout is how long a client has to give a lock back
-	// after a blocking AST before it is evicted (Lustre's ldlm_timeout
-	// stretched by adaptive timeouts; here fixed).
+	// after a blocking AST before it is evicted, the node's ldlm_timeout
+	// until it is set (NodeCallbackTimeout). Lustre stretches it by
+	// adaptive timeouts; here it is fixed.
 	DefaultCallbackTimeout = 20 * time.Second
 	// DefaultASTWorkers send callbacks; DefaultASTQueue bounds the
 	// callbacks waiting for one.
@@ -69,8 +70,8 @@ type ServerConfig struct {
 	// ptlrpc.LDLMCBRequestPortal.
 	CallbackPortal uint32
 	// CallbackTimeout is how long a holder has to cancel a lock after a
-	// blocking AST, and the timeout of each callback RPC; 0 means
-	// DefaultCallbackTimeout.
+	// blocking AST, and the timeout of each callback RPC; 0 means the
+	// node's ldlm_timeout (NodeCallbackTimeout) as it is at each callback.
 	CallbackTimeout time.Duration
 	// ASTWorkers and ASTQueue size the callback senders (ASTQueue counts
 	// batches: the callbacks one request caused); 0 means the defaults.
@@ -186,9 +187,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.CallbackPortal == 0 {
 		cfg.CallbackPortal = ptlrpc.LDLMCBRequestPortal
 	}
-	if cfg.CallbackTimeout <= 0 {
-		cfg.CallbackTimeout = DefaultCallbackTimeout
-	}
+	cfg.CallbackTimeout = max(cfg.CallbackTimeout, 0)
 	if cfg.ASTWorkers <= 0 {
 		cfg.ASTWorkers = DefaultASTWorkers
 	}
@@ -796,7 +795,7 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 			// t is read under s.mu, after it is set: the timer may fire
 			// before AfterFunc returns.
 			var t *time.Timer
-			t = time.AfterFunc(s.cfg.CallbackTimeout, func() { s.callbackExpired(h, owner, &t) })
+			t = time.AfterFunc(s.callbackTimeout(), func() { s.callbackExpired(h, owner, &t) })
 			s.mu.timers[h] = t
 		}
 	}
@@ -879,7 +878,7 @@ func (s *Server) sendASTs(work []astWork) {
 		calls = append(calls, ptlrpc.Call{Target: w.exp.Peer(), Portal: s.cfg.CallbackPortal, Opcode: w.op, Body: body})
 		sent = append(sent, w)
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.CallbackTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.callbackTimeout())
 	defer cancel()
 	for i, r := range s.cfg.Client.CallSet(ctx, calls) {
 		w, err := sent[i], r.Err
@@ -918,7 +917,7 @@ func (s *Server) callbackExpired(h Handle, owner Owner, t **time.Timer) {
 	}
 	s.cbTimeouts.Add(1)
 	s.log.Warn("ldlm: lock callback timer expired, evicting the client", "lock", h, "resource", l.Resource, "mode", l.Mode,
-		"client", exp.ClientUUID(), "peer", exp.Peer(), "timeout", s.cfg.CallbackTimeout)
+		"client", exp.ClientUUID(), "peer", exp.Peer(), "timeout", s.callbackTimeout())
 	s.evict(exp)
 }
 
@@ -1004,7 +1003,7 @@ func (s *Server) glimpse(ctx context.Context, res Resource) (LVB, bool, error) {
 		return lvb, valid, nil
 	}
 	s.glASTs.Add(uint64(len(calls)))
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallbackTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.callbackTimeout())
 	defer cancel()
 	for i, r := range s.cfg.Client.CallSet(ctx, calls) {
 		var gr ldlmv1.GlimpseReply

@@ -1169,3 +1169,34 @@ func TestReplayWaitingThenGranted(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestIgnoredBlockingASTNodeTimeout: a lock server whose configuration
+// sets no callback timeout waits the node's ldlm_timeout, as it is when
+// the callback goes (lctl set_param ldlm_timeout=1), not the default 20 s.
+func TestIgnoredBlockingASTNodeTimeout(t *testing.T) {
+	old := NodeCallbackTimeout()
+	if err := SetNodeCallbackTimeout(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { SetNodeCallbackTimeout(old) })
+	if err := SetNodeCallbackTimeout(time.Millisecond); err == nil || NodeCallbackTimeout() != time.Second {
+		t.Fatalf("ldlm_timeout 1ms: %v, now %v", err, NodeCallbackTimeout())
+	}
+	lc := newLockCluster(t, 2, 0)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	a.stall.Store(true)
+	if err := a.access(ctx, PW, func(obj []byte) bool { copy(obj, "lost"); return true }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := b.access(ctx, PR, func([]byte) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < time.Second || waited > 4*time.Second {
+		t.Fatalf("waiter granted after %v, ldlm_timeout 1s", waited)
+	}
+	if st := lc.lockd.Stats(); st.CallbackTimeouts != 1 {
+		t.Fatalf("server stats %+v", st)
+	}
+}

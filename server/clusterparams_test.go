@@ -13,7 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/ldlm"
 	adminv1 "github.com/nacrefs/nacre/proto/nacre/admin/v1"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
 	"github.com/nacrefs/nacre/services/admin"
@@ -175,6 +177,42 @@ func TestClusterParams(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("parameters on %s without the token: HTTP %d", ts, resp.StatusCode)
 		}
+	}
+	// The node-wide timeouts: persistent sys.* values reach every process,
+	// the child OSS as this one (MDT and mount), as lctl get_param at_max
+	// shows them on each.
+	t.Cleanup(func() { // this process's, for the tests after this one
+		ptlrpc.UpdateNodeTimeouts(func(t *ptlrpc.Timeouts) { *t = ptlrpc.DefaultTimeouts() })
+		ldlm.SetNodeCallbackTimeout(ldlm.DefaultCallbackTimeout)
+	})
+	for name, v := range map[string]string{"nacre.sys.at_max": "300", "nacre.sys.ldlm_timeout": "7", "nacre.sys.timeout": "60"} {
+		if _, err := o.api.SetParam(ctx, &adminv1.SetParamRequest{Name: name, Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"at_max": "300", "ldlm_timeout": "7", "timeout": "60", "at_min": "0", "at_history": "600"}
+	for {
+		rep, err := o.api.GetLiveParams(ctx, &adminv1.GetLiveParamsRequest{Patterns: []string{"at_*", "ldlm_timeout", "timeout"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen, right := map[string]int{}, 0
+		for _, p := range rep.GetParams() {
+			seen[p.GetName()]++
+			if want[p.GetName()] == p.GetValue() {
+				right++
+			}
+		}
+		if right == 2*len(want) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("get_param at_* ldlm_timeout timeout: %v (%v), want %v from each of the two processes", rep.GetParams(), seen, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if nt := ptlrpc.NodeTimeouts(); nt.ATMax != 300*time.Second || nt.Obd != time.Minute || ldlm.NodeCallbackTimeout() != 7*time.Second {
+		t.Fatalf("this process's timeouts %+v, ldlm_timeout %v", nt, ldlm.NodeCallbackTimeout())
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/internal/timeouts"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdt"
 	"github.com/nacrefs/nacre/mgs"
@@ -34,6 +35,7 @@ import (
 //	mds.MDS.mdt.{nrs_policies,nrs_tbf_rule,stats,threads_started,threads_min,threads_max}
 //	mdt.FS-MDTxxxx.{md_stats,num_exports,uuid,recovery_status,abort_recovery,replay_barrier,job_stats}
 //	ldlm.namespaces.{filter,mdt}-FS-{OST,MDT}xxxx_UUID.{lock_count,resource_count}
+//	timeout, at_min, at_max, at_history, ldlm_timeout (the node's: internal/timeouts)
 //
 // The persistent parameters of the file system that apply to servers
 // (ost.nrs_policies; obdfilter.* and mdt.* once their layers have them)
@@ -451,6 +453,9 @@ func (s *Storage) localParams(pn mgs.ParamName, ids []TargetIdentity) []string {
 		if !pn.MatchesFS(id.FSName) {
 			continue
 		}
+		if pn.Spec.Scope == mgs.ScopeSys && slices.Contains(timeouts.Names, pn.Param) {
+			return []string{pn.Param} // the node's
+		}
 		if ok, _ := path.Match(pn.Target, mgs.TargetName(id.Kind, id.Index)); !ok {
 			continue
 		}
@@ -508,6 +513,7 @@ func (s *Storage) applyParams(c *mgsv1.ClientConfig, ids []TargetIdentity) {
 // system the Storage serves, until Close), and serves the registry on the
 // process's socket.
 func (s *Storage) startParams(ids []TargetIdentity) {
+	s.addParams(true, timeouts.Params()...)
 	byFS := map[string]*Registrar{}
 	for _, r := range s.regs {
 		if _, ok := byFS[r.id.FSName]; !ok {

@@ -14,7 +14,7 @@ const atBins = 4
 // that old peaks age out. Safe for concurrent use.
 type estimator struct {
 	mu       sync.Mutex
-	binWidth time.Duration
+	history  time.Duration // 0: the node's at_history, as it is now
 	binStart time.Time
 	bins     [atBins]time.Duration
 	cur      time.Duration // max of bins, never below initial until measured
@@ -24,12 +24,19 @@ type estimator struct {
 }
 
 // newEstimator returns an estimator starting at initial whose peaks are
-// remembered for history.
+// remembered for history; 0 means the node's at_history, followed as it
+// changes.
 func newEstimator(initial, history time.Duration) *estimator {
-	if history <= 0 {
-		history = 600 * time.Second
+	return &estimator{history: max(history, 0), cur: initial, initial: initial}
+}
+
+// binWidth is how long one bin of the history covers now.
+func (e *estimator) binWidth() time.Duration {
+	h := e.history
+	if h == 0 {
+		h = NodeTimeouts().ATHistory
 	}
-	return &estimator{binWidth: history / atBins, cur: initial, initial: initial}
+	return max(h/atBins, time.Nanosecond)
 }
 
 // add records one measurement taken at now.
@@ -43,7 +50,8 @@ func (e *estimator) add(now time.Time, d time.Duration) {
 		e.measured = true
 		e.binStart = now
 		e.bins = [atBins]time.Duration{d}
-	} else if shift := int(now.Sub(e.binStart) / e.binWidth); shift > 0 {
+	} else if w := e.binWidth(); now.Sub(e.binStart) >= w {
+		shift := int(min(now.Sub(e.binStart)/w, atBins))
 		// Age the history: move the bins along by shift, dropping the
 		// oldest ones.
 		if shift >= atBins {
@@ -54,7 +62,10 @@ func (e *estimator) add(now time.Time, d time.Duration) {
 				e.bins[i] = 0
 			}
 		}
-		e.binStart = e.binStart.Add(time.Duration(shift) * e.binWidth)
+		e.binStart = e.binStart.Add(time.Duration(shift) * w)
+		if shift >= atBins {
+			e.binStart = now
+		}
 	}
 	e.bins[0] = max(e.bins[0], d)
 	e.cur = 0

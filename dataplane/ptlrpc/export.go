@@ -38,8 +38,9 @@ const (
 // Defaults of a Target.
 const (
 	// DefaultEvictTimeout is how long a target waits without hearing from
-	// a client before evicting it: a little over two ping intervals, as
-	// Lustre's ping evictor waits PING_EVICT_TIMEOUT.
+	// a client before evicting it at the default obd_timeout: three ping
+	// intervals, as Lustre's ping evictor waits PING_EVICT_TIMEOUT
+	// (Timeouts.EvictTimeout).
 	DefaultEvictTimeout = 3 * DefaultPingInterval
 	// DefaultMaxExports bounds the exports of one target.
 	DefaultMaxExports = 4096
@@ -61,7 +62,7 @@ type TargetConfig struct {
 	// Features are the OBD_CONNECT_* feature bits the target supports.
 	Features uint64
 	// EvictTimeout is how long an export may stay silent before the target
-	// evicts it; 0 means DefaultEvictTimeout.
+	// evicts it; 0 means the node's (NodeTimeouts), as it is at each check.
 	EvictTimeout time.Duration
 	// MaxExports bounds the number of exports; 0 means DefaultMaxExports.
 	MaxExports int
@@ -348,9 +349,7 @@ func (ts *TargetSet) NewTarget(cfg TargetConfig) (*Target, error) {
 	if cfg.UUID == "" {
 		cfg.UUID = cfg.Name + "_UUID"
 	}
-	if cfg.EvictTimeout <= 0 {
-		cfg.EvictTimeout = DefaultEvictTimeout
-	}
+	cfg.EvictTimeout = max(cfg.EvictTimeout, 0)
 	if cfg.MaxExports <= 0 {
 		cfg.MaxExports = DefaultMaxExports
 	}
@@ -615,26 +614,40 @@ func (t *Target) forgetClient(uuid string) {
 // ping evictor).
 func (t *Target) evictor() {
 	defer close(t.done)
-	tick := time.NewTicker(max(t.cfg.EvictTimeout/4, time.Millisecond))
+	tick := time.NewTimer(time.Hour)
 	defer tick.Stop()
 	for {
+		changed := timeoutsChanged()
+		limit := t.evictTimeout()
+		tick.Reset(max(limit/4, time.Millisecond))
+		var now time.Time
 		select {
 		case <-t.stop:
 			return
-		case now := <-tick.C:
-			var stale []*Export
-			t.mu.Lock()
-			for _, e := range t.exports {
-				if now.Sub(time.Unix(0, e.lastSeen.Load())) > t.cfg.EvictTimeout && e.busy.Load() == 0 {
-					stale = append(stale, e)
-				}
-			}
-			t.mu.Unlock()
-			for _, e := range stale {
-				t.drop(e, true, fmt.Sprintf("silent for more than %v", t.cfg.EvictTimeout))
+		case <-changed: // obd_timeout changed: check at the new pace
+			continue
+		case now = <-tick.C:
+		}
+		var stale []*Export
+		t.mu.Lock()
+		for _, e := range t.exports {
+			if now.Sub(time.Unix(0, e.lastSeen.Load())) > limit && e.busy.Load() == 0 {
+				stale = append(stale, e)
 			}
 		}
+		t.mu.Unlock()
+		for _, e := range stale {
+			t.drop(e, true, fmt.Sprintf("silent for more than %v", limit))
+		}
 	}
+}
+
+// evictTimeout is how long an export may stay silent now.
+func (t *Target) evictTimeout() time.Duration {
+	if d := t.cfg.EvictTimeout; d > 0 {
+		return d
+	}
+	return NodeTimeouts().EvictTimeout()
 }
 
 // Close stops the evictor, drops every export (as a disconnect) and removes

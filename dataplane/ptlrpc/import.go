@@ -91,11 +91,14 @@ type ImportConfig struct {
 	ConnectOp, DisconnectOp wire.Opcode
 	// Features are the OBD_CONNECT_* bits the client supports.
 	Features uint64
-	// PingInterval is how often an idle import pings; 0 means
-	// DefaultPingInterval, negative never.
+	// PingInterval is how often an idle import pings; 0 means the node's
+	// (NodeTimeouts, a quarter of obd_timeout), negative never.
 	PingInterval time.Duration
-	// InitialTimeout, MinTimeout and MaxTimeout bound the adaptive request
-	// timeout; 0 means the Default values.
+	// InitialTimeout is the service time assumed before any reply has
+	// been measured, MinTimeout the margin every request timeout adds to
+	// the estimates, MaxTimeout their cap; 0 means DefaultInitialTimeout,
+	// DefaultMinTimeout, and for MaxTimeout the node's at_max (or, with
+	// adaptive timeouts off, obd_timeout) as it is when a request goes.
 	InitialTimeout, MinTimeout, MaxTimeout time.Duration
 	// MaxUncommitted bounds the uncommitted modifying requests kept for
 	// replay; 0 means DefaultMaxUncommitted.
@@ -264,19 +267,16 @@ func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
 	if cfg.ConnectOp == 0 {
 		cfg.ConnectOp, cfg.DisconnectOp = wire.OSTConnect, wire.OSTDisconnect
 	}
-	if cfg.PingInterval == 0 {
-		cfg.PingInterval = DefaultPingInterval
-	}
 	if cfg.InitialTimeout <= 0 {
 		cfg.InitialTimeout = DefaultInitialTimeout
 	}
 	if cfg.MinTimeout <= 0 {
 		cfg.MinTimeout = DefaultMinTimeout
 	}
-	if cfg.MaxTimeout <= 0 {
-		cfg.MaxTimeout = DefaultMaxTimeout
+	if cfg.MaxTimeout < 0 {
+		cfg.MaxTimeout = 0
 	}
-	if cfg.MaxTimeout < cfg.MinTimeout {
+	if cfg.MaxTimeout > 0 && cfg.MaxTimeout < cfg.MinTimeout {
 		return nil, fmt.Errorf("ptlrpc: import %s: MaxTimeout %v below MinTimeout %v", cfg.Target, cfg.MaxTimeout, cfg.MinTimeout)
 	}
 	if cfg.MaxUncommitted <= 0 {
@@ -377,11 +377,35 @@ func (imp *Import) setStateLocked(st ImportState) {
 }
 
 // timeout is the adaptive request timeout (Lustre's
-// ptlrpc_at_set_req_timeout): the service estimate with a quarter more,
-// twice the network latency, and MinTimeout of margin, within MaxTimeout.
+// ptlrpc_at_set_req_timeout): the service estimate (at least at_min) with
+// a quarter more, twice the network latency, and MinTimeout of margin,
+// within MaxTimeout or the node's at_max. With adaptive timeouts off
+// (at_max 0) it is obd_timeout, as Lustre's.
 func (imp *Import) timeout() time.Duration {
-	t := imp.svcAT.current()*5/4 + 2*imp.netAT.current() + imp.cfg.MinTimeout
-	return min(t, imp.cfg.MaxTimeout)
+	nt := NodeTimeouts()
+	limit := imp.cfg.MaxTimeout
+	if nt.ATMax == 0 {
+		if limit == 0 {
+			limit = nt.Obd
+		}
+		return min(nt.Obd, limit)
+	}
+	if limit == 0 {
+		limit = nt.ATMax
+	}
+	t := max(imp.svcAT.current(), nt.ATMin)*5/4 + 2*imp.netAT.current() + imp.cfg.MinTimeout
+	return min(t, limit)
+}
+
+// pingInterval is how often the import pings when idle; 0 never.
+func (imp *Import) pingInterval() time.Duration {
+	switch d := imp.cfg.PingInterval; {
+	case d < 0:
+		return 0
+	case d > 0:
+		return d
+	}
+	return NodeTimeouts().PingInterval()
 }
 
 // Connect waits until the import is connected (FULL), ctx ends, or the
@@ -427,7 +451,7 @@ func (imp *Import) run() {
 				if errors.Is(err, ErrClosed) {
 					return
 				}
-				backoff = min(max(2*backoff, 50*time.Millisecond), max(imp.cfg.PingInterval, time.Second))
+				backoff = min(max(2*backoff, 50*time.Millisecond), max(imp.pingInterval(), time.Second))
 				switch {
 				case !isBusy(err):
 					busy = false
@@ -465,9 +489,10 @@ func (imp *Import) run() {
 			}
 			backoff, busy = 0, false
 		}
+		changed := timeoutsChanged()
 		wait := time.Hour
-		if imp.cfg.PingInterval > 0 {
-			wait = imp.cfg.PingInterval - time.Since(time.Unix(0, imp.lastUse.Load()))
+		if iv := imp.pingInterval(); iv > 0 {
+			wait = iv - time.Since(time.Unix(0, imp.lastUse.Load()))
 		}
 		if wait <= 0 || imp.pingNow.Swap(false) {
 			imp.pingOnce()
@@ -478,6 +503,7 @@ func (imp *Import) run() {
 		case <-imp.ctx.Done():
 			return
 		case <-imp.kick:
+		case <-changed: // obd_timeout changed: the interval may be shorter
 		case <-ping.C:
 		}
 	}

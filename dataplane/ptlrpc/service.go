@@ -1296,10 +1296,6 @@ func (s *Service) Close(ctx context.Context) error {
 // network still gets it there in time.
 func earlyMargin(t time.Duration) time.Duration { return t / 4 }
 
-// maxEarlyExtension caps the total time early replies may extend a request,
-// as Lustre's at_max.
-const maxEarlyExtension = 10 * time.Minute
-
 type erHeap []*Request
 
 func (h erHeap) Len() int           { return len(h) }
@@ -1393,10 +1389,13 @@ func (s *Service) earlyReplier() {
 // extendLocked moves r's deadline out and returns by how much from now, or
 // 0 if it may not be extended any more.
 func (s *Service) extendLocked(r *Request, now time.Time) time.Duration {
-	if now.Sub(r.Arrived) > maxEarlyExtension {
+	// at_max caps how long early replies keep a request going; 0 (adaptive
+	// timeouts off) means none are sent.
+	nt := NodeTimeouts()
+	if now.Sub(r.Arrived) > nt.ATMax {
 		return 0
 	}
-	ext := max(r.erTimeout, s.at.current()*5/4)
+	ext := max(r.erTimeout, max(s.at.current(), nt.ATMin)*5/4)
 	r.erDeadline = now.Add(ext)
 	r.erNext = r.erDeadline.Add(-earlyMargin(ext))
 	r.erTimeout = ext

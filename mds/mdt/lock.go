@@ -128,7 +128,7 @@ func (m *MDT) lock(ctx context.Context, reqs ...lockReq) (func(), error) {
 func (m *MDT) lockTimeout() time.Duration {
 	t := m.cfg.CallbackTimeout
 	if t <= 0 {
-		t = ldlm.DefaultCallbackTimeout
+		t = ldlm.NodeCallbackTimeout()
 	}
 	return 2*t + 5*time.Second
 }

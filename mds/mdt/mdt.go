@@ -218,7 +218,7 @@ type Config struct {
 	AllocTimeout, StatfsInterval, OSTTimeout   time.Duration
 	// CallbackTimeout is how long a client has to give a lock back, and
 	// EvictTimeout how long a silent client keeps its export; 0 means the
-	// ldlm and ptlrpc defaults.
+	// node's ldlm_timeout and obd_timeout, followed as they change.
 	CallbackTimeout, EvictTimeout time.Duration
 	// RecoveryWindow is how long after a restart the MDT takes back the
 	// clients of its previous life, which replay their locks and the

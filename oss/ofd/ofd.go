@@ -65,8 +65,8 @@ type Config struct {
 	UUID    string
 	// Client sends lock callbacks to clients.
 	Client *ptlrpc.Client
-	// CallbackTimeout and EvictTimeout: 0 means the ldlm and ptlrpc
-	// defaults.
+	// CallbackTimeout and EvictTimeout: 0 means the node's ldlm_timeout
+	// and obd_timeout, followed as they change.
 	CallbackTimeout, EvictTimeout time.Duration
 	// RecoveryWindow is how long after a restart the OST takes back the
 	// clients of its previous life (see ptlrpc.TargetConfig); 0 means
