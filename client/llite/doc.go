@@ -23,15 +23,16 @@
 // Each request runs as its caller: uid and gid from the FUSE header,
 // supplementary groups and effective capabilities from /proc/PID/status
 // (cached for a second), so the MDT checks permissions itself — mode bits
-// and POSIX ACLs — and the mount does not use default_permissions. Umask
-// is left to the kernel (go-fuse does not ask for FUSE_DONT_MASK). Access
-// (access(2), chdir) checks mode bits here. Without default_permissions
-// the kernel checks no search permission on the way through directories
-// whose entries it has cached: entries of a directory that not everyone
-// may search (not a+x) are never cached, so that each walk through it
-// comes to the library, which checks the caller (a chmod of a directory
-// drops the kernel's entries in it). Search denied by an ACL alone to a
-// named user of an a+x directory is not caught that way.
+// and POSIX ACLs — and the mount does not use default_permissions. The
+// umask goes to the MDT with the mode of a new file (FUSE_DONT_MASK), which
+// applies it unless the directory has a default ACL, as Linux does. Access
+// (access(2), chdir) checks mode bits and the access ACL here. Without
+// default_permissions the kernel checks no search permission on the way
+// through directories whose entries it has cached: entries of a directory
+// that not everyone may search (not a+x) are never cached, so that each
+// walk through it comes to the library, which checks the caller (a chmod
+// of a directory drops the kernel's entries in it). Search denied by an
+// ACL alone to a named user of an a+x directory is not caught that way.
 //
 // # Kernel caches and coherence
 //

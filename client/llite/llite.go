@@ -144,8 +144,9 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 		// The kernel must not drop pages on its own when it sees mtime
 		// change: invalidation follows the library's locks (see doc.go).
 		ExplicitDataCacheControl: true,
-		// O_APPEND files use direct I/O; let them be mapped too.
-		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+		// O_APPEND files use direct I/O; let them be mapped too. The
+		// umask is the MDT's to apply (see rawFS.Create).
+		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_DONT_MASK,
 		// Root mounts with mount(2) (umount(8) ends it); others go through
 		// fusermount3.
 		DirectMount: os.Geteuid() == 0,
@@ -303,6 +304,12 @@ type mount struct {
 		// (see Getxattr).
 		at map[client.FID]time.Time
 	}
+	// umasks are the umasks of the creates in flight, by caller thread
+	// (rawFS.Create): go-fuse's node methods are not given them.
+	umasks struct {
+		sync.Mutex
+		m map[uint32]umaskRef
+	}
 	// statAhead holds a token per lookup-ahead worker running (at most
 	// statAheadMax), saWG the workers, saCtx ends them at unmount;
 	// statAheads counts the lookups ahead done, glimpsesAhead the
@@ -313,6 +320,13 @@ type mount struct {
 	saStop        context.CancelFunc
 	statAheads    atomic.Uint64
 	glimpsesAhead atomic.Uint64
+}
+
+// umaskRef is a caller thread's umask and how many of its creates are in
+// flight.
+type umaskRef struct {
+	umask uint32
+	n     int
 }
 
 type lockOwners struct {
@@ -326,6 +340,7 @@ func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
 	m.creds.init()
 	m.lk.owners = make(map[uint64]*lockOwners)
 	m.noCap.at = make(map[client.FID]time.Time)
+	m.umasks.m = make(map[uint32]umaskRef)
 	return m
 }
 
@@ -464,10 +479,65 @@ func fillEntry(a client.Attr, out *fuse.EntryOut, locked bool) {
 }
 
 // rawFS wraps go-fuse's bridge for what its node API does not pass on:
-// the lock owner of FLUSH and RELEASE, whose locks must go then.
+// the lock owner of FLUSH and RELEASE, whose locks must go then, and the
+// umask of a create.
 type rawFS struct {
 	fuse.RawFileSystem
 	m *mount
+}
+
+// Create, Mkdir and Mknod hand the caller's umask to the node's method
+// (umaskOf), which sends it to the MDT with the mode as given: the MDT
+// applies it unless the directory has a default ACL, which replaces it
+// (posix_acl_create). The kernel leaves the umask to the mount since it
+// granted CAP_DONT_MASK; without that it applied it already, and applying
+// it again changes nothing.
+func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer r.m.withUmask(in.Caller.Pid, in.Umask)()
+	return r.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.m.withUmask(in.Caller.Pid, in.Umask)()
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.m.withUmask(in.Caller.Pid, in.Umask)()
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+// withUmask records the umask of the caller thread pid's create in flight
+// for umaskOf, and returns the function that forgets it.
+func (m *mount) withUmask(pid, umask uint32) func() {
+	m.umasks.Lock()
+	defer m.umasks.Unlock()
+	u := m.umasks.m[pid]
+	u.umask = umask & 0o777
+	u.n++
+	m.umasks.m[pid] = u
+	return func() {
+		m.umasks.Lock()
+		defer m.umasks.Unlock()
+		if u := m.umasks.m[pid]; u.n > 1 {
+			u.n--
+			m.umasks.m[pid] = u
+		} else {
+			delete(m.umasks.m, pid)
+		}
+	}
+}
+
+// umaskOf returns the umask of ctx's caller for the create it makes (0 if
+// none is recorded).
+func (m *mount) umaskOf(ctx context.Context) uint32 {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return 0
+	}
+	m.umasks.Lock()
+	defer m.umasks.Unlock()
+	return m.umasks.m[c.Pid].umask
 }
 
 // releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: the file being

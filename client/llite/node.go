@@ -2,6 +2,8 @@ package llite
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/mds/mdd"
 )
 
 // node is a file the kernel knows: nothing but its FID (see doc.go).
@@ -199,8 +202,10 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	return 0
 }
 
-// Access checks mode bits for access(2) and chdir (the MDT checks every
-// operation itself, ACLs included).
+// Access checks access(2) and chdir as the MDT checks every operation:
+// by mode bits and capabilities, and for a caller other than the owner by
+// the file's access ACL when it has one (a named entry may grant what the
+// mode bits do not, or deny what they allow).
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
@@ -211,15 +216,30 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	if mask&2 != 0 && n.m.ro {
 		return syscall.EROFS
 	}
-	if !mayAccess(cred, a, mask) {
+	var acl mdd.ACL
+	if a.UID != cred.UID && cred.Cap&mdc.CapDacOverride == 0 {
+		// (Read alike by everyone: cached, and none at all costs no RPC
+		// when the attributes say the file has no extended attributes.)
+		v, err := n.m.fs.Getxattr(ctx, cred, n.fid, mdd.XattrACLAccess)
+		switch {
+		case err == nil:
+			if acl, err = mdd.ParseACL(v); err != nil {
+				return n.m.errno(fmt.Errorf("access: %s of %v: %v: %w", mdd.XattrACLAccess, n.fid, err, syscall.EIO), "access", n.fid)
+			}
+		case !errors.Is(err, syscall.ENODATA):
+			return n.m.errno(err, "access", n.fid)
+		}
+	}
+	if !mayAccess(cred, a, acl, mask) {
 		return syscall.EACCES
 	}
 	return 0
 }
 
-// mayAccess says whether cred may access a file with attributes a as
-// mask (R_OK 4, W_OK 2, X_OK 1) asks, by mode bits and capabilities.
-func mayAccess(cred client.Cred, a client.Attr, mask uint32) bool {
+// mayAccess says whether cred may access a file with attributes a and
+// access ACL acl (nil: none) as mask (R_OK 4, W_OK 2, X_OK 1) asks, by
+// mode bits, the ACL and capabilities (Linux's generic_permission).
+func mayAccess(cred client.Cred, a client.Attr, acl mdd.ACL, mask uint32) bool {
 	mask &= 7
 	isDir := a.Mode&syscall.S_IFMT == syscall.S_IFDIR
 	anyX := a.Mode&0o111 != 0
@@ -233,6 +253,8 @@ func mayAccess(cred client.Cred, a client.Attr, mask uint32) bool {
 	switch {
 	case a.UID == cred.UID:
 		bits = a.Mode >> 6
+	case acl != nil:
+		return acl.Permits(&mdd.Cred{UID: cred.UID, GID: cred.GID, Groups: cred.Groups}, a.UID, a.GID, uint16(mask))
 	case a.GID == cred.GID || contains(cred.Groups, a.GID):
 		bits = a.Mode >> 3
 	default:
@@ -258,8 +280,10 @@ func contains(s []uint32, v uint32) bool {
 // objects, for lfs setstripe to give it a layout through lustre.lov. The
 // kernel drops O_NOCTTY before FUSE sees the create: FASYNC says it.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	umask := n.m.umaskOf(ctx)
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	cred.Umask = umask
 	var opts *client.CreateOptions
 	if flags&delayCreate != 0 {
 		opts = &client.CreateOptions{Delay: true}
@@ -315,8 +339,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // Mkdir makes a directory.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	umask := n.m.umaskOf(ctx)
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	cred.Umask = umask
 	a, err := n.m.fs.Mkdir(ctx, cred, n.fid, name, mode&0o7777)
 	if err != nil {
 		return nil, n.m.errno(err, "mkdir", n.fid, "name", name)
@@ -331,8 +357,10 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod makes a FIFO, socket, device or (empty) regular file.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	umask := n.m.umaskOf(ctx)
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
+	cred.Umask = umask
 	a, err := n.m.fs.Mknod(ctx, cred, n.fid, name, mode, uint64(dev))
 	if err != nil {
 		return nil, n.m.errno(err, "mknod", n.fid, "name", name, "mode", mode)

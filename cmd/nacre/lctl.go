@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -239,9 +240,9 @@ every start; -d removes a stored parameter (later starts keep their defaults).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			wait := timeout
 			if len(args) == 2 {
-				var s int
-				if _, err := fmt.Sscan(args[1], &s); err != nil || s <= 0 {
-					return fmt.Errorf("ping: timeout %q: want seconds", args[1])
+				s, err := strconv.Atoi(args[1])
+				if err != nil || s <= 0 || s > maxPingTimeout {
+					return fmt.Errorf("ping: timeout %q: want whole seconds from 1 to %d", args[1], maxPingTimeout)
 				}
 				wait = time.Duration(s) * time.Second
 			}
@@ -272,6 +273,10 @@ every start; -d removes a stored parameter (later starts keep their defaults).`,
 	})...)
 	return root
 }
+
+// maxPingTimeout is the longest TIMEOUT lctl ping takes, in seconds
+// (Lustre's jt_ptl_ping refuses more).
+const maxPingTimeout = 120
 
 // printValue prints a parameter as lctl does: name=value, a value of
 // several lines after "name=" on a line of its own.

@@ -438,6 +438,12 @@ func newLfsMkdirCmd() *cobra.Command {
 				perm = uint32(p)
 			}
 			for _, d := range args {
+				// Lustre's asks the parent's file system to make it
+				// (an ioctl), which a file system other than Lustre
+				// refuses.
+				if _, err := mountOf(filepath.Dir(d)); err != nil {
+					return lfsErrorf(cmd, "dirstripe error on '%s': %v", d, err)
+				}
 				if err := unix.Mkdir(d, perm); err != nil {
 					return lfsErrorf(cmd, "dirstripe error on '%s': %s", d, errnoText(err))
 				}

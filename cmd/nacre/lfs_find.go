@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -213,8 +214,8 @@ func parseFindTest(name, v string) (findTest, error) {
 			}
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			return bad()
+		if err != nil || n < 0 || n > math.MaxInt64/t.units {
+			return bad() // (past any size: the limit would wrap around)
 		}
 		t.n = n
 	case "mtime", "stripe-count", "stripe_count":

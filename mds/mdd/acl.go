@@ -232,10 +232,11 @@ func (a ACL) createMasq(mode uint32) (ACL, uint32) {
 	return c, mode
 }
 
-// permits evaluates the access check of POSIX.1e (posix_acl_permission)
-// for cred asking want (MayRead|MayWrite|MayExec) of an object owned by
-// uid:gid.
-func (a ACL) permits(c *Cred, uid, gid uint32, want uint16) bool {
+// Permits evaluates the access check of POSIX.1e (posix_acl_permission)
+// for c asking want (MayRead|MayWrite|MayExec) of an object owned by
+// uid:gid, capabilities aside. The MDT checks every operation with it;
+// a client answering access(2) itself must too.
+func (a ACL) Permits(c *Cred, uid, gid uint32, want uint16) bool {
 	mask := uint16(7)
 	if i := a.find(ACLMask); i >= 0 {
 		mask = a[i].Perm

@@ -68,7 +68,7 @@ func FuzzParseACL(f *testing.F) {
 			t.Fatalf("accepted an invalid ACL: %v", err)
 		}
 		c := &Cred{UID: 10, GID: 20, Groups: []uint32{30}}
-		a.permits(c, 1, 2, MayRead)
+		a.Permits(c, 1, 2, MayRead)
 		if a != nil {
 			if m, _ := a.createMasq(0o777); m != nil && m.Valid() != nil {
 				t.Fatal("createMasq broke the ACL")

@@ -48,7 +48,7 @@ func (t *tx) may(n *inode, want uint16) error {
 			return err
 		}
 		if a != nil {
-			ok = a.permits(c, n.UID, n.GID, want)
+			ok = a.Permits(c, n.UID, n.GID, want)
 			break
 		}
 		fallthrough
