@@ -176,7 +176,14 @@ func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts := &pebble.Options{Logger: pebbleLogger{cfg.Logger}, CacheSize: cfg.CacheSize}
+	// A 64 MiB memtable (Pebble's default is 4 MiB), as CockroachDB runs
+	// it: a create writes some 500 bytes in seven records, so a small one
+	// is flushed and compacted every few thousand creates: in a run of
+	// 100,000 creates the flushes and compactions took 40 % of the CPU
+	// (12 % with 64 MiB), and mdtest creates from 16 threads went from
+	// 0.44 to 0.50 of the null RPC rate. It starts small and grows to
+	// that size only under load.
+	opts := &pebble.Options{Logger: pebbleLogger{cfg.Logger}, CacheSize: cfg.CacheSize, MemTableSize: 64 << 20}
 	for i := range opts.Levels {
 		// Most namespace reads are point lookups, many of them for keys
 		// that do not exist (a new name, a new FID): bloom filters keep
