@@ -39,6 +39,9 @@ type cacheShard struct {
 type cacheEntry struct {
 	v     []byte
 	found bool
+	// ino is v decoded, for an inode record once read as one
+	// (lookupInode): shared by the readers, never changed.
+	ino *inode
 }
 
 func newValueCache(entries int) *valueCache {
@@ -79,6 +82,38 @@ func (c *valueCache) lookup(key []byte) (v []byte, found, hit bool) {
 		return nil, false, true
 	}
 	return append([]byte(nil), e.v...), true, true
+}
+
+// lookupInode is lookup for an inode record, decoded: the inode is the
+// cache's, shared, and must not be changed (copy it). A record that does
+// not decode is a miss, for the caller to read and report.
+func (c *valueCache) lookupInode(key []byte) (n *inode, found, hit bool) {
+	sh := c.shard(key)
+	sh.Lock()
+	e, ok := sh.m[string(key)]
+	sh.Unlock()
+	switch {
+	case !ok:
+		return nil, false, false
+	case !e.found:
+		return nil, false, true
+	case e.ino != nil:
+		return e.ino, true, true
+	}
+	d, err := decodeInode(e.v)
+	if err != nil {
+		return nil, false, false
+	}
+	n = &d
+	sh.Lock()
+	// Unless a commit replaced the record meanwhile: values are copies,
+	// never changed in place, so the same array is the same record.
+	if cur, ok := sh.m[string(key)]; ok && cur.found && cur.ino == nil && len(cur.v) > 0 && &cur.v[0] == &e.v[0] {
+		cur.ino = n
+		sh.m[string(key)] = cur
+	}
+	sh.Unlock()
+	return n, true, true
 }
 
 // fill caches what a read found, unless a commit ran since gen g.

@@ -158,16 +158,24 @@ func (t *tx) inode(f fid.FID) (*inode, error) {
 		}
 		return n, nil
 	}
-	v, err := t.s.get(fidKey(pfxInode, f))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fail(syscall.ENOENT, "%v", f)
-	}
-	if err != nil {
-		return nil, ioError(err, "read inode %v", f)
-	}
-	n, err := decodeInode(v)
-	if err != nil {
-		return nil, ioError(err, "inode %v", f)
+	key := fidKey(pfxInode, f)
+	var n inode
+	if c, found, hit := t.s.cache.lookupInode(key); hit {
+		if !found {
+			return nil, fail(syscall.ENOENT, "%v", f)
+		}
+		n = *c // the tx's own copy, to change
+	} else {
+		v, err := t.s.get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, fail(syscall.ENOENT, "%v", f)
+		}
+		if err != nil {
+			return nil, ioError(err, "read inode %v", f)
+		}
+		if n, err = decodeInode(v); err != nil {
+			return nil, ioError(err, "inode %v", f)
+		}
 	}
 	if t.inodes == nil {
 		t.inodes = make(map[fid.FID]*inode, 2)
