@@ -763,6 +763,19 @@ func (s *Server) existingReplyLocked(l Lock) *ldlmv1.EnqueueReply {
 		CallbackPending: l.CallbackPending, Lvb: lvbToWire(lvb)}
 }
 
+// armTimerLocked starts the callback timer of h, owned by owner, unless
+// it runs already.
+func (s *Server) armTimerLocked(h Handle, owner Owner) {
+	if s.mu.timers[h] != nil {
+		return
+	}
+	// t is read under s.mu, after it is set: the timer may fire before
+	// AfterFunc returns.
+	var t *time.Timer
+	t = time.AfterFunc(s.callbackTimeout(), func() { s.callbackExpired(h, owner, &t) })
+	s.mu.timers[h] = t
+}
+
 func (s *Server) stopTimerLocked(h Handle) {
 	if t := s.mu.timers[h]; t != nil {
 		t.Stop()
@@ -791,15 +804,17 @@ func (s *Server) effectsLocked(eff Effects) []astWork {
 		work = append(work, astWork{exp: exp, op: wire.LDLMBlCallback, lock: h, body: &ldlmv1.BlockingAST{
 			Handle: uint64(h), ClientHandle: s.mu.remote[h], ConflictMode: uint32(b.By.Mode), ConflictPolicy: policyToWire(b.By.Policy),
 			DiscardData: discard}})
-		if s.mu.timers[h] == nil {
-			// t is read under s.mu, after it is set: the timer may fire
-			// before AfterFunc returns.
-			var t *time.Timer
-			t = time.AfterFunc(s.callbackTimeout(), func() { s.callbackExpired(h, owner, &t) })
-			s.mu.timers[h] = t
-		}
+		s.armTimerLocked(h, owner)
 	}
 	for _, g := range eff.Granted {
+		if g.CallbackPending && s.mu.owners[g.Owner] != nil {
+			// It waited while a later request conflicted with it: its
+			// holder learns from the grant that it is called back
+			// already, and has the callback timeout to give it back
+			// like any lock called back (Lustre's ldlm_add_waiting_lock
+			// at grant of an AST-sent lock).
+			s.armTimerLocked(g.Handle, g.Owner)
+		}
 		if ch := s.mu.waiters[g.Handle]; ch != nil {
 			delete(s.mu.waiters, g.Handle)
 			ch <- nil // the waiting goroutine answers for the grant

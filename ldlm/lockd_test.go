@@ -1200,3 +1200,51 @@ func TestIgnoredBlockingASTNodeTimeout(t *testing.T) {
 		t.Fatalf("server stats %+v", st)
 	}
 }
+
+// TestPendingGrantTimer: a lock that waited while a later request
+// conflicted with it is granted with its callback pending (the completion
+// AST says so); its holder must give it back within the callback timeout
+// like any lock called back, or be evicted. Before, such a grant armed no
+// timer: a holder that kept it held the request behind it forever.
+func TestPendingGrantTimer(t *testing.T) {
+	const cbTimeout = time.Second
+	lc := newLockCluster(t, 3, cbTimeout)
+	a, b, c := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{}), lc.node(2, ClientConfig{})
+	ctx := ctxT(t, 20*time.Second)
+	if err := a.access(ctx, PW, func(obj []byte) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a.stall.Store(true) // a keeps its lock: b waits for a's eviction
+	b.stall.Store(true) // b keeps the lock it gets
+	go b.access(ctx, PW, func([]byte) bool { return false })
+	for len(lc.lockd.Locks(objRes)) < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("b's enqueue never arrived")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// c's request conflicts with b's waiting lock: b's is marked callback
+	// pending and, once granted, must come back within cbTimeout.
+	start := time.Now()
+	if err := c.access(ctx, PR, func([]byte) bool { return false }); err != nil {
+		t.Fatalf("c behind a holder that keeps a lock granted with its callback pending: %v", err)
+	}
+	if waited := time.Since(start); waited < cbTimeout || waited > 2*cbTimeout+3*time.Second {
+		t.Fatalf("c granted after %v: want a's and then b's callback timeout (%v each)", waited, cbTimeout)
+	}
+	evicted := map[string]bool{}
+	for len(evicted) < 2 {
+		select {
+		case uuid := <-lc.evicted:
+			evicted[uuid] = true
+		case <-ctx.Done():
+			t.Fatalf("evicted %v, want client-0 and client-1", evicted)
+		}
+	}
+	if !evicted["client-0"] || !evicted["client-1"] {
+		t.Fatalf("evicted %v, want client-0 and client-1", evicted)
+	}
+	if st := lc.lockd.Stats(); st.CallbackTimeouts != 2 {
+		t.Fatalf("server stats %+v: want two callback timeouts", st)
+	}
+}
