@@ -2,6 +2,7 @@ package llite
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -49,6 +50,7 @@ var (
 	_ fs.NodeSetxattrer     = (*node)(nil)
 	_ fs.NodeListxattrer    = (*node)(nil)
 	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeIoctler        = (*node)(nil)
 )
 
 // child returns the kernel's node for a, which go-fuse matches with the
@@ -691,4 +693,76 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 func (d *dirHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
 	d.ents, d.next, d.fresh = nil, off, false
 	return 0
+}
+
+// The inode flag ioctls (lsattr, chattr). The kernel sends them through
+// its own read-only open of the file or directory (fuse_fileattr_get and
+// _set), with an int of flags whatever size the command says. chattr
+// reads the flags first, then sets them all; before it passes the set on,
+// the kernel reads the old flags again as an fsxattr (FS_IOC_FSGETXATTR)
+// to check who may change which.
+const (
+	iocGetFlags   = 0x80086601 // FS_IOC_GETFLAGS
+	iocSetFlags   = 0x40086602 // FS_IOC_SETFLAGS
+	iocGetFlags32 = 0x80046601 // FS_IOC32_GETFLAGS
+	iocSetFlags32 = 0x40046602 // FS_IOC32_SETFLAGS
+	iocFSGetXattr = 0x801c581f // FS_IOC_FSGETXATTR
+	fsxattrSize   = 28         // struct fsxattr
+	fsxattrXflags = 0          // offset of fsx_xflags
+)
+
+// xflagsOf maps the FS_*_FL flags that have one to their FS_XFLAG_* (the
+// kernel's fileattr_fill_flags).
+var xflagsOf = [...]struct{ fl, xfl uint32 }{
+	{0x00000008, 0x00000020}, // SYNC
+	{0x00000010, 0x00000008}, // IMMUTABLE
+	{0x00000020, 0x00000010}, // APPEND
+	{0x00000040, 0x00000080}, // NODUMP
+	{0x00000080, 0x00000040}, // NOATIME
+	{0x02000000, 0x00008000}, // DAX
+	{0x20000000, 0x00000200}, // PROJINHERIT
+}
+
+// Ioctl answers FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR and FS_IOC_SETFLAGS
+// from and to the MDT, which keeps the flags, checks who may change them
+// (the immutable and append-only flags need CAP_LINUX_IMMUTABLE) and
+// enforces them for every client. Other commands: ENOTTY.
+func (n *node) Ioctl(ctx context.Context, _ fs.FileHandle, cmd uint32, _ uint64, input, output []byte) (int32, syscall.Errno) {
+	switch cmd {
+	case iocGetFlags, iocGetFlags32, iocFSGetXattr:
+		if len(output) < 4 || cmd == iocFSGetXattr && len(output) < fsxattrSize {
+			return 0, syscall.EINVAL
+		}
+		ctx, cred, done := n.m.req(ctx)
+		defer done()
+		a, err := n.m.fs.Getattr(ctx, cred, n.fid)
+		if err != nil {
+			return 0, n.m.errno(err, "getflags", n.fid)
+		}
+		if cmd != iocFSGetXattr {
+			binary.NativeEndian.PutUint32(output, a.Flags)
+			return 0, 0
+		}
+		var xfl uint32
+		for _, m := range xflagsOf {
+			if a.Flags&m.fl != 0 {
+				xfl |= m.xfl
+			}
+		}
+		clear(output[:fsxattrSize])
+		binary.NativeEndian.PutUint32(output[fsxattrXflags:], xfl)
+		return 0, 0
+	case iocSetFlags, iocSetFlags32:
+		if len(input) < 4 {
+			return 0, syscall.EINVAL
+		}
+		flags := binary.NativeEndian.Uint32(input)
+		ctx, cred, done := n.m.req(ctx)
+		defer done()
+		if _, err := n.m.fs.Setattr(ctx, cred, n.fid, client.SetAttr{Valid: mdc.AttrFlags, Flags: flags}); err != nil {
+			return 0, n.m.errno(err, "setflags", n.fid, "flags", flags)
+		}
+		return 0, 0
+	}
+	return 0, syscall.ENOTTY
 }

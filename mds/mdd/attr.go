@@ -64,7 +64,13 @@ type SetAttr struct {
 //     on a directory, EINVAL on other non-regular files. It sets the LSOM
 //     size.
 //   - flags: owner or CapFowner; the immutable and append-only flags need
-//     CapLinuxImmutable (EPERM).
+//     CapLinuxImmutable (EPERM); while FlagImmutable stays set, no other
+//     flag may change (EPERM, as ext4 and ldiskfs refuse).
+//
+// Before all that, whoever asks (notify_change, do_truncate): an
+// immutable or append-only f takes no chmod, chown, explicit times or size
+// (EPERM, even with AttrOpenWrite); an immutable one no times set to now
+// either, which an append-only one takes (touch). Only the flags change.
 //
 // ctime becomes the request's time (or Ctime with AttrCtime). The result
 // is the new attributes; ENOENT if f does not exist; nothing changes on
@@ -83,6 +89,9 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 	c := &t.r.Cred
 	n, err := t.inode(f)
 	if err != nil {
+		return Attr{}, err
+	}
+	if err := setattrFlags(n, sa); err != nil {
 		return Attr{}, err
 	}
 	mode := n.Mode
@@ -143,6 +152,9 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 		}
 		if (sa.Flags^n.Flags)&(FlagImmutable|FlagAppend) != 0 && !c.Has(CapLinuxImmutable) {
 			return Attr{}, fail(syscall.EPERM, "chattr %v: immutable or append-only without CAP_LINUX_IMMUTABLE", f)
+		}
+		if n.immutable() && sa.Flags&FlagImmutable != 0 && sa.Flags != n.Flags {
+			return Attr{}, fail(syscall.EPERM, "chattr %v: flags %#x of an immutable inode", f, sa.Flags)
 		}
 		n.Flags = sa.Flags
 	}
@@ -215,6 +227,20 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 	return n.attr(som), nil
 }
 
+// setattrFlags refuses (EPERM) what n's immutable and append-only flags
+// forbid of sa, whoever asks: see Setattr.
+func setattrFlags(n *inode, sa SetAttr) error {
+	if sa.Valid&(AttrMode|AttrUID|AttrGID|AttrAtime|AttrMtime|AttrSize) != 0 {
+		if err := n.fixed("setattr"); err != nil {
+			return err
+		}
+	}
+	if sa.Valid&(AttrAtimeNow|AttrMtimeNow) != 0 && n.immutable() {
+		return fail(syscall.EPERM, "touch %v: immutable", n.FID)
+	}
+	return nil
+}
+
 // lsom returns f's LSOM record, ok false if it has none.
 func (s *Store) lsom(f fid.FID) (LSOM, bool, error) {
 	v, err := s.get(fidKey(pfxLSOM, f))
@@ -239,6 +265,7 @@ const (
 	OpenReadWrite     uint64 = 2
 	OpenAccMode       uint64 = 3
 	OpenTrunc         uint64 = 0o1000
+	OpenAppend        uint64 = 0o2000
 	OpenOwnerOverride uint64 = 0x200000000000 // the owner may open regardless of mode (after create)
 	// OpenReplay reopens a file that was open before a restart: an
 	// orphan (no link left) too, and without permission checks, which
@@ -251,7 +278,10 @@ const (
 // Open counts live in memory: after a restart, recovery reopens files
 // (replayed opens) and then DestroyOrphans removes the rest. Outcomes: f's
 // attributes; ENOENT (no f, or f unlinked), EISDIR (a directory for
-// write), ELOOP (a symlink), EACCES.
+// write), ELOOP (a symlink), EACCES, EPERM (whoever asks, as may_open: an
+// immutable f for write or with O_TRUNC; an append-only one for write
+// without O_APPEND, or with O_TRUNC). OpenOwnerOverride skips the
+// permission bits, not the flags; OpenReplay skips both.
 func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 	t := s.begin(&r)
 	defer t.abort()
@@ -282,9 +312,17 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 	case S_IFLNK:
 		return Attr{}, fail(syscall.ELOOP, "open %v: a symlink", f)
 	}
-	if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) && flags&OpenReplay == 0 {
-		if err := t.may(n, want); err != nil {
-			return Attr{}, err
+	if flags&OpenReplay == 0 {
+		if want&MayWrite != 0 && n.immutable() {
+			return Attr{}, fail(syscall.EPERM, "open %v for write: immutable", f)
+		}
+		if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
+			if err := t.may(n, want); err != nil {
+				return Attr{}, err
+			}
+		}
+		if n.appendOnly() && (flags&OpenAccMode != OpenReadOnly && flags&OpenAppend == 0 || flags&OpenTrunc != 0) {
+			return Attr{}, fail(syscall.EPERM, "open %v with flags %#o: append-only", f, flags&(OpenAccMode|OpenTrunc|OpenAppend))
 		}
 	}
 	som, _, err := s.lsom(f)

@@ -396,6 +396,9 @@ func (t *tx) link(f, parent fid.FID, name string) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.fixed("link to"); err != nil {
+		return nil, err
+	}
 	switch {
 	case isDir(n.Mode):
 		return nil, fail(syscall.EPERM, "link %v: a directory", f)
@@ -500,6 +503,12 @@ func (t *tx) remove(parent fid.FID, name string, wantDir bool) (Removal, error) 
 	}
 	n, err := t.inode(f)
 	if err != nil {
+		return Removal{}, err
+	}
+	if err := keepsEntries(dir, name); err != nil {
+		return Removal{}, err
+	}
+	if err := n.fixed("remove"); err != nil {
 		return Removal{}, err
 	}
 	switch {
@@ -652,12 +661,25 @@ func (t *tx) rename(sp fid.FID, sname string, tp fid.FID, tname string, flags ui
 	if err != nil {
 		return nil, err
 	}
+	// may_delete of the source, then of a target it replaces.
+	if err := keepsEntries(spd, sname); err != nil {
+		return nil, err
+	}
+	if err := src.fixed("rename"); err != nil {
+		return nil, err
+	}
 	if err := t.sticky(spd, src); err != nil {
 		return nil, err
 	}
 	var tgt *inode
 	if tfound {
 		if tgt, err = t.inode(tf); err != nil {
+			return nil, err
+		}
+		if err := keepsEntries(tpd, tname); err != nil {
+			return nil, err
+		}
+		if err := tgt.fixed("rename over"); err != nil {
 			return nil, err
 		}
 		if err := t.sticky(tpd, tgt); err != nil {

@@ -34,8 +34,12 @@ func (t *tx) acl(n *inode, name string) (ACL, error) {
 // MayExec bits), as Linux's generic_permission does: the owner's bits for
 // the owner, else the access ACL if there is one, else the group's bits for
 // a member of the owning group, else the others'; then the DAC override
-// capabilities. EACCES if denied.
+// capabilities. EACCES if denied; EPERM for write to an immutable inode,
+// whoever asks (inode_permission refuses it before any DAC check).
 func (t *tx) may(n *inode, want uint16) error {
+	if want&MayWrite != 0 && n.immutable() {
+		return fail(syscall.EPERM, "%v: write to an immutable inode", n.FID)
+	}
 	c := &t.r.Cred
 	mode := n.Mode
 	ok := false
@@ -102,4 +106,34 @@ func (t *tx) sticky(dir, child *inode) error {
 		return nil
 	}
 	return fail(syscall.EPERM, "%v: sticky directory %v: uid %d owns neither", child.FID, dir.FID, t.r.Cred.UID)
+}
+
+// immutable and appendOnly report n's FS_IMMUTABLE_FL and FS_APPEND_FL
+// (Linux's IS_IMMUTABLE and IS_APPEND).
+func (n *inode) immutable() bool  { return n.Flags&FlagImmutable != 0 }
+func (n *inode) appendOnly() bool { return n.Flags&FlagAppend != 0 }
+
+// fixed refuses (EPERM) what neither an immutable nor an append-only
+// inode allows, whoever asks: losing a link (may_delete), gaining one
+// (vfs_link), a change of its xattrs or ACLs (may_write_xattr), of its
+// mode, owner or explicit times (notify_change), or of its size
+// (do_truncate). what names the operation for the error.
+func (n *inode) fixed(what string) error {
+	switch {
+	case n.immutable():
+		return fail(syscall.EPERM, "%s %v: immutable", what, n.FID)
+	case n.appendOnly():
+		return fail(syscall.EPERM, "%s %v: append-only", what, n.FID)
+	}
+	return nil
+}
+
+// keepsEntries refuses (EPERM) removing, renaming or replacing entry name
+// of an append-only directory dir (may_delete's IS_APPEND(dir)); an
+// immutable one was refused already by the write permission on it (may).
+func keepsEntries(dir *inode, name string) error {
+	if dir.appendOnly() {
+		return fail(syscall.EPERM, "entry %q of %v: append-only directory", clampName(name), dir.FID)
+	}
+	return nil
 }

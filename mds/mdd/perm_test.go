@@ -97,6 +97,8 @@ func TestChmodChownUtimes(t *testing.T) {
 		{"owner truncate", owner, SetAttr{Valid: AttrSize | AttrBlocks, Size: 1 << 20, Blocks: 2048}, 0, 0o2755},
 		{"owner immutable", owner, SetAttr{Valid: AttrFlags, Flags: FlagImmutable}, syscall.EPERM, 0},
 		{"root immutable", root, SetAttr{Valid: AttrFlags, Flags: FlagImmutable}, 0, 0o2755},
+		{"root chown immutable", root, SetAttr{Valid: AttrUID | AttrGID, UID: 1001, GID: 1001}, syscall.EPERM, 0},
+		{"root clears immutable", root, SetAttr{Valid: AttrFlags, Flags: 0}, 0, 0o2755},
 		{"root chown", root, SetAttr{Valid: AttrUID | AttrGID, UID: 1001, GID: 1001}, 0, 0o755},
 		{"new owner chmod", other, SetAttr{Valid: AttrMode, Mode: 0o666}, 0, 0o666},
 		{"other times to now with write", owner, SetAttr{Valid: AttrMtimeNow}, 0, 0o666},
@@ -111,7 +113,7 @@ func TestChmodChownUtimes(t *testing.T) {
 		})
 	}
 	a := getattr(t, s, f)
-	if a.UID != 1001 || a.GID != 1001 || a.Mtime == 5 || a.Atime != 6 || a.Size != 1<<20 || a.Blocks != 2048 || a.Flags != FlagImmutable {
+	if a.UID != 1001 || a.GID != 1001 || a.Mtime == 5 || a.Atime != 6 || a.Size != 1<<20 || a.Blocks != 2048 || a.Flags != 0 {
 		t.Fatalf("final attrs %+v", a)
 	}
 	_, err := s.Setattr(root, pub, SetAttr{Valid: AttrSize})

@@ -142,9 +142,14 @@ func (s *Store) Listxattr(r Req, f fid.FID) ([]string, error) {
 // CapSysAdmin (EPERM); the POSIX ACLs need ownership or CapFowner (EPERM),
 // must parse (EINVAL), update the mode (the access ACL; dropped when the
 // mode says it all) and take a default ACL only on directories (EACCES).
+// No attribute of an immutable or append-only f changes (EPERM, whoever
+// asks). The POSIX ACLs follow Linux's set_posix_acl: flags do not apply
+// to them, an empty value removes the ACL (the mode stays), a symlink has
+// none to set (EOPNOTSUPP), and setting a non-directory's default ACL to
+// nothing does nothing, successfully.
 // Outcomes: nil; EEXIST, ENODATA (by flags), E2BIG (value over
-// MaxXattrValue), ERANGE, EINVAL, EOPNOTSUPP, ENOENT. An XATTR changelog
-// record is written.
+// MaxXattrValue), ERANGE, EINVAL, EOPNOTSUPP, EPERM, ENOENT. An XATTR
+// changelog record is written.
 func (s *Store) Setxattr(r Req, f fid.FID, name string, value []byte, flags int) error {
 	ns, err := xattrNamespace(name)
 	if err != nil {
@@ -161,7 +166,9 @@ func (s *Store) Setxattr(r Req, f fid.FID, name string, value []byte, flags int)
 }
 
 // Removexattr removes f's extended attribute name, with Setxattr's
-// permissions. ENODATA if it does not exist.
+// permissions. ENODATA if it does not exist, but for a POSIX ACL: removing
+// one that is not there succeeds and changes nothing, as on Linux
+// (set_posix_acl with no ACL), a non-directory's default ACL too.
 func (s *Store) Removexattr(r Req, f fid.FID, name string) error {
 	ns, err := xattrNamespace(name)
 	if err != nil {
@@ -176,6 +183,26 @@ func (t *tx) setxattr(f fid.FID, name string, ns xattrNS, value []byte, flags in
 	if err != nil {
 		return err
 	}
+	if err := n.fixed("set xattrs of"); err != nil {
+		return err
+	}
+	if ns == nsACL {
+		// set_posix_acl: Linux hands it no flags, and an empty value is
+		// no ACL.
+		flags = 0
+		if len(value) == 0 {
+			remove = true
+		}
+		switch {
+		case n.Mode&S_IFMT == S_IFLNK:
+			return fail(syscall.EOPNOTSUPP, "xattr %q of %v: a symlink has no ACLs", name, f)
+		case name == XattrACLDefault && !isDir(n.Mode):
+			if remove {
+				return nil
+			}
+			return fail(syscall.EACCES, "default ACL on non-directory %v", f)
+		}
+	}
 	if err := t.xattrAccess(n, name, ns, MayWrite); err != nil {
 		return err
 	}
@@ -183,6 +210,9 @@ func (t *tx) setxattr(f fid.FID, name string, ns xattrNS, value []byte, flags in
 	exists := err == nil
 	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
 		return ioError(err, "xattr %q of %v", clampName(name), f)
+	}
+	if ns == nsACL && remove && !exists {
+		return nil
 	}
 	switch {
 	case flags&XattrCreate != 0 && exists:
@@ -195,11 +225,7 @@ func (t *tx) setxattr(f fid.FID, name string, ns xattrNS, value []byte, flags in
 		if err != nil {
 			return fail(syscall.EINVAL, "xattr %q of %v: %v", name, f, err)
 		}
-		if name == XattrACLDefault {
-			if !isDir(n.Mode) {
-				return fail(syscall.EACCES, "default ACL on non-directory %v", f)
-			}
-		} else if a != nil {
+		if name == XattrACLAccess && a != nil {
 			perm, equiv := a.Equiv()
 			n.Mode = n.Mode&^0o777 | perm
 			if n.Mode&S_ISGID != 0 && !t.r.Cred.InGroup(n.GID) && !t.r.Cred.Has(CapFsetid) {
