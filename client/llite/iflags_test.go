@@ -108,6 +108,7 @@ func TestChattr(t *testing.T) {
 			{"unlink", func() error { return os.Remove(p) }},
 			{"rename", func() error { return os.Rename(p, filepath.Join(dir, "g")) }},
 			{"link", func() error { return os.Link(p, filepath.Join(dir, "h")) }},
+			{"access W_OK", func() error { return unix.Access(p, unix.W_OK) }},
 		} {
 			wantErr(t, tt.op(), syscall.EPERM, "%s: %s of an immutable file", p, tt.name)
 		}
@@ -137,6 +138,9 @@ func TestChattr(t *testing.T) {
 	wantErr(t, os.Truncate(f, 1), syscall.EPERM, "truncate of an append-only file")
 	wantErr(t, os.Remove(filepath.Join(bd, "f")), syscall.EPERM, "unlink of an append-only file from the other client")
 	wantErr(t, os.Chmod(f, 0o600), syscall.EPERM, "chmod of an append-only file")
+	if err := unix.Access(f, unix.W_OK); err != nil {
+		t.Fatalf("access W_OK of an append-only file: %v (Linux allows it: O_APPEND opens may write)", err)
+	}
 	w, err := os.OpenFile(filepath.Join(bd, "f"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatalf("open O_APPEND of an append-only file: %v", err)

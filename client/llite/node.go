@@ -218,6 +218,9 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	if mask&2 != 0 && n.m.ro {
 		return syscall.EROFS
 	}
+	if mask&2 != 0 && a.Flags&mdd.FlagImmutable != 0 {
+		return syscall.EPERM // whoever asks, as inode_permission
+	}
 	var acl mdd.ACL
 	if a.UID != cred.UID && cred.Cap&mdc.CapDacOverride == 0 {
 		// (Read alike by everyone: cached, and none at all costs no RPC
