@@ -465,6 +465,7 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 	if fs.params.mu.applied == nil {
 		fs.params.mu.applied = make(map[string]int64)
 	}
+	var again []func() // node timeouts refused in the log's order
 	for _, p := range c.GetParams() {
 		pn, err := mgs.ParseParamName(p.GetName())
 		if err != nil || !pn.MatchesFS(fs.cfg.FSName) {
@@ -490,16 +491,40 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 				}
 			}
 		}
+		nodeWide := pn.Spec.Scope == mgs.ScopeSys && slices.Contains(timeouts.Names, pn.Param)
 		for _, n := range names {
-			set, err := reg.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: n, Value: p.GetValue()})
-			switch {
-			case err != nil:
-				fs.log.Warn("persistent parameter refused", "param", p.GetName(), "value", p.GetValue(), "err", err)
-			case len(set) > 0:
-				fs.log.Info("persistent parameter", "param", p.GetName(), "value", p.GetValue(), "set", len(set))
+			if !fs.setParam(reg, p, n, !nodeWide) {
+				// One of the node's timeouts, refused for another (at_min
+				// above the at_max a later parameter raises): again once
+				// the others are in, and at every configuration until
+				// it is taken.
+				again = append(again, func() {
+					if !fs.setParam(reg, p, n, true) {
+						delete(fs.params.mu.applied, p.GetName())
+					}
+				})
 			}
 		}
 	}
+	for _, set := range again {
+		set()
+	}
+}
+
+// setParam sets the live parameter n to persistent parameter p's value
+// and says whether it took it; a refusal is logged if final.
+func (fs *FS) setParam(reg *params.Registry, p *mgsv1.Param, n string, final bool) bool {
+	set, err := reg.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: n, Value: p.GetValue()})
+	switch {
+	case err != nil:
+		if final {
+			fs.log.Warn("persistent parameter refused", "param", p.GetName(), "value", p.GetValue(), "err", err)
+		}
+		return false
+	case len(set) > 0:
+		fs.log.Info("persistent parameter", "param", p.GetName(), "value", p.GetValue(), "set", len(set))
+	}
+	return true
 }
 
 // Timeout returns how long an operation waits for a server that does not

@@ -304,11 +304,13 @@ type mount struct {
 		// (see Getxattr).
 		at map[client.FID]time.Time
 	}
-	// umasks are the umasks of the creates in flight, by caller thread
-	// (rawFS.Create): go-fuse's node methods are not given them.
+	// umasks are the umasks of the creates in flight (rawFS.Create), by
+	// request: go-fuse's node methods are not given them. A request's
+	// cancel channel is its own while it runs; its caller's pid is not
+	// (0 for every caller outside the daemon's pid namespace).
 	umasks struct {
 		sync.Mutex
-		m map[uint32]umaskRef
+		m map[<-chan struct{}]uint32
 	}
 	// statAhead holds a token per lookup-ahead worker running (at most
 	// statAheadMax), saWG the workers, saCtx ends them at unmount;
@@ -322,13 +324,6 @@ type mount struct {
 	glimpsesAhead atomic.Uint64
 }
 
-// umaskRef is a caller thread's umask and how many of its creates are in
-// flight.
-type umaskRef struct {
-	umask uint32
-	n     int
-}
-
 type lockOwners struct {
 	fid    client.FID
 	owners map[uint64]struct{}
@@ -340,7 +335,7 @@ func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
 	m.creds.init()
 	m.lk.owners = make(map[uint64]*lockOwners)
 	m.noCap.at = make(map[client.FID]time.Time)
-	m.umasks.m = make(map[uint32]umaskRef)
+	m.umasks.m = make(map[<-chan struct{}]uint32)
 	return m
 }
 
@@ -493,51 +488,44 @@ type rawFS struct {
 // granted CAP_DONT_MASK; without that it applied it already, and applying
 // it again changes nothing.
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	defer r.m.withUmask(in.Caller.Pid, in.Umask)()
+	defer r.m.withUmask(cancel, in.Umask)()
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.m.withUmask(in.Caller.Pid, in.Umask)()
+	defer r.m.withUmask(cancel, in.Umask)()
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.m.withUmask(in.Caller.Pid, in.Umask)()
+	defer r.m.withUmask(cancel, in.Umask)()
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
-// withUmask records the umask of the caller thread pid's create in flight
-// for umaskOf, and returns the function that forgets it.
-func (m *mount) withUmask(pid, umask uint32) func() {
+// withUmask records the umask of the create whose request has the cancel
+// channel cancel for umaskOf, and returns the function that forgets it.
+func (m *mount) withUmask(cancel <-chan struct{}, umask uint32) func() {
 	m.umasks.Lock()
 	defer m.umasks.Unlock()
-	u := m.umasks.m[pid]
-	u.umask = umask & 0o777
-	u.n++
-	m.umasks.m[pid] = u
+	m.umasks.m[cancel] = umask & 0o777
 	return func() {
 		m.umasks.Lock()
 		defer m.umasks.Unlock()
-		if u := m.umasks.m[pid]; u.n > 1 {
-			u.n--
-			m.umasks.m[pid] = u
-		} else {
-			delete(m.umasks.m, pid)
-		}
+		delete(m.umasks.m, cancel)
 	}
 }
 
-// umaskOf returns the umask of ctx's caller for the create it makes (0 if
-// none is recorded).
+// umaskOf returns the umask of the create whose request ctx is, as
+// go-fuse's bridge hands it to the node (its Done is the request's cancel
+// channel); 0 if none is recorded.
 func (m *mount) umaskOf(ctx context.Context) uint32 {
-	c, ok := fuse.FromContext(ctx)
-	if !ok {
+	cancel := ctx.Done()
+	if cancel == nil {
 		return 0
 	}
 	m.umasks.Lock()
 	defer m.umasks.Unlock()
-	return m.umasks.m[c.Pid].umask
+	return m.umasks.m[cancel]
 }
 
 // releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: the file being

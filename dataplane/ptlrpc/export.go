@@ -38,10 +38,10 @@ const (
 // Defaults of a Target.
 const (
 	// DefaultEvictTimeout is how long a target waits without hearing from
-	// a client before evicting it at the default obd_timeout: three ping
+	// a client before evicting it at the default obd_timeout: six ping
 	// intervals, as Lustre's ping evictor waits PING_EVICT_TIMEOUT
 	// (Timeouts.EvictTimeout).
-	DefaultEvictTimeout = 3 * DefaultPingInterval
+	DefaultEvictTimeout = 6 * DefaultPingInterval
 	// DefaultMaxExports bounds the exports of one target.
 	DefaultMaxExports = 4096
 	// maxSavedReplies bounds the replies one export keeps for

@@ -16,7 +16,7 @@ import (
 // value (ImportConfig.PingInterval and MaxTimeout, TargetConfig.EvictTimeout).
 type Timeouts struct {
 	// Obd is obd_timeout: idle imports ping every Obd/4 (at least every
-	// second), a target evicts a client silent for three such intervals,
+	// second), a target evicts a client silent for six such intervals,
 	// and, adaptive timeouts off, a request waits Obd for its reply.
 	Obd time.Duration
 	// ATMin is the least service time an adaptive timeout assumes, on
@@ -62,8 +62,10 @@ func (t Timeouts) Validate() error {
 func (t Timeouts) PingInterval() time.Duration { return max(t.Obd/4, time.Second) }
 
 // EvictTimeout is how long a target keeps the export of a client it does
-// not hear from: three ping intervals.
-func (t Timeouts) EvictTimeout() time.Duration { return 3 * t.PingInterval() }
+// not hear from: six ping intervals, as Lustre's PING_EVICT_TIMEOUT (pings
+// get lost on a loaded network, and an eviction costs the client its
+// locks and cached changes).
+func (t Timeouts) EvictTimeout() time.Duration { return 6 * t.PingInterval() }
 
 var node struct {
 	cur atomic.Pointer[Timeouts]

@@ -47,7 +47,7 @@ func Params() []params.Param {
 			}, lo, maxSeconds, check)
 	}
 	return []params.Param{
-		param("timeout", "obd_timeout, seconds: idle connections ping every quarter of it, servers evict clients silent for three quarters, and requests wait that long with adaptive timeouts off", 1,
+		param("timeout", "obd_timeout, seconds: idle connections ping every quarter of it, servers evict clients silent for one and a half times it, and requests wait that long with adaptive timeouts off", 1,
 			func(t ptlrpc.Timeouts) time.Duration { return t.Obd }, func(t *ptlrpc.Timeouts, d time.Duration) { t.Obd = d }),
 		param("at_min", "adaptive timeout floor, seconds: the least service time a request timeout or an early reply assumes", 0,
 			func(t ptlrpc.Timeouts) time.Duration { return t.ATMin }, func(t *ptlrpc.Timeouts, d time.Duration) { t.ATMin = d }),
