@@ -70,7 +70,7 @@ type Attr struct {
 	UID    uint32
 	GID    uint32
 	Nlink  uint32 // 0 for an orphan (unlinked, still open)
-	Flags  uint32 // inode flags (chattr), stored for the client; not enforced here
+	Flags  uint32 // inode flags (chattr); immutable and append-only enforced here
 	Rdev   uint64 // character and block devices
 	Size   uint64 // directories (4096), symlinks (target length); regular files: the LSOM size
 	Blocks uint64 // 512-byte blocks; regular files: the LSOM blocks
