@@ -151,7 +151,6 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if err := imp.Connect(cctx); err != nil {
-		imp.Close(context.Background())
 		return nil, fmt.Errorf("mount %s: connect to %s: %w", cfg.FSName, mdt.GetName(), err)
 	}
 	if fs.root, err = fs.mdc.GetRoot(cctx); err != nil {
@@ -266,13 +265,22 @@ func (fs *FS) fetchConfig(ctx context.Context) (*mgsv1.ClientConfig, error) {
 	return nil, fmt.Errorf("mount %s: read the configuration: %w", fs.cfg.FSName, errors.Join(errs...))
 }
 
-// applyConfig connects an OSC to every OST of c that is up and has none
-// yet, and applies c's persistent parameters. OSTs are never dropped: one
-// that goes down keeps its import, which reconnects when it returns.
+// ostConnectWait bounds how long applyConfig waits for the OSTs the MGS
+// says are up to connect: one that died since (its lease not yet lapsed)
+// must not hold the mount for the whole timeout.
+const ostConnectWait = 5 * time.Second
+
+// applyConfig makes an OSC for every OST of c that has none yet, and
+// applies c's persistent parameters. Those the MGS says are up it waits
+// for a moment to connect, all at once; the others connect when they
+// come back, and I/O to them waits for that (up to the timeout), as it
+// does for an OST that goes down after the mount. OSTs are never dropped:
+// one that goes down keeps its import, which reconnects when it returns.
 func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
 	var added []string
+	var wg sync.WaitGroup
 	for _, t := range c.GetTargets() {
-		if t.GetKind() != mgsv1.TargetKind_TARGET_KIND_OST || t.GetState() != mgsv1.TargetState_TARGET_STATE_UP {
+		if t.GetKind() != mgsv1.TargetKind_TARGET_KIND_OST {
 			continue
 		}
 		fs.tmu.RLock()
@@ -291,10 +299,6 @@ func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
 			fs.log.Warn("OSC", "ost", t.GetName(), "err", err)
 			continue
 		}
-		if err := o.Connect(ctx); err != nil {
-			// The import keeps trying: requests wait for it.
-			fs.log.Warn("connect to OST", "ost", t.GetName(), "err", err)
-		}
 		fs.tmu.Lock()
 		mine := fs.osts[t.GetIndex()] == nil
 		if mine {
@@ -306,7 +310,20 @@ func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
 			continue
 		}
 		added = append(added, fs.registerOSC(o, t))
+		if t.GetState() != mgsv1.TargetState_TARGET_STATE_UP {
+			fs.log.Info("OST down: requests to it wait for it", "ost", t.GetName())
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, ostConnectWait)
+			defer cancel()
+			if err := o.Connect(cctx); err != nil {
+				// The import keeps trying: requests wait for it.
+				fs.log.Warn("connect to OST", "ost", t.GetName(), "err", err)
+			}
+		})
 	}
+	wg.Wait()
 	fs.tmu.Lock()
 	fs.rev = max(fs.rev, c.GetRevision())
 	fs.tmu.Unlock()
@@ -421,14 +438,35 @@ func (fs *FS) OSTs() []uint32 {
 // ErrNoTarget: a layout names an OST the client has no connection to.
 var ErrNoTarget = errors.New("no such target")
 
+// disconnectGrace is how long Close waits for the imports' disconnects
+// once the dirty data is written back. An import whose server is gone
+// waits for its requests in flight (a DISCONNECT, a ping, a CONNECT),
+// which LNet holds up to its transaction timeout, each: stopping LNet
+// fails them. Nothing is lost by then, and a DISCONNECT sent reaches a
+// live server anyway.
+const disconnectGrace = 5 * time.Second
+
 // Close unmounts: it writes back dirty data, closes the open files it
-// still has, gives its locks back, disconnects and stops LNet.
+// still has, gives its locks back, disconnects and stops LNet. It waits
+// for servers that are gone only as long as ctx allows for the dirty data
+// and the closes, and disconnectGrace for the disconnects, whatever the
+// number of targets.
 func (fs *FS) Close(ctx context.Context) error {
 	if fs.stop != nil {
 		fs.stop()
 	}
 	fs.unregisterParams()
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	fail := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
 	if fs.mdc != nil {
 		fs.mdc.FlushCloses(ctx) // before the import goes
 	}
@@ -437,28 +475,55 @@ func (fs *FS) Close(ctx context.Context) error {
 	osts := fs.osts
 	fs.osts = map[uint32]*osc.Client{}
 	fs.tmu.Unlock()
+	// Dirty data to every OST at once (each OSC's Close writes back what
+	// is left, then disconnects).
+	var wg sync.WaitGroup
 	for _, o := range osts {
-		if err := o.Close(ctx); err != nil {
-			errs = append(errs, err)
-		}
+		wg.Go(func() { o.Flush(ctx) })
 	}
-	if fs.lk != nil {
-		fs.lk.Close()
-	}
-	if fs.mdc != nil {
-		if err := fs.mdc.Import().Close(ctx); err != nil {
-			errs = append(errs, err)
+	wg.Wait()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		var wg sync.WaitGroup
+		for _, o := range osts {
+			wg.Go(func() { fail(o.Close(ctx)) })
 		}
+		wg.Wait()
+		if fs.lk != nil {
+			fs.lk.Close()
+		}
+		if fs.mdc != nil {
+			if err := fs.mdc.Import().Close(ctx); err != nil && !errors.Is(err, ptlrpc.ErrClosed) {
+				fail(err)
+			}
+		}
+	}()
+	grace := time.NewTimer(disconnectGrace)
+	defer grace.Stop()
+	select {
+	case <-closed:
+	case <-grace.C:
+		fs.log.Info("unmount: servers not answering; stopping LNet under their requests")
+	case <-ctx.Done():
 	}
 	if fs.cb != nil {
 		fs.cb.Close(ctx)
 	}
 	if fs.ln != nil {
+		// Ends the requests the closes may still wait for.
 		fs.ln.Close(ctx)
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		fail(fmt.Errorf("unmount %s: %w", fs.cfg.FSName, ctx.Err()))
 	}
 	for _, c := range fs.mgs {
 		c.Close()
 	}
 	fs.wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	return errors.Join(errs...)
 }

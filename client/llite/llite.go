@@ -103,6 +103,15 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, fmt.Errorf("llite: no FUSE device (modprobe fuse?): %w", err)
 	}
+	fsName := opts.FSName
+	if fsName == "" {
+		fsName = cfg.FSName
+	}
+	// As mount.lustre refuses what mtab says is mounted: a second mount
+	// stacked on the first would hide it, and one umount would leave it.
+	if mountedOn(abs, fsName) {
+		return nil, fmt.Errorf("llite: %s is already mounted on %s: %w", fsName, abs, syscall.EBUSY)
+	}
 	n := newNotifier(lg)
 	defer func() {
 		if err != nil {
@@ -127,10 +136,6 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 	if cfg.ReadOnly {
 		kopts = append(kopts, "ro")
 	}
-	fsName := opts.FSName
-	if fsName == "" {
-		fsName = cfg.FSName
-	}
 	mo := fuse.MountOptions{
 		AllowOther:   opts.AllowOther,
 		Options:      kopts,
@@ -140,7 +145,10 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 		MaxReadAhead: 1 << 20,
 		// Readahead and async direct I/O in flight per mount.
 		MaxBackground: 64,
-		EnableLocks:   cfg.Flock,
+		// Always: without it the kernel takes locks for this client
+		// alone, which a noflock mount must refuse (ENOSYS, the library's
+		// answer) rather than grant against other clients' locks.
+		EnableLocks: true,
 		// The kernel must not drop pages on its own when it sees mtime
 		// change: invalidation follows the library's locks (see doc.go).
 		ExplicitDataCacheControl: true,
@@ -179,6 +187,52 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 	go s.run()
 	lg.Info("mounted", "dir", abs, "source", fsName)
 	return s, nil
+}
+
+// mountedOn says whether /proc/self/mountinfo has the file system source
+// (a Nacre mount's source) mounted on dir.
+func mountedOn(dir, source string) bool {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real // as the kernel shows it
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - TYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 2 {
+			continue
+		}
+		if g[0] == "fuse.nacre" && unescapeMountinfo(f[4]) == dir && unescapeMountinfo(g[1]) == source {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes of space, tab,
+// newline and backslash in /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) && isOctal(s[i+1:i+4]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(s string) bool {
+	return len(s) == 3 && s[0] >= '0' && s[0] <= '3' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7'
 }
 
 // run waits for the kernel to be done with the mount (umount, fusermount
