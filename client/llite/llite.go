@@ -152,6 +152,11 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 		// The kernel must not drop pages on its own when it sees mtime
 		// change: invalidation follows the library's locks (see doc.go).
 		ExplicitDataCacheControl: true,
+		// Reads are answered from the library's memory, never from a file
+		// descriptor: go-fuse would otherwise try a splice for each and
+		// fall back (a 1 MiB read does not fit the largest pipe: a log
+		// line every time).
+		DisableSplice: true,
 		// O_APPEND files use direct I/O; let them be mapped too. The
 		// umask is the MDT's to apply (see rawFS.Create).
 		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_DONT_MASK,
