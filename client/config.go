@@ -37,6 +37,11 @@ type Config struct {
 	// Flock enables POSIX and BSD locks through the LDLM (on by default;
 	// "noflock" turns them off: ENOSYS).
 	Flock bool
+	// LocalFlock ("localflock", Flock off) has a FUSE mount's locks kept
+	// by its kernel: they exclude the processes of this client only, as
+	// Lustre's localflock, at no cost to the servers. The library alone
+	// has no local lock table: its lock calls get ENOSYS.
+	LocalFlock bool
 	// UserXattr allows user.* extended attributes (on by default).
 	UserXattr bool
 	// LazyStatfs answers statfs from the targets that answer, without
@@ -119,14 +124,23 @@ func (c *Config) ParseOptions(opts string) (rest []string, err error) {
 			return n, nil
 		}
 		switch k {
+		case "ro", "rw", "flock", "localflock", "noflock", "user_xattr", "nouser_xattr", "lazystatfs", "nolazystatfs":
+			if hasV {
+				// ro=0 would turn it on all the same.
+				return nil, fmt.Errorf("mount option %q: %s takes no value", o, k)
+			}
+		}
+		switch k {
 		case "ro":
 			c.ReadOnly = true
 		case "rw":
 			c.ReadOnly = false
-		case "flock", "localflock":
-			c.Flock = true
+		case "flock":
+			c.Flock, c.LocalFlock = true, false
+		case "localflock":
+			c.Flock, c.LocalFlock = false, true
 		case "noflock":
-			c.Flock = false
+			c.Flock, c.LocalFlock = false, false
 		case "user_xattr":
 			c.UserXattr = true
 		case "nouser_xattr":

@@ -181,10 +181,7 @@ func TestClusterParams(t *testing.T) {
 	// The node-wide timeouts: persistent sys.* values reach every process,
 	// the child OSS as this one (MDT and mount), as lctl get_param at_max
 	// shows them on each.
-	t.Cleanup(func() { // this process's, for the tests after this one
-		ptlrpc.UpdateNodeTimeouts(func(t *ptlrpc.Timeouts) { *t = ptlrpc.DefaultTimeouts() })
-		ldlm.SetNodeCallbackTimeout(ldlm.DefaultCallbackTimeout)
-	})
+	// (clustertest puts this process's back after the test.)
 	for name, v := range map[string]string{"nacre.sys.at_max": "300", "nacre.sys.ldlm_timeout": "7", "nacre.sys.timeout": "60"} {
 		if _, err := o.api.SetParam(ctx, &adminv1.SetParamRequest{Name: name, Value: v}); err != nil {
 			t.Fatal(err)

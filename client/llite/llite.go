@@ -145,10 +145,11 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 		MaxReadAhead: 1 << 20,
 		// Readahead and async direct I/O in flight per mount.
 		MaxBackground: 64,
-		// Always: without it the kernel takes locks for this client
-		// alone, which a noflock mount must refuse (ENOSYS, the library's
-		// answer) rather than grant against other clients' locks.
-		EnableLocks: true,
+		// Without it the kernel takes locks for this client alone: what
+		// localflock asks for, and what a noflock mount must refuse
+		// (ENOSYS, the library's answer) rather than grant against other
+		// clients' locks.
+		EnableLocks: !cfg.LocalFlock,
 		// The kernel must not drop pages on its own when it sees mtime
 		// change: invalidation follows the library's locks (see doc.go).
 		ExplicitDataCacheControl: true,

@@ -108,3 +108,51 @@ func TestMountTwiceOnOneDir(t *testing.T) {
 		t.Fatalf("second mount elsewhere reads %q %v", got, err)
 	}
 }
+
+// TestLocalflock: a localflock mount keeps its locks in its kernel, as
+// Lustre's localflock: they exclude the opens of this client (flock on two
+// open files), and not another client's, whose own lock is granted too;
+// fcntl locks work instead of ENOSYS.
+func TestLocalflock(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, Clients: 2})
+	var dirs [2]string
+	for i := range dirs {
+		cfg := c.ClientConfig(i)
+		if _, err := cfg.ParseOptions("localflock"); err != nil {
+			t.Fatal(err)
+		}
+		m, err := mountCfg(t, c, publicDir(t, "llite-localflock-"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs[i] = m.Dir()
+	}
+	p := filepath.Join(dirs[0], "locked")
+	if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := func(p string) *os.File {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	a1, a2, b := open(p), open(p), open(filepath.Join(dirs[1], "locked"))
+	if err := syscall.Flock(int(a1.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("flock on a localflock mount: %v", err)
+	}
+	wantErr(t, syscall.Flock(int(a2.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK, "second flock on the same localflock mount")
+	if err := syscall.Flock(int(b.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("flock on the other client's localflock mount: %v (its locks are its own)", err)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_RDLCK}
+	if err := syscall.FcntlFlock(b.Fd(), syscall.F_SETLK, &lk); err != nil {
+		t.Fatalf("fcntl F_SETLK on a localflock mount: %v", err)
+	}
+	buf := make([]byte, 4)
+	if n, err := b.ReadAt(buf, 0); err != nil || string(buf[:n]) != "data" {
+		t.Fatalf("read on the other localflock mount: %q %v", buf[:n], err)
+	}
+}

@@ -32,9 +32,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/lnettest"
 	"github.com/nacrefs/nacre/server"
@@ -138,6 +140,19 @@ func Start(t testing.TB, opts Options) *Cluster {
 		lg = Quiet
 	}
 	c := &Cluster{t: t, FSName: cmp.Or(opts.FSName, "nacre"), lg: lg, recovery: opts.RecoveryWindow}
+	// The node's timeouts are the process's: persistent sys.* parameters a
+	// test sets reach them through the servers and mounts here, and must
+	// not outlive it (a shorter obd_timeout would have every later test's
+	// imports ping more often).
+	nodeTimeouts, cbTimeout := ptlrpc.NodeTimeouts(), ldlm.NodeCallbackTimeout()
+	t.Cleanup(func() {
+		if err := ptlrpc.UpdateNodeTimeouts(func(t *ptlrpc.Timeouts) { *t = nodeTimeouts }); err != nil {
+			t.Errorf("restore the node's timeouts: %v", err)
+		}
+		if err := ldlm.SetNodeCallbackTimeout(cbTimeout); err != nil {
+			t.Errorf("restore ldlm_timeout: %v", err)
+		}
+	})
 	ec := etcdtest.Start(t, 1)
 	mcfg := server.DefaultMGSConfig()
 	mcfg.GRPCAddr, mcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
