@@ -716,7 +716,11 @@ func (c *Client) CloseWritten(ctx context.Context, cred Cred, f *File, lsom *LSO
 }
 
 // readdirReply decodes a page.
-func readdirReply(b []byte) ([]DirEntry, uint64, error) {
+// readdirReply decodes the page read from cookie from: its entries are at
+// from or after, in cookie order, and the next cookie is past them and
+// past from (or DirEnd). A page that went back would have a walk of the
+// directory read the same pages for ever.
+func readdirReply(b []byte, from uint64) ([]DirEntry, uint64, error) {
 	var rep mdsv1.ReaddirReply
 	if err := ptlrpc.Unmarshal(b, &rep); err != nil {
 		return nil, 0, fmt.Errorf("%w: readdir: %v", ErrBadReply, err)
@@ -724,13 +728,16 @@ func readdirReply(b []byte) ([]DirEntry, uint64, error) {
 	out := make([]DirEntry, len(rep.Entries))
 	for i, e := range rep.Entries {
 		f := fidFrom(e.Fid)
-		if len(e.Name) == 0 || !f.IsSane() || e.Type > 15 || (i > 0 && e.Cookie < out[i-1].Cookie) {
+		if len(e.Name) == 0 || !f.IsSane() || e.Type > 15 || e.Cookie < from || (i > 0 && e.Cookie < out[i-1].Cookie) {
 			return nil, 0, fmt.Errorf("%w: readdir entry %d: %q %v type %d cookie %#x", ErrBadReply, i, e.Name, f, e.Type, e.Cookie)
 		}
 		out[i] = DirEntry{Name: string(e.Name), FID: f, Type: uint8(e.Type), Cookie: e.Cookie}
 	}
 	if n := len(out); n > 0 && rep.Next != DirEnd && rep.Next <= out[n-1].Cookie {
 		return nil, 0, fmt.Errorf("%w: readdir next cookie %#x after %#x", ErrBadReply, rep.Next, out[n-1].Cookie)
+	}
+	if rep.Next != DirEnd && rep.Next <= from {
+		return nil, 0, fmt.Errorf("%w: readdir from %#x: next cookie %#x goes back", ErrBadReply, from, rep.Next)
 	}
 	return out, rep.Next, nil
 }
@@ -745,7 +752,7 @@ func (c *Client) ReadPage(ctx context.Context, cred Cred, dir fid.FID, cookie ui
 	if err != nil {
 		return nil, 0, fmt.Errorf("mdc: readdir %v at %#x: %w", dir, cookie, err)
 	}
-	return readdirReply(b)
+	return readdirReply(b, cookie)
 }
 
 // Readdir walks dir page by page from its start: each entry with a nil
