@@ -194,8 +194,10 @@
 // priority value, then fewest hops, then round robin. Each gateway is
 // pinged every Config.RouterCheckInterval; one that does not answer within
 // Config.RouterPingTimeout, answers that it does not route, or fails a
-// send, takes its routes down until a ping succeeds. With every route down
-// a send fails with ErrNoRoute.
+// send, takes its routes down until a ping succeeds; one whose ping says
+// every NI it has on a route's net is down takes that route down until a
+// ping says one is up (Lustre's avoid_asym_router_failure). With every
+// route down a send fails with ErrNoRoute.
 //
 // A node with Config.Routing forwards what it receives for others: the
 // payload goes into one of Config.RouterBuffers MTU-size buffers, and the
@@ -207,7 +209,10 @@
 // router's memory is bounded and a fast sender is slowed to what the far
 // side takes. A node without Routing drops such messages and counts them
 // (Stats.Router). ACKs and REPLYs find their way back because they are
-// addressed to the initiator's NID.
+// addressed to the initiator's NID. A router drops at once, and counts,
+// what it would forward to a next hop that failed (health below 1000) and
+// has been silent for its NI's Tunables.PeerTimeout, instead of holding it
+// until it times out; the next hop's recovery pings bring it back.
 //
 // # Bounded tables
 //

@@ -69,7 +69,9 @@ type Tunables struct {
 	// PeerCredits is how many sends may be in flight to one peer at once.
 	PeerCredits int
 	// PeerTimeout is how long a peer may stay silent before it is dead
-	// (0: never declared dead by the LND).
+	// (0: never declared dead by the LND). A router drops the messages it
+	// would forward to a peer NI that has failed and been silent that long
+	// (Lustre's lnet_peer_alive_locked); 0 turns that off.
 	PeerTimeout time.Duration
 }
 

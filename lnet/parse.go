@@ -39,6 +39,9 @@ func (ln *LNet) parse(via *ni, hdr *wire.Header, from wire.NID, rx Rx) error {
 		}
 		lp.recvCount++
 		lp.recvBytes += uint64(hdr.PayloadLen)
+		if ln.cfg.Routing {
+			lp.lastAlive = time.Now()
+		}
 		ln.raisePeerNILocked(lp)
 		ln.raiseNILocked(via)
 	}
@@ -307,6 +310,7 @@ func (ln *LNet) peerEvent(via *ni, nid wire.NID, ev PeerEvent) {
 		if ev == PeerUp || ev == PeerRestarted {
 			// A handshake went both ways: the path works.
 			lp.health = healthMax
+			lp.lastAlive = time.Now()
 			delete(ln.net.recovery, lp)
 		}
 		if ev == PeerRestarted && lp.peer.disc == discDone {

@@ -73,6 +73,23 @@ type peerNI struct {
 	// nextRecovery is when the next may go.
 	recovering   bool
 	nextRecovery time.Time
+	// lastAlive is when the peer NI was last heard from, on a router only
+	// (Lustre's lpni_last_alive, kept only when routing), or when the LND
+	// last connected to it; zero if never. See deadNextHopLocked.
+	lastAlive time.Time
+}
+
+// deadNextHopLocked reports whether a router must drop, rather than queue,
+// a message it forwards to lp from n (Lustre's lnet_peer_alive_locked): lp
+// failed a send or a transaction (its health is below full) and has not
+// been heard from for the NI's Tunables.PeerTimeout (0 turns the check
+// off). Such a message would hold a router buffer and a credit until its
+// transaction timeout, and enough of them would stall forwarding to every
+// other destination. Recovery pings, which are not forwarded messages,
+// still go to lp; the first answer makes it alive again.
+func deadNextHopLocked(n *ni, lp *peerNI, now time.Time) bool {
+	pt := n.tun.PeerTimeout
+	return pt > 0 && lp.health < healthMax && now.Sub(lp.lastAlive) >= pt
 }
 
 // idleLocked reports whether nothing of the peer NI is in flight: no

@@ -66,7 +66,8 @@ func (r *Route) validate() error {
 type RouteInfo struct {
 	Route
 	// Up is true while the gateway answers its pings, says it forwards,
-	// and no send to it has failed since it last answered.
+	// no send to it has failed since it last answered, and its last ping
+	// did not say that every NI it has on the route's net is down.
 	Up bool
 }
 
@@ -75,7 +76,13 @@ type route struct {
 	Route
 	gw  *gateway
 	seq uint64 // selection round robin among equal routes
+	// netDown: the gateway's last ping listed NIs on Net and said every
+	// one is down (Lustre's avoid_asym_router_failure): it cannot reach
+	// Net, however well it answers on ours.
+	netDown bool
 }
+
+func (r *route) up() bool { return r.gw.up() && !r.netDown }
 
 // gateway is one router that routes go through (lnet_peer with
 // lp_rtr_refcount). Protected by LNet.net.
@@ -149,7 +156,7 @@ func (ln *LNet) routeLocked(net wire.Net) (*gateway, error) {
 	}
 	i := pickRoute(len(rs), func(i int) routeScore {
 		r := rs[i]
-		return routeScore{up: r.gw.up(), priority: r.Priority, hops: r.Hops, seq: r.seq}
+		return routeScore{up: r.up(), priority: r.Priority, hops: r.Hops, seq: r.seq}
 	})
 	if i < 0 {
 		return nil, &routeError{dst: wire.NID{Net: net}, why: fmt.Sprintf("all %d routes to %v are down", len(rs), net)}
@@ -250,7 +257,7 @@ func (ln *LNet) Routes() []RouteInfo {
 	out := make([]RouteInfo, 0, ln.net.nroutes)
 	for _, rs := range ln.net.routes {
 		for _, r := range rs {
-			out = append(out, RouteInfo{Route: r.Route, Up: r.gw.up()})
+			out = append(out, RouteInfo{Route: r.Route, Up: r.up()})
 		}
 	}
 	ln.net.Unlock()
@@ -316,6 +323,9 @@ func (ln *LNet) gatewayPinged(nid wire.NID, info wire.PingInfo, err error) {
 		gw.alive = true
 		gw.lastAlive = time.Now()
 		gw.routing = info.Features&wire.PingFeatRoutingDisabled == 0
+		if info.Features&wire.PingFeatNIStatus != 0 {
+			ln.routeNetsPingedLocked(gw, info)
+		}
 	}
 	switch up := gw.up(); {
 	case up && !wasUp:
@@ -324,6 +334,37 @@ func (ln *LNet) gatewayPinged(nid wire.NID, info wire.PingInfo, err error) {
 		ln.log.Warn("gateway down: no answer to ping", "gateway", nid, "err", err)
 	case !up && wasUp:
 		ln.log.Warn("gateway down: it does not route", "gateway", nid)
+	}
+}
+
+// routeNetsPingedLocked marks down each route through gw whose remote net
+// gw's ping lists NIs on and says every one is down (Lustre's
+// avoid_asym_router_failure), and up again the others. A gateway with no
+// NI on the route's net reaches it through further routers: its ping says
+// nothing about that route.
+func (ln *LNet) routeNetsPingedLocked(gw *gateway, info wire.PingInfo) {
+	for _, rs := range ln.net.routes {
+		for _, r := range rs {
+			if r.gw != gw {
+				continue
+			}
+			on, up := false, false
+			for _, ns := range info.NIDs {
+				if ns.NID.Net == r.Net {
+					on = true
+					up = up || ns.Status == wire.NIStatusUp
+				}
+			}
+			down := on && !up
+			if down != r.netDown {
+				r.netDown = down
+				if down {
+					ln.log.Warn("route down: the gateway's NIs on the net are down", "net", r.Net, "gateway", gw.nid)
+				} else {
+					ln.log.Info("route up: the gateway's NIs on the net are back", "net", r.Net, "gateway", gw.nid)
+				}
+			}
+		}
 	}
 }
 

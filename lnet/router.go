@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nacrefs/nacre/lnet/wire"
 )
@@ -30,6 +31,11 @@ import (
 // destination's net, else through a route of its own. It holds credits of
 // the outgoing NI and peer NI like any send; it is never sent back to the
 // neighbour it came from. Its buffer is freed when the LND is done with it.
+//
+// A next hop that has failed (its health is below full) and has not been
+// heard from for its NI's Tunables.PeerTimeout is dead: what would go to it
+// is dropped at once (deadNextHopLocked), as Lustre's router does, instead
+// of holding a buffer and a credit until it times out.
 
 // fwd is a message waiting for a router buffer.
 type fwd struct {
@@ -142,8 +148,9 @@ type RouterStats struct {
 	// payload bytes (Lustre's route_count and route_length).
 	RouteCount, RouteLength uint64
 	// DropCount and DropLength count the messages for other nodes that were
-	// not forwarded: routing disabled, no route onward, a routing loop, the
-	// onward send failing, or the payload failing to arrive.
+	// not forwarded: routing disabled, no route onward, a routing loop, a
+	// dead next hop, the onward send failing, or the payload failing to
+	// arrive. Each is counted in the DropCount of the NI it came in on too.
 	DropCount, DropLength uint64
 }
 
@@ -221,7 +228,7 @@ func (ln *LNet) forwardRecv(f *fwd, buf []byte) error {
 		ln.releaseBuf(buf)
 		return ln.forwardDrop(f, "receiving the payload", err)
 	}
-	m := &msg{kind: kindFwd, heapIdx: -1, fixedSrc: true, fwdBuf: buf}
+	m := &msg{kind: kindFwd, heapIdx: -1, fixedSrc: true, fwdBuf: buf, fwdVia: f.via}
 	m.deadline = ln.deadline()
 	m.lm = Msg{Hdr: f.hdr, Payload: dst, Deadline: m.deadline, priv: m}
 
@@ -233,6 +240,9 @@ func (ln *LNet) forwardRecv(f *fwd, buf []byte) error {
 	if err == nil {
 		if back := ln.net.peers[f.from]; back != nil && m.lpni.peer == back.peer {
 			err = fmt.Errorf("%w: the next hop %v is the neighbour it came from (routing loop)", ErrNoRoute, m.lm.NextHop)
+		} else if deadNextHopLocked(m.ni, m.lpni, time.Now()) {
+			err = fmt.Errorf("%w: the next hop %v is dead (health %d, silent for over %v)",
+				ErrPeerUnreachable, m.lm.NextHop, m.lpni.health, m.ni.tun.PeerTimeout)
 		}
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package lnet
 import (
 	"errors"
 	"log/slog"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -323,5 +324,68 @@ func TestConfigValidateRouting(t *testing.T) {
 		d.RouterCheckInterval != DefaultRouterCheckInterval || d.RouterPingTimeout != DefaultRouterPingTimeout ||
 		d.PeerAge != DefaultPeerAge {
 		t.Fatalf("defaults %+v", d)
+	}
+}
+
+// TestRouteAsymmetricFailure: a gateway that answers its pings but says
+// every NI it has on a route's net is down (its link there failed) takes
+// that route down, and only that one, until a ping says an NI there is up
+// again (Lustre's avoid_asym_router_failure). A route to a net the gateway
+// has no NI on (it routes further) is not judged by its NI list.
+func TestRouteAsymmetricFailure(t *testing.T) {
+	ln := testNet(t, "10.1.0.1@tcp1")
+	tcp2, tcp3 := wire.Net{Type: wire.TCP, Num: 2}, wire.Net{Type: wire.TCP, Num: 3}
+	gw2, gw3 := wire.MustParseNID("10.1.0.2@tcp1"), wire.MustParseNID("10.1.0.3@tcp1")
+	for _, r := range []Route{
+		{Net: tcp2, Gateway: gw2, Hops: 1}, {Net: tcp2, Gateway: gw3, Hops: 1}, {Net: tcp3, Gateway: gw2, Hops: 2},
+	} {
+		if err := ln.AddRoute(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ping := func(gw wire.NID, tcp2Status wire.NIStatus) {
+		info := wire.PingInfo{Features: wire.PingFeatBase | wire.PingFeatNIStatus | wire.PingFeatMultiRail, NIDs: []wire.NIDStatus{
+			{NID: wire.LoNID, Status: wire.NIStatusUp},
+			{NID: gw, Status: wire.NIStatusUp},
+			{NID: wire.NID{Net: tcp2, Addr: netip.AddrFrom4([4]byte{10, 2, 0, gw.Addr.As4()[3]})}, Status: tcp2Status},
+		}}
+		ln.gatewayPinged(gw, info, nil)
+	}
+	gwsTo := func(dst string, n int) map[wire.NID]int {
+		out := map[wire.NID]int{}
+		for range n {
+			out[sel(t, ln, dst).lm.NextHop]++
+		}
+		return out
+	}
+	state := func() map[string]bool {
+		out := map[string]bool{}
+		for _, r := range ln.Routes() {
+			out[r.Net.String()+" via "+r.Gateway.String()] = r.Up
+		}
+		return out
+	}
+	ping(gw2, wire.NIStatusUp)
+	ping(gw3, wire.NIStatusUp)
+	if got := gwsTo("10.2.0.9@tcp2", 4); got[gw2] != 2 || got[gw3] != 2 {
+		t.Fatalf("both gateways up: %v", got)
+	}
+	// gw2's link to tcp2 fails; it still answers on tcp1.
+	ping(gw2, wire.NIStatusDown)
+	if got := gwsTo("10.2.0.9@tcp2", 4); got[gw3] != 4 {
+		t.Fatalf("gw2's tcp2 NI down: sends to tcp2 went %v, want all through %v", got, gw3)
+	}
+	if got := gwsTo("10.3.0.9@tcp3", 2); got[gw2] != 2 {
+		t.Fatalf("gw2 still routes to tcp3: %v", got)
+	}
+	if got := state(); got["tcp2 via 10.1.0.2@tcp1"] || !got["tcp2 via 10.1.0.3@tcp1"] || !got["tcp3 via 10.1.0.2@tcp1"] {
+		t.Fatalf("Routes with gw2's tcp2 NI down: %v", got)
+	}
+	ping(gw2, wire.NIStatusUp)
+	if got := gwsTo("10.2.0.9@tcp2", 4); got[gw2] != 2 || got[gw3] != 2 {
+		t.Fatalf("gw2's tcp2 NI back: %v", got)
+	}
+	if got := state(); !got["tcp2 via 10.1.0.2@tcp1"] {
+		t.Fatalf("Routes with gw2's tcp2 NI back: %v", got)
 	}
 }

@@ -59,6 +59,7 @@ type msg struct {
 	exactDst bool      // send to exactly Hdr.DstNID, not another NID of its peer
 	noBlock  bool      // fail with errBusy instead of waiting for room in a credit queue
 	fwdBuf   []byte    // kindFwd: the router buffer holding the payload
+	fwdVia   *ni       // kindFwd: the NI the message came in on
 
 	// Protected by LNet.net.
 	ni         *ni
@@ -562,8 +563,12 @@ func (ln *LNet) completeSend(m *msg, err error) {
 		ln.timer.del(m)
 		ln.res.Unlock()
 		if err != nil {
+			// Dropped after all: counted as every drop of a message that
+			// came in, by the router and by the NI it came in on.
 			ln.rtr.dropped.Add(1)
 			ln.rtr.dropBytes.Add(uint64(m.lm.Hdr.PayloadLen))
+			m.fwdVia.counters.dropCount.Add(1)
+			m.fwdVia.counters.dropBytes.Add(uint64(m.lm.Hdr.PayloadLen))
 			ln.log.Debug("forward failed", "type", m.lm.Hdr.Type, "from", m.lm.Hdr.Src(), "to", m.lm.Hdr.Dst(),
 				"next_hop", m.lm.NextHop, "err", err)
 		}

@@ -44,7 +44,8 @@ type NIStats struct {
 	// RecvCount and RecvBytes count every message received, drops included.
 	RecvCount, RecvBytes uint64
 	// DropCount and DropBytes count received messages refused (no match,
-	// late or stale ACK/REPLY, not for us).
+	// late or stale ACK/REPLY, not for us), forwards included (those
+	// RouterStats.DropCount counts).
 	DropCount, DropBytes uint64
 	// LND are the LND's own counters (CountingLND); nil if it keeps none.
 	LND []Counter

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"sort"
@@ -178,6 +179,9 @@ func intOpt(f func(*Config) *int) func(*Config, string) error {
 func durOpt(f func(*Config) *time.Duration) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		if n, err := strconv.Atoi(v); err == nil {
+			if n > math.MaxInt64/int(time.Second) || n < math.MinInt64/int(time.Second) {
+				return fmt.Errorf("%d seconds is out of range", n)
+			}
 			*f(c) = time.Duration(n) * time.Second
 			return nil
 		}

@@ -397,6 +397,11 @@ func TestParseOptions(t *testing.T) {
 		{map[string]string{"prot": "988"}, false, nil},
 		{map[string]string{"backoff_min": "10s"}, false, nil}, // above backoff_max
 		{map[string]string{"sock_timeout": "-1s"}, false, nil},
+		// Seconds beyond a time.Duration: 18446744074 s wrapped to 290 ms.
+		{map[string]string{"connect_timeout": "18446744074"}, false, nil},
+		{map[string]string{"peer_idle_age": "9223372037"}, false, nil},
+		{map[string]string{"peer_idle_age": "9223372036"}, true,
+			func(c Config) bool { return c.PeerIdleAge == 9223372036*time.Second }},
 	}
 	for _, tt := range tests {
 		c, err := ParseOptions(tt.opts)

@@ -289,3 +289,62 @@ func TestRouterBackPressure(t *testing.T) {
 		t.Fatalf("router stats after: %+v", rs)
 	}
 }
+
+// TestRouterDropsForDeadNextHop: once a next hop has failed and been
+// silent for its NI's peer timeout, the router drops what it would forward
+// to it at once (Lustre's lnet_peer_alive_locked), instead of holding a
+// router buffer until the message times out, and counts the drop; once the
+// next hop answers the router's recovery pings again, forwarding resumes
+// and the data arrives byte for byte.
+func TestRouterDropsForDeadNextHop(t *testing.T) {
+	port := freePort(t, "127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
+	r := start(t, "R", "tcp1(127.0.1.2),tcp2(127.0.2.2)", port, func(c *lnet.Config) {
+		c.Routing = true
+		c.TransactionTimeout = 500 * time.Millisecond
+		for i := range c.Networks {
+			c.Networks[i].Tunables.PeerTimeout = 300 * time.Millisecond
+		}
+	})
+	a := start(t, "A", "tcp1(127.0.1.1)", port, func(c *lnet.Config) {
+		c.Routes = []lnet.Route{via("tcp2", "127.0.1.2@tcp1")}
+		c.TransactionTimeout = time.Second
+		c.DisableDiscovery = true
+	})
+	bNID := nid("127.0.2.1@tcp2")
+	// B is not up: R's forward of the first PUT waits for a connection
+	// until its transaction timeout, fails, and lowers B's health.
+	if err := put(t, a, proc("127.0.2.1@tcp2"), 5, 0, 0, pattern(0, 64)); !errors.Is(err, lnet.ErrTimeout) {
+		t.Fatalf("PUT to a B that is down: %v, want the ACK to time out", err)
+	}
+	waitFor(t, "R to find B failing", 5*time.Second, func() bool {
+		rs := r.Stats()
+		st, ok := rs.Peer(bNID)
+		return ok && st.Health < 1000
+	})
+	waitFor(t, "R's first forward to end", 5*time.Second, func() bool { return r.Stats().Router.InUse == 0 })
+	// From now on a forward R queued for B would wait a minute.
+	r.SetTransactionTimeout(time.Minute)
+	before := r.Stats().Router
+	if err := put(t, a, proc("127.0.2.1@tcp2"), 5, 1, 0, pattern(1, 64)); !errors.Is(err, lnet.ErrTimeout) {
+		t.Fatalf("PUT to a dead B: %v, want the ACK to time out", err)
+	}
+	// A's PUT timed out after a second; R dropped it long before.
+	if rs := r.Stats().Router; rs.InUse != 0 || rs.Waiting != 0 || rs.DropCount != before.DropCount+1 ||
+		rs.DropLength != before.DropLength+64 || rs.RouteCount != before.RouteCount {
+		t.Fatalf("R's router stats after a PUT to a dead next hop: %+v (before: %+v)", rs, before)
+	}
+
+	// B comes up: R's recovery pings reach it, and forwarding resumes.
+	b := start(t, "B", "tcp2(127.0.2.1)", port, routes(via("tcp1", "127.0.2.2@tcp2")))
+	s := attachSink(t, b, 5, 3, 64, true)
+	waitFor(t, "R to hear from B", 10*time.Second, func() bool {
+		rs := r.Stats()
+		st, _ := rs.Peer(bNID)
+		return st.RecvCount > 0
+	})
+	r.SetTransactionTimeout(5 * time.Second)
+	putRetry(t, a, proc("127.0.2.1@tcp2"), 5, 2, 64, time.Now().Add(10*time.Second))
+	if miss, seen, bad := s.missing(3); seen != 1 || len(miss) != 2 || miss[0] != 0 || miss[1] != 1 || len(bad) != 0 {
+		t.Fatalf("B's sink: missing %v, seen %d, bad %v", miss, seen, bad)
+	}
+}

@@ -1,0 +1,90 @@
+package lnetctl
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	_ "github.com/nacrefs/nacre/lnd/lolnd"
+	_ "github.com/nacrefs/nacre/lnd/socklnd"
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
+	"github.com/nacrefs/nacre/lnet/wire"
+	lnetv1 "github.com/nacrefs/nacre/proto/nacre/lnet/v1"
+)
+
+func startNode(t *testing.T, nets string, port int, mod func(*lnet.Config)) *lnet.LNet {
+	t.Helper()
+	cfg := lnet.DefaultConfig()
+	cfg.Logger = lnettest.Quiet
+	nc, err := lnet.ParseNetworks(nets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range nc {
+		nc[i].Options = map[string]string{"port": strconv.Itoa(port), "backoff_min": "20ms", "backoff_max": "100ms"}
+	}
+	cfg.Networks = nc
+	mod(&cfg)
+	ln, err := lnet.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ln.Close(ctx)
+	})
+	return ln
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestShowStatsDropsOnce: lnetctl stats show counts each message a router
+// dropped once, whether it was dropped as it came in (a dead next hop) or
+// after its onward send failed.
+func TestShowStatsDropsOnce(t *testing.T) {
+	port := lnettest.FreePort(t, "127.0.1.1", "127.0.1.2", "127.0.2.2")
+	r := startNode(t, "tcp1(127.0.1.2),tcp2(127.0.2.2)", port, func(c *lnet.Config) {
+		c.Routing = true
+		c.TransactionTimeout = 300 * time.Millisecond
+	})
+	a := startNode(t, "tcp1(127.0.1.1)", port, func(c *lnet.Config) {
+		c.Routes = []lnet.Route{{Net: wire.Net{Type: wire.TCP, Num: 2}, Gateway: wire.MustParseNID("127.0.1.2@tcp1"), Hops: 1}}
+		c.DisableDiscovery = true
+		c.TransactionTimeout = time.Second
+	})
+	// Nothing is on 127.0.2.1: R's forward of the first PUT waits for a
+	// connection until its transaction timeout and fails; by then B's NID
+	// is dead to R, which drops the second PUT as it comes in.
+	b := wire.ProcessID{NID: wire.MustParseNID("127.0.2.1@tcp2"), PID: wire.PIDLustre}
+	for i, size := range []int{64, 100} {
+		h, err := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, size)}, Threshold: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Put(context.Background(), h, lnet.NoAckReq, b, 5, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "R to drop PUT "+strconv.Itoa(i), func() bool { return r.Stats().Router.DropCount == uint64(i+1) })
+	}
+	resp, err := New(r).ShowStats(context.Background(), &lnetv1.ShowStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.GetStatistics()
+	if st.GetDropCount() != 2 || st.GetDropLength() != 164 || st.GetRouteCount() != 0 {
+		t.Fatalf("stats show on the router: drop_count %d drop_length %d route_count %d, want 2, 164, 0",
+			st.GetDropCount(), st.GetDropLength(), st.GetRouteCount())
+	}
+}
