@@ -40,21 +40,15 @@ func FormatMDT(ctx context.Context, dir string, id TargetIdentity) (TargetIdenti
 	if id.Index != 0 {
 		return id, fmt.Errorf("mkfs %s: MDT index %d: only MDT0 is supported yet", dir, id.Index)
 	}
-	id, err := Mkfs(dir, id)
-	if err != nil {
-		return id, err
-	}
-	store := filepath.Join(dir, mdtDir)
-	if err := os.Mkdir(store, 0o755); err != nil {
-		return id, fmt.Errorf("mkfs %s: %w", dir, err)
-	}
-	cfg := mdd.DefaultConfig(store)
-	cfg.SyncInterval = 0
-	s, err := mdd.Open(cfg)
-	if err != nil {
-		return id, fmt.Errorf("mkfs %s: %w", dir, err)
-	}
-	return id, s.Close()
+	return Mkfs(dir, id, mdtDir, func(store string, _ TargetIdentity) error {
+		cfg := mdd.DefaultConfig(store)
+		cfg.SyncInterval = 0
+		s, err := mdd.Open(cfg)
+		if err != nil {
+			return err
+		}
+		return s.Close()
+	})
 }
 
 // replayBarrierDir is where a target's replay_barrier saves its store,
@@ -92,7 +86,7 @@ func (s *Storage) startMDT(ctx context.Context, cfg ServerConfig, dir string, id
 		return fmt.Errorf("server: %s: MDT backend %q", dir, id.Backend)
 	}
 	m, err := s.MDS.AddMDT(mdt.Config{Name: id.Label, UUID: id.UUID, Index: id.Index,
-		Store: mdd.Config{Dir: filepath.Join(dir, mdtDir), Logger: lg}, AwaitOSTs: true,
+		Store: mdd.Config{Dir: filepath.Join(dir, mdtDir), MustExist: true, Logger: lg}, AwaitOSTs: true,
 		CallbackTimeout: cfg.CallbackTimeout, EvictTimeout: cfg.EvictTimeout, RecoveryWindow: cfg.RecoveryWindow, Logger: lg})
 	if err != nil {
 		return fmt.Errorf("server: %s: %w", dir, err)

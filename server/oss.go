@@ -33,18 +33,9 @@ const osdDir = "osd"
 // FormatOST formats dir as an OST (identity and store).
 func FormatOST(ctx context.Context, dir string, id TargetIdentity) (TargetIdentity, error) {
 	id.Kind = mgs.KindOST
-	id, err := Mkfs(dir, id)
-	if err != nil {
-		return id, err
-	}
-	store := filepath.Join(dir, osdDir)
-	if err := os.Mkdir(store, 0o755); err != nil {
-		return id, fmt.Errorf("mkfs %s: %w", dir, err)
-	}
-	if err := osd.Format(ctx, id.Backend, store, osd.FormatOptions{Label: id.Label}); err != nil {
-		return id, fmt.Errorf("mkfs %s: %w", dir, err)
-	}
-	return id, nil
+	return Mkfs(dir, id, osdDir, func(store string, id TargetIdentity) error {
+		return osd.Format(ctx, id.Backend, store, osd.FormatOptions{Label: id.Label})
+	})
 }
 
 // ServerConfig configures the storage targets one `nacre server` process
@@ -52,6 +43,11 @@ func FormatOST(ctx context.Context, dir string, id TargetIdentity) (TargetIdenti
 type ServerConfig struct {
 	// Dirs are the formatted target directories.
 	Dirs []string
+	// MGSNodes, if not empty, replace the MGS nodes of every target's
+	// identity (the files are left as they are): nacre up's targets
+	// register with its embedded MGS wherever that listens now, not where
+	// it listened when they were formatted.
+	MGSNodes []string
 	// LNet configures the process's LNet; its NIDs are what the targets
 	// register with the MGS.
 	LNet lnet.Config
@@ -132,6 +128,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	for i, dir := range cfg.Dirs {
 		if ids[i], err = ReadTarget(dir); err != nil {
 			return nil, err
+		}
+		if len(cfg.MGSNodes) > 0 {
+			ids[i].MGSNodes = cfg.MGSNodes
 		}
 		if cfg.RestoreReplayBarrier {
 			if _, err := os.Stat(filepath.Join(dir, replayBarrierDir)); err == nil {

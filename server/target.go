@@ -51,10 +51,13 @@ type TargetIdentity struct {
 // ("192.168.1.5@tcp:9999"), or a plain host:port.
 func ParseMGSNode(s string) (string, error) { return mgsnode.Parse(s) }
 
-// Mkfs formats dir as a target: it writes the identity file (refusing a
-// directory that already holds one, or that is not empty) and leaves the
-// rest to the backend, which formats itself on first open.
-func Mkfs(dir string, id TargetIdentity) (TargetIdentity, error) {
+// Mkfs formats dir as a target: it refuses a directory that is not empty
+// (already a target, or something else), has format build the backend's
+// store in dir/store for the identity (label, backend) it will write, and
+// writes the identity file last, so that a directory holding an identity
+// always holds a formatted store. If format fails, what it left is
+// removed and dir is empty again for another mkfs.
+func Mkfs(dir string, id TargetIdentity, store string, format func(store string, id TargetIdentity) error) (TargetIdentity, error) {
 	if err := mgs.ValidateFSName(id.FSName); err != nil {
 		return id, err
 	}
@@ -93,6 +96,16 @@ func Mkfs(dir string, id TargetIdentity) (TargetIdentity, error) {
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return id, err
+	}
+	storeDir := filepath.Join(dir, store)
+	if err := os.Mkdir(storeDir, 0o755); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	if err := format(storeDir, id); err != nil {
+		if rerr := os.RemoveAll(storeDir); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove the store it left: %w", rerr))
+		}
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
 	}
 	tmp := filepath.Join(dir, TargetFile+".tmp")
 	if err := writeSync(tmp, append(b, '\n')); err != nil {

@@ -95,6 +95,11 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("up: data directory: %w", err)
 	}
+	if cfg.OSTs > 0 {
+		if err := checkUpTargets(cfg); err != nil {
+			return nil, err
+		}
+	}
 	n := &Node{}
 	defer func() {
 		if err != nil {
@@ -157,12 +162,36 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 		// The servers' metrics and state are on their own status port, as
 		// those of a separate `nacre server`: the gateway's /metrics and the
 		// Admin API reach them the same way.
-		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, LNet: cfg.LNet, Logger: cfg.MGS.Logger, StatusAddr: cfg.StatusAddr,
+		if n.Storage, err = StartServer(ctx, ServerConfig{Dirs: dirs, MGSNodes: []string{n.MGS.GRPCAddr()}, LNet: cfg.LNet, Logger: cfg.MGS.Logger, StatusAddr: cfg.StatusAddr,
 			RestoreReplayBarrier: cfg.RestoreReplayBarrier}); err != nil {
 			return nil, fmt.Errorf("up: %w", err)
 		}
 	}
 	return n, nil
+}
+
+// checkUpTargets refuses a DataDir whose targets were formatted for
+// another file system than cfg.FSName (a restart with another --fsname):
+// serving them would leave cfg.FSName, the one announced and mounted,
+// without an MDT or OSTs. Nothing is created before this check.
+func checkUpTargets(cfg UpConfig) error {
+	dirs := []string{filepath.Join(cfg.DataDir, "mdt0")}
+	for i := range cfg.OSTs {
+		dirs = append(dirs, filepath.Join(cfg.DataDir, fmt.Sprintf("ost%d", i)))
+	}
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, TargetFile)); errors.Is(err, os.ErrNotExist) {
+			continue // formatted below
+		}
+		id, err := ReadTarget(dir)
+		if err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+		if id.FSName != cfg.FSName {
+			return fmt.Errorf("up: %s is %s, a target of file system %q, not %q: start with --fsname %s, or give another --data", dir, id.Label, id.FSName, cfg.FSName, id.FSName)
+		}
+	}
+	return nil
 }
 
 // EtcdErr reports a fatal error of the embedded etcd member.

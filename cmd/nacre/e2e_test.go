@@ -246,7 +246,8 @@ func TestUpConfigPrecedence(t *testing.T) {
 	os.Unsetenv("NACRE_FSNAME")
 	os.Unsetenv("NACRE_GRPC_ADDR")
 
-	p = startUp(t, data, ports, "--no-auth")
+	// The data's targets are fromenv's: a restart names that file system.
+	p = startUp(t, data, ports, "--fsname", "fromenv", "--no-auth")
 	if code, _ := httpDo(t, "POST", base+"/api/v1/filesystems", "", `{"name":"noauth"}`); code != 200 {
 		t.Fatalf("--no-auth still asks for a token: %d", code)
 	}

@@ -3,11 +3,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -81,7 +84,43 @@ func loadConfig(cmd *cobra.Command, aliases map[string]string) (*viper.Viper, er
 			return nil, fmt.Errorf("config %s: %w", file, err)
 		}
 	}
+	if err := checkConfigTypes(v, cmd.Flags(), aliases); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// checkConfigTypes refuses a value from the config file or a NACRE_*
+// variable that does not parse as its flag's type: viper's getters read
+// it as zero and say nothing (osts: four ran no OSTs at all, NACRE_PORT=abc
+// the port 0). Flags on the command line were parsed already.
+func checkConfigTypes(v *viper.Viper, fs *pflag.FlagSet, aliases map[string]string) error {
+	var bad []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		key := f.Name
+		if k, ok := aliases[f.Name]; ok {
+			key = k
+		}
+		if f.Changed || !v.IsSet(key) {
+			return
+		}
+		s := fmt.Sprint(v.Get(key))
+		var err error
+		switch f.Value.Type() {
+		case "int":
+			_, err = strconv.ParseInt(s, 0, strconv.IntSize)
+		case "uint32":
+			_, err = strconv.ParseUint(s, 0, 32)
+		case "duration":
+			_, err = time.ParseDuration(s)
+		case "bool":
+			_, err = strconv.ParseBool(s)
+		}
+		if err != nil {
+			bad = append(bad, fmt.Errorf("config %s (--%s): %q is not a %s: %w", key, f.Name, s, f.Value.Type(), err))
+		}
+	})
+	return errors.Join(bad...)
 }
 
 func newLogger(v *viper.Viper) (*slog.Logger, error) {

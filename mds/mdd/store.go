@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 
+	"github.com/nacrefs/nacre/internal/errs"
 	"github.com/nacrefs/nacre/internal/fid"
 )
 
@@ -47,8 +49,13 @@ var RootFID = fid.FID{Seq: fid.SeqRoot, Oid: 1}
 // Config configures a Store.
 type Config struct {
 	// Dir is the directory the Pebble database lives in; it is created
-	// and formatted (root directory, counters) on first open.
+	// and formatted (root directory, counters) on first open, unless
+	// MustExist.
 	Dir string
+	// MustExist refuses a Dir that holds no database (errs.NotExist)
+	// instead of formatting a new, empty namespace there: a server opening
+	// a formatted target whose store is lost or not mounted.
+	MustExist bool
 	// Index is the MDT index. MDT0 runs the sequence controller; other
 	// indexes are not supported yet (their sequence server will ask MDT0).
 	Index uint32
@@ -183,14 +190,24 @@ func Open(cfg Config) (*Store, error) {
 	// (12 % with 64 MiB), and mdtest creates from 16 threads went from
 	// 0.44 to 0.50 of the null RPC rate. It starts small and grows to
 	// that size only under load.
-	opts := &pebble.Options{Logger: pebbleLogger{cfg.Logger}, CacheSize: cfg.CacheSize, MemTableSize: 64 << 20}
+	opts := &pebble.Options{Logger: pebbleLogger{cfg.Logger}, CacheSize: cfg.CacheSize, MemTableSize: 64 << 20, ErrorIfNotExists: cfg.MustExist}
 	for i := range opts.Levels {
 		// Most namespace reads are point lookups, many of them for keys
 		// that do not exist (a new name, a new FID): bloom filters keep
 		// those off the disk.
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	if cfg.MustExist {
+		// Pebble would create a missing directory before it finds no
+		// database there.
+		if _, err := os.Stat(cfg.Dir); errors.Is(err, os.ErrNotExist) {
+			return nil, errs.Errorf(errs.NotExist, "mdd: open %s: the store does not exist", cfg.Dir)
+		}
+	}
 	db, err := pebble.Open(cfg.Dir, opts)
+	if errors.Is(err, pebble.ErrDBDoesNotExist) {
+		return nil, errs.Errorf(errs.NotExist, "mdd: open %s: the store does not exist (no database in it)", cfg.Dir)
+	}
 	if err != nil {
 		return nil, ioError(err, "open %s", cfg.Dir)
 	}
@@ -216,6 +233,9 @@ func Open(cfg Config) (*Store, error) {
 // load reads the counters, users and FLD, formatting an empty database.
 func (s *Store) load() error {
 	v, err := s.getU64(keyFormat)
+	if errors.Is(err, pebble.ErrNotFound) && s.cfg.MustExist {
+		return errs.Errorf(errs.Internal, "mdd: open %s: the database holds no namespace (no format version)", s.cfg.Dir)
+	}
 	if errors.Is(err, pebble.ErrNotFound) {
 		if err := s.format(); err != nil {
 			return err
