@@ -2,7 +2,6 @@ package client
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,7 +441,7 @@ func (fs *FS) localParam(pn mgs.ParamName) []string {
 		// The node's obd_timeout, and the mount's own wait for a server
 		// (which its timeout= mount option sets alone).
 		return []string{"timeout", "llite." + name + "-" + id + ".timeout"}
-	case pn.Spec.Scope == mgs.ScopeSys && slices.Contains(timeouts.Names, pn.Param):
+	case timeouts.Persistent(pn):
 		return []string{pn.Param} // the node's
 	case pn.Spec.Scope == mgs.ScopeClient && pn.Param == "jobid_var":
 		// Node-wide in Lustre; each mount's here.
@@ -491,15 +490,15 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 				}
 			}
 		}
-		nodeWide := pn.Spec.Scope == mgs.ScopeSys && slices.Contains(timeouts.Names, pn.Param)
+		nodeWide := timeouts.Persistent(pn)
 		for _, n := range names {
-			if !fs.setParam(reg, p, n, !nodeWide) {
+			if !reg.SetPersistent(fs.log, p.GetName(), p.GetValue(), n, !nodeWide) {
 				// One of the node's timeouts, refused for another (at_min
 				// above the at_max a later parameter raises): again once
 				// the others are in, and at every configuration until
 				// it is taken.
 				again = append(again, func() {
-					if !fs.setParam(reg, p, n, true) {
+					if !reg.SetPersistent(fs.log, p.GetName(), p.GetValue(), n, true) {
 						delete(fs.params.mu.applied, p.GetName())
 					}
 				})
@@ -509,22 +508,6 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 	for _, set := range again {
 		set()
 	}
-}
-
-// setParam sets the live parameter n to persistent parameter p's value
-// and says whether it took it; a refusal is logged if final.
-func (fs *FS) setParam(reg *params.Registry, p *mgsv1.Param, n string, final bool) bool {
-	set, err := reg.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: n, Value: p.GetValue()})
-	switch {
-	case err != nil:
-		if final {
-			fs.log.Warn("persistent parameter refused", "param", p.GetName(), "value", p.GetValue(), "err", err)
-		}
-		return false
-	case len(set) > 0:
-		fs.log.Info("persistent parameter", "param", p.GetName(), "value", p.GetValue(), "set", len(set))
-	}
-	return true
 }
 
 // Timeout returns how long an operation waits for a server that does not

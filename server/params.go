@@ -453,7 +453,7 @@ func (s *Storage) localParams(pn mgs.ParamName, ids []TargetIdentity) []string {
 		if !pn.MatchesFS(id.FSName) {
 			continue
 		}
-		if isNodeTimeout(pn) {
+		if timeouts.Persistent(pn) {
 			return []string{pn.Param} // the node's
 		}
 		if ok, _ := path.Match(pn.Target, mgs.TargetName(id.Kind, id.Index)); !ok {
@@ -498,13 +498,13 @@ func (s *Storage) applyParams(c *mgsv1.ClientConfig, ids []TargetIdentity) {
 			continue
 		}
 		for _, n := range s.localParams(pn, ids) {
-			if !s.setParam(p, n, !isNodeTimeout(pn)) {
+			if !s.params.reg.SetPersistent(s.log, p.GetName(), p.GetValue(), n, !timeouts.Persistent(pn)) {
 				// One of the node's timeouts, refused for another (at_min
 				// above the at_max a later parameter raises): again once
 				// the others are in, and at every configuration until
 				// it is taken.
 				again = append(again, func() {
-					if !s.setParam(p, n, true) {
+					if !s.params.reg.SetPersistent(s.log, p.GetName(), p.GetValue(), n, true) {
 						delete(s.params.mu.applied, p.GetName())
 					}
 				})
@@ -514,28 +514,6 @@ func (s *Storage) applyParams(c *mgsv1.ClientConfig, ids []TargetIdentity) {
 	for _, set := range again {
 		set()
 	}
-}
-
-// setParam sets the live parameter n to persistent parameter p's value
-// and says whether it took it; a refusal is logged if final.
-func (s *Storage) setParam(p *mgsv1.Param, n string, final bool) bool {
-	set, err := s.params.reg.Set(params.SetOptions{Partial: true}, params.Assignment{Pattern: n, Value: p.GetValue()})
-	switch {
-	case err != nil:
-		if final {
-			s.log.Warn("persistent parameter refused", "param", p.GetName(), "value", p.GetValue(), "err", err)
-		}
-		return false
-	case len(set) > 0:
-		s.log.Info("persistent parameter", "param", p.GetName(), "value", p.GetValue())
-	}
-	return true
-}
-
-// isNodeTimeout reports whether pn is one of the node's timeouts, which
-// are checked against each other (at_min at most at_max) as each is set.
-func isNodeTimeout(pn mgs.ParamName) bool {
-	return pn.Spec.Scope == mgs.ScopeSys && slices.Contains(timeouts.Names, pn.Param)
 }
 
 // startParams applies the persistent parameters the registrations

@@ -3,6 +3,7 @@ package params
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"path"
@@ -486,3 +487,21 @@ func badValue(name, value string, err error) *Error {
 
 // byName orders parameters by name.
 func byName(a, b Info) int { return strings.Compare(a.Name, b.Name) }
+
+// SetPersistent sets the live parameters pattern matches to value, that of
+// the persistent parameter name (lctl set_param -P, as the MGS hands it
+// out), and says whether they took it. A refusal is logged if final: the
+// caller may try again once other parameters are in.
+func (r *Registry) SetPersistent(lg *slog.Logger, name, value, pattern string, final bool) bool {
+	set, err := r.Set(SetOptions{Partial: true}, Assignment{Pattern: pattern, Value: value})
+	switch {
+	case err != nil:
+		if final {
+			lg.Warn("persistent parameter refused", "param", name, "value", value, "err", err)
+		}
+		return false
+	case len(set) > 0:
+		lg.Info("persistent parameter", "param", name, "value", value, "set", len(set))
+	}
+	return true
+}

@@ -12,16 +12,26 @@
 package timeouts
 
 import (
+	"slices"
 	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/ldlm"
+	"github.com/nacrefs/nacre/mgs"
 )
 
 // Names are the parameters' names, as persistent sys.* parameters name
 // them too (FS.sys.at_max).
 var Names = []string{"timeout", "at_min", "at_max", "at_history", "ldlm_timeout"}
+
+// Persistent reports whether the MGS's persistent parameter pn is one of
+// the node's timeouts (FS.sys.at_max), which apply under their own name
+// and are checked against each other (at_min at most at_max) as each is
+// set.
+func Persistent(pn mgs.ParamName) bool {
+	return pn.Spec.Scope == mgs.ScopeSys && slices.Contains(Names, pn.Param)
+}
 
 // maxSeconds bounds every value, as the MGS's catalog does.
 const maxSeconds = 3600
