@@ -59,8 +59,19 @@ const replayBarrierDir = "replay_barrier"
 // back as it was at its replay_barrier (mdt.*.replay_barrier,
 // obdfilter.*.replay_barrier): its store is replaced by the copy the
 // barrier saved, as if every change after it had been lost in a crash.
-// For tests of recovery.
+// For tests of recovery. A target some process serves is refused (EBUSY):
+// its store would go from under it.
 func RestoreReplayBarrier(dir string) error {
+	release, err := lockTarget(dir)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return restoreReplayBarrier(dir)
+}
+
+// restoreReplayBarrier is RestoreReplayBarrier with dir's target lock held.
+func restoreReplayBarrier(dir string) error {
 	saved := filepath.Join(dir, replayBarrierDir)
 	if _, err := os.Stat(saved); err != nil {
 		return fmt.Errorf("server: %s: no replay barrier: %w", dir, err)

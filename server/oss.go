@@ -100,6 +100,9 @@ type Storage struct {
 	// status is the bound address of the status port, if any, and
 	// statusToken the bearer token its changes need.
 	status, statusToken string
+	// unlock gives back the target locks (lockTarget), once the targets
+	// are closed.
+	unlock []func()
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -129,12 +132,19 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if ids[i], err = ReadTarget(dir); err != nil {
 			return nil, err
 		}
+		// Before anything touches its store (the replay barrier's restore
+		// replaces it): one process per target.
+		release, err := lockTarget(dir)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.unlock = append(s.unlock, release)
 		if len(cfg.MGSNodes) > 0 {
 			ids[i].MGSNodes = cfg.MGSNodes
 		}
 		if cfg.RestoreReplayBarrier {
 			if _, err := os.Stat(filepath.Join(dir, replayBarrierDir)); err == nil {
-				if err := RestoreReplayBarrier(dir); err != nil {
+				if err := restoreReplayBarrier(dir); err != nil {
 					return nil, err
 				}
 				lg.Warn("replay barrier: the target is back as it was at its barrier; later changes are lost, for its clients to replay", "target", ids[i].Label, "dir", dir)
@@ -254,5 +264,9 @@ func (s *Storage) Close(ctx context.Context) error {
 	if s.LNet != nil {
 		err = errors.Join(err, s.LNet.Close(ctx))
 	}
+	for _, release := range s.unlock {
+		release()
+	}
+	s.unlock = nil
 	return err
 }

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,5 +115,60 @@ func TestMkfsFailedLeavesNoTarget(t *testing.T) {
 	read, err := ReadTarget(dir)
 	if err != nil || read.Label != "half-OST0003" || read.Backend != "file" || read.UUID != got.UUID {
 		t.Fatalf("identity %+v (%v), want half-OST0003 on file with uuid %s", read, err, got.UUID)
+	}
+}
+
+// TestTargetInUse: a target another process serves (its target lock held)
+// is refused by a second server and by the replay barrier's restore, which
+// used to delete the live store from under it; once the lock is free, the
+// restore puts the saved store in place.
+func TestTargetInUse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := filepath.Join(t.TempDir(), "ost0")
+	if _, err := FormatOST(ctx, dir, TargetIdentity{FSName: "busy", MGSNodes: []string{"127.0.0.1:1"}, Backend: "file"}); err != nil {
+		t.Fatal(err)
+	}
+	store, saved := filepath.Join(dir, osdDir), filepath.Join(dir, replayBarrierDir)
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(store, "marker"), "live")
+	write(filepath.Join(saved, "marker"), "saved")
+	marker := func() string {
+		b, _ := os.ReadFile(filepath.Join(store, "marker"))
+		return string(b)
+	}
+	release, err := lockTarget(dir) // the other process serving it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RestoreReplayBarrier(dir); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("restore of a target in use: %v, want EBUSY", err)
+	}
+	st, err := StartServer(ctx, ServerConfig{Dirs: []string{dir}, LNet: testLNet(t), RestoreReplayBarrier: true, Logger: quiet})
+	if err == nil {
+		st.Close(context.Background())
+		t.Fatal("a second server started on a target in use")
+	}
+	if !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second server: %v, want EBUSY naming %s", err, dir)
+	}
+	if m := marker(); m != "live" {
+		t.Fatalf("the live store's marker reads %q after the refusals, want live", m)
+	}
+	release()
+	if err := RestoreReplayBarrier(dir); err != nil {
+		t.Fatalf("restore of a stopped target: %v", err)
+	}
+	if m := marker(); m != "saved" {
+		t.Fatalf("after the restore the store's marker reads %q, want saved", m)
 	}
 }
