@@ -497,6 +497,7 @@ func (ln *LNet) postLocked(m *msg) bool {
 		if lp.credits < 0 {
 			lp.txq.push(m)
 			n.waiting++
+			m.waited = m.kind == kindFwd
 			return false
 		}
 		m.peerCredit = true
@@ -507,6 +508,7 @@ func (ln *LNet) postLocked(m *msg) bool {
 		if n.credits < 0 {
 			n.txq.push(m)
 			n.waiting++
+			m.waited = m.kind == kindFwd
 			return false
 		}
 		m.txCredit = true

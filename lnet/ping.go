@@ -210,8 +210,9 @@ func (ln *LNet) Discover(ctx context.Context, target wire.NID) (PeerInfo, error)
 
 // mergeLocked records what target's ping answered: the peer becomes
 // discovered, and if it does multi-rail, every NID listed joins it
-// (leaving whatever peer it belonged to). explicit (Discover) makes target
-// the primary NID even of a peer discovered before.
+// (leaving whatever peer it belonged to, with a warning if that peer was
+// discovered too). explicit (Discover) makes target the primary NID even
+// of a peer discovered before.
 func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) (*peer, error) {
 	lp, err := ln.peerNILocked(target)
 	if err != nil {
@@ -249,6 +250,17 @@ func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) 
 			p.nis = append(p.nis, q)
 			added++
 		} else if q.peer != p {
+			if q.peer.disc == discDone {
+				// Another node's ping listed the NID, or it was
+				// discovered as that NID: two nodes claim it (a NID
+				// moved to another host, a misconfigured node, or a
+				// forged answer). Lustre's discovery takes the NID all
+				// the same (lnet_peer_add_nid refuses only NIDs an
+				// administrator configured, which Nacre has not), so do
+				// that, but say so: sends to it now go to p.
+				ln.log.Warn("peer NID claimed by another peer's ping: moved", "nid", nid,
+					"from_peer", q.peer.primary, "to_peer", p.primary)
+			}
 			movePeerNILocked(q, p)
 			added++
 		}

@@ -100,9 +100,9 @@ func (ln *LNet) recoveryTick(now time.Time) {
 		}
 		gw.pinging = true
 		gw.nextPing = now.Add(ln.cfg.RouterCheckInterval)
-		nid := gw.nid
-		pings = append(pings, ping{nid, pingOpts{deadline: deadline, noBlock: true}, func(info wire.PingInfo, _ time.Duration, err error) {
-			ln.gatewayPinged(nid, info, err)
+		g := gw
+		pings = append(pings, ping{g.nid, pingOpts{deadline: deadline, noBlock: true}, func(info wire.PingInfo, _ time.Duration, err error) {
+			ln.gatewayPinged(g, info, err)
 		}})
 	}
 	if ln.cfg.HealthSensitivity > 0 {

@@ -301,16 +301,20 @@ func (ln *LNet) routeSendLocked(m *msg, err error) {
 	gw.nextPing = time.Now()
 }
 
-// gatewayPinged records the outcome of a gateway's liveness ping.
-func (ln *LNet) gatewayPinged(nid wire.NID, info wire.PingInfo, err error) {
+// gatewayPinged records the outcome of a liveness ping sent to gw. If gw
+// has left the table since (its last route was deleted, perhaps re-added
+// with a gateway entry of its own, whose ping may be in flight), the
+// answer still counts as a discovery of the node but says nothing about
+// the routes there now.
+func (ln *LNet) gatewayPinged(gw *gateway, info wire.PingInfo, err error) {
 	ln.net.Lock()
 	defer ln.net.Unlock()
+	nid := gw.nid
 	if err == nil && info.Features&wire.PingFeatMultiRail != 0 && !ln.cfg.DisableDiscovery {
 		// A router ping is a discovery of the router as well.
 		ln.mergeLocked(nid, info, false)
 	}
-	gw := ln.net.gateways[nid]
-	if gw == nil {
+	if ln.net.gateways[nid] != gw {
 		return
 	}
 	gw.pinging = false

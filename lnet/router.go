@@ -35,7 +35,8 @@ import (
 // A next hop that has failed (its health is below full) and has not been
 // heard from for its NI's Tunables.PeerTimeout is dead: what would go to it
 // is dropped at once (deadNextHopLocked), as Lustre's router does, instead
-// of holding a buffer and a credit until it times out.
+// of holding a buffer and a credit until it times out; a forward that
+// waited for credits is checked again when it gets them (see drain).
 
 // fwd is a message waiting for a router buffer.
 type fwd struct {
@@ -212,6 +213,13 @@ func (ln *LNet) forwardDrop(f *fwd, why string, err error) error {
 	return fmt.Errorf("%w: %v from %v to %v: %s", ErrDropped, f.hdr.Type, f.hdr.Src(), f.hdr.Dst(), why)
 }
 
+// errDeadNextHop is the error of a forward dropped for a dead next hop.
+// Called with LNet.net held.
+func errDeadNextHop(m *msg) error {
+	return fmt.Errorf("%w: the next hop %v is dead (health %d, silent for over %v)",
+		ErrPeerUnreachable, m.lm.NextHop, m.lpni.health, m.ni.tun.PeerTimeout)
+}
+
 // forwardRecv moves the payload into buf and sends the message on.
 func (ln *LNet) forwardRecv(f *fwd, buf []byte) error {
 	n := int(f.hdr.PayloadLen)
@@ -241,8 +249,7 @@ func (ln *LNet) forwardRecv(f *fwd, buf []byte) error {
 		if back := ln.net.peers[f.from]; back != nil && m.lpni.peer == back.peer {
 			err = fmt.Errorf("%w: the next hop %v is the neighbour it came from (routing loop)", ErrNoRoute, m.lm.NextHop)
 		} else if deadNextHopLocked(m.ni, m.lpni, time.Now()) {
-			err = fmt.Errorf("%w: the next hop %v is dead (health %d, silent for over %v)",
-				ErrPeerUnreachable, m.lm.NextHop, m.lpni.health, m.ni.tun.PeerTimeout)
+			err = errDeadNextHop(m)
 		}
 	}
 	if err != nil {

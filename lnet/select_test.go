@@ -1,9 +1,12 @@
 package lnet
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -349,7 +352,7 @@ func TestRouteAsymmetricFailure(t *testing.T) {
 			{NID: gw, Status: wire.NIStatusUp},
 			{NID: wire.NID{Net: tcp2, Addr: netip.AddrFrom4([4]byte{10, 2, 0, gw.Addr.As4()[3]})}, Status: tcp2Status},
 		}}
-		ln.gatewayPinged(gw, info, nil)
+		ln.gatewayPinged(ln.net.gateways[gw], info, nil)
 	}
 	gwsTo := func(dst string, n int) map[wire.NID]int {
 		out := map[wire.NID]int{}
@@ -387,5 +390,106 @@ func TestRouteAsymmetricFailure(t *testing.T) {
 	}
 	if got := state(); !got["tcp2 via 10.1.0.2@tcp1"] {
 		t.Fatalf("Routes with gw2's tcp2 NI back: %v", got)
+	}
+}
+
+// TestGatewayStalePing: the answer to a ping sent to a gateway whose route
+// was then deleted and added again belongs to the old gateway entry: it
+// neither ends the new entry's own ping in flight nor sets its state, and
+// the new entry's answer still does.
+func TestGatewayStalePing(t *testing.T) {
+	ln := testNet(t, "10.1.0.1@tcp1")
+	tcp2 := wire.Net{Type: wire.TCP, Num: 2}
+	gwNID := wire.MustParseNID("10.1.0.2@tcp1")
+	r := Route{Net: tcp2, Gateway: gwNID, Hops: 1}
+	if err := ln.AddRoute(r); err != nil {
+		t.Fatal(err)
+	}
+	old := ln.net.gateways[gwNID]
+	old.pinging = true // as recoveryTick marks it when it sends the ping
+	if err := ln.DelRoute(tcp2, gwNID); err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.AddRoute(r); err != nil {
+		t.Fatal(err)
+	}
+	cur := ln.net.gateways[gwNID]
+	if cur == nil || cur == old {
+		t.Fatalf("re-added route: gateway entry %p, old %p", cur, old)
+	}
+	cur.pinging = true
+	notRouting := wire.PingInfo{Features: wire.PingFeatBase | wire.PingFeatRoutingDisabled}
+	ln.gatewayPinged(old, notRouting, nil)
+	if !cur.pinging || cur.pings != 0 || !cur.alive || !cur.routing {
+		t.Fatalf("after the old entry's answer: pinging %v pings %d alive %v routing %v, want true 0 true true",
+			cur.pinging, cur.pings, cur.alive, cur.routing)
+	}
+	if rs := ln.Routes(); len(rs) != 1 || !rs[0].Up {
+		t.Fatalf("Routes after the old entry's answer: %+v, want the route up", rs)
+	}
+	ln.gatewayPinged(cur, notRouting, nil)
+	if cur.pinging || cur.pings != 1 || cur.routing {
+		t.Fatalf("after its own answer: pinging %v pings %d routing %v, want false 1 false", cur.pinging, cur.pings, cur.routing)
+	}
+	if rs := ln.Routes(); len(rs) != 1 || rs[0].Up {
+		t.Fatalf("Routes after the gateway said it does not route: %+v, want the route down", rs)
+	}
+}
+
+// TestPingClaimsAnotherPeersNID: a ping that lists a NID of another
+// discovered peer takes the NID over, as Lustre's discovery does, but
+// warns naming the NID and both peers; merging peers that traffic made
+// before discovery (the usual case) does not warn.
+func TestPingClaimsAnotherPeersNID(t *testing.T) {
+	ln := testNet(t, "10.1.0.1@tcp1", "10.2.0.1@tcp2")
+	var logs bytes.Buffer
+	ln.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nid := wire.MustParseNID
+	info := func(nids ...string) wire.PingInfo {
+		in := wire.PingInfo{Features: wire.PingFeatBase | wire.PingFeatMultiRail}
+		for _, s := range nids {
+			in.NIDs = append(in.NIDs, wire.NIDStatus{NID: nid(s), Status: wire.NIStatusUp})
+		}
+		return in
+	}
+	nidsOf := func(s string) []string {
+		var out []string
+		for _, n := range ln.peerNIDsLocked(nid(s)) {
+			out = append(out, n.String())
+		}
+		return out
+	}
+	merge := func(target string, in wire.PingInfo) {
+		t.Helper()
+		if _, err := ln.mergeLocked(nid(target), in, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merge("10.1.0.2@tcp1", info("10.1.0.2@tcp1", "10.2.0.2@tcp2"))
+	// Two peers made by traffic, then found to be one node.
+	for _, s := range []string{"10.1.0.3@tcp1", "10.2.0.3@tcp2"} {
+		if _, err := ln.peerNILocked(nid(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merge("10.1.0.3@tcp1", info("10.1.0.3@tcp1", "10.2.0.3@tcp2"))
+	if got := nidsOf("10.2.0.3@tcp2"); !slices.Equal(got, []string{"10.1.0.3@tcp1", "10.2.0.3@tcp2"}) {
+		t.Fatalf("peer of 10.2.0.3@tcp2 after its node's ping: %v", got)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("merging peers made by traffic logged:\n%s", logs.String())
+	}
+	// Another node's ping claims 10.2.0.2@tcp2.
+	merge("10.1.0.9@tcp1", info("10.1.0.9@tcp1", "10.2.0.2@tcp2"))
+	if got := nidsOf("10.1.0.9@tcp1"); !slices.Equal(got, []string{"10.1.0.9@tcp1", "10.2.0.2@tcp2"}) {
+		t.Fatalf("claiming peer: %v", got)
+	}
+	if got := nidsOf("10.1.0.2@tcp1"); !slices.Equal(got, []string{"10.1.0.2@tcp1"}) {
+		t.Fatalf("peer the NID was taken from: %v", got)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "nid=10.2.0.2@tcp2") ||
+		!strings.Contains(lines[0], "from_peer=10.1.0.2@tcp1") || !strings.Contains(lines[0], "to_peer=10.1.0.9@tcp1") {
+		t.Fatalf("log after a ping claimed another peer's NID:\n%s", logs.String())
 	}
 }

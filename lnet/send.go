@@ -70,6 +70,7 @@ type msg struct {
 	qprev      *msg
 	qnext      *msg
 	inLND      bool // handed to LND.Send and not finalized
+	waited     bool // kindFwd: queued for a credit (drain checks its next hop again)
 	retries    int
 	gw         *gateway // the gateway of a routed message, nil if direct
 	sentOK     bool     // the LND sent it (for the health of a response that never comes)
@@ -345,6 +346,12 @@ func (ln *LNet) launchResponse(m *msg) {
 // never reorder the messages of a peer. The messages that piled up while
 // it was in the LND go in one SendBatch to an LND that takes batches.
 //
+// A forward that waited for its credits is checked again for a dead next
+// hop as it is taken (Lustre's lnet_post_send_locked checks whenever a message gets
+// its credits): the next hop may have died while it waited, and the
+// forward would then hold its router buffer until its transaction timeout.
+// It fails with ErrPeerUnreachable instead, and its credits go on.
+//
 // An LND may finalize a message inside Send (socklnd writes a small
 // message there). Its credits come back at once, but its completion (the
 // SEND event and its handler) waits until drain has stopped sending: a
@@ -360,7 +367,9 @@ func (ln *LNet) drain(n *ni) {
 	lnd := n.lnd
 	batcher, _ := lnd.(BatchLND)
 	var buf [8]*msg
-	done := buf[:0] // completed while handed over
+	done := buf[:0]  // completed while handed over
+	var dead []*msg  // forwards to a next hop that died while they waited
+	var drains []*ni // NIs the credits of dead forwards went to
 	handed := func(m *msg) {
 		m.handing = false
 		if m.finished {
@@ -377,6 +386,11 @@ func (ln *LNet) drain(n *ni) {
 			} else {
 				n.ready = n.ready[1:]
 			}
+			if ln.deadForwardLocked(m) {
+				ln.returnCreditsLocked(m, &drains)
+				dead = append(dead, m)
+				continue
+			}
 			m.inLND, m.handing = true, true
 			ln.net.Unlock()
 			lnd.Send(&m.lm)
@@ -387,12 +401,24 @@ func (ln *LNet) drain(n *ni) {
 		// n.batch and n.handed are only used here, by the one goroutine
 		// that has set n.sending.
 		batch, ms := n.batch[:0], n.handed[:0]
+		nd := len(dead)
 		for i, m := range n.ready {
 			n.ready[i] = nil
+			if ln.deadForwardLocked(m) {
+				dead = append(dead, m)
+				continue
+			}
 			m.inLND, m.handing = true, true
 			batch, ms = append(batch, &m.lm), append(ms, m)
 		}
 		n.ready = n.ready[:0]
+		for _, m := range dead[nd:] {
+			// Their credits may make more ready, for the next round.
+			ln.returnCreditsLocked(m, &drains)
+		}
+		if len(batch) == 0 {
+			continue
+		}
 		ln.net.Unlock()
 		batcher.SendBatch(batch)
 		clear(batch)
@@ -417,6 +443,28 @@ func (ln *LNet) drain(n *ni) {
 		m.finErr = nil
 		ln.completeSend(m, err)
 	}
+	for _, m := range dead {
+		err := m.finErr
+		m.finErr = nil
+		ln.completeSend(m, err)
+	}
+	ln.drainAll(drains)
+}
+
+// deadForwardLocked reports whether m is a forward that waited for its
+// credits and whose next hop is now dead (deadNextHopLocked); its error is
+// then in m.finErr. The caller gives its credits back and completes it
+// once it has dropped LNet.net.
+func (ln *LNet) deadForwardLocked(m *msg) bool {
+	if !m.waited {
+		return false
+	}
+	m.waited = false
+	if !deadNextHopLocked(m.ni, m.lpni, time.Now()) {
+		return false
+	}
+	m.finErr = errDeadNextHop(m)
+	return true
 }
 
 func (ln *LNet) drainAll(drains []*ni) {

@@ -348,3 +348,65 @@ func TestRouterDropsForDeadNextHop(t *testing.T) {
 		t.Fatalf("B's sink: missing %v, seen %d, bad %v", miss, seen, bad)
 	}
 }
+
+// TestRouterDropsQueuedForDeadNextHop: a forward that queued for a credit
+// of a next hop which then died is dropped when it gets the credit (Lustre
+// checks in lnet_post_send_locked), not handed to the LND to wait out its
+// transaction timeout holding a router buffer.
+func TestRouterDropsQueuedForDeadNextHop(t *testing.T) {
+	port := freePort(t, "127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
+	r := start(t, "R", "tcp1(127.0.1.2),tcp2(127.0.2.2)", port, func(c *lnet.Config) {
+		c.Routing = true
+		c.TransactionTimeout = 500 * time.Millisecond
+		for i := range c.Networks {
+			c.Networks[i].Tunables.PeerTimeout = 300 * time.Millisecond
+			if c.Networks[i].Net.Num == 2 {
+				c.Networks[i].Tunables.PeerCredits = 1 // B: one forward at a time
+			}
+		}
+	})
+	a := start(t, "A", "tcp1(127.0.1.1)", port, func(c *lnet.Config) {
+		c.Routes = []lnet.Route{via("tcp2", "127.0.1.2@tcp1")}
+		c.TransactionTimeout = 2 * time.Second
+		c.DisableDiscovery = true
+	})
+	bNID := nid("127.0.2.1@tcp2")
+	before := r.Stats().Router
+	errs := make(chan error, 2)
+	send := func(seq uint64) {
+		go func() { errs <- putWait(a, proc("127.0.2.1@tcp2"), 5, seq, 0, pattern(seq, 64)) }()
+	}
+	// B is not up. The first forward takes B's only credit and waits in
+	// socklnd for a connection until R's transaction timeout, 500ms.
+	send(0)
+	waitFor(t, "R to forward the first PUT", 5*time.Second, func() bool { return r.Stats().Router.InUse == 1 })
+	// The second waits for that credit, with a minute to live; B's health
+	// is still full, so R queues it.
+	r.SetTransactionTimeout(time.Minute)
+	send(1)
+	waitFor(t, "R to queue the second PUT", 5*time.Second, func() bool { return r.Stats().Router.InUse == 2 })
+	rs := r.Stats()
+	if st, ok := rs.Peer(bNID); !ok || st.Health != 1000 || st.MaxCredits != 1 || st.Queued != 1 {
+		t.Fatalf("B's peer NI at R while the first forward waits: %+v (known %v), want full health, 1 credit, 1 queued", st, ok)
+	}
+	// The first fails and lowers B's health; B was never heard from, so it
+	// is dead, and the second is dropped as it gets the credit.
+	t0 := time.Now()
+	waitFor(t, "R to drop both forwards", 3*time.Second, func() bool { return r.Stats().Router.InUse == 0 })
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("the queued forward was dropped %v after the first failed", d)
+	}
+	if rt := r.Stats().Router; rt.Waiting != 0 || rt.DropCount != before.DropCount+2 ||
+		rt.DropLength != before.DropLength+128 || rt.RouteCount != before.RouteCount {
+		t.Fatalf("R's router stats: %+v (before: %+v), want both 64-byte forwards dropped, none routed", rt, before)
+	}
+	rs = r.Stats()
+	if st, _ := rs.Peer(bNID); st.Health >= 1000 || st.SendCount != 0 {
+		t.Fatalf("B's peer NI at R after the drops: %+v, want lowered health and no sends", st)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, lnet.ErrTimeout) {
+			t.Fatalf("A's PUT to a dead B: %v, want the ACK to time out", err)
+		}
+	}
+}
