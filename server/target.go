@@ -127,6 +127,11 @@ func ReadTarget(dir string) (TargetIdentity, error) {
 	if err := json.Unmarshal(b, &id); err != nil {
 		return id, fmt.Errorf("target %s: %s: %w", dir, TargetFile, err)
 	}
+	if id.Kind == mgs.KindMGT {
+		// Checked before the label: an MGT's (Lustre's "MGS") is none of
+		// a file system's, and it is not damaged, only not ours to serve.
+		return id, fmt.Errorf("target %s: %s is an MGT (label %q), not served here: nacre server runs OSTs and MDTs; the MGS runs as nacre mgs or nacre up", dir, TargetFile, id.Label)
+	}
 	if err := mgs.ValidateFSName(id.FSName); err != nil || id.UUID == "" || id.Label != mgs.TargetLabel(id.FSName, id.Kind, id.Index) {
 		return id, fmt.Errorf("target %s: %s is damaged (fsname %q, label %q, uuid %q)", dir, TargetFile, id.FSName, id.Label, id.UUID)
 	}

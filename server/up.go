@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nacrefs/nacre/internal/errs"
 	"github.com/nacrefs/nacre/internal/etcdserver"
 	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/mgs"
 	"github.com/nacrefs/nacre/services/auth"
 )
 
@@ -29,8 +32,10 @@ type UpConfig struct {
 	EtcdPeerURL   string
 	// MGS is the management server's config; its EtcdEndpoints are ignored.
 	MGS MGSConfig
-	// OSTs is how many OSTs to serve (formatted under DataDir/ostN on first
-	// start), with MDT0 (DataDir/mdt0); 0 runs the control plane only.
+	// OSTs is how many OSTs to serve at least (DataDir/ost0 to ostOSTs-1,
+	// formatted when they are not yet), with MDT0 (DataDir/mdt0) and every
+	// OST formatted in DataDir before beyond them; 0 runs the control
+	// plane only.
 	OSTs int
 	// LNet configures the data plane's LNet when OSTs > 0.
 	LNet lnet.Config
@@ -95,10 +100,21 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("up: data directory: %w", err)
 	}
+	var ostIdx []int
 	if cfg.OSTs > 0 {
-		if err := checkUpTargets(cfg); err != nil {
+		var err error
+		if ostIdx, err = upOSTs(cfg); err != nil {
 			return nil, err
 		}
+		if err := checkUpTargets(cfg, ostIdx); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(filepath.Join(cfg.DataDir, "mdt0", TargetFile)); err == nil {
+		lg := cfg.MGS.Logger
+		if lg == nil {
+			lg = slog.Default()
+		}
+		lg.Warn("no OSTs asked for: the targets formatted in the data directory are not served, and their files wait until they are", "data", cfg.DataDir)
 	}
 	n := &Node{}
 	defer func() {
@@ -141,7 +157,7 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	n.stopParams = stop
 	if cfg.OSTs > 0 {
 		var dirs []string
-		for i := range cfg.OSTs {
+		for _, i := range ostIdx {
 			dir := filepath.Join(cfg.DataDir, fmt.Sprintf("ost%d", i))
 			if _, err := os.Stat(filepath.Join(dir, TargetFile)); errors.Is(err, os.ErrNotExist) {
 				id := TargetIdentity{FSName: cfg.FSName, Index: uint32(i), MGSNodes: []string{n.MGS.GRPCAddr()}}
@@ -170,13 +186,50 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	return n, nil
 }
 
+// upOSTs is the indices of the OSTs Up serves: 0 to cfg.OSTs-1 (those
+// not formatted yet are formatted), and every OST formatted in DataDir
+// before (DataDir/ostN holding its identity) beyond them. A restart with
+// a smaller OSTs than the first start must still serve them all: files
+// are striped over them, and their clients would wait for ever.
+func upOSTs(cfg UpConfig) ([]int, error) {
+	var idx []int
+	for i := range cfg.OSTs {
+		idx = append(idx, i)
+	}
+	ents, err := os.ReadDir(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("up: data directory: %w", err)
+	}
+	var extra []int
+	for _, e := range ents {
+		n, ok := strings.CutPrefix(e.Name(), "ost")
+		i, err := strconv.Atoi(n)
+		if !ok || err != nil || i < cfg.OSTs || i > mgs.MaxIndex || n != strconv.Itoa(i) || !e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, e.Name(), TargetFile)); err == nil {
+			extra = append(extra, i)
+		}
+	}
+	if len(extra) > 0 {
+		slices.Sort(extra)
+		lg := cfg.MGS.Logger
+		if lg == nil {
+			lg = slog.Default()
+		}
+		lg.Info("serving every OST formatted in the data directory, beyond --osts", "osts", cfg.OSTs, "extra", extra, "data", cfg.DataDir)
+		idx = append(idx, extra...)
+	}
+	return idx, nil
+}
+
 // checkUpTargets refuses a DataDir whose targets were formatted for
 // another file system than cfg.FSName (a restart with another --fsname):
 // serving them would leave cfg.FSName, the one announced and mounted,
 // without an MDT or OSTs. Nothing is created before this check.
-func checkUpTargets(cfg UpConfig) error {
+func checkUpTargets(cfg UpConfig, osts []int) error {
 	dirs := []string{filepath.Join(cfg.DataDir, "mdt0")}
-	for i := range cfg.OSTs {
+	for _, i := range osts {
 		dirs = append(dirs, filepath.Join(cfg.DataDir, fmt.Sprintf("ost%d", i)))
 	}
 	for _, dir := range dirs {

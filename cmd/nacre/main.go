@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,11 +84,98 @@ func loadConfig(cmd *cobra.Command, aliases map[string]string) (*viper.Viper, er
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config %s: %w", file, err)
 		}
+		if err := checkConfigKeys(cmd, file); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkConfigTypes(v, cmd.Flags(), aliases); err != nil {
 		return nil, err
 	}
 	return v, nil
+}
+
+// configOnlyKeys are config-file keys that no flag stands for.
+var configOnlyKeys = []string{"auth.tokens"}
+
+// checkConfigKeys refuses a key of the config file that no command reads
+// (recovery_window for recovery-window): viper would ignore it and the
+// setting would silently do nothing. One file serves every command
+// (nacre up, mgs, server, mkfs, mount...), so a key is known if any
+// command's flag stands for it, not only cmd's.
+func checkConfigKeys(cmd *cobra.Command, file string) error {
+	fv := viper.New()
+	fv.SetConfigFile(file)
+	if err := fv.ReadInConfig(); err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
+	known := map[string]bool{"config": true}
+	for _, k := range configOnlyKeys {
+		known[k] = true
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		add := func(f *pflag.Flag) {
+			if k, ok := mgsFlagAliases[f.Name]; ok {
+				known[k] = true
+				return
+			}
+			known[f.Name] = true
+		}
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd.Root())
+	var bad []error
+	for _, key := range fv.AllKeys() {
+		if known[key] {
+			continue
+		}
+		hint := ""
+		if k, ok := mgsFlagAliases[key]; ok {
+			hint = fmt.Sprintf(" (--%s is %q in a config file)", key, k)
+		} else if near := nearestKey(key, known); near != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", near)
+		}
+		bad = append(bad, fmt.Errorf("config %s: unknown key %q%s", file, key, hint))
+	}
+	slices.SortFunc(bad, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(bad...)
+}
+
+// nearestKey is the known key closest to key by edit distance, if one is
+// close enough to be a likely typo.
+func nearestKey(key string, known map[string]bool) string {
+	best, bestD := "", len(key)/2+1
+	for k := range known {
+		if d := editDistance(key, k); d < bestD || d == bestD && best != "" && k < best {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // checkConfigTypes refuses a value from the config file or a NACRE_*

@@ -22,22 +22,31 @@ func newMkfsCmd() *cobra.Command {
 		Short: "Format a directory as a storage target (its identity, label and store)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f := cmd.Flags()
-			ost, _ := f.GetBool("ost")
-			mdt, _ := f.GetBool("mdt")
+			// As every command: flags, then NACRE_* variables, then the
+			// config file (NACRE_MGSNODE=a@tcp,b@tcp, mgsnode: in the file).
+			v, err := loadConfig(cmd, nil)
+			if err != nil {
+				return err
+			}
+			ost, mdt := v.GetBool("ost"), v.GetBool("mdt")
 			if ost == mdt {
 				return fmt.Errorf("mkfs: give exactly one of --ost and --mdt")
 			}
-			fsname, _ := f.GetString("fsname")
-			index, _ := f.GetUint32("index")
-			nodes, _ := f.GetStringSlice("mgsnode")
-			backend, _ := f.GetString("backend")
-			id := server.TargetIdentity{FSName: fsname, Index: index, MGSNodes: nodes, Backend: backend}
+			var nodes []string
+			for _, n := range v.GetStringSlice("mgsnode") {
+				// A variable is split on spaces only; a flag on commas too.
+				for _, s := range strings.Split(n, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						nodes = append(nodes, s)
+					}
+				}
+			}
+			id := server.TargetIdentity{FSName: v.GetString("fsname"), Index: v.GetUint32("index"), MGSNodes: nodes, Backend: v.GetString("backend")}
 			format := server.FormatOST
 			if mdt {
 				format = server.FormatMDT
 			}
-			id, err := format(cmd.Context(), args[0], id)
+			id, err = format(cmd.Context(), args[0], id)
 			if err != nil {
 				return err
 			}

@@ -129,7 +129,7 @@ func newUpCmd() *cobra.Command {
 	f.String("fsname", d.FSName, "filesystem to create on first start")
 	f.String("etcd-client-url", d.EtcdClientURL, "embedded etcd client URL")
 	f.String("etcd-peer-url", d.EtcdPeerURL, "embedded etcd peer URL")
-	f.Int("osts", d.OSTs, "OSTs to serve (formatted under DATA/ostN on first start), with MDT0 (DATA/mdt0); 0: control plane only")
+	f.Int("osts", d.OSTs, "OSTs to serve at least (DATA/ost0 to ostN-1, formatted if they are not), with MDT0 (DATA/mdt0) and every OST formatted in DATA before; 0: control plane only")
 	f.String("mount", "", "mount the file system (FUSE) on this directory once it is up; unmounted at shutdown")
 	f.String("mount-options", "", "mount options for --mount (as nacre mount -o)")
 	f.Bool("restore-replay-barrier", false, "put MDT0 and the OSTs back as they were at their replay barrier (mdt.*.replay_barrier, obdfilter.*.replay_barrier), if they set one: later changes are lost, for the clients to replay (testing recovery)")

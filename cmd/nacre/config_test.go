@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nacrefs/nacre/server"
+)
+
+// TestUpRestartFewerOSTs: `nacre up` started again on its data directory
+// with a smaller --osts must still serve every OST formatted there:
+// files are striped over them, and their clients would wait for ever.
+func TestUpRestartFewerOSTs(t *testing.T) {
+	data := t.TempDir()
+	ports := [4]string{freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)}
+	p := startUp(t, data, ports, "--osts", "3", "--no-auth")
+	p.stop(t)
+
+	p = startUp(t, data, ports, "--osts", "1", "--no-auth")
+	for _, l := range []string{"nacre-OST0000", "nacre-OST0001", "nacre-OST0002"} {
+		if !strings.Contains(p.out.String(), "ost    "+l) {
+			t.Fatalf("restart with --osts 1: %s not served:\n%s", l, p.out)
+		}
+	}
+	code, body := httpDo(t, "GET", "http://"+p.httpAddr+"/api/v1/filesystems/nacre/targets", "", "")
+	if code != 200 || strings.Count(body, `"state":"TARGET_STATE_UP"`) != 4 {
+		t.Fatalf("targets after a restart with --osts 1: %d %s (want MDT0 and 3 OSTs up)", code, body)
+	}
+	p.stop(t)
+
+	// More than before formats the new ones, as on the first start.
+	p = startUp(t, data, ports, "--osts", "4", "--no-auth")
+	if !strings.Contains(p.out.String(), "ost    nacre-OST0003") {
+		t.Fatalf("restart with --osts 4: OST0003 not formatted and served:\n%s", p.out)
+	}
+	p.stop(t)
+}
+
+// TestMkfsConfig: nacre mkfs takes its settings as every command does:
+// a flag over a NACRE_* variable over the config file over the default.
+// The config file may hold keys of the other commands that share it.
+func TestMkfsConfig(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "nacre.yaml")
+	yaml := "fsname: fromfile\nindex: 7\nost: true\nmgsnode: 10.0.0.1@tcp\n" +
+		// Read by nacre up, server and mgs from the same file.
+		"osts: 2\nrecovery-window: 5s\nauth:\n  disabled: true\n  tokens:\n    - name: a\n      token: a-token-0123456789abcdef\n      role: admin\n"
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mkfs := func(env []string, args ...string) server.TargetIdentity {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), "tgt")
+		cmd := exec.Command(nacreBin, append([]string{"mkfs", "--config", cfgFile, dir}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nacre mkfs %v %v: %v\n%s", env, args, err, b)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, server.TargetFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id server.TargetIdentity
+		if err := json.Unmarshal(b, &id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	if id := mkfs(nil); id.Label != "fromfile-OST0007" || len(id.MGSNodes) != 1 || !strings.HasPrefix(id.MGSNodes[0], "10.0.0.1:") {
+		t.Fatalf("from the config file: %+v (want fromfile-OST0007, mgs 10.0.0.1)", id)
+	}
+	env := []string{"NACRE_INDEX=8", "NACRE_FSNAME=fromenv", "NACRE_MGSNODE=10.0.0.2@tcp,10.0.0.3@tcp"}
+	if id := mkfs(env); id.Label != "fromenv-OST0008" || len(id.MGSNodes) != 2 || !strings.HasPrefix(id.MGSNodes[1], "10.0.0.3:") {
+		t.Fatalf("from NACRE_*: %+v (want fromenv-OST0008, mgs 10.0.0.2 and 10.0.0.3)", id)
+	}
+	if id := mkfs(env, "--index", "9", "--fsname", "fromflag"); id.Label != "fromflag-OST0009" {
+		t.Fatalf("from flags: %+v (want fromflag-OST0009)", id)
+	}
+}
+
+// TestConfigUnknownKeyRefused: a key of the config file that no command
+// reads (a typo) is refused, naming it and the key meant, instead of
+// being ignored.
+func TestConfigUnknownKeyRefused(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "nacre.yaml")
+	for _, tc := range []struct{ yaml, want string }{
+		{"recovery_window: 5s\n", `unknown key "recovery_window" (did you mean "recovery-window"?)`},
+		{"no-auth: true\n", `unknown key "no-auth" (--no-auth is "auth.disabled" in a config file)`},
+		{"tls:\n  certt: x.pem\n", `unknown key "tls.certt" (did you mean "tls.cert"?)`},
+	} {
+		if err := os.WriteFile(cfgFile, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(nacreBin, "server", "--config", cfgFile, "--nid", "127.0.0.1@tcp", filepath.Join(t.TempDir(), "mdt0"))
+		b, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(b), tc.want) {
+			t.Fatalf("nacre server with %q: %v\n%s\nwant %s", tc.yaml, err, b, tc.want)
+		}
+	}
+}
