@@ -344,6 +344,8 @@ func TestRouterDropsForDeadNextHop(t *testing.T) {
 	})
 	r.SetTransactionTimeout(5 * time.Second)
 	putRetry(t, a, proc("127.0.2.1@tcp2"), 5, 2, 64, time.Now().Add(10*time.Second))
+	// The ACK can reach A before B's handler has seen the PUT.
+	waitFor(t, "B's handler", 5*time.Second, func() bool { _, seen, _ := s.missing(3); return seen > 0 })
 	if miss, seen, bad := s.missing(3); seen != 1 || len(miss) != 2 || miss[0] != 0 || miss[1] != 1 || len(bad) != 0 {
 		t.Fatalf("B's sink: missing %v, seen %d, bad %v", miss, seen, bad)
 	}
