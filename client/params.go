@@ -492,7 +492,7 @@ func (fs *FS) applyParams(c *mgsv1.ClientConfig, newOSCs ...string) {
 		}
 		nodeWide := timeouts.Persistent(pn)
 		for _, n := range names {
-			if !reg.SetPersistent(fs.log, p.GetName(), p.GetValue(), n, !nodeWide) {
+			if !reg.SetPersistent(fs.log, p.GetName(), p.GetValue(), n, !nodeWide) && nodeWide {
 				// One of the node's timeouts, refused for another (at_min
 				// above the at_max a later parameter raises): again once
 				// the others are in, and at every configuration until

@@ -1,7 +1,10 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,3 +48,37 @@ func TestPersistentATMinBeforeATMax(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistentRefusedOnce: a persistent parameter other than the node's
+// timeouts that the mount refuses is logged once and not tried again at
+// every configuration (only the node's timeouts, which depend on each
+// other, are).
+func TestPersistentRefusedOnce(t *testing.T) {
+	var warnings atomic.Int32
+	lg := slog.New(countHandler{&warnings})
+	fs := &FS{cfg: Config{FSName: "nacre", Params: params.New()}, log: lg,
+		rpc: ptlrpc.NewClient(nil, ptlrpc.ClientConfig{Logger: lg})}
+	var sets atomic.Int32
+	fs.register(params.Int("llite.nacre-"+fs.Instance()+".max_read_ahead_mb", "refuses everything",
+		func() int64 { return 0 }, func(int64) error { sets.Add(1); return errors.New("no") }, 0, 1<<20, nil))
+	p := &mgsv1.Param{Name: "nacre.client.llite.max_read_ahead_mb", Value: "64", Revision: 5}
+	for range 3 {
+		fs.applyParams(&mgsv1.ClientConfig{Params: []*mgsv1.Param{p}})
+	}
+	if n, w := sets.Load(), warnings.Load(); n != 1 || w != 1 {
+		t.Fatalf("a refused max_read_ahead_mb was tried %d times and logged %d times over three configurations, want once", n, w)
+	}
+}
+
+// countHandler counts the warnings logged.
+type countHandler struct{ n *atomic.Int32 }
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }

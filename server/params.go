@@ -497,8 +497,9 @@ func (s *Storage) applyParams(c *mgsv1.ClientConfig, ids []TargetIdentity) {
 		if err != nil {
 			continue
 		}
+		nodeWide := timeouts.Persistent(pn)
 		for _, n := range s.localParams(pn, ids) {
-			if !s.params.reg.SetPersistent(s.log, p.GetName(), p.GetValue(), n, !timeouts.Persistent(pn)) {
+			if !s.params.reg.SetPersistent(s.log, p.GetName(), p.GetValue(), n, !nodeWide) && nodeWide {
 				// One of the node's timeouts, refused for another (at_min
 				// above the at_max a later parameter raises): again once
 				// the others are in, and at every configuration until

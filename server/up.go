@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -110,11 +111,7 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 			return nil, err
 		}
 	} else if _, err := os.Stat(filepath.Join(cfg.DataDir, "mdt0", TargetFile)); err == nil {
-		lg := cfg.MGS.Logger
-		if lg == nil {
-			lg = slog.Default()
-		}
-		lg.Warn("no OSTs asked for: the targets formatted in the data directory are not served, and their files wait until they are", "data", cfg.DataDir)
+		cfg.logger().Warn("no OSTs asked for: the targets formatted in the data directory are not served, and their files wait until they are", "data", cfg.DataDir)
 	}
 	n := &Node{}
 	defer func() {
@@ -148,11 +145,7 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	// servers' and a mount's entries as they start.
 	stop, perr := params.Serve(context.Background(), params.Default)
 	if perr != nil {
-		lg := cfg.MGS.Logger
-		if lg == nil {
-			lg = slog.Default()
-		}
-		lg.Warn("parameters not served to lctl", "err", perr)
+		cfg.logger().Warn("parameters not served to lctl", "err", perr)
 	}
 	n.stopParams = stop
 	if cfg.OSTs > 0 {
@@ -186,6 +179,9 @@ func Up(ctx context.Context, cfg UpConfig) (_ *Node, err error) {
 	return n, nil
 }
 
+// logger is where Up logs: the MGS's logger, or slog's default.
+func (cfg UpConfig) logger() *slog.Logger { return cmp.Or(cfg.MGS.Logger, slog.Default()) }
+
 // upOSTs is the indices of the OSTs Up serves: 0 to cfg.OSTs-1 (those
 // not formatted yet are formatted), and every OST formatted in DataDir
 // before (DataDir/ostN holding its identity) beyond them. A restart with
@@ -213,11 +209,7 @@ func upOSTs(cfg UpConfig) ([]int, error) {
 	}
 	if len(extra) > 0 {
 		slices.Sort(extra)
-		lg := cfg.MGS.Logger
-		if lg == nil {
-			lg = slog.Default()
-		}
-		lg.Info("serving every OST formatted in the data directory, beyond --osts", "osts", cfg.OSTs, "extra", extra, "data", cfg.DataDir)
+		cfg.logger().Info("serving every OST formatted in the data directory, beyond --osts", "osts", cfg.OSTs, "extra", extra, "data", cfg.DataDir)
 		idx = append(idx, extra...)
 	}
 	return idx, nil

@@ -195,50 +195,19 @@ func Mount(ctx context.Context, dir string, cfg client.Config, opts Options) (_ 
 	return s, nil
 }
 
-// mountedOn says whether /proc/self/mountinfo has the file system source
-// (a Nacre mount's source) mounted on dir.
+// mountedOn says whether the file system source (a Nacre mount's
+// source) is mounted on dir.
 func mountedOn(dir, source string) bool {
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real // as the kernel shows it
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - TYPE SOURCE SUPEROPTS
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 2 {
-			continue
-		}
-		if g[0] == "fuse.nacre" && unescapeMountinfo(f[4]) == dir && unescapeMountinfo(g[1]) == source {
+	ms, _ := Mounts() // none listed: the mount itself will tell
+	for _, m := range ms {
+		if m.Dir == dir && m.Source == source {
 			return true
 		}
 	}
 	return false
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes of space, tab,
-// newline and backslash in /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) && isOctal(s[i+1:i+4]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(s string) bool {
-	return len(s) == 3 && s[0] >= '0' && s[0] <= '3' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7'
 }
 
 // run waits for the kernel to be done with the mount (umount, fusermount
@@ -573,6 +542,15 @@ func (m *mount) withUmask(cancel <-chan struct{}, umask uint32) func() {
 		defer m.umasks.Unlock()
 		delete(m.umasks.m, cancel)
 	}
+}
+
+// createReq is req for a create (Create, Mkdir, Mknod): its credential
+// carries the caller's umask (umaskOf).
+func (m *mount) createReq(ctx context.Context) (context.Context, client.Cred, func()) {
+	umask := m.umaskOf(ctx)
+	ctx, cred, done := m.req(ctx)
+	cred.Umask = umask
+	return ctx, cred, done
 }
 
 // umaskOf returns the umask of the create whose request ctx is, as

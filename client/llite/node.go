@@ -10,6 +10,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/mdc"
@@ -285,10 +286,8 @@ func contains(s []uint32, v uint32) bool {
 // objects, for lfs setstripe to give it a layout through lustre.lov. The
 // kernel drops O_NOCTTY before FUSE sees the create: FASYNC says it.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	umask := n.m.umaskOf(ctx)
-	ctx, cred, done := n.m.req(ctx)
+	ctx, cred, done := n.m.createReq(ctx)
 	defer done()
-	cred.Umask = umask
 	var opts *client.CreateOptions
 	if flags&delayCreate != 0 {
 		opts = &client.CreateOptions{Delay: true}
@@ -344,10 +343,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // Mkdir makes a directory.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	umask := n.m.umaskOf(ctx)
-	ctx, cred, done := n.m.req(ctx)
+	ctx, cred, done := n.m.createReq(ctx)
 	defer done()
-	cred.Umask = umask
 	a, err := n.m.fs.Mkdir(ctx, cred, n.fid, name, mode&0o7777)
 	if err != nil {
 		return nil, n.m.errno(err, "mkdir", n.fid, "name", name)
@@ -362,10 +359,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod makes a FIFO, socket, device or (empty) regular file.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	umask := n.m.umaskOf(ctx)
-	ctx, cred, done := n.m.req(ctx)
+	ctx, cred, done := n.m.createReq(ctx)
 	defer done()
-	cred.Umask = umask
 	a, err := n.m.fs.Mknod(ctx, cred, n.fid, name, mode, uint64(dev))
 	if err != nil {
 		return nil, n.m.errno(err, "mknod", n.fid, "name", name, "mode", mode)
@@ -705,8 +700,8 @@ func (d *dirHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
 // the kernel reads the old flags again as an fsxattr (FS_IOC_FSGETXATTR)
 // to check who may change which.
 const (
-	iocGetFlags   = 0x80086601 // FS_IOC_GETFLAGS
-	iocSetFlags   = 0x40086602 // FS_IOC_SETFLAGS
+	iocGetFlags   = unix.FS_IOC_GETFLAGS
+	iocSetFlags   = unix.FS_IOC_SETFLAGS
 	iocGetFlags32 = 0x80046601 // FS_IOC32_GETFLAGS
 	iocSetFlags32 = 0x40046602 // FS_IOC32_SETFLAGS
 	iocFSGetXattr = 0x801c581f // FS_IOC_FSGETXATTR

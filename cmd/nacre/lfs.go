@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/llite"
 )
 
 // newLfsCmd is Lustre's lfs for Nacre mounts (the FUSE mount of nacre
@@ -50,10 +49,7 @@ through the client library instead, without a mount.`,
 }
 
 // lfsMount is a Nacre mount of this host.
-type lfsMount struct {
-	Dir    string // mount point
-	Source string
-}
+type lfsMount llite.Mounted
 
 // fsName returns the mount's file system name, from its instance name
 // (FSNAME-INSTANCE: the instance has no '-').
@@ -69,46 +65,15 @@ func (m lfsMount) fsName() (string, error) {
 	return s, nil
 }
 
-// mountsFile lists the mounts of this process's namespace.
-const mountsFile = "/proc/self/mounts"
-
-// nacreMounts lists the Nacre mounts of this host (fuse.nacre), in
-// /proc/self/mounts order.
+// nacreMounts lists the Nacre mounts of this host, in /proc/self/mounts
+// order.
 func nacreMounts() ([]lfsMount, error) {
-	f, err := os.Open(mountsFile)
-	if err != nil {
-		return nil, err
+	ms, err := llite.Mounts()
+	out := make([]lfsMount, len(ms))
+	for i, m := range ms {
+		out[i] = lfsMount(m)
 	}
-	defer f.Close()
-	var out []lfsMount
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 3 || fields[2] != "fuse.nacre" {
-			continue
-		}
-		out = append(out, lfsMount{Dir: unescapeMount(fields[1]), Source: unescapeMount(fields[0])})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes /proc/mounts' octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, err
 }
 
 // mountOf returns the Nacre mount holding path.

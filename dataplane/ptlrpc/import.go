@@ -1,6 +1,7 @@
 package ptlrpc
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -383,18 +384,11 @@ func (imp *Import) setStateLocked(st ImportState) {
 // (at_max 0) it is obd_timeout, as Lustre's.
 func (imp *Import) timeout() time.Duration {
 	nt := NodeTimeouts()
-	limit := imp.cfg.MaxTimeout
 	if nt.ATMax == 0 {
-		if limit == 0 {
-			limit = nt.Obd
-		}
-		return min(nt.Obd, limit)
-	}
-	if limit == 0 {
-		limit = nt.ATMax
+		return min(nt.Obd, cmp.Or(imp.cfg.MaxTimeout, nt.Obd))
 	}
 	t := max(imp.svcAT.current(), nt.ATMin)*5/4 + 2*imp.netAT.current() + imp.cfg.MinTimeout
-	return min(t, limit)
+	return min(t, cmp.Or(imp.cfg.MaxTimeout, nt.ATMax))
 }
 
 // pingInterval is how often the import pings when idle; 0 never.
