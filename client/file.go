@@ -11,6 +11,7 @@ import (
 
 	"github.com/nacrefs/nacre/client/lov"
 	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
 )
@@ -329,6 +330,31 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			testBeforeRead()
 		}
 		n, err = d.ReadAt(ctx, p, off)
+		return err
+	})
+	if !some && err == nil {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// ReadVec is ReadAt that, rather than copying cached bytes into p, puts
+// the n bytes read into v as slices of the client's cached pages, pinned
+// until v.Release (and of p, for holes): what a FUSE reply hands the
+// kernel without a copy. v is empty after an error other than io.EOF.
+func (f *File) ReadVec(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, error) {
+	if err := f.check(false); err != nil {
+		return 0, err
+	}
+	ctx, cancel := f.fs.op(ctx)
+	defer cancel()
+	var n int
+	some, err := f.onData(ctx, "read", func(d *lov.File) (err error) {
+		v.Release() // a read again after a layout change
+		if testBeforeRead != nil {
+			testBeforeRead()
+		}
+		n, err = d.ReadVec(ctx, v, p, off)
 		return err
 	})
 	if !some && err == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/osc"
 )
 
 // handle is an open file: the library's File. go-fuse calls its methods
@@ -51,12 +52,52 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	defer h.m.n.endIO(fid)
 	ctx, _, done := h.m.req(ctx)
 	defer done()
-	n, err := h.f.ReadAt(ctx, dest, off)
-	if err != nil && !errors.Is(err, io.EOF) && n == 0 {
+	if h.append {
+		// Direct I/O, which the kernel does not serialize with writes
+		// page by page as it does cached reads: a copy taken under the
+		// object's lock, not pinned pages a write would wait for.
+		n, err := h.f.ReadAt(ctx, dest, off)
+		if err != nil && !errors.Is(err, io.EOF) && n == 0 {
+			return nil, h.m.errno(err, "read", fid, "off", off, "len", len(dest))
+		}
+		return fuse.ReadResultData(dest[:n]), 0
+	}
+	r := &vecResult{}
+	n, err := h.f.ReadVec(ctx, &r.v, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.v.Release()
 		return nil, h.m.errno(err, "read", fid, "off", off, "len", len(dest))
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	if n == 0 {
+		r.v.Release()
+		return fuse.ReadResultData(nil), 0
+	}
+	return r, 0
 }
+
+// vecResult is a read's reply made of the cached pages themselves: go-fuse
+// writes the slices to the kernel with one writev and then calls Done,
+// which unpins them. No copy of the bytes is made in this process.
+type vecResult struct{ v osc.Vec }
+
+// Size returns the bytes of the reply.
+func (r *vecResult) Size() int { return r.v.Len() }
+
+// Slices returns the reply's bytes for go-fuse's writev.
+func (r *vecResult) Slices() ([][]byte, fuse.Status) { return r.v.Bufs(), fuse.OK }
+
+// Bytes copies the bytes into buf, for a path of go-fuse's that does not
+// write slices.
+func (r *vecResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, b := range r.v.Bufs() {
+		buf = append(buf, b...)
+	}
+	return buf, fuse.OK
+}
+
+// Done unpins the pages once go-fuse has written the reply (or dropped it).
+func (r *vecResult) Done() { r.v.Release() }
 
 // Write writes at off, or, for a file opened O_APPEND, at the end of the
 // file, atomically (the kernel's offset is only its guess of the end).

@@ -124,6 +124,7 @@ type piece struct {
 	objOff  uint64
 	fileOff uint64
 	buf     []byte
+	vec     *osc.Vec // for ReadVec: the bytes read, in place of buf's
 	done    int
 	err     error
 }
@@ -278,6 +279,19 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 // or, when the range reaches past that, a glimpse of every object), then
 // reads every object at once.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return f.read(ctx, nil, p, off)
+}
+
+// ReadVec is ReadAt without copying cached bytes into p: on success v
+// holds the n bytes read, in order, as slices of the OSCs' cached pages
+// (pinned until v.Release) and of p (where a hole reads as zeros). On an
+// error v is empty.
+func (f *File) ReadVec(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, error) {
+	return f.read(ctx, v, p, off)
+}
+
+// read is ReadAt, or ReadVec with v.
+func (f *File) read(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, error) {
 	uoff, err := checkRange(off, len(p))
 	if err != nil || len(p) == 0 {
 		return 0, err
@@ -308,16 +322,40 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			}
 		}
 	}
-	n, err := run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadAt(ctx, pc.buf, pc.objOff) })
-	if err == nil {
-		// Every byte up to end is read or, in a component without
-		// objects, a hole split zeroed.
-		n = int(end - uoff)
-		if eof {
-			err = io.EOF
+	if v == nil {
+		n, err := run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadAt(ctx, pc.buf, pc.objOff) })
+		if err == nil {
+			// Every byte up to end is read or, in a component without
+			// objects, a hole split zeroed.
+			n = int(end - uoff)
+			if eof {
+				err = io.EOF
+			}
 		}
+		return n, err
 	}
-	return n, err
+	vecs := make([]osc.Vec, len(pieces))
+	for i, pc := range pieces {
+		pc.vec = &vecs[i]
+	}
+	if _, err = run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadVec(ctx, pc.vec, len(pc.buf), pc.objOff) }); err != nil {
+		for i := range vecs {
+			vecs[i].Release()
+		}
+		return 0, err
+	}
+	// The pieces in file order, and between them what split zeroed.
+	pos := uoff
+	for i, pc := range pieces {
+		v.AppendBuf(p[pos-uoff : pc.fileOff-uoff])
+		v.Append(&vecs[i])
+		pos = pc.fileOff + uint64(len(pc.buf))
+	}
+	v.AppendBuf(p[pos-uoff : end-uoff])
+	if eof {
+		err = io.EOF
+	}
+	return int(end - uoff), err
 }
 
 // releaseLocks gives back the locks of lockPieces.

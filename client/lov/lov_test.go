@@ -119,14 +119,41 @@ func (m *model) check(ctx context.Context, f *lov.File, off, n int) error {
 	if k != want || (want < n) != errors.Is(err, io.EOF) {
 		return fmt.Errorf("read [%d,+%d) of a %d-byte file: %d bytes, %v; want %d", off, n, len(m.b), k, err, want)
 	}
-	if !bytes.Equal(got[:k], m.b[off:off+k]) {
-		i := 0
-		for i < k && got[i] == m.b[off+i] {
-			i++
-		}
-		return fmt.Errorf("read [%d,+%d): differs from the model at file offset %d: got %#x want %#x", off, n, off+i, got[i], m.b[off+i])
+	if err := m.same(got[:k], off, "read"); err != nil {
+		return fmt.Errorf("read [%d,+%d): %w", off, n, err)
+	}
+	// The same without a copy: the cached pages themselves.
+	var v osc.Vec
+	defer v.Release()
+	scratch := make([]byte, n)
+	k, err = f.ReadVec(ctx, &v, scratch, int64(off))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read vec [%d,+%d): %v", off, n, err)
+	}
+	if k != want || v.Len() != k || (want < n) != errors.Is(err, io.EOF) {
+		return fmt.Errorf("read vec [%d,+%d) of a %d-byte file: %d bytes in a vec of %d, %v; want %d", off, n, len(m.b), k, v.Len(), err, want)
+	}
+	var joined []byte
+	for _, b := range v.Bufs() {
+		joined = append(joined, b...)
+	}
+	if err := m.same(joined, off, "read vec"); err != nil {
+		return fmt.Errorf("read vec [%d,+%d): %w", off, n, err)
 	}
 	return nil
+}
+
+// same compares got with the model's bytes at off.
+func (m *model) same(got []byte, off int, what string) error {
+	want := m.b[off : off+len(got)]
+	if bytes.Equal(got, want) {
+		return nil
+	}
+	i := 0
+	for i < len(got) && got[i] == want[i] {
+		i++
+	}
+	return fmt.Errorf("%s differs from the model at file offset %d: got %#x want %#x", what, off+i, got[i], want[i])
 }
 
 // fsx runs ops random operations on f (through node a) against a model,
@@ -301,6 +328,46 @@ func TestFSXComposite(t *testing.T) {
 		{ID: 2, Pattern: layout.PatternRAID0, Start: 256 << 10, End: layout.EOF, RAID0: s2},
 	}}
 	fsx(t, openFile(t, l, a), openFile(t, l, b), fsxSeed(2), fsxOps(5000), 2<<20)
+}
+
+// TestReadVecHoles: reads without a copy across a component without
+// objects (zeros, from the caller's buffer), stripes of two components,
+// and the end of the file give the bytes ReadAt gives.
+func TestReadVecHoles(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 1})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	s1, err := c.Striping(ctx, 2, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3, err := c.Striping(ctx, 4, 128<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := layout.Layout{Composite: true, Components: []layout.Component{
+		{ID: 1, Pattern: layout.PatternRAID0, Start: 0, End: 256 << 10, RAID0: s1},
+		{ID: 2, Pattern: layout.PatternRAID0, Start: 256 << 10, End: 1 << 20, RAID0: layout.RAID0{StripeCount: 1, StripeSize: 64 << 10}},
+		{ID: 3, Pattern: layout.PatternRAID0, Start: 1 << 20, End: layout.EOF, RAID0: s3},
+	}}
+	f := openFile(t, l, a)
+	var m model
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, w := range []struct{ off, n int }{{100, 200 << 10}, {1<<20 + 7, 700 << 10}} {
+		p := make([]byte, w.n)
+		fill(p, r)
+		if _, err := f.WriteAt(ctx, p, int64(w.off)); err != nil {
+			t.Fatal(err)
+		}
+		m.write(p, w.off)
+	}
+	for _, rd := range []struct{ off, n int }{
+		{0, 4096}, {50, 300 << 10}, {200 << 10, 1 << 20}, {0, len(m.b) + 5000}, {len(m.b) - 3, 100}, {1<<20 - 1, 2},
+	} {
+		if err := m.check(ctx, f, rd.off, rd.n); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestTwoClientsSeeEachOther: whatever one client wrote (and got back from

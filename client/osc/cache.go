@@ -131,6 +131,15 @@ func (c *Cache) allocLocked(o *Object, n int) [][]byte {
 				c.mu.lru.pushBack(v) // busy object: look further
 				continue
 			}
+			if v.pins > 0 {
+				// Being read without a copy: look further.
+				if vo != o {
+					vo.mu.Unlock()
+				}
+				c.mu.lru.remove(v)
+				c.mu.lru.pushBack(v)
+				continue
+			}
 			vo.evictLocked(v)
 			c.mu.lru.remove(v)
 			c.freePageLocked(v)
@@ -169,15 +178,36 @@ func (c *Cache) freeBufs(bufs [][]byte) {
 	}
 }
 
-// freePageLocked returns p's buffer; c.mu is held and p is off the LRU.
+// freePageLocked returns p's buffer; c.mu and p's object lock are held
+// and p is off the LRU. A pinned page's buffer is returned when the last
+// Vec holding it is released.
 func (c *Cache) freePageLocked(p *page) {
 	if p.ra {
 		p.ra = false
 		c.mu.ra--
 	}
+	if p.pins > 0 {
+		p.spare, p.data = p.data, nil
+		return
+	}
 	c.mu.free = append(c.mu.free, p.data)
 	p.data = nil
 	c.mu.used--
+	if c.mu.waiters > 0 {
+		c.signalLocked()
+	}
+}
+
+// freeSpare gives back the buffers pinned pages kept when they were
+// dropped from their object, now unpinned; their object's lock is held.
+func (c *Cache) freeSpare(ps []*page) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range ps {
+		c.mu.free = append(c.mu.free, p.spare)
+		p.spare = nil
+		c.mu.used--
+	}
 	if c.mu.waiters > 0 {
 		c.signalLocked()
 	}

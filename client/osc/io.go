@@ -107,7 +107,7 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 			o.mu.Unlock()
 			return 0, o.lockGone(l)
 		}
-		busy, flushFirst := o.mu.truncating > 0, false
+		busy, pinned, flushFirst := o.mu.truncating > 0, false, false
 		var fill []uint64
 		need := 0
 		for i := first; i <= last && !busy; i++ {
@@ -117,6 +117,9 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 				need++
 			case p.state != pageIdle:
 				busy = true
+			case p.pins > 0:
+				// A read hands its bytes to the kernel as they are.
+				busy, pinned = true, true
 			case p.clean():
 				if p.unstable != 0 && !p.uptodate() && !p.valid.empty() && !p.valid.touches(pageSpan(i, off, end)) {
 					// The page's piece was sent and is not committed: a
@@ -133,9 +136,7 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 			}
 		}
 		if busy {
-			ch := o.mu.changed
-			o.mu.Unlock()
-			if err := o.wait(ctx, ch); err != nil {
+			if err := o.waitBusyLocked(ctx, pinned); err != nil {
 				return 0, err
 			}
 			continue
@@ -152,7 +153,7 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 			var noRA func()
 			scratch := make([]byte, PageSize)
 			for _, i := range fill {
-				if err := o.readWindow(ctx, l, scratch, i*PageSize, &noRA); err != nil {
+				if err := o.readWindow(ctx, l, scratch, nil, len(scratch), i*PageSize, &noRA); err != nil {
 					return 0, o.errorf("read of page %d before a write into it: %w", i, err)
 				}
 			}
@@ -301,12 +302,18 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged, summing bool,
 }
 
 func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (int, error) {
-	if len(p) == 0 {
+	return o.read(ctx, lk, p, nil, len(p), off)
+}
+
+// read reads n bytes at off: into p, or, with v, as slices of the pages
+// read, pinned, added to v (p is nil then).
+func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, n int, off uint64) (int, error) {
+	if n <= 0 {
 		return 0, nil
 	}
-	end := off + uint64(len(p))
+	end := off + uint64(n)
 	if end < off {
-		return 0, o.errorf("read [%d,+%d): %w", off, len(p), syscall.EINVAL)
+		return 0, o.errorf("read [%d,+%d): %w", off, n, syscall.EINVAL)
 	}
 	if lk == nil {
 		l, err := o.Lock(ctx, false, pageFloor(off), pageCeil(end)-1)
@@ -320,7 +327,7 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	}
 	c := o.c
 	o.mu.Lock()
-	exts := o.mu.ra.access(off, uint64(len(p)), o.raWindow(), uint64(c.rpcPages())*PageSize)
+	exts := o.mu.ra.access(off, uint64(n), o.raWindow(), uint64(c.rpcPages())*PageSize)
 	limit := pageCeil(o.kmsLocked())
 	o.mu.Unlock()
 	if lk.info.ext.End != ^uint64(0) {
@@ -333,10 +340,14 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 		}
 	}
 	done := 0
-	for done < len(p) {
+	for done < n {
 		woff := off + uint64(done)
 		wend := o.window(woff, end)
-		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], woff, &ra); err != nil {
+		var buf []byte
+		if v == nil {
+			buf = p[done : done+int(wend-woff)]
+		}
+		if err := o.readWindow(ctx, lk.l, buf, v, int(wend-woff), woff, &ra); err != nil {
 			return done, err
 		}
 		done += int(wend - woff)
@@ -391,14 +402,14 @@ func (o *Object) lockGone(l *ldlm.ClientLock) error {
 // filling, and fills the rest with one read RPC. *ra starts read-ahead
 // once, after the window's own RPC is built (so that it goes first) or
 // once the window is served from the cache.
-func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, off uint64, ra *func()) error {
+func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, v *Vec, n int, off uint64, ra *func()) error {
 	if job := jobstats.JobOf(ctx); job != "" {
 		o.mu.Lock()
 		o.mu.readJob = job // read-ahead goes on this reader's behalf
 		o.mu.Unlock()
 	}
 	c := o.c
-	end := off + uint64(len(buf))
+	end := off + uint64(n)
 	first, last := off/PageSize, (end-1)/PageSize
 	startRA := func() {
 		if f := *ra; f != nil {
@@ -451,8 +462,12 @@ func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte,
 			for i := first; i <= last; i++ {
 				p := o.mu.pages.get(i)
 				s := pageSpan(i, off, end)
-				at := int(p.off(s.from) - off)
-				copy(buf[at:at+s.to-s.from], p.data[s.from:s.to])
+				if v != nil {
+					v.pinLocked(p, p.data[s.from:s.to])
+				} else {
+					at := int(p.off(s.from) - off)
+					copy(buf[at:at+s.to-s.from], p.data[s.from:s.to])
+				}
 				if p.ra {
 					p.ra = false
 					hits++

@@ -81,7 +81,10 @@ type Object struct {
 		job, readJob string
 		// truncating counts truncates in progress: writes wait for them.
 		truncating int
-		ra         raState
+		// waitPins counts writes and truncates waiting for pages a Vec
+		// pins: the last unpin broadcasts changed for them.
+		waitPins int
+		ra       raState
 	}
 }
 
@@ -151,6 +154,23 @@ func (o *Object) errorf(format string, args ...any) error {
 func (o *Object) broadcastLocked() {
 	close(o.mu.changed)
 	o.mu.changed = make(chan struct{})
+}
+
+// waitBusyLocked lets go of o.mu and waits until a page stops being busy
+// (pinned: stops being pinned) or ctx ends.
+func (o *Object) waitBusyLocked(ctx context.Context, pinned bool) error {
+	ch := o.mu.changed
+	if pinned {
+		o.mu.waitPins++
+	}
+	o.mu.Unlock()
+	err := o.wait(ctx, ch)
+	if pinned {
+		o.mu.Lock()
+		o.mu.waitPins--
+		o.mu.Unlock()
+	}
+	return err
 }
 
 // wait waits for ch (an o.mu.changed taken under o.mu) or ctx.
@@ -359,6 +379,13 @@ func (l *Lock) Release() { l.once.Do(l.l.Release) }
 // cover the range.
 func (l *Lock) ReadAt(ctx context.Context, p []byte, off uint64) (int, error) {
 	return l.obj.readAt(ctx, l, p, off)
+}
+
+// ReadVec is ReadAt of n bytes without the copy: they go into v as slices
+// of the cached pages, pinned until v is released (also after an error,
+// which may leave some in v).
+func (l *Lock) ReadVec(ctx context.Context, v *Vec, n int, off uint64) (int, error) {
+	return l.obj.read(ctx, l, nil, v, n, off)
 }
 
 // WriteAt writes p at object offset off under the lock, which must be a
@@ -844,17 +871,17 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 	for {
 		o.mu.Lock()
 		ps := o.pagesInLocked(cut, ^uint64(0))
-		busy := false
+		busy, pinned := false, false
 		for _, p := range ps {
-			if p.state != pageIdle {
+			// (The page cut in two changes; the others only leave.)
+			pinned = p.idx == cut && cutOff > 0 && p.pins > 0
+			if p.state != pageIdle || pinned {
 				busy = true
 				break
 			}
 		}
 		if busy {
-			ch := o.mu.changed
-			o.mu.Unlock()
-			if err := o.wait(ctx, ch); err != nil {
+			if err := o.waitBusyLocked(ctx, pinned); err != nil {
 				return err
 			}
 			continue

@@ -89,6 +89,13 @@ type page struct {
 	sum     uint32
 	sumType ptlrpc.ChecksumType
 	sumOf   span
+	// pins counts the Vecs that hold slices of data (a read handed to
+	// the kernel without a copy): the bytes may not change, nor the
+	// buffer go to another page, until the last is released. A pinned
+	// page dropped from its object keeps its buffer in spare, counted in
+	// the cache, until then.
+	pins  int
+	spare []byte
 
 	// Guarded by Cache.mu.
 	prev, next *page

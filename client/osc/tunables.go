@@ -259,6 +259,13 @@ func (c *Cache) SetLimits(maxCachedMB, maxReadAheadMB int) error {
 			busy++
 			continue
 		}
+		if v.pins > 0 { // being read without a copy
+			vo.mu.Unlock()
+			c.mu.lru.remove(v)
+			c.mu.lru.pushBack(v)
+			busy++
+			continue
+		}
 		vo.evictLocked(v)
 		c.mu.lru.remove(v)
 		c.freePageLocked(v)
