@@ -243,15 +243,22 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity, dir string) {
 			"bulk writes of at least this many KiB go around the OSS page cache (O_DIRECT); 0: all through it",
 			func() int64 { return int64(dw.DirectWriteMin() >> 10) },
 			func(n int64) error { return dw.SetDirectWriteMin(int(n) << 10) },
-			0, 1<<20, nil))
+			0, 1<<20, nil),
+			params.Int("osd-file."+name+".direct_read_min_kb",
+				"bulk reads of at least this many KiB of data the OSS page cache does not hold go around it (O_DIRECT); 0: all through it",
+				func() int64 { return int64(dw.DirectReadMin() >> 10) },
+				func(n int64) error { return dw.SetDirectReadMin(int(n) << 10) },
+				0, 1<<20, nil))
 	}
 }
 
-// directWriter is an OSD backend whose bulk writes can bypass the page
-// cache (osd-file).
+// directWriter is an OSD backend whose bulk I/O can bypass the page cache
+// (osd-file).
 type directWriter interface {
 	DirectWriteMin() int
 	SetDirectWriteMin(int) error
+	DirectReadMin() int
+	SetDirectReadMin(int) error
 }
 
 // registerMDS registers the MDS's service and device.

@@ -151,10 +151,11 @@ func TestLctl(t *testing.T) {
 		if out := mustLctl(t, "get_param", "-n", osc0+".max_dirty_mb"); out != "64\n" {
 			t.Errorf("get_param -n: %q", out)
 		}
-		// The OSS's direct-write threshold (in the child) and the mount's
+		// The OSS's direct-I/O thresholds (in the child) and the mount's
 		// per-file read-ahead window, read and changed at run time.
 		for _, p := range []struct{ name, def, set string }{
 			{"osd-file.nacre-OST0001.direct_write_min_kb", "0", "1024"},
+			{"osd-file.nacre-OST0001.direct_read_min_kb", "1024", "0"},
 			{"obdfilter.nacre-OST0001.sync_journal", "0", "1"},
 			{"obdfilter.nacre-OST0001.degraded", "0", "1"},
 			{"llite.nacre-" + id + ".max_read_ahead_per_file_mb", "32", "8"},

@@ -99,6 +99,17 @@ type Config struct {
 	// are quick, setting it (osd-file.*.direct_write_min_kb) saves the
 	// copy into the page cache.
 	DirectWriteMin int
+	// DirectReadMin is the size from which a bulk read of a range the
+	// page cache holds none of reads its block-aligned part with
+	// O_DIRECT (osd-file.*.direct_read_min_kb); 0 reads everything
+	// through the page cache. A buffered read of data on the disk costs
+	// the OSS the page cache's allocation, read-ahead and a copy out of
+	// it, most of a core at disk speed here, where a direct read has the
+	// disk put the bytes in the bulk buffer itself; the page cache keeps
+	// serving what it holds (data just written, or read by small
+	// requests), and the client caches what it reads. 1 MiB by default:
+	// streaming reads, not small random ones, go around.
+	DirectReadMin int
 	// LazyObjects bounds the objects that exist without a file (created
 	// and not written yet, see lazy.go); 0 makes every object's file at
 	// its create. A checkpoint makes the files of the lazy objects it
@@ -112,7 +123,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 0, LazyObjects: 4096}
+	return Config{MaxCachedObjects: 4096, SyncWorkers: 8, DirectWriteMin: 0, DirectReadMin: 1 << 20, LazyObjects: 4096}
 }
 
 // Validate reports what is wrong with c, wrapping osd.ErrInvalid.
@@ -128,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.DirectWriteMin < 0 {
 		return fmt.Errorf("%w: DirectWriteMin %d: want 0 or more", osd.ErrInvalid, c.DirectWriteMin)
+	}
+	if c.DirectReadMin < 0 {
+		return fmt.Errorf("%w: DirectReadMin %d: want 0 or more", osd.ErrInvalid, c.DirectReadMin)
 	}
 	return nil
 }

@@ -37,10 +37,13 @@ type Device struct {
 	life    sync.RWMutex
 	closing atomic.Bool
 
-	// noDirect is set once the store refused an O_DIRECT write;
-	// directMin is Config.DirectWriteMin, changed at run time.
-	noDirect  atomic.Bool
-	directMin atomic.Int64
+	// noDirect is set once the store refused O_DIRECT; directMin and
+	// directReadMin are Config.DirectWriteMin and DirectReadMin, changed
+	// at run time; noCachestat is set once the kernel lacks cachestat(2).
+	noDirect      atomic.Bool
+	directMin     atomic.Int64
+	directReadMin atomic.Int64
+	noCachestat   atomic.Bool
 
 	mu struct { // the object table
 		sync.Mutex
@@ -118,6 +121,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Device, error) {
 	}
 	d.maxRecord = int(min((conf.JournalSize-areaStart)/2, 64<<20))
 	d.directMin.Store(int64(cfg.DirectWriteMin))
+	d.directReadMin.Store(int64(cfg.DirectReadMin))
 	d.mu.objects = make(map[fid.FID]*object)
 	d.lazy = make(map[*object]struct{})
 	d.jmu.pending = make(map[uint64]int)
@@ -431,7 +435,7 @@ func (d *Device) ReadAt(ctx context.Context, f fid.FID, bufs [][]byte, off int64
 		zeroBufs(rb, 0, n)
 		return n, nil
 	}
-	got, err := preadvFull(fd, rb, off)
+	got, err := d.readData(o, fd, rb, off)
 	if err != nil {
 		return 0, d.errorf("read %v [%d,%d): %w", f, off, off+int64(n), err)
 	}

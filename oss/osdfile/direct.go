@@ -64,6 +64,111 @@ func (d *Device) writeData(o *object, fd int, bufs [][]byte, off int64) (int, er
 	return done + n, err
 }
 
+// readData reads into bufs from off in o's file, whose buffered descriptor
+// is fd, until they are full or the file ends, and returns how many bytes
+// it read.
+//
+// A read of at least Config.DirectReadMin bytes into one block-aligned
+// buffer, of a range the page cache holds none of, reads its whole blocks
+// with O_DIRECT: the disk puts them in the buffer, and the OSS spends no
+// processor on the page cache's allocation and read-ahead nor on a copy
+// out of it (buffered, a read at disk speed takes most of a core here).
+// A range the page cache holds some of (written lately, or read by small
+// requests) reads through it, as do small reads, a tail shorter than a
+// block, and stores that refuse O_DIRECT. A direct read sees what
+// buffered writes left dirty: the kernel writes the range back first.
+func (d *Device) readData(o *object, fd int, bufs [][]byte, off int64) (int, error) {
+	dmin := int(d.directReadMin.Load())
+	if dmin <= 0 || d.noDirect.Load() || len(bufs) != 1 || len(bufs[0]) < dmin || off%directAlign != 0 {
+		return preadvFull(fd, bufs, off)
+	}
+	b := bufs[0]
+	whole := len(b) &^ (directAlign - 1)
+	if uintptr(unsafe.Pointer(&b[0]))%directAlign != 0 || d.cached(fd, off, len(b)) {
+		return preadvFull(fd, bufs, off)
+	}
+	done, err := d.preadDirect(o, b[:whole], off)
+	if err != nil || done < whole && done%directAlign != 0 {
+		return done, err // (a short direct read ends at the end of the file)
+	}
+	if done < len(b) {
+		n, err := preadvFull(fd, [][]byte{b[done:]}, off+int64(done))
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// cached reports whether the page cache holds any of [off, off+n) of fd's
+// file, or may (cachestat(2) failed: the kernel has none, before 6.5).
+func (d *Device) cached(fd int, off int64, n int) bool {
+	if d.noCachestat.Load() {
+		return true
+	}
+	var cs unix.Cachestat_t
+	err := unix.Cachestat(uint(fd), &unix.CachestatRange{Off: uint64(off), Len: uint64(n)}, &cs, 0)
+	if errors.Is(err, unix.ENOSYS) {
+		if d.noCachestat.CompareAndSwap(false, true) {
+			d.log.Info("osd-file: the kernel has no cachestat(2); bulk reads go through the page cache", "dir", d.dir)
+		}
+		return true
+	}
+	return err != nil || cs.Cache > 0
+}
+
+// preadDirect reads into b from off through a descriptor of o's file
+// opened with O_DIRECT; b's length and address and off are block-aligned.
+// It returns how many bytes it read: fewer than len(b) at the end of the
+// file, or none when the store refuses O_DIRECT (which turns direct I/O
+// off for the device), for the buffered path to read.
+func (d *Device) preadDirect(o *object, b []byte, off int64) (int, error) {
+	dfd, err := openFile(o.path, unix.O_DIRECT)
+	if errors.Is(err, unix.EINVAL) {
+		d.refuseDirect(err)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dfd)
+	done := 0
+	for done < len(b) {
+		n, err := unix.Pread(dfd, b[done:], off+int64(done))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EINVAL) && done == 0:
+			d.refuseDirect(err)
+			return 0, nil
+		case err != nil:
+			return done, err
+		case n <= 0:
+			return done, nil // the end of the file
+		}
+		done += n
+		if n%directAlign != 0 {
+			return done, nil // the end of the file, within a block
+		}
+	}
+	return done, nil
+}
+
+// DirectReadMin returns the size from which bulk reads of data the page
+// cache does not hold go around it (0: never).
+func (d *Device) DirectReadMin() int { return int(d.directReadMin.Load()) }
+
+// SetDirectReadMin changes it at run time (the OST's
+// osd-file.*.direct_read_min_kb).
+func (d *Device) SetDirectReadMin(n int) error {
+	if n < 0 {
+		return d.errorf("direct read min %d: %w", n, osd.ErrInvalid)
+	}
+	d.directReadMin.Store(int64(n))
+	return nil
+}
+
 // pwriteDirect writes b at off through a descriptor of o's file opened with
 // O_DIRECT. It returns how many bytes it wrote; fewer than len(b) without an
 // error means the rest is for the buffered path. A store that refuses
@@ -116,9 +221,9 @@ func (d *Device) SetDirectWriteMin(n int) error {
 	return nil
 }
 
-// refuseDirect turns direct writes off for the device, once.
+// refuseDirect turns direct I/O off for the device, once.
 func (d *Device) refuseDirect(err error) {
 	if d.noDirect.CompareAndSwap(false, true) {
-		d.log.Warn("osd-file: the store refuses O_DIRECT; bulk writes go through the page cache", "dir", d.dir, "err", err)
+		d.log.Warn("osd-file: the store refuses O_DIRECT; bulk reads and writes go through the page cache", "dir", d.dir, "err", err)
 	}
 }

@@ -143,3 +143,117 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// evict writes the file at path back and drops its pages from the page
+// cache.
+func evict(t *testing.T, path string) {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDirectReads: large bulk reads of data the page cache holds none of
+// read their whole blocks around it (and leave none there), while reads of
+// data it holds some of, small reads, and reads at unaligned offsets or
+// into unaligned memory go through it; every byte reads right, up to an
+// end of the object in the middle of a block.
+func TestDirectReads(t *testing.T) {
+	d, dir := newTarget(t, 0)
+	defer d.Close()
+	if got := d.DirectReadMin(); got != 1<<20 {
+		t.Fatalf("direct read min %d by default, want 1 MiB", got)
+	}
+	direct := storeTakesDirect(t, dir)
+	t.Logf("store takes O_DIRECT: %v", direct)
+	rng := rand.New(rand.NewPCG(8, 8))
+	data := make([]byte, 8<<20+1000)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	f := fidN(1)
+	mustDo(t, d, func(tx osd.Tx) error {
+		if err := tx.Create(f, osd.Attr{}); err != nil {
+			return err
+		}
+		return tx.WriteAt(f, [][]byte{data}, 0)
+	})
+	path := objPath(dir, f)
+	mem := make([]byte, 16<<20) // page-aligned: a large allocation starts a span
+	cases := []struct {
+		name       string
+		off        int64
+		memAt, n   int
+		cold       bool  // the file's pages dropped before the read
+		warm       int64 // read before, from here to the end of the read in small reads (cached), if not -1
+		wantDirect bool
+	}{
+		{"cold", 0, 0, 4 << 20, true, -1, true},
+		{"cold to a mid-block end", 4 << 20, 4096, 4<<20 + 8192, true, -1, true},
+		{"cached", 1 << 20, 0, 2 << 20, true, 1 << 20, false},
+		{"partly cached", 2 << 20, 0, 2 << 20, true, 4<<20 - 4096, false},
+		{"small", 1 << 20, 0, 256 << 10, true, -1, false},
+		{"unaligned offset", 1<<20 + 17, 0, 2 << 20, true, -1, false},
+		{"unaligned memory", 1 << 20, 100, 2 << 20, true, -1, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.cold {
+				evict(t, path)
+			}
+			for at := c.warm; at >= 0 && at < c.off+int64(c.n); at += 256 << 10 {
+				if _, err := d.ReadAt(bg, f, [][]byte{make([]byte, 256<<10)}, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := mem[c.memAt : c.memAt+c.n]
+			clear(b)
+			n, err := d.ReadAt(bg, f, [][]byte{b}, c.off)
+			want := min(c.n, len(data)-int(c.off))
+			if err != nil || n != want {
+				t.Fatalf("read [%d,+%d): %d, %v; want %d", c.off, c.n, n, err, want)
+			}
+			if !bytes.Equal(b[:n], data[c.off:c.off+int64(n)]) {
+				t.Fatalf("read [%d,+%d): first difference at %d", c.off, c.n, firstDiff(b[:n], data[c.off:]))
+			}
+			// The whole pages read.
+			from, to := (c.off+4095)&^4095, (c.off+int64(n))&^4095
+			cached, pages := 0, resident(t, path, from, to)
+			for _, r := range pages {
+				if r {
+					cached++
+				}
+			}
+			switch {
+			case !direct || !c.wantDirect:
+				if cached != len(pages) {
+					t.Errorf("buffered read: %d of %d pages in the page cache, want all", cached, len(pages))
+				}
+			case cached != 0:
+				t.Errorf("direct read: %d of %d pages in the page cache, want 0", cached, len(pages))
+			}
+		})
+	}
+	// Off: everything through the page cache.
+	if err := d.SetDirectReadMin(0); err != nil {
+		t.Fatal(err)
+	}
+	evict(t, path)
+	if got := readAll(t, d, f); !bytes.Equal(got, data) {
+		t.Fatal("read with direct reads off: wrong bytes")
+	}
+	if pages := resident(t, path, 0, 8<<20); !pages[len(pages)/2] {
+		t.Fatal("read with direct reads off left no pages in the page cache")
+	}
+	if err := d.SetDirectReadMin(-1); !errors.Is(err, osd.ErrInvalid) {
+		t.Fatalf("direct read min -1: %v", err)
+	}
+}
