@@ -28,13 +28,19 @@ func main() {
 		root.SetArgs(append([]string{name}, os.Args[1:]...))
 	case "mount.nacre":
 		// mount(8)'s helper: mount -t nacre SOURCE DIR.
-		args, err := mountHelperArgs(os.Args[1:])
+		args, ns, err := mountHelperArgs(os.Args[1:])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		if args == nil {
 			return // -f: a fake mount
+		}
+		if ns != "" {
+			if err := enterMountNS(ns, args); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(32) // mount(8)'s "mount failure"
+			}
 		}
 		root.SetArgs(args)
 	}

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nacrefs/nacre/services/hsm"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +21,7 @@ import (
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/llite"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/services/hsm"
 )
 
 // mountHelper is where mount(8) looks for the helper of type nacre.
@@ -313,9 +314,10 @@ func installHelper(out io.Writer) error {
 //
 //	mount.nacre SOURCE DIR [-sfnv] [-N NAMESPACE] [-o OPTIONS] [-t TYPE]
 //
-// into `nacre mount --background` arguments; nil means there is nothing
-// to do (-f: a fake mount).
-func mountHelperArgs(argv []string) ([]string, error) {
+// into `nacre mount --background` arguments, and the mount namespace -N
+// names (mount -N: a PID or a namespace file; "" for none); nil arguments
+// mean there is nothing to do (-f: a fake mount).
+func mountHelperArgs(argv []string) (args []string, ns string, err error) {
 	var pos, opts []string
 	sloppy, verbose := false, false
 	for i := 0; i < len(argv); i++ {
@@ -323,27 +325,32 @@ func mountHelperArgs(argv []string) ([]string, error) {
 		switch {
 		case a == "-o" || a == "-t" || a == "-N":
 			if i+1 >= len(argv) {
-				return nil, fmt.Errorf("mount.nacre: %s needs an argument", a)
+				return nil, "", fmt.Errorf("mount.nacre: %s needs an argument", a)
 			}
 			i++
-			if a == "-o" {
+			switch a {
+			case "-o":
 				opts = append(opts, argv[i])
+			case "-N":
+				ns = argv[i]
 			}
 		case strings.HasPrefix(a, "-o"):
 			opts = append(opts, a[2:])
-		case strings.HasPrefix(a, "-t") || strings.HasPrefix(a, "-N"):
+		case strings.HasPrefix(a, "-N"):
+			ns = a[2:]
+		case strings.HasPrefix(a, "-t"):
 		case len(a) > 1 && a[0] == '-':
 			for _, c := range a[1:] {
 				switch c {
 				case 's':
 					sloppy = true
 				case 'f':
-					return nil, nil
+					return nil, "", nil
 				case 'n':
 				case 'v':
 					verbose = true
 				default:
-					return nil, fmt.Errorf("mount.nacre: unknown flag -%c", c)
+					return nil, "", fmt.Errorf("mount.nacre: unknown flag -%c", c)
 				}
 			}
 		default:
@@ -351,7 +358,7 @@ func mountHelperArgs(argv []string) ([]string, error) {
 		}
 	}
 	if len(pos) != 2 {
-		return nil, fmt.Errorf("mount.nacre: want SOURCE DIR [-sfnv] [-o OPTIONS], got %q", argv)
+		return nil, "", fmt.Errorf("mount.nacre: want SOURCE DIR [-sfnv] [-N NAMESPACE] [-o OPTIONS], got %q", argv)
 	}
 	out := []string{"mount", "--background", pos[0], pos[1]}
 	if len(opts) > 0 {
@@ -366,7 +373,39 @@ func mountHelperArgs(argv []string) ([]string, error) {
 	if lf := os.Getenv("NACRE_MOUNT_LOG"); lf != "" {
 		out = append(out, "--log-file="+lf)
 	}
-	return out, nil
+	return out, ns, nil
+}
+
+// enterMountNS runs `nacre args` in the mount namespace ns (mount -N: a
+// PID, or a namespace file such as /proc/PID/ns/mnt) by replacing this
+// process with nsenter(1), which enters it: a Go process, threaded from
+// its start, cannot setns(2) into another mount namespace itself. It
+// returns nil at once if ns is this process's own namespace.
+func enterMountNS(ns string, args []string) error {
+	path := ns
+	if _, err := strconv.Atoi(ns); err == nil {
+		path = "/proc/" + ns + "/ns/mnt"
+	}
+	var want, self syscall.Stat_t
+	if err := syscall.Stat(path, &want); err != nil {
+		return fmt.Errorf("mount.nacre: -N %s: %w", ns, err)
+	}
+	if err := syscall.Stat("/proc/self/ns/mnt", &self); err != nil {
+		return fmt.Errorf("mount.nacre: -N %s: this process's namespace: %w", ns, err)
+	}
+	if want.Dev == self.Dev && want.Ino == self.Ino {
+		return nil
+	}
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return fmt.Errorf("mount.nacre: -N %s: entering another mount namespace needs nsenter(1) (util-linux): %w", ns, err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("mount.nacre: -N %s: %w", ns, err)
+	}
+	argv := append([]string{"nsenter", "--mount=" + path, "--", exe}, args...)
+	return fmt.Errorf("mount.nacre: -N %s: exec %s: %w", ns, nsenter, syscall.Exec(nsenter, argv, os.Environ()))
 }
 
 // exitCode is err's exit status.

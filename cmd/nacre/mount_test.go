@@ -53,19 +53,22 @@ func TestMountHelperArgs(t *testing.T) {
 	for _, tc := range []struct {
 		argv []string
 		want []string
+		ns   string
 		err  bool
 	}{
-		{[]string{"s:/fs", "/mnt"}, []string{"mount", "--background", "s:/fs", "/mnt", "--log-level=warn"}, false},
-		{[]string{"s:/fs", "/mnt", "-o", "rw,noatime", "-t", "nacre"}, []string{"mount", "--background", "s:/fs", "/mnt", "-o", "rw,noatime", "--log-level=warn"}, false},
-		{[]string{"-sv", "s:/fs", "/mnt", "-orw", "-N", "ns"}, []string{"mount", "--background", "s:/fs", "/mnt", "-o", "rw", "--sloppy"}, false},
-		{[]string{"s:/fs", "/mnt", "-n", "-f"}, nil, false},
-		{[]string{"s:/fs"}, nil, true},
-		{[]string{"s:/fs", "/mnt", "-o"}, nil, true},
-		{[]string{"s:/fs", "/mnt", "-x"}, nil, true},
+		{[]string{"s:/fs", "/mnt"}, []string{"mount", "--background", "s:/fs", "/mnt", "--log-level=warn"}, "", false},
+		{[]string{"s:/fs", "/mnt", "-o", "rw,noatime", "-t", "nacre"}, []string{"mount", "--background", "s:/fs", "/mnt", "-o", "rw,noatime", "--log-level=warn"}, "", false},
+		{[]string{"-sv", "s:/fs", "/mnt", "-orw", "-N", "ns"}, []string{"mount", "--background", "s:/fs", "/mnt", "-o", "rw", "--sloppy"}, "ns", false},
+		{[]string{"s:/fs", "/mnt", "-N1234"}, []string{"mount", "--background", "s:/fs", "/mnt", "--log-level=warn"}, "1234", false},
+		{[]string{"s:/fs", "/mnt", "-n", "-f"}, nil, "", false},
+		{[]string{"s:/fs"}, nil, "", true},
+		{[]string{"s:/fs", "/mnt", "-o"}, nil, "", true},
+		{[]string{"s:/fs", "/mnt", "-N"}, nil, "", true},
+		{[]string{"s:/fs", "/mnt", "-x"}, nil, "", true},
 	} {
-		got, err := mountHelperArgs(tc.argv)
-		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
-			t.Errorf("mountHelperArgs(%q) = %q, %v; want %q (error %v)", tc.argv, got, err, tc.want, tc.err)
+		got, ns, err := mountHelperArgs(tc.argv)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) || ns != tc.ns {
+			t.Errorf("mountHelperArgs(%q) = %q, %q, %v; want %q, %q (error %v)", tc.argv, got, ns, err, tc.want, tc.ns, tc.err)
 		}
 	}
 }
@@ -182,5 +185,100 @@ func TestUpMountAndMountHelper(t *testing.T) {
 	p.stop(t)
 	if mounted(mnt) {
 		t.Fatalf("%s still mounted after nacre up stopped", mnt)
+	}
+}
+
+// TestMountHelperNamespace: mount -N NS (mount.nacre SOURCE DIR -N PID)
+// mounts in that process's mount namespace, not in the caller's: the
+// files are there for the namespace's processes, and an umount there
+// ends the mount's server. Its own namespace (-N self) mounts here, and a
+// namespace that does not exist fails as a mount failure.
+func TestMountHelperNamespace(t *testing.T) {
+	requireFUSE(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatalf("this test needs unshare(1) (util-linux): %v", err)
+	}
+	_, lport, _ := strings.Cut(freeAddr(t), ":")
+	ports := [4]string{freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)}
+	p := startUp(t, t.TempDir(), ports, "--osts", "1", "--no-auth", "--port", lport)
+	defer p.stop(t)
+	_, grpcPort, _ := strings.Cut(ports[2], ":")
+	src := "127.0.0.1@tcp:" + grpcPort + ":/nacre"
+	bin := filepath.Join(t.TempDir(), "mount.nacre")
+	if err := os.Symlink(nacreBin, bin); err != nil {
+		t.Fatal(err)
+	}
+
+	// A process in a mount namespace of its own (private: nothing mounted
+	// in it shows here).
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	nsPID := strconv.Itoa(holder.Process.Pid)
+	nsFile := "/proc/" + nsPID + "/ns/mnt"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a, _ := os.Readlink(nsFile)
+		b, _ := os.Readlink("/proc/self/ns/mnt")
+		if a != "" && a != b {
+			break // unshare has made the namespace and exec'd sleep
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare made no namespace")
+		}
+	}
+	inNS := func(args ...string) (string, error) {
+		out, err := exec.Command("nsenter", append([]string{"--mount=" + nsFile, "--"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+
+	mnt := t.TempDir()
+	out, err := exec.Command(bin, src, mnt, "-o", "port="+lport, "-N", nsPID).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mount.nacre -N: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`server pid (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("mount.nacre -N printed no server pid:\n%s", out)
+	}
+	pid, _ := strconv.Atoi(string(m[1]))
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	if mounted(mnt) {
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+		t.Fatalf("mount -N %s mounted %s in the caller's namespace", nsPID, mnt)
+	}
+	if info, err := os.ReadFile("/proc/" + nsPID + "/mountinfo"); err != nil || !bytes.Contains(info, []byte(" "+mnt+" ")) {
+		t.Fatalf("%s not mounted in namespace %s (%v):\n%s", mnt, nsPID, err, info)
+	}
+	if out, err := inNS("sh", "-c", "echo world > "+mnt+"/hello && cat "+mnt+"/hello"); err != nil || out != "world\n" {
+		t.Fatalf("write and read in the namespace: %q %v", out, err)
+	}
+	if out, err := inNS("umount", mnt); err != nil {
+		t.Fatalf("umount in the namespace: %v %s", err, out)
+	}
+	for deadline := time.Now().Add(30 * time.Second); alive(pid); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mount server %d still runs 30s after umount", pid)
+		}
+	}
+
+	// -N naming this process's own namespace mounts here, as without it.
+	out, err = exec.Command(bin, src, mnt, "-o", "port="+lport, "-N", "/proc/self/ns/mnt").CombinedOutput()
+	if err != nil || !mounted(mnt) {
+		t.Fatalf("mount.nacre -N of its own namespace: %v (mounted %v)\n%s", err, mounted(mnt), out)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "hello")); err != nil || string(b) != "world\n" {
+		t.Fatalf("read here: %q %v", b, err)
+	}
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v %s", err, out)
+	}
+
+	cmd := exec.Command(bin, src, mnt, "-o", "port="+lport, "-N", "/nonexistent/ns")
+	out, err = cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 32 || !strings.Contains(string(out), "/nonexistent/ns") {
+		t.Fatalf("-N of a namespace that does not exist: %v\n%s", err, out)
 	}
 }
