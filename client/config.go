@@ -10,6 +10,7 @@ import (
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/mgsnode"
 	"github.com/nacrefs/nacre/internal/params"
+	"github.com/nacrefs/nacre/lnet"
 )
 
 // Config is what Mount needs: where the MGS is, which file system, how
@@ -60,6 +61,12 @@ type Config struct {
 	// called back), so a layer with caches of its own (the kernel's, under
 	// FUSE) drops them.
 	Notify Notifier
+	// LNet, if set, is the LNet the mount uses instead of starting one of
+	// its own (NID and Port are then unused): a mount in the servers'
+	// process (nacre up --mount) shares theirs, and its requests to the
+	// targets of this node go through 0@lo, around the sockets, as a
+	// Lustre client's on a server node do. Close leaves it running.
+	LNet *lnet.LNet
 	// Params is where the mount registers its live tunables and devices
 	// (llite, lov, lmv, mdc, osc, ldlm namespaces) for lctl; nil means
 	// params.Default, the process's registry.

@@ -38,16 +38,18 @@ type FID = fid.FID
 // and one OSC per OST, with attributes, entries and data cached under
 // LDLM locks. Safe for concurrent use.
 type FS struct {
-	cfg  Config
-	log  *slog.Logger
-	ln   *lnet.LNet
-	rpc  *ptlrpc.Client
-	lk   *ldlm.Client
-	cb   *ptlrpc.Service
-	data *osc.Cache
-	mdc  *mdc.Client
-	root fid.FID
-	mgs  []*grpc.ClientConn
+	cfg Config
+	log *slog.Logger
+	ln  *lnet.LNet
+	// sharedLNet: ln is Config.LNet, someone else's to stop.
+	sharedLNet bool
+	rpc        *ptlrpc.Client
+	lk         *ldlm.Client
+	cb         *ptlrpc.Service
+	data       *osc.Cache
+	mdc        *mdc.Client
+	root       fid.FID
+	mgs        []*grpc.ClientConn
 
 	ctx  context.Context // ends at Close
 	stop context.CancelFunc
@@ -112,7 +114,9 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 	if mdt == nil {
 		return nil, fmt.Errorf("mount %s: the file system has no MDT0", cfg.FSName)
 	}
-	if err := fs.startLNet(ctx); err != nil {
+	if cfg.LNet != nil {
+		fs.ln, fs.sharedLNet = cfg.LNet, true
+	} else if err := fs.startLNet(ctx); err != nil {
 		return nil, err
 	}
 	fs.rpc = ptlrpc.NewClient(fs.ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.MDCReplyPortal, UUID: uuid.NewString(), Logger: lg})
@@ -510,7 +514,7 @@ func (fs *FS) Close(ctx context.Context) error {
 	if fs.cb != nil {
 		fs.cb.Close(ctx)
 	}
-	if fs.ln != nil {
+	if fs.ln != nil && !fs.sharedLNet {
 		// Ends the requests the closes may still wait for.
 		fs.ln.Close(ctx)
 	}

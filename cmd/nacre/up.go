@@ -145,7 +145,7 @@ func upSource(n *server.Node, fsname string) string {
 }
 
 // upMount mounts the embedded cluster's file system on dir, in this
-// process (the client's NID is picked on loopback, beside the servers').
+// process, on the servers' LNet.
 func upMount(ctx context.Context, n *server.Node, fsname string, port int, dir, opts string, log *slog.Logger) (*llite.Server, error) {
 	src := upSource(n, fsname)
 	if opts != "" {
@@ -155,6 +155,8 @@ func upMount(ctx context.Context, n *server.Node, fsname string, port int, dir, 
 	if err != nil {
 		return nil, err
 	}
+	// The servers' own LNet: requests to them go through 0@lo.
+	cfg.LNet = n.Storage.LNet
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	srv, err := llite.Mount(mctx, dir, cfg, lo)
