@@ -385,14 +385,15 @@ func cachedMBText(c *osc.Cache) string {
 		c.Users(), mb, used, mb-used, st.Evictions)
 }
 
-// parseMB reads a size in MiB as max_cached_mb takes it.
+// parseMB reads a size in MiB as max_cached_mb takes it: MiB, or with a
+// unit suffix (params.ParseSize: 4G is 4096).
 func parseMB(v string) (int, error) {
 	v = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), "max_cached_mb:"))
-	n, err := strconv.Atoi(v)
+	n, err := params.ParseSize(v, 20)
 	if err != nil || n < 1 || n > 1<<24 {
-		return 0, &params.Error{Kind: params.ErrBadValue, Reason: fmt.Sprintf("want MiB from 1 to %d", 1<<24)}
+		return 0, &params.Error{Kind: params.ErrBadValue, Reason: fmt.Sprintf("want MiB from 1 to %d (K, M, G, T suffixes taken)", 1<<24)}
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // targetOBD formats lov.*.target_obd: each OST's index, uuid and state.

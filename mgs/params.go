@@ -1,6 +1,7 @@
 package mgs
 
 import (
+	"errors"
 	"path"
 	"regexp"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nacrefs/nacre/internal/errs"
+	"github.com/nacrefs/nacre/internal/params"
 )
 
 // Persistent parameters (Lustre's `lctl set_param -P` and `conf_param`) are
@@ -199,6 +201,17 @@ func (s ParamSpec) NormalizeValue(v string) (string, error) {
 	switch s.Type {
 	case TypeInt:
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if shift, ok := params.SizeUnit(s.Name); ok && err != nil {
+			// A size takes unit suffixes (max_dirty_mb=1G), stored
+			// converted to the parameter's unit.
+			if n, err = params.ParseSize(v, shift); err != nil {
+				reason := err.Error()
+				if pe := (*params.Error)(nil); errors.As(err, &pe) {
+					reason = pe.Reason
+				}
+				return "", errs.Errorf(errs.Invalid, "%s wants a size, got %q: %s", s.Name, v, reason)
+			}
+		}
 		if err != nil {
 			return "", errs.Errorf(errs.Invalid, "%s wants an integer, got %q", s.Name, v)
 		}

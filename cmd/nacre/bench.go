@@ -70,7 +70,7 @@ client.`,
 	f.StringP("options", "o", "", "mount options, as nacre mount takes them (max_cached_mb=128,nid=...)")
 	f.String("path", "", "measure this directory with system calls instead of the library (no SOURCE)")
 	f.String("label", "", `first word of each output line ("lib", or "path" with --path)`)
-	return cmd
+	return readsConfig(cmd, "workload", "jobs", "size", "bs", "files", "runtime", "dir", "name", "stripe-count", "path", "label")
 }
 
 func runBench(cmd *cobra.Command, args []string) error {

@@ -101,3 +101,30 @@ func TestConfigUnknownKeyRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigToolFlagRefused: a flag of a tool (bench's --stripe-count,
+// lfs's, lctl's, the copytool's), which no command reads from the config
+// file, is refused there as an unknown key, naming the command it belongs
+// to; the keys of the commands that read the file are taken.
+func TestConfigToolFlagRefused(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "nacre.yaml")
+	for _, tc := range []struct{ yaml, want string }{
+		{"stripe-count: 4\n", `unknown key "stripe-count" (--stripe-count is a flag of nacre `},
+		{"workload: seqwrite\n", `unknown key "workload" (--workload is a flag of nacre bench only, not a setting)`},
+		{"coordinator: 127.0.0.1@tcp\n", `unknown key "coordinator" (--coordinator is a flag of nacre `},
+		{"human-readable: true\n", `unknown key "human-readable" (--human-readable is a flag of nacre lfs df only, not a setting)`},
+		{"ready-fd: 3\n", `unknown key "ready-fd" (--ready-fd is a flag of nacre mount only, not a setting)`},
+		{"port: 9888\nnid: 127.0.0.1@tcp\nlog-level: debug\noptions: noflock\nrecovery-window: 5s\nfsname: x\nosts: 2\n", ""},
+	} {
+		if err := os.WriteFile(cfgFile, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := checkConfigKeys(newRoot(), cfgFile)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: %v, want %s", tc.yaml, err, tc.want)
+		}
+	}
+}

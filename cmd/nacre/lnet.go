@@ -184,7 +184,7 @@ func newLNetCmd() *cobra.Command {
 	f.Bool("routing", false, "forward messages between this node's networks (be a router)")
 	f.Int("router-buffers", 0, "forwarding buffers of MTU size (0: default)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
-	cmd.AddCommand(serve)
+	cmd.AddCommand(readsConfig(serve))
 	return cmd
 }
 
@@ -240,7 +240,7 @@ func newLstCmd() *cobra.Command {
 	f.Int("concurrency", 8, "operations in flight")
 	f.Duration("duration", 10*time.Second, "how long to run")
 	f.Bool("json", false, "print the result as JSON")
-	cmd.AddCommand(run)
+	cmd.AddCommand(readsConfig(run, "peer", "op", "size", "concurrency", "duration", "json"))
 	return cmd
 }
 

@@ -64,10 +64,35 @@ func newRoot() *cobra.Command {
 	return root
 }
 
+// configAnnotation marks a command that reads the config file (see
+// readsConfig); its value lists the command's tool-only flags.
+const configAnnotation = "nacre:config"
+
+// readsConfig marks cmd as a command that reads the config file
+// (loadConfig), and returns it: its flags are keys the file may set, but
+// toolOnly, which say what one run of the tool does (bench's
+// --stripe-count) and are refused in the file as unknown keys. Every
+// command calling loadConfig must be marked.
+func readsConfig(cmd *cobra.Command, toolOnly ...string) *cobra.Command {
+	for _, name := range toolOnly {
+		if cmd.Flags().Lookup(name) == nil {
+			panic(fmt.Sprintf("nacre %s: no flag --%s", cmd.Name(), name))
+		}
+	}
+	if cmd.Annotations == nil {
+		cmd.Annotations = make(map[string]string)
+	}
+	cmd.Annotations[configAnnotation] = strings.Join(toolOnly, ",")
+	return cmd
+}
+
 // loadConfig builds the command's viper: defaults from flag defaults, then
 // the config file, then NACRE_* variables (NACRE_GRPC_ADDR, NACRE_TLS_CERT),
 // then flags set on the command line. aliases maps flag names to nested keys.
 func loadConfig(cmd *cobra.Command, aliases map[string]string) (*viper.Viper, error) {
+	if _, ok := cmd.Annotations[configAnnotation]; !ok {
+		return nil, fmt.Errorf("nacre %s reads the config file but is not marked so (readsConfig)", cmd.CommandPath())
+	}
 	v := viper.New()
 	v.SetEnvPrefix("NACRE")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
@@ -107,7 +132,9 @@ var configOnlyKeys = []string{"auth.tokens"}
 // (recovery_window for recovery-window): viper would ignore it and the
 // setting would silently do nothing. One file serves every command
 // (nacre up, mgs, server, mkfs, mount...), so a key is known if any
-// command's flag stands for it, not only cmd's.
+// command that reads the file (readsConfig) has a flag for it, not only
+// cmd; the flags of tools (lfs, lctl, bench's --stripe-count) are not
+// keys, and are refused naming the command they belong to.
 func checkConfigKeys(cmd *cobra.Command, file string) error {
 	fv := viper.New()
 	fv.SetConfigFile(file)
@@ -118,9 +145,17 @@ func checkConfigKeys(cmd *cobra.Command, file string) error {
 	for _, k := range configOnlyKeys {
 		known[k] = true
 	}
+	tool := make(map[string]string) // a tool's flag: the command it belongs to
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
+		toolOnly, reads := c.Annotations[configAnnotation]
 		add := func(f *pflag.Flag) {
+			if !reads || slices.Contains(strings.Split(toolOnly, ","), f.Name) {
+				if _, ok := tool[f.Name]; !ok {
+					tool[f.Name] = c.CommandPath()
+				}
+				return
+			}
 			if k, ok := mgsFlagAliases[f.Name]; ok {
 				known[k] = true
 				return
@@ -128,12 +163,13 @@ func checkConfigKeys(cmd *cobra.Command, file string) error {
 			known[f.Name] = true
 		}
 		c.Flags().VisitAll(add)
-		c.PersistentFlags().VisitAll(add)
 		for _, sub := range c.Commands() {
 			walk(sub)
 		}
 	}
 	walk(cmd.Root())
+	// The root's persistent flags (log-level) are every command's.
+	cmd.Root().PersistentFlags().VisitAll(func(f *pflag.Flag) { known[f.Name] = true })
 	var bad []error
 	for _, key := range fv.AllKeys() {
 		if known[key] {
@@ -142,6 +178,8 @@ func checkConfigKeys(cmd *cobra.Command, file string) error {
 		hint := ""
 		if k, ok := mgsFlagAliases[key]; ok {
 			hint = fmt.Sprintf(" (--%s is %q in a config file)", key, k)
+		} else if c, ok := tool[key]; ok {
+			hint = fmt.Sprintf(" (--%s is a flag of %s only, not a setting)", key, c)
 		} else if near := nearestKey(key, known); near != "" {
 			hint = fmt.Sprintf(" (did you mean %q?)", near)
 		}

@@ -90,7 +90,7 @@ func newMGSCmd() *cobra.Command {
 	}
 	addMGSFlags(cmd.Flags())
 	cmd.Flags().StringSlice("etcd-endpoints", []string{"http://127.0.0.1:2379"}, "etcd cluster client URLs")
-	return cmd
+	return readsConfig(cmd)
 }
 
 // shutdown stops a server with a bounded grace period.

@@ -81,7 +81,7 @@ leaving a server process behind. "nacre mount --install-helper" links
 	f.Bool("install-helper", false, "make "+mountHelper+" a link to this binary and exit")
 	f.Int("ready-fd", 0, "descriptor to report readiness on (used by --background)")
 	f.MarkHidden("ready-fd")
-	return cmd
+	return readsConfig(cmd, "install-helper", "ready-fd")
 }
 
 // mountConfig parses the source and options into the library's and the

@@ -61,7 +61,7 @@ func newMkfsCmd() *cobra.Command {
 	f.Uint32("index", 0, "target index")
 	f.StringSlice("mgsnode", nil, "MGS NID or host:port (repeat or comma-separate for failover partners)")
 	f.String("backend", "file", "OSD backend of an OST (an MDT's store is pebble)")
-	return cmd
+	return readsConfig(cmd)
 }
 
 func newServerCmd() *cobra.Command {
@@ -111,5 +111,5 @@ func newServerCmd() *cobra.Command {
 	f.Bool("restore-replay-barrier", false, "put each target that set a replay barrier (mdt.*.replay_barrier, obdfilter.*.replay_barrier) back as it was then: later changes are lost, for the clients to replay (testing recovery)")
 	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl")
 	f.String("metrics-addr", "127.0.0.1:9882", "the status port: Prometheus metrics at http://ADDR/metrics and the live state the MGS's admin API reads, registered with the targets; the MGS must reach it: on several hosts, 0.0.0.0:9882 (advertised at the first NID's address) (\"\": none; :0 picks a port)")
-	return cmd
+	return readsConfig(cmd)
 }

@@ -134,7 +134,7 @@ func newUpCmd() *cobra.Command {
 	f.String("mount-options", "", "mount options for --mount (as nacre mount -o)")
 	f.Bool("restore-replay-barrier", false, "put MDT0 and the OSTs back as they were at their replay barrier (mdt.*.replay_barrier, obdfilter.*.replay_barrier), if they set one: later changes are lost, for the clients to replay (testing recovery)")
 	addLNetFlags(f)
-	return cmd
+	return readsConfig(cmd)
 }
 
 // upSource is the mount source of the embedded cluster: its MGS by NID

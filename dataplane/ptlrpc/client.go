@@ -352,6 +352,9 @@ type rpc struct {
 	nsent    int // sends in all
 	gotReply bool
 	sentAt   time.Time
+	// atSupport: the latest send told the server the client takes early
+	// replies (MsgATSupport); owned by the caller's goroutine.
+	atSupport bool
 
 	// The reply MD's buffer list and the first send's message live here
 	// rather than in allocations of their own: a null RPC made some fifty,
@@ -587,6 +590,14 @@ func (r *rpc) send(ctx context.Context, target lwire.ProcessID, portal uint32, h
 	if timeout > 0 {
 		h.Timeout = uint32(min(max(timeout/time.Millisecond, 1), 1<<31))
 	}
+	// Early replies are for clients running adaptive timeouts: with them
+	// off (at_max 0) the request waits its timeout (obd_timeout for an
+	// import) and says so, as Lustre's client leaves MSGHDR_AT_SUPPORT out.
+	h.Flags &^= wire.MsgATSupport
+	r.atSupport = timeout > 0 && NodeTimeouts().ATMax != 0
+	if r.atSupport {
+		h.Flags |= wire.MsgATSupport
+	}
 	var own *msgBufs
 	if r.nsent == 0 {
 		own = &r.first
@@ -668,9 +679,16 @@ func (r *rpc) wait(ctx context.Context, timeout time.Duration, abort <-chan stru
 		}
 		if r.ev.hasEarly {
 			r.ev.hasEarly = false
-			r.c.early.Add(1)
-			if t != nil {
+			switch {
+			case !r.atSupport:
+				// Not asked for (adaptive timeouts off here): the
+				// request keeps the deadline it was sent with.
+				r.c.log.Debug("ptlrpc: early reply ignored: adaptive timeouts off", "op", r.req.Opcode, "xid", r.xid, "extension", r.ev.early)
+			case t != nil:
+				r.c.early.Add(1)
 				t.Reset(r.ev.early)
+			default:
+				r.c.early.Add(1)
 			}
 		}
 		r.evMu.Unlock()

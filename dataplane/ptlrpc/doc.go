@@ -83,7 +83,11 @@
 // (estimator), and sets a request's timeout from them; the header tells the
 // server that timeout in milliseconds. The server sends an early reply to a
 // request still queued or running when a quarter of its timeout is left,
-// extending the client's deadline, up to 10 minutes in all.
+// extending the client's deadline, never past the request's arrival plus
+// at_max (10 minutes by default). A client whose node has adaptive
+// timeouts off (at_max 0) does not flag its requests MsgATSupport, so the
+// server sends it none, and it ignores any that comes: its requests wait
+// obd_timeout.
 //
 // # Commit
 //

@@ -20,6 +20,7 @@ import (
 const (
 	opInc  = wire.OSTSetattr // modifying: counts its runs, replies with the count
 	opSlow = wire.OSTPunch   // modifying: sleeps for the milliseconds in its body, then counts
+	opHold = wire.OSTSync    // modifying: hands its request to the test (held), waits for release, then counts
 )
 
 // tgtEnv is a connection-oriented service with one target, and a client.
@@ -32,10 +33,15 @@ type tgtEnv struct {
 	runs   atomic.Int64 // modifying handler runs
 	gone   chan bool    // OnGone's evicted flag
 	c      *Client
+	// held gets each opHold request as its handler starts; closing
+	// release lets them all finish.
+	held    chan *Request
+	release chan struct{}
 }
 
 func newTgtEnv(t *testing.T, mk func(testing.TB) env, tcfg TargetConfig) *tgtEnv {
-	te := &tgtEnv{env: mk(t), ts: NewTargetSet(), faults: &Faults{}, gone: make(chan bool, 16)}
+	te := &tgtEnv{env: mk(t), ts: NewTargetSet(), faults: &Faults{}, gone: make(chan bool, 16),
+		held: make(chan *Request, 16), release: make(chan struct{})}
 	if tcfg.Name == "" {
 		tcfg.Name = "nacre-OST0000"
 	}
@@ -57,11 +63,20 @@ func newTgtEnv(t *testing.T, mk func(testing.TB) env, tcfg TargetConfig) *tgtEnv
 		}
 		return inc(ctx, r)
 	}
+	hold := func(ctx context.Context, r *Request) ([]byte, int32) {
+		te.held <- r
+		select {
+		case <-te.release:
+		case <-ctx.Done():
+		}
+		return inc(ctx, r)
+	}
 	te.svc, err = NewService(te.srv, ServiceConfig{Name: "ost", RequestPortal: reqPortal, Targets: te.ts, Logger: quiet,
 		Faults: te.faults, Handlers: map[wire.Opcode]HandlerSpec{
 			opEcho: {Fn: echo},
 			opInc:  {Fn: inc, Flags: Modifying},
 			opSlow: {Fn: slow, Flags: Modifying},
+			opHold: {Fn: hold, Flags: Modifying},
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -1314,10 +1314,11 @@ func (h *erHeap) Pop() any {
 	return r
 }
 
-// watchEarly starts watching req for early replies, if its client told a
-// timeout. The heap holds at most MaxQueued+MaxThreads requests.
+// watchEarly starts watching req for early replies, if its client takes
+// them (MsgATSupport: its adaptive timeouts are on) and told a timeout.
+// The heap holds at most MaxQueued+MaxThreads requests.
 func (s *Service) watchEarly(req *Request) {
-	if req.Header.Timeout == 0 {
+	if req.Header.Timeout == 0 || req.Header.Flags&wire.MsgATSupport == 0 {
 		return
 	}
 	t := time.Duration(req.Header.Timeout) * time.Millisecond
@@ -1388,15 +1389,25 @@ func (s *Service) earlyReplier() {
 
 // extendLocked moves r's deadline out and returns by how much from now, or
 // 0 if it may not be extended any more.
+//
+// at_max caps how long early replies keep a request going: no extension
+// moves the deadline past r's arrival plus at_max, the last one is cut
+// short to end there, and once there (or with at_max 0: adaptive timeouts
+// off) none is sent, as Lustre's ptlrpc_at_send_early_reply ("couldn't
+// add any time").
 func (s *Service) extendLocked(r *Request, now time.Time) time.Duration {
-	// at_max caps how long early replies keep a request going; 0 (adaptive
-	// timeouts off) means none are sent.
 	nt := NodeTimeouts()
-	if now.Sub(r.Arrived) > nt.ATMax {
+	limit := r.Arrived.Add(nt.ATMax)
+	ext := max(r.erTimeout, max(s.at.current(), nt.ATMin)*5/4)
+	deadline := now.Add(ext)
+	if deadline.After(limit) {
+		deadline = limit
+	}
+	if !deadline.After(r.erDeadline) || !deadline.After(now) {
 		return 0
 	}
-	ext := max(r.erTimeout, max(s.at.current(), nt.ATMin)*5/4)
-	r.erDeadline = now.Add(ext)
+	ext = deadline.Sub(now)
+	r.erDeadline = deadline
 	r.erNext = r.erDeadline.Add(-earlyMargin(ext))
 	r.erTimeout = ext
 	return ext

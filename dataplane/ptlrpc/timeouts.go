@@ -24,7 +24,8 @@ type Timeouts struct {
 	ATMin time.Duration
 	// ATMax caps adaptive request timeouts and how long early replies
 	// may keep a request going; 0 turns adaptive timeouts off (requests
-	// wait Obd, servers send no early replies).
+	// wait Obd, clients ask for no early replies and ignore any sent,
+	// servers send none).
 	ATMax time.Duration
 	// ATHistory is how long a peak service time or network latency is
 	// remembered.

@@ -225,3 +225,96 @@ func TestEstimatorFollowsATHistory(t *testing.T) {
 		t.Fatalf("estimate %v with an hour of history, want the 3s peak of 20 minutes ago", got)
 	}
 }
+
+// TestATOffClientTakesNoEarlyReplies: a client whose node has adaptive
+// timeouts off (at_max 0) does not flag its requests MsgATSupport, so
+// the server, adaptive timeouts on or not, does not watch them for early
+// replies; and an early reply that comes all the same does not extend the
+// request, which times out after obd_timeout (Lustre: no
+// MSGHDR_AT_SUPPORT, no early replies).
+func TestATOffClientTakesNoEarlyReplies(t *testing.T) {
+	te := newTgtEnv(t, loEnv, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	setNodeTimeouts(t, func(t *Timeouts) { t.ATMax, t.Obd = 0, time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := imp.Do(ctx, &Req{Opcode: opHold})
+		done <- err
+	}()
+	var req *Request
+	select {
+	case req = <-te.held:
+	case err := <-done:
+		t.Fatalf("request ended before its handler ran: %v", err)
+	}
+	if req.Header.Flags&wire.MsgATSupport != 0 {
+		t.Errorf("request flags %v: AT_SUPPORT with at_max 0", req.Header.Flags)
+	}
+	te.svc.erMu.Lock()
+	watched := req.erIdx >= 0
+	te.svc.erMu.Unlock()
+	if watched {
+		t.Errorf("the server watches for early replies a request of a client with adaptive timeouts off")
+	}
+	// A server that sends one all the same, asking for an hour more.
+	te.svc.erMu.Lock()
+	req.erTimeout = time.Hour
+	te.svc.sendEarly(req)
+	te.svc.erMu.Unlock()
+	// The request still times out after obd_timeout (1s) and is resent.
+	for te.c.Stats().Timeouts == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no timeout after an early reply to a client with adaptive timeouts off: client %+v", te.c.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	close(te.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := te.c.Stats(); st.EarlyReplies != 0 {
+		t.Fatalf("client counted %d early replies with adaptive timeouts off", st.EarlyReplies)
+	}
+	if n := te.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// TestEarlyReplyCappedByATMax: no early reply extends a request's
+// deadline past its arrival plus at_max: the extension that would is cut
+// short to end there, and after it none is sent (Lustre's
+// ptlrpc_at_send_early_reply: "couldn't add any time").
+func TestEarlyReplyCappedByATMax(t *testing.T) {
+	setNodeTimeouts(t, func(t *Timeouts) { t.ATMin, t.ATMax = 0, 2*time.Second })
+	ln := startLNet(t, "", 0)
+	s := startService(t, ln, reqPortal)
+	t0 := time.Now()
+	limit := t0.Add(2 * time.Second)
+	r := &Request{Arrived: t0, erTimeout: time.Second, erDeadline: t0.Add(time.Second), erIdx: -1}
+	s.erMu.Lock()
+	defer s.erMu.Unlock()
+	for _, step := range []struct {
+		at       time.Duration // since arrival
+		ext      time.Duration // extension wanted, 0 none
+		deadline time.Duration // since arrival, after it
+	}{
+		{900 * time.Millisecond, time.Second, 1900 * time.Millisecond},
+		{1800 * time.Millisecond, 200 * time.Millisecond, 2 * time.Second}, // cut short at at_max
+		{1950 * time.Millisecond, 0, 2 * time.Second},                      // nothing left to add
+	} {
+		now := t0.Add(step.at)
+		ext := s.extendLocked(r, now)
+		if ext != step.ext || !r.erDeadline.Equal(t0.Add(step.deadline)) {
+			t.Fatalf("at %v: extension %v, deadline arrival+%v; want %v, arrival+%v", step.at, ext, r.erDeadline.Sub(t0), step.ext, step.deadline)
+		}
+		if r.erDeadline.After(limit) {
+			t.Fatalf("at %v: deadline arrival+%v past at_max 2s", step.at, r.erDeadline.Sub(t0))
+		}
+		if ext > 0 && r.erTimeout != ext {
+			t.Fatalf("at %v: the early reply would tell %v, the extension is %v", step.at, r.erTimeout, ext)
+		}
+	}
+}

@@ -27,6 +27,25 @@ type Param struct {
 	Get      func() (string, error)
 	Set      func(value string) error
 	Validate func(value string) error
+	// Group, if not nil, ties the parameter to others whose values are
+	// checked against each other (see Group).
+	Group *Group
+}
+
+// Group ties parameters whose values are only valid together, such as a
+// node's at_min, which may not exceed its at_max: a set_param that
+// assigns several members (at_min=100 at_max=200) checks them against
+// the values they set together, not one by one against the values they
+// replace, and sets them in one step. Each member's own Validate still
+// checks its value alone (syntax, range) first; members are told apart by
+// their Name. The functions may be called from any goroutine.
+type Group struct {
+	// Validate says whether the values assigned, by parameter name, with
+	// the present values of the members not assigned, are consistent.
+	Validate func(values map[string]string) error
+	// Set sets the values assigned, by parameter name: all of them or,
+	// with an error, none. Not nil.
+	Set func(values map[string]string) error
 }
 
 // Info describes a registered parameter, or (Dir) a component that
@@ -417,13 +436,15 @@ type SetOptions struct {
 
 // Set carries out a set_param: every assignment's pattern must match at
 // least one parameter (unless opts.Partial), every match must be
-// writable, and its Validate must accept the value; only then are the
-// values set, in order, and the values set returned (Value holds the
-// value given). If any check fails nothing is changed and the error
-// (wrapping ErrNoMatch, ErrReadOnly, ErrBadValue or ErrBadName) names the
-// first parameter at fault. A Set that fails after every check passed
-// (the layer changed its mind) stops there: the error says which
-// parameters were already set.
+// writable, and its Validate must accept the value, and the members of a
+// Group assigned must be consistent together; only then are the values
+// set, in order (a group's at its first member), and the values set
+// returned (Value holds the value given). If any check fails nothing is
+// changed and the error (wrapping ErrNoMatch, ErrReadOnly, ErrBadValue or
+// ErrBadName) names the first parameter at fault, or the group's members
+// assigned. A Set that fails after every check passed (the layer changed
+// its mind) stops there: the error says which parameters were already
+// set.
 func (r *Registry) Set(opts SetOptions, assigns ...Assignment) ([]Value, error) {
 	r.setMu.Lock()
 	defer r.setMu.Unlock()
@@ -432,6 +453,10 @@ func (r *Registry) Set(opts SetOptions, assigns ...Assignment) ([]Value, error) 
 		value string
 	}
 	var todo []target
+	// The values assigned to each group's members, groups in the order
+	// their first member comes.
+	grouped := make(map[*Group]map[string]string)
+	var groups []*Group
 	for _, a := range assigns {
 		ps, err := r.lookup(a.Pattern)
 		if err != nil {
@@ -450,6 +475,33 @@ func (r *Registry) Set(opts SetOptions, assigns ...Assignment) ([]Value, error) 
 				}
 			}
 			todo = append(todo, target{p, a.Value})
+			if g := p.Group; g != nil {
+				if grouped[g] == nil {
+					grouped[g] = make(map[string]string)
+					groups = append(groups, g)
+				}
+				grouped[g][p.Name] = a.Value
+			}
+		}
+	}
+	// members lists a group's assignments in the order given, for errors.
+	members := func(g *Group) (names, values string) {
+		var ns, vs []string
+		for _, t := range todo {
+			if t.p.Group == g && !slices.Contains(ns, t.p.Name) {
+				ns = append(ns, t.p.Name)
+				vs = append(vs, grouped[g][t.p.Name])
+			}
+		}
+		return strings.Join(ns, ","), strings.Join(vs, ",")
+	}
+	for _, g := range groups {
+		if g.Validate == nil {
+			continue
+		}
+		if err := g.Validate(grouped[g]); err != nil {
+			names, values := members(g)
+			return nil, badValue(names, values, err)
 		}
 	}
 	out := make([]Value, 0, len(todo))
@@ -459,17 +511,37 @@ func (r *Registry) Set(opts SetOptions, assigns ...Assignment) ([]Value, error) 
 	if opts.DryRun {
 		return out, nil
 	}
+	var done []string
 	for i, t := range todo {
-		if err := t.p.Set(t.value); err != nil {
-			e := badValue(t.p.Name, t.value, err)
-			if i > 0 {
-				var done []string
-				for _, d := range todo[:i] {
-					done = append(done, d.p.Name)
-				}
+		g := t.p.Group
+		var err error
+		switch {
+		case g == nil:
+			err = t.p.Set(t.value)
+		case slices.Contains(done, t.p.Name):
+			continue // set with its group's first member
+		default:
+			err = g.Set(grouped[g])
+		}
+		if err != nil {
+			name, value := t.p.Name, t.value
+			if g != nil {
+				name, value = members(g)
+			}
+			e := badValue(name, value, err)
+			if len(done) > 0 {
 				e.Reason = fmt.Sprintf("%v (already set: %s)", err, strings.Join(done, ", "))
 			}
 			return out[:i], e
+		}
+		if g != nil {
+			for _, m := range todo {
+				if m.p.Group == g && !slices.Contains(done, m.p.Name) {
+					done = append(done, m.p.Name)
+				}
+			}
+		} else {
+			done = append(done, t.p.Name)
 		}
 	}
 	return out, nil

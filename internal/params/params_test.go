@@ -443,3 +443,59 @@ func TestStaleSockets(t *testing.T) {
 		t.Errorf("1.sock removed: %v", err)
 	}
 }
+
+// TestSizeSuffixes: a size parameter (_mb, _kb) takes K, M, G, T, P and
+// E suffixes, either case, relative to its own unit, as Lustre's
+// lprocfs_str_with_units_to_u64: max_dirty_mb=1G is 1024. A value under
+// one unit is refused; plain numbers parse as before (0x hex too); other
+// integer parameters take no suffix.
+func TestSizeSuffixes(t *testing.T) {
+	r := New()
+	vals := map[string]int64{}
+	intParam := func(name string, lo, hi int64) Param {
+		return Int(name, "", func() int64 { return vals[name] }, func(n int64) error { vals[name] = n; return nil }, lo, hi, nil)
+	}
+	if _, err := r.RegisterAll(intParam("osc.a.max_dirty_mb", 1, 2048), intParam("osd-file.b.direct_write_min_kb", 0, 1<<20),
+		intParam("osc.a.max_rpcs_in_flight", 1, 512)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, value string
+		want        int64 // -1: refused
+	}{
+		{"osc.a.max_dirty_mb", "1G", 1024},
+		{"osc.a.max_dirty_mb", "1g", 1024},
+		{"osc.a.max_dirty_mb", "512M", 512},
+		{"osc.a.max_dirty_mb", " 512m ", 512},
+		{"osc.a.max_dirty_mb", "2048K", 2},
+		{"osc.a.max_dirty_mb", "1536K", 1}, // rounded down, as Lustre
+		{"osc.a.max_dirty_mb", "100K", -1}, // under one MiB
+		{"osc.a.max_dirty_mb", "2T", -1},   // 2097152 MiB: out of range
+		{"osc.a.max_dirty_mb", "99999999999E", -1},
+		{"osc.a.max_dirty_mb", "300", 300},
+		{"osc.a.max_dirty_mb", "0x100", 256},
+		{"osc.a.max_dirty_mb", "1X", -1},
+		{"osc.a.max_dirty_mb", "G", -1},
+		{"osc.a.max_dirty_mb", "-1G", -1},
+		{"osd-file.b.direct_write_min_kb", "1M", 1024},
+		{"osd-file.b.direct_write_min_kb", "64k", 64},
+		{"osd-file.b.direct_write_min_kb", "0K", 0},
+		{"osd-file.b.direct_write_min_kb", "512", 512},
+		{"osc.a.max_rpcs_in_flight", "8", 8},
+		{"osc.a.max_rpcs_in_flight", "1K", -1},
+	} {
+		delete(vals, tc.name)
+		_, err := r.Set(SetOptions{}, Assignment{Pattern: tc.name, Value: tc.value})
+		got, set := vals[tc.name]
+		switch {
+		case tc.want < 0 && err == nil:
+			t.Errorf("%s=%s: set %d, want refused", tc.name, tc.value, got)
+		case tc.want < 0 && !errors.Is(err, ErrBadValue):
+			t.Errorf("%s=%s: %v, want a bad value", tc.name, tc.value, err)
+		case tc.want >= 0 && err != nil:
+			t.Errorf("%s=%s: %v", tc.name, tc.value, err)
+		case tc.want >= 0 && (!set || got != tc.want):
+			t.Errorf("%s=%s: set %d, want %d", tc.name, tc.value, got, tc.want)
+		}
+	}
+}

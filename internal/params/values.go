@@ -2,20 +2,92 @@ package params
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
+// SizeUnit says whether the parameter name (its last component) holds a
+// size in MiB (a name ending in _mb: max_dirty_mb) or KiB (_kb:
+// direct_write_min_kb), and returns the unit as a power of two (20, 10).
+func SizeUnit(name string) (shift uint, ok bool) {
+	switch {
+	case strings.HasSuffix(name, "_mb"):
+		return 20, true
+	case strings.HasSuffix(name, "_kb"):
+		return 10, true
+	}
+	return 0, false
+}
+
+// sizeSuffixes are the unit suffixes a size takes, each 1024 times the
+// one before it, from KiB.
+const sizeSuffixes = "kmgtpe"
+
+// ParseSize reads the value of a size parameter whose unit is 1<<shift
+// bytes (see SizeUnit), as Lustre's lprocfs_str_with_units_to_u64: a
+// plain integer (decimal, 0x hex or 0 octal) is in the parameter's unit;
+// a decimal number followed by K, M, G, T, P or E (either case) is KiB,
+// MiB... converted to it, rounded down (max_dirty_mb=1G is 1024,
+// max_dirty_mb=512M is 512). A suffixed value that is less than one
+// unit (100K for a MiB parameter), or does not fit an int64, is an error.
+func ParseSize(v string, shift uint) (int64, error) {
+	v = strings.TrimSpace(v)
+	if n, err := strconv.ParseInt(v, 0, 64); err == nil {
+		return n, nil
+	}
+	bad := &Error{Kind: ErrBadValue, Reason: "want an integer, or one with a K, M, G, T, P or E suffix"}
+	if v == "" {
+		return 0, bad
+	}
+	i := strings.IndexByte(sizeSuffixes, strings.ToLower(v[len(v)-1:])[0])
+	if i < 0 {
+		return 0, bad
+	}
+	n, err := strconv.ParseUint(v[:len(v)-1], 10, 64)
+	if err != nil {
+		return 0, bad
+	}
+	suffix := 10 * uint(i+1)
+	if suffix < shift {
+		u := n >> (shift - suffix)
+		if n != 0 && u == 0 {
+			return 0, &Error{Kind: ErrBadValue, Reason: fmt.Sprintf("%s is less than one unit (%s)", v, unitName(shift))}
+		}
+		return int64(u), nil
+	}
+	up := suffix - shift
+	if up >= 63 || n > math.MaxInt64>>up {
+		return 0, &Error{Kind: ErrBadValue, Reason: fmt.Sprintf("%s is too large", v)}
+	}
+	return int64(n << up), nil
+}
+
+// unitName names the unit 1<<shift bytes.
+func unitName(shift uint) string {
+	if shift >= 10 && shift%10 == 0 && shift/10 <= uint(len(sizeSuffixes)) {
+		return strings.ToUpper(sizeSuffixes[shift/10-1:shift/10]) + "iB"
+	}
+	return fmt.Sprintf("%d bytes", uint64(1)<<shift)
+}
+
 // Int returns a parameter holding an integer in [lo, hi], as Lustre's
 // numeric tunables: Validate parses and checks the range, then check (if
 // not nil) says whether the layer takes the value in its present state
-// (max_dirty_mb below one RPC...). set nil makes it read-only.
+// (max_dirty_mb below one RPC...). set nil makes it read-only. A size
+// parameter (name ending in _mb or _kb) takes unit suffixes (ParseSize).
 func Int(name, help string, get func() int64, set func(int64) error, lo, hi int64, check func(int64) error) Param {
+	shift, size := SizeUnit(name)
 	parse := func(v string) (int64, error) {
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64)
-		if err != nil {
+		var n int64
+		var err error
+		if size {
+			if n, err = ParseSize(v, shift); err != nil {
+				return 0, err
+			}
+		} else if n, err = strconv.ParseInt(strings.TrimSpace(v), 0, 64); err != nil {
 			return 0, &Error{Kind: ErrBadValue, Reason: fmt.Sprintf("want an integer from %d to %d", lo, hi)}
 		}
 		if n < lo || n > hi {

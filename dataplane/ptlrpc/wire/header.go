@@ -116,11 +116,17 @@ const (
 	// algorithm the client chose, which a read's reply then uses too
 	// (Lustre's OBD_FL_CKSUM_CRC32 in the obdo). Requests and replies.
 	MsgBulkCksumCRC32 MsgFlags = 0x400
+	// MsgATSupport says the client runs adaptive timeouts and takes early
+	// replies: a server sends early replies only to requests that carry
+	// it, and a client sets it only while its node's at_max is not 0.
+	// Lustre's MSGHDR_AT_SUPPORT (a bit of lm_flags, where Nacre has one
+	// flag word: the value is Nacre's). Requests only.
+	MsgATSupport MsgFlags = 0x800
 )
 
 // Flags each message type may carry.
 const (
-	requestFlags = MsgLastReplay | MsgResent | MsgReplay | MsgReqReplayDone | MsgLockReplayDone | MsgBulkCksum | MsgBulkCksumCRC32
+	requestFlags = MsgLastReplay | MsgResent | MsgReplay | MsgReqReplayDone | MsgLockReplayDone | MsgBulkCksum | MsgBulkCksumCRC32 | MsgATSupport
 	replyFlags   = MsgEarlyReply | MsgBulkCksum | MsgBulkCksumCRC32
 	errorFlags   = MsgFlags(0)
 )
@@ -137,6 +143,7 @@ var flagNames = [...]struct {
 	{MsgEarlyReply, "EARLY_REPLY"},
 	{MsgBulkCksum, "BULK_CKSUM"},
 	{MsgBulkCksumCRC32, "CKSUM_CRC32"},
+	{MsgATSupport, "AT_SUPPORT"},
 }
 
 // String lists the set flags by Lustre's names joined with "|"
