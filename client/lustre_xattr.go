@@ -514,7 +514,12 @@ func maySearch(cred Cred, a Attr) bool {
 
 // dirPage reads a page of dir's entries from cookie with their attributes
 // and layouts (see XattrReaddirPrefix).
+// Each read is an open of its own: the caller needs read permission on
+// dir, which the MDT's READDIR does not check (see Access).
 func (fs *FS) dirPage(ctx context.Context, cred Cred, dir FID, cookie uint64) (*DirPage, error) {
+	if err := fs.Access(ctx, cred, dir, accessRead); err != nil {
+		return nil, err
+	}
 	ents, next, err := fs.mdc.ReadPage(ctx, cred, dir, cookie, 0)
 	if err != nil {
 		return nil, err

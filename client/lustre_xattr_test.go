@@ -290,5 +290,18 @@ func TestLustreXattrs(t *testing.T) {
 		if len(seen) != len(want) || pages < 2 {
 			t.Fatalf("%d entries in %d pages, want %d in several", len(seen), pages, len(want))
 		}
+		// Each page read is an open: it needs read permission, which
+		// the MDT's READDIR leaves to the client.
+		priv, err := fs.Mkdir(ctx, cred, root, "priv", 0o711)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := client.Cred{UID: 1000, GID: 1000}
+		for _, cookie := range []uint64{0, 2} {
+			name := client.XattrReaddirPrefix + strconv.FormatUint(cookie, 16)
+			if _, err := fs.Getxattr(ctx, other, priv.FID, name); !errors.Is(err, syscall.EACCES) {
+				t.Fatalf("%s of a 0711 directory by another user: %v, want EACCES", name, err)
+			}
+		}
 	})
 }

@@ -472,7 +472,12 @@ func (fs *FS) Close(ctx context.Context) error {
 		}
 	}
 	if fs.mdc != nil {
-		fs.mdc.FlushCloses(ctx) // before the import goes
+		// Before the import goes, within ctx: the closes it could not
+		// send are dropped with the import (the MDT ends the opens of a
+		// client that left).
+		if err := fs.mdc.FlushCloses(ctx); err != nil {
+			fs.log.Warn("client: unmount: opens left open on the MDT", "err", err)
+		}
 	}
 	fs.cache.dropAll(fs)
 	fs.tmu.Lock()

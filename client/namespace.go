@@ -703,12 +703,46 @@ func (fs *FS) Link(ctx context.Context, cred Cred, f, parent FID, name string) (
 
 // ReadDir returns up to max entries of dir from cookie (0: the start,
 // with "." and ".."), and the cookie to go on from (DirEnd after the
-// last).
+// last). cred needs read permission on dir, checked at every call (the
+// MDT's READDIR checks none, as an open did); OpenDir checks it once.
 func (fs *FS) ReadDir(ctx context.Context, cred Cred, dir FID, cookie uint64, max int) ([]DirEntry, uint64, error) {
+	if err := fs.Access(ctx, cred, dir, accessRead); err != nil {
+		return nil, 0, err
+	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
 	return fs.mdc.ReadPage(ctx, cred, dir, cookie, max)
 }
+
+// Dir is a directory opened for reading (opendir(3)): the permission to
+// read it was checked at the open, and its pages read on whoever reads
+// them and whatever chmod comes after, as a Linux directory descriptor
+// kept across a setuid or passed to another user does.
+type Dir struct {
+	fs   *FS
+	cred Cred
+	fid  FID
+}
+
+// OpenDir opens dir for reading as cred, who needs read permission on it
+// (EACCES otherwise; ENOTDIR for another kind of file).
+func (fs *FS) OpenDir(ctx context.Context, cred Cred, dir FID) (*Dir, error) {
+	if err := fs.Access(ctx, cred, dir, accessRead); err != nil {
+		return nil, err
+	}
+	return &Dir{fs: fs, cred: cred, fid: dir}, nil
+}
+
+// ReadDir is FS.ReadDir of the directory opened, with the opener's
+// credentials and no further permission check.
+func (d *Dir) ReadDir(ctx context.Context, cookie uint64, max int) ([]DirEntry, uint64, error) {
+	ctx, cancel := d.fs.op(ctx)
+	defer cancel()
+	return d.fs.mdc.ReadPage(ctx, d.cred, d.fid, cookie, max)
+}
+
+// FID returns the directory's FID.
+func (d *Dir) FID() FID { return d.fid }
 
 // DirEnd is the cookie after a directory's last entry.
 const DirEnd = mdc.DirEnd

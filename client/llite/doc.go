@@ -26,7 +26,10 @@
 // and POSIX ACLs — and the mount does not use default_permissions. The
 // umask goes to the MDT with the mode of a new file (FUSE_DONT_MASK), which
 // applies it unless the directory has a default ACL, as Linux does. Access
-// (access(2), chdir) checks mode bits and the access ACL here. Without
+// (access(2), chdir) checks mode bits and the access ACL here, and so
+// does opendir: the MDT's READDIR checks no permission (Lustre's does
+// not), so that a directory handle reads on whoever holds it, as Linux's
+// do. Without
 // default_permissions the kernel checks no search permission on the way
 // through directories whose entries it has cached: entries of a directory
 // that not everyone may search (not a+x) are never cached, so that each

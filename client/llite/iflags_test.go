@@ -208,3 +208,36 @@ func ls(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestChattrDropsUnknownFlags: FS_IOC_SETFLAGS through the mount stores
+// only the flags Nacre keeps (mdd.FlagsKept, Lustre's set): chattr +dA
+// leaves the file with A alone, on this client and another, and no error;
+// lsattr never shows a flag that nothing honours.
+func TestChattrDropsUnknownFlags(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, Clients: 2})
+	a, b := mountT(t, c, 0), mountT(t, c, 1)
+	p := filepath.Join(a.Dir(), "f")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		nodump  = 0x00000040 // FS_NODUMP_FL, d
+		noatime = 0x00000080 // FS_NOATIME_FL, A
+		nocow   = 0x00800000 // FS_NOCOW_FL, C
+	)
+	fd, err := unix.Open(p, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, nodump|noatime|nocow)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatalf("FS_IOC_SETFLAGS d|A|C: %v", err)
+	}
+	if got := getFlags(t, p); got != noatime {
+		t.Fatalf("flags after setting d|A|C: %#x, want %#x (A)", got, noatime)
+	}
+	if got := getFlags(t, filepath.Join(b.Dir(), "f")); got != noatime {
+		t.Fatalf("flags on the other client: %#x, want %#x (A)", got, noatime)
+	}
+}

@@ -73,8 +73,8 @@ func TestMayAccess(t *testing.T) {
 		{user(11, 20), dir, 1, true},
 		{user(12, 21), dir, 1, false},
 	} {
-		if got := mayAccess(tc.cred, tc.a, nil, tc.mask); got != tc.want {
-			t.Errorf("mayAccess(%+v, %o, %d) = %v", tc.cred, tc.a.Mode, tc.mask, got)
+		if got := client.MayAccess(tc.cred, tc.a, nil, tc.mask); got != tc.want {
+			t.Errorf("MayAccess(%+v, %o, %d) = %v", tc.cred, tc.a.Mode, tc.mask, got)
 		}
 	}
 }

@@ -3,8 +3,6 @@ package llite
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"sync/atomic"
 	"syscall"
 
@@ -14,7 +12,6 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/mdc"
-	"github.com/nacrefs/nacre/mds/mdd"
 )
 
 // node is a file the kernel knows: nothing but its FID (see doc.go).
@@ -208,74 +205,23 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // Access checks access(2) and chdir as the MDT checks every operation:
 // by mode bits and capabilities, and for a caller other than the owner by
 // the file's access ACL when it has one (a named entry may grant what the
-// mode bits do not, or deny what they allow).
+// mode bits do not, or deny what they allow). See client.FS.Access.
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	ctx, cred, done := n.m.req(ctx)
 	defer done()
-	a, err := n.m.fs.Getattr(ctx, cred, n.fid)
-	if err != nil {
-		return n.m.errno(err, "access", n.fid)
-	}
 	if mask&2 != 0 && n.m.ro {
-		return syscall.EROFS
-	}
-	if mask&2 != 0 && a.Flags&mdd.FlagImmutable != 0 {
-		return syscall.EPERM // whoever asks, as inode_permission
-	}
-	var acl mdd.ACL
-	if a.UID != cred.UID && cred.Cap&mdc.CapDacOverride == 0 {
-		// (Read alike by everyone: cached, and none at all costs no RPC
-		// when the attributes say the file has no extended attributes.)
-		v, err := n.m.fs.Getxattr(ctx, cred, n.fid, mdd.XattrACLAccess)
-		switch {
-		case err == nil:
-			if acl, err = mdd.ParseACL(v); err != nil {
-				return n.m.errno(fmt.Errorf("access: %s of %v: %v: %w", mdd.XattrACLAccess, n.fid, err, syscall.EIO), "access", n.fid)
-			}
-		case !errors.Is(err, syscall.ENODATA):
+		if _, err := n.m.fs.Getattr(ctx, cred, n.fid); err != nil {
 			return n.m.errno(err, "access", n.fid)
 		}
+		return syscall.EROFS
 	}
-	if !mayAccess(cred, a, acl, mask) {
-		return syscall.EACCES
+	if err := n.m.fs.Access(ctx, cred, n.fid, mask); err != nil {
+		if e := client.Errno(err); e == syscall.EACCES || e == syscall.EPERM {
+			return e
+		}
+		return n.m.errno(err, "access", n.fid)
 	}
 	return 0
-}
-
-// mayAccess says whether cred may access a file with attributes a and
-// access ACL acl (nil: none) as mask (R_OK 4, W_OK 2, X_OK 1) asks, by
-// mode bits, the ACL and capabilities (Linux's generic_permission).
-func mayAccess(cred client.Cred, a client.Attr, acl mdd.ACL, mask uint32) bool {
-	mask &= 7
-	isDir := a.Mode&syscall.S_IFMT == syscall.S_IFDIR
-	anyX := a.Mode&0o111 != 0
-	if cred.Cap&mdc.CapDacOverride != 0 && (mask&1 == 0 || isDir || anyX) {
-		return true
-	}
-	if cred.Cap&mdc.CapDacReadSearch != 0 && mask&2 == 0 && (mask&1 == 0 || isDir) {
-		return true
-	}
-	var bits uint32
-	switch {
-	case a.UID == cred.UID:
-		bits = a.Mode >> 6
-	case acl != nil:
-		return acl.Permits(&mdd.Cred{UID: cred.UID, GID: cred.GID, Groups: cred.Groups}, a.UID, a.GID, uint16(mask))
-	case a.GID == cred.GID || contains(cred.Groups, a.GID):
-		bits = a.Mode >> 3
-	default:
-		bits = a.Mode
-	}
-	return bits&mask == mask
-}
-
-func contains(s []uint32, v uint32) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // Create opens name, making it if needed: one intent RPC. The kernel gets
@@ -490,14 +436,25 @@ func (n *node) uncacheIfPrivate(ctx context.Context, cred client.Cred, name stri
 }
 
 // OpendirHandle opens the directory for reading: pages are read from the
-// MDT as the kernel asks for them. The first is read now, with the
-// opener's credentials: open(2) of a directory needs read permission,
-// which the MDT checks as it reads (EACCES here, not at the first
-// getdents, which readdir(3) takes for the end of the directory). Other
-// errors are the first getdents' (a removed directory opens, as Linux's
-// do, and reads ENOENT).
+// MDT as the kernel asks for them. open(2) of a directory needs read
+// permission, which is checked here, once, with the opener's credentials
+// (EACCES at the open, not at the first getdents, which readdir(3) takes
+// for the end of the directory): the MDT's READDIR checks none, as
+// Lustre's does not, so that the handle reads on whoever calls getdents
+// (a descriptor root opened, kept across a setuid or passed to another
+// user) and whatever chmod comes after, as Linux's do. The first page is
+// read now; its errors are the first getdents' (a removed directory
+// opens, as Linux's do, and reads ENOENT).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	d := &dirHandle{n: n}
+	actx, cred, done := n.m.req(ctx)
+	dir, err := n.m.fs.OpenDir(actx, cred, n.fid)
+	done()
+	if e := client.Errno(err); e == syscall.EACCES || e == syscall.EPERM {
+		return nil, 0, e
+	}
+	// (Another error is the first getdents' to report: dir is nil, and
+	// the reads check again.)
+	d := &dirHandle{n: n, dir: dir}
 	if errno := d.read(ctx); errno == syscall.EACCES || errno == syscall.EPERM {
 		return nil, 0, errno
 	}
@@ -608,6 +565,7 @@ const dirEndOff = 1<<63 - 1
 // (telldir/seekdir).
 type dirHandle struct {
 	n    *node
+	dir  *client.Dir       // nil if the open could not tell (see OpendirHandle)
 	ents []client.DirEntry // of the page read, not returned yet
 	next uint64            // cookie after ents (0: the start)
 	// fresh says ents is a whole page not returned from yet: its
@@ -635,7 +593,14 @@ func (d *dirHandle) Releasedir(_ context.Context, _ uint32) {
 // read reads the page at d.next.
 func (d *dirHandle) read(ctx context.Context) syscall.Errno {
 	rctx, cred, done := d.n.m.req(ctx)
-	ents, next, err := d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
+	var ents []client.DirEntry
+	var next uint64
+	var err error
+	if d.dir != nil {
+		ents, next, err = d.dir.ReadDir(rctx, d.next, 0)
+	} else {
+		ents, next, err = d.n.m.fs.ReadDir(rctx, cred, d.n.fid, d.next, 0)
+	}
 	done()
 	if err != nil {
 		return d.n.m.errno(err, "readdir", d.n.fid, "cookie", d.next)
@@ -722,9 +687,11 @@ var xflagsOf = [...]struct{ fl, xfl uint32 }{
 }
 
 // Ioctl answers FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR and FS_IOC_SETFLAGS
-// from and to the MDT, which keeps the flags, checks who may change them
-// (the immutable and append-only flags need CAP_LINUX_IMMUTABLE) and
-// enforces them for every client. Other commands: ENOTTY.
+// from and to the MDT, which keeps the flags (only mdd.FlagsKept, as
+// Lustre's: other bits are dropped without an error), checks who may
+// change them (the immutable and append-only flags need
+// CAP_LINUX_IMMUTABLE) and enforces them for every client. Other
+// commands: ENOTTY.
 func (n *node) Ioctl(ctx context.Context, _ fs.FileHandle, cmd uint32, _ uint64, input, output []byte) (int32, syscall.Errno) {
 	switch cmd {
 	case iocGetFlags, iocGetFlags32, iocFSGetXattr:

@@ -2,10 +2,12 @@ package llite_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/mds/mdt"
 )
 
 // dirent is one linux_dirent64 getdents gave.
@@ -128,5 +131,98 @@ print "listed: @n\n"`
 	}
 	if got := run(open); got != "listed: f" {
 		t.Fatalf("nobody listing a 0755 directory of root's: %q, want listed: f", got)
+	}
+}
+
+// TestDirHandleOutlivesCredentials: read permission on a directory is
+// checked when it is opened, as Linux does, not on every page the handle
+// reads: a descriptor root opened on its 0700 directory reads the whole
+// directory (more than one READDIR page) from a thread that dropped to
+// nobody afterwards, rewound to the start included; an open by nobody is
+// still refused. The MDT checked every page with the getdents caller's
+// credentials, and the second page failed with EACCES.
+func TestDirHandleOutlivesCredentials(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1, Clients: 1})
+	a := mountT(t, c, 0)
+	dir := mkdir(t, filepath.Join(a.Dir(), "private"), 0o700)
+	const n = mdt.DefaultReaddirEntries + 200 // two pages and more
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("e%05d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(dir) // as root
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+
+	type result struct {
+		first, again int
+		openErr      error
+		err          error
+	}
+	res := make(chan result, 1)
+	go func() {
+		// This thread alone becomes nobody (raw system calls: Go's
+		// wrappers change every thread), and dies with the goroutine,
+		// never unlocked.
+		runtime.LockOSThread()
+		var r result
+		defer func() { res <- r }()
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			r.err = fmt.Errorf("setgroups: %v", e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, 65534, 65534, 65534); e != 0 {
+			r.err = fmt.Errorf("setresgid: %v", e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, 65534, 65534, 65534); e != 0 {
+			r.err = fmt.Errorf("setresuid: %v", e)
+			return
+		}
+		count := func() (int, error) {
+			buf := make([]byte, 1<<15)
+			total := 0
+			for {
+				m, err := unix.Getdents(fd, buf)
+				if err != nil {
+					return total, fmt.Errorf("getdents after %d entries: %w", total, err)
+				}
+				if m == 0 {
+					return total, nil
+				}
+				for b := buf[:m]; len(b) > 0; b = b[binary.NativeEndian.Uint16(b[16:]):] {
+					total++
+				}
+			}
+		}
+		if r.first, r.err = count(); r.err != nil {
+			return
+		}
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			r.err = fmt.Errorf("rewind: %w", err)
+			return
+		}
+		if r.again, r.err = count(); r.err != nil {
+			return
+		}
+		fd2, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err == nil {
+			unix.Close(fd2)
+		}
+		r.openErr = err
+	}()
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("reading root's descriptor as nobody: %v", r.err)
+	}
+	if r.first != n+2 || r.again != n+2 {
+		t.Fatalf("nobody read %d entries, then %d after rewinding; want %d", r.first, r.again, n+2)
+	}
+	if !errors.Is(r.openErr, syscall.EACCES) {
+		t.Fatalf("nobody opening root's 0700 directory: %v, want EACCES", r.openErr)
 	}
 }

@@ -3,6 +3,7 @@ package mdc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -162,7 +163,7 @@ func (c *Client) flushLater() {
 	}
 	lc.flushing = true
 	lc.mu.Unlock()
-	c.FlushCloses(context.Background())
+	c.FlushCloses(context.Background()) // (what is left is tried again)
 	lc.mu.Lock()
 	lc.flushing = false
 	lc.armLocked() // kept while this flush ran, or given back
@@ -170,27 +171,56 @@ func (c *Client) flushLater() {
 }
 
 // FlushCloses sends every close put off, now (an unmount's, an HSM
-// release's, the timer's). Each gets closeTimeout, whatever ctx says (a
-// close left unsent would keep its open on the MDT); a close that got no
-// reply goes back to the queue with those not sent yet.
-func (c *Client) FlushCloses(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
+// release's, the timer's), an MDS_CLOSE each, all of them within ctx:
+// each gets closeTimeout at most, and none outlasts ctx (an unmount's
+// deadline covers them together, not a minute each). It returns nil once
+// every close got a reply. When ctx ends first, or a close gets no reply
+// (the MDT is unreachable), the closes not done go back to the queue (the
+// timer tries them again; an unmount's go with the import, and the MDT
+// ends a departed client's opens itself) and the error says how many
+// there are and names some.
+func (c *Client) FlushCloses(ctx context.Context) error {
 	for {
 		qs := c.takeCloses()
 		if len(qs) == 0 {
-			return
+			return nil
 		}
 		for i, q := range qs {
-			cctx, cancel := context.WithTimeout(ctx, closeTimeout)
-			err := c.call(cctx, wire.MDSClose, &mdsv1.CloseRequest{Cred: credTo(q.cred), Handle: q.handle, Fid: fidTo(q.fid)}, nil, 0)
-			cancel()
-			if !replied(err) {
-				c.carried(qs[i:], err)
-				return
+			err := ctx.Err()
+			if err == nil {
+				cctx, cancel := context.WithTimeout(ctx, closeTimeout)
+				err = c.call(cctx, wire.MDSClose, &mdsv1.CloseRequest{Cred: credTo(q.cred), Handle: q.handle, Fid: fidTo(q.fid)}, nil, 0)
+				cancel()
+				if replied(err) {
+					c.carried(qs[i:i+1], nil)
+					continue
+				}
 			}
-			c.carried(qs[i:i+1], nil)
+			c.carried(qs[i:], err)
+			return c.notClosed(err)
 		}
 	}
+}
+
+// notClosed describes the closes still put off after a flush that
+// stopped with err.
+func (c *Client) notClosed(err error) error {
+	lc := &c.later
+	lc.mu.Lock()
+	n := len(lc.q)
+	var fids []fid.FID
+	for _, q := range lc.q[:min(n, 8)] {
+		fids = append(fids, q.fid)
+	}
+	lc.mu.Unlock()
+	if n == 0 { // dropped: the import is closed
+		return nil
+	}
+	more := ""
+	if n > len(fids) {
+		more = ", ..."
+	}
+	return fmt.Errorf("mdc: %d put-off closes not sent (of %v%s): %w", n, fids, more, err)
 }
 
 // setupLater makes the timer (stopped) once.

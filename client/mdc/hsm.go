@@ -65,7 +65,9 @@ func (c *Client) HSMSetFlags(ctx context.Context, cred Cred, f fid.FID, set, cle
 // HSMRelease has the MDT release f, whose size is size: EPERM (not
 // archived, NORELEASE, LOST), EBUSY (dirty, open, changed since archived).
 func (c *Client) HSMRelease(ctx context.Context, cred Cred, f fid.FID, size uint64) (HSMState, error) {
-	c.FlushCloses(ctx) // a release wants no open, this client's put-off ones included
+	// A release wants no open, this client's put-off ones included (one
+	// not closed makes it EBUSY).
+	_ = c.FlushCloses(ctx)
 	var rep mdsv1.HsmState
 	req := &mdsv1.HsmStateSetRequest{Cred: credTo(cred), Fid: fidTo(f), Time: time.Now().UnixNano(), Release: true, Size: size}
 	if err := c.call(ctx, wire.MDSHSMStateSet, req, &rep, 0); err != nil {

@@ -3,9 +3,11 @@ package mdc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // loopback starts an MDT with sequences of width seqWidth and a client of
 // it on one LNet's loopback.
 func loopback(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlrpc.Client) {
+	c, m, pc, _ := loopbackServer(t, seqWidth)
+	return c, m, pc
+}
+
+// loopbackServer is loopback, with the MDT's server (to stop it).
+func loopbackServer(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlrpc.Client, *mdt.Server) {
 	ctx := context.Background()
 	lcfg := lnet.DefaultConfig()
 	lcfg.Logger = quiet
@@ -50,7 +58,7 @@ func loopback(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlrpc.Cli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { imp.Close(ctx) })
-	return mdc.New(imp, nil), m, c
+	return mdc.New(imp, nil), m, c, srv
 }
 
 // TestFIDAllocator: FIDs come from the granted sequence, object ids 1 to
@@ -96,5 +104,40 @@ func TestFIDAllocator(t *testing.T) {
 	}
 	if _, err := c.Enqueue(ctx, mdc.Root(), mdc.Intent{Op: mdc.ItLookup, Parent: root, Name: "f"}, ldlm.Hooks{}); !errors.Is(err, syscall.EOPNOTSUPP) {
 		t.Fatalf("intent without a lock client: %v", err)
+	}
+}
+
+// TestFlushClosesWithinDeadline: put-off closes flushed for an unmount
+// whose MDT is gone take the unmount's deadline, all of them together, not
+// a minute each (closeTimeout, which they got whatever the caller's
+// context said), and the error counts and names those not sent.
+func TestFlushClosesWithinDeadline(t *testing.T) {
+	c, _, _, srv := loopbackServer(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root, err := c.GetRoot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	for i := range n {
+		if !c.CloseLater(mdc.Root(), &mdc.File{Handle: uint64(i + 1), FID: root}) {
+			t.Fatal("close not put off")
+		}
+	}
+	const deadline = time.Second
+	dctx, dcancel := context.WithTimeout(context.Background(), deadline)
+	defer dcancel()
+	start := time.Now()
+	err = c.FlushCloses(dctx)
+	took := time.Since(start)
+	if took > deadline+2*time.Second {
+		t.Fatalf("flush of %d closes to a stopped MDT took %v, deadline %v", n, took, deadline)
+	}
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d put-off closes not sent", n)) || !strings.Contains(err.Error(), root.String()) {
+		t.Fatalf("flush past its deadline: %v, want the %d closes left named", err, n)
 	}
 }

@@ -36,6 +36,24 @@ const (
 	FlagAppend    uint32 = 0x20
 )
 
+// FlagsKept are the inode flags (FS_*_FL) a chattr stores: the ones
+// Lustre's MDT keeps (ldiskfs's osd_attr_set keeps what
+// ll_ext_to_inode_flags maps to the inode's S_* flags, and
+// PROJINHERIT), the rest of a chattr's bits being silently dropped, as
+// there. Immutable and append-only are enforced here for every client;
+// SYNC, NOATIME, DIRSYNC and PROJINHERIT are only carried (lsattr shows
+// them back), which is harmless: each asks only for what Nacre does
+// anyway (the MDT commits before it answers) or for nothing it offers
+// (atime, projects). Flags such as NODUMP, COMPR, NOCOW, DAX, CASEFOLD,
+// ENCRYPT or the ones ext4 reports but lets no one set (EXTENTS,
+// INLINE_DATA, ...) would claim what Nacre does not do.
+const FlagsKept = 0x00000008 | // FS_SYNC_FL
+	FlagImmutable |
+	FlagAppend |
+	0x00000080 | // FS_NOATIME_FL
+	0x00010000 | // FS_DIRSYNC_FL
+	0x20000000 // FS_PROJINHERIT_FL
+
 // SetAttr is a setattr request: Valid says which fields apply.
 type SetAttr struct {
 	Valid  uint32
@@ -63,9 +81,11 @@ type SetAttr struct {
 //   - size: needs write permission (EACCES) unless AttrOpenWrite; EISDIR
 //     on a directory, EINVAL on other non-regular files. It sets the LSOM
 //     size.
-//   - flags: owner or CapFowner; the immutable and append-only flags need
-//     CapLinuxImmutable (EPERM); while FlagImmutable stays set, no other
-//     flag may change (EPERM, as ext4 and ldiskfs refuse).
+//   - flags: owner or CapFowner; only FlagsKept are stored, other bits
+//     are dropped without an error (as Lustre does); the immutable and
+//     append-only flags need CapLinuxImmutable (EPERM); while
+//     FlagImmutable stays set, no other flag may change (EPERM, as ext4
+//     and ldiskfs refuse).
 //
 // Before all that, whoever asks (notify_change, do_truncate): an
 // immutable or append-only f takes no chmod, chown, explicit times or size
@@ -147,6 +167,7 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 		}
 	}
 	if sa.Valid&AttrFlags != 0 {
+		sa.Flags &= FlagsKept
 		if !t.owner(n) {
 			return Attr{}, fail(syscall.EPERM, "chattr %v by uid %d: not the owner", f, c.UID)
 		}

@@ -89,7 +89,7 @@ func TestImmutableFile(t *testing.T) {
 			{"rename exchange", func() error { _, err := s.Rename(r.r, pub, "other", pub, "f", RenameExchange); return err }},
 			{"link", func() error { _, err := s.Link(r.r, f, pub, "h"); return err }},
 			{"chattr keeping immutable", func() error {
-				_, err := s.Setattr(r.r, f, SetAttr{Valid: AttrFlags, Flags: FlagImmutable | 0x40})
+				_, err := s.Setattr(r.r, f, SetAttr{Valid: AttrFlags, Flags: FlagImmutable | 0x80})
 				return err
 			}},
 		} {
@@ -208,8 +208,8 @@ func TestAppendOnlyFile(t *testing.T) {
 	if err != nil || a.Mtime == before.Mtime {
 		t.Fatalf("touch of an append-only file: mtime %d (was %d), %v", a.Mtime, before.Mtime, err)
 	}
-	if a, err := s.Setattr(root, f, SetAttr{Valid: AttrFlags, Flags: FlagAppend | 0x40}); err != nil || a.Flags != FlagAppend|0x40 {
-		t.Fatalf("chattr +d of an append-only file: flags %#x, %v", a.Flags, err)
+	if a, err := s.Setattr(root, f, SetAttr{Valid: AttrFlags, Flags: FlagAppend | 0x80}); err != nil || a.Flags != FlagAppend|0x80 {
+		t.Fatalf("chattr +A of an append-only file: flags %#x, %v", a.Flags, err)
 	}
 	if a.Size != 5 {
 		t.Fatalf("size %d, want 5", a.Size)
@@ -365,5 +365,37 @@ func TestACLLinuxEdges(t *testing.T) {
 	wantErrno(t, "XATTR_CREATE of an existing ACL", s.Setxattr(owner, f, XattrACLAccess, full.Marshal(), XattrCreate), 0)
 	if v, err := s.Getxattr(owner, f, XattrACLAccess); err != nil || !reflect.DeepEqual(v, full.Marshal()) {
 		t.Fatalf("ACL = %v, %v", v, err)
+	}
+}
+
+// TestChattrKeepsOnlyKnownFlags: a chattr stores only FlagsKept (as
+// Lustre's MDT keeps only the flags its inodes carry); other bits are
+// dropped without an error, and a chattr of an immutable file that
+// differs only by such bits changes nothing and is not refused.
+func TestChattrKeepsOnlyKnownFlags(t *testing.T) {
+	s := newStore(t)
+	f := create(t, s, root, RootFID, "f", 0o644)
+	for bit := uint32(1); bit != 0; bit <<= 1 {
+		if bit&(FlagImmutable|FlagAppend) != 0 {
+			continue
+		}
+		a, err := s.Setattr(root, f, SetAttr{Valid: AttrFlags, Flags: bit})
+		if err != nil {
+			t.Fatalf("chattr %#x: %v", bit, err)
+		}
+		if want := bit & FlagsKept; a.Flags != want || getattr(t, s, f).Flags != want {
+			t.Fatalf("chattr %#x: flags %#x (stored %#x), want %#x", bit, a.Flags, getattr(t, s, f).Flags, want)
+		}
+	}
+	a, err := s.Setattr(root, f, SetAttr{Valid: AttrFlags, Flags: ^uint32(0)})
+	if err != nil || a.Flags != FlagsKept {
+		t.Fatalf("chattr of every bit: flags %#x, %v; want %#x", a.Flags, err, FlagsKept)
+	}
+	owner := user(1000, 1000)
+	pub := mkdir(t, s, root, RootFID, "pub", 0o777)
+	g := create(t, s, owner, pub, "g", 0o644)
+	chattr(t, s, g, FlagImmutable)
+	if a, err := s.Setattr(owner, g, SetAttr{Valid: AttrFlags, Flags: FlagImmutable | 0x40}); err != nil || a.Flags != FlagImmutable {
+		t.Fatalf("chattr +d (not kept) of an immutable file by its owner: flags %#x, %v; want %#x", a.Flags, err, FlagImmutable)
 	}
 }
