@@ -155,7 +155,7 @@ func TestLctl(t *testing.T) {
 		// per-file read-ahead window, read and changed at run time.
 		for _, p := range []struct{ name, def, set string }{
 			{"osd-file.nacre-OST0001.direct_write_min_kb", "0", "1024"},
-			{"osd-file.nacre-OST0001.direct_read_min_kb", "1024", "0"},
+			{"osd-file.nacre-OST0001.direct_read_min_kb", "0", "1024"},
 			{"obdfilter.nacre-OST0001.sync_journal", "0", "1"},
 			{"obdfilter.nacre-OST0001.degraded", "0", "1"},
 			{"llite.nacre-" + id + ".max_read_ahead_per_file_mb", "32", "8"},

@@ -68,12 +68,11 @@ func (d *Device) writeData(o *object, fd int, bufs [][]byte, off int64) (int, er
 // is fd, until they are full or the file ends, and returns how many bytes
 // it read.
 //
-// A read of at least Config.DirectReadMin bytes into one block-aligned
-// buffer, of a range the page cache holds none of, reads its whole blocks
-// with O_DIRECT: the disk puts them in the buffer, and the OSS spends no
-// processor on the page cache's allocation and read-ahead nor on a copy
-// out of it (buffered, a read at disk speed takes most of a core here).
-// A range the page cache holds some of (written lately, or read by small
+// With Config.DirectReadMin set, a read of at least that many bytes into
+// one block-aligned buffer, of a range the page cache holds none of, reads
+// its whole blocks with O_DIRECT: the disk puts them in the buffer, and
+// the OSS spends no processor on the page cache's allocation nor on a
+// copy out of it (see Config.DirectReadMin for what it costs). A range the page cache holds some of (written lately, or read by small
 // requests) reads through it, as do small reads, a tail shorter than a
 // block, and stores that refuse O_DIRECT. A direct read sees what
 // buffered writes left dirty: the kernel writes the range back first.

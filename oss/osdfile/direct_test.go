@@ -169,8 +169,11 @@ func evict(t *testing.T, path string) {
 func TestDirectReads(t *testing.T) {
 	d, dir := newTarget(t, 0)
 	defer d.Close()
-	if got := d.DirectReadMin(); got != 1<<20 {
-		t.Fatalf("direct read min %d by default, want 1 MiB", got)
+	if got := d.DirectReadMin(); got != 0 {
+		t.Fatalf("direct read min %d by default, want 0", got)
+	}
+	if err := d.SetDirectReadMin(1 << 20); err != nil {
+		t.Fatal(err)
 	}
 	direct := storeTakesDirect(t, dir)
 	t.Logf("store takes O_DIRECT: %v", direct)

@@ -20,9 +20,9 @@
 // holes, Punch is fallocate(PUNCH_HOLE|KEEP_SIZE). With
 // Config.DirectWriteMin set (it is 0 by default), bulk writes of at least
 // that many bytes write their block-aligned middle with O_DIRECT, around the
-// page cache (see writeData); bulk reads of at least Config.DirectReadMin
-// bytes (1 MiB by default) of a range the page cache holds none of read
-// with O_DIRECT too (see readData). Its attributes live in one
+// page cache (see writeData); with Config.DirectReadMin set (0 by default),
+// bulk reads of at least that many bytes of a range the page cache holds
+// none of read with O_DIRECT too (see readData). Its attributes live in one
 // extended attribute on the file, user.nacre.lma (trusted.nacre.lma where the
 // store does not take user xattrs; Format picks and records which), 108
 // bytes, little-endian, checksummed:
