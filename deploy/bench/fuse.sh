@@ -22,6 +22,9 @@
 #                             (the library against raw LNet); "" skips [512x]
 #   NACRE_BIN                 a nacre binary to use instead of building one
 #   NACRE_BENCH_KEEP          1 keeps the temporary directory [0]
+#   NACRE_BENCH_UP_MOUNT      1 also measures the mount nacre up makes in
+#                             its own process (--mount), on the servers'
+#                             LNet through 0@lo: column "upfuse" [1]
 #   NACRE_BENCH_PAGE_REPORTING  "off": on a VM with free page reporting,
 #                             turn it off for the run and back the guest's
 #                             free memory first (see README.md) [leave it]
@@ -37,6 +40,7 @@ md_jobs=${NACRE_BENCH_MD_JOBS:-1}
 stripes=${NACRE_BENCH_STRIPES:-0}
 extra_opts=${NACRE_BENCH_MOUNT_OPTS:-}
 lov_benchtime=${NACRE_BENCH_LOV_BENCHTIME-512x}
+up_mount=${NACRE_BENCH_UP_MOUNT:-1}
 fsname=nacre
 
 log() { printf '== %s\n' "$*" >&2; }
@@ -60,7 +64,7 @@ fi
 
 tmp=$(mktemp -d "${NACRE_BENCH_TMP:-/tmp}/nacre-bench.XXXXXX")
 bin=$tmp/bin
-mkdir -p "$bin" "$tmp/data" "$tmp/mnt" "$tmp/local" "$tmp/loop-orig" "$tmp/loop"
+mkdir -p "$bin" "$tmp/data" "$tmp/mnt" "$tmp/upmnt" "$tmp/local" "$tmp/loop-orig" "$tmp/loop"
 fuse_pids=() # the FUSE servers (nacre mount, loopback), stopped first
 up_pid=""    # nacre up, stopped once nothing uses it
 mounts=()
@@ -78,7 +82,9 @@ cleanup() {
 	for m in "${mounts[@]}"; do
 		if grep -qs " $m " /proc/self/mountinfo; then fusermount3 -uz "$m" 2>/dev/null; fi
 	done
+	# nacre up unmounts its own mount (upmnt) at SIGTERM.
 	if [ -n "$up_pid" ]; then kill -TERM "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; fi
+	if grep -qs " $tmp/upmnt " /proc/self/mountinfo; then fusermount3 -uz "$tmp/upmnt" 2>/dev/null; fi
 	if [ -n "${pr_saved:-}" ]; then echo "$pr_saved" >"$pr"; fi
 	if [ "${NACRE_BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then
 		log "logs and data kept in $tmp"
@@ -163,8 +169,14 @@ grpc=$(free_port) http=$(free_port) etcdc=$(free_port) etcdp=$(free_port) lnetpo
 src=127.0.0.1@tcp:$grpc:/$fsname
 opts=max_cached_mb=$cache_mb${extra_opts:+,$extra_opts}
 log "nacre up: MGS 127.0.0.1:$grpc, socklnd port $lnetport, data $tmp/data"
+up_args=()
+if [ "$up_mount" = 1 ]; then
+	# Its own mount, in the servers' process: through 0@lo, as a Lustre
+	# client on a server node.
+	up_args=(--mount "$tmp/upmnt" --mount-options "$opts")
+fi
 "$nacre" up --data "$tmp/data" --fsname "$fsname" --no-auth --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
-	--etcd-client-url "http://127.0.0.1:$etcdc" --etcd-peer-url "http://127.0.0.1:$etcdp" --port "$lnetport" >"$tmp/up.log" 2>&1 &
+	--etcd-client-url "http://127.0.0.1:$etcdc" --etcd-peer-url "http://127.0.0.1:$etcdp" --port "$lnetport" "${up_args[@]}" >"$tmp/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 600); do
 	grep -q '^ready' "$tmp/up.log" && break
@@ -172,12 +184,18 @@ for _ in $(seq 600); do
 	sleep 0.1
 done
 grep -q '^ready' "$tmp/up.log" || die "nacre up not ready after 60 s"
+if [ "$up_mount" = 1 ]; then
+	if ! grep -qs " $tmp/upmnt " /proc/self/mountinfo; then
+		log "nacre up did not mount $tmp/upmnt: no upfuse figures"
+		up_mount=0
+	fi
+fi
 
 lib() { "$nacre" bench "$src" --port "$lnetport" -o "$opts" --log-level warn "$@" 2>>"$tmp/lib.log"; }
 if [ "$stripes" != 0 ]; then
-	lib --workload mkdir --dir fio --stripe-count "$stripes"
-	lib --workload mkdir --dir md --stripe-count "$stripes"
+	for d in fio md fio-up md-up; do lib --workload mkdir --dir "$d" --stripe-count "$stripes"; done
 fi
+[ "$up_mount" = 1 ] && mkdir -p "$tmp/upmnt/fio-up" "$tmp/upmnt/md-up"
 
 if [ $have_fuse = 1 ]; then
 	log "nacre mount $src $tmp/mnt -o $opts"
@@ -199,10 +217,11 @@ wait_mount "$tmp/loop" $! || { cat "$tmp/loopback.log" >&2; die "loopback did no
 mounts+=("$tmp/loop")
 
 # The directory each side works in.
-declare -A where=([fuse]=$tmp/mnt/fio [local]=$tmp/local [loop]=$tmp/loop/fio)
+declare -A where=([fuse]=$tmp/mnt/fio [upfuse]=$tmp/upmnt/fio-up [local]=$tmp/local [loop]=$tmp/loop/fio)
 mkdir -p "$tmp/loop/fio"
-sides=(fuse lib local loop)
-[ $have_fuse = 1 ] || sides=(lib local loop)
+sides=(lib local loop)
+[ "$up_mount" = 1 ] && sides=(upfuse "${sides[@]}")
+[ $have_fuse = 1 ] && sides=(fuse "${sides[@]}")
 declare -A R # R[workload,side] = the figure
 
 # run_fio SIDE WORKLOAD RW BS JOBS SIZE NAME [RUNTIME]
@@ -260,7 +279,7 @@ data randread-4k randread 4k 1 "$rand_size" seq1 "$rand_runtime"
 
 # mdtest: nacre bench --path on each mount point (the same code on every
 # side), and the library.
-declare -A mdpath=([fuse]=$tmp/mnt [local]=$tmp/local [loop]=$tmp/loop)
+declare -A mdpath=([fuse]=$tmp/mnt [upfuse]=$tmp/upmnt/md-up [local]=$tmp/local [loop]=$tmp/loop)
 for s in "${sides[@]}"; do
 	drop
 	if [ "$s" = lib ]; then
@@ -299,15 +318,15 @@ echo
 echo "Nacre benchmark, $(date -u +%FT%TZ), $(nproc) CPUs; seq files $seq_size per job, random region $rand_size," \
 	"${rand_runtime}s; max_cached_mb=$cache_mb; stripes ${stripes/#0/default}; page cache dropped before every run: $([ $can_drop = 1 ] && echo yes || echo NO);" \
 	"free page reporting: $pr_state"
-echo "units: seq MiB/s, rand IOPS, mdtest ops/s; fuse = nacre mount, lib = library client (nacre bench), loop = go-fuse loopback over the local disk"
-fmt='%-16s %10s %10s %10s %10s | %9s %8s %10s %9s\n'
+echo "units: seq MiB/s, rand IOPS, mdtest ops/s; fuse = nacre mount (its own process, over socklnd), upfuse = nacre up --mount (the servers' process, through 0@lo), lib = library client (nacre bench), loop = go-fuse loopback over the local disk"
+fmt='%-16s %10s %10s %10s %10s %10s | %9s %8s %11s %10s %9s\n'
 # shellcheck disable=SC2059
-printf "$fmt" workload fuse lib local loop fuse/loop fuse/lib fuse/local lib/local
+printf "$fmt" workload fuse upfuse lib local loop fuse/loop fuse/lib upfuse/loop upfuse/lib lib/local
 ws=(seqwrite-1j seqread-1j seqwrite-4j seqread-4j randwrite-4k randread-4k mdtest-create mdtest-stat mdtest-unlink)
 for w in "${ws[@]}"; do
-	f=${R[$w,fuse]:--} l=${R[$w,lib]:--} d=${R[$w,local]:--} p=${R[$w,loop]:--}
+	f=${R[$w,fuse]:--} u=${R[$w,upfuse]:--} l=${R[$w,lib]:--} d=${R[$w,local]:--} p=${R[$w,loop]:--}
 	# shellcheck disable=SC2059
-	printf "$fmt" "$w" "$f" "$l" "$d" "$p" "$(ratio "$f" "$p")" "$(ratio "$f" "$l")" "$(ratio "$f" "$d")" "$(ratio "$l" "$d")"
+	printf "$fmt" "$w" "$f" "$u" "$l" "$d" "$p" "$(ratio "$f" "$p")" "$(ratio "$f" "$l")" "$(ratio "$u" "$p")" "$(ratio "$u" "$l")" "$(ratio "$l" "$d")"
 done
 echo
 echo "library vs raw LNet (client/lov BenchmarkStriped, 4 OSTs, 1 MiB I/O):"
@@ -315,13 +334,16 @@ echo "  write x-vs-lnet $lov_w ($lov_wl)"
 echo "  read  x-vs-lnet $lov_r ($lov_rl)"
 echo
 echo "goals:"
-for w in seqwrite-1j seqread-1j seqwrite-4j seqread-4j; do
-	r=$(ratio "${R[$w,fuse]:--}" "${R[$w,loop]:--}")
-	printf '  %-4s %-13s fuse/loop %5s >= 0.8\n' "$(verdict "$r" 0.8)" "$w" "$r"
-	r=$(ratio "${R[$w,fuse]:--}" "${R[$w,lib]:--}")
-	printf '  %-4s %-13s fuse/lib  %5s >= 0.7\n' "$(verdict "$r" 0.7)" "$w" "$r"
+for m in fuse upfuse; do
+	[ "$m" = upfuse ] && [ "$up_mount" != 1 ] && continue
+	for w in seqwrite-1j seqread-1j seqwrite-4j seqread-4j; do
+		r=$(ratio "${R[$w,$m]:--}" "${R[$w,loop]:--}")
+		printf '  %-4s %-13s %-11s %5s >= 0.8\n' "$(verdict "$r" 0.8)" "$w" "$m/loop" "$r"
+		r=$(ratio "${R[$w,$m]:--}" "${R[$w,lib]:--}")
+		printf '  %-4s %-13s %-11s %5s >= 0.7\n' "$(verdict "$r" 0.7)" "$w" "$m/lib" "$r"
+	done
+	r=$(ratio "${R[mdtest-create,$m]:--}" "${R[mdtest-create,loop]:--}")
+	printf '  %-4s %-13s %-11s %5s >= 0.5\n' "$(verdict "$r" 0.5)" mdtest-create "$m/loop" "$r"
 done
-r=$(ratio "${R[mdtest-create,fuse]:--}" "${R[mdtest-create,loop]:--}")
-printf '  %-4s %-13s fuse/loop %5s >= 0.5\n' "$(verdict "$r" 0.5)" mdtest-create "$r"
-printf '  %-4s %-13s lib/lnet  %5s >= 0.8\n' "$(verdict "${lov_w:--}" 0.8)" lov-write "${lov_w:--}"
-printf '  %-4s %-13s lib/lnet  %5s >= 0.8\n' "$(verdict "${lov_r:--}" 0.8)" lov-read "${lov_r:--}"
+printf '  %-4s %-13s %-11s %5s >= 0.8\n' "$(verdict "${lov_w:--}" 0.8)" lov-write lib/lnet "${lov_w:--}"
+printf '  %-4s %-13s %-11s %5s >= 0.8\n' "$(verdict "${lov_r:--}" 0.8)" lov-read lib/lnet "${lov_r:--}"

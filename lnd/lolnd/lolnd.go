@@ -157,18 +157,37 @@ var errRecvTwice = errors.New("lolnd: Recv called twice")
 // Recv copies the first mlen payload bytes into dst, and finalizes the
 // sender's message: its payload buffers are free once copied.
 func (r *rx) Recv(dst [][]byte, mlen int) error {
+	return r.RecvObserved(dst, mlen, nil)
+}
+
+var _ lnet.ObservingRx = (*rx)(nil)
+
+// RecvObserved is Recv showing seen each piece as soon as it is copied,
+// while the piece is in the processor's cache: an observer that reads
+// the bytes (a bulk checksum) then costs no second trip to memory.
+func (r *rx) RecvObserved(dst [][]byte, mlen int, seen func([]byte)) error {
 	err := errRecvTwice
 	r.once.Do(func() {
-		err = copyPayload(dst, r.m.Payload, mlen)
+		err = copyPayload(dst, r.m.Payload, mlen, seen)
 		r.n.host.Finalize(r.m, err)
 	})
 	return err
 }
 
-// copyPayload copies mlen bytes from the src views into the dst views.
-func copyPayload(dst, src [][]byte, mlen int) error {
+// observedCopy is the most copied at once before the observer sees it: a
+// piece that stays in a core's L2 cache (512 KiB and more on the CPUs
+// servers have), and in L1 mostly.
+const observedCopy = 32 << 10
+
+// copyPayload copies mlen bytes from the src views into the dst views,
+// showing seen (if not nil) every piece copied, in order.
+func copyPayload(dst, src [][]byte, mlen int, seen func([]byte)) error {
 	if mlen < 0 {
 		return fmt.Errorf("lolnd: negative receive length %d", mlen)
+	}
+	step := mlen
+	if seen != nil {
+		step = observedCopy
 	}
 	var si, so int
 	for _, d := range dst {
@@ -179,7 +198,10 @@ func copyPayload(dst, src [][]byte, mlen int) error {
 			if si == len(src) {
 				return fmt.Errorf("lolnd: receive of %d bytes past the payload", mlen)
 			}
-			c := copy(d[:min(len(d), mlen)], src[si][so:])
+			c := copy(d[:min(len(d), mlen, step)], src[si][so:])
+			if seen != nil {
+				seen(d[:c])
+			}
 			d, so, mlen = d[c:], so+c, mlen-c
 		}
 	}
