@@ -156,6 +156,24 @@ func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
 // acknowledged all of it. If the client asked for a checksum, the reply
 // carries src's, by the algorithm the client named.
 func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
+	return r.bulkPut(ctx, src, nil)
+}
+
+// BulkChecksum returns the algorithm of the checksum the client asked of
+// this request's bulk, and whether it asked for one.
+func (r *Request) BulkChecksum() (ChecksumType, bool) {
+	return flagChecksum(r.Header.Flags), r.Header.Flags&wire.MsgBulkCksum != 0
+}
+
+// BulkPutSummed is BulkPut for a handler that summed src with
+// BulkChecksum's algorithm as it filled it, piece by piece while each was
+// in the processor's cache (Lustre's OST sums its pages as it reads them):
+// sum is the reply's checksum, and src is not read again for it.
+func (r *Request) BulkPutSummed(ctx context.Context, src [][]byte, sum uint32) (int, error) {
+	return r.bulkPut(ctx, src, &sum)
+}
+
+func (r *Request) bulkPut(ctx context.Context, src [][]byte, sum *uint32) (int, error) {
 	n, err := r.checkBulk(src)
 	if err != nil {
 		return 0, err
@@ -167,7 +185,12 @@ func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
 	if r.Header.Flags&wire.MsgBulkCksum != 0 { // the client wants one
 		ct := flagChecksum(r.Header.Flags)
 		r.svc.countChecksum(ct)
-		r.replyCksum, r.cksumSet = ct.Sum(src), true
+		if sum != nil {
+			r.replyCksum = *sum
+		} else {
+			r.replyCksum = ct.Sum(src)
+		}
+		r.cksumSet = true
 		if r.svc.cfg.Faults.check(FailBulkReadCorrupt) {
 			r.replyCksum ^= 0x01
 		}
