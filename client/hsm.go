@@ -166,7 +166,9 @@ func (fs *FS) OpenRestore(ctx context.Context, f FID) (*File, error) {
 	}
 	ctx, cancel := fs.op(ctx)
 	defer cancel()
-	rep, err := fs.mdc.Enqueue(ctx, Root(), mdc.Intent{Op: mdc.ItOpen, FID: f, Flags: syscall.O_WRONLY}, fs.hooks())
+	// (OpenRestore: an immutable or append-only file's data comes back
+	// too; the MDT takes it only from root, of a released file.)
+	rep, err := fs.mdc.Enqueue(ctx, Root(), mdc.Intent{Op: mdc.ItOpen, FID: f, Flags: syscall.O_WRONLY | mdc.OpenRestore}, fs.hooks())
 	if err != nil {
 		return nil, err
 	}

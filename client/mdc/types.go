@@ -73,7 +73,15 @@ const (
 	// AttrOpenWrite: the caller holds the file open for write (ftruncate
 	// after a chmod).
 	AttrOpenWrite uint32 = 1 << 11
+	// AttrRestore: the HSM copytool puts the times of a file it restored
+	// back, whatever its immutable and append-only flags (CAP_SYS_ADMIN).
+	AttrRestore uint32 = 1 << 12
 )
+
+// OpenRestore is the open flag of the HSM copytool's open of a released
+// file to write its data back, whatever its immutable and append-only
+// flags (CAP_SYS_ADMIN).
+const OpenRestore = 0x800000000000
 
 // SetAttr is a setattr request: Valid says which fields apply.
 type SetAttr struct {

@@ -28,6 +28,9 @@ const (
 	// truncate needs no write permission now (ftruncate on an fd opened
 	// before a chmod; Lustre's MDS_OPEN_OWNEROVERRIDE).
 	AttrOpenWrite uint32 = 1 << 11
+	// AttrRestore says the HSM copytool puts a restored file's times
+	// back (explicit atime, mtime, ctime, nothing else): see OpenRestore.
+	AttrRestore uint32 = 1 << 12
 )
 
 // Inode flags that need CapLinuxImmutable (FS_IMMUTABLE_FL, FS_APPEND_FL).
@@ -91,6 +94,10 @@ type SetAttr struct {
 // immutable or append-only f takes no chmod, chown, explicit times or size
 // (EPERM, even with AttrOpenWrite); an immutable one no times set to now
 // either, which an append-only one takes (touch). Only the flags change.
+// Except with AttrRestore: the HSM copytool, with CapSysAdmin, puts the
+// times of a released file it restored back, whatever its flags (EPERM
+// without the capability, for a file not released, or with another
+// attribute).
 //
 // ctime becomes the request's time (or Ctime with AttrCtime). The result
 // is the new attributes; ENOENT if f does not exist; nothing changes on
@@ -111,7 +118,14 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	if err := setattrFlags(n, sa); err != nil {
+	if sa.Valid&AttrRestore != 0 {
+		if sa.Valid&^(AttrRestore|AttrAtime|AttrMtime|AttrCtime) != 0 {
+			return Attr{}, fail(syscall.EPERM, "restore setattr %v: valid %#x: only times", f, sa.Valid)
+		}
+		if err := t.restoring(n, "setattr"); err != nil {
+			return Attr{}, err
+		}
+	} else if err := setattrFlags(n, sa); err != nil {
 		return Attr{}, err
 	}
 	mode := n.Mode
@@ -292,7 +306,32 @@ const (
 	// orphan (no link left) too, and without permission checks, which
 	// were made at the first open.
 	OpenReplay uint64 = 0x400000000000
+	// OpenRestore is the HSM copytool's open of a released file to write
+	// its archived data back (Lustre's copytool writes a volatile file
+	// whose layout the MDT swaps in; Nacre's writes the file's own new
+	// objects): the immutable and append-only flags keep users from
+	// changing the file, not its data from coming back. Only with
+	// CapSysAdmin, of a released file (EPERM otherwise).
+	OpenRestore uint64 = 0x800000000000
+	// OpenInternal are the flags only the MDT itself may set.
+	OpenInternal = OpenOwnerOverride | OpenReplay
 )
+
+// restoring checks that the caller may restore n, a released file, past
+// its immutable and append-only flags (OpenRestore, AttrRestore).
+func (t *tx) restoring(n *inode, what string) error {
+	if !t.r.Cred.Has(CapSysAdmin) {
+		return fail(syscall.EPERM, "restore %s of %v by uid %d: not CAP_SYS_ADMIN", what, n.FID, t.r.Cred.UID)
+	}
+	h, err := t.hsmOf(n.FID)
+	if err != nil {
+		return err
+	}
+	if h.Flags&HSMReleased == 0 {
+		return fail(syscall.EPERM, "restore %s of %v: not released", what, n.FID)
+	}
+	return nil
+}
 
 // OpenFile checks that the caller may open f with flags and counts the open,
 // so that an Unlink of its last link keeps it as an orphan until CloseFile.
@@ -333,16 +372,22 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 	case S_IFLNK:
 		return Attr{}, fail(syscall.ELOOP, "open %v: a symlink", f)
 	}
+	restore := flags&OpenRestore != 0 && flags&OpenReplay == 0
+	if restore {
+		if err := t.restoring(n, "open"); err != nil {
+			return Attr{}, err
+		}
+	}
 	if flags&OpenReplay == 0 {
-		if want&MayWrite != 0 && n.immutable() {
+		if want&MayWrite != 0 && n.immutable() && !restore {
 			return Attr{}, fail(syscall.EPERM, "open %v for write: immutable", f)
 		}
-		if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
+		if !restore && !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
 			if err := t.may(n, want); err != nil {
 				return Attr{}, err
 			}
 		}
-		if n.appendOnly() && (flags&OpenAccMode != OpenReadOnly && flags&OpenAppend == 0 || flags&OpenTrunc != 0) {
+		if n.appendOnly() && !restore && (flags&OpenAccMode != OpenReadOnly && flags&OpenAppend == 0 || flags&OpenTrunc != 0) {
 			return Attr{}, fail(syscall.EPERM, "open %v with flags %#o: append-only", f, flags&(OpenAccMode|OpenTrunc|OpenAppend))
 		}
 	}
@@ -650,7 +695,9 @@ func (t *tx) setLayout(f fid.FID, alloc func(cur *layout.Layout) (layout.Layout,
 		return layout.Layout{}, fail(syscall.EINVAL, "set layout of %v: not a file or directory", f)
 	}
 	if err := t.may(n, MayWrite); err != nil {
-		return layout.Layout{}, err
+		if !t.r.Restore || t.restoring(n, "layout") != nil {
+			return layout.Layout{}, err
+		}
 	}
 	old, err := t.layoutOf(f)
 	if err != nil {

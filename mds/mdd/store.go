@@ -173,6 +173,11 @@ type Req struct {
 	// and the opens replayed so far, in no order with the changes of
 	// other clients, do not say what they were then.
 	Replay bool
+	// Restore says the caller restores the file for HSM (it holds it
+	// open with OpenRestore): the file's immutable and append-only flags
+	// do not refuse the layout its data comes back in. Checked as
+	// OpenRestore is: CapSysAdmin, a released file.
+	Restore bool
 }
 
 // Open opens the store in cfg.Dir, formatting it if it is empty (the root

@@ -68,6 +68,9 @@ func (t *tx) swapLayouts(a, b fid.FID, dvA *uint64) error {
 		if n.Mode&S_IFMT != S_IFREG {
 			return fail(syscall.EINVAL, "swap layouts of %v: not a regular file", f)
 		}
+		if err := n.fixed("swap layouts of"); err != nil {
+			return err // (append-only too: the data would change)
+		}
 		if err := t.may(n, MayWrite); err != nil {
 			return err
 		}

@@ -752,7 +752,9 @@ func (m *MDT) doLayoutIntent(ctx context.Context, r *ptlrpc.Request, q reintReq,
 	}
 	out := cur
 	if len(plans) > 0 || len(replayed) > 0 {
-		out, err = m.store.SetLayoutAlloc(m.req(r, q.cred, q.time), o.fid, func(now *layout.Layout) (layout.Layout, error) {
+		req := m.req(r, q.cred, q.time)
+		req.Restore = m.restoreOpen(r.Export(), o.fid)
+		out, err = m.store.SetLayoutAlloc(req, o.fid, func(now *layout.Layout) (layout.Layout, error) {
 			if now == nil {
 				return layout.Layout{}, fmt.Errorf("mdt: layout of %v went: %w", o.fid, syscall.EAGAIN)
 			}
@@ -857,7 +859,7 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 		res.attr.FID = target
 		return res, nil
 	}
-	flags := o.flags
+	flags := o.flags &^ mdd.OpenInternal // (the MDT's own, not a client's to send)
 	if res.created {
 		flags |= mdd.OpenOwnerOverride // the creator opens what it made, whatever the mode says
 	}
@@ -955,6 +957,19 @@ func (m *MDT) addOpen(exp *ptlrpc.Export, f fid.FID, flags, replay uint64) (uint
 	}
 	hs[m.nextHandle] = openFile{fid: f, flags: flags}
 	return m.nextHandle, nil
+}
+
+// restoreOpen reports whether exp holds f open for an HSM restore
+// (OpenRestore, which the store let through).
+func (m *MDT) restoreOpen(exp *ptlrpc.Export, f fid.FID) bool {
+	m.opensMu.Lock()
+	defer m.opensMu.Unlock()
+	for _, o := range m.opens[exp] {
+		if o.fid == f && o.flags&mdd.OpenRestore != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // closeFID ends one open of f in the store, destroying an orphan whose

@@ -2,6 +2,7 @@ package mdt
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdd"
 )
 
@@ -340,6 +342,15 @@ func TestPermissions(t *testing.T) {
 	af, _, err := m.Create(ctx, alice, pub.FID, "alice", 0o666, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The open flags only the MDT sets (a replay's, a creator's) and the
+	// HSM restore's are no way past the permissions for a client.
+	for _, fl := range []struct {
+		flag uint64
+		want syscall.Errno
+	}{{mdd.OpenReplay, syscall.EACCES}, {mdd.OpenOwnerOverride, syscall.EACCES}, {mdd.OpenRestore, syscall.EPERM}} {
+		_, err = m.Enqueue(ctx, bob, mdc.Intent{Op: mdc.ItOpen, FID: af.FID, Flags: syscall.O_WRONLY | fl.flag}, ldlm.Hooks{})
+		wantErrno(t, fmt.Sprintf("bob's open of alice's 0644 file for write with flag %#x", fl.flag), err, fl.want)
 	}
 	if af.UID != 1000 || af.GID != 1000 || af.Mode != syscall.S_IFREG|0o644 {
 		t.Fatalf("alice's file %+v (umask 022)", af)

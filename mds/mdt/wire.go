@@ -259,7 +259,7 @@ type reintReq struct {
 
 // allAttrBits are the SetAttr bits a client may send.
 const allAttrBits = mdd.AttrMode | mdd.AttrUID | mdd.AttrGID | mdd.AttrSize | mdd.AttrAtime | mdd.AttrMtime | mdd.AttrCtime |
-	mdd.AttrAtimeNow | mdd.AttrMtimeNow | mdd.AttrFlags | mdd.AttrBlocks | mdd.AttrOpenWrite
+	mdd.AttrAtimeNow | mdd.AttrMtimeNow | mdd.AttrFlags | mdd.AttrBlocks | mdd.AttrOpenWrite | mdd.AttrRestore
 
 func parseReint(b []byte) (reintReq, error) {
 	var w mdsv1.ReintRequest

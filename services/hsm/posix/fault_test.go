@@ -2,6 +2,7 @@ package posix_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/mds/mdd"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
 	"github.com/nacrefs/nacre/services/hsm/hsmtest"
@@ -502,5 +504,78 @@ func TestHSMReleaseDuringRemove(t *testing.T) {
 	want := fileBytes(size)
 	if !bytesEqual(got[:n], want) {
 		t.Fatalf("read back %d bytes, want %d, equal %v", n, size, bytesEqual(got[:min(n, size)], want[:min(n, size)]))
+	}
+}
+
+// TestHSMRestoreImmutable: a released file that is immutable, or
+// append-only, is restored through the real HSM path (the open's
+// transparent restore: the copytool opens it for write, writes the
+// archive's bytes into new objects, puts its times back and reports the
+// restore), as Lustre's coordinator restores such files: the flags guard
+// the file from its users, not its data from coming back. The user still
+// may not write it, and a layout swap of it (lfs swap_layouts, lfs
+// migrate) stays refused.
+func TestHSMRestoreImmutable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const size = 5000
+	s := archivedFiles(t, ctx, "i", 2, size)
+	user, fids := s.user, s.fids
+	want := fileBytes(size)
+	for i, flag := range []uint32{mdd.FlagImmutable, mdd.FlagAppend} {
+		f := fids[i]
+		if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+			t.Fatal(err)
+		}
+		before, err := user.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrFlags, Flags: flag})
+		if err != nil {
+			t.Fatalf("chattr %#x: %v", flag, err)
+		}
+		fh, a, err := user.Open(ctx, client.Root(), f, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatalf("open of released file with flags %#x (restores it): %v", flag, err)
+		}
+		got := make([]byte, size+10)
+		n, _ := fh.ReadAt(ctx, got, 0)
+		fh.Close(ctx)
+		if a.Size != size || !bytesEqual(got[:n], want) {
+			t.Fatalf("file with flags %#x restored: size %d, read %d bytes", flag, a.Size, n)
+		}
+		if got := state(t, user, f); got != "exists archived, archive_id:1" {
+			t.Fatalf("file with flags %#x restored: state %q", flag, got)
+		}
+		if a.Flags != flag || a.Mtime != before.Mtime {
+			t.Fatalf("file with flags %#x restored: flags %#x, mtime %d (was %d)", flag, a.Flags, a.Mtime, before.Mtime)
+		}
+		if _, _, err := user.Open(ctx, client.Root(), f, syscall.O_WRONLY); !errors.Is(err, syscall.EPERM) {
+			t.Fatalf("open for write of restored file with flags %#x: %v, want EPERM", flag, err)
+		}
+		// (The other file has no flags while this one is swapped.)
+		other := fids[1-i]
+		if i == 1 {
+			if _, err := user.Setattr(ctx, client.Root(), other, client.SetAttr{Valid: mdc.AttrFlags, Flags: 0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := user.SwapLayouts(ctx, client.Root(), f, other, nil); !errors.Is(err, syscall.EPERM) {
+			t.Fatalf("swap_layouts of file with flags %#x: %v, want EPERM", flag, err)
+		}
+	}
+	// The restore's ways past the flags are the copytool's alone: not for
+	// a file not released, nor for a caller without CAP_SYS_ADMIN.
+	f := fids[1]
+	if _, err := user.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrMtime | mdc.AttrRestore, Mtime: 1}); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("restore setattr of a file not released: %v, want EPERM", err)
+	}
+	if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+		t.Fatal(err)
+	}
+	noAdmin := client.Root()
+	noAdmin.Cap &^= mdc.CapSysAdmin
+	if _, err := user.Setattr(ctx, noAdmin, f, client.SetAttr{Valid: mdc.AttrMtime | mdc.AttrRestore, Mtime: 1}); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("restore setattr without CAP_SYS_ADMIN: %v, want EPERM", err)
+	}
+	if _, err := user.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrMode | mdc.AttrRestore, Mode: 0o777}); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("restore setattr of the mode: %v, want EPERM", err)
 	}
 }

@@ -219,8 +219,9 @@ func (ct *Copytool) Restore(ctx context.Context, f fid.FID, progress func(done, 
 	if w := strings.TrimSpace(string(want)); w != "" && w != sum {
 		return "", fmt.Errorf("posix: restore %v: checksum %s, archived %s: %w", f, sum, w, syscall.EIO)
 	}
-	// The restore's writes set mtime: put the file's back.
-	if _, err := ct.fs.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrMtime | mdc.AttrAtime, Mtime: a.Mtime, Atime: a.Atime}); err != nil {
+	// The restore's writes set mtime: put the file's back (AttrRestore:
+	// also on an immutable or append-only file, still released now).
+	if _, err := ct.fs.Setattr(ctx, client.Root(), f, client.SetAttr{Valid: mdc.AttrMtime | mdc.AttrAtime | mdc.AttrRestore, Mtime: a.Mtime, Atime: a.Atime}); err != nil {
 		return "", err
 	}
 	if _, err := ct.fs.HSMProgress(ctx, f, client.HSMActionRestore, 0, 0); err != nil {
