@@ -382,8 +382,12 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 		if want&MayWrite != 0 && n.immutable() && !restore {
 			return Attr{}, fail(syscall.EPERM, "open %v for write: immutable", f)
 		}
-		if !restore && !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
-			if err := t.may(n, want); err != nil {
+		if !(flags&OpenOwnerOverride != 0 && r.Cred.UID == n.UID) {
+			may := t.may
+			if restore {
+				may = t.mayPastFlags // the permission still holds
+			}
+			if err := may(n, want); err != nil {
 				return Attr{}, err
 			}
 		}
@@ -696,6 +700,10 @@ func (t *tx) setLayout(f fid.FID, alloc func(cur *layout.Layout) (layout.Layout,
 	}
 	if err := t.may(n, MayWrite); err != nil {
 		if !t.r.Restore || t.restoring(n, "layout") != nil {
+			return layout.Layout{}, err
+		}
+		// A restore gets past the flags, not the permission.
+		if err := t.mayPastFlags(n, MayWrite); err != nil {
 			return layout.Layout{}, err
 		}
 	}

@@ -110,6 +110,14 @@ func (t *tx) sticky(dir, child *inode) error {
 
 // immutable and appendOnly report n's FS_IMMUTABLE_FL and FS_APPEND_FL
 // (Linux's IS_IMMUTABLE and IS_APPEND).
+// mayPastFlags is may as if n had neither the immutable nor the
+// append-only flag: for an HSM restore, which gets past those only.
+func (t *tx) mayPastFlags(n *inode, want uint16) error {
+	m := *n
+	m.Flags &^= FlagImmutable | FlagAppend
+	return t.may(&m, want)
+}
+
 func (n *inode) immutable() bool  { return n.Flags&FlagImmutable != 0 }
 func (n *inode) appendOnly() bool { return n.Flags&FlagAppend != 0 }
 

@@ -150,6 +150,23 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 // and summed right after: what a core's L2 cache holds.
 const readPiece = 256 << 10
 
+// directReader is a device that reads extents of at least DirectReadMin
+// bytes around the page cache (osd-file's direct_read_min_kb).
+type directReader interface{ DirectReadMin() int }
+
+// readPieceOf is how much of an extent of n bytes is read at once: a
+// readPiece, or all of it when the device reads it directly (in pieces,
+// none would be large enough; the disk fills the buffer then, and the
+// sum reads it from memory anyway).
+func (o *OFD) readPieceOf(n int) int {
+	if d, ok := o.dev.(directReader); ok {
+		if m := d.DirectReadMin(); m > readPiece && n >= m {
+			return n
+		}
+	}
+	return readPiece
+}
+
 // read serves OST_READ: read every extent into a bulk buffer (holes and
 // bytes past the end read as zeros) and PUT it to the client.
 func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
@@ -169,8 +186,9 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var sum uint32
 	for i, nb := range b.nbs {
 		v := views[i]
+		piece := o.readPieceOf(len(v))
 		for off := 0; off < len(v); {
-			end := min(off+readPiece, len(v))
+			end := min(off+piece, len(v))
 			n := 0
 			if off < end {
 				if n, err = o.dev.ReadAt(ctx, b.f, [][]byte{v[off:end]}, int64(nb.Offset)+int64(off)); err != nil {
