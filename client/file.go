@@ -360,6 +360,9 @@ func (f *File) ReadVec(ctx context.Context, v *osc.Vec, p []byte, off int64) (in
 	if !some && err == nil {
 		err = io.EOF
 	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		v.Release() // (a try after a layout change may have failed before reading)
+	}
 	return n, err
 }
 

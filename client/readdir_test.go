@@ -35,6 +35,14 @@ func TestReadDirPermission(t *testing.T) {
 	if _, err := fs.OpenDir(ctx, user, d.FID); !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("OpenDir without read permission: %v, want EACCES", err)
 	}
+	f, _, err := fs.Create(ctx, root, fs.Root(), "file", syscall.O_RDWR|syscall.O_CREAT, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close(ctx)
+	if _, err := fs.OpenDir(ctx, root, f.FID()); !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("OpenDir of a file: %v, want ENOTDIR", err)
+	}
 	dir, err := fs.OpenDir(ctx, root, d.FID)
 	if err != nil {
 		t.Fatal(err)

@@ -338,7 +338,7 @@ func (f *File) read(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, 
 	for i, pc := range pieces {
 		pc.vec = &vecs[i]
 	}
-	if _, err = run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadVec(ctx, pc.vec, len(pc.buf), pc.objOff) }); err != nil {
+	if _, err = run(pieces, func(pc *piece) (int, error) { return locks[pc.obj].ReadVec(ctx, pc.vec, pc.buf, pc.objOff) }); err != nil {
 		for i := range vecs {
 			vecs[i].Release()
 		}

@@ -41,6 +41,7 @@ type Cache struct {
 		free     [][]byte // page buffers not in use
 		ra       int      // pages read ahead and not used yet
 		waiters  int      // allocations waiting for space
+		pinned   int      // pages Vecs pin (at most maxPages/pinShare)
 		space    chan struct{}
 		clients  map[*Client]struct{}
 		pressure bool // allocations failed since the last writeback pass
@@ -196,6 +197,39 @@ func (c *Cache) freePageLocked(p *page) {
 	if c.mu.waiters > 0 {
 		c.signalLocked()
 	}
+}
+
+// pinShare: pinned pages are at most 1/pinShare of the cache.
+const pinShare = 4
+
+// reservePins reports whether the pages of o with index in [first, last]
+// may be pinned, and counts those not pinned yet if so: pinned pages,
+// which no allocation may evict, stay within their share of the cache.
+// o.mu is held.
+func (c *Cache) reservePins(o *Object, first, last uint64) bool {
+	k := 0
+	for i := first; i <= last; i++ {
+		if p := o.mu.pages.get(i); p != nil && p.pins == 0 {
+			k++
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.pinned+k > c.mu.maxPages/pinShare {
+		return false
+	}
+	c.mu.pinned += k
+	return true
+}
+
+// unpinned counts k pages no longer pinned; their object's lock is held.
+func (c *Cache) unpinned(k int) {
+	c.mu.Lock()
+	c.mu.pinned -= k
+	if c.mu.waiters > 0 {
+		c.signalLocked()
+	}
+	c.mu.Unlock()
 }
 
 // freeSpare gives back the buffers pinned pages kept when they were

@@ -305,8 +305,9 @@ func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (in
 	return o.read(ctx, lk, p, nil, len(p), off)
 }
 
-// read reads n bytes at off: into p, or, with v, as slices of the pages
-// read, pinned, added to v (p is nil then).
+// read reads n bytes at off into p, or, with v, as slices of the pages
+// read, pinned, added to v (or, past the cache's share of pins, copied
+// into p, whose slice is added to v).
 func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, n int, off uint64) (int, error) {
 	if n <= 0 {
 		return 0, nil
@@ -343,11 +344,7 @@ func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, n int, of
 	for done < n {
 		woff := off + uint64(done)
 		wend := o.window(woff, end)
-		var buf []byte
-		if v == nil {
-			buf = p[done : done+int(wend-woff)]
-		}
-		if err := o.readWindow(ctx, lk.l, buf, v, int(wend-woff), woff, &ra); err != nil {
+		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], v, int(wend-woff), woff, &ra); err != nil {
 			return done, err
 		}
 		done += int(wend - woff)
@@ -459,10 +456,15 @@ func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte,
 		if len(missing) == 0 && !wait {
 			lru := make([]*page, 0, last-first+1)
 			hits := 0
+			// Pinned, unless the pages pinned would pass their share of
+			// the cache: then copied, as without v, so that reads holding
+			// pins never keep one another (or themselves) from the room
+			// they need.
+			pin := v != nil && c.cache.reservePins(o, first, last)
 			for i := first; i <= last; i++ {
 				p := o.mu.pages.get(i)
 				s := pageSpan(i, off, end)
-				if v != nil {
+				if pin {
 					v.pinLocked(p, p.data[s.from:s.to])
 				} else {
 					at := int(p.off(s.from) - off)
@@ -474,6 +476,9 @@ func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte,
 				}
 				p.held = false
 				lru = append(lru, p)
+			}
+			if v != nil && !pin {
+				v.AppendBuf(buf)
 			}
 			c.cache.lruUpdate(lru)
 			o.mu.Unlock()

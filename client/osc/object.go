@@ -381,11 +381,12 @@ func (l *Lock) ReadAt(ctx context.Context, p []byte, off uint64) (int, error) {
 	return l.obj.readAt(ctx, l, p, off)
 }
 
-// ReadVec is ReadAt of n bytes without the copy: they go into v as slices
-// of the cached pages, pinned until v is released (also after an error,
-// which may leave some in v).
-func (l *Lock) ReadVec(ctx context.Context, v *Vec, n int, off uint64) (int, error) {
-	return l.obj.read(ctx, l, nil, v, n, off)
+// ReadVec is ReadAt of len(p) bytes without the copy: they go into v as
+// slices of the cached pages, pinned until v is released (also after an
+// error, which may leave some in v). Pages past the cache's share of pins
+// (a quarter of it) are copied into p instead, and p's slices go into v.
+func (l *Lock) ReadVec(ctx context.Context, v *Vec, p []byte, off uint64) (int, error) {
+	return l.obj.read(ctx, l, p, v, len(p), off)
 }
 
 // WriteAt writes p at object offset off under the lock, which must be a

@@ -84,20 +84,24 @@ func (o *Object) unpin(ps []*page) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var spare []*page
-	woke := false
+	unpinned := 0
 	for _, p := range ps {
 		p.pins--
 		if p.pins > 0 {
 			continue
 		}
-		woke = true
+		unpinned++
 		if p.spare != nil {
 			spare = append(spare, p)
 		}
 	}
+	if unpinned > 0 {
+		o.c.cache.unpinned(unpinned)
+	}
 	if len(spare) > 0 {
 		o.c.cache.freeSpare(spare)
 	}
+	woke := unpinned > 0
 	if woke && o.mu.waitPins > 0 {
 		o.broadcastLocked()
 	}
