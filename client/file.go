@@ -14,6 +14,7 @@ import (
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
+	"github.com/nacrefs/nacre/mds/mdd"
 )
 
 // File is an open file: its MDT open handle and, for a regular file with
@@ -371,6 +372,23 @@ func (f *File) ReadVec(ctx context.Context, v *osc.Vec, p []byte, off int64) (in
 // to. A write into a component of a composite layout that has no objects
 // yet has the MDT instantiate it first.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, int64, error) {
+	return f.writeAt(ctx, p, off, f.flags&syscall.O_APPEND != 0)
+}
+
+// WriteAtOffset writes p at off even if the file was opened O_APPEND: for
+// data whose place is known, such as the pages of a shared mapping the
+// kernel writes back through whichever open of the file may write
+// (FUSE_WRITE_CACHE), an O_APPEND one included. EPERM for a file that
+// was append-only at the open: only appends may change it.
+func (f *File) WriteAtOffset(ctx context.Context, p []byte, off int64) (int, error) {
+	if f.mf.Attr.Flags&mdd.FlagAppend != 0 {
+		return 0, fmt.Errorf("file %v: append-only: write at %d: %w", f.mf.FID, off, syscall.EPERM)
+	}
+	n, _, err := f.writeAt(ctx, p, off, false)
+	return n, err
+}
+
+func (f *File) writeAt(ctx context.Context, p []byte, off int64, appending bool) (int, int64, error) {
 	if err := f.check(true); err != nil {
 		return 0, 0, err
 	}
@@ -387,7 +405,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, int64, er
 	for try := 0; ; try++ {
 		var n int
 		at := off
-		if f.flags&syscall.O_APPEND != 0 {
+		if appending {
 			at, err = d.Append(ctx, p)
 			if err == nil {
 				n = len(p)
@@ -398,7 +416,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, int64, er
 		if !errors.Is(err, layout.ErrUninstantiated) || try > 0 {
 			return n, at, err
 		}
-		if f.flags&syscall.O_APPEND != 0 {
+		if appending {
 			size, serr := d.Size(ctx)
 			if serr != nil {
 				return 0, 0, serr

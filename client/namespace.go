@@ -309,8 +309,14 @@ func (fs *FS) withSize(ctx context.Context, a Attr, lay *layout.Layout) (Attr, e
 	// A write another client holds in its cache, or that reached the OSTs
 	// after the MDT last heard, is newer than the MDT's times (Lustre's
 	// ll_merge_attr). Explicit times go to the objects too (Setattr), so
-	// the newest is the right one.
-	a.Mtime, a.Ctime = max(a.Mtime, da.Mtime), max(a.Ctime, da.Ctime)
+	// the newest is the right one. The objects' 0 is unknown, not the
+	// epoch: an explicit time before 1970 stays the MDT's.
+	if da.Mtime != 0 {
+		a.Mtime = max(a.Mtime, da.Mtime)
+	}
+	if da.Ctime != 0 {
+		a.Ctime = max(a.Ctime, da.Ctime)
+	}
 	return a, nil
 }
 

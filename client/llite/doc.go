@@ -82,6 +82,24 @@
 // without one, or just made by the mount, is taken to have none for a
 // second instead of asking the MDT each time.
 //
+// The kernel writes a shared mapping's dirty pages back through any open
+// of the file that may write, an O_APPEND one included: such a WRITE
+// (FUSE_WRITE_CACHE) goes where the pages are, not to the end of the
+// file. The kernel does not know the append-only flag and lets an
+// O_APPEND open of such a file be mapped shared: the write-back is
+// refused (EPERM at msync) and the kernel's pages of the file dropped.
+//
+// # What is not supported
+//
+// fallocate(2), in every mode, is EOPNOTSUPP (posix_fallocate(3) then
+// writes zeros itself); O_TMPFILE is EOPNOTSUPP; renameat2's
+// RENAME_WHITEOUT is EINVAL. SEEK_DATA and SEEK_HOLE see the whole file
+// as data, with its one hole at the end (ENXIO at or past the end), as
+// Linux does for a file system that does not track holes; st_blocks is
+// the size in 512-byte blocks, holes included. statx gives no birth
+// time. Times are kept in ns since the epoch in an int64: a time set
+// outside 1677-2262 is clamped to that range.
+//
 // # Layouts (lfs)
 //
 // The library's lustre.* extended attributes pass through (see

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/osc"
@@ -32,6 +33,7 @@ var (
 	_ fs.FileGetlker  = (*handle)(nil)
 	_ fs.FileSetlker  = (*handle)(nil)
 	_ fs.FileSetlkwer = (*handle)(nil)
+	_ fs.FileLseeker  = (*handle)(nil)
 )
 
 // newHandle wraps an open File and says how the kernel caches it: pages
@@ -100,11 +102,26 @@ func (r *vecResult) Bytes(buf []byte) ([]byte, fuse.Status) {
 func (r *vecResult) Done() { r.v.Release() }
 
 // Write writes at off, or, for a file opened O_APPEND, at the end of the
-// file, atomically (the kernel's offset is only its guess of the end).
+// file, atomically (the kernel's offset is only its guess of the end);
+// but the kernel's write-back of a shared mapping's pages goes at off
+// whatever the open (see rawFS.Write).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	fid := h.f.FID()
 	h.m.n.beginIO(fid)
 	defer h.m.n.endIO(fid)
+	if h.append && h.m.isWriteBack(ctx) {
+		ctx, _, done := h.m.req(ctx)
+		defer done()
+		n, err := h.f.WriteAtOffset(ctx, data, off)
+		if err != nil && n == 0 {
+			// The kernel keeps the page it could not write back (an
+			// append-only file's, say) as if it had: it must read the
+			// file's again.
+			h.m.n.invalidateDataAsync(fid)
+			return 0, h.m.errno(err, "write back", fid, "off", off, "len", len(data))
+		}
+		return uint32(n), 0
+	}
 	ctx, _, done := h.m.req(ctx)
 	defer done()
 	n, at, err := h.f.WriteAt(ctx, data, off)
@@ -148,6 +165,30 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		return h.m.errno(err, "close", h.f.FID())
 	}
 	return 0
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel does the other
+// whences itself) as Linux's generic_file_llseek does for a file system
+// that does not track holes: the whole file is data, with one hole at its
+// end. An offset at or past the end (or negative) is ENXIO for both, as
+// on ext4; the size is the objects' now.
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if whence != unix.SEEK_DATA && whence != unix.SEEK_HOLE {
+		return 0, syscall.EINVAL
+	}
+	ctx, _, done := h.m.req(ctx)
+	defer done()
+	size, err := h.f.Size(ctx)
+	if err != nil {
+		return 0, h.m.errno(err, "lseek", h.f.FID(), "off", off, "whence", whence)
+	}
+	if off >= uint64(size) {
+		return 0, syscall.ENXIO
+	}
+	if whence == unix.SEEK_HOLE {
+		return uint64(size), 0
+	}
+	return off, 0
 }
 
 // offsetMax is the kernel's end of every file in lock ranges.

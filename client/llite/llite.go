@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,6 +342,14 @@ type mount struct {
 		sync.Mutex
 		m map[<-chan struct{}]uint32
 	}
+	// writeBacks are the WRITEs in flight that write back cached pages
+	// (FUSE_WRITE_CACHE: a shared mapping's), by request as umasks: they
+	// go where the pages are even through an O_APPEND open (see
+	// handle.Write).
+	writeBacks struct {
+		sync.Mutex
+		m map[<-chan struct{}]struct{}
+	}
 	// statAhead holds a token per lookup-ahead worker running (at most
 	// statAheadMax), saWG the workers, saCtx ends them at unmount;
 	// statAheads counts the lookups ahead done, glimpsesAhead the
@@ -365,6 +374,7 @@ func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
 	m.lk.owners = make(map[uint64]*lockOwners)
 	m.noCap.at = make(map[client.FID]time.Time)
 	m.umasks.m = make(map[<-chan struct{}]uint32)
+	m.writeBacks.m = make(map[<-chan struct{}]struct{})
 	return m
 }
 
@@ -462,12 +472,31 @@ func (m *mount) req(ctx context.Context) (context.Context, client.Cred, func()) 
 // How long the kernel may cache what the library holds under a lock.
 const cacheTTL = time.Hour
 
+// splitTime splits a time in ns since the epoch into the seconds and
+// nanoseconds FUSE gives the kernel: seconds as a two's complement s64
+// (times before 1970 are negative, as ext4 keeps them), nanoseconds
+// always in [0, 1e9).
 func splitTime(ns int64) (uint64, uint32) {
 	t := time.Unix(0, ns)
-	if t.Unix() < 0 {
-		return 0, 0
-	}
 	return uint64(t.Unix()), uint32(t.Nanosecond())
+}
+
+// joinTime is the time FUSE gives as seconds (a two's complement s64)
+// and nanoseconds, in ns since the epoch as the library keeps times:
+// clamped to the whole seconds of that range (1677-09-21 to 2262-04-11),
+// as the kernel clamps a time to the range a file system keeps
+// (timestamp_truncate), rather than wrapped round (a touch to 2300 gave
+// 1715).
+func joinTime(sec uint64, nsec uint32) int64 {
+	const maxSec, maxNsec = math.MaxInt64 / 1_000_000_000, math.MaxInt64 % 1_000_000_000 // 2262-04-11
+	switch s := int64(sec); {
+	case s > maxSec || s == maxSec && int64(nsec) > maxNsec:
+		return math.MaxInt64
+	case s < -maxSec:
+		return -maxSec * 1_000_000_000
+	default:
+		return s*1e9 + int64(nsec)
+	}
 }
 
 func fillAttr(a client.Attr, out *fuse.Attr) {
@@ -564,6 +593,50 @@ func (m *mount) umaskOf(ctx context.Context) uint32 {
 	m.umasks.Lock()
 	defer m.umasks.Unlock()
 	return m.umasks.m[cancel]
+}
+
+// Write and Writev note the writes that are the kernel's write-back of
+// cached pages (FUSE_WRITE_CACHE) for handle.Write: the kernel sends a
+// shared mapping's dirty pages through any open of the file that may
+// write, which may be an O_APPEND one, whose other writes are appends.
+func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		defer r.m.withWriteBack(cancel)()
+	}
+	return r.RawFileSystem.Write(cancel, in, data)
+}
+
+func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		defer r.m.withWriteBack(cancel)()
+	}
+	return r.RawFileSystem.Writev(cancel, in, data)
+}
+
+// withWriteBack records that the request with cancel channel cancel
+// writes back cached pages, and returns the function that forgets it.
+func (m *mount) withWriteBack(cancel <-chan struct{}) func() {
+	m.writeBacks.Lock()
+	defer m.writeBacks.Unlock()
+	m.writeBacks.m[cancel] = struct{}{}
+	return func() {
+		m.writeBacks.Lock()
+		defer m.writeBacks.Unlock()
+		delete(m.writeBacks.m, cancel)
+	}
+}
+
+// isWriteBack says whether the WRITE whose request ctx is writes back
+// cached pages (see rawFS.Write).
+func (m *mount) isWriteBack(ctx context.Context) bool {
+	cancel := ctx.Done()
+	if cancel == nil {
+		return false
+	}
+	m.writeBacks.Lock()
+	defer m.writeBacks.Unlock()
+	_, ok := m.writeBacks.m[cancel]
+	return ok
 }
 
 // releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: the file being

@@ -155,7 +155,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			sa.Valid |= mdc.AttrAtimeNow
 		} else {
 			sa.Valid |= mdc.AttrAtime
-			sa.Atime = int64(in.Atime)*1e9 + int64(in.Atimensec)
+			sa.Atime = joinTime(in.Atime, in.Atimensec)
 		}
 	}
 	if in.Valid&fuse.FATTR_MTIME != 0 {
@@ -163,12 +163,12 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			sa.Valid |= mdc.AttrMtimeNow
 		} else {
 			sa.Valid |= mdc.AttrMtime
-			sa.Mtime = int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+			sa.Mtime = joinTime(in.Mtime, in.Mtimensec)
 		}
 	}
 	if in.Valid&fuse.FATTR_CTIME != 0 {
 		sa.Valid |= mdc.AttrCtime
-		sa.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
+		sa.Ctime = joinTime(in.Ctime, in.Ctimensec)
 	}
 	size, hasSize := in.GetSize()
 	h, _ := fh.(*handle)
