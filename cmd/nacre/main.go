@@ -19,6 +19,7 @@ import (
 )
 
 func main() {
+	closeExecFD()
 	root := newRoot()
 	// Invoked as lnetctl, lctl or lfs (a symlink), behave as `nacre
 	// lnetctl`, `nacre lctl` or `nacre lfs`, as Lustre's tools are

@@ -221,9 +221,13 @@ func runMount(cmd *cobra.Command, args []string) error {
 // from the terminal, and returns once it reports the mount live (or its
 // error): what mount(8) expects of a helper.
 func mountBackground(cmd *cobra.Command, src, dir, opts string, sloppy bool, logFile, level string, timeout time.Duration) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return &exitError{code: 32, err: fmt.Errorf("mount: %w", err)}
+	// This very binary, whatever its path (in another mount namespace,
+	// entered by mount -N, its path may not exist).
+	exe := "/proc/self/exe"
+	if _, err := os.Stat(exe); err != nil {
+		if exe, err = os.Executable(); err != nil {
+			return &exitError{code: 32, err: fmt.Errorf("mount: %w", err)}
+		}
 	}
 	args := []string{"mount", "--ready-fd=3", "--log-level=" + level, src, dir}
 	if opts != "" {
@@ -238,6 +242,7 @@ func mountBackground(cmd *cobra.Command, src, dir, opts string, sloppy bool, log
 	}
 	defer r.Close()
 	c := exec.Command(exe, args...)
+	c.Args[0] = "nacre" // (what ps shows, rather than /proc/self/exe)
 	if logFile != "" {
 		lf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 		if err != nil {
@@ -404,8 +409,32 @@ func enterMountNS(ns string, args []string) error {
 	if err != nil {
 		return fmt.Errorf("mount.nacre: -N %s: %w", ns, err)
 	}
-	argv := append([]string{"nsenter", "--mount=" + path, "--", exe}, args...)
-	return fmt.Errorf("mount.nacre: -N %s: exec %s: %w", ns, nsenter, syscall.Exec(nsenter, argv, os.Environ()))
+	// The binary by a descriptor nsenter inherits (no O_CLOEXEC), not by
+	// its path, which the other namespace may not have.
+	fd, err := syscall.Open(exe, syscall.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("mount.nacre: -N %s: %w", ns, err)
+	}
+	fdPath := "/proc/self/fd/" + strconv.Itoa(fd)
+	argv := append([]string{"nsenter", "--mount=" + path, "--", fdPath}, args...)
+	env := append(os.Environ(), execFDEnv+"="+strconv.Itoa(fd))
+	err = syscall.Exec(nsenter, argv, env)
+	syscall.Close(fd)
+	return fmt.Errorf("mount.nacre: -N %s: exec %s: %w", ns, nsenter, err)
+}
+
+// execFDEnv names the descriptor of its own binary a process exec'd by
+// enterMountNS inherited, which it closes (closeExecFD).
+const execFDEnv = "NACRE_EXEC_FD"
+
+// closeExecFD closes the descriptor enterMountNS left this process.
+func closeExecFD() {
+	if v, ok := os.LookupEnv(execFDEnv); ok {
+		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
+			syscall.Close(fd)
+		}
+		os.Unsetenv(execFDEnv)
+	}
 }
 
 // exitCode is err's exit status.
