@@ -320,23 +320,7 @@ func (f *File) check(write bool) error {
 // ReadAt reads len(p) bytes at off: fewer and io.EOF at the end of the
 // file.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if err := f.check(false); err != nil {
-		return 0, err
-	}
-	ctx, cancel := f.fs.op(ctx)
-	defer cancel()
-	var n int
-	some, err := f.onData(ctx, "read", func(d *lov.File) (err error) {
-		if testBeforeRead != nil {
-			testBeforeRead()
-		}
-		n, err = d.ReadAt(ctx, p, off)
-		return err
-	})
-	if !some && err == nil {
-		err = io.EOF
-	}
-	return n, err
+	return f.read(ctx, nil, p, off)
 }
 
 // ReadVec is ReadAt that, rather than copying cached bytes into p, puts
@@ -344,6 +328,11 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // until v.Release (and of p, for holes): what a FUSE reply hands the
 // kernel without a copy. v is empty after an error other than io.EOF.
 func (f *File) ReadVec(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, error) {
+	return f.read(ctx, v, p, off)
+}
+
+// read is ReadAt, or ReadVec with v.
+func (f *File) read(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, error) {
 	if err := f.check(false); err != nil {
 		return 0, err
 	}
@@ -351,17 +340,21 @@ func (f *File) ReadVec(ctx context.Context, v *osc.Vec, p []byte, off int64) (in
 	defer cancel()
 	var n int
 	some, err := f.onData(ctx, "read", func(d *lov.File) (err error) {
-		v.Release() // a read again after a layout change
 		if testBeforeRead != nil {
 			testBeforeRead()
 		}
+		if v == nil {
+			n, err = d.ReadAt(ctx, p, off)
+			return err
+		}
+		v.Release() // a read again after a layout change
 		n, err = d.ReadVec(ctx, v, p, off)
 		return err
 	})
 	if !some && err == nil {
 		err = io.EOF
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
+	if v != nil && err != nil && !errors.Is(err, io.EOF) {
 		v.Release() // (a try after a layout change may have failed before reading)
 	}
 	return n, err

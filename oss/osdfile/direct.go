@@ -123,6 +123,17 @@ func (d *Device) cached(fd int, off int64, n int) bool {
 // file, or none when the store refuses O_DIRECT (which turns direct I/O
 // off for the device), for the buffered path to read.
 func (d *Device) preadDirect(o *object, b []byte, off int64) (int, error) {
+	return d.direct(o, b, off, unix.Pread)
+}
+
+// direct does op (pread or pwrite) of b at off through a descriptor of
+// o's file opened with O_DIRECT, until b is done, op moves nothing (the
+// end of the file, no space) or a part of a block (the end of the file, a
+// partial write), and returns the bytes moved: the rest is for the
+// buffered path, which reports what stops it. A store that refuses
+// O_DIRECT (EINVAL at the open or at the first op, before anything moved)
+// turns direct I/O off for the device, and nothing moves.
+func (d *Device) direct(o *object, b []byte, off int64, op func(fd int, p []byte, off int64) (int, error)) (int, error) {
 	dfd, err := openFile(o.path, unix.O_DIRECT)
 	if errors.Is(err, unix.EINVAL) {
 		d.refuseDirect(err)
@@ -134,7 +145,7 @@ func (d *Device) preadDirect(o *object, b []byte, off int64) (int, error) {
 	defer unix.Close(dfd)
 	done := 0
 	for done < len(b) {
-		n, err := unix.Pread(dfd, b[done:], off+int64(done))
+		n, err := op(dfd, b[done:], off+int64(done))
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
@@ -144,11 +155,11 @@ func (d *Device) preadDirect(o *object, b []byte, off int64) (int, error) {
 		case err != nil:
 			return done, err
 		case n <= 0:
-			return done, nil // the end of the file
+			return done, nil
 		}
 		done += n
 		if n%directAlign != 0 {
-			return done, nil // the end of the file, within a block
+			return done, nil
 		}
 	}
 	return done, nil
@@ -174,34 +185,7 @@ func (d *Device) SetDirectReadMin(n int) error {
 // O_DIRECT (EINVAL at open or at the first write, before anything is
 // written) turns direct writes off for the device.
 func (d *Device) pwriteDirect(o *object, b []byte, off int64) (int, error) {
-	dfd, err := openFile(o.path, unix.O_DIRECT)
-	if errors.Is(err, unix.EINVAL) {
-		d.refuseDirect(err)
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(dfd)
-	done := 0
-	for done < len(b) {
-		n, err := unix.Pwrite(dfd, b[done:], off+int64(done))
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.EINVAL) && done == 0:
-			d.refuseDirect(err)
-			return 0, nil
-		case err != nil:
-			return done, err
-		case n <= 0 || n%directAlign != 0:
-			// Short of space, or a partial block: let the buffered path
-			// finish (and report what stops it).
-			return done + max(n, 0), nil
-		}
-		done += n
-	}
-	return done, nil
+	return d.direct(o, b, off, unix.Pwrite)
 }
 
 // DirectWriteMin returns the size from which bulk writes go around the

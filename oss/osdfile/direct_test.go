@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nacrefs/nacre/internal/pagecache"
 	"github.com/nacrefs/nacre/oss/osd"
 )
 
@@ -33,26 +33,11 @@ func storeTakesDirect(t *testing.T, dir string) bool {
 // whether the page cache holds it.
 func resident(t *testing.T, path string, from, to int64) []bool {
 	t.Helper()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	pages, err := pagecache.Resident(path, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fd)
-	mem, err := unix.Mmap(fd, from, int(to-from), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
-	vec := make([]byte, (to-from+4095)/4096)
-	// x/sys/unix has no wrapper for mincore(2).
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatal(errno)
-	}
-	out := make([]bool, len(vec))
-	for i, v := range vec {
-		out[i] = v&1 != 0
-	}
-	return out
+	return pages
 }
 
 // TestDirectWrites: large bulk writes reach the file around the page cache
@@ -148,15 +133,7 @@ func firstDiff(a, b []byte) int {
 // cache.
 func evict(t *testing.T, path string) {
 	t.Helper()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+	if err := pagecache.Evict(path); err != nil {
 		t.Fatal(err)
 	}
 }
