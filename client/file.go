@@ -191,11 +191,11 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64,
 			// By the file's objects now, not the open's: its layout may
 			// have been swapped and its objects destroyed since it was
 			// read (the open's lock was called back then).
-			size, err := f.Size(ctx)
+			da, err := f.attr(ctx)
 			if err != nil {
 				return nil, Attr{}, fmt.Errorf("open %v: size: %w", mf.FID, err)
 			}
-			a.Size, a.Blocks = uint64(size), (uint64(size)+511)/512
+			a.Size, a.Blocks = uint64(da.Size), da.Blocks
 		}
 	}
 	return f, a, nil
@@ -438,14 +438,21 @@ func (f *File) markWritten() {
 
 // Size returns the file's size now.
 func (f *File) Size(ctx context.Context) (int64, error) {
+	a, err := f.attr(ctx)
+	return a.Size, err
+}
+
+// attr is what the file's objects say of its size and blocks; a file
+// without objects (released) has the MDT's.
+func (f *File) attr(ctx context.Context) (lov.Attr, error) {
 	ctx, cancel := f.fs.op(ctx)
 	defer cancel()
-	size := int64(f.mf.Attr.Size)
+	a := lov.Attr{Size: int64(f.mf.Attr.Size), Blocks: f.mf.Attr.Blocks}
 	_, err := f.onData(ctx, "size", func(d *lov.File) (err error) {
-		size, err = d.Size(ctx)
+		a, err = d.Attr(ctx)
 		return err
 	})
-	return size, err
+	return a, err
 }
 
 // Truncate sets the file's size.
@@ -510,7 +517,7 @@ func (f *File) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		if a, err := d.Attr(ctx); err == nil {
-			lsom = &mdc.LSOM{Size: uint64(a.Size), Blocks: (uint64(a.Size) + 511) / 512}
+			lsom = &mdc.LSOM{Size: uint64(a.Size), Blocks: a.Blocks}
 			lastWrite = a.Mtime
 		}
 	}

@@ -289,7 +289,7 @@ func (fs *FS) getattr(ctx context.Context, cred Cred, f FID) (_ Attr, lost bool,
 	return a, fs.sizeLost(err, f, rep.Lock), err
 }
 
-// withSize fills in a regular file's size from its objects.
+// withSize fills in a regular file's size and blocks from its objects.
 func (fs *FS) withSize(ctx context.Context, a Attr, lay *layout.Layout) (Attr, error) {
 	if a.Mode&sIFMT != sIFREG || lay == nil || !anyObjects(lay) {
 		// No objects (an HSM released file): the MDT's size (LSOM).
@@ -304,8 +304,9 @@ func (fs *FS) withSize(ctx context.Context, a Attr, lay *layout.Layout) (Attr, e
 	if err != nil {
 		return a, fmt.Errorf("size of %v: %w", a.FID, err)
 	}
-	a.Size = uint64(da.Size)
-	a.Blocks = (a.Size + 511) / 512
+	// The blocks the objects occupy, summed (Lustre's ll_merge_attr):
+	// a sparse file counts its holes for nothing.
+	a.Size, a.Blocks = uint64(da.Size), da.Blocks
 	// A write another client holds in its cache, or that reached the OSTs
 	// after the MDT last heard, is newer than the MDT's times (Lustre's
 	// ll_merge_attr). Explicit times go to the objects too (Setattr), so

@@ -95,8 +95,9 @@
 // writes zeros itself); O_TMPFILE is EOPNOTSUPP; renameat2's
 // RENAME_WHITEOUT is EINVAL. SEEK_DATA and SEEK_HOLE see the whole file
 // as data, with its one hole at the end (ENXIO at or past the end), as
-// Linux does for a file system that does not track holes; st_blocks is
-// the size in 512-byte blocks, holes included. statx gives no birth
+// Linux does for a file system that does not track holes (st_blocks,
+// though, is what the objects occupy on the OSTs, summed, as Lustre's:
+// holes count nothing, and dirty data only once written). statx gives no birth
 // time. Times are kept in ns since the epoch in an int64: a time set
 // outside 1677-2262 is clamped to that range.
 //

@@ -442,10 +442,13 @@ func (f *File) Size(ctx context.Context) (int64, error) {
 // Attr is what a file's objects say of it.
 type Attr struct {
 	Size         int64
-	Mtime, Ctime int64 // the newest of the objects'; 0 unknown
+	Blocks       uint64 // 512-byte blocks, the sum of the objects'
+	Mtime, Ctime int64  // the newest of the objects'; 0 unknown
 }
 
-// Attr returns the file's size, as Size does, with the newest mtime and
+// Attr returns the file's size, as Size does, the blocks its objects
+// occupy (summed over every object of every instantiated component, as
+// Lustre's lov_merge_lvb_kms sums lvb_blocks), and the newest mtime and
 // ctime of its objects.
 func (f *File) Attr(ctx context.Context) (Attr, error) {
 	var mu sync.Mutex
@@ -453,6 +456,7 @@ func (f *File) Attr(ctx context.Context) (Attr, error) {
 	tab, err := f.sizes(func(_, _ int, o *osc.Object) (uint64, error) {
 		oa, err := o.Attr(ctx)
 		mu.Lock()
+		a.Blocks += oa.Blocks
 		a.Mtime, a.Ctime = max(a.Mtime, oa.Mtime), max(a.Ctime, oa.Ctime)
 		mu.Unlock()
 		return oa.Size, err

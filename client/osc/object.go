@@ -13,6 +13,7 @@ import (
 
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/ldlm"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
 )
 
 // ErrLockRange is returned by I/O through a Lock whose extent or mode
@@ -74,6 +75,13 @@ type Object struct {
 		// times then (touch -d, tar), and only the OST knows them.
 		mtime   int64
 		lvbTime struct{ m, c int64 }
+		// blocks is the object's allocated 512-byte blocks as the OST
+		// last told them (Lustre's lvb_blocks): with a lock grant, a
+		// write, a truncate or a glimpse. Dirty pages count nothing until
+		// their write lands. Forgotten with the client's last lock, as
+		// the times are. cutTransno is the transno of the client's last
+		// truncate of the object, which write replies before it predate.
+		blocks, cutTransno uint64
 		// err is the first error of an async write since the last Sync.
 		err error
 		// job and readJob are the job ids of the last writer and reader,
@@ -237,22 +245,25 @@ func (o *Object) Size(ctx context.Context) (uint64, error) {
 	return a.Size, err
 }
 
-// Attr is what the objects of a file say of it: its size, and the newest
-// mtime and ctime of its writes (Lustre's LVB, merged with the MDT's times
-// by ll_merge_attr).
+// Attr is what the objects of a file say of it: its size, the space it
+// occupies, and the newest mtime and ctime of its writes (Lustre's LVB,
+// merged with the MDT's times by ll_merge_attr).
 type Attr struct {
 	Size         uint64
-	Mtime, Ctime int64 // ns since the epoch; 0 unknown
+	Blocks       uint64 // 512-byte blocks allocated on the OST
+	Mtime, Ctime int64  // ns since the epoch; 0 unknown
 }
 
-// Attr returns the object's size, as Size does, and its mtime and ctime:
-// with a lock that settles the size, the newest of this client's writes
-// and of what the OST told with the lock; otherwise the glimpse's, which
-// counts the writes other clients hold in their caches.
+// Attr returns the object's size, as Size does, its blocks, and its mtime
+// and ctime: with a lock that settles the size, the newest of this
+// client's writes and of what the OST told with the lock, and the blocks
+// the OST last told (Lustre's too: dirty pages count only once written);
+// otherwise the glimpse's, which counts the writes other clients hold in
+// their caches.
 func (o *Object) Attr(ctx context.Context) (Attr, error) {
 	o.mu.Lock()
 	exact, s := o.exactSizeLocked()
-	a := Attr{Size: s, Mtime: max(o.mu.mtime, o.mu.lvbTime.m), Ctime: max(o.mu.mtime, o.mu.lvbTime.c)}
+	a := Attr{Size: s, Blocks: o.mu.blocks, Mtime: max(o.mu.mtime, o.mu.lvbTime.m), Ctime: max(o.mu.mtime, o.mu.lvbTime.c)}
 	o.mu.Unlock()
 	if exact {
 		return a, nil
@@ -268,7 +279,7 @@ func (o *Object) Attr(ctx context.Context) (Attr, error) {
 		o.addLock(l)
 		l.Release() // cached, unused, until a writer calls it back
 	}
-	a = Attr{Size: lvb.Size, Mtime: lvb.MTime, Ctime: lvb.CTime}
+	a = Attr{Size: lvb.Size, Blocks: lvb.Blocks, Mtime: lvb.MTime, Ctime: lvb.CTime}
 	if !valid && lvb.Size == 0 && lvb.Blocks == 0 && lvb.MTime == 0 {
 		// The lock server did not read the object (an object it found
 		// missing, a server that does not): ask the OST, which says
@@ -278,12 +289,31 @@ func (o *Object) Attr(ctx context.Context) (Attr, error) {
 		if err != nil {
 			return Attr{}, err
 		}
-		a = Attr{Size: oa.GetSize(), Mtime: oa.GetMtime(), Ctime: oa.GetCtime()}
+		a = Attr{Size: oa.GetSize(), Blocks: oa.GetBlocks(), Mtime: oa.GetMtime(), Ctime: oa.GetCtime()}
 	}
 	o.mu.Lock()
 	a.Size = max(a.Size, o.kmsLocked())
+	if len(o.mu.locks) > 0 {
+		o.mu.blocks = a.Blocks
+	}
 	o.mu.Unlock()
 	return a, nil
+}
+
+// noteWritten records the blocks a write's reply tells (transno its
+// transno), as Lustre's osc_brw_fini_request updates lvb_blocks. Writes
+// only add blocks, and the replies of concurrent writes may come in any
+// order, so the largest counts; a reply of a write from before the last
+// truncate (a lower transno) does not.
+func (o *Object) noteWritten(a *ostv1.Attr, transno uint64) {
+	if a.GetValid()&uint32(ostv1.AttrValid_ATTR_VALID_BLOCKS) == 0 {
+		return
+	}
+	o.mu.Lock()
+	if transno == 0 || transno > o.mu.cutTransno {
+		o.mu.blocks = max(o.mu.blocks, a.Blocks)
+	}
+	o.mu.Unlock()
 }
 
 // Lock is an extent lock on an object that the caller holds, for I/O
@@ -359,6 +389,7 @@ func (o *Object) addLock(l *ldlm.ClientLock) lockInfo {
 		}
 		o.mu.sizeSeen = max(o.mu.sizeSeen, size)
 		o.mu.lvbTime.m, o.mu.lvbTime.c = max(o.mu.lvbTime.m, lvb.MTime), max(o.mu.lvbTime.c, lvb.CTime)
+		o.mu.blocks = lvb.Blocks
 	}
 	o.mu.Unlock()
 	return info
@@ -453,7 +484,7 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 	o.dropPages(ctx, first, last, lost, discard)
 	o.mu.Lock()
 	if len(o.mu.locks) == 0 && len(o.mu.dirtyIdx) == 0 {
-		o.mu.mtime, o.mu.lvbTime.m, o.mu.lvbTime.c = 0, 0, 0
+		o.mu.mtime, o.mu.lvbTime.m, o.mu.lvbTime.c, o.mu.blocks = 0, 0, 0, 0
 	}
 	o.mu.Unlock()
 	if fn := o.onDrop.Load(); fn != nil {
@@ -939,7 +970,8 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 	if testHookTruncating != nil {
 		testHookTruncating(o, false)
 	}
-	if err := c.punch(ctx, o.fid, size, ^uint64(0)); err != nil {
+	oa, transno, err := c.punch(ctx, o.fid, size, ^uint64(0))
+	if err != nil {
 		o.mu.Lock()
 		o.mu.sizeSeen = max(o.mu.sizeSeen, was) // not cut, as far as we know
 		o.mu.Unlock()
@@ -950,6 +982,9 @@ func (o *Object) truncate(ctx context.Context, size uint64) error {
 	}
 	o.mu.Lock()
 	o.mu.sizeSeen = size
+	if oa.GetValid()&uint32(ostv1.AttrValid_ATTR_VALID_BLOCKS) != 0 {
+		o.mu.blocks, o.mu.cutTransno = oa.Blocks, transno
+	}
 	o.mu.mtime = time.Now().UnixNano()
 	o.mu.Unlock()
 	return nil

@@ -588,6 +588,9 @@ func (c *Client) startWrite(r *brwRPC) {
 // the grant.
 func (c *Client) finishWrite(ctx context.Context, r *brwRPC) error {
 	rep, err := c.brw(ctx, r)
+	if err == nil {
+		r.obj.noteWritten(rep.GetAttr(), r.transno)
+	}
 	r.obj.writeDone(r, err, !r.sync || r.pulled > 0)
 	if err == nil && !r.stable {
 		c.addUnstable(r)

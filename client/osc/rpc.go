@@ -231,17 +231,24 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 	return &rep, nil
 }
 
-// punch sends OST_PUNCH for [start, end) of f (end = ^0: truncate at start).
-func (c *Client) punch(ctx context.Context, f fid.FID, start, end uint64) error {
+// punch sends OST_PUNCH for [start, end) of f (end = ^0: truncate at start)
+// and returns the object's attributes after it and the punch's transno.
+func (c *Client) punch(ctx context.Context, f fid.FID, start, end uint64) (*ostv1.Attr, uint64, error) {
 	now := time.Now().UnixNano()
 	body, err := ptlrpc.Marshal(&ostv1.PunchRequest{Fid: fidToWire(f), Start: start, End: end, Mtime: now, Ctime: now})
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	if _, err := c.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTPunch, Body: body}); err != nil {
-		return fmt.Errorf("osc: ost%04x: punch %v [%d,%d): %w", c.index, f, start, end, err)
+	req := &ptlrpc.Req{Opcode: wire.OSTPunch, Body: body}
+	rep, err := c.imp.Do(ctx, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("osc: ost%04x: punch %v [%d,%d): %w", c.index, f, start, end, err)
 	}
-	return nil
+	var or ostv1.ObjectReply
+	if err := ptlrpc.Unmarshal(rep, &or); err != nil {
+		return nil, 0, fmt.Errorf("osc: ost%04x: punch %v [%d,%d): bad reply: %w", c.index, f, start, end, err)
+	}
+	return or.Attr, req.Transno, nil
 }
 
 // getattr returns f's attributes as the OST has them.

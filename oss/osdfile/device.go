@@ -1,6 +1,7 @@
 package osdfile
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -378,7 +380,7 @@ func (d *Device) GetAttr(ctx context.Context, f fid.FID) (osd.Attr, error) {
 	o.lock.RLock()
 	defer o.lock.RUnlock()
 	o.mu.Lock()
-	exists, a, fd := o.mu.exists, o.mu.attr, o.mu.fd
+	exists, a, fd, pend := o.mu.exists, o.mu.attr, o.mu.fd, o.mu.pend
 	o.mu.Unlock()
 	if !exists {
 		return osd.Attr{}, d.errorf("getattr %v: %w", f, osd.ErrNotExist)
@@ -391,8 +393,55 @@ func (d *Device) GetAttr(ctx context.Context, f fid.FID) (osd.Attr, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return osd.Attr{}, d.errorf("getattr %v: stat: %w", f, err)
 	}
-	a.Blocks = uint64(st.Blocks)
+	// Punches and truncates committed but not yet applied to the file
+	// free its blocks there already, as reads see holes there already:
+	// the lock server hands these blocks out right after the change.
+	freed := pendingFreed(fd, pend, uint64(max(st.Blksize, 512)))
+	a.Blocks = uint64(st.Blocks) - min(uint64(st.Blocks), freed/512)
 	return a, nil
+}
+
+// pendingFreed returns how many bytes of fd's allocated blocks the pending
+// punches and truncates in pend drop: the data, found with SEEK_DATA and
+// SEEK_HOLE, in the whole blocks (of bs bytes) of their ranges.
+func pendingFreed(fd int, pend []pending, bs uint64) uint64 {
+	var cuts [][2]uint64
+	for _, p := range pend {
+		var a, b uint64
+		switch p.kind {
+		case pendPunch:
+			a, b = p.a, p.b
+		case pendTruncate:
+			a, b = p.a, osd.MaxObjectSize
+		default:
+			continue
+		}
+		if a, b = (a+bs-1)/bs*bs, b/bs*bs; a < b {
+			cuts = append(cuts, [2]uint64{a, b})
+		}
+	}
+	if len(cuts) == 0 {
+		return 0
+	}
+	slices.SortFunc(cuts, func(x, y [2]uint64) int { return cmp.Compare(x[0], y[0]) })
+	var freed, done uint64 // done: the ranges counted end there
+	for _, c := range cuts {
+		for off := max(c[0], done); off < c[1]; {
+			data, err := unix.Seek(fd, int64(off), unix.SEEK_DATA)
+			if err != nil || uint64(data) >= c[1] {
+				break // ENXIO: no data past off
+			}
+			hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+			if err != nil {
+				break
+			}
+			end := min((uint64(hole)+bs-1)/bs*bs, c[1]) // the file's last block is whole
+			freed += end - uint64(data)
+			off = end
+		}
+		done = max(done, c[1])
+	}
+	return freed
 }
 
 // ReadAt implements osd.Device.

@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 		{"ManyBuffers", testManyBuffers},
 		{"Sparse", testSparse},
 		{"PunchAndTruncate", testPunchAndTruncate},
+		{"BlocksAfterPunch", testBlocksAfterPunch},
 		{"ReadPastEOF", testReadPastEOF},
 		{"WriteRecord", testWriteRecord},
 		{"TxAbort", testTxAbort},
@@ -456,6 +457,34 @@ func testSparse(t *testing.T, h Harness) {
 	b := read(t, d, f, gib-100, 200)
 	if !bytes.Equal(b[:100], make([]byte, 100)) || !bytes.Equal(b[100:], data[:100]) {
 		t.Fatal("the edge of the hole reads wrong")
+	}
+}
+
+// testBlocksAfterPunch checks that GetAttr's Blocks drops as soon as a
+// punch or truncate commits (the lock server hands them out right after),
+// and that a write counts its blocks at once.
+func testBlocksAfterPunch(t *testing.T, h Harness) {
+	d := newDevice(t, h.New)
+	f := F(1)
+	create(t, d, f, osd.Attr{})
+	const mib = 1 << 20
+	write(t, d, f, 0, bytes.Repeat([]byte{7}, mib))
+	if b := getattr(t, d, f).Blocks; b < mib/512 {
+		t.Fatalf("1 MiB written occupies %d blocks of 512 bytes, want at least %d", b, mib/512)
+	}
+	// Up to 64 KiB of slack for the backing file system's metadata.
+	const slack = 128
+	mustCommit(t, d, func(tx osd.Tx) error { return tx.Punch(f, 0, mib/2) })
+	if b := getattr(t, d, f).Blocks; b > mib/2/512+slack {
+		t.Fatalf("after a punch of the first half of 1 MiB: %d blocks of 512 bytes, want at most %d", b, mib/2/512+slack)
+	}
+	mustCommit(t, d, func(tx osd.Tx) error { return tx.Punch(f, mib/2+4096, osd.EOF) })
+	if b := getattr(t, d, f).Blocks; b > 4096/512+slack {
+		t.Fatalf("after a truncate to 4 KiB of data: %d blocks of 512 bytes, want at most %d", b, 4096/512+slack)
+	}
+	mustCommit(t, d, func(tx osd.Tx) error { return tx.Punch(f, 10*mib, osd.EOF) })
+	if b := getattr(t, d, f).Blocks; b > 4096/512+slack {
+		t.Fatalf("a truncate up allocates: %d blocks of 512 bytes", b)
 	}
 }
 
