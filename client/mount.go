@@ -123,6 +123,11 @@ func Mount(ctx context.Context, cfg Config) (_ *FS, err error) {
 	fs.lk = ldlm.NewClient(ldlm.ClientConfig{LRUSize: cfg.LRUSize, Logger: lg})
 	if fs.cb, err = ptlrpc.NewService(fs.ln, ptlrpc.ServiceConfig{Name: "ldlm_cb", RequestPortal: ptlrpc.LDLMCBRequestPortal,
 		Handlers: fs.lk.Handlers(), Logger: lg}); err != nil {
+		if errors.Is(err, ptlrpc.ErrPortalTaken) {
+			// Another mount's callbacks come to this LNet's portal: one
+			// would get the other's.
+			return nil, fmt.Errorf("mount %s: the LNet has a mount of its own already: %w", cfg.FSName, err)
+		}
 		return nil, fmt.Errorf("mount %s: %w", cfg.FSName, err)
 	}
 	if fs.data, err = osc.NewCache(cfg.Data); err != nil {
@@ -451,7 +456,8 @@ var ErrNoTarget = errors.New("no such target")
 const disconnectGrace = 5 * time.Second
 
 // Close unmounts: it writes back dirty data, closes the open files it
-// still has, gives its locks back, disconnects and stops LNet. It waits
+// still has, gives its locks back, disconnects and stops LNet (on an LNet
+// it was given, Config.LNet, it ends its own requests instead). It waits
 // for servers that are gone only as long as ctx allows for the dirty data
 // and the closes, and disconnectGrace for the disconnects, whatever the
 // number of targets.
@@ -513,13 +519,24 @@ func (fs *FS) Close(ctx context.Context) error {
 	select {
 	case <-closed:
 	case <-grace.C:
-		fs.log.Info("unmount: servers not answering; stopping LNet under their requests")
+		if fs.sharedLNet {
+			fs.log.Info("unmount: servers not answering; ending the client's requests")
+		} else {
+			fs.log.Info("unmount: servers not answering; stopping LNet under their requests")
+		}
 	case <-ctx.Done():
 	}
 	if fs.cb != nil {
 		fs.cb.Close(ctx)
 	}
-	if fs.ln != nil && !fs.sharedLNet {
+	switch {
+	case fs.sharedLNet && fs.rpc != nil:
+		// Not ours to stop: the client ends its own requests the closes
+		// may still wait for, and unlinks their MDs.
+		if err := fs.rpc.Close(ctx); err != nil {
+			fs.log.Info("unmount: requests still held by LNet", "err", err)
+		}
+	case fs.ln != nil && !fs.sharedLNet:
 		// Ends the requests the closes may still wait for.
 		fs.ln.Close(ctx)
 	}

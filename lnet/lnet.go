@@ -76,6 +76,10 @@ type LNet struct {
 		// fullLogged is when that was last logged.
 		peersRefused uint64
 		fullLogged   time.Time
+		// nidsClaimed counts peer NIDs that a ping of another discovered
+		// peer took over; claimLogged is when that was last logged.
+		nidsClaimed uint64
+		claimLogged time.Time
 	}
 
 	timer     timer

@@ -210,8 +210,9 @@ func (ln *LNet) Discover(ctx context.Context, target wire.NID) (PeerInfo, error)
 
 // mergeLocked records what target's ping answered: the peer becomes
 // discovered, and if it does multi-rail, every NID listed joins it
-// (leaving whatever peer it belonged to, with a warning if that peer was
-// discovered too). explicit (Discover) makes target the primary NID even
+// (leaving whatever peer it belonged to, with a rate-limited warning if
+// that peer was discovered too; a peer whose primary NID goes is deleted).
+// explicit (Discover) makes target the primary NID even
 // of a peer discovered before.
 func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) (*peer, error) {
 	lp, err := ln.peerNILocked(target)
@@ -250,7 +251,8 @@ func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) 
 			p.nis = append(p.nis, q)
 			added++
 		} else if q.peer != p {
-			if q.peer.disc == discDone {
+			old := q.peer
+			if old.disc == discDone {
 				// Another node's ping listed the NID, or it was
 				// discovered as that NID: two nodes claim it (a NID
 				// moved to another host, a misconfigured node, or a
@@ -258,10 +260,19 @@ func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) 
 				// the same (lnet_peer_add_nid refuses only NIDs an
 				// administrator configured, which Nacre has not), so do
 				// that, but say so: sends to it now go to p.
-				ln.log.Warn("peer NID claimed by another peer's ping: moved", "nid", nid,
-					"from_peer", q.peer.primary, "to_peer", p.primary)
+				ln.nidClaimedLocked(nid, old.primary, p.primary)
 			}
+			wasPrimary := old.primary == nid
 			movePeerNILocked(q, p)
+			if wasPrimary && len(old.nis) > 0 {
+				// The node old stood for is known by that NID: it is
+				// gone, and so is old, as Lustre deletes the peer whose
+				// primary NID another peer takes (lnet_peer_add_nid),
+				// rather than keep its other NIDs as a node under a
+				// primary it never had. They are found again by traffic
+				// or discovery.
+				ln.dropPeerLocked(old)
+			}
 			added++
 		}
 	}
@@ -269,6 +280,22 @@ func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) 
 		ln.log.Debug("peer discovered", "peer", p.primary, "nids", len(p.nis), "multi_rail", p.mr)
 	}
 	return p, nil
+}
+
+// claimLogInterval is the least time between two warnings of NIDs claimed
+// by another peer's ping: two nodes that claim one NID do so at every
+// discovery of either.
+const claimLogInterval = 10 * time.Second
+
+// nidClaimedLocked counts and warns (at most once per claimLogInterval) of
+// a ping of peer to that claimed nid, a NID of the discovered peer from.
+func (ln *LNet) nidClaimedLocked(nid, from, to wire.NID) {
+	ln.net.nidsClaimed++
+	if now := time.Now(); ln.net.claimLogged.IsZero() || now.Sub(ln.net.claimLogged) >= claimLogInterval {
+		ln.net.claimLogged = now
+		ln.log.Warn("peer NID claimed by another peer's ping: moved", "nid", nid,
+			"from_peer", from, "to_peer", to, "claimed_so_far", ln.net.nidsClaimed)
+	}
 }
 
 // markDiscoveryLocked marks p for automatic discovery when m may start it

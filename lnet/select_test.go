@@ -492,4 +492,30 @@ func TestPingClaimsAnotherPeersNID(t *testing.T) {
 		!strings.Contains(lines[0], "from_peer=10.1.0.2@tcp1") || !strings.Contains(lines[0], "to_peer=10.1.0.9@tcp1") {
 		t.Fatalf("log after a ping claimed another peer's NID:\n%s", logs.String())
 	}
+
+	// A ping that claims a discovered peer's primary NID deletes that
+	// peer (Lustre's lnet_peer_add_nid): its other NIDs do not live on
+	// as a node under a primary it never had. The warning waits for its
+	// interval.
+	merge("10.1.0.4@tcp1", info("10.1.0.4@tcp1", "10.2.0.4@tcp2"))
+	merge("10.2.0.8@tcp2", info("10.2.0.8@tcp2", "10.1.0.4@tcp1"))
+	if got := nidsOf("10.2.0.8@tcp2"); !slices.Equal(got, []string{"10.2.0.8@tcp2", "10.1.0.4@tcp1"}) {
+		t.Fatalf("peer that claimed a primary NID: %v", got)
+	}
+	if lp := ln.net.peers[nid("10.2.0.4@tcp2")]; lp != nil {
+		t.Fatalf("the peer whose primary NID was claimed lives on as %v with %v", lp.peer.primary, nidsOf("10.2.0.4@tcp2"))
+	}
+	for _, pi := range ln.Peers() {
+		if pi.Primary == nid("10.2.0.4@tcp2") {
+			t.Fatalf("peer list after its primary NID was claimed: %+v", pi)
+		}
+	}
+	if n := strings.Count(strings.TrimSpace(logs.String()), "\n") + 1; n != 1 || ln.net.nidsClaimed != 2 {
+		t.Fatalf("%d claims counted, logged in %d lines, want 2 in 1:\n%s", ln.net.nidsClaimed, n, logs.String())
+	}
+	ln.net.claimLogged = ln.net.claimLogged.Add(-claimLogInterval)
+	merge("10.1.0.9@tcp1", info("10.1.0.9@tcp1", "10.2.0.8@tcp2"))
+	if !strings.Contains(logs.String(), "claimed_so_far=3") {
+		t.Fatalf("a claim after the interval is not logged:\n%s", logs.String())
+	}
 }

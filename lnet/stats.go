@@ -117,6 +117,19 @@ func (ln *LNet) Stats() Stats {
 	return s
 }
 
+// PortalMDs returns the number of MDs attached to the portal (those LNet
+// made for itself included): who posts what where is the caller's
+// knowledge, so a user of a shared LNet can tell that none of its MDs is
+// left. It is safe for concurrent use.
+func (ln *LNet) PortalMDs(index uint32) int {
+	ln.res.Lock()
+	defer ln.res.Unlock()
+	if p := ln.res.portals[index]; p != nil {
+		return p.n
+	}
+	return 0
+}
+
 // stats returns the peer NI's counters; LNet.net must be held.
 func (lp *peerNI) stats() PeerNIStats {
 	return PeerNIStats{

@@ -159,6 +159,21 @@ type Client struct {
 	log  *slog.Logger
 	uuid string
 
+	// closing is closed by Close: every wait ends with ErrClosed.
+	closing chan struct{}
+	mu      struct {
+		sync.Mutex
+		closed bool
+		// live are the requests whose MDs are posted, a list through
+		// rpc.prev and rpc.next (no allocation per request); n counts them.
+		live *rpc
+		n    int
+		// drained is closed once closed and live is empty.
+		drained chan struct{}
+		// imports are the client's imports not closed yet.
+		imports map[*Import]struct{}
+	}
+
 	sent, resent, timeouts, early, cksumErrs, reconnects, evictions, droppedReplies atomic.Uint64
 }
 
@@ -174,7 +189,114 @@ func NewClient(ln *lnet.LNet, cfg ClientConfig) *Client {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	return &Client{ln: ln, cfg: cfg, log: lg, uuid: cfg.UUID}
+	c := &Client{ln: ln, cfg: cfg, log: lg, uuid: cfg.UUID, closing: make(chan struct{})}
+	c.mu.drained = make(chan struct{})
+	c.mu.imports = make(map[*Import]struct{})
+	return c
+}
+
+// Close ends everything the client has in flight, without touching the
+// other users of its LNet (a client on a server's LNet cannot stop it to
+// end requests to servers that do not answer): its imports close at once,
+// without DISCONNECT; every request still waiting fails with ErrClosed;
+// the reply and bulk MDs of every request are unlinked. New requests and
+// imports fail with ErrClosed. Close then waits, within ctx, until the
+// requests' callers have returned, with no MD of the client's left on
+// LNet but a send LNet still holds (it ends with the send's transaction
+// timeout at worst). Closing a closed client waits again.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	var rs []*rpc
+	var imps []*Import
+	if !c.mu.closed {
+		c.mu.closed = true
+		close(c.closing)
+		for r := c.mu.live; r != nil; r = r.next {
+			rs = append(rs, r)
+		}
+		for imp := range c.mu.imports {
+			imps = append(imps, imp)
+		}
+		clear(c.mu.imports)
+		if c.mu.n == 0 {
+			close(c.mu.drained)
+		}
+	}
+	drained := c.mu.drained
+	c.mu.Unlock()
+	for _, imp := range imps {
+		imp.abort()
+	}
+	for _, r := range rs {
+		// Their callers unlink them again in finish: ErrNoMD then.
+		c.ln.Unlink(r.rmd)
+		for _, h := range r.bulkMDs {
+			c.ln.Unlink(h)
+		}
+	}
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ptlrpc: client %s: close: %w", c.uuid, ctx.Err())
+	}
+}
+
+// Closed reports whether Close was called.
+func (c *Client) Closed() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// InFlight returns the number of requests whose MDs the client has
+// posted and whose callers have not returned yet.
+func (c *Client) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.n
+}
+
+// track records r, whose MDs are posted, as live; it fails with ErrClosed
+// once the client is closed.
+func (c *Client) track(r *rpc) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return ErrClosed
+	}
+	r.next = c.mu.live
+	if r.next != nil {
+		r.next.prev = r
+	}
+	c.mu.live, r.tracked = r, true
+	c.mu.n++
+	return nil
+}
+
+// untrack takes r out of the live list.
+func (c *Client) untrack(r *rpc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !r.tracked {
+		return
+	}
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		c.mu.live = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next, r.tracked = nil, nil, false
+	c.mu.n--
+	if c.mu.n == 0 && c.mu.closed {
+		close(c.mu.drained)
+	}
 }
 
 // UUID returns the client's uuid.
@@ -362,6 +484,11 @@ type rpc struct {
 	replyBufs [1][]byte
 	first     msgBufs
 	ic        icall // the import's record of the call (Import.begin)
+
+	// prev and next link the client's live requests (Client.mu.live),
+	// while tracked.
+	prev, next *rpc
+	tracked    bool
 }
 
 // rpcEvents is what LNet's handlers told an rpc and its caller has not
@@ -540,6 +667,17 @@ func (r *rpc) post(server lwire.ProcessID) error {
 		}
 		r.bulkMDs = mds
 	}
+	if err := c.track(r); err != nil {
+		// Closed meanwhile: nothing was sent, the MDs go.
+		c.ln.Unlink(rmd)
+		for _, h := range r.bulkMDs {
+			c.ln.Unlink(h)
+		}
+		for range r.bulkMDs {
+			<-r.bulkGone
+		}
+		return fmt.Errorf("ptlrpc: %v: %w", req.Opcode, err)
+	}
 	return nil
 }
 
@@ -702,6 +840,8 @@ func (r *rpc) wait(ctx context.Context, timeout time.Duration, abort <-chan stru
 			return replyMsg{}, fmt.Errorf("%w: %v xid %d after %v", ErrTimeout, r.req.Opcode, r.xid, timeout)
 		case <-abort:
 			return replyMsg{}, ErrEvicted
+		case <-r.c.closing:
+			return replyMsg{}, fmt.Errorf("ptlrpc: %v xid %d: %w", r.req.Opcode, r.xid, ErrClosed)
 		case <-ctx.Done():
 			return replyMsg{}, ctx.Err()
 		}
@@ -810,6 +950,7 @@ func (r *rpc) deliver(m replyMsg) {
 // caller's body and bulk buffers.
 func (r *rpc) finish() {
 	ln := r.c.ln
+	defer r.c.untrack(r)
 	ln.Unlink(r.rmd) // its buffer goes back to the pool on EventUnlink
 	for _, h := range r.bulkMDs {
 		ln.Unlink(h)

@@ -298,6 +298,14 @@ func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
 	imp.mu.state = StateDisconn
 	imp.mu.changed = make(chan struct{})
 	imp.mu.committed = make(chan struct{})
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		imp.cancel()
+		return nil, fmt.Errorf("ptlrpc: import %s: %w", cfg.Target, ErrClosed)
+	}
+	c.mu.imports[imp] = struct{}{}
+	c.mu.Unlock()
 	go imp.run()
 	return imp, nil
 }
@@ -1200,7 +1208,7 @@ func (imp *Import) collect(ctx context.Context, ic *icall) ([]byte, error) {
 		case err == nil:
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.Is(err, ErrBadReply):
+		case errors.Is(err, ErrBadReply), errors.Is(err, ErrClosed):
 			return nil, err
 		case errors.Is(err, ErrEvicted): // the connection went down
 			ic.needSend = true
@@ -1405,12 +1413,32 @@ func (imp *Import) Close(ctx context.Context) error {
 	imp.setStateLocked(StateClosed)
 	imp.mu.Unlock()
 	imp.cancel()
+	imp.c.mu.Lock()
+	delete(imp.c.mu.imports, imp)
+	imp.c.mu.Unlock()
 	select {
 	case <-imp.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// abort closes the import at once, without DISCONNECT (Client.Close):
+// the requests waiting for a connection fail with ErrClosed, those sent
+// resend no more.
+func (imp *Import) abort() {
+	imp.mu.Lock()
+	if !imp.mu.closed {
+		imp.mu.closed = true
+		if cn := imp.mu.conn; cn != nil && !cn.isDown {
+			cn.isDown = true
+			close(cn.down)
+		}
+		imp.setStateLocked(StateClosed)
+	}
+	imp.mu.Unlock()
+	imp.cancel()
 }
 
 // disconnect sends one DISCONNECT on cn.

@@ -354,6 +354,46 @@ type Service struct {
 	reposts, grown                                                   atomic.Uint64
 }
 
+// ErrPortalTaken: another service of the LNet takes requests on the
+// portal already (one portal, one service: a second would take some of
+// the first one's requests).
+var ErrPortalTaken = errors.New("ptlrpc: request portal taken")
+
+// servicePortals are the request portals of the services running, by
+// LNet, with the service's name.
+var servicePortals struct {
+	sync.Mutex
+	m map[portalKey]string
+}
+
+type portalKey struct {
+	ln     *lnet.LNet
+	portal uint32
+}
+
+// claimPortal records a service called name on ln's portal, or fails with
+// ErrPortalTaken.
+func claimPortal(ln *lnet.LNet, portal uint32, name string) error {
+	servicePortals.Lock()
+	defer servicePortals.Unlock()
+	k := portalKey{ln, portal}
+	if other, ok := servicePortals.m[k]; ok {
+		return fmt.Errorf("ptlrpc %s: %w: portal %d has service %s on this LNet", name, ErrPortalTaken, portal, other)
+	}
+	if servicePortals.m == nil {
+		servicePortals.m = make(map[portalKey]string)
+	}
+	servicePortals.m[k] = name
+	return nil
+}
+
+// releasePortal forgets the service of ln's portal.
+func releasePortal(ln *lnet.LNet, portal uint32) {
+	servicePortals.Lock()
+	delete(servicePortals.m, portalKey{ln, portal})
+	servicePortals.Unlock()
+}
+
 // NewService starts a service: it posts the request buffers and starts the
 // handler goroutines. Close stops it.
 func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
@@ -426,6 +466,14 @@ func NewService(ln *lnet.LNet, cfg ServiceConfig) (*Service, error) {
 		ctx: ctx, cancel: cancel, nrs: head, hp: hp, at: newEstimator(0, 0),
 		ops: make(map[wire.Opcode]OpStats), allGone: make(chan struct{}),
 		erWake: make(chan struct{}, 1), erDone: make(chan struct{}),
+	}
+	if err := claimPortal(ln, cfg.RequestPortal, cfg.Name); err != nil {
+		cancel()
+		head.Close()
+		if hp != nil {
+			hp.Close()
+		}
+		return nil, err
 	}
 	for range cfg.Buffers {
 		b := &rqbd{mem: make([]byte, cfg.BufferSize)}
@@ -1258,6 +1306,7 @@ func (s *Service) Close(ctx context.Context) error {
 	for _, h := range mds {
 		s.ln.Unlink(h)
 	}
+	releasePortal(s.ln, s.cfg.RequestPortal)
 	done := make(chan struct{})
 	go func() {
 		s.workers.Wait()

@@ -437,6 +437,14 @@ func (c *Cluster) StartOSS() error {
 // KillOSS kills the child OSS with SIGKILL.
 func (c *Cluster) KillOSS() { killChild(&c.child) }
 
+// PauseOSS stops the child OSS with SIGSTOP: it keeps its connections
+// and answers nothing, a server that hangs. Close or KillOSS end it.
+func (c *Cluster) PauseOSS() {
+	if c.child != nil {
+		c.child.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
 // StartMDS starts the child MDS serving MDT0 (again, after KillMDS).
 func (c *Cluster) StartMDS() error {
 	cmd, err := c.startChild("MDS", []string{c.mdtDir}, ChildMDSAddr)
@@ -607,6 +615,7 @@ func stopChild(p **exec.Cmd) {
 		return
 	}
 	(*p).Process.Signal(syscall.SIGTERM)
+	(*p).Process.Signal(syscall.SIGCONT) // a paused one (PauseOSS) takes the SIGTERM
 	done := make(chan struct{})
 	go func() { (*p).Wait(); close(done) }()
 	select {
