@@ -25,12 +25,18 @@ const accessRead = 4
 // EPERM (a write to an immutable file); the errors of Getattr and
 // Getxattr.
 func (fs *FS) Access(ctx context.Context, cred Cred, f FID, mask uint32) error {
+	_, err := fs.access(ctx, cred, f, mask)
+	return err
+}
+
+// access is Access returning f's attributes, which it gets.
+func (fs *FS) access(ctx context.Context, cred Cred, f FID, mask uint32) (Attr, error) {
 	a, err := fs.Getattr(ctx, cred, f)
 	if err != nil {
-		return err
+		return a, err
 	}
 	if mask&2 != 0 && a.Flags&mdd.FlagImmutable != 0 {
-		return fmt.Errorf("client: write access to immutable %v: %w", f, syscall.EPERM)
+		return a, fmt.Errorf("client: write access to immutable %v: %w", f, syscall.EPERM)
 	}
 	var acl mdd.ACL
 	if a.UID != cred.UID && cred.Cap&mdc.CapDacOverride == 0 {
@@ -40,41 +46,22 @@ func (fs *FS) Access(ctx context.Context, cred Cred, f FID, mask uint32) error {
 		switch {
 		case err == nil:
 			if acl, err = mdd.ParseACL(v); err != nil {
-				return fmt.Errorf("client: access: %s of %v: %v: %w", xattrACLAccess, f, err, syscall.EIO)
+				return a, fmt.Errorf("client: access: %s of %v: %v: %w", xattrACLAccess, f, err, syscall.EIO)
 			}
 		case !errors.Is(err, syscall.ENODATA):
-			return err
+			return a, err
 		}
 	}
 	if !MayAccess(cred, a, acl, mask) {
-		return fmt.Errorf("client: access %o to %v as uid %d: %w", mask&7, f, cred.UID, syscall.EACCES)
+		return a, fmt.Errorf("client: access %o to %v as uid %d: %w", mask&7, f, cred.UID, syscall.EACCES)
 	}
-	return nil
+	return a, nil
 }
 
 // MayAccess says whether cred may access a file with attributes a and
-// access ACL acl (nil: none) as mask (R_OK 4, W_OK 2, X_OK 1) asks, by
-// mode bits, the ACL and capabilities (Linux's generic_permission).
+// access ACL acl (nil: none) as mask (R_OK 4, W_OK 2, X_OK 1) asks: as the
+// MDT decides (mdd.Permits, Linux's generic_permission).
 func MayAccess(cred Cred, a Attr, acl mdd.ACL, mask uint32) bool {
-	mask &= 7
-	isDir := a.Mode&syscall.S_IFMT == syscall.S_IFDIR
-	anyX := a.Mode&0o111 != 0
-	if cred.Cap&mdc.CapDacOverride != 0 && (mask&1 == 0 || isDir || anyX) {
-		return true
-	}
-	if cred.Cap&mdc.CapDacReadSearch != 0 && mask&2 == 0 && (mask&1 == 0 || isDir) {
-		return true
-	}
-	var bits uint32
-	switch {
-	case a.UID == cred.UID:
-		bits = a.Mode >> 6
-	case acl != nil:
-		return acl.Permits(&mdd.Cred{UID: cred.UID, GID: cred.GID, Groups: cred.Groups}, a.UID, a.GID, uint16(mask))
-	case a.GID == cred.GID || contains(cred.Groups, a.GID):
-		bits = a.Mode >> 3
-	default:
-		bits = a.Mode
-	}
-	return bits&mask == mask
+	c := mdd.Cred{UID: cred.UID, GID: cred.GID, Groups: cred.Groups, Cap: cred.Cap}
+	return mdd.Permits(&c, a.UID, a.GID, a.Mode, acl, uint16(mask&7))
 }

@@ -498,20 +498,6 @@ func (fs *FS) targetStatfs(ctx context.Context) []TargetStatfs {
 	return out
 }
 
-// maySearch says whether cred may search a directory with attributes a,
-// by its mode bits and the caller's capabilities.
-func maySearch(cred Cred, a Attr) bool {
-	switch {
-	case cred.Cap&(mdc.CapDacOverride|mdc.CapDacReadSearch) != 0:
-		return true
-	case a.UID == cred.UID:
-		return a.Mode&0o100 != 0
-	case a.GID == cred.GID || contains(cred.Groups, a.GID):
-		return a.Mode&0o010 != 0
-	}
-	return a.Mode&0o001 != 0
-}
-
 // dirPage reads a page of dir's entries from cookie with their attributes
 // and layouts (see XattrReaddirPrefix).
 // Each read is an open of its own: the caller needs read permission on
@@ -531,7 +517,7 @@ func (fs *FS) dirPage(ctx context.Context, cred Cred, dir FID, cookie uint64) (*
 	if err != nil {
 		return nil, err
 	}
-	search := maySearch(cred, da)
+	search := MayAccess(cred, da, nil, 1) // (X_OK, by the mode bits alone)
 	page := &DirPage{Next: next, Entries: []DirPageEntry{}}
 	size := 64
 	for i, e := range ents {

@@ -734,13 +734,11 @@ type Dir struct {
 // OpenDir opens dir for reading as cred, who needs read permission on it
 // (EACCES otherwise; ENOTDIR for another kind of file).
 func (fs *FS) OpenDir(ctx context.Context, cred Cred, dir FID) (*Dir, error) {
-	if err := fs.Access(ctx, cred, dir, accessRead); err != nil {
+	a, err := fs.access(ctx, cred, dir, accessRead)
+	if err != nil {
 		return nil, err
 	}
-	// (Access got the attributes: cached now.)
-	if a, err := fs.Getattr(ctx, cred, dir); err != nil {
-		return nil, err
-	} else if a.Mode&sIFMT != sIFDIR {
+	if a.Mode&sIFMT != sIFDIR {
 		return nil, fmt.Errorf("client: open dir %v: %w", dir, syscall.ENOTDIR)
 	}
 	return &Dir{fs: fs, cred: cred, fid: dir}, nil

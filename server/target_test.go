@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,15 +19,7 @@ import (
 // testLNet is a loopback LNet config on a free socklnd port.
 func testLNet(t *testing.T) lnet.Config {
 	t.Helper()
-	port := lnettest.FreePort(t, "127.0.0.1")
-	cfg := lnet.DefaultConfig()
-	nets, err := lnet.ParseNetworks("tcp(127.0.0.1)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nets[0].Options = map[string]string{"port": strconv.Itoa(port)}
-	cfg.Networks = nets
-	return cfg
+	return lnettest.Config("127.0.0.1", lnettest.FreePort(t, "127.0.0.1"))
 }
 
 // TestStartServerMDTStoreLost: an MDT whose namespace store is gone (a

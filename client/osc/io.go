@@ -153,7 +153,7 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 			var noRA func()
 			scratch := make([]byte, PageSize)
 			for _, i := range fill {
-				if err := o.readWindow(ctx, l, scratch, nil, len(scratch), i*PageSize, &noRA); err != nil {
+				if err := o.readWindow(ctx, l, scratch, nil, i*PageSize, &noRA); err != nil {
 					return 0, o.errorf("read of page %d before a write into it: %w", i, err)
 				}
 			}
@@ -302,14 +302,15 @@ func (o *Object) applyWriteLocked(buf []byte, off uint64, charged, summing bool,
 }
 
 func (o *Object) readAt(ctx context.Context, lk *Lock, p []byte, off uint64) (int, error) {
-	return o.read(ctx, lk, p, nil, len(p), off)
+	return o.read(ctx, lk, p, nil, off)
 }
 
-// read reads n bytes at off into p, or, with v, as slices of the pages
-// read, pinned, added to v (or, past the cache's share of pins, copied
-// into p, whose slice is added to v).
-func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, n int, off uint64) (int, error) {
-	if n <= 0 {
+// read reads len(p) bytes at off into p, or, with v, as slices of the
+// pages read, pinned, added to v (or, past the cache's share of pins,
+// copied into p, whose slice is added to v).
+func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, off uint64) (int, error) {
+	n := len(p)
+	if n == 0 {
 		return 0, nil
 	}
 	end := off + uint64(n)
@@ -344,7 +345,7 @@ func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, n int, of
 	for done < n {
 		woff := off + uint64(done)
 		wend := o.window(woff, end)
-		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], v, int(wend-woff), woff, &ra); err != nil {
+		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], v, woff, &ra); err != nil {
 			return done, err
 		}
 		done += int(wend - woff)
@@ -399,14 +400,14 @@ func (o *Object) lockGone(l *ldlm.ClientLock) error {
 // filling, and fills the rest with one read RPC. *ra starts read-ahead
 // once, after the window's own RPC is built (so that it goes first) or
 // once the window is served from the cache.
-func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, v *Vec, n int, off uint64, ra *func()) error {
+func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, v *Vec, off uint64, ra *func()) error {
 	if job := jobstats.JobOf(ctx); job != "" {
 		o.mu.Lock()
 		o.mu.readJob = job // read-ahead goes on this reader's behalf
 		o.mu.Unlock()
 	}
 	c := o.c
-	end := off + uint64(n)
+	end := off + uint64(len(buf))
 	first, last := off/PageSize, (end-1)/PageSize
 	startRA := func() {
 		if f := *ra; f != nil {

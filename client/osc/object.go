@@ -417,7 +417,7 @@ func (l *Lock) ReadAt(ctx context.Context, p []byte, off uint64) (int, error) {
 // error, which may leave some in v). Pages past the cache's share of pins
 // (a quarter of it) are copied into p instead, and p's slices go into v.
 func (l *Lock) ReadVec(ctx context.Context, v *Vec, p []byte, off uint64) (int, error) {
-	return l.obj.read(ctx, l, p, v, len(p), off)
+	return l.obj.read(ctx, l, p, v, off)
 }
 
 // WriteAt writes p at object offset off under the lock, which must be a

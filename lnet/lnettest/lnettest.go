@@ -80,7 +80,14 @@ func Config(addr string, port int) lnet.Config {
 // into the test) and closes it when the test ends.
 func Start(t testing.TB, addr string, port int) *lnet.LNet {
 	t.Helper()
-	ln, err := lnet.New(context.Background(), Config(addr, port))
+	return StartConfig(t, Config(addr, port))
+}
+
+// StartConfig starts an LNet node with cfg and closes it when the test
+// ends.
+func StartConfig(t testing.TB, cfg lnet.Config) *lnet.LNet {
+	t.Helper()
+	ln, err := lnet.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

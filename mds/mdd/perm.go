@@ -40,45 +40,48 @@ func (t *tx) may(n *inode, want uint16) error {
 	if want&MayWrite != 0 && n.immutable() {
 		return fail(syscall.EPERM, "%v: write to an immutable inode", n.FID)
 	}
-	c := &t.r.Cred
-	mode := n.Mode
-	ok := false
-	switch {
-	case c.UID == n.UID:
-		ok = uint16(mode>>6)&want == want
-	case n.iflags&inoACL != 0:
+	var acl ACL
+	if n.iflags&inoACL != 0 && t.r.Cred.UID != n.UID {
 		a, err := t.acl(n, XattrACLAccess)
 		if err != nil {
 			return err
 		}
-		if a != nil {
-			ok = a.Permits(c, n.UID, n.GID, want)
-			break
-		}
-		fallthrough
-	default:
-		if c.InGroup(n.GID) {
-			ok = uint16(mode>>3)&want == want
-		} else {
-			ok = uint16(mode)&want == want
-		}
+		acl = a
 	}
-	if ok {
+	if Permits(&t.r.Cred, n.UID, n.GID, n.Mode, acl, want) {
 		return nil
 	}
-	if isDir(mode) {
-		if c.Has(CapDacOverride) || want&MayWrite == 0 && c.Has(CapDacReadSearch) {
-			return nil
-		}
-	} else {
-		if c.Has(CapDacOverride) && (want&MayExec == 0 || mode&0o111 != 0) {
-			return nil
-		}
-		if want == MayRead && c.Has(CapDacReadSearch) {
-			return nil
-		}
+	return fail(syscall.EACCES, "%v: access %s denied to uid %d", n.FID, perms(want), t.r.Cred.UID)
+}
+
+// Permits says whether c may access a file of owner uid, group gid, mode
+// and access ACL acl (nil: none) as want (MayRead, MayWrite, MayExec bits)
+// asks, as Linux's generic_permission decides: the owner's bits for the
+// owner, else the ACL if there is one, else the group's bits for a member
+// of the owning group, else the others'; then the DAC override
+// capabilities. The MDT decides every operation so; a client decides
+// access(2) the same way.
+func Permits(c *Cred, uid, gid, mode uint32, acl ACL, want uint16) bool {
+	var ok bool
+	switch {
+	case c.UID == uid:
+		ok = uint16(mode>>6)&want == want
+	case acl != nil:
+		ok = acl.Permits(c, uid, gid, want)
+	case c.InGroup(gid):
+		ok = uint16(mode>>3)&want == want
+	default:
+		ok = uint16(mode)&want == want
 	}
-	return fail(syscall.EACCES, "%v: access %s denied to uid %d", n.FID, perms(want), c.UID)
+	switch {
+	case ok:
+		return true
+	case isDir(mode):
+		return c.Has(CapDacOverride) || want&MayWrite == 0 && c.Has(CapDacReadSearch)
+	default:
+		return c.Has(CapDacOverride) && (want&MayExec == 0 || mode&0o111 != 0) ||
+			want == MayRead && c.Has(CapDacReadSearch)
+	}
 }
 
 func perms(want uint16) string {

@@ -155,10 +155,14 @@ const readPiece = 256 << 10
 type directReader interface{ DirectReadMin() int }
 
 // readPieceOf is how much of an extent of n bytes is read at once: a
-// readPiece, or all of it when the device reads it directly (in pieces,
-// none would be large enough; the disk fills the buffer then, and the
-// sum reads it from memory anyway).
-func (o *OFD) readPieceOf(n int) int {
+// readPiece to sum while it is in the cache, or all of it when nothing is
+// summed or the device reads it directly (in pieces, none would be large
+// enough; the disk fills the buffer then, and the sum reads it from
+// memory anyway).
+func (o *OFD) readPieceOf(n int, summing bool) int {
+	if !summing {
+		return n
+	}
 	if d, ok := o.dev.(directReader); ok {
 		if m := d.DirectReadMin(); m > readPiece && n >= m {
 			return n
@@ -186,14 +190,12 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	var sum uint32
 	for i, nb := range b.nbs {
 		v := views[i]
-		piece := o.readPieceOf(len(v))
+		piece := o.readPieceOf(len(v), summing)
 		for off := 0; off < len(v); {
 			end := min(off+piece, len(v))
-			n := 0
-			if off < end {
-				if n, err = o.dev.ReadAt(ctx, b.f, [][]byte{v[off:end]}, int64(nb.Offset)+int64(off)); err != nil {
-					return o.refuse(r, "read %v: %w", b.f, err)
-				}
+			n, err := o.dev.ReadAt(ctx, b.f, [][]byte{v[off:end]}, int64(nb.Offset)+int64(off))
+			if err != nil {
+				return o.refuse(r, "read %v: %w", b.f, err)
 			}
 			if n < end-off {
 				end = len(v) // past the end of the object: zeros

@@ -27,16 +27,7 @@ func startNode(t *testing.T, nets string, port int, mod func(*lnet.Config)) *lne
 	}
 	cfg.Networks = nc
 	mod(&cfg)
-	ln, err := lnet.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ln.Close(ctx)
-	})
-	return ln
+	return lnettest.StartConfig(t, cfg)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
