@@ -30,4 +30,7 @@ var (
 	// replies after a timeout); LNDs should count them and log at debug
 	// level, not tear down the connection.
 	ErrDropped = errors.New("lnet: message dropped")
+	// ErrNotLoopback: PutLocal was asked to reach a process other than
+	// this LNet's own (IsSelf).
+	ErrNotLoopback = errors.New("lnet: not a loopback target")
 )

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -130,7 +131,7 @@ func (ln *LNet) parsePut(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) e
 	}
 	cont, _ := rx.(Continuer)
 	ev.rx = cont
-	dst := iov(m.bufs, off, mlen)
+	dst := iovec.Slice(m.bufs, off, mlen)
 	obs := m.observe
 	ln.res.Unlock()
 
@@ -183,7 +184,7 @@ func (ln *LNet) parseGet(via *ni, hdr *wire.Header, src wire.ProcessID, rx Rx) e
 			Type: wire.MsgReply, SrcNID: hdr.DstNID, DstNID: hdr.SrcNID, SrcPID: ln.pid, DstPID: hdr.SrcPID,
 			PayloadLen: uint32(mlen), WMD: hdr.WMD,
 		},
-		Payload:  iov(m.bufs, off, mlen),
+		Payload:  iovec.Slice(m.bufs, off, mlen),
 		ReplyTo:  rx,
 		Deadline: r.deadline,
 		priv:     r,
@@ -286,7 +287,7 @@ func (ln *LNet) parseReply(via *ni, hdr *wire.Header, rx Rx) error {
 	delete(ln.res.pending, m.cookie)
 	ln.res.Unlock()
 
-	err := recvObserved(rx, iov(sink.bufs, 0, mlen), mlen, 0, sink.observe)
+	err := recvObserved(rx, iovec.Slice(sink.bufs, 0, mlen), mlen, 0, sink.observe)
 
 	var d dispatchList
 	ln.res.Lock()
@@ -367,7 +368,7 @@ func recvObserved(rx Rx, dst [][]byte, mlen, off int, obs func(int, []byte)) err
 	}
 	err := rx.Recv(dst, mlen)
 	if err == nil {
-		for _, b := range iov(dst, 0, mlen) {
+		for _, b := range iovec.Slice(dst, 0, mlen) {
 			seen(b)
 		}
 	}

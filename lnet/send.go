@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -149,7 +150,7 @@ func (ln *LNet) Put(ctx context.Context, h MDHandle, ack Ack, target wire.Proces
 			PayloadLen: uint32(d.length), WMD: wmd, MatchBits: match, HdrData: hdrData,
 			Portal: portal, Offset: offset,
 		},
-		Payload:  iov(d.bufs, 0, d.length),
+		Payload:  iovec.Slice(d.bufs, 0, d.length),
 		Deadline: m.deadline,
 		priv:     m,
 	}
@@ -189,7 +190,7 @@ func (ln *LNet) get(ctx context.Context, m *msg, h MDHandle, target wire.Process
 			WMD:       wire.WireHandle{Interface: ln.incarnation, Object: m.cookie},
 			MatchBits: match, Portal: portal, Offset: offset, SinkLength: uint32(d.length),
 		},
-		Sink:     iov(d.bufs, 0, d.length),
+		Sink:     iovec.Slice(d.bufs, 0, d.length),
 		Deadline: m.deadline,
 		priv:     m,
 	}

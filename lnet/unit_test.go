@@ -1,7 +1,6 @@
 package lnet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -209,30 +208,6 @@ func TestPortalOrder(t *testing.T) {
 	p.remove(b)
 	if p.head != nil || p.tail != nil || p.n != 0 {
 		t.Fatal("not empty")
-	}
-}
-
-func TestIOV(t *testing.T) {
-	backing := []byte("abcdefghijklmnopqrstuvwxyz")
-	bufs := [][]byte{backing[:3], backing[3:3], backing[3:10], backing[10:11], backing[11:]}
-	for off := 0; off <= len(backing); off++ {
-		for n := 0; off+n <= len(backing); n++ {
-			v := iov(bufs, off, n)
-			if got := bytes.Join(v, nil); string(got) != string(backing[off:off+n]) {
-				t.Fatalf("iov(%d, %d) = %q", off, n, got)
-			}
-			for _, b := range v {
-				if len(b) == 0 || cap(b) != len(b) {
-					t.Fatalf("iov(%d, %d): view of len %d cap %d", off, n, len(b), cap(b))
-				}
-			}
-		}
-	}
-	// Views alias the buffers: no copy.
-	v := iov(bufs, 4, 1)
-	v[0][0] = 'E'
-	if backing[4] != 'E' {
-		t.Fatal("iov copied")
 	}
 }
 

@@ -8,7 +8,8 @@ package osc
 // Two patterns are recognised:
 //
 //   - Sequential: each read starts inside or right at the end of the one
-//     before. From the second such read on, the object is read ahead by a
+//     before, or, once the pattern is seen, inside what is read ahead and
+//     at most a window behind the one before (reads overtaking each other). From the second such read on, the object is read ahead by a
 //     window that starts at four times the read (at least raMinWindow) and
 //     doubles each time more is read ahead, up to the per-object maximum.
 //     More is read ahead when less than half the window is left ahead of the
@@ -51,7 +52,7 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 		r.reset()
 		return nil
 	}
-	if r.started && off >= r.lastOff && off <= r.lastEnd {
+	if r.started && (off >= r.lastOff && off <= r.lastEnd || r.inStream(off)) {
 		r.stride, r.chunk, r.strideHits = 0, 0, 0
 		r.seqHits++
 		if r.window == 0 {
@@ -110,6 +111,16 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 	}
 	r.window = min(2*r.window, maxWindow)
 	return out
+}
+
+// inStream reports whether a read at off, though not right after the one
+// before, belongs to the sequential stream being read ahead: it starts
+// inside what is read ahead and no further back than a window. Several
+// readers of one stream come a little out of order (the kernel sends a
+// FUSE mount's read-ahead as several reads at once, served at once), and
+// a read overtaken by the next must not end the pattern.
+func (r *raState) inStream(off uint64) bool {
+	return r.seqHits > 0 && off < r.next && off+r.window >= r.lastOff
 }
 
 // rewind marks the bytes from off on as not read ahead (their RPCs could

@@ -31,6 +31,16 @@ func TestReadAheadPatterns(t *testing.T) {
 		{"random reads reset", 16 * mib, []read{
 			{0, mib, "[]"}, {mib, mib, "[{2097152 6291456}]"}, {50 * mib, 4096, "[]"}, {10 * mib, 4096, "[]"},
 		}, 0},
+		{"reads overtaking each other keep the pattern", 16 * mib, []read{
+			{0, mib, "[]"}, {mib, mib, "[{2097152 6291456}]"},
+			{3 * mib, mib, "[{6291456 12582912}]"}, // 2 MiB comes later
+			{2 * mib, mib, "[]"},                   // inside what is read ahead
+			{4 * mib, mib, "[{12582912 22020096}]"},
+		}, 16 * mib},
+		{"a read far behind resets", 16 * mib, []read{
+			{20 * mib, mib, "[]"}, {21 * mib, mib, "[{23068672 27262976}]"}, {2 * mib, mib, "[]"},
+			{3 * mib, mib, "[{4194304 8388608}]"}, // a new stream from the second read
+		}, 8 * mib},
 		{"the window stops at the maximum", 2 * mib, []read{
 			{0, mib, "[]"}, {mib, mib, "[{2097152 4194304}]"}, {2 * mib, mib, "[]"}, {3 * mib, mib, "[{4194304 6291456}]"},
 		}, 2 * mib},

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/iovec"
 
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
@@ -59,40 +60,12 @@ func Errno(err error) int32 {
 	return -errnoEIO
 }
 
-// iovLen returns the total length of bufs.
-func iovLen(bufs [][]byte) int {
-	n := 0
-	for _, b := range bufs {
-		n += len(b)
-	}
-	return n
-}
-
-// iovSlice returns views of bufs covering [off, off+n), without copying.
-func iovSlice(bufs [][]byte, off, n int) [][]byte {
-	var out [][]byte
-	for _, b := range bufs {
-		if n == 0 {
-			break
-		}
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		k := min(len(b)-off, n)
-		out = append(out, b[off:off+k:off+k])
-		n -= k
-		off = 0
-	}
-	return out
-}
-
 // checkBulk validates a handler's bulk call against the request.
 func (r *Request) checkBulk(bufs [][]byte) (int, error) {
 	if r.spec == nil || r.spec.Flags&HasBulk == 0 || r.Header.BulkLen == 0 {
 		return 0, fmt.Errorf("%w: %v xid %d", ErrNoBulk, r.Header.Opcode, r.Header.XID)
 	}
-	n := iovLen(bufs)
+	n := iovec.Len(bufs)
 	if n == 0 || n > int(r.Header.BulkLen) {
 		return 0, fmt.Errorf("%w: %v xid %d: %d bytes, the client registered %d",
 			ErrBulkRange, r.Header.Opcode, r.Header.XID, n, r.Header.BulkLen)
@@ -156,7 +129,22 @@ func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
 // acknowledged all of it. If the client asked for a checksum, the reply
 // carries src's, by the algorithm the client named.
 func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
-	return r.bulkPut(ctx, src, nil)
+	if r.svc.ln.IsSelf(r.Peer) {
+		// Copied on this goroutine rather than the loopback's.
+		return r.BulkPutFrom(ctx, src, 0, func(off int, dst [][]byte) error {
+			copyFrom(dst, src, off)
+			return nil
+		})
+	}
+	n, err := r.checkBulk(src)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.transfer(ctx, src, n, true, nil); err != nil {
+		return 0, err
+	}
+	r.putDone(n, func() uint32 { return flagChecksum(r.Header.Flags).Sum(src) })
+	return n, nil
 }
 
 // BulkChecksum returns the algorithm of the checksum the client asked of
@@ -165,38 +153,119 @@ func (r *Request) BulkChecksum() (ChecksumType, bool) {
 	return flagChecksum(r.Header.Flags), r.Header.Flags&wire.MsgBulkCksum != 0
 }
 
-// BulkPutSummed is BulkPut for a handler that summed src with
-// BulkChecksum's algorithm as it filled it, piece by piece while each was
-// in the processor's cache (Lustre's OST sums its pages as it reads them):
-// sum is the reply's checksum, and src is not read again for it.
-func (r *Request) BulkPutSummed(ctx context.Context, src [][]byte, sum uint32) (int, error) {
-	return r.bulkPut(ctx, src, &sum)
-}
+// sumPiece is how much of a bulk BulkPutFrom has filled and summed at
+// once: what a core's L2 cache holds, so the sum reads the bytes from the
+// cache rather than from memory.
+const sumPiece = 256 << 10
 
-func (r *Request) bulkPut(ctx context.Context, src [][]byte, sum *uint32) (int, error) {
-	n, err := r.checkBulk(src)
+// BulkPutFrom is BulkPut of bytes that fill produces: fill(off, dst)
+// writes the bulk's bytes from off on into dst, and is called in order
+// over the whole bulk, which is as long as bufs (at most what the client
+// registered). To a client on this very LNet (a mount on the servers'
+// LNet, whose messages go through the loopback) fill writes straight into the client's buffers, as an
+// RDMA write from the server's storage would, on the handler's goroutine
+// (lnet.PutLocal), and bufs are not used; to any other client fill writes
+// into bufs, which are then PUT.
+//
+// If the client asked for a checksum, each piece is summed right after
+// fill wrote it, while it is in the processor's cache (Lustre's OST sums
+// its pages as it reads them), and fill gets pieces of at least minPiece
+// bytes (a device that reads large extents around its cache wants them
+// whole) and sumPiece at most, or minPiece if larger. Without a checksum
+// fill gets as much as it can at once. An error of fill ends the transfer
+// and is returned as it is: the handler tells its own errors from the
+// bulk's.
+func (r *Request) BulkPutFrom(ctx context.Context, bufs [][]byte, minPiece int, fill func(off int, dst [][]byte) error) (int, error) {
+	n, err := r.checkBulk(bufs)
 	if err != nil {
 		return 0, err
 	}
-	if err := r.transfer(ctx, src, n, true, nil); err != nil {
+	ct, summing := r.BulkChecksum()
+	piece := 0
+	if summing {
+		piece = max(minPiece, sumPiece)
+	}
+	var sum uint32
+	var fillErr error
+	filled := 0
+	produce := func(dst [][]byte) error {
+		if err := fill(filled, dst); err != nil {
+			fillErr = err
+			return err
+		}
+		if summing {
+			for _, b := range dst {
+				sum = ct.Update(sum, b)
+			}
+		}
+		filled += iovec.Len(dst)
+		return nil
+	}
+	if r.svc.ln.IsSelf(r.Peer) {
+		err = r.putLocal(ctx, n, piece, produce)
+	} else {
+		step := n
+		if summing {
+			step = piece
+		}
+		for off := 0; off < n && err == nil; off += step {
+			err = produce(iovec.Slice(bufs, off, min(step, n-off)))
+		}
+		if err == nil {
+			err = r.transfer(ctx, bufs, n, true, nil)
+		}
+	}
+	if fillErr != nil {
+		return 0, fillErr
+	}
+	if err != nil {
 		return 0, err
 	}
+	r.putDone(n, func() uint32 { return sum })
+	return n, nil
+}
+
+// copyFrom fills dst with the bytes of src from off on.
+func copyFrom(dst, src [][]byte, off int) {
+	for _, d := range dst {
+		k := len(d)
+		for _, b := range iovec.Slice(src, off, k) {
+			d = d[copy(d, b):]
+		}
+		off += k
+	}
+}
+
+// putLocal is BulkPutFrom's transfer to a client on this LNet: each
+// fragment PUT in place by produce, one after the other on this
+// goroutine.
+func (r *Request) putLocal(ctx context.Context, n, piece int, produce func(dst [][]byte) error) error {
+	for i, off := 0, 0; off < n; i, off = i+1, off+bulkFragment {
+		want := min(bulkFragment, n-off)
+		got, err := r.svc.ln.PutLocal(ctx, r.Peer, r.bulkPortal, r.Header.XID+uint64(i), 0, want, piece, produce)
+		if err == nil && got != want {
+			err = fmt.Errorf("%w: fragment %d moved %d of %d bytes", ErrBulkRange, i, got, want)
+		}
+		if err != nil {
+			return fmt.Errorf("ptlrpc: local bulk PUT of %d bytes to %v, xid %d: %w", n, r.Peer, r.Header.XID, err)
+		}
+	}
+	return nil
+}
+
+// putDone records a bulk PUT of n bytes for the reply: the checksum, if
+// the client asked for one, is sum's.
+func (r *Request) putDone(n int, sum func() uint32) {
 	r.bulkMoved = uint32(n)
 	if r.Header.Flags&wire.MsgBulkCksum != 0 { // the client wants one
-		ct := flagChecksum(r.Header.Flags)
-		r.svc.countChecksum(ct)
-		if sum != nil {
-			r.replyCksum = *sum
-		} else {
-			r.replyCksum = ct.Sum(src)
-		}
+		r.svc.countChecksum(flagChecksum(r.Header.Flags))
+		r.replyCksum = sum()
 		r.cksumSet = true
 		if r.svc.cfg.Faults.check(FailBulkReadCorrupt) {
 			r.replyCksum ^= 0x01
 		}
 	}
 	r.svc.bulkBytes.Add(uint64(n))
-	return n, nil
 }
 
 // transfer moves n bytes of bufs from or to the client's fragments, all in
@@ -210,13 +279,13 @@ func (r *Request) transfer(ctx context.Context, bufs [][]byte, n int, put bool, 
 	var firstErr error
 	for i := range frags {
 		off := i * bulkFragment
-		view := iovSlice(bufs, off, min(bulkFragment, n-off))
+		view := iovec.Slice(bufs, off, min(bulkFragment, n-off))
 		md, err := s.ln.Bind(lnet.MD{Buffers: view, Threshold: 1, Observe: sums.observer(i), Handler: func(ev lnet.Event) {
 			switch {
 			case put && ev.Type == lnet.EventAck, !put && ev.Type == lnet.EventReply:
 				err := ev.Status
-				if err == nil && int(ev.MLength) != iovLen(view) {
-					err = fmt.Errorf("%w: fragment %d moved %d of %d bytes", ErrBulkRange, i, ev.MLength, iovLen(view))
+				if err == nil && int(ev.MLength) != iovec.Len(view) {
+					err = fmt.Errorf("%w: fragment %d moved %d of %d bytes", ErrBulkRange, i, ev.MLength, iovec.Len(view))
 				}
 				done <- err
 			case ev.Type == lnet.EventSend && ev.Status != nil:
@@ -305,7 +374,7 @@ type Bulk struct {
 //
 // A read's data is summed into sums, if not nil, as it lands.
 func (b *Bulk) register(ln *lnet.LNet, portal uint32, server lwire.ProcessID, xid uint64, gone chan struct{}, sums *bulkSums) ([]lnet.MDHandle, error) {
-	n := iovLen(b.Buffers)
+	n := iovec.Len(b.Buffers)
 	opts := lnet.MDManageRemote | lnet.MDOpGet
 	if b.Op == BulkRead {
 		opts = lnet.MDManageRemote | lnet.MDOpPut
@@ -313,7 +382,7 @@ func (b *Bulk) register(ln *lnet.LNet, portal uint32, server lwire.ProcessID, xi
 	var mds []lnet.MDHandle
 	for off, i := 0, 0; off < n; off, i = off+bulkFragment, i+1 {
 		h, err := ln.Attach(portal, server, xid+uint64(i), 0, lnet.InsertLast, lnet.MD{
-			Buffers:   iovSlice(b.Buffers, off, min(bulkFragment, n-off)),
+			Buffers:   iovec.Slice(b.Buffers, off, min(bulkFragment, n-off)),
 			Threshold: lnet.ThresholdInfinite,
 			Options:   opts,
 			Observe:   sums.observer(i),
@@ -408,7 +477,7 @@ func (s *bulkSums) verify(t ChecksumType, bufs [][]byte, n int, want uint32) uin
 	if got, ok := s.sum(t, n); ok && got == want {
 		return got
 	}
-	return t.Sum(iovSlice(bufs, 0, n))
+	return t.Sum(iovec.Slice(bufs, 0, n))
 }
 
 // sum combines the fragments' sums into the checksum of the bulk's first

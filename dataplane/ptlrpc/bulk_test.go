@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/iovec"
 )
 
 const (
@@ -23,6 +25,9 @@ const (
 type objStore struct {
 	mu   sync.Mutex
 	data []byte
+	// from has reads produce their bytes with BulkPutFrom, piece by
+	// piece, instead of handing BulkPut views of data.
+	from bool
 }
 
 func newObjStore(size int) *objStore { return &objStore{data: make([]byte, size)} }
@@ -78,8 +83,25 @@ func (o *objStore) read(ctx context.Context, req *Request) ([]byte, int32) {
 	for i, nb := range nbs {
 		views[i] = o.data[nb.Offset:nb.End()]
 	}
-	// Straight from the object into the client's buffer: no copy.
-	if _, err := req.BulkPut(ctx, views); err != nil {
+	if !o.from {
+		// Straight from the object into the client's buffer: no copy.
+		if _, err := req.BulkPut(ctx, views); err != nil {
+			return nil, Errno(err)
+		}
+		return nil, 0
+	}
+	// Produced in order into a staging buffer, or into the client's
+	// buffer on the loopback; the vector goes piece by piece.
+	next := 0
+	_, err := req.BulkPutFrom(ctx, [][]byte{make([]byte, iovec.Len(views))}, 0, func(off int, dst [][]byte) error {
+		if off != next {
+			return fmt.Errorf("fill at %d, want %d: out of order", off, next)
+		}
+		copyFrom(dst, views, off)
+		next += iovec.Len(dst)
+		return nil
+	})
+	if err != nil {
 		return nil, Errno(err)
 	}
 	return nil, 0
@@ -123,9 +145,15 @@ func splitIOV(b []byte, cuts ...int) [][]byte {
 }
 
 func runBulk(t *testing.T, mk func(testing.TB) env) {
-	t.Run("vectors", func(t *testing.T) { testBulkVectors(t, mk(t)) })
-	for _, ct := range []ChecksumType{ChecksumCRC32C, ChecksumCRC32} {
-		t.Run("checksum/"+ct.String(), func(t *testing.T) { testBulkChecksum(t, mk(t), ct) })
+	for _, from := range []bool{false, true} {
+		put := "put"
+		if from {
+			put = "from"
+		}
+		t.Run("vectors/"+put, func(t *testing.T) { testBulkVectors(t, mk(t), from) })
+		for _, ct := range []ChecksumType{ChecksumCRC32C, ChecksumCRC32} {
+			t.Run("checksum/"+ct.String()+"/"+put, func(t *testing.T) { testBulkChecksum(t, mk(t), ct, from) })
+		}
 	}
 	t.Run("bad", func(t *testing.T) { testBulkBad(t, mk(t)) })
 }
@@ -136,9 +164,10 @@ func TestBulkSocklnd(t *testing.T) { runBulk(t, sockEnv) }
 // testBulkVectors writes multi-niobuf vectors at odd offsets from odd
 // client buffers, reads other vectors back, and checks every byte against a
 // model of the object.
-func testBulkVectors(t *testing.T, e env) {
+func testBulkVectors(t *testing.T, e env, from bool) {
 	const size = 24 << 20
 	o := newObjStore(size)
+	o.from = from
 	s := startBulkService(t, e, o, nil, wire.MaxBulkSize)
 	c := NewClient(e.cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
 	base := e.cli.Stats().MDs
@@ -221,8 +250,9 @@ func testBulkVectors(t *testing.T, e env) {
 // testBulkChecksum corrupts data in flight both ways, checksummed by ct,
 // and checks that the corruption is caught, counted and retried, never
 // accepted.
-func testBulkChecksum(t *testing.T, e env, ct ChecksumType) {
+func testBulkChecksum(t *testing.T, e env, ct ChecksumType, from bool) {
 	o := newObjStore(1 << 20)
+	o.from = from
 	faults := &Faults{}
 	s := startBulkService(t, e, o, faults, 0)
 	c := NewClient(e.cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 )
@@ -630,7 +631,7 @@ func (c *Client) allocRPC(req *Req) (*rpc, error) {
 		if b.Op != BulkRead && b.Op != BulkWrite {
 			return nil, fmt.Errorf("ptlrpc: %v: bulk op %d", req.Opcode, b.Op)
 		}
-		r.bulkLen = iovLen(b.Buffers)
+		r.bulkLen = iovec.Len(b.Buffers)
 		if r.bulkLen == 0 || r.bulkLen > wire.MaxBulkSize {
 			return nil, fmt.Errorf("ptlrpc: %v: bulk of %d bytes, want 1 to %d", req.Opcode, r.bulkLen, wire.MaxBulkSize)
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
@@ -386,7 +387,7 @@ func put(from, to wire.NID, bits uint64, payload ...[]byte) *lnet.Msg {
 			DstNID:     to,
 			SrcPID:     wire.PIDLustre,
 			DstPID:     wire.PIDLustre,
-			PayloadLen: uint32(bufsLen(payload)),
+			PayloadLen: uint32(iovec.Len(payload)),
 			WMD:        wire.WireHandleNone,
 			MatchBits:  bits,
 			Portal:     4,

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
@@ -164,7 +165,7 @@ func (r *rx) recv(dst [][]byte, mlen int, seen func([]byte)) error {
 	c := r.c
 	n := int(r.hdr.PayloadLen)
 	var misuse error
-	if space := bufsLen(dst); mlen < 0 || mlen > n || mlen > space {
+	if space := iovec.Len(dst); mlen < 0 || mlen > n || mlen > space {
 		misuse = fmt.Errorf("socklnd: Recv of %d bytes into %d from a %d-byte payload: draining it all", mlen, space, n)
 		mlen = 0
 	}
@@ -350,12 +351,4 @@ func (c *cursor) advance(k int) {
 	for len(c.v) > 0 && c.off == len(c.v[0]) {
 		c.v, c.off = c.v[1:], 0
 	}
-}
-
-func bufsLen(b [][]byte) int {
-	n := 0
-	for _, f := range b {
-		n += len(f)
-	}
-	return n
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/oss/osd"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
 )
@@ -146,33 +147,14 @@ func (o *OFD) write(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	return marshal(&ostv1.BRWReply{Attr: AttrToWire(after), Grant: grant})
 }
 
-// readPiece is how much of a bulk read is read from the device at once,
-// and summed right after: what a core's L2 cache holds.
-const readPiece = 256 << 10
-
 // directReader is a device that reads extents of at least DirectReadMin
 // bytes around the page cache (osd-file's direct_read_min_kb).
 type directReader interface{ DirectReadMin() int }
 
-// readPieceOf is how much of an extent of n bytes is read at once: a
-// readPiece to sum while it is in the cache, or all of it when nothing is
-// summed or the device reads it directly (in pieces, none would be large
-// enough; the disk fills the buffer then, and the sum reads it from
-// memory anyway).
-func (o *OFD) readPieceOf(n int, summing bool) int {
-	if !summing {
-		return n
-	}
-	if d, ok := o.dev.(directReader); ok {
-		if m := d.DirectReadMin(); m > readPiece && n >= m {
-			return n
-		}
-	}
-	return readPiece
-}
-
-// read serves OST_READ: read every extent into a bulk buffer (holes and
-// bytes past the end read as zeros) and PUT it to the client.
+// read serves OST_READ: read every extent (holes and bytes past the end
+// read as zeros) and PUT it to the client: into a bulk buffer first, or,
+// for a mount on this node's LNet, straight into the client's pages
+// (ptlrpc.Request.BulkPutFrom).
 func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	b, err := o.parseBRW(r)
 	if err != nil {
@@ -184,36 +166,56 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	}
 	views, release := b.buffers()
 	defer release()
-	// The checksum the client asked for is taken piece by piece as the
-	// pieces are read, while each is in the processor's cache.
-	ct, summing := r.BulkChecksum()
-	var sum uint32
-	for i, nb := range b.nbs {
-		v := views[i]
-		piece := o.readPieceOf(len(v), summing)
-		for off := 0; off < len(v); {
-			end := min(off+piece, len(v))
-			n, err := o.dev.ReadAt(ctx, b.f, [][]byte{v[off:end]}, int64(nb.Offset)+int64(off))
-			if err != nil {
-				return o.refuse(r, "read %v: %w", b.f, err)
-			}
-			if n < end-off {
-				end = len(v) // past the end of the object: zeros
-				clear(v[off+n : end])
-			}
-			if summing {
-				sum = ct.Update(sum, v[off:end])
-			}
-			off = end
-		}
+	minPiece := 0
+	if d, ok := o.dev.(directReader); ok {
+		// Extents the device reads around its cache go to it whole.
+		minPiece = d.DirectReadMin()
 	}
-	if _, err := r.BulkPutSummed(ctx, views, sum); err != nil {
+	var readErr error
+	_, err = r.BulkPutFrom(ctx, views, minPiece, func(off int, dst [][]byte) error {
+		readErr = b.readAt(ctx, o.dev, off, dst)
+		return readErr
+	})
+	if readErr != nil {
+		return o.refuse(r, "read %v: %w", b.f, readErr)
+	}
+	if err != nil {
 		return nil, ptlrpc.Errno(err)
 	}
 	o.countBulk(false, uint64(b.size))
 	r.Export().CountBulk(false, uint64(b.size))
 	o.jobs.Add(r.Header.JobID(), "read_bytes", "bytes", uint64(b.size))
 	return marshal(&ostv1.BRWReply{Attr: AttrToWire(a), Grant: o.grantOf(r.Export())})
+}
+
+// readAt reads the bulk's bytes from off on into dst: the niobufs' extents
+// of the object laid end to end, zeros past the object's end.
+func (b *brw) readAt(ctx context.Context, dev osd.Device, off int, dst [][]byte) error {
+	n := iovec.Len(dst)
+	start := 0 // of niobuf i in the bulk
+	for _, nb := range b.nbs {
+		end := start + int(nb.Len)
+		if end <= off {
+			start = end
+			continue
+		}
+		if start >= off+n {
+			break
+		}
+		from := max(off, start)
+		part := iovec.Slice(dst, from-off, min(end, off+n)-from)
+		got, err := dev.ReadAt(ctx, b.f, part, int64(nb.Offset)+int64(from-start))
+		if err != nil {
+			return err
+		}
+		if want := iovec.Len(part); got < want {
+			for _, v := range iovec.Slice(part, got, want-got) {
+				clear(v)
+			}
+		}
+		start = end
+	}
+	return nil
 }
 
 // Grants (Lustre's tgt_grant): a client may cache dirty data up to its

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/oss/osd"
 )
 
@@ -446,7 +447,7 @@ func pendingFreed(fd int, pend []pending, bs uint64) uint64 {
 
 // ReadAt implements osd.Device.
 func (d *Device) ReadAt(ctx context.Context, f fid.FID, bufs [][]byte, off int64) (int, error) {
-	total := bufsLen(bufs)
+	total := iovec.Len(bufs)
 	if err := d.enter(); err != nil {
 		return 0, d.errorf("read %v at %d: %w", f, off, err)
 	}

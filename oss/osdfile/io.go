@@ -5,19 +5,12 @@ import (
 	"io"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nacrefs/nacre/internal/iovec"
 )
 
 // iovMax is the kernel's limit on buffers per preadv/pwritev (IOV_MAX).
 const iovMax = 1024
-
-// bufsLen returns the total length of bufs.
-func bufsLen(bufs [][]byte) int {
-	n := 0
-	for _, b := range bufs {
-		n += len(b)
-	}
-	return n
-}
 
 // advance returns bufs without their first n bytes. It allocates only when
 // n ends inside a buffer.
@@ -67,7 +60,7 @@ func pwritevFull(fd int, bufs [][]byte, off int64) (int, error) {
 		case errors.Is(err, unix.EINTR):
 		case err != nil:
 			return done, err
-		case n == 0 && bufsLen(chunk) > 0:
+		case n == 0 && iovec.Len(chunk) > 0:
 			return done, io.ErrShortWrite
 		default:
 			// Skip buffers of length zero, which a pwritev of only

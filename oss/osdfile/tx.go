@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/oss/osd"
 )
 
@@ -142,7 +143,7 @@ func checkRange(off int64, n int) (uint64, error) {
 
 // WriteAt implements osd.Tx.
 func (t *tx) WriteAt(f fid.FID, bufs [][]byte, off int64) error {
-	n := bufsLen(bufs)
+	n := iovec.Len(bufs)
 	s := step{kind: kWrite, fid: f, bufs: bufs, off: uint64(off), end: uint64(off) + uint64(n)}
 	end, err := checkRange(off, n)
 	if err != nil {
