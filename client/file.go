@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client/lov"
 	"github.com/nacrefs/nacre/client/mdc"
@@ -420,6 +423,52 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64, appending bool)
 			return 0, 0, err
 		}
 	}
+}
+
+// Fallocate is fallocate(2) of [off, off+n) of the file, as Lustre's
+// ll_fallocate: mode 0 reserves the blocks on the OSTs (the file grows to
+// off+n), FALLOC_FL_KEEP_SIZE reserves them keeping the size, and
+// FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE frees them (the range reads as
+// zeros). Other modes are EOPNOTSUPP. As the kernel's vfs_fallocate: the
+// file must be open for writing (EBADF), not immutable (EPERM), and an
+// append-only file may only be given blocks (EPERM).
+func (f *File) Fallocate(ctx context.Context, mode uint32, off, n int64) error {
+	const keep, punch = unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE
+	if err := f.check(true); err != nil {
+		return err
+	}
+	switch {
+	case mode != 0 && mode != keep && mode != punch|keep:
+		return fmt.Errorf("file %v: fallocate mode %#x: %w", f.mf.FID, mode, syscall.EOPNOTSUPP)
+	case off < 0 || n <= 0:
+		return fmt.Errorf("file %v: fallocate of %d bytes at %d: %w", f.mf.FID, n, off, syscall.EINVAL)
+	case off > math.MaxInt64-n:
+		return fmt.Errorf("file %v: fallocate of %d bytes at %d: %w", f.mf.FID, n, off, syscall.EFBIG)
+	case f.mf.Attr.Flags&mdd.FlagImmutable != 0:
+		return fmt.Errorf("file %v: immutable: fallocate: %w", f.mf.FID, syscall.EPERM)
+	case f.mf.Attr.Flags&mdd.FlagAppend != 0 && mode&^keep != 0:
+		return fmt.Errorf("file %v: append-only: punch: %w", f.mf.FID, syscall.EPERM)
+	}
+	ctx, cancel := f.fs.op(ctx)
+	defer cancel()
+	d, err := f.data(ctx)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		return fmt.Errorf("file %v has no objects: %w", f.mf.FID, syscall.EIO)
+	}
+	f.markWritten()
+	err = d.Fallocate(ctx, off, n, mode&keep != 0, mode&punch != 0)
+	if errors.Is(err, layout.ErrUninstantiated) {
+		// Components of the range have no objects yet (PFL): the MDT
+		// gives them some, as for a write.
+		if d, err = f.instantiate(ctx, uint64(off), uint64(n)); err != nil {
+			return err
+		}
+		err = d.Fallocate(ctx, off, n, mode&keep != 0, false)
+	}
+	return err
 }
 
 func (f *File) markWritten() {

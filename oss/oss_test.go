@@ -423,6 +423,10 @@ func TestBadInput(t *testing.T) {
 		{"precreate in sequence 0", &ptlrpc.Req{Opcode: wire.OSTCreate, Body: body(t, &ostv1.CreateRequest{Count: 5})}, syscall.EINVAL},
 		{"punch backwards", &ptlrpc.Req{Opcode: wire.OSTPunch, Body: body(t, &ostv1.PunchRequest{Fid: ofdFID(f), Start: 10, End: 5})}, syscall.EINVAL},
 		{"destroy of an object that does not exist", &ptlrpc.Req{Opcode: wire.OSTDestroy, Body: body(t, &ostv1.ObjectRequest{Fid: ofdFID(missing)})}, syscall.ENOENT},
+		{"fallocate of nothing", &ptlrpc.Req{Opcode: wire.OSTFallocate, Body: body(t, &ostv1.FallocateRequest{Fid: ofdFID(f), Start: 10, End: 10})}, syscall.EINVAL},
+		{"fallocate past the largest object", &ptlrpc.Req{Opcode: wire.OSTFallocate, Body: body(t, &ostv1.FallocateRequest{Fid: ofdFID(f), End: osd.MaxObjectSize + 1})}, syscall.EINVAL},
+		{"fallocate of an object that does not exist", &ptlrpc.Req{Opcode: wire.OSTFallocate, Body: body(t, &ostv1.FallocateRequest{Fid: ofdFID(missing), End: 10})}, syscall.ENOENT},
+		{"fallocate of more than the OST has", &ptlrpc.Req{Opcode: wire.OSTFallocate, Body: body(t, &ostv1.FallocateRequest{Fid: ofdFID(f), End: osd.MaxObjectSize, KeepSize: true})}, syscall.ENOSPC},
 	}
 	for _, tt := range tests {
 		_, err := oc.imps[0].Do(ctx, tt.req)

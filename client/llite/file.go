@@ -25,15 +25,16 @@ type handle struct {
 }
 
 var (
-	_ fs.FileReader   = (*handle)(nil)
-	_ fs.FileWriter   = (*handle)(nil)
-	_ fs.FileFlusher  = (*handle)(nil)
-	_ fs.FileFsyncer  = (*handle)(nil)
-	_ fs.FileReleaser = (*handle)(nil)
-	_ fs.FileGetlker  = (*handle)(nil)
-	_ fs.FileSetlker  = (*handle)(nil)
-	_ fs.FileSetlkwer = (*handle)(nil)
-	_ fs.FileLseeker  = (*handle)(nil)
+	_ fs.FileReader    = (*handle)(nil)
+	_ fs.FileWriter    = (*handle)(nil)
+	_ fs.FileFlusher   = (*handle)(nil)
+	_ fs.FileFsyncer   = (*handle)(nil)
+	_ fs.FileReleaser  = (*handle)(nil)
+	_ fs.FileGetlker   = (*handle)(nil)
+	_ fs.FileSetlker   = (*handle)(nil)
+	_ fs.FileSetlkwer  = (*handle)(nil)
+	_ fs.FileLseeker   = (*handle)(nil)
+	_ fs.FileAllocater = (*handle)(nil)
 )
 
 // newHandle wraps an open File and says how the kernel caches it: pages
@@ -134,6 +135,25 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, h.m.errno(err, "write", fid, "off", off, "len", len(data))
 	}
 	return uint32(n), 0
+}
+
+// Allocate is fallocate(2): blocks reserved on the OSTs (mode 0,
+// FALLOC_FL_KEEP_SIZE) or a hole punched (FALLOC_FL_PUNCH_HOLE with
+// KEEP_SIZE); other modes are EOPNOTSUPP. The kernel drops its own pages
+// of a punched range and moves the size of a grown file.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	fid := h.f.FID()
+	if off > math.MaxInt64 || size > math.MaxInt64 {
+		return syscall.EFBIG
+	}
+	h.m.n.beginIO(fid)
+	defer h.m.n.endIO(fid)
+	ctx, _, done := h.m.req(ctx)
+	defer done()
+	if err := h.f.Fallocate(ctx, mode, int64(off), int64(size)); err != nil {
+		return h.m.errno(err, "fallocate", fid, "off", off, "len", size, "mode", mode)
+	}
+	return 0
 }
 
 // Flush writes back the file's dirty data at close(2) (close-to-open: the

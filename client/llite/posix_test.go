@@ -41,6 +41,7 @@ var posixSuite = []posixCase{
 	{"unlink-open", caseUnlinkOpen},
 	{"flock", caseFlock},
 	{"statfs", caseStatfs},
+	{"fallocate", caseFallocate},
 }
 
 func ok(t tester, err error, what string, args ...any) {
@@ -128,6 +129,60 @@ func caseFile(t tester, dir string) {
 	r.Close()
 	ok(t, syscall.Access(p, unix.R_OK|unix.W_OK), "access rw")
 	wantErr(t, syscall.Access(p, unix.X_OK), syscall.EACCES, "access x of a 0640 file")
+}
+
+// caseFallocate: blocks reserved keeping the size and growing it, a hole
+// punched at odd offsets, through the kernel's page cache of the file;
+// the modes Lustre lacks are EOPNOTSUPP.
+func caseFallocate(t tester, dir string) {
+	p := filepath.Join(dir, "falloc")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+	ok(t, err, "create")
+	defer f.Close()
+	fd := int(f.Fd())
+	model := make([]byte, 100_000)
+	for i := range model {
+		model[i] = byte(i*7 + i>>9)
+	}
+	_, err = f.Write(model)
+	ok(t, err, "write")
+	ok(t, f.Sync(), "fsync")
+	blocks0 := stat(t, p).Blocks
+
+	ok(t, unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, int64(len(model)), 1<<20), "fallocate KEEP_SIZE")
+	if st := stat(t, p); st.Size != int64(len(model)) || st.Blocks < blocks0+(1<<20)/512 {
+		t.Fatalf("after fallocate KEEP_SIZE of 1 MiB past the end: size %d blocks %d (were %d)", st.Size, st.Blocks, blocks0)
+	}
+	ok(t, unix.Fallocate(fd, 0, 50_000, 100_003), "fallocate")
+	model = append(model, make([]byte, 150_003-len(model))...)
+	if st := stat(t, p); st.Size != int64(len(model)) {
+		t.Fatalf("after fallocate to 150003: size %d", st.Size)
+	}
+	// Read first, so the kernel caches pages the punch must drop.
+	got := make([]byte, len(model)+10)
+	n, _ := f.ReadAt(got, 0)
+	if !bytes.Equal(got[:n], model) {
+		t.Fatalf("after fallocate: %d bytes differ from the model", n)
+	}
+	ok(t, unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 10_003, 60_001), "punch")
+	clear(model[10_003:70_004])
+	n, _ = f.ReadAt(got, 0)
+	if !bytes.Equal(got[:n], model) {
+		t.Fatalf("after the punch: %d bytes differ from the model", n)
+	}
+	if st := stat(t, p); st.Size != int64(len(model)) {
+		t.Fatalf("size %d after the punch", st.Size)
+	}
+	wantErr(t, unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE, 0, 10), syscall.EOPNOTSUPP, "fallocate ZERO_RANGE")
+	wantErr(t, unix.Fallocate(fd, unix.FALLOC_FL_COLLAPSE_RANGE, 0, 4096), syscall.EOPNOTSUPP, "fallocate COLLAPSE_RANGE")
+	ok(t, f.Close(), "close")
+	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, model) {
+		t.Fatalf("reread after close: %d bytes, %v (equal %v)", len(b), err, bytes.Equal(b, model))
+	}
+	r, err := os.Open(p)
+	ok(t, err, "open")
+	wantErr(t, unix.Fallocate(int(r.Fd()), 0, 0, 10), syscall.EBADF, "fallocate of a read-only open")
+	r.Close()
 }
 
 func caseDirs(t tester, dir string) {

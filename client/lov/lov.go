@@ -123,7 +123,8 @@ type piece struct {
 	stripe  int
 	objOff  uint64
 	fileOff uint64
-	buf     []byte
+	size    uint64   // bytes, len(buf) where there is one
+	buf     []byte   // nil for an operation without data (fallocate)
 	vec     *osc.Vec // for ReadVec: the bytes read, in place of buf's
 	done    int
 	err     error
@@ -133,7 +134,18 @@ type piece struct {
 // components without objects are zero-filled in p for a read and refused
 // for a write.
 func (f *File) split(p []byte, off uint64, write bool) ([]*piece, error) {
-	end := off + uint64(len(p))
+	out, err := f.mapRange(off, off+uint64(len(p)), write, func(from, to uint64) { clear(p[from-off : to-off]) })
+	for _, pc := range out {
+		pc.buf = p[pc.fileOff-off : pc.fileOff-off+pc.size]
+	}
+	return out, err
+}
+
+// mapRange maps [off, end) to pieces in file order, without buffers.
+// A range in a component without objects, or past the layout, is refused
+// for a write (layout.ErrUninstantiated, layout.ErrBeyondLayout) and
+// otherwise given to hole, if not nil: it reads as zeros.
+func (f *File) mapRange(off, end uint64, write bool, hole func(from, to uint64)) ([]*piece, error) {
 	var out []*piece
 	for pos := off; pos < end; {
 		ci := f.l.ComponentAt(pos)
@@ -141,7 +153,9 @@ func (f *File) split(p []byte, off uint64, write bool) ([]*piece, error) {
 			if write {
 				return nil, fmt.Errorf("lov: write at %d: %w", pos, layout.ErrBeyondLayout)
 			}
-			clear(p[pos-off:])
+			if hole != nil {
+				hole(pos, end)
+			}
 			break
 		}
 		c := &f.l.Components[ci]
@@ -153,7 +167,9 @@ func (f *File) split(p []byte, off uint64, write bool) ([]*piece, error) {
 			if write {
 				return nil, fmt.Errorf("lov: write [%d,%d): component %d: %w", pos, stop, ci, layout.ErrUninstantiated)
 			}
-			clear(p[pos-off : stop-off])
+			if hole != nil {
+				hole(pos, stop)
+			}
 			pos = stop
 			continue
 		}
@@ -163,7 +179,7 @@ func (f *File) split(p []byte, off uint64, write bool) ([]*piece, error) {
 		}
 		for _, ch := range chunks {
 			out = append(out, &piece{obj: f.objs[ch.Component][ch.Stripe], comp: ch.Component, stripe: ch.Stripe,
-				objOff: ch.ObjOffset, fileOff: ch.FileOffset, buf: p[ch.FileOffset-off : ch.FileOffset-off+ch.Len]})
+				objOff: ch.ObjOffset, fileOff: ch.FileOffset, size: ch.Len})
 		}
 		pos = stop
 	}
@@ -206,7 +222,7 @@ func run(pieces []*piece, fn func(pc *piece) (int, error)) (int, error) {
 		if pc.err != nil {
 			return n, pc.err
 		}
-		if pc.done < len(pc.buf) {
+		if uint64(pc.done) < pc.size {
 			return n, fmt.Errorf("lov: short I/O on %v at %d", pc.obj.FID(), pc.objOff+uint64(pc.done))
 		}
 	}
@@ -349,7 +365,7 @@ func (f *File) read(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, 
 	for i, pc := range pieces {
 		v.AppendBuf(p[pos-uoff : pc.fileOff-uoff])
 		v.Append(&vecs[i])
-		pos = pc.fileOff + uint64(len(pc.buf))
+		pos = pc.fileOff + pc.size
 	}
 	v.AppendBuf(p[pos-uoff : end-uoff])
 	if eof {
@@ -368,28 +384,7 @@ func releaseLocks(locks map[*osc.Object]*osc.Lock) {
 // lockPieces takes a lock (a write lock if write) on each object's part
 // of the pieces, in layout order.
 func lockPieces(ctx context.Context, pieces []*piece, write bool) (map[*osc.Object]*osc.Lock, error) {
-	type span struct {
-		comp, stripe int
-		start, end   uint64
-	}
-	spans := make(map[*osc.Object]*span)
-	var order []*osc.Object
-	for _, pc := range pieces {
-		s := spans[pc.obj]
-		if s == nil {
-			s = &span{comp: pc.comp, stripe: pc.stripe, start: pc.objOff, end: pc.objOff + uint64(len(pc.buf))}
-			spans[pc.obj] = s
-			order = append(order, pc.obj)
-		}
-		s.start, s.end = min(s.start, pc.objOff), max(s.end, pc.objOff+uint64(len(pc.buf)))
-	}
-	slices.SortFunc(order, func(a, b *osc.Object) int {
-		sa, sb := spans[a], spans[b]
-		if sa.comp != sb.comp {
-			return sa.comp - sb.comp
-		}
-		return sa.stripe - sb.stripe
-	})
+	spans, order := objectSpans(pieces)
 	locks := make(map[*osc.Object]*osc.Lock, len(order))
 	for _, o := range order {
 		s := spans[o]
@@ -401,6 +396,74 @@ func lockPieces(ctx context.Context, pieces []*piece, write bool) (map[*osc.Obje
 		locks[o] = l
 	}
 	return locks, nil
+}
+
+// objSpan is the extent of one object's pieces, in object space.
+type objSpan struct {
+	comp, stripe int
+	start, end   uint64
+}
+
+// objectSpans returns the extent each object's pieces cover, and the
+// objects in layout order (the order their locks are taken in).
+func objectSpans(pieces []*piece) (map[*osc.Object]*objSpan, []*osc.Object) {
+	spans := make(map[*osc.Object]*objSpan)
+	var order []*osc.Object
+	for _, pc := range pieces {
+		s := spans[pc.obj]
+		if s == nil {
+			s = &objSpan{comp: pc.comp, stripe: pc.stripe, start: pc.objOff, end: pc.objOff + pc.size}
+			spans[pc.obj] = s
+			order = append(order, pc.obj)
+		}
+		s.start, s.end = min(s.start, pc.objOff), max(s.end, pc.objOff+pc.size)
+	}
+	slices.SortFunc(order, func(a, b *osc.Object) int {
+		sa, sb := spans[a], spans[b]
+		if sa.comp != sb.comp {
+			return sa.comp - sb.comp
+		}
+		return sa.stripe - sb.stripe
+	})
+	return spans, order
+}
+
+// Fallocate reserves the blocks of [off, off+n) of the file, as
+// fallocate(2) mode 0 (the file grows to off+n unless keepSize), or, with
+// punch, frees them (PUNCH_HOLE|KEEP_SIZE: they read as zeros), under a
+// write lock on each object's part of the range, taken in layout order,
+// every object at once. An allocation of a range in a component without
+// objects fails with layout.ErrUninstantiated (the caller instantiates
+// it); for a punch such a range, and one past the layout, is a hole
+// already.
+func (f *File) Fallocate(ctx context.Context, off, n int64, keepSize, punch bool) error {
+	if off < 0 || n <= 0 || uint64(off)+uint64(n) < uint64(off) {
+		return fmt.Errorf("lov: fallocate of %d bytes at %d: %w", n, off, syscall.EINVAL)
+	}
+	pieces, err := f.mapRange(uint64(off), uint64(off)+uint64(n), !punch, nil)
+	if err != nil || len(pieces) == 0 {
+		return err
+	}
+	locks, err := lockPieces(ctx, pieces, true)
+	if err != nil {
+		return err
+	}
+	defer releaseLocks(locks)
+	spans, order := objectSpans(pieces)
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, o := range order {
+		s, l := spans[o], locks[o]
+		wg.Go(func() {
+			if punch {
+				errs[i] = l.PunchHole(ctx, s.start, s.end)
+			} else {
+				errs[i] = l.Allocate(ctx, s.start, s.end, keepSize)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // sizes returns the table layout.FileSize takes, filled by fn.

@@ -386,7 +386,7 @@ func (o *OFD) Close(ctx context.Context) error {
 var Flags = map[wire.Opcode]ptlrpc.HandlerFlags{
 	wire.OSTCreate: ptlrpc.Modifying, wire.OSTDestroy: ptlrpc.Modifying, wire.OSTGetattr: 0,
 	wire.OSTSetattr: ptlrpc.Modifying, wire.OSTPunch: ptlrpc.Modifying, wire.OSTWrite: ptlrpc.Modifying | ptlrpc.HasBulk,
-	wire.OSTRead: ptlrpc.HasBulk, wire.OSTSync: 0, wire.OSTStatfs: 0, wire.OSTLadvise: 0,
+	wire.OSTRead: ptlrpc.HasBulk, wire.OSTSync: 0, wire.OSTStatfs: 0, wire.OSTLadvise: 0, wire.OSTFallocate: ptlrpc.Modifying,
 	wire.LDLMEnqueue: ldlm.HandlerFlags[wire.LDLMEnqueue], wire.LDLMCancel: ldlm.HandlerFlags[wire.LDLMCancel],
 	wire.LDLMConvert: ldlm.HandlerFlags[wire.LDLMConvert],
 }
@@ -398,7 +398,7 @@ func (o *OFD) Handlers() map[wire.Opcode]ptlrpc.Handler {
 	h := map[wire.Opcode]ptlrpc.Handler{
 		wire.OSTCreate: o.create, wire.OSTDestroy: o.destroy, wire.OSTGetattr: o.getattr, wire.OSTSetattr: o.setattr,
 		wire.OSTPunch: o.punch, wire.OSTWrite: o.write, wire.OSTRead: o.read, wire.OSTSync: o.sync,
-		wire.OSTStatfs: o.statfs, wire.OSTLadvise: o.ladvise,
+		wire.OSTStatfs: o.statfs, wire.OSTLadvise: o.ladvise, wire.OSTFallocate: o.fallocate,
 	}
 	for op, spec := range o.lockd.Handlers() {
 		h[op] = spec.Fn
@@ -808,17 +808,8 @@ func (o *OFD) punch(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err := tx.Punch(f, pr.Start, pr.End); err != nil {
 		return o.refuse(r, "punch %v [%d,%d): %w", f, pr.Start, pr.End, err)
 	}
-	if pr.Mtime != 0 || pr.Ctime != 0 {
-		a := osd.Attr{Mtime: fromNS(pr.Mtime), Ctime: fromNS(pr.Ctime)}
-		if pr.Mtime != 0 {
-			a.Valid |= osd.AttrMtime
-		}
-		if pr.Ctime != 0 {
-			a.Valid |= osd.AttrCtime
-		}
-		if err := tx.SetAttr(f, a); err != nil {
-			return nil, errno(err)
-		}
+	if err := o.setTimes(tx, f, pr.Mtime, pr.Ctime); err != nil {
+		return nil, errno(err)
 	}
 	if err := o.commit(ctx, r, tx); err != nil {
 		return nil, errno(err)
@@ -828,6 +819,84 @@ func (o *OFD) punch(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 		return nil, errno(err)
 	}
 	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(after)})
+}
+
+// fallocate serves OST_FALLOCATE (Lustre's ofd_fallocate_hdl): the
+// object's blocks in [start, end) are reserved, out of the space no
+// client holds as grant — the writes clients cached under their grant
+// must still find room.
+func (o *OFD) fallocate(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var fr ostv1.FallocateRequest
+	if err := ptlrpc.Unmarshal(r.Body, &fr); err != nil {
+		return o.refuse(r, "%w: fallocate body: %v", errBadRequest, err)
+	}
+	f, err := fidFromWire(fr.Fid)
+	if err != nil {
+		return o.refuse(r, "fallocate: %w", err)
+	}
+	if fr.Start >= fr.End || fr.End > osd.MaxObjectSize {
+		return o.refuse(r, "%w: fallocate %v [%d,%d)", errBadRequest, f, fr.Start, fr.End)
+	}
+	a, err := o.dev.GetAttr(ctx, f)
+	if err != nil {
+		return o.refuse(r, "fallocate %v: %w", f, err)
+	}
+	// What the object holds already may be in the range: counted as
+	// taken, a second fallocate of a full OST's file would fail.
+	n := fr.End - fr.Start
+	need := n - min(n, a.Blocks*512)
+	o.gmu.Lock()
+	if spare := o.spaceLocked(ctx); need > spare {
+		o.gmu.noSpace++
+		o.gmu.Unlock()
+		o.log.Info("ofd: fallocate refused: no space beside the grants", "fid", f, "bytes", n, "spare", spare)
+		return nil, -int32(syscall.ENOSPC)
+	}
+	o.gmu.inFlight += need
+	o.gmu.Unlock()
+	landed := false
+	defer func() {
+		if !landed {
+			o.notInFlight(need)
+		}
+	}()
+	tx, err := o.dev.Begin(ctx)
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer tx.Abort()
+	if err := tx.Allocate(f, fr.Start, fr.End, fr.KeepSize); err != nil {
+		return o.refuse(r, "fallocate %v [%d,%d): %w", f, fr.Start, fr.End, err)
+	}
+	if err := o.setTimes(tx, f, fr.Mtime, fr.Ctime); err != nil {
+		return nil, errno(err)
+	}
+	if err := o.commit(ctx, r, tx); err != nil {
+		return o.refuse(r, "fallocate %v [%d,%d): %w", f, fr.Start, fr.End, err)
+	}
+	o.spent(need)
+	landed = true
+	after, err := o.updateLVB(ctx, f)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(after)})
+}
+
+// setTimes adds to tx the mtime and ctime a client sent with a change,
+// those that are not zero.
+func (o *OFD) setTimes(tx osd.Tx, f fid.FID, mtime, ctime int64) error {
+	if mtime == 0 && ctime == 0 {
+		return nil
+	}
+	a := osd.Attr{Mtime: fromNS(mtime), Ctime: fromNS(ctime)}
+	if mtime != 0 {
+		a.Valid |= osd.AttrMtime
+	}
+	if ctime != 0 {
+		a.Valid |= osd.AttrCtime
+	}
+	return tx.SetAttr(f, a)
 }
 
 func (o *OFD) sync(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {

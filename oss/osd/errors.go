@@ -20,6 +20,9 @@ var (
 	ErrClosed   = errors.New("osd: device closed")                            // ENODEV
 	ErrBusy     = errors.New("osd: target in use by another process")         // EBUSY
 	ErrTxDone   = errors.New("osd: transaction already committed or aborted") // EINVAL
+	// ErrNotSupported: the store under the device cannot do it
+	// (fallocate on a file system without it).
+	ErrNotSupported = errors.New("osd: not supported by the store") // EOPNOTSUPP
 )
 
 var errnos = []struct {
@@ -36,6 +39,7 @@ var errnos = []struct {
 	{ErrClosed, syscall.ENODEV},
 	{ErrBusy, syscall.EBUSY},
 	{ErrTxDone, syscall.EINVAL},
+	{ErrNotSupported, syscall.EOPNOTSUPP},
 	{context.Canceled, syscall.ECANCELED},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 }

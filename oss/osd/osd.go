@@ -8,7 +8,7 @@ import (
 )
 
 // MaxObjectSize bounds every object: no byte at or past it can be written, and
-// Punch, SetAttr and WriteAt past it fail with ErrTooLarge. It is ext4's limit
+// Punch, SetAttr, WriteAt and Allocate past it fail with ErrTooLarge. It is ext4's limit
 // for a file with 4 KiB blocks (16 TiB - 4 KiB), which every backend honours so
 // that an OST behaves the same whatever it sits on.
 const MaxObjectSize = 1<<44 - 1<<12
@@ -188,6 +188,17 @@ type Tx interface {
 	// MaxRecordSize bytes. The Tx keeps b until Commit or Abort returns.
 	// Errors are those of WriteAt, and ErrInvalid if b is too long.
 	WriteRecord(f fid.FID, b []byte, off int64) error
+
+	// Allocate adds a step reserving the blocks of f's bytes in [start,
+	// end), as fallocate(2) mode 0: the bytes never written read as zeros,
+	// and the size grows to end if smaller, unless keepSize
+	// (FALLOC_FL_KEEP_SIZE). It is applied as a WriteAt is, ahead of the
+	// journal (so it cannot follow a Punch, a SetAttr of the size or a
+	// WriteRecord of f in the same Tx), and taken back if the Tx fails. It
+	// fails with ErrInvalid if start >= end, ErrTooLarge if end is past
+	// MaxObjectSize; at Commit with ErrNotExist if f does not exist and
+	// ErrNoSpace if the store cannot hold it.
+	Allocate(f fid.FID, start, end uint64, keepSize bool) error
 
 	// Punch adds a step freeing f's bytes in [start, end): they read as
 	// zeros afterwards and the size does not change (fallocate

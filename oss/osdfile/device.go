@@ -213,6 +213,8 @@ func ioErr(err error) error {
 		return osd.ErrNoSpace
 	case errors.Is(err, unix.EFBIG):
 		return fmt.Errorf("%w: %w", osd.ErrTooLarge, err)
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: %w", osd.ErrNotSupported, err)
 	}
 	return err
 }

@@ -22,9 +22,10 @@ const (
 	kWrite
 	kRecord
 	kPunch
+	kAllocate
 )
 
-var stepNames = [...]string{kCreate: "create", kDestroy: "destroy", kSetAttr: "setattr", kWrite: "write", kRecord: "write record", kPunch: "punch"}
+var stepNames = [...]string{kCreate: "create", kDestroy: "destroy", kSetAttr: "setattr", kWrite: "write", kRecord: "write record", kPunch: "punch", kAllocate: "allocate"}
 
 // step is one step of a Tx, as added.
 type step struct {
@@ -33,13 +34,14 @@ type step struct {
 	attr osd.Attr // kCreate, kSetAttr
 	bufs [][]byte // kWrite, the caller's
 	data []byte   // kRecord, the caller's
-	off  uint64   // kWrite, kRecord, kPunch: first byte
-	end  uint64   // kWrite, kRecord: past the last byte; kPunch: end or osd.EOF
+	off  uint64   // kWrite, kRecord, kPunch, kAllocate: first byte
+	end  uint64   // kWrite, kRecord, kAllocate: past the last byte; kPunch: end or osd.EOF
+	keep bool     // kAllocate: FALLOC_FL_KEEP_SIZE
 }
 
 func (s *step) String() string {
 	switch s.kind {
-	case kWrite, kRecord:
+	case kWrite, kRecord, kAllocate:
 		return fmt.Sprintf("%s %v [%d,%d)", stepNames[s.kind], s.fid, s.off, s.end)
 	case kPunch:
 		if s.end == osd.EOF {
@@ -165,6 +167,18 @@ func (t *tx) WriteRecord(f fid.FID, b []byte, off int64) error {
 	return t.add(step{kind: kRecord, fid: f, data: b, off: uint64(off), end: end})
 }
 
+// Allocate implements osd.Tx.
+func (t *tx) Allocate(f fid.FID, start, end uint64, keepSize bool) error {
+	s := step{kind: kAllocate, fid: f, off: start, end: end, keep: keepSize}
+	switch {
+	case start >= end:
+		return t.d.errorf("%v: %w: empty range", &s, osd.ErrInvalid)
+	case end > osd.MaxObjectSize:
+		return t.d.errorf("%v: %w", &s, osd.ErrTooLarge)
+	}
+	return t.add(s)
+}
+
 // Punch implements osd.Tx.
 func (t *tx) Punch(f fid.FID, start, end uint64) error {
 	s := step{kind: kPunch, fid: f, off: start, end: end}
@@ -273,9 +287,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			p.needsFile = true
 		}
 		switch s.kind {
-		case kWrite:
+		case kWrite, kAllocate:
 			if p.journaled {
-				return d.errorf("%v: %w: a WriteAt after a Punch, size change or WriteRecord of the same object in the same transaction", s, osd.ErrInvalid)
+				return d.errorf("%v: %w: a WriteAt or Allocate after a Punch, size change or WriteRecord of the same object in the same transaction", s, osd.ErrInvalid)
 			}
 			p.eager = true
 		case kCreate:
@@ -450,6 +464,21 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 				p.written = append(p.written, [2]uint64{s.off, s.off + uint64(n)})
 				p.wrote = true
 			}
+		case kAllocate:
+			p.o.mu.Lock()
+			fd := p.o.mu.fd
+			p.o.mu.Unlock()
+			var mode uint32
+			if s.keep {
+				mode = unix.FALLOC_FL_KEEP_SIZE
+			}
+			// Taken back as a write's bytes are if the Tx fails, this
+			// step included (a file system may allocate part of the
+			// range before it runs out of space): what lies past the
+			// old size becomes a hole again.
+			p.written = append(p.written, [2]uint64{s.off, s.end})
+			p.wrote = true
+			err = ignoreEINTR(func() error { return unix.Fallocate(fd, mode, int64(s.off), int64(s.end-s.off)) })
 		case kRecord:
 			// Reserve the blocks now, so that applying the record
 			// later cannot run out of space.
@@ -592,6 +621,10 @@ func (d *Device) buildLocked(t *tx, plans map[fid.FID]*objPlan, order []*objPlan
 			}
 		case kWrite:
 			o.mu.attr.Size = max(o.mu.attr.Size, s.end)
+		case kAllocate:
+			if !s.keep {
+				o.mu.attr.Size = max(o.mu.attr.Size, s.end)
+			}
 		case kRecord:
 			body := rb.step(opRecord, s.fid, 8+len(s.data))
 			le.PutUint64(body, s.off)

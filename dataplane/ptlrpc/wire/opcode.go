@@ -25,6 +25,7 @@ const (
 	OSTStatfs      Opcode = 13 // OST_STATFS: OST space and object counts
 	OSTSync        Opcode = 16 // OST_SYNC: commit an object's data to stable storage
 	OSTLadvise     Opcode = 21 // OST_LADVISE: advice on an object's ranges (willneed, dontneed)
+	OSTFallocate   Opcode = 22 // OST_FALLOCATE: reserve the blocks of an object's range
 	MDSGetattr     Opcode = 33 // MDS_GETATTR: file attributes by FID
 	MDSGetattrName Opcode = 34 // MDS_GETATTR_NAME: look a name up in a directory
 	MDSClose       Opcode = 35 // MDS_CLOSE: close an open file handle
@@ -68,6 +69,7 @@ var opcodeNames = map[Opcode]string{
 	OSTConnect:        "OST_CONNECT",
 	OSTDisconnect:     "OST_DISCONNECT",
 	OSTPunch:          "OST_PUNCH",
+	OSTFallocate:      "OST_FALLOCATE",
 	OSTStatfs:         "OST_STATFS",
 	OSTSync:           "OST_SYNC",
 	OSTLadvise:        "OST_LADVISE",

@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"Sparse", testSparse},
 		{"PunchAndTruncate", testPunchAndTruncate},
 		{"BlocksAfterPunch", testBlocksAfterPunch},
+		{"Allocate", testAllocate},
 		{"ReadPastEOF", testReadPastEOF},
 		{"WriteRecord", testWriteRecord},
 		{"TxAbort", testTxAbort},
@@ -486,6 +487,94 @@ func testBlocksAfterPunch(t *testing.T, h Harness) {
 	if b := getattr(t, d, f).Blocks; b > 4096/512+slack {
 		t.Fatalf("a truncate up allocates: %d blocks of 512 bytes", b)
 	}
+}
+
+// testAllocate reserves blocks (fallocate mode 0, with and without
+// KEEP_SIZE): the size follows, the data already there stays, the rest
+// reads as zeros and counts in Blocks; a failed Tx takes its allocation
+// back, and bad ranges are refused.
+func testAllocate(t *testing.T, h Harness) {
+	d := newDevice(t, h.New)
+	f, g := F(1), F(2)
+	create(t, d, f, osd.Attr{})
+	create(t, d, g, osd.Attr{})
+	const mib = 1 << 20
+	data := bytes.Repeat([]byte("keep me "), 512) // 4 KiB
+	write(t, d, f, 8192, data)
+
+	// Past the end, keeping the size: blocks, no size.
+	mustCommit(t, d, func(tx osd.Tx) error { return tx.Allocate(f, 0, 2*mib, true) })
+	a := getattr(t, d, f)
+	if a.Size != 8192+4096 {
+		t.Fatalf("size %d after an allocation keeping it, want %d", a.Size, 8192+4096)
+	}
+	if a.Blocks < 2*mib/512 {
+		t.Fatalf("2 MiB allocated occupy %d blocks of 512 bytes", a.Blocks)
+	}
+	// Growing: the size is the end; what was never written reads as zeros.
+	mustCommit(t, d, func(tx osd.Tx) error { return tx.Allocate(f, mib, 3*mib+5, false) })
+	if a := getattr(t, d, f); a.Size != 3*mib+5 || a.Blocks < 3*mib/512 {
+		t.Fatalf("after growing to 3 MiB + 5: %+v", a)
+	}
+	got := read(t, d, f, 0, 3*mib+5)
+	want := make([]byte, 3*mib+5)
+	copy(want[8192:], data)
+	if i := firstDiff(got, want); i >= 0 {
+		t.Fatalf("allocated object reads wrong at %d", i)
+	}
+	// Inside the size, not growing: the size stays.
+	mustCommit(t, d, func(tx osd.Tx) error { return tx.Allocate(f, 100, 200, false) })
+	if a := getattr(t, d, f); a.Size != 3*mib+5 {
+		t.Fatalf("an allocation inside the object moved its size to %d", a.Size)
+	}
+	// With a write of the same object in the same Tx.
+	mustCommit(t, d, func(tx osd.Tx) error {
+		return errors.Join(tx.Allocate(g, 0, mib, false), tx.WriteAt(g, [][]byte{[]byte("tail")}, mib))
+	})
+	if a := getattr(t, d, g); a.Size != mib+4 {
+		t.Fatalf("allocate then write: size %d", a.Size)
+	}
+
+	// A failing Tx takes it back.
+	before := getattr(t, d, g)
+	err := commit(d, func(tx osd.Tx) error {
+		return errors.Join(tx.Allocate(g, 0, 8*mib, false), tx.Create(f, osd.Attr{}))
+	})
+	wantErr(t, "allocation in a failing transaction", err, osd.ErrExist)
+	if a := getattr(t, d, g); a.Size != before.Size || a.Blocks > before.Blocks+128 {
+		t.Fatalf("a failed allocation left size %d blocks %d (was %d, %d)", a.Size, a.Blocks, before.Size, before.Blocks)
+	}
+
+	// Bad ranges and objects.
+	err = commit(d, func(tx osd.Tx) error { return tx.Allocate(f, 10, 10, false) })
+	wantErr(t, "empty allocation", err, osd.ErrInvalid)
+	err = commit(d, func(tx osd.Tx) error { return tx.Allocate(f, 0, osd.MaxObjectSize+1, true) })
+	wantErr(t, "allocation past the maximum size", err, osd.ErrTooLarge)
+	err = commit(d, func(tx osd.Tx) error { return tx.Allocate(F(99), 0, 10, false) })
+	wantErr(t, "allocation of a missing object", err, osd.ErrNotExist)
+	err = commit(d, func(tx osd.Tx) error {
+		return errors.Join(tx.Punch(f, 0, 10), tx.Allocate(f, 0, 10, false))
+	})
+	wantErr(t, "allocation after a punch in one transaction", err, osd.ErrInvalid)
+
+	// Past the store's space: ErrNoSpace, and whatever the Tx allocated
+	// is given back, so the space is there for the next.
+	if h.Small == nil {
+		return
+	}
+	sd := newDevice(t, h.Small)
+	s := F(3)
+	create(t, sd, s, osd.Attr{})
+	write(t, sd, s, 0, []byte("x"))
+	before = getattr(t, sd, s)
+	err = commit(sd, func(tx osd.Tx) error {
+		return errors.Join(tx.Allocate(s, 0, mib, false), tx.Allocate(s, mib, 64*mib, false))
+	})
+	wantErr(t, "allocation past the store's space", err, osd.ErrNoSpace)
+	if a := getattr(t, sd, s); a.Size != 1 || a.Blocks > before.Blocks+128 {
+		t.Fatalf("a failed allocation left size %d blocks %d (was %d, %d)", a.Size, a.Blocks, before.Size, before.Blocks)
+	}
+	mustCommit(t, sd, func(tx osd.Tx) error { return tx.Allocate(s, 0, 2*mib, true) })
 }
 
 func testPunchAndTruncate(t *testing.T, h Harness) {

@@ -148,7 +148,7 @@ func (x Advice_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Advice_Kind.Descriptor instead.
 func (Advice_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{12, 0}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // FID names an object: Lustre's lu_fid (sequence, object id, version).
@@ -658,6 +658,95 @@ func (x *PunchRequest) GetCtime() int64 {
 	return 0
 }
 
+// FallocateRequest (OST_FALLOCATE) reserves the blocks of [start, end) of
+// an object, as fallocate(2) mode 0: bytes not written yet read as zeros,
+// and the object grows to end unless keep_size (FALLOC_FL_KEEP_SIZE).
+// Mtime and ctime are set with it when non-zero. (A hole is punched with
+// OST_PUNCH.)
+type FallocateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fid           *FID                   `protobuf:"bytes,1,opt,name=fid,proto3" json:"fid,omitempty"`
+	Start         uint64                 `protobuf:"fixed64,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"fixed64,3,opt,name=end,proto3" json:"end,omitempty"`
+	KeepSize      bool                   `protobuf:"varint,4,opt,name=keep_size,json=keepSize,proto3" json:"keep_size,omitempty"`
+	Mtime         int64                  `protobuf:"varint,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Ctime         int64                  `protobuf:"varint,6,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FallocateRequest) Reset() {
+	*x = FallocateRequest{}
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FallocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FallocateRequest) ProtoMessage() {}
+
+func (x *FallocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FallocateRequest.ProtoReflect.Descriptor instead.
+func (*FallocateRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FallocateRequest) GetFid() *FID {
+	if x != nil {
+		return x.Fid
+	}
+	return nil
+}
+
+func (x *FallocateRequest) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetKeepSize() bool {
+	if x != nil {
+		return x.KeepSize
+	}
+	return false
+}
+
+func (x *FallocateRequest) GetMtime() int64 {
+	if x != nil {
+		return x.Mtime
+	}
+	return 0
+}
+
+func (x *FallocateRequest) GetCtime() int64 {
+	if x != nil {
+		return x.Ctime
+	}
+	return 0
+}
+
 // BRWRequest is a bulk read or write of one object: the niobufs (the
 // dataplane/ptlrpc/wire vector encoding) say which extents, and the bulk
 // holds their bytes in order.
@@ -678,7 +767,7 @@ type BRWRequest struct {
 
 func (x *BRWRequest) Reset() {
 	*x = BRWRequest{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[7]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +779,7 @@ func (x *BRWRequest) String() string {
 func (*BRWRequest) ProtoMessage() {}
 
 func (x *BRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[7]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +792,7 @@ func (x *BRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BRWRequest.ProtoReflect.Descriptor instead.
 func (*BRWRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{7}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BRWRequest) GetFid() *FID {
@@ -755,7 +844,7 @@ type BRWReply struct {
 
 func (x *BRWReply) Reset() {
 	*x = BRWReply{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[8]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +856,7 @@ func (x *BRWReply) String() string {
 func (*BRWReply) ProtoMessage() {}
 
 func (x *BRWReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[8]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +869,7 @@ func (x *BRWReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BRWReply.ProtoReflect.Descriptor instead.
 func (*BRWReply) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{8}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BRWReply) GetAttr() *Attr {
@@ -808,7 +897,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[9]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +909,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[9]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +922,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{9}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SyncRequest) GetFid() *FID {
@@ -866,7 +955,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[10]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +967,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[10]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +980,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{10}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatfsReply) GetBlocks() uint64 {
@@ -982,7 +1071,7 @@ type LadviseRequest struct {
 
 func (x *LadviseRequest) Reset() {
 	*x = LadviseRequest{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[11]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1083,7 @@ func (x *LadviseRequest) String() string {
 func (*LadviseRequest) ProtoMessage() {}
 
 func (x *LadviseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[11]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1096,7 @@ func (x *LadviseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LadviseRequest.ProtoReflect.Descriptor instead.
 func (*LadviseRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{11}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LadviseRequest) GetFid() *FID {
@@ -1037,7 +1126,7 @@ type Advice struct {
 
 func (x *Advice) Reset() {
 	*x = Advice{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1138,7 @@ func (x *Advice) String() string {
 func (*Advice) ProtoMessage() {}
 
 func (x *Advice) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1151,7 @@ func (x *Advice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advice.ProtoReflect.Descriptor instead.
 func (*Advice) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{12}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Advice) GetKind() Advice_Kind {
@@ -1101,7 +1190,7 @@ type ConnectData struct {
 
 func (x *ConnectData) Reset() {
 	*x = ConnectData{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1202,7 @@ func (x *ConnectData) String() string {
 func (*ConnectData) ProtoMessage() {}
 
 func (x *ConnectData) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1215,7 @@ func (x *ConnectData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectData.ProtoReflect.Descriptor instead.
 func (*ConnectData) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{13}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConnectData) GetGrant() uint64 {
@@ -1178,7 +1267,14 @@ const file_nacre_ost_v1_ost_proto_rawDesc = "" +
 	"\x05start\x18\x02 \x01(\x06R\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\x06R\x03end\x12\x14\n" +
 	"\x05mtime\x18\x04 \x01(\x03R\x05mtime\x12\x14\n" +
-	"\x05ctime\x18\x05 \x01(\x03R\x05ctime\"\x9f\x01\n" +
+	"\x05ctime\x18\x05 \x01(\x03R\x05ctime\"\xa8\x01\n" +
+	"\x10FallocateRequest\x12#\n" +
+	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\x06R\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\x06R\x03end\x12\x1b\n" +
+	"\tkeep_size\x18\x04 \x01(\bR\bkeepSize\x12\x14\n" +
+	"\x05mtime\x18\x05 \x01(\x03R\x05mtime\x12\x14\n" +
+	"\x05ctime\x18\x06 \x01(\x03R\x05ctime\"\x9f\x01\n" +
 	"\n" +
 	"BRWRequest\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\x12\x18\n" +
@@ -1245,24 +1341,25 @@ func file_nacre_ost_v1_ost_proto_rawDescGZIP() []byte {
 }
 
 var file_nacre_ost_v1_ost_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nacre_ost_v1_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_nacre_ost_v1_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_nacre_ost_v1_ost_proto_goTypes = []any{
-	(AttrValid)(0),         // 0: nacre.ost.v1.AttrValid
-	(Advice_Kind)(0),       // 1: nacre.ost.v1.Advice.Kind
-	(*FID)(nil),            // 2: nacre.ost.v1.FID
-	(*Attr)(nil),           // 3: nacre.ost.v1.Attr
-	(*ObjectRequest)(nil),  // 4: nacre.ost.v1.ObjectRequest
-	(*ObjectReply)(nil),    // 5: nacre.ost.v1.ObjectReply
-	(*CreateRequest)(nil),  // 6: nacre.ost.v1.CreateRequest
-	(*CreateReply)(nil),    // 7: nacre.ost.v1.CreateReply
-	(*PunchRequest)(nil),   // 8: nacre.ost.v1.PunchRequest
-	(*BRWRequest)(nil),     // 9: nacre.ost.v1.BRWRequest
-	(*BRWReply)(nil),       // 10: nacre.ost.v1.BRWReply
-	(*SyncRequest)(nil),    // 11: nacre.ost.v1.SyncRequest
-	(*StatfsReply)(nil),    // 12: nacre.ost.v1.StatfsReply
-	(*LadviseRequest)(nil), // 13: nacre.ost.v1.LadviseRequest
-	(*Advice)(nil),         // 14: nacre.ost.v1.Advice
-	(*ConnectData)(nil),    // 15: nacre.ost.v1.ConnectData
+	(AttrValid)(0),           // 0: nacre.ost.v1.AttrValid
+	(Advice_Kind)(0),         // 1: nacre.ost.v1.Advice.Kind
+	(*FID)(nil),              // 2: nacre.ost.v1.FID
+	(*Attr)(nil),             // 3: nacre.ost.v1.Attr
+	(*ObjectRequest)(nil),    // 4: nacre.ost.v1.ObjectRequest
+	(*ObjectReply)(nil),      // 5: nacre.ost.v1.ObjectReply
+	(*CreateRequest)(nil),    // 6: nacre.ost.v1.CreateRequest
+	(*CreateReply)(nil),      // 7: nacre.ost.v1.CreateReply
+	(*PunchRequest)(nil),     // 8: nacre.ost.v1.PunchRequest
+	(*FallocateRequest)(nil), // 9: nacre.ost.v1.FallocateRequest
+	(*BRWRequest)(nil),       // 10: nacre.ost.v1.BRWRequest
+	(*BRWReply)(nil),         // 11: nacre.ost.v1.BRWReply
+	(*SyncRequest)(nil),      // 12: nacre.ost.v1.SyncRequest
+	(*StatfsReply)(nil),      // 13: nacre.ost.v1.StatfsReply
+	(*LadviseRequest)(nil),   // 14: nacre.ost.v1.LadviseRequest
+	(*Advice)(nil),           // 15: nacre.ost.v1.Advice
+	(*ConnectData)(nil),      // 16: nacre.ost.v1.ConnectData
 }
 var file_nacre_ost_v1_ost_proto_depIdxs = []int32{
 	2,  // 0: nacre.ost.v1.Attr.parent:type_name -> nacre.ost.v1.FID
@@ -1270,17 +1367,18 @@ var file_nacre_ost_v1_ost_proto_depIdxs = []int32{
 	3,  // 2: nacre.ost.v1.ObjectRequest.attr:type_name -> nacre.ost.v1.Attr
 	3,  // 3: nacre.ost.v1.ObjectReply.attr:type_name -> nacre.ost.v1.Attr
 	2,  // 4: nacre.ost.v1.PunchRequest.fid:type_name -> nacre.ost.v1.FID
-	2,  // 5: nacre.ost.v1.BRWRequest.fid:type_name -> nacre.ost.v1.FID
-	3,  // 6: nacre.ost.v1.BRWReply.attr:type_name -> nacre.ost.v1.Attr
-	2,  // 7: nacre.ost.v1.SyncRequest.fid:type_name -> nacre.ost.v1.FID
-	2,  // 8: nacre.ost.v1.LadviseRequest.fid:type_name -> nacre.ost.v1.FID
-	14, // 9: nacre.ost.v1.LadviseRequest.advice:type_name -> nacre.ost.v1.Advice
-	1,  // 10: nacre.ost.v1.Advice.kind:type_name -> nacre.ost.v1.Advice.Kind
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	2,  // 5: nacre.ost.v1.FallocateRequest.fid:type_name -> nacre.ost.v1.FID
+	2,  // 6: nacre.ost.v1.BRWRequest.fid:type_name -> nacre.ost.v1.FID
+	3,  // 7: nacre.ost.v1.BRWReply.attr:type_name -> nacre.ost.v1.Attr
+	2,  // 8: nacre.ost.v1.SyncRequest.fid:type_name -> nacre.ost.v1.FID
+	2,  // 9: nacre.ost.v1.LadviseRequest.fid:type_name -> nacre.ost.v1.FID
+	15, // 10: nacre.ost.v1.LadviseRequest.advice:type_name -> nacre.ost.v1.Advice
+	1,  // 11: nacre.ost.v1.Advice.kind:type_name -> nacre.ost.v1.Advice.Kind
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_nacre_ost_v1_ost_proto_init() }
@@ -1294,7 +1392,7 @@ func file_nacre_ost_v1_ost_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_ost_v1_ost_proto_rawDesc), len(file_nacre_ost_v1_ost_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,173 @@
+package osc
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/nacrefs/nacre/dataplane/ptlrpc"
+	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/internal/fid"
+	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
+)
+
+// fallocate(2) of an object's range (Lustre's osc_fallocate_base): the
+// blocks are reserved with OST_FALLOCATE, a hole punched with OST_PUNCH,
+// each under a write lock on the range.
+
+// Allocate reserves the object's blocks in [start, end) on the OST, as
+// fallocate(2) mode 0: bytes not written yet read as zeros, and the object
+// grows to end unless keepSize. The lock must be a write lock covering the
+// range. Cached pages stay as they are: their bytes are the object's.
+func (l *Lock) Allocate(ctx context.Context, start, end uint64, keepSize bool) error {
+	o := l.obj
+	if err := l.checkRange("allocate", start, end); err != nil {
+		return err
+	}
+	oa, transno, err := o.c.fallocate(ctx, o.fid, start, end, keepSize)
+	if err != nil {
+		return err
+	}
+	o.noteWritten(oa, transno)
+	o.mu.Lock()
+	if !keepSize {
+		o.mu.sizeSeen = max(o.mu.sizeSeen, end)
+	}
+	o.mu.mtime = time.Now().UnixNano()
+	o.mu.Unlock()
+	return nil
+}
+
+// PunchHole frees the object's bytes in [start, end) on the OST
+// (fallocate PUNCH_HOLE|KEEP_SIZE): they read as zeros and the size stays.
+// The lock must be a write lock covering the range. The cached pages of
+// the range go first, dirty ones unsent, except that what is dirty of the
+// two pages the range covers only in part goes to the OST before (their
+// other bytes are the object's), and what the OST has of the range and
+// not committed is committed (an OST restart must not write it again
+// over the hole); the object's writes and reads ahead wait until the OST
+// has punched, as for a truncate.
+func (l *Lock) PunchHole(ctx context.Context, start, end uint64) error {
+	o := l.obj
+	if err := l.checkRange("punch", start, end); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.mu.truncating++
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.mu.truncating--
+		o.broadcastLocked()
+		o.mu.Unlock()
+	}()
+	first, last := start/PageSize, (end-1)/PageSize
+	if start%PageSize != 0 {
+		if err := o.flushPages(ctx, first, first); err != nil {
+			return err
+		}
+	}
+	if end%PageSize != 0 {
+		if err := o.flushPages(ctx, last, last); err != nil {
+			return err
+		}
+	}
+	if o.hasUnstable(first, last) {
+		// Written and not committed, those pages would be written again
+		// after an OST restart, and over the hole if it were replayed
+		// first: they must be on disk before it is punched.
+		if err := o.c.syncOST(ctx, o.fid); err != nil {
+			return err
+		}
+		o.c.releaseCommitted()
+	}
+	if err := o.discardPages(ctx, first, last); err != nil {
+		return err
+	}
+	oa, transno, err := o.c.punch(ctx, o.fid, start, end)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	if oa.GetValid()&uint32(ostv1.AttrValid_ATTR_VALID_BLOCKS) != 0 {
+		o.mu.blocks, o.mu.cutTransno = oa.Blocks, transno
+	}
+	o.mu.mtime = time.Now().UnixNano()
+	o.mu.Unlock()
+	return nil
+}
+
+// checkRange checks an fallocate range against the object's limit and
+// the lock.
+func (l *Lock) checkRange(op string, start, end uint64) error {
+	o := l.obj
+	switch {
+	case start >= end:
+		return o.errorf("%s [%d,%d): %w", op, start, end, syscall.EINVAL)
+	case end > MaxObjectSize:
+		return o.errorf("%s [%d,%d): %w", op, start, end, syscall.EFBIG)
+	case !l.covers(true, start, end):
+		return o.errorf("%s [%d,%d) under %v %v: %w", op, start, end, l.info.mode, l.info.ext, ErrLockRange)
+	}
+	return nil
+}
+
+// discardPages takes the pages with index in [first, last] out of the cache
+// once none of them is being filled, written or pinned: dirty ones with
+// their grant given back.
+func (o *Object) discardPages(ctx context.Context, first, last uint64) error {
+	c := o.c
+	for {
+		o.mu.Lock()
+		ps := o.pagesInLocked(first, last)
+		busy := false
+		for _, p := range ps {
+			if p.state != pageIdle {
+				busy = true
+				break
+			}
+		}
+		if busy {
+			if err := o.waitBusyLocked(ctx, false); err != nil {
+				return err
+			}
+			continue
+		}
+		uncharged := 0
+		freed := make([]*page, 0, len(ps))
+		for _, p := range ps {
+			if p.charged {
+				uncharged++
+				o.undirtyLocked(p)
+			}
+			o.mu.pages.del(p.idx)
+			freed = append(freed, p)
+		}
+		c.cache.release(freed)
+		o.broadcastLocked()
+		o.mu.Unlock()
+		c.uncharge(uncharged)
+		return nil
+	}
+}
+
+// fallocate sends OST_FALLOCATE for [start, end) of f and returns the
+// object's attributes after it and the request's transno.
+func (c *Client) fallocate(ctx context.Context, f fid.FID, start, end uint64, keepSize bool) (*ostv1.Attr, uint64, error) {
+	now := time.Now().UnixNano()
+	body, err := ptlrpc.Marshal(&ostv1.FallocateRequest{Fid: fidToWire(f), Start: start, End: end, KeepSize: keepSize, Mtime: now, Ctime: now})
+	if err != nil {
+		return nil, 0, err
+	}
+	req := &ptlrpc.Req{Opcode: wire.OSTFallocate, Body: body}
+	rep, err := c.imp.Do(ctx, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("osc: ost%04x: fallocate %v [%d,%d): %w", c.index, f, start, end, err)
+	}
+	var or ostv1.ObjectReply
+	if err := ptlrpc.Unmarshal(rep, &or); err != nil {
+		return nil, 0, fmt.Errorf("osc: ost%04x: fallocate %v [%d,%d): bad reply: %w", c.index, f, start, end, err)
+	}
+	return or.Attr, req.Transno, nil
+}
