@@ -9,7 +9,8 @@ package osc
 //
 //   - Sequential: each read starts inside or right at the end of the one
 //     before, or, once the pattern is seen, inside what is read ahead and
-//     at most a window behind the one before (reads overtaking each other). From the second such read on, the object is read ahead by a
+//     at most a window behind the one before (reads overtaking each
+//     other). From the second such read on, the object is read ahead by a
 //     window that starts at four times the read (at least raMinWindow) and
 //     doubles each time more is read ahead, up to the per-object maximum.
 //     More is read ahead when less than half the window is left ahead of the

@@ -162,10 +162,10 @@ const sumPiece = 256 << 10
 // writes the bulk's bytes from off on into dst, and is called in order
 // over the whole bulk, which is as long as bufs (at most what the client
 // registered). To a client on this very LNet (a mount on the servers'
-// LNet, whose messages go through the loopback) fill writes straight into the client's buffers, as an
-// RDMA write from the server's storage would, on the handler's goroutine
-// (lnet.PutLocal), and bufs are not used; to any other client fill writes
-// into bufs, which are then PUT.
+// LNet, whose messages go through the loopback) fill writes straight
+// into the client's buffers, as an RDMA write from the server's storage
+// would, on the handler's goroutine (lnet.PutLocal), and bufs are not
+// used; to any other client fill writes into bufs, which are then PUT.
 //
 // If the client asked for a checksum, each piece is summed right after
 // fill wrote it, while it is in the processor's cache (Lustre's OST sums

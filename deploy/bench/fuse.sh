@@ -25,6 +25,8 @@
 #   NACRE_BENCH_UP_MOUNT      1 also measures the mount nacre up makes in
 #                             its own process (--mount), on the servers'
 #                             LNet through 0@lo: column "upfuse" [1]
+#   NACRE_BENCH_NOBODY        the uid (and gid) the loopfd loopback and its
+#                             fio run as [65534]
 #   NACRE_BENCH_PAGE_REPORTING  "off": on a VM with free page reporting,
 #                             turn it off for the run and back the guest's
 #                             free memory first (see README.md) [leave it]
@@ -216,10 +218,43 @@ fuse_pids+=($!)
 wait_mount "$tmp/loop" $! || { cat "$tmp/loopback.log" >&2; die "loopback did not mount"; }
 mounts+=("$tmp/loop")
 
+# loopfd: the same loopback, run as an unprivileged user. On a kernel
+# with FUSE passthrough (6.9 and later) the root loopback above hands the
+# kernel its backing files at open, and the kernel reads and writes them
+# itself: the daemon never sees a read or a write, and "loop" measures
+# the local disk through the kernel. Without CAP_SYS_ADMIN go-fuse cannot
+# register backing files, so loopfd serves every read and write itself
+# (splicing reads from its file descriptors): the ceiling of a Go FUSE
+# daemon that moves the data. Its fio and mdtest run as that user too (a
+# FUSE mount without allow_other is its owner's alone).
+nobody=${NACRE_BENCH_NOBODY:-65534}
+as_nobody=()
+have_loopfd=0
+if command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
+	as_nobody=(setpriv --reuid="$nobody" --regid="$nobody" --clear-groups)
+	chmod 711 "$tmp"
+	mkdir -p "$tmp/loopfd" "$tmp/loopfd-orig"
+	chown "$nobody:$nobody" "$tmp/loopfd" "$tmp/loopfd-orig"
+	log "loopfd $tmp/loopfd over $tmp/loopfd-orig (uid $nobody: no kernel passthrough)"
+	"${as_nobody[@]}" "$bin/loopback" -q "$tmp/loopfd" "$tmp/loopfd-orig" >"$tmp/loopfd.log" 2>&1 &
+	fuse_pids+=($!)
+	if wait_mount "$tmp/loopfd" $!; then
+		mounts+=("$tmp/loopfd")
+		"${as_nobody[@]}" mkdir -p "$tmp/loopfd/fio" "$tmp/loopfd/md"
+		have_loopfd=1
+	else
+		tail -5 "$tmp/loopfd.log" >&2
+		log "loopback as uid $nobody did not mount: no loopfd figures"
+	fi
+else
+	log "not root or no setpriv: no loopfd figures"
+fi
+
 # The directory each side works in.
-declare -A where=([fuse]=$tmp/mnt/fio [upfuse]=$tmp/upmnt/fio-up [local]=$tmp/local [loop]=$tmp/loop/fio)
+declare -A where=([fuse]=$tmp/mnt/fio [upfuse]=$tmp/upmnt/fio-up [local]=$tmp/local [loop]=$tmp/loop/fio [loopfd]=$tmp/loopfd/fio)
 mkdir -p "$tmp/loop/fio"
 sides=(lib local loop)
+[ $have_loopfd = 1 ] && sides+=(loopfd)
 [ "$up_mount" = 1 ] && sides=(upfuse "${sides[@]}")
 [ $have_fuse = 1 ] && sides=(fuse "${sides[@]}")
 declare -A R # R[workload,side] = the figure
@@ -232,7 +267,17 @@ run_fio() {
 		--ioengine=psync --direct=0 --fallocate=none --group_reporting --output-format=json --output="$out")
 	case $rw in *write) args+=(--end_fsync=1) ;; esac
 	[ -z "$runtime" ] || args+=(--time_based --runtime="$runtime")
-	fio "${args[@]}" >/dev/null 2>>"$tmp/fio.log" || { tail -5 "$tmp/fio.log" >&2; die "fio $w on $side failed"; }
+	if [ "$side" = loopfd ]; then
+		# The report comes on standard output, which this shell opens:
+		# the user cannot open a file in $tmp.
+		local a as=()
+		for a in "${args[@]}"; do
+			case $a in --output=*) ;; *) as+=("$a") ;; esac
+		done
+		"${as_nobody[@]}" fio "${as[@]}" >"$out" 2>>"$tmp/fio.log" || { tail -5 "$tmp/fio.log" >&2; die "fio $w on $side failed"; }
+	else
+		fio "${args[@]}" >/dev/null 2>>"$tmp/fio.log" || { tail -5 "$tmp/fio.log" >&2; die "fio $w on $side failed"; }
+	fi
 	dir=read
 	case $rw in *write) dir=write ;; esac
 	local bw iops
@@ -279,11 +324,14 @@ data randread-4k randread 4k 1 "$rand_size" seq1 "$rand_runtime"
 
 # mdtest: nacre bench --path on each mount point (the same code on every
 # side), and the library.
-declare -A mdpath=([fuse]=$tmp/mnt [upfuse]=$tmp/upmnt/md-up [local]=$tmp/local [loop]=$tmp/loop)
+declare -A mdpath=([fuse]=$tmp/mnt [upfuse]=$tmp/upmnt/md-up [local]=$tmp/local [loop]=$tmp/loop [loopfd]=$tmp/loopfd)
 for s in "${sides[@]}"; do
 	drop
 	if [ "$s" = lib ]; then
 		out=$(lib --workload mdtest --jobs "$md_jobs" --files "$md_files" --dir md) || { tail -5 "$tmp/lib.log" >&2; die "mdtest on lib failed"; }
+	elif [ "$s" = loopfd ]; then
+		out=$("${as_nobody[@]}" "$nacre" bench --path "${mdpath[$s]}" --dir md --workload mdtest --jobs "$md_jobs" --files "$md_files" 2>>"$tmp/lib.log") ||
+			{ tail -5 "$tmp/lib.log" >&2; die "mdtest on $s failed"; }
 	else
 		out=$("$nacre" bench --path "${mdpath[$s]}" --dir md --workload mdtest --jobs "$md_jobs" --files "$md_files" 2>>"$tmp/lib.log") ||
 			{ tail -5 "$tmp/lib.log" >&2; die "mdtest on $s failed"; }
@@ -318,15 +366,16 @@ echo
 echo "Nacre benchmark, $(date -u +%FT%TZ), $(nproc) CPUs; seq files $seq_size per job, random region $rand_size," \
 	"${rand_runtime}s; max_cached_mb=$cache_mb; stripes ${stripes/#0/default}; page cache dropped before every run: $([ $can_drop = 1 ] && echo yes || echo NO);" \
 	"free page reporting: $pr_state"
-echo "units: seq MiB/s, rand IOPS, mdtest ops/s; fuse = nacre mount (its own process, over socklnd), upfuse = nacre up --mount (the servers' process, through 0@lo), lib = library client (nacre bench), loop = go-fuse loopback over the local disk"
-fmt='%-16s %10s %10s %10s %10s %10s | %9s %8s %11s %10s %9s\n'
+echo "units: seq MiB/s, rand IOPS, mdtest ops/s; fuse = nacre mount (its own process, over socklnd), upfuse = nacre up --mount (the servers' process, through 0@lo), lib = library client (nacre bench), loop = go-fuse loopback over the local disk (as root: the kernel's FUSE passthrough where it has one), loopfd = the same loopback as uid $nobody (no passthrough: the daemon serves the data)"
+fmt='%-16s %10s %10s %10s %10s %10s %10s | %9s %8s %11s %10s %9s %11s %13s\n'
 # shellcheck disable=SC2059
-printf "$fmt" workload fuse upfuse lib local loop fuse/loop fuse/lib upfuse/loop upfuse/lib lib/local
+printf "$fmt" workload fuse upfuse lib local loop loopfd fuse/loop fuse/lib upfuse/loop upfuse/lib lib/local fuse/loopfd upfuse/loopfd
 ws=(seqwrite-1j seqread-1j seqwrite-4j seqread-4j randwrite-4k randread-4k mdtest-create mdtest-stat mdtest-unlink)
 for w in "${ws[@]}"; do
-	f=${R[$w,fuse]:--} u=${R[$w,upfuse]:--} l=${R[$w,lib]:--} d=${R[$w,local]:--} p=${R[$w,loop]:--}
+	f=${R[$w,fuse]:--} u=${R[$w,upfuse]:--} l=${R[$w,lib]:--} d=${R[$w,local]:--} p=${R[$w,loop]:--} q=${R[$w,loopfd]:--}
 	# shellcheck disable=SC2059
-	printf "$fmt" "$w" "$f" "$u" "$l" "$d" "$p" "$(ratio "$f" "$p")" "$(ratio "$f" "$l")" "$(ratio "$u" "$p")" "$(ratio "$u" "$l")" "$(ratio "$l" "$d")"
+	printf "$fmt" "$w" "$f" "$u" "$l" "$d" "$p" "$q" "$(ratio "$f" "$p")" "$(ratio "$f" "$l")" "$(ratio "$u" "$p")" "$(ratio "$u" "$l")" "$(ratio "$l" "$d")" \
+		"$(ratio "$f" "$q")" "$(ratio "$u" "$q")"
 done
 echo
 echo "library vs raw LNet (client/lov BenchmarkStriped, 4 OSTs, 1 MiB I/O):"
@@ -345,5 +394,14 @@ for m in fuse upfuse; do
 	r=$(ratio "${R[mdtest-create,$m]:--}" "${R[mdtest-create,loop]:--}")
 	printf '  %-4s %-13s %-11s %5s >= 0.5\n' "$(verdict "$r" 0.5)" mdtest-create "$m/loop" "$r"
 done
+if [ $have_loopfd = 1 ]; then
+	echo "against a go-fuse daemon that serves the data itself (not a goal of the issue; see loopfd above):"
+	for m in fuse upfuse; do
+		[ "$m" = upfuse ] && [ "$up_mount" != 1 ] && continue
+		for w in seqwrite-1j seqread-1j seqwrite-4j seqread-4j; do
+			printf '  info %-13s %-13s %5s\n' "$w" "$m/loopfd" "$(ratio "${R[$w,$m]:--}" "${R[$w,loopfd]:--}")"
+		done
+	done
+fi
 printf '  %-4s %-13s %-11s %5s >= 0.8\n' "$(verdict "${lov_w:--}" 0.8)" lov-write lib/lnet "${lov_w:--}"
 printf '  %-4s %-13s %-11s %5s >= 0.8\n' "$(verdict "${lov_r:--}" 0.8)" lov-read lib/lnet "${lov_r:--}"
