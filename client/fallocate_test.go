@@ -38,9 +38,7 @@ func TestFallocate(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	model := make([]byte, 700_001)
-	for i := range model {
-		model[i] = byte(rng.Uint32())
-	}
+	randFill(rng, model)
 	if _, _, err := f.WriteAt(ctx, model, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +93,7 @@ func TestFallocate(t *testing.T) {
 		n   int
 	}{{from - 10, 20}, {to - 7, 30}, {250_000, 100}} {
 		b := make([]byte, w.n)
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
+		randFill(rng, b)
 		if _, _, err := f.WriteAt(ctx, b, int64(w.off)); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"syscall"
@@ -37,6 +38,13 @@ func writeSynced(ctx context.Context, t *testing.T, fs *client.FS, name string, 
 }
 
 // readAll reads f's first n bytes through fs.
+// randFill fills b with bytes from rng.
+func randFill(rng *rand.Rand, b []byte) {
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+}
+
 func readAll(ctx context.Context, fs *client.FS, f client.FID, n int) ([]byte, error) {
 	h, _, err := fs.Open(ctx, client.Root(), f, syscall.O_RDONLY)
 	if err != nil {

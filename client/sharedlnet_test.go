@@ -60,9 +60,7 @@ func TestMountOnServersLNet(t *testing.T) {
 	}
 	want := make([]byte, 3<<20+777)
 	rng := rand.New(rand.NewPCG(3, 3))
-	for i := range want {
-		want[i] = byte(rng.Uint32())
-	}
+	randFill(rng, want)
 	if _, _, err := f.WriteAt(ctx, want, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +93,7 @@ func TestMountOnServersLNet(t *testing.T) {
 	// from the OSTs, which write it in place into its pages: 0@lo takes
 	// the bytes in without sending them.
 	mid := want[1<<20 : 2<<20+333]
-	for i := range mid {
-		mid[i] = byte(rng.Uint32())
-	}
+	randFill(rng, mid)
 	if _, _, err := g.WriteAt(ctx, mid, 1<<20); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
 	ostv1 "github.com/nacrefs/nacre/proto/nacre/ost/v1"
@@ -53,15 +52,7 @@ func (l *Lock) PunchHole(ctx context.Context, start, end uint64) error {
 	if err := l.checkRange("punch", start, end); err != nil {
 		return err
 	}
-	o.mu.Lock()
-	o.mu.truncating++
-	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		o.mu.truncating--
-		o.broadcastLocked()
-		o.mu.Unlock()
-	}()
+	defer o.cutting()()
 	first, last := start/PageSize, (end-1)/PageSize
 	if start%PageSize != 0 {
 		if err := o.flushPages(ctx, first, first); err != nil {
@@ -113,61 +104,26 @@ func (l *Lock) checkRange(op string, start, end uint64) error {
 	return nil
 }
 
-// discardPages takes the pages with index in [first, last] out of the cache
-// once none of them is being filled, written or pinned: dirty ones with
-// their grant given back.
+// discardPages takes the pages with index in [first, last] out of the
+// cache once none of them is being filled or written: dirty ones with
+// their grant given back, unsent.
 func (o *Object) discardPages(ctx context.Context, first, last uint64) error {
-	c := o.c
-	for {
-		o.mu.Lock()
-		ps := o.pagesInLocked(first, last)
-		busy := false
-		for _, p := range ps {
-			if p.state != pageIdle {
-				busy = true
-				break
-			}
-		}
-		if busy {
-			if err := o.waitBusyLocked(ctx, false); err != nil {
-				return err
-			}
-			continue
-		}
-		uncharged := 0
-		freed := make([]*page, 0, len(ps))
-		for _, p := range ps {
-			if p.charged {
-				uncharged++
-				o.undirtyLocked(p)
-			}
-			o.mu.pages.del(p.idx)
-			freed = append(freed, p)
-		}
-		c.cache.release(freed)
-		o.broadcastLocked()
+	o.mu.Lock()
+	ps, err := o.idlePagesLocked(ctx, first, last)
+	if err != nil {
 		o.mu.Unlock()
-		c.uncharge(uncharged)
-		return nil
+		return err
 	}
+	uncharged := o.removePagesLocked(ps)
+	o.mu.Unlock()
+	o.c.uncharge(uncharged)
+	return nil
 }
 
 // fallocate sends OST_FALLOCATE for [start, end) of f and returns the
 // object's attributes after it and the request's transno.
 func (c *Client) fallocate(ctx context.Context, f fid.FID, start, end uint64, keepSize bool) (*ostv1.Attr, uint64, error) {
 	now := time.Now().UnixNano()
-	body, err := ptlrpc.Marshal(&ostv1.FallocateRequest{Fid: fidToWire(f), Start: start, End: end, KeepSize: keepSize, Mtime: now, Ctime: now})
-	if err != nil {
-		return nil, 0, err
-	}
-	req := &ptlrpc.Req{Opcode: wire.OSTFallocate, Body: body}
-	rep, err := c.imp.Do(ctx, req)
-	if err != nil {
-		return nil, 0, fmt.Errorf("osc: ost%04x: fallocate %v [%d,%d): %w", c.index, f, start, end, err)
-	}
-	var or ostv1.ObjectReply
-	if err := ptlrpc.Unmarshal(rep, &or); err != nil {
-		return nil, 0, fmt.Errorf("osc: ost%04x: fallocate %v [%d,%d): bad reply: %w", c.index, f, start, end, err)
-	}
-	return or.Attr, req.Transno, nil
+	return c.objectRPC(ctx, wire.OSTFallocate, &ostv1.FallocateRequest{Fid: fidToWire(f), Start: start, End: end, KeepSize: keepSize, Mtime: now, Ctime: now},
+		fmt.Sprintf("fallocate %v [%d,%d)", f, start, end))
 }

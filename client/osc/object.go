@@ -499,54 +499,66 @@ func (o *Object) blocking(ctx context.Context, l *ldlm.ClientLock, evicted bool)
 // lost is recorded for Sync, unless discard says the object is destroyed.
 func (o *Object) dropPages(ctx context.Context, first, last uint64, lost error, discard bool) {
 	c := o.c
-	for {
-		o.mu.Lock()
-		ps := o.pagesInLocked(first, last)
-		busy := false
-		for _, p := range ps {
-			if p.state != pageIdle {
-				busy = true
-				break
-			}
+	o.mu.Lock()
+	ps, _ := o.idlePagesLocked(ctx, first, last) // given up waiting: what is idle goes
+	dirty := 0
+	for _, p := range ps {
+		if !p.clean() {
+			dirty++
 		}
-		if busy {
-			ch := o.mu.changed
-			o.mu.Unlock()
-			if o.wait(ctx, ch) == nil {
-				continue
-			}
-			o.mu.Lock() // give up waiting: drop what is idle
-			ps = slices.DeleteFunc(o.pagesInLocked(first, last), func(p *page) bool { return p.state != pageIdle })
-		}
-		uncharged, dirty := 0, 0
-		for _, p := range ps {
-			if !p.clean() {
-				dirty++
-				if p.charged {
-					uncharged++
-					o.undirtyLocked(p)
-				}
-			}
-			o.mu.pages.del(p.idx)
-		}
-		if dirty > 0 && discard {
-			c.st.discardedPages.Add(uint64(dirty))
-		} else if dirty > 0 {
-			c.st.lostPages.Add(uint64(dirty))
-			if lost == nil {
-				lost = o.errorf("%d dirty pages dropped", dirty)
-			}
-			if o.mu.err == nil {
-				o.mu.err = lost
-			}
-		}
-		o.mu.sizeSeen = min(o.mu.sizeSeen, o.kmsLocked())
-		c.cache.release(ps)
-		o.broadcastLocked()
-		o.mu.Unlock()
-		c.uncharge(uncharged)
-		return
 	}
+	if dirty > 0 && discard {
+		c.st.discardedPages.Add(uint64(dirty))
+	} else if dirty > 0 {
+		c.st.lostPages.Add(uint64(dirty))
+		if lost == nil {
+			lost = o.errorf("%d dirty pages dropped", dirty)
+		}
+		if o.mu.err == nil {
+			o.mu.err = lost
+		}
+	}
+	uncharged := o.removePagesLocked(ps)
+	o.mu.sizeSeen = min(o.mu.sizeSeen, o.kmsLocked())
+	o.mu.Unlock()
+	c.uncharge(uncharged)
+}
+
+// idlePagesLocked waits until none of the pages in [first, last] is being
+// filled or written, and returns them. If ctx ends first, it returns those
+// that are idle, and ctx's error. o.mu is held, and released while it
+// waits.
+func (o *Object) idlePagesLocked(ctx context.Context, first, last uint64) ([]*page, error) {
+	busy := func(p *page) bool { return p.state != pageIdle }
+	for {
+		ps := o.pagesInLocked(first, last)
+		if !slices.ContainsFunc(ps, busy) {
+			return ps, nil
+		}
+		ch := o.mu.changed
+		o.mu.Unlock()
+		err := o.wait(ctx, ch)
+		o.mu.Lock()
+		if err != nil {
+			return slices.DeleteFunc(o.pagesInLocked(first, last), busy), err
+		}
+	}
+}
+
+// removePagesLocked takes ps out of the object and the cache, dirty ones
+// with their grant, and returns how many pages of grant to uncharge once
+// o.mu is released.
+func (o *Object) removePagesLocked(ps []*page) (uncharged int) {
+	for _, p := range ps {
+		if p.charged {
+			uncharged++
+			o.undirtyLocked(p)
+		}
+		o.mu.pages.del(p.idx)
+	}
+	o.c.cache.release(ps)
+	o.broadcastLocked()
+	return uncharged
 }
 
 // discardAll drops every page, waiting a while for RPCs in flight (after
@@ -881,6 +893,21 @@ func (l *Lock) SetTimes(ctx context.Context, mtime, ctime int64) error {
 	return nil
 }
 
+// cutting counts a truncate or punch in progress, during which the
+// object's writes and reads ahead wait, and returns the function that
+// ends it.
+func (o *Object) cutting() func() {
+	o.mu.Lock()
+	o.mu.truncating++
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		o.mu.truncating--
+		o.broadcastLocked()
+		o.mu.Unlock()
+	}
+}
+
 // testHookTruncating, if set (by tests), runs when a truncate has dropped
 // the pages past the new size and is about to punch (punched false), and
 // when the punch is done (true).
@@ -888,15 +915,7 @@ var testHookTruncating func(o *Object, punched bool)
 
 // truncate is Truncate under a write lock on [size, EOF].
 func (o *Object) truncate(ctx context.Context, size uint64) error {
-	o.mu.Lock()
-	o.mu.truncating++
-	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		o.mu.truncating--
-		o.broadcastLocked()
-		o.mu.Unlock()
-	}()
+	defer o.cutting()()
 	c := o.c
 	cut, cutOff := size/PageSize, int(size%PageSize)
 	var was uint64

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
 	"github.com/nacrefs/nacre/internal/fid"
@@ -235,18 +237,26 @@ func (c *Client) brw(ctx context.Context, r *brwRPC) (*ostv1.BRWReply, error) {
 // and returns the object's attributes after it and the punch's transno.
 func (c *Client) punch(ctx context.Context, f fid.FID, start, end uint64) (*ostv1.Attr, uint64, error) {
 	now := time.Now().UnixNano()
-	body, err := ptlrpc.Marshal(&ostv1.PunchRequest{Fid: fidToWire(f), Start: start, End: end, Mtime: now, Ctime: now})
+	return c.objectRPC(ctx, wire.OSTPunch, &ostv1.PunchRequest{Fid: fidToWire(f), Start: start, End: end, Mtime: now, Ctime: now},
+		fmt.Sprintf("punch %v [%d,%d)", f, start, end))
+}
+
+// objectRPC sends a request of opcode op with body m that changes an
+// object and returns the object's attributes the reply (an ObjectReply)
+// gives, and the request's transno; what names the request in errors.
+func (c *Client) objectRPC(ctx context.Context, op wire.Opcode, m proto.Message, what string) (*ostv1.Attr, uint64, error) {
+	body, err := ptlrpc.Marshal(m)
 	if err != nil {
 		return nil, 0, err
 	}
-	req := &ptlrpc.Req{Opcode: wire.OSTPunch, Body: body}
+	req := &ptlrpc.Req{Opcode: op, Body: body}
 	rep, err := c.imp.Do(ctx, req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("osc: ost%04x: punch %v [%d,%d): %w", c.index, f, start, end, err)
+		return nil, 0, fmt.Errorf("osc: ost%04x: %s: %w", c.index, what, err)
 	}
 	var or ostv1.ObjectReply
 	if err := ptlrpc.Unmarshal(rep, &or); err != nil {
-		return nil, 0, fmt.Errorf("osc: ost%04x: punch %v [%d,%d): bad reply: %w", c.index, f, start, end, err)
+		return nil, 0, fmt.Errorf("osc: ost%04x: %s: bad reply: %w", c.index, what, err)
 	}
 	return or.Attr, req.Transno, nil
 }
