@@ -9,7 +9,7 @@ package osc
 //
 //   - Sequential: each read starts inside or right at the end of the one
 //     before, or, once the pattern is seen, inside what is read ahead and
-//     at most a window behind the one before (reads overtaking each
+//     within raOutOfOrder of the one before (reads overtaking each
 //     other). From the second such read on, the object is read ahead by a
 //     window that starts at four times the read (at least raMinWindow) and
 //     doubles each time more is read ahead, up to the per-object maximum.
@@ -114,14 +114,21 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 	return out
 }
 
+// raOutOfOrder is how far from the read before a read may start and still
+// belong to its sequential stream: the kernel's read-ahead of a FUSE mount
+// (4 MiB at most, as llite sets it) has that much in flight, as several
+// reads served at once, which come in any order.
+const raOutOfOrder = 4 << 20
+
 // inStream reports whether a read at off, though not right after the one
 // before, belongs to the sequential stream being read ahead: it starts
-// inside what is read ahead and no further back than a window. Several
-// readers of one stream come a little out of order (the kernel sends a
-// FUSE mount's read-ahead as several reads at once, served at once), and
-// a read overtaken by the next must not end the pattern.
+// inside what is read ahead, and within raOutOfOrder (and a window) of the
+// read before, on either side. A read overtaken by the next must not end
+// the pattern; a read further away, even inside what is read ahead, is
+// another pattern (random reads, a stride).
 func (r *raState) inStream(off uint64) bool {
-	return r.seqHits > 0 && off < r.next && off+r.window >= r.lastOff
+	tol := min(r.window, raOutOfOrder)
+	return r.seqHits > 0 && off < r.next && off+tol >= r.lastOff && off <= r.lastEnd+tol
 }
 
 // rewind marks the bytes from off on as not read ahead (their RPCs could

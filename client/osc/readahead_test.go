@@ -37,6 +37,12 @@ func TestReadAheadPatterns(t *testing.T) {
 			{2 * mib, mib, "[]"},                   // inside what is read ahead
 			{4 * mib, mib, "[{12582912 22020096}]"},
 		}, 16 * mib},
+		{"random reads after a sequential run reset", 16 * mib, []read{
+			{0, mib, "[]"}, {mib, mib, "[{2097152 6291456}]"}, {2 * mib, mib, "[{6291456 11534336}]"},
+			{9 * mib, 4096, "[]"}, // inside what is read ahead, 7 MiB on
+			{mib, 4096, "[]"},
+			{14 * mib, 4096, "[]"},
+		}, 0},
 		{"a read far behind resets", 16 * mib, []read{
 			{20 * mib, mib, "[]"}, {21 * mib, mib, "[{23068672 27262976}]"}, {2 * mib, mib, "[]"},
 			{3 * mib, mib, "[{4194304 8388608}]"}, // a new stream from the second read

@@ -73,6 +73,10 @@ type object struct {
 		// failed write; a Tx holding the lock exclusively cuts them off
 		// before anything can grow the object over them.
 		staleTail bool
+		// allocEnd is the end of the blocks committed allocations
+		// (Tx.Allocate) reserved, as far as this process saw them: a
+		// failed Tx's undo leaves them alone. 0 when not known.
+		allocEnd uint64
 		// A lazy object (lazy.go): fileless while it exists without a
 		// file (fd is -1), made by record createLSN with lazyAttr;
 		// createApplied once that record is applied.

@@ -234,6 +234,7 @@ type objPlan struct {
 	wrote                         bool // bulk data went to the file
 	startSize                     uint64
 	written                       [][2]uint64 // byte ranges bulk-written, for undoing a failure
+	allocated                     [][2]uint64 // byte ranges allocated, likewise
 	exists                        bool        // simulated through the steps
 	destroyed                     bool        // a Destroy step was seen (ordering rule)
 	journaled                     bool        // a journaled change to the bytes was seen (ordering rule)
@@ -475,8 +476,9 @@ func (t *tx) Commit(ctx context.Context) (err error) {
 			// Taken back as a write's bytes are if the Tx fails, this
 			// step included (a file system may allocate part of the
 			// range before it runs out of space): what lies past the
-			// old size becomes a hole again.
-			p.written = append(p.written, [2]uint64{s.off, s.end})
+			// old size, and past what committed allocations reserved,
+			// becomes a hole again (undoEager).
+			p.allocated = append(p.allocated, [2]uint64{s.off, s.end})
 			p.wrote = true
 			err = ignoreEINTR(func() error { return unix.Fallocate(fd, mode, int64(s.off), int64(s.end-s.off)) })
 		case kRecord:
@@ -533,6 +535,7 @@ func (d *Device) cutStaleTail(o *object) error {
 		return fmt.Errorf("cut the stale tail of %v: %w", o.fid, err)
 	}
 	o.mu.staleTail = false
+	o.mu.allocEnd = min(o.mu.allocEnd, o.mu.attr.Size)
 	return nil
 }
 
@@ -586,6 +589,20 @@ func (d *Device) undoEager(p *objPlan) {
 		}
 	}
 	p.written = nil
+	// Blocks an allocation reserved: those past the size and past what
+	// committed allocations reserved go (the rest may be an earlier
+	// allocation's, which must stay).
+	for _, w := range p.allocated {
+		a, b := max(w[0], p.startSize, o.mu.allocEnd), w[1]
+		if a >= b {
+			continue
+		}
+		if err := punchFile(o.mu.fd, a, b); err != nil {
+			d.log.Warn("osd-file: cannot punch out the blocks of a failed allocation", "fid", o.fid, "range", fmt.Sprintf("[%d,%d)", a, b), "err", err)
+			o.mu.staleTail = true
+		}
+	}
+	p.allocated = nil
 }
 
 // buildLocked is the commit point of t: it builds the journal record, changes
@@ -612,6 +629,7 @@ func (d *Device) buildLocked(t *tx, plans map[fid.FID]*objPlan, order []*objPlan
 			rb.step(opDestroy, s.fid, 0)
 			o.mu.exists = false
 			o.mu.attr = osd.Attr{}
+			o.mu.allocEnd = 0
 			o.addPendingLocked(pending{lsn: lsn, kind: pendUnlink})
 			rec.ops = append(rec.ops, applyOp{o: o, op: opDestroy})
 		case kSetAttr:
@@ -625,6 +643,7 @@ func (d *Device) buildLocked(t *tx, plans map[fid.FID]*objPlan, order []*objPlan
 			if !s.keep {
 				o.mu.attr.Size = max(o.mu.attr.Size, s.end)
 			}
+			o.mu.allocEnd = max(o.mu.allocEnd, s.end)
 		case kRecord:
 			body := rb.step(opRecord, s.fid, 8+len(s.data))
 			le.PutUint64(body, s.off)
@@ -680,6 +699,7 @@ func (d *Device) buildLocked(t *tx, plans map[fid.FID]*objPlan, order []*objPlan
 // truncateLocked sets o's size; shrinking journals a truncate. o.mu is held.
 func (d *Device) truncateLocked(rb *recordBuilder, rec *txRecord, o *object, lsn, size uint64) {
 	if size < o.mu.attr.Size {
+		o.mu.allocEnd = min(o.mu.allocEnd, size) // the truncate frees the blocks past size
 		le.PutUint64(rb.step(opTruncate, o.fid, 8), size)
 		o.addPendingLocked(pending{lsn: lsn, kind: pendTruncate, a: size})
 		rec.ops = append(rec.ops, applyOp{o: o, op: opTruncate, a: size})

@@ -575,6 +575,20 @@ func testAllocate(t *testing.T, h Harness) {
 		t.Fatalf("a failed allocation left size %d blocks %d (was %d, %d)", a.Size, a.Blocks, before.Size, before.Blocks)
 	}
 	mustCommit(t, sd, func(tx osd.Tx) error { return tx.Allocate(s, 0, 2*mib, true) })
+
+	// What a failed Tx takes back is its own: the blocks an earlier
+	// allocation reserved past the size stay reserved (fallocate(2)
+	// promises the writes into them room), whichever range the failed
+	// one shared with them.
+	r := F(4)
+	create(t, sd, r, osd.Attr{})
+	mustCommit(t, sd, func(tx osd.Tx) error { return tx.Allocate(r, 0, mib, true) })
+	reserved := getattr(t, sd, r)
+	err = commit(sd, func(tx osd.Tx) error { return tx.Allocate(r, mib/2, 64*mib, true) })
+	wantErr(t, "allocation past the store's space over an earlier one", err, osd.ErrNoSpace)
+	if a := getattr(t, sd, r); a.Size != 0 || a.Blocks+128 < reserved.Blocks {
+		t.Fatalf("a failed allocation left size %d blocks %d: the %d blocks reserved before are not", a.Size, a.Blocks, reserved.Blocks)
+	}
 }
 
 func testPunchAndTruncate(t *testing.T, h Harness) {
