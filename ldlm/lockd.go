@@ -997,6 +997,7 @@ func (s *Server) glimpse(ctx context.Context, res Resource) (LVB, bool, error) {
 	}
 	// An LVB still empty may be one LVBInit found no object for.
 	valid := s.cfg.LVBInit != nil && !lvb.empty()
+	start := lvb
 	var calls []ptlrpc.Call
 	for _, l := range s.mu.ns.Locks(res) {
 		if l.State != Granted || (l.Mode != PW && l.Mode != EX && l.Mode != GROUP) {
@@ -1032,9 +1033,13 @@ func (s *Server) glimpse(ctx context.Context, res Resource) (LVB, bool, error) {
 		}
 		lvb = mergeLVB(lvb, lvbFromWire(gr.Lvb))
 	}
+	// The holders' views go into the LVB only if nothing set it
+	// meanwhile: an OST's update after a change (a setattr putting mtime
+	// back, a truncate) is newer than what the holders said before it,
+	// and max would undo it.
 	s.mu.Lock()
-	if old, ok := s.mu.ns.LVB(res); ok {
-		s.mu.ns.SetLVB(res, mergeLVB(old, lvb))
+	if cur, ok := s.mu.ns.LVB(res); ok && cur.sameAttrs(start) {
+		s.mu.ns.SetLVB(res, mergeLVB(cur, lvb))
 	}
 	s.mu.Unlock()
 	return lvb, valid, nil

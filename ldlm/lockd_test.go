@@ -381,6 +381,48 @@ func TestGlimpse(t *testing.T) {
 	l.Release()
 }
 
+// TestGlimpseAfterSetLVB: a glimpse whose holder answers after the
+// server set the resource's LVB (an OST putting mtime back with an
+// explicit setattr) does not raise it again with what the holder said.
+func TestGlimpseAfterSetLVB(t *testing.T) {
+	lc := newLockCluster(t, 2, 5*time.Second)
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	const written, setBack = int64(2_000_000_000_000_000_000), int64(-31_536_000_000_000_000)
+	asked, answer := make(chan struct{}), make(chan struct{})
+	h := a.hooks()
+	h.Glimpse = func(*ClientLock) LVB {
+		close(asked)
+		<-answer
+		return LVB{Size: 10, MTime: written, CTime: written}
+	}
+	l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: objRes, Mode: PW, Policy: Policy{Extent: Whole}, Hooks: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	done := make(chan LVB, 1)
+	go func() {
+		lvb, _, err := b.lc.Glimpse(ctx, b.imp, objRes)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- lvb
+	}()
+	<-asked
+	if err := lc.lockd.SetLVB(objRes, LVB{Size: 10, MTime: setBack, CTime: setBack}); err != nil {
+		t.Fatal(err)
+	}
+	close(answer)
+	<-done
+	lc.lockd.mu.Lock()
+	got, _ := lc.lockd.mu.ns.LVB(objRes)
+	lc.lockd.mu.Unlock()
+	if got.MTime != setBack {
+		t.Fatalf("the LVB's mtime after a glimpse that answered late: %d, want the %d set meanwhile", got.MTime, setBack)
+	}
+}
+
 // TestGlimpseLock: a glimpse that meets no write lock is granted as the PR
 // lock it asks for, whose LVB serves the next glimpses without an RPC; a
 // writer calls it back; a glimpse behind a writer gets the writer's size

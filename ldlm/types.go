@@ -254,6 +254,11 @@ type LVB struct {
 	Opaque []byte // any other encoding (a layout, a quota record)
 }
 
+// sameAttrs reports whether v and w tell the same size, blocks and times.
+func (v LVB) sameAttrs(w LVB) bool {
+	return v.Size == w.Size && v.Blocks == w.Blocks && v.MTime == w.MTime && v.ATime == w.ATime && v.CTime == w.CTime
+}
+
 // empty reports whether v says nothing of an object: what the LVB of a
 // resource stays when LVBInit found no object.
 func (v LVB) empty() bool {
