@@ -4,8 +4,10 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,16 +28,35 @@ type Cluster struct {
 // is stopped when the test ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	// A port found free may be taken before the member binds it (tests of
+	// other packages pick ports at the same time): then the cluster
+	// starts again on other ports, in a new directory.
+	const tries = 5
+	for try := 1; ; try++ {
+		c, err := start(t, n)
+		if err == nil {
+			t.Cleanup(c.Close)
+			return c
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || try == tries {
+			t.Fatal(err)
+		}
+		t.Logf("etcdtest: %v; starting again on other ports", err)
+	}
+}
+
+// start starts the members of an n-member cluster, or none.
+func start(t testing.TB, n int) (*Cluster, error) {
 	c := &Cluster{t: t, servers: make([]*etcdserver.Server, n)}
 	dir := t.TempDir()
 	for i := 0; i < n; i++ {
 		cu, err := etcdserver.FreeLoopbackURL()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		pu, err := etcdserver.FreeLoopbackURL()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		c.members = append(c.members, etcdserver.Member{Name: fmt.Sprintf("m%d", i), Dir: fmt.Sprintf("%s/m%d", dir, i), ClientURL: cu, PeerURL: pu})
 	}
@@ -45,14 +66,11 @@ func Start(t testing.TB, n int) *Cluster {
 		wg.Go(func() { errs[i] = c.start(i) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			c.Close()
-			t.Fatal(err)
-		}
+	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, err
 	}
-	t.Cleanup(c.Close)
-	return c
+	return c, nil
 }
 
 func (c *Cluster) start(i int) error {
