@@ -842,9 +842,15 @@ func (o *OFD) fallocate(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) 
 		return o.refuse(r, "fallocate %v: %w", f, err)
 	}
 	// What the object holds already may be in the range: counted as
-	// taken, a second fallocate of a full OST's file would fail.
+	// taken, a second fallocate of a full OST's file would fail. Its
+	// blocks are taken to lie within its size (all but those a KEEP_SIZE
+	// allocation put past it), so a range past the end needs all it asks.
 	n := fr.End - fr.Start
-	need := n - min(n, a.Blocks*512)
+	inside := uint64(0)
+	if fr.Start < a.Size {
+		inside = min(fr.End, a.Size) - fr.Start
+	}
+	need := n - min(inside, a.Blocks*512)
 	o.gmu.Lock()
 	if spare := o.spaceLocked(ctx); need > spare {
 		o.gmu.noSpace++
