@@ -13,6 +13,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/mds/mdd"
@@ -36,6 +37,7 @@ func TestFallocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	maxBytes := int64(lay.MaxFileSize(osc.MaxObjectSize))
 	rng := rand.New(rand.NewPCG(5, 6))
 	model := make([]byte, 700_001)
 	randFill(rng, model)
@@ -130,6 +132,8 @@ func TestFallocate(t *testing.T) {
 		{0, 0, 0, syscall.EINVAL},
 		{0, -1, 10, syscall.EINVAL},
 		{0, 1 << 62, 1 << 62, syscall.EFBIG},
+		{unix.FALLOC_FL_KEEP_SIZE, maxBytes - 10, 20, syscall.EFBIG}, // past what 4 objects hold
+		{unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, maxBytes - 10, 20, syscall.EFBIG},
 	} {
 		if err := f.Fallocate(ctx, tc.mode, tc.off, tc.n); !errors.Is(err, tc.want) {
 			t.Errorf("fallocate mode %#x [%d,+%d): %v, want %v", tc.mode, tc.off, tc.n, err, tc.want)

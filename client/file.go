@@ -402,10 +402,7 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64, appending bool)
 		var n int
 		at := off
 		if appending {
-			at, err = d.Append(ctx, p)
-			if err == nil {
-				n = len(p)
-			}
+			n, at, err = d.Append(ctx, p)
 		} else {
 			n, err = d.WriteAt(ctx, p, off)
 		}

@@ -13,6 +13,13 @@
 // caller to have the MDS instantiate them (a layout intent) and open the
 // new layout.
 //
+// A file can hold bytes only below MaxBytes, the first file offset its
+// layout maps to an object offset at or past osc.MaxObjectSize
+// (layout.MaxFileSize). As Linux's generic_write_checks, a write or append
+// that crosses it is cut short there before it is split (a later stripe's
+// object may still have room for bytes past it, which must not be
+// written), and one that starts there fails with EFBIG.
+//
 // # Locks
 //
 // As Lustre's cl_io does, every call first takes the extent locks it needs

@@ -47,7 +47,7 @@ func Example() {
 	if _, err := fa.WriteAt(ctx, msg, 100<<10); err != nil { // on the second stripe
 		panic(err)
 	}
-	at, err := fa.Append(ctx, []byte("!"))
+	_, at, err := fa.Append(ctx, []byte("!"))
 	if err != nil {
 		panic(err)
 	}

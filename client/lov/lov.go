@@ -44,7 +44,11 @@ type File struct {
 	// objs holds each instantiated component's objects by stripe; nil for
 	// a component without objects.
 	objs [][]*osc.Object
-	once sync.Once
+	// maxBytes is the first file offset the layout cannot store, each
+	// object holding at most osc.MaxObjectSize bytes: writes stop short
+	// of it.
+	maxBytes uint64
+	once     sync.Once
 }
 
 // Open returns the file with layout l, opening its objects on the OSCs t
@@ -55,7 +59,7 @@ func Open(l layout.Layout, t Targets) (*File, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("lov: open: %w", err)
 	}
-	f := &File{l: l.Clone(), objs: make([][]*osc.Object, len(l.Components))}
+	f := &File{l: l.Clone(), objs: make([][]*osc.Object, len(l.Components)), maxBytes: l.MaxFileSize(osc.MaxObjectSize)}
 	for ci := range f.l.Components {
 		c := &f.l.Components[ci]
 		if !c.Instantiated() {
@@ -255,6 +259,27 @@ func (f *File) each(fn func(ci, k int, o *osc.Object) error) error {
 	return nil
 }
 
+// MaxBytes returns the largest size the file can have: the first file
+// offset its layout cannot store, each object holding at most
+// osc.MaxObjectSize bytes (Lustre's lsm_maxbytes). For a composite layout
+// with components not instantiated yet it may be above what they will
+// allow once they are.
+func (f *File) MaxBytes() uint64 { return f.maxBytes }
+
+// clip returns how many of the n bytes of a write at off the file can
+// hold, as Linux's generic_write_checks with s_maxbytes: a write that
+// starts at or past the limit fails with EFBIG, one that crosses it is cut
+// short there (the caller returns the short count, and the next write gets
+// EFBIG). This is done on the file range before it is split: with several
+// stripes a byte past the limit may map to an object that still has room,
+// and the object limits alone would let it be written.
+func (f *File) clip(off uint64, n int) (int, error) {
+	if off >= f.maxBytes {
+		return 0, fmt.Errorf("lov: write of %d bytes at %d: the layout stores at most %d bytes: %w", n, off, f.maxBytes, syscall.EFBIG)
+	}
+	return int(min(uint64(n), f.maxBytes-off)), nil
+}
+
 // checkRange validates an I/O range.
 func checkRange(off int64, n int) (uint64, error) {
 	if off < 0 || uint64(off)+uint64(n) < uint64(off) {
@@ -269,12 +294,19 @@ func checkRange(off int64, n int) (uint64, error) {
 // write or none of it, and no two clients deadlock), then each stripe's
 // bytes go to its object's OSC, into the page cache, every object at
 // once. It returns len(p), or the bytes written from off before the first
-// error.
+// error. A write that crosses the largest size the file can have
+// (MaxBytes) writes the bytes below it and returns their count with no
+// error; one that starts there fails with EFBIG.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	uoff, err := checkRange(off, len(p))
 	if err != nil || len(p) == 0 {
 		return 0, err
 	}
+	n, err := f.clip(uoff, len(p))
+	if err != nil {
+		return 0, err
+	}
+	p = p[:n]
 	pieces, err := f.split(p, uoff, true)
 	if err != nil {
 		return 0, err
@@ -439,6 +471,11 @@ func objectSpans(pieces []*piece) (map[*osc.Object]*objSpan, []*osc.Object) {
 func (f *File) Fallocate(ctx context.Context, off, n int64, keepSize, punch bool) error {
 	if off < 0 || n <= 0 || uint64(off)+uint64(n) < uint64(off) {
 		return fmt.Errorf("lov: fallocate of %d bytes at %d: %w", n, off, syscall.EINVAL)
+	}
+	if end := uint64(off) + uint64(n); end > f.maxBytes {
+		// As vfs_fallocate against s_maxbytes, in every mode: nothing is
+		// done, where the objects' own limits would refuse only some.
+		return fmt.Errorf("lov: fallocate [%d,%d): the layout stores at most %d bytes: %w", off, end, f.maxBytes, syscall.EFBIG)
 	}
 	pieces, err := f.mapRange(uint64(off), uint64(off)+uint64(n), !punch, nil)
 	if err != nil || len(pieces) == 0 {
@@ -615,7 +652,9 @@ func (f *File) Flush(ctx context.Context) error {
 
 // Append writes p at the end of the file, atomically with respect to
 // other appenders and truncates on any client (O_APPEND), and returns the
-// offset it was written at.
+// bytes written and the offset they went to. As WriteAt, it writes only
+// the bytes below MaxBytes (a short count, no error) and fails with EFBIG
+// if the end of the file is there already.
 //
 // The approach (Lustre takes PW [0, EOF] on every stripe; this takes
 // less): glimpse the size S; take a PW lock on [StripeObjectSize(k, S),
@@ -627,16 +666,16 @@ func (f *File) Flush(ctx context.Context) error {
 // start; otherwise a glimpse says it (and if it fell below S, a truncate
 // came in between: start over from the new size). Then p is written at the
 // size under the held locks, and the locks are released.
-func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
+func (f *File) Append(ctx context.Context, p []byte) (int, int64, error) {
 	size, err := f.Size(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for {
 		s := uint64(size)
 		locks, exact, err := f.lockTail(ctx, s)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		at := s
 		if exact {
@@ -645,7 +684,7 @@ func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
 			sz, err := f.Size(ctx)
 			if err != nil {
 				releaseAll(locks)
-				return 0, err
+				return 0, 0, err
 			}
 			if uint64(sz) < s {
 				releaseAll(locks)
@@ -654,9 +693,9 @@ func (f *File) Append(ctx context.Context, p []byte) (int64, error) {
 			}
 			at = uint64(sz)
 		}
-		off, err := f.writeLocked(ctx, locks, p, at)
+		n, err := f.writeLocked(ctx, locks, p, at)
 		releaseAll(locks)
-		return off, err
+		return n, int64(at), err
 	}
 }
 
@@ -699,21 +738,25 @@ func (f *File) lockTail(ctx context.Context, s uint64) (tailLocks, bool, error) 
 	return locks, exact, nil
 }
 
-// writeLocked writes p at file offset at under locks, which cover it.
-func (f *File) writeLocked(ctx context.Context, locks tailLocks, p []byte, at uint64) (int64, error) {
+// writeLocked writes p at file offset at under locks, which cover it, up
+// to MaxBytes, and returns the bytes written.
+func (f *File) writeLocked(ctx context.Context, locks tailLocks, p []byte, at uint64) (int, error) {
 	if len(p) == 0 {
-		return int64(at), nil
+		return 0, nil
 	}
-	pieces, err := f.split(p, at, true)
+	n, err := f.clip(at, len(p))
 	if err != nil {
 		return 0, err
 	}
-	_, err = run(pieces, func(pc *piece) (int, error) {
+	pieces, err := f.split(p[:n], at, true)
+	if err != nil {
+		return 0, err
+	}
+	return run(pieces, func(pc *piece) (int, error) {
 		l := locks[[2]int{pc.comp, pc.stripe}]
 		if l == nil {
 			return 0, fmt.Errorf("lov: append: %v not locked", pc.obj.FID())
 		}
 		return l.WriteAt(ctx, pc.buf, pc.objOff)
 	})
-	return int64(at), err
 }

@@ -215,7 +215,7 @@ func fsx(t *testing.T, f, other *lov.File, seed uint64, ops, maxLen int) {
 			p := buf[:randLen()]
 			fill(p, r)
 			var at int64
-			if at, err = f.Append(ctx, p); err == nil && at != int64(len(m.b)) {
+			if _, at, err = f.Append(ctx, p); err == nil && at != int64(len(m.b)) {
 				err = fmt.Errorf("append at %d, file was %d bytes", at, len(m.b))
 			}
 			m.write(p, len(m.b))
@@ -538,7 +538,7 @@ func TestAppendsInterleave(t *testing.T) {
 				p := make([]byte, size)
 				fill(p, r)
 				copy(p, fmt.Sprintf("%d:%06d|", w, i))
-				at, err := f.Append(ctx, p)
+				_, at, err := f.Append(ctx, p)
 				if err != nil {
 					errs <- err
 					return

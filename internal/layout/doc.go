@@ -23,6 +23,10 @@
 //     (lov_stripe_size, lov_merge_lvb_kms): for glimpses and LSOM.
 //   - Truncate and StripeObjectSize give the object sizes for a truncate
 //     (lov_size_to_stripe).
+//   - MaxBytes and MaxFileSize give the first file offset a component or
+//     a layout cannot store with objects of a given largest size
+//     (lov_tgt_maxbytes times the stripe count, lsm_maxbytes), where a
+//     write is cut short.
 //
 // Marshal and Unmarshal are the versioned, little-endian encoding (see
 // codec.go for the byte layout). The decoder is strict and canonical: it

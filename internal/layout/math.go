@@ -179,3 +179,68 @@ func (c *Component) StripeObjectSize(stripe int, fileSize uint64) uint64 {
 		return q*s + r - this
 	}
 }
+
+// MaxBytes returns the first file offset component c cannot store when
+// each of its objects holds at most objLimit bytes (object offsets below
+// objLimit), as if the component covered the whole file: Lustre's
+// lov_tgt_maxbytes times the stripe count, made exact. Objects fill row by
+// row, so with objLimit = q*S + r (stripe size S) every object holds rows
+// 0..q-1 whole and r bytes of row q: the first byte stripe 0 cannot hold,
+// at q*S*N + r, is the limit, although later stripes of that row still
+// have room: a write must stop there all the same, since a file stores
+// every byte below its size and a byte past the limit would leave one
+// below it that no write can fill. The stripe count is len(Objects) once
+// instantiated; before, it is the count asked for (MaxStripeCount for
+// AllStripes), which the MDS may lower but never raise, so the result is
+// never below what the instantiated component allows. A result that does
+// not fit in 64 bits saturates at EOF.
+func (c *Component) MaxBytes(objLimit uint64) uint64 {
+	n := uint64(len(c.Objects))
+	switch {
+	case n > 0:
+	case c.StripeCount > 0:
+		n = uint64(c.StripeCount)
+	default:
+		n = MaxStripeCount
+	}
+	s := uint64(c.StripeSize)
+	if s == 0 {
+		// Not a valid component; only a limit of one object is sure.
+		return objLimit
+	}
+	hi, row := bits.Mul64(s, n)
+	if hi != 0 {
+		return EOF
+	}
+	hi, lo := bits.Mul64(objLimit/s, row)
+	if hi != 0 {
+		return EOF
+	}
+	sum, carry := bits.Add64(lo, objLimit%s, 0)
+	if carry != 0 {
+		return EOF
+	}
+	return sum
+}
+
+// MaxFileSize returns the first file offset the layout cannot store when
+// each object holds at most objLimit bytes: a write must stop short of it
+// (Linux's s_maxbytes, Lustre's lsm_maxbytes). Components are scanned in
+// file order; one whose MaxBytes lies inside or before its extent bounds
+// the file there (at its start, if it can hold none of its bytes), and one
+// whose limit lies past its end bounds nothing (the next component holds
+// the bytes after). So for a PFL layout the last component decides unless
+// an earlier one is already full, and a layout that stops short of EOF
+// stores nothing past its last component. EOF means no limit.
+func (l Layout) MaxFileSize(objLimit uint64) uint64 {
+	for i := range l.Components {
+		c := &l.Components[i]
+		if m := c.MaxBytes(objLimit); m < c.End {
+			return max(m, c.Start)
+		}
+	}
+	if n := len(l.Components); n > 0 {
+		return l.Components[n-1].End
+	}
+	return 0
+}

@@ -237,8 +237,15 @@ func copyIn(ctx context.Context, dst *client.File, src io.Reader, size int64, h 
 		n, err := io.ReadFull(src, buf)
 		if n > 0 {
 			h.Write(buf[:n])
-			if _, _, werr := dst.WriteAt(ctx, buf[:n], off); werr != nil {
+			wn, _, werr := dst.WriteAt(ctx, buf[:n], off)
+			if werr != nil {
 				return werr
+			}
+			if wn < n {
+				// The file's layout cannot hold more (a write that
+				// crosses its largest size is cut short): the copy
+				// would lose the rest.
+				return fmt.Errorf("restore: %d of %d bytes at %d written: %w", wn, n, off, syscall.EFBIG)
 			}
 			off += int64(n)
 			progress(uint64(off), uint64(size))
