@@ -100,6 +100,17 @@ func TestWriteAcrossMaxBytes(t *testing.T) {
 			}
 			want := append(bytes.Clone(p[:below-100]), p[:100]...)
 			checkBig(ctx, t, g, want, tt.limit)
+			// A truncate past the limit changes nothing; one to it is fine.
+			for _, size := range []int64{tt.limit + 1, tt.limit + 64<<10, 1 << 62} {
+				if err := g.Truncate(ctx, size); !errors.Is(err, syscall.EFBIG) {
+					t.Fatalf("truncate to %d (limit %d): %v; want EFBIG", size, tt.limit, err)
+				}
+			}
+			checkBig(ctx, t, g, want, tt.limit)
+			if err := g.Truncate(ctx, tt.limit); err != nil {
+				t.Fatalf("truncate to the limit: %v", err)
+			}
+			checkBig(ctx, t, g, want, tt.limit)
 		})
 	}
 }

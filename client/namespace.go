@@ -11,6 +11,7 @@ import (
 
 	"github.com/nacrefs/nacre/client/lov"
 	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
@@ -450,6 +451,14 @@ func (fs *FS) setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 			}
 			if _, lay, err = fs.mdc.GetattrLayout(ctx, cred, f); err != nil {
 				return Attr{}, err
+			}
+		}
+		if lay != nil {
+			// As inode_newsize_ok against s_maxbytes: refused before the
+			// MDT or any object changes (each OST would refuse only its
+			// own part).
+			if most := lay.MaxFileSize(osc.MaxObjectSize); sa.Size > most {
+				return Attr{}, fmt.Errorf("truncate %v to %d: the layout stores at most %d bytes: %w", f, sa.Size, most, syscall.EFBIG)
 			}
 		}
 		if sa.Valid&(mdc.AttrMtime|mdc.AttrMtimeNow) == 0 {

@@ -592,6 +592,9 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("lov: truncate to %d: %w", size, syscall.EINVAL)
 	}
+	if uint64(size) > f.maxBytes {
+		return fmt.Errorf("lov: truncate to %d: the layout stores at most %d bytes: %w", size, f.maxBytes, syscall.EFBIG)
+	}
 	objs, err := f.l.Truncate(uint64(size))
 	if err != nil {
 		return fmt.Errorf("lov: truncate to %d: %w", size, err)
