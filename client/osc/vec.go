@@ -101,8 +101,7 @@ func (o *Object) unpin(ps []*page) {
 	if len(spare) > 0 {
 		o.c.cache.freeSpare(spare)
 	}
-	woke := unpinned > 0
-	if woke && o.mu.waitPins > 0 {
+	if unpinned > 0 && o.mu.waitPins > 0 {
 		o.broadcastLocked()
 	}
 }

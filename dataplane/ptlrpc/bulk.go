@@ -62,11 +62,16 @@ func Errno(err error) int32 {
 
 // checkBulk validates a handler's bulk call against the request.
 func (r *Request) checkBulk(bufs [][]byte) (int, error) {
+	return r.checkBulkLen(iovec.Len(bufs))
+}
+
+// checkBulkLen validates a handler's bulk call of n bytes against the
+// request.
+func (r *Request) checkBulkLen(n int) (int, error) {
 	if r.spec == nil || r.spec.Flags&HasBulk == 0 || r.Header.BulkLen == 0 {
 		return 0, fmt.Errorf("%w: %v xid %d", ErrNoBulk, r.Header.Opcode, r.Header.XID)
 	}
-	n := iovec.Len(bufs)
-	if n == 0 || n > int(r.Header.BulkLen) {
+	if n <= 0 || n > int(r.Header.BulkLen) {
 		return 0, fmt.Errorf("%w: %v xid %d: %d bytes, the client registered %d",
 			ErrBulkRange, r.Header.Opcode, r.Header.XID, n, r.Header.BulkLen)
 	}
@@ -131,7 +136,7 @@ func (r *Request) BulkGet(ctx context.Context, dst [][]byte) (int, error) {
 func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
 	if r.svc.ln.IsSelf(r.Peer) {
 		// Copied on this goroutine rather than the loopback's.
-		return r.BulkPutFrom(ctx, src, 0, func(off int, dst [][]byte) error {
+		return r.BulkPutFrom(ctx, iovec.Len(src), 0, func() [][]byte { return src }, func(off int, dst [][]byte) error {
 			copyFrom(dst, src, off)
 			return nil
 		})
@@ -147,9 +152,9 @@ func (r *Request) BulkPut(ctx context.Context, src [][]byte) (int, error) {
 	return n, nil
 }
 
-// BulkChecksum returns the algorithm of the checksum the client asked of
+// bulkChecksum returns the algorithm of the checksum the client asked of
 // this request's bulk, and whether it asked for one.
-func (r *Request) BulkChecksum() (ChecksumType, bool) {
+func (r *Request) bulkChecksum() (ChecksumType, bool) {
 	return flagChecksum(r.Header.Flags), r.Header.Flags&wire.MsgBulkCksum != 0
 }
 
@@ -158,14 +163,14 @@ func (r *Request) BulkChecksum() (ChecksumType, bool) {
 // cache rather than from memory.
 const sumPiece = 256 << 10
 
-// BulkPutFrom is BulkPut of bytes that fill produces: fill(off, dst)
-// writes the bulk's bytes from off on into dst, and is called in order
-// over the whole bulk, which is as long as bufs (at most what the client
-// registered). To a client on this very LNet (a mount on the servers'
-// LNet, whose messages go through the loopback) fill writes straight
-// into the client's buffers, as an RDMA write from the server's storage
-// would, on the handler's goroutine (lnet.PutLocal), and bufs are not
-// used; to any other client fill writes into bufs, which are then PUT.
+// BulkPutFrom is BulkPut of n bytes (at most what the client registered)
+// that fill produces: fill(off, dst) writes the bulk's bytes from off on
+// into dst, and is called in order over the whole bulk. To a client on
+// this very LNet (a mount on the servers' LNet, whose messages go through
+// the loopback) fill writes straight into the client's buffers, as an
+// RDMA write from the server's storage would, on the handler's goroutine
+// (lnet.PutLocal), and bufs is not called; to any other client fill
+// writes into the n bytes of buffers bufs returns, which are then PUT.
 //
 // If the client asked for a checksum, each piece is summed right after
 // fill wrote it, while it is in the processor's cache (Lustre's OST sums
@@ -175,12 +180,12 @@ const sumPiece = 256 << 10
 // fill gets as much as it can at once. An error of fill ends the transfer
 // and is returned as it is: the handler tells its own errors from the
 // bulk's.
-func (r *Request) BulkPutFrom(ctx context.Context, bufs [][]byte, minPiece int, fill func(off int, dst [][]byte) error) (int, error) {
-	n, err := r.checkBulk(bufs)
+func (r *Request) BulkPutFrom(ctx context.Context, n, minPiece int, bufs func() [][]byte, fill func(off int, dst [][]byte) error) (int, error) {
+	n, err := r.checkBulkLen(n)
 	if err != nil {
 		return 0, err
 	}
-	ct, summing := r.BulkChecksum()
+	ct, summing := r.bulkChecksum()
 	piece := 0
 	if summing {
 		piece = max(minPiece, sumPiece)
@@ -208,11 +213,15 @@ func (r *Request) BulkPutFrom(ctx context.Context, bufs [][]byte, minPiece int, 
 		if summing {
 			step = piece
 		}
+		v := bufs()
+		if iovec.Len(v) < n {
+			return 0, fmt.Errorf("%w: %v xid %d: buffers of %d bytes for a bulk of %d", ErrBulkRange, r.Header.Opcode, r.Header.XID, iovec.Len(v), n)
+		}
 		for off := 0; off < n && err == nil; off += step {
-			err = produce(iovec.Slice(bufs, off, min(step, n-off)))
+			err = produce(iovec.Slice(v, off, min(step, n-off)))
 		}
 		if err == nil {
-			err = r.transfer(ctx, bufs, n, true, nil)
+			err = r.transfer(ctx, v, n, true, nil)
 		}
 	}
 	if fillErr != nil {

@@ -93,7 +93,8 @@ func (o *objStore) read(ctx context.Context, req *Request) ([]byte, int32) {
 	// Produced in order into a staging buffer, or into the client's
 	// buffer on the loopback; the vector goes piece by piece.
 	next := 0
-	_, err := req.BulkPutFrom(ctx, [][]byte{make([]byte, iovec.Len(views))}, 0, func(off int, dst [][]byte) error {
+	n := iovec.Len(views)
+	_, err := req.BulkPutFrom(ctx, n, 0, func() [][]byte { return [][]byte{make([]byte, n)} }, func(off int, dst [][]byte) error {
 		if off != next {
 			return fmt.Errorf("fill at %d, want %d: out of order", off, next)
 		}

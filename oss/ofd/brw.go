@@ -164,15 +164,26 @@ func (o *OFD) read(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err != nil {
 		return o.refuse(r, "read %v: %w", b.f, err)
 	}
-	views, release := b.buffers()
-	defer release()
 	minPiece := 0
 	if d, ok := o.dev.(directReader); ok {
 		// Extents the device reads around its cache go to it whole.
 		minPiece = d.DirectReadMin()
 	}
+	// A bulk buffer only for a client elsewhere: one on this LNet gets
+	// the bytes read straight into its pages.
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	buffers := func() [][]byte {
+		var views [][]byte
+		views, release = b.buffers()
+		return views
+	}
 	var readErr error
-	_, err = r.BulkPutFrom(ctx, views, minPiece, func(off int, dst [][]byte) error {
+	_, err = r.BulkPutFrom(ctx, b.size, minPiece, buffers, func(off int, dst [][]byte) error {
 		readErr = b.readAt(ctx, o.dev, off, dst)
 		return readErr
 	})
