@@ -278,7 +278,7 @@ func setattrFlags(n *inode, sa SetAttr) error {
 
 // lsom returns f's LSOM record, ok false if it has none.
 func (s *Store) lsom(f fid.FID) (LSOM, bool, error) {
-	v, err := s.get(fidKey(pfxLSOM, f))
+	v, err := s.view(fidKey(pfxLSOM, f))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return LSOM{}, false, nil
 	}

@@ -84,6 +84,16 @@ func (c *valueCache) lookup(key []byte) (v []byte, found, hit bool) {
 	return append([]byte(nil), e.v...), true, true
 }
 
+// view is lookup without the copy: v is the cache's, never changed in
+// place (a commit replaces it), and must not be changed by the caller.
+func (c *valueCache) view(key []byte) (v []byte, found, hit bool) {
+	sh := c.shard(key)
+	sh.Lock()
+	e, ok := sh.m[string(key)]
+	sh.Unlock()
+	return e.v, e.found, ok
+}
+
 // lookupInode is lookup for an inode record, decoded: the inode is the
 // cache's, shared, and must not be changed (copy it). A record that does
 // not decode is a miss, for the caller to read and report.

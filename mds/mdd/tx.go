@@ -36,6 +36,9 @@ type tx struct {
 	// makes, for the name filters once it commits.
 	added   []dirName
 	newDirs []fid.FID
+	// ro marks a read tx (Store.read): its inodes are the value cache's
+	// own, shared and never changed, so that a lookup copies none.
+	ro bool
 }
 
 type dirName struct {
@@ -57,7 +60,7 @@ func (s *Store) begin(r *Req) *tx {
 // read starts a read-only tx under the read lock; end it with done.
 func (s *Store) read(r *Req) *tx {
 	s.mu.RLock()
-	return &tx{s: s, r: r} // inodes made by the first inode read
+	return &tx{s: s, r: r, ro: true} // inodes made by the first inode read
 }
 
 func (t *tx) done() { t.s.mu.RUnlock() }
@@ -164,6 +167,9 @@ func (t *tx) inode(f fid.FID) (*inode, error) {
 		if !found {
 			return nil, fail(syscall.ENOENT, "%v", f)
 		}
+		if t.ro {
+			return c, nil
+		}
 		n = *c // the tx's own copy, to change
 	} else {
 		v, err := t.s.get(key)
@@ -205,15 +211,22 @@ func (t *tx) touch(n *inode) { t.dirty[n.FID] = true }
 // lookup returns the entry name of parent; found is false if there is
 // none.
 func (t *tx) lookup(parent fid.FID, name string) (child fid.FID, typ DType, found bool, err error) {
-	if t.s.names.absent(parent, name) {
+	key := direntKey(parent, name)
+	v, found, hit := t.s.cache.view(key)
+	switch {
+	case hit && !found:
 		return fid.FID{}, 0, false, nil
-	}
-	v, err := t.s.get(direntKey(parent, name))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return fid.FID{}, 0, false, nil
-	}
-	if err != nil {
-		return fid.FID{}, 0, false, ioError(err, "lookup %q in %v", clampName(name), parent)
+	case !hit:
+		// The name filter only after the cache: a name the cache holds
+		// would pay for its probes for nothing.
+		if t.s.names.absent(parent, name) {
+			return fid.FID{}, 0, false, nil
+		}
+		if v, err = t.s.get(key); errors.Is(err, pebble.ErrNotFound) {
+			return fid.FID{}, 0, false, nil
+		} else if err != nil {
+			return fid.FID{}, 0, false, ioError(err, "lookup %q in %v", clampName(name), parent)
+		}
 	}
 	child, typ, err = decodeDirent(v)
 	if err != nil {
