@@ -278,7 +278,15 @@ func setattrFlags(n *inode, sa SetAttr) error {
 
 // lsom returns f's LSOM record, ok false if it has none.
 func (s *Store) lsom(f fid.FID) (LSOM, bool, error) {
-	v, err := s.view(fidKey(pfxLSOM, f))
+	var kb fidKeyBuf // on the stack: a cache hit allocates nothing
+	v, found, hit := s.cache.view(kb.key(pfxLSOM, f))
+	var err error
+	switch {
+	case hit && !found:
+		err = pebble.ErrNotFound
+	case !hit:
+		v, err = s.get(fidKey(pfxLSOM, f))
+	}
 	if errors.Is(err, pebble.ErrNotFound) {
 		return LSOM{}, false, nil
 	}

@@ -64,6 +64,17 @@ func fidKey(pfx byte, f fid.FID) []byte {
 	return k
 }
 
+// fidKeyBuf holds a FID key built on the caller's stack, for a lookup
+// that must not allocate.
+type fidKeyBuf [1 + fidLen]byte
+
+// key builds fidKey(pfx, f) in b.
+func (b *fidKeyBuf) key(pfx byte, f fid.FID) []byte {
+	b[0] = pfx
+	putFID(b[1:], f)
+	return b[:]
+}
+
 // fidPrefix returns [pfx FID, pfx FID+1): the bounds of every key that
 // starts with pfx and f.
 func fidPrefix(pfx byte, f fid.FID) (lo, hi []byte) {
@@ -108,12 +119,19 @@ func NameHash(name string) uint64 {
 }
 
 func direntKey(parent fid.FID, name string) []byte {
-	k := make([]byte, 1+fidLen+8+len(name))
-	k[0] = pfxDirent
-	putFID(k[1:], parent)
-	binary.BigEndian.PutUint64(k[1+fidLen:], NameHash(name))
-	copy(k[1+fidLen+8:], name)
-	return k
+	return appendDirentKey(make([]byte, 0, 1+fidLen+8+len(name)), parent, name)
+}
+
+// direntKeyMax is the length of the longest entry's key.
+const direntKeyMax = 1 + fidLen + 8 + MaxName
+
+// appendDirentKey appends direntKey(parent, name) to b.
+func appendDirentKey(b []byte, parent fid.FID, name string) []byte {
+	b = append(b, pfxDirent)
+	b = append(b, make([]byte, fidLen)...)
+	putFID(b[len(b)-fidLen:], parent)
+	b = binary.BigEndian.AppendUint64(b, NameHash(name))
+	return append(b, name...)
 }
 
 // direntHashKey is the first key of parent's entries with hash ≥ h.

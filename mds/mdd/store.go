@@ -373,18 +373,6 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	return v, err
 }
 
-// view is get for a caller that only decodes the value: a cached one is
-// the cache's own, not copied, and must not be changed.
-func (s *Store) view(key []byte) ([]byte, error) {
-	if v, found, hit := s.cache.view(key); hit {
-		if !found {
-			return nil, pebble.ErrNotFound
-		}
-		return v, nil
-	}
-	return s.get(key)
-}
-
 // dbGet reads a record from Pebble, bypassing the cache.
 func (s *Store) dbGet(key []byte) ([]byte, error) {
 	v, c, err := s.db.Get(key)

@@ -58,9 +58,9 @@ func (s *Store) begin(r *Req) *tx {
 }
 
 // read starts a read-only tx under the read lock; end it with done.
-func (s *Store) read(r *Req) *tx {
+func (s *Store) read(r *Req) tx {
 	s.mu.RLock()
-	return &tx{s: s, r: r, ro: true} // inodes made by the first inode read
+	return tx{s: s, r: r, ro: true} // a value, on the caller's stack
 }
 
 func (t *tx) done() { t.s.mu.RUnlock() }
@@ -161,33 +161,34 @@ func (t *tx) inode(f fid.FID) (*inode, error) {
 		}
 		return n, nil
 	}
-	key := fidKey(pfxInode, f)
-	var n inode
-	if c, found, hit := t.s.cache.lookupInode(key); hit {
-		if !found {
-			return nil, fail(syscall.ENOENT, "%v", f)
-		}
-		if t.ro {
-			return c, nil
-		}
-		n = *c // the tx's own copy, to change
+	var kb fidKeyBuf // a key on the stack: a cache hit allocates nothing
+	c, found, hit := t.s.cache.lookupInode(kb.key(pfxInode, f))
+	switch {
+	case hit && !found:
+		return nil, fail(syscall.ENOENT, "%v", f)
+	case hit && t.ro:
+		return c, nil
+	}
+	n := new(inode)
+	if hit {
+		*n = *c // the tx's own copy, to change
 	} else {
-		v, err := t.s.get(key)
+		v, err := t.s.get(fidKey(pfxInode, f))
 		if errors.Is(err, pebble.ErrNotFound) {
 			return nil, fail(syscall.ENOENT, "%v", f)
 		}
 		if err != nil {
 			return nil, ioError(err, "read inode %v", f)
 		}
-		if n, err = decodeInode(v); err != nil {
+		if *n, err = decodeInode(v); err != nil {
 			return nil, ioError(err, "inode %v", f)
 		}
 	}
 	if t.inodes == nil {
 		t.inodes = make(map[fid.FID]*inode, 2)
 	}
-	t.inodes[f] = &n
-	return &n, nil
+	t.inodes[f] = n
+	return n, nil
 }
 
 // dir returns the directory f: ENOENT if it does not exist or was removed
@@ -211,8 +212,8 @@ func (t *tx) touch(n *inode) { t.dirty[n.FID] = true }
 // lookup returns the entry name of parent; found is false if there is
 // none.
 func (t *tx) lookup(parent fid.FID, name string) (child fid.FID, typ DType, found bool, err error) {
-	key := direntKey(parent, name)
-	v, found, hit := t.s.cache.view(key)
+	var kb [direntKeyMax]byte // on the stack: a cache hit allocates nothing
+	v, found, hit := t.s.cache.view(appendDirentKey(kb[:0], parent, name))
 	switch {
 	case hit && !found:
 		return fid.FID{}, 0, false, nil
@@ -222,7 +223,7 @@ func (t *tx) lookup(parent fid.FID, name string) (child fid.FID, typ DType, foun
 		if t.s.names.absent(parent, name) {
 			return fid.FID{}, 0, false, nil
 		}
-		if v, err = t.s.get(key); errors.Is(err, pebble.ErrNotFound) {
+		if v, err = t.s.get(direntKey(parent, name)); errors.Is(err, pebble.ErrNotFound) {
 			return fid.FID{}, 0, false, nil
 		} else if err != nil {
 			return fid.FID{}, 0, false, ioError(err, "lookup %q in %v", clampName(name), parent)
