@@ -183,18 +183,17 @@ func (c *valueCache) applied(b *pebble.Batch) {
 	}
 }
 
-// noteAbsent caches key as known not to exist, unless the cache has it
-// already (a batch just wrote it); the caller holds the store's write lock
-// after a commit that left key absent.
+// noteAbsent caches key as known not to exist. The caller holds the
+// store's write lock after a commit that leaves key absent unless the
+// batch wrote it, and calls applied for that batch after: what the batch
+// wrote then replaces the note.
 func (c *valueCache) noteAbsent(key []byte) {
 	if !cachedKey(key) {
 		return
 	}
 	sh := c.shard(key)
 	sh.Lock()
-	if _, ok := sh.m[string(key)]; !ok {
-		c.putLocked(sh, key, nil, false)
-	}
+	c.putLocked(sh, key, nil, false)
 	sh.Unlock()
 }
 

@@ -99,8 +99,11 @@ func (nf *nameFilters) absent(d fid.FID, name string) bool {
 	if f == nil {
 		return false
 	}
+	// Hashed once for every stage: a stage's k locations are the first k
+	// of the same sequence, and later stages (lower rates) have more.
+	locs := bloom.Locations([]byte(name), f.stages[len(f.stages)-1].K())
 	for _, s := range f.stages {
-		if s.TestString(name) {
+		if s.TestLocations(locs[:s.K()]) {
 			return false
 		}
 	}

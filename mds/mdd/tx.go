@@ -131,15 +131,15 @@ func (t *tx) commit() error {
 		s.names.reset()
 		return ioError(err, "commit")
 	}
-	s.cache.applied(t.b)
+	for _, k := range t.absent {
+		s.cache.noteAbsent(k)
+	}
+	s.cache.applied(t.b) // after: what the batch wrote wins over a note
 	for _, d := range t.newDirs {
 		s.names.track(d)
 	}
 	for _, a := range t.added {
 		s.names.added(a.dir, a.name)
-	}
-	for _, k := range t.absent {
-		s.cache.noteAbsent(k)
 	}
 	s.mu.clNext, s.mu.destroyNext, s.mu.inodes = clNext, destroyNext, inodes
 	s.mu.transno = max(s.mu.transno, tn)
