@@ -104,6 +104,23 @@ func (fs *FS) Create(ctx context.Context, cred Cred, parent FID, name string, fl
 	return fs.openIntent(ctx, cred, mdc.Intent{Op: op, Parent: parent, Name: name, Flags: flags, Mode: mode, Create: opts})
 }
 
+// Tmpfile makes and opens a regular file with no name in directory dir,
+// as open(2) with O_TMPFILE does (flags must hold O_TMPFILE and O_WRONLY or
+// O_RDWR; EINVAL otherwise): the file goes when its last open closes,
+// unless Link gives it a name first, which O_EXCL forbids. Its layout is
+// the one a file created in dir would get (opts as Create's).
+func (fs *FS) Tmpfile(ctx context.Context, cred Cred, dir FID, flags uint64, mode uint32, opts *CreateOptions) (*File, Attr, error) {
+	if flags&unix.O_TMPFILE != unix.O_TMPFILE || flags&syscall.O_ACCMODE == syscall.O_RDONLY || flags&syscall.O_CREAT != 0 {
+		return nil, Attr{}, fmt.Errorf("client: tmpfile in %v: flags %#o: %w", dir, flags, syscall.EINVAL)
+	}
+	if err := fs.writable(); err != nil {
+		return nil, Attr{}, err
+	}
+	ctx, cancel := fs.op(ctx)
+	defer cancel()
+	return fs.openIntent(ctx, cred, mdc.Intent{Op: mdc.ItOpen, Parent: dir, Flags: flags, Mode: mode, Create: opts})
+}
+
 // Open opens the file f (by FID: the handle a lookup gave) with Linux's
 // open flags.
 func (fs *FS) Open(ctx context.Context, cred Cred, f FID, flags uint64) (*File, Attr, error) {

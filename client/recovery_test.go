@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/clustertest"
@@ -583,5 +585,48 @@ func TestReplayedCloseRecordsItsSize(t *testing.T) {
 	var attr client.MDTAttr
 	if err := json.Unmarshal(v, &attr); err != nil || attr.Size != uint64(len(data)) {
 		t.Fatalf("the MDT's lazy size after the replayed close: %d (%v), want %d", attr.Size, err, len(data))
+	}
+}
+
+// TestTmpfileSurvivesMDSRestart: an O_TMPFILE file made after the replay
+// barrier is lost with the MDS and made again by its client's replays —
+// the create, then the open of a file with no name — so that it keeps its
+// bytes, stays open, and can still be linked into place afterwards.
+func TestTmpfileSurvivesMDSRestart(t *testing.T) {
+	const window = 20 * time.Second
+	c, a, b, ctx := restartable(t, 1, window)
+	root := client.Root()
+	if err := c.ReplayBarrierMDS(ctx); err != nil { // the tmpfile is lost in the restart
+		t.Fatal(err)
+	}
+	f, _, err := a.Tmpfile(ctx, root, a.Root(), unix.O_TMPFILE|syscall.O_RDWR, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("nacre tmpfile "), 10000)
+	if _, _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FailMDS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-backAfterRestart(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Link(ctx, root, f.FID(), a.Root(), "named"); err != nil {
+		t.Fatalf("link of the tmpfile after the restart: %v", err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.Lookup(ctx, root, b.Root(), "named")
+	if err != nil || n.FID != f.FID() {
+		t.Fatalf("the other client finds %+v, %v", n, err)
+	}
+	if got, err := readAll(ctx, b, n.FID, len(data)+10); !bytes.Equal(got, data) {
+		t.Fatalf("the other client reads %d bytes (%v), equal %v", len(got), err, bytes.Equal(got, data))
 	}
 }

@@ -94,8 +94,7 @@
 // fallocate(2) takes mode 0, FALLOC_FL_KEEP_SIZE and
 // FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE, as Lustre; the other modes
 // (ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE, UNSHARE_RANGE) are
-// EOPNOTSUPP. O_TMPFILE is EOPNOTSUPP; renameat2's
-// RENAME_WHITEOUT is EINVAL. SEEK_DATA and SEEK_HOLE see the whole file
+// EOPNOTSUPP. renameat2's RENAME_WHITEOUT is EINVAL. SEEK_DATA and SEEK_HOLE see the whole file
 // as data, with its one hole at the end (ENXIO at or past the end), as
 // Linux does for a file system that does not track holes (st_blocks,
 // though, is what the objects occupy on the OSTs, summed, as Lustre's:

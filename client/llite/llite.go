@@ -550,6 +550,11 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
+func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	defer r.m.withUmask(cancel, in.Umask)()
+	return r.RawFileSystem.Tmpfile(cancel, in, out)
+}
+
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	defer r.m.withUmask(cancel, in.Umask)()
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)

@@ -265,6 +265,23 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	return ch, h, fl, 0
 }
 
+// Tmpfile makes and opens a file with no name in the directory
+// (open(2) with O_TMPFILE): an orphan on the MDT, destroyed at its last
+// close unless linkat(2) through /proc/self/fd names it first.
+func (n *node) Tmpfile(ctx context.Context, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx, cred, done := n.m.createReq(ctx)
+	defer done()
+	f, a, err := n.m.fs.Tmpfile(ctx, cred, n.fid, uint64(flags)|unix.O_TMPFILE, mode&0o7777, nil)
+	if err != nil {
+		return nil, nil, 0, n.m.errno(err, "tmpfile", n.fid, "flags", flags)
+	}
+	fillEntry(a, out, false) // no name for the kernel to cache
+	n.m.setNoCap(a.FID, true)
+	ch := n.child(ctx, a)
+	h, fl := n.m.newHandle(f, flags)
+	return ch, h, fl, 0
+}
+
 // made tells the notifier that the kernel's entry name in the directory
 // is the one an operation of the mount's just made (see madeName).
 func (n *node) made(name string) {

@@ -42,6 +42,7 @@ var posixSuite = []posixCase{
 	{"flock", caseFlock},
 	{"statfs", caseStatfs},
 	{"fallocate", caseFallocate},
+	{"tmpfile", caseTmpfile},
 }
 
 func ok(t tester, err error, what string, args ...any) {
@@ -532,4 +533,52 @@ func caseStatfs(t tester, dir string) {
 	if st.Blocks == 0 || st.Bfree == 0 || st.Bavail == 0 || st.Files == 0 || st.Ffree == 0 || st.Namelen != 255 || st.Bsize == 0 {
 		t.Fatalf("statfs: %+v", st)
 	}
+}
+
+// caseTmpfile: open(2) with O_TMPFILE makes a file with no name whose
+// bytes read back; linkat(2) through /proc/self/fd names it, and the name
+// reads the same bytes; with O_EXCL the link is refused; a file never
+// linked leaves nothing in the directory; O_TMPFILE for read only is
+// EINVAL.
+func caseTmpfile(t tester, dir string) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR, 0o640)
+	ok(t, err, "open O_TMPFILE")
+	data := bytes.Repeat([]byte("no name yet. "), 10_000)
+	_, err = unix.Pwrite(fd, data, 0)
+	ok(t, err, "pwrite")
+	var st unix.Stat_t
+	ok(t, unix.Fstat(fd, &st), "fstat")
+	if st.Nlink != 0 || st.Size != int64(len(data)) || st.Mode != unix.S_IFREG|0o640 || st.Uid != uint32(os.Getuid()) {
+		t.Fatalf("fstat of the tmpfile: %+v", st)
+	}
+	got := make([]byte, len(data))
+	if n, err := unix.Pread(fd, got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("pread: %d bytes, %v", n, err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Fatalf("the directory holds %v (%v)", ents, err)
+	}
+	named := filepath.Join(dir, "named")
+	ok(t, unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, named, unix.AT_SYMLINK_FOLLOW), "linkat")
+	ok(t, unix.Close(fd), "close")
+	if b, err := os.ReadFile(named); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("read through the name: %d bytes, %v", len(b), err)
+	}
+	if st := stat(t, named); st.Nlink != 1 || st.Mode != syscall.S_IFREG|0o640 {
+		t.Fatalf("stat of the name: %+v", st)
+	}
+
+	fd, err = unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_EXCL, 0o600)
+	ok(t, err, "open O_TMPFILE|O_EXCL")
+	_, err = unix.Write(fd, []byte("gone"))
+	ok(t, err, "write")
+	err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, filepath.Join(dir, "x"), unix.AT_SYMLINK_FOLLOW)
+	wantErr(t, err, syscall.ENOENT, "linkat of an O_EXCL tmpfile")
+	ok(t, unix.Close(fd), "close")
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 || ents[0].Name() != "named" {
+		t.Fatalf("the directory holds %v (%v), want named only", ents, err)
+	}
+	_, err = unix.Open(dir, unix.O_TMPFILE|unix.O_RDONLY, 0o600)
+	wantErr(t, err, syscall.EINVAL, "O_TMPFILE for read only")
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
@@ -89,7 +91,7 @@ func (c *Client) Enqueue(ctx context.Context, cred Cred, it Intent, hooks ldlm.H
 			return nil, fmt.Errorf("mdc: intent: %w", err)
 		}
 		req.Layout, req.DelayLayout = lb, delay
-		if it.Op&ItCreat != 0 || it.Flags&syscall.O_CREAT != 0 {
+		if it.Op&ItCreat != 0 || it.Flags&syscall.O_CREAT != 0 || it.Flags&unix.O_TMPFILE == unix.O_TMPFILE {
 			f, err := c.NewFID(ctx)
 			if err != nil {
 				return nil, err

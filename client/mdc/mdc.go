@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
@@ -654,7 +655,7 @@ func (c *Client) ReplayOpens(ctx context.Context) error {
 	n := 0
 	for h, o := range recs {
 		req := &mdsv1.ReintRequest{Cred: credTo(Cred{})}
-		openOp{&mdsv1.OpenOp{Fid: fidTo(o.fid), Flags: o.flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC),
+		openOp{&mdsv1.OpenOp{Fid: fidTo(o.fid), Flags: o.flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC | unix.O_TMPFILE),
 			ReplayHandle: h}}.set(req)
 		body, err := ptlrpc.Marshal(req)
 		if err != nil {

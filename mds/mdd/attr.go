@@ -321,8 +321,10 @@ const (
 	// changing the file, not its data from coming back. Only with
 	// CapSysAdmin, of a released file (EPERM otherwise).
 	OpenRestore uint64 = 0x800000000000
+	// OpenTmpfile opens the file Tmpfile just made, an orphan.
+	OpenTmpfile uint64 = 0x1000000000000
 	// OpenInternal are the flags only the MDT itself may set.
-	OpenInternal = OpenOwnerOverride | OpenReplay
+	OpenInternal = OpenOwnerOverride | OpenReplay | OpenTmpfile
 )
 
 // restoring checks that the caller may restore n, a released file, past
@@ -357,7 +359,7 @@ func (s *Store) OpenFile(r Req, f fid.FID, flags uint64) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	if n.Nlink == 0 && flags&OpenReplay == 0 {
+	if n.Nlink == 0 && flags&(OpenReplay|OpenTmpfile) == 0 {
 		return Attr{}, fail(syscall.ENOENT, "open %v: unlinked", f)
 	}
 	var want uint16

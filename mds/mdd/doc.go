@@ -39,7 +39,8 @@
 //	                          xattr format under system.posix_acl_access/default)
 //	s FID                     LSOM: lazy size, blocks, flags
 //	h FID                     HSM flags and archive id
-//	o FID                     orphan: unlinked while open
+//	o FID                     orphan: unlinked while open, or an O_TMPFILE
+//	                          file not linked yet
 //	c index                   changelog record
 //	u id                      changelog user (cleared index)
 //	y id                      destroy log record: FID and layout of a file

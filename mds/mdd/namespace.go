@@ -59,6 +59,8 @@ type Spec struct {
 	// error fails the create with nothing changed; an invalid layout fails
 	// it with EINVAL.
 	Alloc func() (layout.Layout, error)
+	// Tmpfile makes a regular file with no name (Tmpfile).
+	Tmpfile bool
 }
 
 // Create makes a regular file name in directory parent and returns its
@@ -73,6 +75,37 @@ type Spec struct {
 func (s *Store) Create(r Req, parent fid.FID, name string, sp Spec) (Attr, error) {
 	sp.Mode = S_IFREG | sp.Mode&PermMask
 	return s.create(&r, parent, name, sp, "", CLCreate)
+}
+
+// Tmpfile makes a regular file in no directory, as open(2) with
+// O_TMPFILE does in dir: an orphan (no link, destroyed when its last open
+// closes unless a link gave it a name first), so the caller opens it with
+// OpenTmpfile straight after. dir, in which the caller needs search and
+// write permission, gives it its group and default ACL as to a file
+// created there; it does not change. A linkable file (O_TMPFILE without
+// O_EXCL) may get its first name from Link. Outcomes as Create's.
+func (s *Store) Tmpfile(r Req, dir fid.FID, sp Spec, linkable bool) (Attr, error) {
+	sp.Mode = S_IFREG | sp.Mode&PermMask
+	sp.Tmpfile = true
+	var lb []byte
+	if sp.Layout != nil {
+		var err error
+		if lb, err = sp.Layout.Marshal(); err != nil {
+			return Attr{}, fail(syscall.EINVAL, "tmpfile in %v: %v", dir, err)
+		}
+	}
+	t := s.begin(&r)
+	n, err := t.create(dir, "", sp, "", lb, CLCreate)
+	if err == nil {
+		if linkable {
+			n.iflags |= inoLinkable
+		}
+		err = t.layoutOfNew(n, sp)
+	}
+	if err = t.finish(err); err != nil {
+		return Attr{}, err
+	}
+	return n.attr(nil), nil
 }
 
 // Mkdir makes a directory, as Create does a file; it also inherits the
@@ -138,25 +171,31 @@ func (s *Store) create(r *Req, parent fid.FID, name string, sp Spec, target stri
 	}
 	t := s.begin(r)
 	n, err := t.create(parent, name, sp, target, lb, cl)
-	if err == nil && sp.Layout != nil {
-		t.noteObjects(sp.Layout)
-	}
-	if err == nil && sp.Layout == nil {
-		if sp.Alloc != nil && n.Mode&S_IFMT == S_IFREG {
-			err = t.alloc(n.FID, sp.Alloc)
-		} else {
-			// Nor a layout, then (a file of a filesystem without OSTs, a
-			// directory, a special file): an unlink need not look.
-			// Noted only when this transaction writes none, since a
-			// note could outlive the record in a cache shard emptied
-			// between the two.
-			t.absent = append(t.absent, fidKey(pfxLayout, n.FID))
-		}
+	if err == nil {
+		err = t.layoutOfNew(n, sp)
 	}
 	if err = t.finish(err); err != nil {
 		return Attr{}, err
 	}
 	return n.attr(nil), nil
+}
+
+// layoutOfNew notes the objects of n's layout, just made from sp, or gives
+// it one (Spec.Alloc).
+func (t *tx) layoutOfNew(n *inode, sp Spec) error {
+	switch {
+	case sp.Layout != nil:
+		t.noteObjects(sp.Layout)
+	case sp.Alloc != nil && n.Mode&S_IFMT == S_IFREG:
+		return t.alloc(n.FID, sp.Alloc)
+	default:
+		// Nor a layout, then (a file of a filesystem without OSTs, a
+		// directory, a special file): an unlink need not look. Noted
+		// only when this transaction writes none, since a note could
+		// outlive the record in a cache shard emptied between the two.
+		t.absent = append(t.absent, fidKey(pfxLayout, n.FID))
+	}
+	return nil
 }
 
 // alloc stores the layout alloc gives the new file f.
@@ -183,7 +222,9 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 	if err := t.may(dir, MayExec); err != nil {
 		return nil, err
 	}
-	if _, _, found, err := t.lookup(parent, name); err != nil {
+	if sp.Tmpfile {
+		// No name to look up.
+	} else if _, _, found, err := t.lookup(parent, name); err != nil {
 		return nil, err
 	} else if found {
 		return nil, fail(syscall.EEXIST, "create %q in %v", clampName(name), parent)
@@ -263,10 +304,17 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 	// A new FID is nobody's (unusedFIDLocked, or minted here): it has no
 	// LSOM record.
 	t.absent = append(t.absent, fidKey(pfxLSOM, f))
+	t.inodeDelta++
+	if sp.Tmpfile {
+		// An orphan from the start; the directory is left as it was
+		// (Linux's vfs_tmpfile changes nothing in it).
+		n.Nlink = 0
+		t.b.Set(fidKey(pfxOrphan, f), nil, nil)
+		return n, nil
+	}
 	dir.Mtime, dir.Ctime = t.now, t.now
 	t.touch(dir)
 	t.addEntry(parent, name, n)
-	t.inodeDelta++
 	t.changelog(ChangelogRecord{Type: cl, TFID: f, PFID: parent, Name: name})
 	return n, nil
 }
@@ -402,6 +450,10 @@ func (t *tx) link(f, parent fid.FID, name string) (*inode, error) {
 	switch {
 	case isDir(n.Mode):
 		return nil, fail(syscall.EPERM, "link %v: a directory", f)
+	case n.Nlink == 0 && n.iflags&inoLinkable != 0:
+		// An O_TMPFILE file gets its first name: an orphan no more.
+		n.iflags &^= inoLinkable
+		t.b.Delete(fidKey(pfxOrphan, f), nil)
 	case n.Nlink == 0:
 		return nil, fail(syscall.ENOENT, "link %v: unlinked", f)
 	case n.Nlink >= LinkMax:

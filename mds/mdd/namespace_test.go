@@ -423,3 +423,105 @@ func TestRenameOntoItselfNeedsNoWrite(t *testing.T) {
 		t.Fatal("nlink changed")
 	}
 }
+
+// TestTmpfile: an O_TMPFILE file is an orphan from the start, in no
+// directory, which the directory's setgid bit and permissions still
+// govern; its first link names it (once), unless it was made with O_EXCL;
+// one never linked goes at its last close, or with DestroyOrphans after
+// a restart; an orphan made by unlink cannot be linked.
+func TestTmpfile(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mkdir(t, s, root, RootFID, "d", 0o2777)
+	if _, err := s.Setattr(root, d, SetAttr{Valid: AttrGID, GID: 77}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Setattr(root, d, SetAttr{Valid: AttrMode, Mode: 0o2777}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Getattr(d)
+	u := user(1000, 1000)
+	a, err := s.Tmpfile(u, d, Spec{Mode: 0o640, Layout: striped(2)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Nlink != 0 || a.Mode != S_IFREG|0o640 || a.UID != 1000 || a.GID != 77 {
+		t.Fatalf("tmpfile attributes %+v", a)
+	}
+	if after, _ := s.Getattr(d); after.Mtime != before.Mtime || after.Nlink != before.Nlink {
+		t.Fatalf("directory changed: %+v, was %+v", after, before)
+	}
+	if ents, _, _ := s.Readdir(root, d, 0, 100); len(ents) != 2 {
+		t.Fatalf("directory entries %+v", ents)
+	}
+	_, err = s.OpenFile(u, a.FID, OpenReadWrite)
+	wantErrno(t, "open without OpenTmpfile", err, syscall.ENOENT)
+	if _, err := s.OpenFile(u, a.FID, OpenReadWrite|OpenTmpfile); err != nil {
+		t.Fatal(err)
+	}
+	check(t, s)
+	if o, _ := s.Orphans(); !reflect.DeepEqual(o, []fid.FID{a.FID}) {
+		t.Fatalf("orphans %v", o)
+	}
+	// Named by its first link, not by a second one while unlinked again.
+	l, err := s.Link(u, a.FID, d, "named")
+	if err != nil || l.Nlink != 1 {
+		t.Fatalf("link = %+v, %v", l, err)
+	}
+	if o, _ := s.Orphans(); len(o) != 0 {
+		t.Fatalf("orphans after the link %v", o)
+	}
+	check(t, s)
+	if _, err := s.Unlink(u, d, "named"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Link(u, a.FID, d, "again")
+	wantErrno(t, "link after the unlink", err, syscall.ENOENT)
+	if rm, err := s.CloseFile(u, a.FID, CloseInfo{Write: true}); err != nil || !rm.Destroyed {
+		t.Fatalf("last close = %+v, %v", rm, err)
+	}
+
+	// O_EXCL: never linkable; destroyed at its last close.
+	x, err := s.Tmpfile(u, d, Spec{Mode: 0o600}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OpenFile(u, x.FID, OpenWriteOnly|OpenTmpfile)
+	_, err = s.Link(u, x.FID, d, "x")
+	wantErrno(t, "link of an O_EXCL tmpfile", err, syscall.ENOENT)
+	if rm, err := s.CloseFile(u, x.FID, CloseInfo{Write: true}); err != nil || !rm.Destroyed {
+		t.Fatalf("last close of the O_EXCL tmpfile = %+v, %v", rm, err)
+	}
+	_, err = s.Getattr(x.FID)
+	wantErrno(t, "getattr after the last close", err, syscall.ENOENT)
+
+	// Refusals: a directory the caller may not write, a file.
+	ro := mkdir(t, s, root, RootFID, "ro", 0o755)
+	_, err = s.Tmpfile(u, ro, Spec{Mode: 0o600}, true)
+	wantErrno(t, "tmpfile in a directory not writable", err, syscall.EACCES)
+	f := create(t, s, root, RootFID, "f", 0o644)
+	_, err = s.Tmpfile(root, f, Spec{Mode: 0o600}, true)
+	wantErrno(t, "tmpfile in a file", err, syscall.ENOTDIR)
+
+	// One left open by a crash goes with DestroyOrphans.
+	y, err := s.Tmpfile(u, d, Spec{Mode: 0o600}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OpenFile(u, y.FID, OpenReadWrite|OpenTmpfile)
+	check(t, s)
+	s.Close()
+	s2, err := Open(testConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	rms, err := s2.DestroyOrphans(root)
+	if err != nil || len(rms) != 1 || rms[0].FID != y.FID {
+		t.Fatalf("DestroyOrphans = %+v, %v", rms, err)
+	}
+	check(t, s2)
+}

@@ -104,7 +104,11 @@ const (
 	// inoXattrs: an extended attribute other than the ACLs was set (not
 	// cleared when removed: it only says where to look).
 	inoXattrs uint8 = 1 << 3
-	inoAll          = inoACL | inoDefaultACL | inoXattrsTracked | inoXattrs
+	// inoLinkable: an O_TMPFILE file made without O_EXCL, which a link
+	// may give its first name although it has none (the kernel's
+	// I_LINKABLE); cleared by that link.
+	inoLinkable uint8 = 1 << 4
+	inoAll            = inoACL | inoDefaultACL | inoXattrsTracked | inoXattrs | inoLinkable
 )
 
 // mayHaveXattrs reports whether n may have extended attribute records.

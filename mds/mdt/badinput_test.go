@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
@@ -163,6 +164,11 @@ func TestBadInput(t *testing.T) {
 		{"open by FID and name", wire.MDSReint, reint(open{&mdsv1.OpenOp{Parent: w(d.FID), Name: []byte("f"), Fid: w(f.FID)}}), syscall.EINVAL},
 		{"open by FID with O_CREAT", wire.MDSReint, reint(open{&mdsv1.OpenOp{Fid: w(f.FID), Flags: syscall.O_CREAT}}), syscall.EINVAL},
 		{"open of a missing FID", wire.MDSReint, reint(open{&mdsv1.OpenOp{Fid: w(missing)}}), syscall.ENOENT},
+		{"O_TMPFILE open with a name", wire.MDSReint, reint(open{&mdsv1.OpenOp{Parent: w(d.FID), Name: []byte("t"), Flags: unix.O_TMPFILE | syscall.O_RDWR, NewFid: w(missing)}}), syscall.EINVAL},
+		{"O_TMPFILE open without a new FID", wire.MDSReint, reint(open{&mdsv1.OpenOp{Parent: w(d.FID), Flags: unix.O_TMPFILE | syscall.O_RDWR}}), syscall.EINVAL},
+		{"O_TMPFILE open with O_CREAT", wire.MDSReint, reint(open{&mdsv1.OpenOp{Parent: w(d.FID), Flags: unix.O_TMPFILE | syscall.O_RDWR | syscall.O_CREAT, NewFid: w(missing)}}), syscall.EINVAL},
+		{"O_TMPFILE open for read only", wire.MDSReint, reint(open{&mdsv1.OpenOp{Parent: w(d.FID), Flags: unix.O_TMPFILE, NewFid: w(missing)}}), syscall.EINVAL},
+		{"O_TMPFILE open in a file", wire.MDSReint, reint(open{&mdsv1.OpenOp{Parent: w(f.FID), Flags: unix.O_TMPFILE | syscall.O_RDWR, NewFid: w(missing)}}), syscall.ENOTDIR},
 		{"swap layouts without FIDs", wire.MDSSwapLayouts, pb(t, &mdsv1.SwapLayoutsRequest{Cred: cred}), syscall.EINVAL},
 		{"swap layouts with a directory", wire.MDSSwapLayouts, pb(t, &mdsv1.SwapLayoutsRequest{Cred: cred, Fid1: w(f.FID), Fid2: w(d.FID)}), syscall.EINVAL},
 		{"swap layouts with a missing FID", wire.MDSSwapLayouts, pb(t, &mdsv1.SwapLayoutsRequest{Cred: cred, Fid1: w(f.FID), Fid2: w(missing)}), syscall.ENOENT},

@@ -39,6 +39,7 @@ func FuzzRequests(f *testing.F) {
 		&mdsv1.FldQueryRequest{Seq: fid.SeqNormal},
 		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("i"), Flags: 2, Mode: 0o600, NewFid: w, Layout: tmpl},
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Fid: w},
+		&mdsv1.IntentRequest{Op: ItOpen, Cred: cred, Parent: w, Flags: oTmpfile | 2, Mode: 0o600, NewFid: w},
 		&mdsv1.IntentRequest{Op: ItOpen | ItCreat, Cred: cred, Parent: w, Name: []byte("k"), Flags: 0o101, Mode: 0o644, NewFid: w, KeepDirLock: 0x1234},
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("k"), KeepDirLock: 0x1234},
 		&mdsv1.IntentRequest{Op: ItGetattr, Cred: cred, Parent: w, Name: []byte("c"), Closes: []*mdsv1.CloseRequest{{Cred: cred, Handle: 7, Fid: w}}},
@@ -171,6 +172,9 @@ func FuzzRequests(f *testing.F) {
 			}
 			if q.open != nil && q.open.keepDirLock != 0 && (q.open.parent.IsZero() || q.open.flags&oCreat == 0) {
 				t.Fatalf("intent keeps directory locks without a create by name: %+v", q.open)
+			}
+			if o := q.open; o != nil && tmpfile(o.flags) && (o.parent.IsZero() || o.name != "" || o.newFID.IsZero() || o.flags&oCreat != 0 || o.flags&3 == 0) {
+				t.Fatalf("O_TMPFILE open accepted without a directory, with a name, without a new FID, with O_CREAT or for read only: %+v", o)
 			}
 			carriedOK("intent", q.closes)
 		}

@@ -376,7 +376,13 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 			}
 		}
 		sp.Mode &= mdd.PermMask
-		a, err := m.store.Create(req, o.parent, o.name, sp)
+		var a mdd.Attr
+		var err error
+		if o.tmpfile {
+			a, err = m.store.Tmpfile(req, o.parent, sp, o.linkable)
+		} else {
+			a, err = m.store.Create(req, o.parent, o.name, sp)
+		}
 		switch {
 		case err != nil:
 			return a, nil, err
@@ -835,7 +841,16 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 		if err := m.checkFID(o.parent); err != nil {
 			return res, err
 		}
-		if o.flags&oCreat != 0 {
+		if tmpfile(o.flags) {
+			a, created, l, err := m.openTmpfile(ctx, r, cred, time, o)
+			if err != nil {
+				return res, err
+			}
+			target, res.created = a.FID, created
+			if l != nil {
+				res.layout, _ = l.Marshal()
+			}
+		} else if o.flags&oCreat != 0 {
 			a, created, l, err := m.openCreate(ctx, r, cred, time, o)
 			if err != nil {
 				return res, err
@@ -862,6 +877,9 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 	flags := o.flags &^ mdd.OpenInternal // (the MDT's own, not a client's to send)
 	if res.created {
 		flags |= mdd.OpenOwnerOverride // the creator opens what it made, whatever the mode says
+	}
+	if tmpfile(o.flags) {
+		flags |= mdd.OpenTmpfile // an orphan from the start
 	}
 	if o.replayHandle != 0 {
 		flags |= mdd.OpenReplay
@@ -925,6 +943,20 @@ func (m *MDT) openCreate(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, 
 	}
 	a, l, err := m.create(ctx, m.req(r, cred, time), &createOp{parent: o.parent, name: o.name, fid: o.newFID,
 		mode: sIFREG | o.mode&mdd.PermMask, layout: o.layout, delay: o.delay})
+	return a, err == nil, l, err
+}
+
+// openTmpfile makes o's O_TMPFILE file, or finds it made by an earlier
+// send of the same request (a resend, or a replay after a restart): no
+// lock, since no name changes.
+func (m *MDT) openTmpfile(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time int64, o *openOp) (mdd.Attr, bool, *layout.Layout, error) {
+	if r.Header.Flags&(wire.MsgResent|wire.MsgReplay) != 0 {
+		if a, err := m.store.Getattr(o.newFID); err == nil {
+			return a, false, nil, nil
+		}
+	}
+	a, l, err := m.create(ctx, m.req(r, cred, time), &createOp{parent: o.parent, fid: o.newFID,
+		mode: sIFREG | o.mode&mdd.PermMask, layout: o.layout, delay: o.delay, tmpfile: true, linkable: o.flags&oExcl == 0})
 	return a, err == nil, l, err
 }
 

@@ -190,6 +190,9 @@ func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) l
 		return noLock(rep)
 	}
 	bits := openBits
+	if tmpfile(q.open.flags) {
+		bits = 0 // no name to cover
+	}
 	if reg {
 		bits |= ldlm.BitLayout
 	}
@@ -209,7 +212,7 @@ func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) l
 			return unlocked(a)
 		}
 	}
-	if !q.open.parent.IsZero() {
+	if !q.open.parent.IsZero() && !tmpfile(q.open.flags) {
 		// Give the LOOKUP lock only if the name still leads to the file.
 		if b, err := m.store.Lookup(mdd.Req{Cred: q.cred}, q.open.parent, q.open.name); err != nil || b.FID != a.FID {
 			m.lockd.CancelIntentLock(r, l)

@@ -46,7 +46,12 @@ const (
 	oCreat = 0o100
 	oExcl  = 0o200
 	oTrunc = 0o1000
+	// oTmpfile is O_TMPFILE: __O_TMPFILE with O_DIRECTORY.
+	oTmpfile = 0o20200000
 )
+
+// tmpfile reports whether open flags ask for an O_TMPFILE file.
+func tmpfile(flags uint64) bool { return flags&oTmpfile == oTmpfile }
 
 // fidFrom converts a FID from the wire; absent is the zero FID.
 func fidFrom(w *mdsv1.FID) fid.FID {
@@ -190,6 +195,9 @@ type (
 		target string
 		layout *layout.Layout
 		delay  bool
+		// tmpfile: an O_TMPFILE file, with no name (linkable: one
+		// that a link may name, made without O_EXCL).
+		tmpfile, linkable bool
 	}
 	unlinkOp struct {
 		parent fid.FID
@@ -419,6 +427,10 @@ func openFrom(parent *mdsv1.FID, name []byte, f *mdsv1.FID, flags uint64, mode u
 		return nil, bad("open by FID with a name or O_CREAT")
 	case !o.parent.IsZero() && !o.fid.IsZero():
 		return nil, bad("open by name and by FID at once")
+	case tmpfile(flags) && (o.parent.IsZero() || len(name) > 0 || o.newFID.IsZero() || flags&oCreat != 0):
+		return nil, bad("O_TMPFILE open: want a directory, a new FID, no name and no O_CREAT")
+	case tmpfile(flags) && flags&3 == 0:
+		return nil, bad("O_TMPFILE open for read only")
 	}
 	return o, nil
 }
