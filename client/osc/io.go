@@ -153,7 +153,7 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 			var noRA func()
 			scratch := make([]byte, PageSize)
 			for _, i := range fill {
-				if err := o.readWindow(ctx, l, scratch, nil, i*PageSize, &noRA); err != nil {
+				if err := o.readWindow(ctx, l, scratch, nil, i*PageSize, &noRA, nil); err != nil {
 					return 0, o.errorf("read of page %d before a write into it: %w", i, err)
 				}
 			}
@@ -342,13 +342,24 @@ func (o *Object) read(ctx context.Context, lk *Lock, p []byte, v *Vec, off uint6
 		}
 	}
 	done := 0
+	missed := false
 	for done < n {
 		woff := off + uint64(done)
 		wend := o.window(woff, end)
-		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], v, woff, &ra); err != nil {
+		if err := o.readWindow(ctx, lk.l, p[done:done+int(wend-woff)], v, woff, &ra, &missed); err != nil {
 			return done, err
 		}
 		done += int(wend - woff)
+	}
+	if missed && len(exts) == 0 {
+		// Pages of the stream that the state counts as read ahead are
+		// gone (a lock callback dropped them, the cache evicted them, or
+		// this is a second pass over the file): the next read goes ahead
+		// again from here, instead of reading page by page up to where
+		// the first pass read ahead.
+		o.mu.Lock()
+		o.mu.ra.rewind(pageCeil(end))
+		o.mu.Unlock()
 	}
 	return done, nil
 }
@@ -399,8 +410,9 @@ func (o *Object) lockGone(l *ldlm.ClientLock) error {
 // copies out what is cached and valid, waits for pages other RPCs are
 // filling, and fills the rest with one read RPC. *ra starts read-ahead
 // once, after the window's own RPC is built (so that it goes first) or
-// once the window is served from the cache.
-func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, v *Vec, off uint64, ra *func()) error {
+// once the window is served from the cache. *missed, if missed is not nil,
+// is set when pages had to be read for the window (none was cached).
+func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte, v *Vec, off uint64, ra *func(), missed *bool) error {
 	if job := jobstats.JobOf(ctx); job != "" {
 		o.mu.Lock()
 		o.mu.readJob = job // read-ahead goes on this reader's behalf
@@ -509,6 +521,9 @@ func (o *Object) readWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte,
 			if o.mu.pages.get(i) == nil {
 				absent++
 			}
+		}
+		if absent > 0 && missed != nil {
+			*missed = true
 		}
 		bufs := c.cache.allocLocked(o, absent)
 		full, filling := len(bufs) < absent, 0

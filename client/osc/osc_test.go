@@ -774,3 +774,49 @@ func TestLowSpaceSyncOneWriteAtATime(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAheadSecondPass: a file of 1 MiB read sequentially in 128 KiB
+// reads, its pages then dropped by another client's write, and read again
+// from the start: the second pass is read ahead too (a few RPCs), not read
+// one 128 KiB RPC per read because the state still counted the file as
+// read ahead by the first pass.
+func TestReadAheadSecondPass(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	f := precreate(t, c, 0)
+	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
+	defer oa.Close()
+	defer ob.Close()
+	const size, step = 1 << 20, 128 << 10
+	data := pattern(size, 9)
+	if _, err := oa.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	pass := func(what string) int {
+		t.Helper()
+		before := b.OSCs[0].Stats().ReadRPCs
+		got := make([]byte, step)
+		for off := 0; off < size; off += step {
+			if _, err := ob.ReadAt(ctx, got, uint64(off)); err != nil || !bytes.Equal(got, data[off:off+step]) {
+				t.Fatalf("%s: read at %d: %v (bytes differ: %v)", what, off, err, !bytes.Equal(got, data[off:off+step]))
+			}
+		}
+		return int(b.OSCs[0].Stats().ReadRPCs - before)
+	}
+	if n := pass("first pass"); n > 3 {
+		t.Fatalf("first pass: %d read RPCs", n)
+	}
+	// a's write calls b's lock back: b's pages of the file go.
+	data[0] ^= 0xff
+	if _, err := oa.WriteAt(ctx, data[:1], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := oa.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pass("second pass"); n > 3 {
+		t.Fatalf("second pass: %d read RPCs for %d reads of %d KiB, want it read ahead", n, size/step, step>>10)
+	}
+}
