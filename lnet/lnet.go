@@ -20,9 +20,9 @@ import (
 type LNet struct {
 	log         *slog.Logger
 	pid         uint32
-	incarnation uint64 // also the Interface cookie of every WireHandle we hand out
-	retryCount  int
+	incarnation uint64       // also the Interface cookie of every WireHandle we hand out
 	timeout     atomic.Int64 // TransactionTimeout in ns
+	glob        globals      // the other Globals
 	cfg         Config
 
 	// Immutable after New.
@@ -163,13 +163,13 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 		log:         cfg.Logger.With("component", "lnet"),
 		pid:         cfg.PID,
 		incarnation: newIncarnation(),
-		retryCount:  cfg.RetryCount,
 		cfg:         cfg,
 		niByNID:     map[wire.NID]*ni{},
 		byNet:       map[wire.Net][]*ni{},
 	}
 	ln.rtr.max = cfg.RouterBuffers
 	ln.timeout.Store(int64(cfg.TransactionTimeout))
+	ln.glob.init(cfg)
 	ln.res.portals = map[uint32]*portal{}
 	ln.res.mds = map[uint64]*md{}
 	ln.res.pending = map[uint64]*msg{}
@@ -294,10 +294,14 @@ func (ln *LNet) PID() uint32 { return ln.pid }
 func (ln *LNet) Incarnation() uint64 { return ln.incarnation }
 
 // Config returns the configuration LNet runs with, defaults applied and
-// the current transaction timeout.
+// the current Globals.
 func (ln *LNet) Config() Config {
 	c := ln.cfg
-	c.TransactionTimeout = ln.TransactionTimeout()
+	g := ln.Globals()
+	c.TransactionTimeout, c.RetryCount, c.RecoveryInterval, c.DisableDiscovery = g.TransactionTimeout, g.RetryCount, g.RecoveryInterval, !g.Discovery
+	if c.HealthSensitivity = g.HealthSensitivity; c.HealthSensitivity == 0 {
+		c.HealthSensitivity = -1 // (0 is the default in a Config)
+	}
 	c.Networks = slices.Clone(c.Networks)
 	c.Routes = slices.Clone(c.Routes)
 	return c

@@ -216,3 +216,111 @@ func TestRemoteTimeoutHealth(t *testing.T) {
 		t.Fatalf("health after unanswered sends: m1 %d m2 %d, want 900 each", h1, h2)
 	}
 }
+
+// TestGlobals: the globals read back as configured and as set, and a bad
+// value changes none of them. Changed at run time, each changes what LNet
+// does next: with discovery off a new peer stays one NID; with health off
+// and no retries, sends to a broken peer NI fail and its health stays
+// full; with retries, they are resent on the other rail; with health on
+// again, the broken NI loses health and is left alone; with discovery on
+// again, the next send discovers the peer.
+func TestGlobals(t *testing.T) {
+	fabricUsers.Lock()
+	defer fabricUsers.Unlock()
+	n1, m1, m2 := newFakeNID(), newFakeNID(), newFakeNID()
+	a := startFake(t, func(c *lnet.Config) {
+		fast(c)
+		c.RetryCount = 1
+	}, n1)
+	b := startFake(t, fast, m1, m2)
+	sink(t, b)
+	defer fab.setRail(m2, nil)
+
+	g0 := a.Globals()
+	want := lnet.Globals{Discovery: true, RetryCount: 1, TransactionTimeout: lnet.DefaultTransactionTimeout,
+		HealthSensitivity: lnet.DefaultHealthSensitivity, RecoveryInterval: 20 * time.Millisecond}
+	if g0 != want {
+		t.Fatalf("globals %+v, want %+v", g0, want)
+	}
+	for _, bad := range []func(*lnet.Globals){
+		func(g *lnet.Globals) { g.RetryCount = -1 },
+		func(g *lnet.Globals) { g.RetryCount = lnet.MaxRetryCount + 1 },
+		func(g *lnet.Globals) { g.TransactionTimeout = 0 },
+		func(g *lnet.Globals) { g.HealthSensitivity = 1001 },
+		func(g *lnet.Globals) { g.RecoveryInterval = time.Millisecond },
+	} {
+		g := g0
+		g.Discovery = false // would change, were the rest valid
+		bad(&g)
+		if err := a.SetGlobals(g); !errors.Is(err, lnet.ErrInvalid) {
+			t.Fatalf("SetGlobals(%+v): %v, want ErrInvalid", g, err)
+		}
+		if got := a.Globals(); got != g0 {
+			t.Fatalf("after a refused SetGlobals: %+v, want %+v", got, g0)
+		}
+	}
+	set := func(f func(*lnet.Globals)) {
+		t.Helper()
+		g := a.Globals()
+		f(&g)
+		if err := a.SetGlobals(g); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Globals(); got != g {
+			t.Fatalf("globals %+v after setting %+v", got, g)
+		}
+		if c := a.Config(); c.RetryCount != g.RetryCount || c.DisableDiscovery == g.Discovery {
+			t.Fatalf("Config %+v after setting %+v", c, g)
+		}
+	}
+
+	// Discovery off: m1 stays a peer of one NID.
+	set(func(g *lnet.Globals) { g.Discovery = false })
+	if err := putAcked(t, a, m1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if ps := a.Peers(); len(ps) != 1 || len(ps[0].NIs) != 1 {
+		t.Fatalf("peers with discovery off: %+v", ps)
+	}
+	// On again: the next send discovers m2.
+	set(func(g *lnet.Globals) { g.Discovery = true })
+	if err := putAcked(t, a, m1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "discovery turned on", func() bool {
+		ps := a.Peers()
+		return len(ps) == 1 && ps[0].MultiRail && len(ps[0].NIs) == 2
+	})
+
+	// m2 breaks, with health off and no retries: some sends fail, and m2
+	// keeps full health.
+	set(func(g *lnet.Globals) { g.HealthSensitivity, g.RetryCount = 0, 0 })
+	fab.setRail(m2, lnet.ErrConnReset)
+	failed := 0
+	for range 20 {
+		if err := putAcked(t, a, m1); err != nil {
+			failed++
+		}
+	}
+	if failed == 0 || health(a, m2) != 1000 {
+		t.Fatalf("health off, no retries: %d of 20 sends failed, m2 health %d; want failures and full health", failed, health(a, m2))
+	}
+	// Retries: every send gets through, resent on m1.
+	set(func(g *lnet.Globals) { g.RetryCount = 2 })
+	for i := range 20 {
+		if err := putAcked(t, a, m1); err != nil {
+			t.Fatalf("with retries: PUT %d: %v", i, err)
+		}
+	}
+	// Health on: m2 loses health.
+	set(func(g *lnet.Globals) { g.HealthSensitivity = 100 })
+	for i := range 20 {
+		if err := putAcked(t, a, m1); err != nil {
+			t.Fatalf("health on: PUT %d: %v", i, err)
+		}
+	}
+	if h := health(a, m2); h >= 1000 {
+		t.Fatalf("m2 health %d with health on and m2 broken", h)
+	}
+}

@@ -406,19 +406,19 @@ func (ln *LNet) healthLocked(m *msg, err error) {
 }
 
 func (ln *LNet) raiseNILocked(n *ni) {
-	if s := ln.cfg.HealthSensitivity; s > 0 {
+	if s := ln.healthSensitivity(); s > 0 {
 		n.health = min(healthMax, n.health+s)
 	}
 }
 
 func (ln *LNet) lowerNILocked(n *ni) {
-	if s := ln.cfg.HealthSensitivity; s > 0 && n != ln.lo {
+	if s := ln.healthSensitivity(); s > 0 && n != ln.lo {
 		n.health = max(0, n.health-s)
 	}
 }
 
 func (ln *LNet) raisePeerNILocked(lp *peerNI) {
-	if s := ln.cfg.HealthSensitivity; s > 0 && lp.health < healthMax {
+	if s := ln.healthSensitivity(); s > 0 && lp.health < healthMax {
 		lp.health = min(healthMax, lp.health+s)
 		if lp.health == healthMax {
 			delete(ln.net.recovery, lp)
@@ -427,7 +427,7 @@ func (ln *LNet) raisePeerNILocked(lp *peerNI) {
 }
 
 func (ln *LNet) lowerPeerNILocked(lp *peerNI) {
-	s := ln.cfg.HealthSensitivity
+	s := ln.healthSensitivity()
 	if s <= 0 || lp.nid == wire.LoNID {
 		return
 	}

@@ -32,7 +32,7 @@ func (ln *LNet) pingInfo() wire.PingInfo {
 		PID:      ln.pid,
 		NIDs:     make([]wire.NIDStatus, len(ln.nis)),
 	}
-	if !ln.cfg.DisableDiscovery {
+	if ln.discoveryOn() {
 		info.Features |= wire.PingFeatDiscovery
 	}
 	if !ln.cfg.Routing {
@@ -303,7 +303,7 @@ func (ln *LNet) nidClaimedLocked(nid, from, to wire.NID) {
 // pinged (or its last ping failed long enough ago). The caller starts it
 // with startDiscovery once it has dropped LNet.net.
 func (ln *LNet) markDiscoveryLocked(m *msg, p *peer) {
-	if m.discover != discoverOK || ln.cfg.DisableDiscovery || p.disc != discNone ||
+	if m.discover != discoverOK || !ln.discoveryOn() || p.disc != discNone ||
 		ln.net.discovering >= maxDiscoveries || p.primary.Net.Type == wire.LO {
 		return
 	}
@@ -343,7 +343,7 @@ func (ln *LNet) discovered(nid wire.NID, info wire.PingInfo, err error) {
 	ln.log.Debug("discovery failed", "peer", nid, "err", err)
 	if lp := ln.net.peers[nid]; lp != nil && lp.peer.disc == discBusy {
 		lp.peer.disc = discNone
-		lp.peer.discRetry = time.Now().Add(5 * ln.cfg.RecoveryInterval)
+		lp.peer.discRetry = time.Now().Add(5 * ln.recoveryInterval())
 	}
 }
 

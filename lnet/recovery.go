@@ -51,7 +51,7 @@ func (ln *LNet) stopRecovery() {
 }
 
 func (ln *LNet) tickInterval() time.Duration {
-	return max(min(ln.cfg.RecoveryInterval, ln.cfg.RouterCheckInterval, ln.sweepInterval()), 10*time.Millisecond)
+	return max(min(ln.recoveryInterval(), ln.cfg.RouterCheckInterval, ln.sweepInterval()), 10*time.Millisecond)
 }
 
 func (ln *LNet) sweepInterval() time.Duration {
@@ -68,13 +68,14 @@ func (ln *LNet) recoveryLoop() {
 			return
 		case now := <-t.C:
 			ln.recoveryTick(now)
+			t.Reset(ln.tickInterval()) // (the recovery interval may change)
 		}
 	}
 }
 
 // recoveryTick does one round of housekeeping.
 func (ln *LNet) recoveryTick(now time.Time) {
-	if len(ln.nis) > 1 && now.Sub(ln.rec.lastLinks) >= ln.cfg.RecoveryInterval {
+	if len(ln.nis) > 1 && now.Sub(ln.rec.lastLinks) >= ln.recoveryInterval() {
 		ln.rec.lastLinks = now
 		if ln.checkLinks(osLinks()) {
 			if err := ln.refreshPingMD(); err != nil {
@@ -105,12 +106,12 @@ func (ln *LNet) recoveryTick(now time.Time) {
 			ln.gatewayPinged(g, info, err)
 		}})
 	}
-	if ln.cfg.HealthSensitivity > 0 {
+	if ln.healthSensitivity() > 0 {
 		for _, n := range ln.nis[1:] {
 			if n.health >= healthMax || n.linkDown || n.recovering || now.Before(n.nextRecovery) {
 				continue
 			}
-			n.nextRecovery = now.Add(ln.cfg.RecoveryInterval)
+			n.nextRecovery = now.Add(ln.recoveryInterval())
 			// Ping the healthiest peer NI on the NI's net through it; with
 			// no peer to try it against, nothing says it is broken.
 			var target *peerNI
@@ -143,7 +144,7 @@ func (ln *LNet) recoveryTick(now time.Time) {
 				continue
 			}
 			lp.recovering = true
-			lp.nextRecovery = now.Add(ln.cfg.RecoveryInterval)
+			lp.nextRecovery = now.Add(ln.recoveryInterval())
 			q := lp
 			pings = append(pings, ping{lp.nid, pingOpts{deadline: deadline, exact: true, noBlock: true},
 				func(_ wire.PingInfo, _ time.Duration, err error) { ln.peerNIRecovered(q, err) }})

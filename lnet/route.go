@@ -310,7 +310,7 @@ func (ln *LNet) gatewayPinged(gw *gateway, info wire.PingInfo, err error) {
 	ln.net.Lock()
 	defer ln.net.Unlock()
 	nid := gw.nid
-	if err == nil && info.Features&wire.PingFeatMultiRail != 0 && !ln.cfg.DisableDiscovery {
+	if err == nil && info.Features&wire.PingFeatMultiRail != 0 && ln.discoveryOn() {
 		// A router ping is a discovery of the router as well.
 		ln.mergeLocked(nid, info, false)
 	}

@@ -19,6 +19,7 @@ func testNet(t *testing.T, nids ...string) *LNet {
 	t.Helper()
 	ln := &LNet{log: slog.New(slog.DiscardHandler), niByNID: map[wire.NID]*ni{}, byNet: map[wire.Net][]*ni{}}
 	ln.cfg = Config{}.withDefaults()
+	ln.glob.init(ln.cfg)
 	ln.net.peers = map[wire.NID]*peerNI{}
 	ln.net.recovery = map[*peerNI]struct{}{}
 	ln.net.routes = map[wire.Net][]*route{}
@@ -151,7 +152,7 @@ func TestHealthRules(t *testing.T) {
 		t.Fatalf("peer NI at %d after three receives (recovering %v)", lp.health, ok)
 	}
 	// Health off: nothing moves.
-	ln.cfg.HealthSensitivity = -1
+	ln.glob.health.Store(0)
 	ln.healthLocked(m, ErrConnReset)
 	ln.healthLocked(m, ErrLocalNI)
 	if m.ni.health != healthMax || lp.health != healthMax {

@@ -539,7 +539,7 @@ func (ln *LNet) resendableLocked(m *msg, err error) bool {
 		!errors.Is(err, ErrTimeout) && !errors.Is(err, ErrLocalNI) {
 		return false
 	}
-	return m.retries < ln.retryCount && time.Now().Before(m.deadline)
+	return m.retries < ln.retries() && time.Now().Before(m.deadline)
 }
 
 // resend posts a failed message again on the best path (lnet_resend_msg),

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,6 +176,44 @@ func TestLNetServeLnetctlAndLst(t *testing.T) {
 	}
 	if out, err := nacre(t, "lnetctl", "--socket", sock2, "route", "add", "--net", "nonet", "--gateway", "127.0.0.3@tcp"); err == nil {
 		t.Fatalf("route add with a bad net succeeded:\n%s", out)
+	}
+
+	// Globals: shown, set one at a time (each printed back), refused when
+	// out of range with nothing changed.
+	globals := func(out string) map[string]float64 {
+		t.Helper()
+		var g struct {
+			Global map[string]float64 `yaml:"global"`
+		}
+		if err := yaml.Unmarshal([]byte(out), &g); err != nil || len(g.Global) != 5 {
+			t.Fatalf("globals are not YAML with 5 keys: %v\n%s", err, out)
+		}
+		return g.Global
+	}
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "global", "show")
+	if err != nil {
+		t.Fatalf("global show: %v\n%s", err, out)
+	}
+	if g := globals(out); g["discovery"] != 1 || g["retry_count"] != 2 || g["health_sensitivity"] != 100 || g["transaction_timeout"] <= 0 {
+		t.Fatalf("global show, defaults: %v", g)
+	}
+	for _, set := range [][2]string{{"discovery", "0"}, {"retry_count", "0"}, {"transaction_timeout", "30"}, {"health_sensitivity", "0"}, {"recovery_interval", "0.5"}} {
+		if out, err := nacre(t, "lnetctl", "--socket", sock2, "set", set[0], set[1]); err != nil || fmt.Sprint(globals(out)[set[0]]) != set[1] {
+			t.Fatalf("set %s %s: %v\n%s", set[0], set[1], err, out)
+		}
+	}
+	for _, bad := range [][2]string{{"retry_count", "101"}, {"health_sensitivity", "1001"}, {"transaction_timeout", "0"}, {"recovery_interval", "-1"}, {"discovery", "yes"}, {"retry_count", "x"}} {
+		if out, err := nacre(t, "lnetctl", "--socket", sock2, "set", bad[0], bad[1]); err == nil {
+			t.Fatalf("set %s %s accepted:\n%s", bad[0], bad[1], out)
+		}
+	}
+	out, _ = nacre(t, "lnetctl", "--socket", sock2, "global", "show")
+	if g := globals(out); g["discovery"] != 0 || g["retry_count"] != 0 || g["transaction_timeout"] != 30 || g["health_sensitivity"] != 0 || g["recovery_interval"] != 0.5 {
+		t.Fatalf("global show after the sets and the refusals: %v", g)
+	}
+	// Node 3 is left as it was.
+	if out, _ := nacre(t, "lnetctl", "--socket", sock3, "global", "show"); globals(out)["discovery"] != 1 {
+		t.Fatalf("node 3's globals changed:\n%s", out)
 	}
 
 	// Invoked as lnetctl through a symlink.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -318,8 +319,101 @@ func newLNetCtlCmd() *cobra.Command {
 			})
 		},
 	})
-	root.AddCommand(net, peer, route, ping, discover, stats)
+	showGlobals := func(g *lnetv1.Globals) any {
+		return struct {
+			Global yamlGlobals `yaml:"global"`
+		}{globalsYAML(g)}
+	}
+	global := &cobra.Command{Use: "global", Short: "Global settings"}
+	global.AddCommand(&cobra.Command{
+		Use: "show", Short: "Show the global settings", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
+				r, err := c.ShowGlobals(ctx, &lnetv1.ShowGlobalsRequest{})
+				if err != nil {
+					return nil, err
+				}
+				return showGlobals(r.GetGlobals()), nil
+			})
+		},
+	})
+	set := &cobra.Command{Use: "set", Short: "Change a global setting (printed back, as global show does)"}
+	for _, g := range []struct {
+		name, use, short string
+		req              func(v string) (*lnetv1.SetGlobalsRequest, error)
+	}{
+		{"discovery", "discovery 0|1", "Turn automatic peer discovery off or on", func(v string) (*lnetv1.SetGlobalsRequest, error) {
+			b, err := parseBit(v)
+			return &lnetv1.SetGlobalsRequest{Discovery: &b}, err
+		}},
+		{"retry_count", "retry_count N", "Resends of a send that failed on its connection (0-100)", func(v string) (*lnetv1.SetGlobalsRequest, error) {
+			n, err := strconv.ParseInt(v, 10, 32)
+			n32 := int32(n)
+			return &lnetv1.SetGlobalsRequest{RetryCount: &n32}, err
+		}},
+		{"transaction_timeout", "transaction_timeout SECONDS", "The time a whole LNet operation may take", func(v string) (*lnetv1.SetGlobalsRequest, error) {
+			f, err := strconv.ParseFloat(v, 64)
+			return &lnetv1.SetGlobalsRequest{TransactionTimeout: &f}, err
+		}},
+		{"health_sensitivity", "health_sensitivity N", "Health lost per failed send, out of 1000 (0: health off)", func(v string) (*lnetv1.SetGlobalsRequest, error) {
+			n, err := strconv.ParseInt(v, 10, 32)
+			n32 := int32(n)
+			return &lnetv1.SetGlobalsRequest{HealthSensitivity: &n32}, err
+		}},
+		{"recovery_interval", "recovery_interval SECONDS", "How often unhealthy NIs and peer NIs are pinged", func(v string) (*lnetv1.SetGlobalsRequest, error) {
+			f, err := strconv.ParseFloat(v, 64)
+			return &lnetv1.SetGlobalsRequest{RecoveryInterval: &f}, err
+		}},
+	} {
+		set.AddCommand(&cobra.Command{
+			Use: g.use, Short: g.short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				req, err := g.req(args[0])
+				if err != nil {
+					return fmt.Errorf("lnetctl set %s %q: not a valid value", g.name, args[0])
+				}
+				return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
+					r, err := c.SetGlobals(ctx, req)
+					if err != nil {
+						return nil, err
+					}
+					return showGlobals(r.GetGlobals()), nil
+				})
+			},
+		})
+	}
+	root.AddCommand(net, peer, route, ping, discover, stats, global, set)
 	return root
+}
+
+// yamlGlobals are the global settings as lnetctl global show prints them
+// (times in seconds, discovery as 0 or 1).
+type yamlGlobals struct {
+	Discovery          int     `yaml:"discovery"`
+	RetryCount         int32   `yaml:"retry_count"`
+	TransactionTimeout float64 `yaml:"transaction_timeout"`
+	HealthSensitivity  int32   `yaml:"health_sensitivity"`
+	RecoveryInterval   float64 `yaml:"recovery_interval"`
+}
+
+func globalsYAML(g *lnetv1.Globals) yamlGlobals {
+	d := 0
+	if g.GetDiscovery() {
+		d = 1
+	}
+	return yamlGlobals{Discovery: d, RetryCount: g.GetRetryCount(), TransactionTimeout: g.GetTransactionTimeout(),
+		HealthSensitivity: g.GetHealthSensitivity(), RecoveryInterval: g.GetRecoveryInterval()}
+}
+
+// parseBit reads 0 or 1, as lnetctl set discovery takes them.
+func parseBit(v string) (bool, error) {
+	switch v {
+	case "0":
+		return false, nil
+	case "1":
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want 0 or 1", v)
 }
 
 // yamlStats lists the counters in the order lnetctl prints them.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -215,6 +216,52 @@ func (s *Server) AddRoute(_ context.Context, req *lnetv1.AddRouteRequest) (*lnet
 		return nil, lnetStatus(err)
 	}
 	return &lnetv1.AddRouteResponse{}, nil
+}
+
+// ShowGlobals implements lnetv1.LNetControlServer (lnetctl global show).
+func (s *Server) ShowGlobals(context.Context, *lnetv1.ShowGlobalsRequest) (*lnetv1.ShowGlobalsResponse, error) {
+	return &lnetv1.ShowGlobalsResponse{Globals: globalsToProto(s.ln.Globals())}, nil
+}
+
+// SetGlobals implements lnetv1.LNetControlServer (lnetctl set): the
+// globals the request holds change, all or none.
+func (s *Server) SetGlobals(_ context.Context, req *lnetv1.SetGlobalsRequest) (*lnetv1.SetGlobalsResponse, error) {
+	g := s.ln.Globals()
+	seconds := func(name string, v float64) (time.Duration, error) {
+		if !(v > 0 && v <= float64(math.MaxInt64/int64(time.Second))) {
+			return 0, status.Errorf(codes.InvalidArgument, "%s %v: want seconds above 0", name, v)
+		}
+		return time.Duration(v * float64(time.Second)), nil
+	}
+	var err error
+	if req.Discovery != nil {
+		g.Discovery = req.GetDiscovery()
+	}
+	if req.RetryCount != nil {
+		g.RetryCount = int(req.GetRetryCount())
+	}
+	if req.HealthSensitivity != nil {
+		g.HealthSensitivity = int(req.GetHealthSensitivity())
+	}
+	if req.TransactionTimeout != nil {
+		if g.TransactionTimeout, err = seconds("transaction_timeout", req.GetTransactionTimeout()); err != nil {
+			return nil, err
+		}
+	}
+	if req.RecoveryInterval != nil {
+		if g.RecoveryInterval, err = seconds("recovery_interval", req.GetRecoveryInterval()); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.ln.SetGlobals(g); err != nil {
+		return nil, lnetStatus(err)
+	}
+	return &lnetv1.SetGlobalsResponse{Globals: globalsToProto(s.ln.Globals())}, nil
+}
+
+func globalsToProto(g lnet.Globals) *lnetv1.Globals {
+	return &lnetv1.Globals{Discovery: g.Discovery, RetryCount: int32(g.RetryCount), TransactionTimeout: g.TransactionTimeout.Seconds(),
+		HealthSensitivity: int32(g.HealthSensitivity), RecoveryInterval: g.RecoveryInterval.Seconds()}
 }
 
 // DeleteRoute implements lnetv1.LNetControlServer (lnetctl route del).

@@ -2,9 +2,13 @@ package lnetctl
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	_ "github.com/nacrefs/nacre/lnd/lolnd"
 	_ "github.com/nacrefs/nacre/lnd/socklnd"
@@ -77,5 +81,39 @@ func TestShowStatsDropsOnce(t *testing.T) {
 	if st.GetDropCount() != 2 || st.GetDropLength() != 164 || st.GetRouteCount() != 0 {
 		t.Fatalf("stats show on the router: drop_count %d drop_length %d route_count %d, want 2, 164, 0",
 			st.GetDropCount(), st.GetDropLength(), st.GetRouteCount())
+	}
+}
+
+// TestSetGlobals: a request changes the globals it holds and no others;
+// a value out of range, or a time that is not a positive number of
+// seconds, is INVALID_ARGUMENT and changes nothing.
+func TestSetGlobals(t *testing.T) {
+	port := lnettest.FreePort(t, "127.0.1.1")
+	ln := startNode(t, "tcp1(127.0.1.1)", port, func(*lnet.Config) {})
+	s := New(ln)
+	ctx := context.Background()
+	before := ln.Globals()
+	half := 0.5
+	r, err := s.SetGlobals(ctx, &lnetv1.SetGlobalsRequest{RecoveryInterval: &half})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := before
+	want.RecoveryInterval = 500 * time.Millisecond
+	if got := ln.Globals(); got != want || r.GetGlobals().GetRecoveryInterval() != 0.5 || r.GetGlobals().GetRetryCount() != int32(before.RetryCount) {
+		t.Fatalf("after setting recovery_interval: %+v (reply %v), want %+v", got, r.GetGlobals(), want)
+	}
+	off, big, nan, zero := false, int32(1001), math.NaN(), 0.0
+	for _, req := range []*lnetv1.SetGlobalsRequest{
+		{Discovery: &off, HealthSensitivity: &big},
+		{Discovery: &off, TransactionTimeout: &nan},
+		{Discovery: &off, RecoveryInterval: &zero},
+	} {
+		if _, err := s.SetGlobals(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("SetGlobals(%v): %v, want INVALID_ARGUMENT", req, err)
+		}
+		if got := ln.Globals(); got != want {
+			t.Fatalf("after a refused SetGlobals(%v): %+v, want %+v", req, got, want)
+		}
 	}
 }

@@ -1665,6 +1665,288 @@ func (x *ShowStatsResponse) GetStatistics() *Statistics {
 	return nil
 }
 
+// Globals are the node's global settings that may change while it runs
+// (lnetctl global show, lnetctl set). Times are in seconds.
+type Globals struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Discovery          bool                   `protobuf:"varint,1,opt,name=discovery,proto3" json:"discovery,omitempty"`
+	RetryCount         int32                  `protobuf:"varint,2,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	TransactionTimeout float64                `protobuf:"fixed64,3,opt,name=transaction_timeout,json=transactionTimeout,proto3" json:"transaction_timeout,omitempty"`
+	// health_sensitivity is out of 1000; 0 turns health off.
+	HealthSensitivity int32   `protobuf:"varint,4,opt,name=health_sensitivity,json=healthSensitivity,proto3" json:"health_sensitivity,omitempty"`
+	RecoveryInterval  float64 `protobuf:"fixed64,5,opt,name=recovery_interval,json=recoveryInterval,proto3" json:"recovery_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Globals) Reset() {
+	*x = Globals{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Globals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Globals) ProtoMessage() {}
+
+func (x *Globals) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Globals.ProtoReflect.Descriptor instead.
+func (*Globals) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Globals) GetDiscovery() bool {
+	if x != nil {
+		return x.Discovery
+	}
+	return false
+}
+
+func (x *Globals) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
+func (x *Globals) GetTransactionTimeout() float64 {
+	if x != nil {
+		return x.TransactionTimeout
+	}
+	return 0
+}
+
+func (x *Globals) GetHealthSensitivity() int32 {
+	if x != nil {
+		return x.HealthSensitivity
+	}
+	return 0
+}
+
+func (x *Globals) GetRecoveryInterval() float64 {
+	if x != nil {
+		return x.RecoveryInterval
+	}
+	return 0
+}
+
+type ShowGlobalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShowGlobalsRequest) Reset() {
+	*x = ShowGlobalsRequest{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShowGlobalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShowGlobalsRequest) ProtoMessage() {}
+
+func (x *ShowGlobalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShowGlobalsRequest.ProtoReflect.Descriptor instead.
+func (*ShowGlobalsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{27}
+}
+
+type ShowGlobalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Globals       *Globals               `protobuf:"bytes,1,opt,name=globals,proto3" json:"globals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShowGlobalsResponse) Reset() {
+	*x = ShowGlobalsResponse{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShowGlobalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShowGlobalsResponse) ProtoMessage() {}
+
+func (x *ShowGlobalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShowGlobalsResponse.ProtoReflect.Descriptor instead.
+func (*ShowGlobalsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ShowGlobalsResponse) GetGlobals() *Globals {
+	if x != nil {
+		return x.Globals
+	}
+	return nil
+}
+
+// SetGlobalsRequest changes the globals it holds a value for; the others
+// stay. Invalid values are refused (INVALID_ARGUMENT) and change nothing.
+type SetGlobalsRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Discovery          *bool                  `protobuf:"varint,1,opt,name=discovery,proto3,oneof" json:"discovery,omitempty"`
+	RetryCount         *int32                 `protobuf:"varint,2,opt,name=retry_count,json=retryCount,proto3,oneof" json:"retry_count,omitempty"`
+	TransactionTimeout *float64               `protobuf:"fixed64,3,opt,name=transaction_timeout,json=transactionTimeout,proto3,oneof" json:"transaction_timeout,omitempty"`
+	HealthSensitivity  *int32                 `protobuf:"varint,4,opt,name=health_sensitivity,json=healthSensitivity,proto3,oneof" json:"health_sensitivity,omitempty"`
+	RecoveryInterval   *float64               `protobuf:"fixed64,5,opt,name=recovery_interval,json=recoveryInterval,proto3,oneof" json:"recovery_interval,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SetGlobalsRequest) Reset() {
+	*x = SetGlobalsRequest{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGlobalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGlobalsRequest) ProtoMessage() {}
+
+func (x *SetGlobalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGlobalsRequest.ProtoReflect.Descriptor instead.
+func (*SetGlobalsRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetGlobalsRequest) GetDiscovery() bool {
+	if x != nil && x.Discovery != nil {
+		return *x.Discovery
+	}
+	return false
+}
+
+func (x *SetGlobalsRequest) GetRetryCount() int32 {
+	if x != nil && x.RetryCount != nil {
+		return *x.RetryCount
+	}
+	return 0
+}
+
+func (x *SetGlobalsRequest) GetTransactionTimeout() float64 {
+	if x != nil && x.TransactionTimeout != nil {
+		return *x.TransactionTimeout
+	}
+	return 0
+}
+
+func (x *SetGlobalsRequest) GetHealthSensitivity() int32 {
+	if x != nil && x.HealthSensitivity != nil {
+		return *x.HealthSensitivity
+	}
+	return 0
+}
+
+func (x *SetGlobalsRequest) GetRecoveryInterval() float64 {
+	if x != nil && x.RecoveryInterval != nil {
+		return *x.RecoveryInterval
+	}
+	return 0
+}
+
+// SetGlobalsResponse has the globals as they are after the change.
+type SetGlobalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Globals       *Globals               `protobuf:"bytes,1,opt,name=globals,proto3" json:"globals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGlobalsResponse) Reset() {
+	*x = SetGlobalsResponse{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGlobalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGlobalsResponse) ProtoMessage() {}
+
+func (x *SetGlobalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGlobalsResponse.ProtoReflect.Descriptor instead.
+func (*SetGlobalsResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetGlobalsResponse) GetGlobals() *Globals {
+	if x != nil {
+		return x.Globals
+	}
+	return nil
+}
+
 var File_nacre_lnet_v1_lnet_proto protoreflect.FileDescriptor
 
 const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
@@ -1816,7 +2098,32 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"\x11ShowStatsResponse\x129\n" +
 	"\n" +
 	"statistics\x18\x01 \x01(\v2\x19.nacre.lnet.v1.StatisticsR\n" +
-	"statistics2\xfe\x04\n" +
+	"statistics\"\xd5\x01\n" +
+	"\aGlobals\x12\x1c\n" +
+	"\tdiscovery\x18\x01 \x01(\bR\tdiscovery\x12\x1f\n" +
+	"\vretry_count\x18\x02 \x01(\x05R\n" +
+	"retryCount\x12/\n" +
+	"\x13transaction_timeout\x18\x03 \x01(\x01R\x12transactionTimeout\x12-\n" +
+	"\x12health_sensitivity\x18\x04 \x01(\x05R\x11healthSensitivity\x12+\n" +
+	"\x11recovery_interval\x18\x05 \x01(\x01R\x10recoveryInterval\"\x14\n" +
+	"\x12ShowGlobalsRequest\"G\n" +
+	"\x13ShowGlobalsResponse\x120\n" +
+	"\aglobals\x18\x01 \x01(\v2\x16.nacre.lnet.v1.GlobalsR\aglobals\"\xdb\x02\n" +
+	"\x11SetGlobalsRequest\x12!\n" +
+	"\tdiscovery\x18\x01 \x01(\bH\x00R\tdiscovery\x88\x01\x01\x12$\n" +
+	"\vretry_count\x18\x02 \x01(\x05H\x01R\n" +
+	"retryCount\x88\x01\x01\x124\n" +
+	"\x13transaction_timeout\x18\x03 \x01(\x01H\x02R\x12transactionTimeout\x88\x01\x01\x122\n" +
+	"\x12health_sensitivity\x18\x04 \x01(\x05H\x03R\x11healthSensitivity\x88\x01\x01\x120\n" +
+	"\x11recovery_interval\x18\x05 \x01(\x01H\x04R\x10recoveryInterval\x88\x01\x01B\f\n" +
+	"\n" +
+	"_discoveryB\x0e\n" +
+	"\f_retry_countB\x16\n" +
+	"\x14_transaction_timeoutB\x15\n" +
+	"\x13_health_sensitivityB\x14\n" +
+	"\x12_recovery_interval\"F\n" +
+	"\x12SetGlobalsResponse\x120\n" +
+	"\aglobals\x18\x01 \x01(\v2\x16.nacre.lnet.v1.GlobalsR\aglobals2\xa7\x06\n" +
 	"\vLNetControl\x12K\n" +
 	"\bShowNets\x12\x1e.nacre.lnet.v1.ShowNetsRequest\x1a\x1f.nacre.lnet.v1.ShowNetsResponse\x12N\n" +
 	"\tShowPeers\x12\x1f.nacre.lnet.v1.ShowPeersRequest\x1a .nacre.lnet.v1.ShowPeersResponse\x12Q\n" +
@@ -1826,7 +2133,10 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"\vDeleteRoute\x12!.nacre.lnet.v1.DeleteRouteRequest\x1a\".nacre.lnet.v1.DeleteRouteResponse\x12?\n" +
 	"\x04Ping\x12\x1a.nacre.lnet.v1.PingRequest\x1a\x1b.nacre.lnet.v1.PingResponse\x12K\n" +
 	"\bDiscover\x12\x1e.nacre.lnet.v1.DiscoverRequest\x1a\x1f.nacre.lnet.v1.DiscoverResponse\x12N\n" +
-	"\tShowStats\x12\x1f.nacre.lnet.v1.ShowStatsRequest\x1a .nacre.lnet.v1.ShowStatsResponseB5Z3github.com/nacrefs/nacre/proto/nacre/lnet/v1;lnetv1b\x06proto3"
+	"\tShowStats\x12\x1f.nacre.lnet.v1.ShowStatsRequest\x1a .nacre.lnet.v1.ShowStatsResponse\x12T\n" +
+	"\vShowGlobals\x12!.nacre.lnet.v1.ShowGlobalsRequest\x1a\".nacre.lnet.v1.ShowGlobalsResponse\x12Q\n" +
+	"\n" +
+	"SetGlobals\x12 .nacre.lnet.v1.SetGlobalsRequest\x1a!.nacre.lnet.v1.SetGlobalsResponseB5Z3github.com/nacrefs/nacre/proto/nacre/lnet/v1;lnetv1b\x06proto3"
 
 var (
 	file_nacre_lnet_v1_lnet_proto_rawDescOnce sync.Once
@@ -1840,7 +2150,7 @@ func file_nacre_lnet_v1_lnet_proto_rawDescGZIP() []byte {
 	return file_nacre_lnet_v1_lnet_proto_rawDescData
 }
 
-var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*Tunables)(nil),            // 0: nacre.lnet.v1.Tunables
 	(*NIStatistics)(nil),        // 1: nacre.lnet.v1.NIStatistics
@@ -1868,6 +2178,11 @@ var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*Statistics)(nil),          // 23: nacre.lnet.v1.Statistics
 	(*ShowStatsRequest)(nil),    // 24: nacre.lnet.v1.ShowStatsRequest
 	(*ShowStatsResponse)(nil),   // 25: nacre.lnet.v1.ShowStatsResponse
+	(*Globals)(nil),             // 26: nacre.lnet.v1.Globals
+	(*ShowGlobalsRequest)(nil),  // 27: nacre.lnet.v1.ShowGlobalsRequest
+	(*ShowGlobalsResponse)(nil), // 28: nacre.lnet.v1.ShowGlobalsResponse
+	(*SetGlobalsRequest)(nil),   // 29: nacre.lnet.v1.SetGlobalsRequest
+	(*SetGlobalsResponse)(nil),  // 30: nacre.lnet.v1.SetGlobalsResponse
 }
 var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	1,  // 0: nacre.lnet.v1.NI.statistics:type_name -> nacre.lnet.v1.NIStatistics
@@ -1882,27 +2197,33 @@ var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	12, // 9: nacre.lnet.v1.AddRouteRequest.route:type_name -> nacre.lnet.v1.Route
 	9,  // 10: nacre.lnet.v1.DiscoverResponse.peer:type_name -> nacre.lnet.v1.Peer
 	23, // 11: nacre.lnet.v1.ShowStatsResponse.statistics:type_name -> nacre.lnet.v1.Statistics
-	6,  // 12: nacre.lnet.v1.LNetControl.ShowNets:input_type -> nacre.lnet.v1.ShowNetsRequest
-	10, // 13: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
-	13, // 14: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
-	15, // 15: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
-	17, // 16: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
-	19, // 17: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
-	21, // 18: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
-	24, // 19: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
-	7,  // 20: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
-	11, // 21: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
-	14, // 22: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
-	16, // 23: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
-	18, // 24: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
-	20, // 25: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
-	22, // 26: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
-	25, // 27: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	26, // 12: nacre.lnet.v1.ShowGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
+	26, // 13: nacre.lnet.v1.SetGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
+	6,  // 14: nacre.lnet.v1.LNetControl.ShowNets:input_type -> nacre.lnet.v1.ShowNetsRequest
+	10, // 15: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
+	13, // 16: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
+	15, // 17: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
+	17, // 18: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
+	19, // 19: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
+	21, // 20: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
+	24, // 21: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
+	27, // 22: nacre.lnet.v1.LNetControl.ShowGlobals:input_type -> nacre.lnet.v1.ShowGlobalsRequest
+	29, // 23: nacre.lnet.v1.LNetControl.SetGlobals:input_type -> nacre.lnet.v1.SetGlobalsRequest
+	7,  // 24: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
+	11, // 25: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
+	14, // 26: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
+	16, // 27: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
+	18, // 28: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
+	20, // 29: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
+	22, // 30: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
+	25, // 31: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
+	28, // 32: nacre.lnet.v1.LNetControl.ShowGlobals:output_type -> nacre.lnet.v1.ShowGlobalsResponse
+	30, // 33: nacre.lnet.v1.LNetControl.SetGlobals:output_type -> nacre.lnet.v1.SetGlobalsResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_nacre_lnet_v1_lnet_proto_init() }
@@ -1910,13 +2231,14 @@ func file_nacre_lnet_v1_lnet_proto_init() {
 	if File_nacre_lnet_v1_lnet_proto != nil {
 		return
 	}
+	file_nacre_lnet_v1_lnet_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_lnet_v1_lnet_proto_rawDesc), len(file_nacre_lnet_v1_lnet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	LNetControl_Ping_FullMethodName        = "/nacre.lnet.v1.LNetControl/Ping"
 	LNetControl_Discover_FullMethodName    = "/nacre.lnet.v1.LNetControl/Discover"
 	LNetControl_ShowStats_FullMethodName   = "/nacre.lnet.v1.LNetControl/ShowStats"
+	LNetControl_ShowGlobals_FullMethodName = "/nacre.lnet.v1.LNetControl/ShowGlobals"
+	LNetControl_SetGlobals_FullMethodName  = "/nacre.lnet.v1.LNetControl/SetGlobals"
 )
 
 // LNetControlClient is the client API for LNetControl service.
@@ -47,6 +49,8 @@ type LNetControlClient interface {
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 	Discover(ctx context.Context, in *DiscoverRequest, opts ...grpc.CallOption) (*DiscoverResponse, error)
 	ShowStats(ctx context.Context, in *ShowStatsRequest, opts ...grpc.CallOption) (*ShowStatsResponse, error)
+	ShowGlobals(ctx context.Context, in *ShowGlobalsRequest, opts ...grpc.CallOption) (*ShowGlobalsResponse, error)
+	SetGlobals(ctx context.Context, in *SetGlobalsRequest, opts ...grpc.CallOption) (*SetGlobalsResponse, error)
 }
 
 type lNetControlClient struct {
@@ -137,6 +141,26 @@ func (c *lNetControlClient) ShowStats(ctx context.Context, in *ShowStatsRequest,
 	return out, nil
 }
 
+func (c *lNetControlClient) ShowGlobals(ctx context.Context, in *ShowGlobalsRequest, opts ...grpc.CallOption) (*ShowGlobalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowGlobalsResponse)
+	err := c.cc.Invoke(ctx, LNetControl_ShowGlobals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lNetControlClient) SetGlobals(ctx context.Context, in *SetGlobalsRequest, opts ...grpc.CallOption) (*SetGlobalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetGlobalsResponse)
+	err := c.cc.Invoke(ctx, LNetControl_SetGlobals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LNetControlServer is the server API for LNetControl service.
 // All implementations must embed UnimplementedLNetControlServer
 // for forward compatibility.
@@ -151,6 +175,8 @@ type LNetControlServer interface {
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	Discover(context.Context, *DiscoverRequest) (*DiscoverResponse, error)
 	ShowStats(context.Context, *ShowStatsRequest) (*ShowStatsResponse, error)
+	ShowGlobals(context.Context, *ShowGlobalsRequest) (*ShowGlobalsResponse, error)
+	SetGlobals(context.Context, *SetGlobalsRequest) (*SetGlobalsResponse, error)
 	mustEmbedUnimplementedLNetControlServer()
 }
 
@@ -184,6 +210,12 @@ func (UnimplementedLNetControlServer) Discover(context.Context, *DiscoverRequest
 }
 func (UnimplementedLNetControlServer) ShowStats(context.Context, *ShowStatsRequest) (*ShowStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShowStats not implemented")
+}
+func (UnimplementedLNetControlServer) ShowGlobals(context.Context, *ShowGlobalsRequest) (*ShowGlobalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowGlobals not implemented")
+}
+func (UnimplementedLNetControlServer) SetGlobals(context.Context, *SetGlobalsRequest) (*SetGlobalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetGlobals not implemented")
 }
 func (UnimplementedLNetControlServer) mustEmbedUnimplementedLNetControlServer() {}
 func (UnimplementedLNetControlServer) testEmbeddedByValue()                     {}
@@ -350,6 +382,42 @@ func _LNetControl_ShowStats_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LNetControl_ShowGlobals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowGlobalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LNetControlServer).ShowGlobals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LNetControl_ShowGlobals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LNetControlServer).ShowGlobals(ctx, req.(*ShowGlobalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LNetControl_SetGlobals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetGlobalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LNetControlServer).SetGlobals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LNetControl_SetGlobals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LNetControlServer).SetGlobals(ctx, req.(*SetGlobalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LNetControl_ServiceDesc is the grpc.ServiceDesc for LNetControl service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -388,6 +456,14 @@ var LNetControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShowStats",
 			Handler:    _LNetControl_ShowStats_Handler,
+		},
+		{
+			MethodName: "ShowGlobals",
+			Handler:    _LNetControl_ShowGlobals_Handler,
+		},
+		{
+			MethodName: "SetGlobals",
+			Handler:    _LNetControl_SetGlobals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
