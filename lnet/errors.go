@@ -24,6 +24,8 @@ var (
 	// the peer table holds Config.MaxPeers peer NIs; idle peers age out
 	// after Config.PeerAge.
 	ErrPeerTableFull = errors.New("lnet: peer table full")
+	// ErrNoPeer: no peer has that primary NID (DelPeer).
+	ErrNoPeer = errors.New("lnet: no such peer")
 	// ErrDropped wraps every error Host.Parse returns for a message it
 	// refused: no match entry, a late or stale ACK/REPLY, a message for
 	// another node or process. Drops are routine on a busy network (late

@@ -324,3 +324,97 @@ func TestGlobals(t *testing.T) {
 		t.Fatalf("m2 health %d with health on and m2 broken", h)
 	}
 }
+
+// TestConfiguredPeers: with discovery off, a peer configured with two NIDs
+// is one multi-rail peer whose sends use both; it outlives the aging that
+// drops an idle peer made by traffic; a bad configuration changes nothing;
+// a NID and then the peer are deleted.
+func TestConfiguredPeers(t *testing.T) {
+	fabricUsers.Lock()
+	defer fabricUsers.Unlock()
+	n1, m1, m2, o1 := newFakeNID(), newFakeNID(), newFakeNID(), newFakeNID()
+	a := startFake(t, func(c *lnet.Config) {
+		fast(c)
+		c.DisableDiscovery = true
+		c.TransactionTimeout, c.PeerAge = 300*time.Millisecond, 300*time.Millisecond
+	}, n1)
+	b := startFake(t, fast, m1, m2)
+	o := startFake(t, fast, o1)
+	sink(t, b)
+	sink(t, o)
+
+	if err := a.AddPeer(m1, []wire.NID{m2, m2}, true); err != nil {
+		t.Fatal(err)
+	}
+	ps := a.Peers()
+	if len(ps) != 1 || ps[0].Primary != m1 || !ps[0].MultiRail || !ps[0].Configured || len(ps[0].NIs) != 2 || ps[0].NIs[1].NID != m2 {
+		t.Fatalf("peers after AddPeer: %+v", ps)
+	}
+	before := sendCounts(a)
+	for i := range 20 {
+		if err := putAcked(t, a, m1); err != nil {
+			t.Fatalf("PUT %d: %v", i, err)
+		}
+	}
+	after := sendCounts(a)
+	if after[m1]-before[m1] < 5 || after[m2]-before[m2] < 5 {
+		t.Fatalf("sends to the configured peer: m1 %d, m2 %d; want both used", after[m1]-before[m1], after[m2]-before[m2])
+	}
+	// o1, known by traffic, ages out; the configured peer stays.
+	if err := putAcked(t, a, o1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the idle unconfigured peer to age out", func() bool {
+		ps := a.Peers()
+		return len(ps) == 1 && ps[0].Primary == m1
+	})
+
+	// Refused, with nothing changed.
+	for _, bad := range []struct {
+		what      string
+		primary   wire.NID
+		nids      []wire.NID
+		multiRail bool
+	}{
+		{"a local NID", o1, []wire.NID{n1}, true},
+		{"loopback", wire.LoNID, nil, true},
+		{"two NIDs, not multi-rail", o1, []wire.NID{m2}, false},
+		{"a NID of another configured peer", o1, []wire.NID{m2}, true},
+		{"the other peer's NID as primary", m2, nil, true},
+	} {
+		if err := a.AddPeer(bad.primary, bad.nids, bad.multiRail); !errors.Is(err, lnet.ErrInvalid) {
+			t.Fatalf("AddPeer with %s: %v, want ErrInvalid", bad.what, err)
+		}
+		if ps := a.Peers(); len(ps) != 1 || len(ps[0].NIs) != 2 {
+			t.Fatalf("peers after AddPeer with %s: %+v", bad.what, ps)
+		}
+	}
+	if err := a.DelPeer(m1, []wire.NID{m1}); !errors.Is(err, lnet.ErrInvalid) {
+		t.Fatalf("DelPeer of the primary as a NID: %v", err)
+	}
+	if err := a.DelPeer(m2, nil); !errors.Is(err, lnet.ErrNoPeer) {
+		t.Fatalf("DelPeer by a NID that is not a primary: %v", err)
+	}
+	if err := a.DelPeer(m1, []wire.NID{o1}); !errors.Is(err, lnet.ErrInvalid) {
+		t.Fatalf("DelPeer of a NID the peer lacks: %v", err)
+	}
+
+	if err := a.DelPeer(m1, []wire.NID{m2}); err != nil {
+		t.Fatal(err)
+	}
+	before = sendCounts(a)
+	for i := range 10 {
+		if err := putAcked(t, a, m1); err != nil {
+			t.Fatalf("PUT %d after deleting m2: %v", i, err)
+		}
+	}
+	if ps := a.Peers(); len(ps) != 1 || len(ps[0].NIs) != 1 || sendCounts(a)[m1]-before[m1] != 10 {
+		t.Fatalf("after deleting m2: peers %+v, %d sends to m1", ps, sendCounts(a)[m1]-before[m1])
+	}
+	if err := a.DelPeer(m1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ps := a.Peers(); len(ps) != 0 {
+		t.Fatalf("peers after DelPeer: %+v", ps)
+	}
+}

@@ -41,6 +41,9 @@ type peer struct {
 	discRetry time.Time
 	// sweep is the aging pass that last looked at the peer.
 	sweep uint64
+	// configured: an administrator made the peer (AddPeer); it is not
+	// aged out, and other peers' discovery does not take its NIDs.
+	configured bool
 }
 
 // peerNI is one NID of a peer (lnet_peer_ni): the unit of peer credits and

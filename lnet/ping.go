@@ -176,6 +176,8 @@ type PeerInfo struct {
 	MultiRail bool
 	// NIs are the peer's NIDs with their counters, the primary first.
 	NIs []PeerNIStats
+	// Configured: made by AddPeer, not by traffic or discovery.
+	Configured bool
 }
 
 // Discover pings target and records every NID its answer lists (if it
@@ -221,6 +223,9 @@ func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) 
 	}
 	p := lp.peer
 	p.disc = discDone
+	if p.configured {
+		return p, nil // its NIDs are the administrator's
+	}
 	if explicit || !p.mr {
 		if p.primary != target {
 			// Keep the primary first in the list.
@@ -252,6 +257,12 @@ func (ln *LNet) mergeLocked(target wire.NID, info wire.PingInfo, explicit bool) 
 			added++
 		} else if q.peer != p {
 			old := q.peer
+			if old.configured {
+				// An administrator said whose NID it is (Lustre's
+				// lnet_peer_add_nid refuses it too).
+				ln.nidClaimedLocked(nid, old.primary, p.primary)
+				continue
+			}
 			if old.disc == discDone {
 				// Another node's ping listed the NID, or it was
 				// discovered as that NID: two nodes claim it (a NID
@@ -369,7 +380,7 @@ func (ln *LNet) Peers() []PeerInfo {
 }
 
 func (ln *LNet) peerInfoLocked(p *peer) PeerInfo {
-	pi := PeerInfo{Primary: p.primary, MultiRail: p.mr, NIs: make([]PeerNIStats, 0, len(p.nis))}
+	pi := PeerInfo{Primary: p.primary, MultiRail: p.mr, Configured: p.configured, NIs: make([]PeerNIStats, 0, len(p.nis))}
 	for _, lp := range p.nis {
 		pi.NIs = append(pi.NIs, lp.stats())
 	}

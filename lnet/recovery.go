@@ -200,7 +200,7 @@ func (ln *LNet) agePeersLocked(now time.Time) {
 			continue
 		}
 		p.sweep = gen
-		if lp.nid == wire.LoNID {
+		if lp.nid == wire.LoNID || p.configured {
 			continue
 		}
 		old := true

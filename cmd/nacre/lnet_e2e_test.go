@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -176,6 +177,65 @@ func TestLNetServeLnetctlAndLst(t *testing.T) {
 	}
 	if out, err := nacre(t, "lnetctl", "--socket", sock2, "route", "add", "--net", "nonet", "--gateway", "127.0.0.3@tcp"); err == nil {
 		t.Fatalf("route add with a bad net succeeded:\n%s", out)
+	}
+
+	// Peers configured: node 3 as a peer of two NIDs (the second made
+	// up, so nothing is sent: sends would go to both), shown as configured; one NID deleted, then the peer; bad ones
+	// refused.
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "peer", "add", "--prim_nid", "127.0.0.3@tcp", "--nid", "127.0.0.9@tcp"); err != nil {
+		t.Fatalf("peer add: %v\n%s", err, out)
+	}
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "peer", "show")
+	var peers struct {
+		Peer []struct {
+			Primary    string `yaml:"primary nid"`
+			MultiRail  bool   `yaml:"Multi-Rail"`
+			Configured bool   `yaml:"configured"`
+			NIs        []struct {
+				NID string `yaml:"nid"`
+			} `yaml:"peer ni"`
+		} `yaml:"peer"`
+	}
+	if err != nil || yaml.Unmarshal([]byte(out), &peers) != nil {
+		t.Fatalf("peer show after peer add: %v\n%s", err, out)
+	}
+	i := slices.IndexFunc(peers.Peer, func(p struct {
+		Primary    string `yaml:"primary nid"`
+		MultiRail  bool   `yaml:"Multi-Rail"`
+		Configured bool   `yaml:"configured"`
+		NIs        []struct {
+			NID string `yaml:"nid"`
+		} `yaml:"peer ni"`
+	}) bool {
+		return p.Primary == "127.0.0.3@tcp"
+	})
+	if i < 0 || !peers.Peer[i].Configured || !peers.Peer[i].MultiRail || len(peers.Peer[i].NIs) != 2 || peers.Peer[i].NIs[1].NID != "127.0.0.9@tcp" {
+		t.Fatalf("peer show after peer add:\n%s", out)
+	}
+	for _, bad := range [][]string{
+		{"add", "--prim_nid", "127.0.0.2@tcp"},                                       // this node's
+		{"add", "--prim_nid", "127.0.0.4@tcp", "--nid", "127.0.0.9@tcp"},             // another configured peer's
+		{"add", "--prim_nid", "127.0.0.4@tcp", "--nid", "127.0.0.5@tcp", "--non_mr"}, // two NIDs, not multi-rail
+		{"add", "--prim_nid", "nonid"},
+		{"del", "--prim_nid", "127.0.0.9@tcp"},                           // not a primary NID
+		{"del", "--prim_nid", "127.0.0.3@tcp", "--nid", "127.0.0.3@tcp"}, // the primary as a NID
+	} {
+		if out, err := nacre(t, append([]string{"lnetctl", "--socket", sock2, "peer"}, bad...)...); err == nil {
+			t.Fatalf("peer %v accepted:\n%s", bad, out)
+		}
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "peer", "del", "--prim_nid", "127.0.0.3@tcp", "--nid", "127.0.0.9@tcp"); err != nil {
+		t.Fatalf("peer del --nid: %v\n%s", err, out)
+	}
+	out, _ = nacre(t, "lnetctl", "--socket", sock2, "peer", "show")
+	if strings.Contains(out, "127.0.0.9@tcp") || !strings.Contains(out, "127.0.0.3@tcp") {
+		t.Fatalf("peer show after deleting a NID:\n%s", out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "peer", "del", "--prim_nid", "127.0.0.3@tcp"); err != nil {
+		t.Fatalf("peer del: %v\n%s", err, out)
+	}
+	if out, _ = nacre(t, "lnetctl", "--socket", sock2, "peer", "show"); strings.Contains(out, "127.0.0.3@tcp") {
+		t.Fatalf("peer show after peer del:\n%s", out)
 	}
 
 	// Globals: shown, set one at a time (each printed back), refused when

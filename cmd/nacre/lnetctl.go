@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -70,6 +71,8 @@ type yamlPeer struct {
 	PrimaryNID string       `yaml:"primary nid"`
 	MultiRail  pyBool       `yaml:"Multi-Rail"`
 	PeerNIs    []yamlPeerNI `yaml:"peer ni"`
+	// Configured: made by lnetctl peer add (not shown otherwise).
+	Configured pyBool `yaml:"configured,omitempty"`
 }
 
 // pyBool prints True/False unquoted, as lnetctl (Python-style) does; a
@@ -89,7 +92,7 @@ func (b pyBool) MarshalYAML() (any, error) {
 func boolWord(b bool) pyBool { return pyBool(b) }
 
 func peerYAML(p *lnetv1.Peer) yamlPeer {
-	out := yamlPeer{PrimaryNID: p.GetPrimaryNid(), MultiRail: boolWord(p.GetMultiRail())}
+	out := yamlPeer{PrimaryNID: p.GetPrimaryNid(), MultiRail: boolWord(p.GetMultiRail()), Configured: boolWord(p.GetConfigured())}
 	for _, n := range p.GetPeerNis() {
 		out.PeerNIs = append(out.PeerNIs, yamlPeerNI{NID: n.GetNid(), State: n.GetState(), MaxNITxCredits: n.GetMaxNiTxCredits(),
 			AvailableTxCredits: n.GetAvailableTxCredits(), MinTxCredits: n.GetMinTxCredits(), TxQNumOfBuf: n.GetTxQNumOfBuf(),
@@ -212,6 +215,39 @@ func newLNetCtlCmd() *cobra.Command {
 			})
 		},
 	})
+
+	var pPrim, pNIDs string
+	var pNonMR bool
+	splitNIDs := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return strings.Split(v, ",")
+	}
+	peerAdd := &cobra.Command{
+		Use: "add --prim_nid NID [--nid NID,...] [--non_mr]", Short: "Configure a peer: its NIDs, kept however idle", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
+				_, err := c.AddPeer(ctx, &lnetv1.AddPeerRequest{PrimaryNid: pPrim, Nids: splitNIDs(pNIDs), NonMr: pNonMR})
+				return struct{}{}, err
+			})
+		},
+	}
+	peerAdd.Flags().StringVar(&pPrim, "prim_nid", "", "the peer's primary NID")
+	peerAdd.Flags().StringVar(&pNIDs, "nid", "", "the peer's other NIDs, comma-separated")
+	peerAdd.Flags().BoolVar(&pNonMR, "non_mr", false, "a peer that is not multi-rail (one NID)")
+	peerDel := &cobra.Command{
+		Use: "del --prim_nid NID [--nid NID,...]", Short: "Delete a peer, or some of its NIDs", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
+				_, err := c.DeletePeer(ctx, &lnetv1.DeletePeerRequest{PrimaryNid: pPrim, Nids: splitNIDs(pNIDs)})
+				return struct{}{}, err
+			})
+		},
+	}
+	peerDel.Flags().StringVar(&pPrim, "prim_nid", "", "the peer's primary NID")
+	peerDel.Flags().StringVar(&pNIDs, "nid", "", "NIDs to delete from the peer, comma-separated (none: the whole peer)")
+	peer.AddCommand(peerAdd, peerDel)
 
 	type yamlRoute struct {
 		Net      string `yaml:"net"`

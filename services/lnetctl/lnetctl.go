@@ -108,13 +108,54 @@ func interfacesOf(nid wire.NID) []string {
 func (s *Server) ShowPeers(context.Context, *lnetv1.ShowPeersRequest) (*lnetv1.ShowPeersResponse, error) {
 	out := &lnetv1.ShowPeersResponse{}
 	for _, p := range s.ln.Peers() {
-		pp := &lnetv1.Peer{PrimaryNid: p.Primary.String(), MultiRail: p.MultiRail}
+		pp := &lnetv1.Peer{PrimaryNid: p.Primary.String(), MultiRail: p.MultiRail, Configured: p.Configured}
 		for _, ni := range p.NIs {
 			pp.PeerNis = append(pp.PeerNis, peerNIProto(ni))
 		}
 		out.Peers = append(out.Peers, pp)
 	}
 	return out, nil
+}
+
+// AddPeer implements lnetv1.LNetControlServer (lnetctl peer add).
+func (s *Server) AddPeer(_ context.Context, req *lnetv1.AddPeerRequest) (*lnetv1.AddPeerResponse, error) {
+	primary, nids, err := peerNIDs(req.GetPrimaryNid(), req.GetNids())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ln.AddPeer(primary, nids, !req.GetNonMr()); err != nil {
+		return nil, lnetStatus(err)
+	}
+	return &lnetv1.AddPeerResponse{}, nil
+}
+
+// DeletePeer implements lnetv1.LNetControlServer (lnetctl peer del).
+func (s *Server) DeletePeer(_ context.Context, req *lnetv1.DeletePeerRequest) (*lnetv1.DeletePeerResponse, error) {
+	primary, nids, err := peerNIDs(req.GetPrimaryNid(), req.GetNids())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ln.DelPeer(primary, nids); err != nil {
+		return nil, lnetStatus(err)
+	}
+	return &lnetv1.DeletePeerResponse{}, nil
+}
+
+// peerNIDs parses a peer's primary NID and other NIDs.
+func peerNIDs(primary string, others []string) (wire.NID, []wire.NID, error) {
+	p, err := wire.ParseNID(primary)
+	if err != nil {
+		return wire.NID{}, nil, status.Errorf(codes.InvalidArgument, "primary NID: %v", err)
+	}
+	nids := make([]wire.NID, 0, len(others))
+	for _, o := range others {
+		n, err := wire.ParseNID(o)
+		if err != nil {
+			return wire.NID{}, nil, status.Errorf(codes.InvalidArgument, "NID: %v", err)
+		}
+		nids = append(nids, n)
+	}
+	return p, nids, nil
 }
 
 func peerNIProto(ni lnet.PeerNIStats) *lnetv1.PeerNI {
@@ -314,6 +355,8 @@ func lnetStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, lnet.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, lnet.ErrNoPeer):
+		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, lnet.ErrPeerTableFull):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}

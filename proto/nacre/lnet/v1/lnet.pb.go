@@ -674,10 +674,12 @@ func (x *PeerNI) GetDropCount() uint64 {
 
 // Peer is a remote node known by one or more NIDs.
 type Peer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PrimaryNid    string                 `protobuf:"bytes,1,opt,name=primary_nid,json=primaryNid,proto3" json:"primary_nid,omitempty"`
-	MultiRail     bool                   `protobuf:"varint,2,opt,name=multi_rail,json=multiRail,proto3" json:"multi_rail,omitempty"`
-	PeerNis       []*PeerNI              `protobuf:"bytes,3,rep,name=peer_nis,json=peerNis,proto3" json:"peer_nis,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	PrimaryNid string                 `protobuf:"bytes,1,opt,name=primary_nid,json=primaryNid,proto3" json:"primary_nid,omitempty"`
+	MultiRail  bool                   `protobuf:"varint,2,opt,name=multi_rail,json=multiRail,proto3" json:"multi_rail,omitempty"`
+	PeerNis    []*PeerNI              `protobuf:"bytes,3,rep,name=peer_nis,json=peerNis,proto3" json:"peer_nis,omitempty"`
+	// configured: made by lnetctl peer add, not by traffic or discovery.
+	Configured    bool `protobuf:"varint,4,opt,name=configured,proto3" json:"configured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -733,6 +735,202 @@ func (x *Peer) GetPeerNis() []*PeerNI {
 	return nil
 }
 
+func (x *Peer) GetConfigured() bool {
+	if x != nil {
+		return x.Configured
+	}
+	return false
+}
+
+// AddPeerRequest configures a peer (lnetctl peer add): primary_nid and
+// nids are one node's NIDs; non_mr makes a peer of one NID that is not
+// multi-rail.
+type AddPeerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PrimaryNid    string                 `protobuf:"bytes,1,opt,name=primary_nid,json=primaryNid,proto3" json:"primary_nid,omitempty"`
+	Nids          []string               `protobuf:"bytes,2,rep,name=nids,proto3" json:"nids,omitempty"`
+	NonMr         bool                   `protobuf:"varint,3,opt,name=non_mr,json=nonMr,proto3" json:"non_mr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddPeerRequest) Reset() {
+	*x = AddPeerRequest{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddPeerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddPeerRequest) ProtoMessage() {}
+
+func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
+func (*AddPeerRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AddPeerRequest) GetPrimaryNid() string {
+	if x != nil {
+		return x.PrimaryNid
+	}
+	return ""
+}
+
+func (x *AddPeerRequest) GetNids() []string {
+	if x != nil {
+		return x.Nids
+	}
+	return nil
+}
+
+func (x *AddPeerRequest) GetNonMr() bool {
+	if x != nil {
+		return x.NonMr
+	}
+	return false
+}
+
+type AddPeerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddPeerResponse) Reset() {
+	*x = AddPeerResponse{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddPeerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddPeerResponse) ProtoMessage() {}
+
+func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddPeerResponse.ProtoReflect.Descriptor instead.
+func (*AddPeerResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{11}
+}
+
+// DeletePeerRequest deletes the peer whose primary NID is primary_nid
+// (lnetctl peer del), or, with nids, those NIDs of it.
+type DeletePeerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PrimaryNid    string                 `protobuf:"bytes,1,opt,name=primary_nid,json=primaryNid,proto3" json:"primary_nid,omitempty"`
+	Nids          []string               `protobuf:"bytes,2,rep,name=nids,proto3" json:"nids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePeerRequest) Reset() {
+	*x = DeletePeerRequest{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePeerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePeerRequest) ProtoMessage() {}
+
+func (x *DeletePeerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePeerRequest.ProtoReflect.Descriptor instead.
+func (*DeletePeerRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeletePeerRequest) GetPrimaryNid() string {
+	if x != nil {
+		return x.PrimaryNid
+	}
+	return ""
+}
+
+func (x *DeletePeerRequest) GetNids() []string {
+	if x != nil {
+		return x.Nids
+	}
+	return nil
+}
+
+type DeletePeerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePeerResponse) Reset() {
+	*x = DeletePeerResponse{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePeerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePeerResponse) ProtoMessage() {}
+
+func (x *DeletePeerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePeerResponse.ProtoReflect.Descriptor instead.
+func (*DeletePeerResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{13}
+}
+
 type ShowPeersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -741,7 +939,7 @@ type ShowPeersRequest struct {
 
 func (x *ShowPeersRequest) Reset() {
 	*x = ShowPeersRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +951,7 @@ func (x *ShowPeersRequest) String() string {
 func (*ShowPeersRequest) ProtoMessage() {}
 
 func (x *ShowPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[10]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +964,7 @@ func (x *ShowPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPeersRequest.ProtoReflect.Descriptor instead.
 func (*ShowPeersRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{10}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{14}
 }
 
 type ShowPeersResponse struct {
@@ -778,7 +976,7 @@ type ShowPeersResponse struct {
 
 func (x *ShowPeersResponse) Reset() {
 	*x = ShowPeersResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +988,7 @@ func (x *ShowPeersResponse) String() string {
 func (*ShowPeersResponse) ProtoMessage() {}
 
 func (x *ShowPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[11]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +1001,7 @@ func (x *ShowPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowPeersResponse.ProtoReflect.Descriptor instead.
 func (*ShowPeersResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{11}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShowPeersResponse) GetPeers() []*Peer {
@@ -828,7 +1026,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1038,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[12]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1051,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{12}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Route) GetNet() string {
@@ -899,7 +1097,7 @@ type ShowRoutesRequest struct {
 
 func (x *ShowRoutesRequest) Reset() {
 	*x = ShowRoutesRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1109,7 @@ func (x *ShowRoutesRequest) String() string {
 func (*ShowRoutesRequest) ProtoMessage() {}
 
 func (x *ShowRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[13]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1122,7 @@ func (x *ShowRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ShowRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{13}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{17}
 }
 
 type ShowRoutesResponse struct {
@@ -937,7 +1135,7 @@ type ShowRoutesResponse struct {
 
 func (x *ShowRoutesResponse) Reset() {
 	*x = ShowRoutesResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1147,7 @@ func (x *ShowRoutesResponse) String() string {
 func (*ShowRoutesResponse) ProtoMessage() {}
 
 func (x *ShowRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[14]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1160,7 @@ func (x *ShowRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ShowRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{14}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ShowRoutesResponse) GetRoutes() []*Route {
@@ -988,7 +1186,7 @@ type AddRouteRequest struct {
 
 func (x *AddRouteRequest) Reset() {
 	*x = AddRouteRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1198,7 @@ func (x *AddRouteRequest) String() string {
 func (*AddRouteRequest) ProtoMessage() {}
 
 func (x *AddRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[15]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1211,7 @@ func (x *AddRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRouteRequest.ProtoReflect.Descriptor instead.
 func (*AddRouteRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{15}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddRouteRequest) GetRoute() *Route {
@@ -1031,7 +1229,7 @@ type AddRouteResponse struct {
 
 func (x *AddRouteResponse) Reset() {
 	*x = AddRouteResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1241,7 @@ func (x *AddRouteResponse) String() string {
 func (*AddRouteResponse) ProtoMessage() {}
 
 func (x *AddRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[16]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1254,7 @@ func (x *AddRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRouteResponse.ProtoReflect.Descriptor instead.
 func (*AddRouteResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{16}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{20}
 }
 
 type DeleteRouteRequest struct {
@@ -1070,7 +1268,7 @@ type DeleteRouteRequest struct {
 
 func (x *DeleteRouteRequest) Reset() {
 	*x = DeleteRouteRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1280,7 @@ func (x *DeleteRouteRequest) String() string {
 func (*DeleteRouteRequest) ProtoMessage() {}
 
 func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[17]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1293,7 @@ func (x *DeleteRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRouteRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{17}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteRouteRequest) GetNet() string {
@@ -1120,7 +1318,7 @@ type DeleteRouteResponse struct {
 
 func (x *DeleteRouteResponse) Reset() {
 	*x = DeleteRouteResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1330,7 @@ func (x *DeleteRouteResponse) String() string {
 func (*DeleteRouteResponse) ProtoMessage() {}
 
 func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[18]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1343,7 @@ func (x *DeleteRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRouteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRouteResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{18}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{22}
 }
 
 type PingRequest struct {
@@ -1158,7 +1356,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1368,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[19]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1381,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{19}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PingRequest) GetNid() string {
@@ -1212,7 +1410,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1422,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[20]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1435,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{20}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PingResponse) GetPrimaryNid() string {
@@ -1278,7 +1476,7 @@ type DiscoverRequest struct {
 
 func (x *DiscoverRequest) Reset() {
 	*x = DiscoverRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1488,7 @@ func (x *DiscoverRequest) String() string {
 func (*DiscoverRequest) ProtoMessage() {}
 
 func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[21]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1501,7 @@ func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{21}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiscoverRequest) GetNid() string {
@@ -1329,7 +1527,7 @@ type DiscoverResponse struct {
 
 func (x *DiscoverResponse) Reset() {
 	*x = DiscoverResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1539,7 @@ func (x *DiscoverResponse) String() string {
 func (*DiscoverResponse) ProtoMessage() {}
 
 func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[22]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1552,7 @@ func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{22}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DiscoverResponse) GetPeer() *Peer {
@@ -1396,7 +1594,7 @@ type Statistics struct {
 
 func (x *Statistics) Reset() {
 	*x = Statistics{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1606,7 @@ func (x *Statistics) String() string {
 func (*Statistics) ProtoMessage() {}
 
 func (x *Statistics) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[23]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1619,7 @@ func (x *Statistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Statistics.ProtoReflect.Descriptor instead.
 func (*Statistics) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{23}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Statistics) GetMsgsAlloc() uint64 {
@@ -1593,7 +1791,7 @@ type ShowStatsRequest struct {
 
 func (x *ShowStatsRequest) Reset() {
 	*x = ShowStatsRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1803,7 @@ func (x *ShowStatsRequest) String() string {
 func (*ShowStatsRequest) ProtoMessage() {}
 
 func (x *ShowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[24]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1816,7 @@ func (x *ShowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatsRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{24}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{28}
 }
 
 type ShowStatsResponse struct {
@@ -1630,7 +1828,7 @@ type ShowStatsResponse struct {
 
 func (x *ShowStatsResponse) Reset() {
 	*x = ShowStatsResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[25]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1840,7 @@ func (x *ShowStatsResponse) String() string {
 func (*ShowStatsResponse) ProtoMessage() {}
 
 func (x *ShowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[25]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1853,7 @@ func (x *ShowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatsResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{25}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ShowStatsResponse) GetStatistics() *Statistics {
@@ -1681,7 +1879,7 @@ type Globals struct {
 
 func (x *Globals) Reset() {
 	*x = Globals{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[26]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1891,7 @@ func (x *Globals) String() string {
 func (*Globals) ProtoMessage() {}
 
 func (x *Globals) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[26]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1904,7 @@ func (x *Globals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Globals.ProtoReflect.Descriptor instead.
 func (*Globals) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{26}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Globals) GetDiscovery() bool {
@@ -1752,7 +1950,7 @@ type ShowGlobalsRequest struct {
 
 func (x *ShowGlobalsRequest) Reset() {
 	*x = ShowGlobalsRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[27]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1962,7 @@ func (x *ShowGlobalsRequest) String() string {
 func (*ShowGlobalsRequest) ProtoMessage() {}
 
 func (x *ShowGlobalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[27]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1975,7 @@ func (x *ShowGlobalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowGlobalsRequest.ProtoReflect.Descriptor instead.
 func (*ShowGlobalsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{27}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{31}
 }
 
 type ShowGlobalsResponse struct {
@@ -1789,7 +1987,7 @@ type ShowGlobalsResponse struct {
 
 func (x *ShowGlobalsResponse) Reset() {
 	*x = ShowGlobalsResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[28]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1999,7 @@ func (x *ShowGlobalsResponse) String() string {
 func (*ShowGlobalsResponse) ProtoMessage() {}
 
 func (x *ShowGlobalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[28]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2012,7 @@ func (x *ShowGlobalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowGlobalsResponse.ProtoReflect.Descriptor instead.
 func (*ShowGlobalsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{28}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShowGlobalsResponse) GetGlobals() *Globals {
@@ -1839,7 +2037,7 @@ type SetGlobalsRequest struct {
 
 func (x *SetGlobalsRequest) Reset() {
 	*x = SetGlobalsRequest{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[29]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2049,7 @@ func (x *SetGlobalsRequest) String() string {
 func (*SetGlobalsRequest) ProtoMessage() {}
 
 func (x *SetGlobalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[29]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2062,7 @@ func (x *SetGlobalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGlobalsRequest.ProtoReflect.Descriptor instead.
 func (*SetGlobalsRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{29}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetGlobalsRequest) GetDiscovery() bool {
@@ -1912,7 +2110,7 @@ type SetGlobalsResponse struct {
 
 func (x *SetGlobalsResponse) Reset() {
 	*x = SetGlobalsResponse{}
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[30]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2122,7 @@ func (x *SetGlobalsResponse) String() string {
 func (*SetGlobalsResponse) ProtoMessage() {}
 
 func (x *SetGlobalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[30]
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2135,7 @@ func (x *SetGlobalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGlobalsResponse.ProtoReflect.Descriptor instead.
 func (*SetGlobalsResponse) Descriptor() ([]byte, []int) {
-	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{30}
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetGlobalsResponse) GetGlobals() *Globals {
@@ -2016,13 +2214,27 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"recv_count\x18\t \x01(\x04R\trecvCount\x12\x1d\n" +
 	"\n" +
 	"drop_count\x18\n" +
-	" \x01(\x04R\tdropCount\"x\n" +
+	" \x01(\x04R\tdropCount\"\x98\x01\n" +
 	"\x04Peer\x12\x1f\n" +
 	"\vprimary_nid\x18\x01 \x01(\tR\n" +
 	"primaryNid\x12\x1d\n" +
 	"\n" +
 	"multi_rail\x18\x02 \x01(\bR\tmultiRail\x120\n" +
-	"\bpeer_nis\x18\x03 \x03(\v2\x15.nacre.lnet.v1.PeerNIR\apeerNis\"\x12\n" +
+	"\bpeer_nis\x18\x03 \x03(\v2\x15.nacre.lnet.v1.PeerNIR\apeerNis\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x04 \x01(\bR\n" +
+	"configured\"\\\n" +
+	"\x0eAddPeerRequest\x12\x1f\n" +
+	"\vprimary_nid\x18\x01 \x01(\tR\n" +
+	"primaryNid\x12\x12\n" +
+	"\x04nids\x18\x02 \x03(\tR\x04nids\x12\x15\n" +
+	"\x06non_mr\x18\x03 \x01(\bR\x05nonMr\"\x11\n" +
+	"\x0fAddPeerResponse\"H\n" +
+	"\x11DeletePeerRequest\x12\x1f\n" +
+	"\vprimary_nid\x18\x01 \x01(\tR\n" +
+	"primaryNid\x12\x12\n" +
+	"\x04nids\x18\x02 \x03(\tR\x04nids\"\x14\n" +
+	"\x12DeletePeerResponse\"\x12\n" +
 	"\x10ShowPeersRequest\">\n" +
 	"\x11ShowPeersResponse\x12)\n" +
 	"\x05peers\x18\x01 \x03(\v2\x13.nacre.lnet.v1.PeerR\x05peers\"w\n" +
@@ -2123,10 +2335,13 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"\x13_health_sensitivityB\x14\n" +
 	"\x12_recovery_interval\"F\n" +
 	"\x12SetGlobalsResponse\x120\n" +
-	"\aglobals\x18\x01 \x01(\v2\x16.nacre.lnet.v1.GlobalsR\aglobals2\xa7\x06\n" +
+	"\aglobals\x18\x01 \x01(\v2\x16.nacre.lnet.v1.GlobalsR\aglobals2\xc4\a\n" +
 	"\vLNetControl\x12K\n" +
 	"\bShowNets\x12\x1e.nacre.lnet.v1.ShowNetsRequest\x1a\x1f.nacre.lnet.v1.ShowNetsResponse\x12N\n" +
-	"\tShowPeers\x12\x1f.nacre.lnet.v1.ShowPeersRequest\x1a .nacre.lnet.v1.ShowPeersResponse\x12Q\n" +
+	"\tShowPeers\x12\x1f.nacre.lnet.v1.ShowPeersRequest\x1a .nacre.lnet.v1.ShowPeersResponse\x12H\n" +
+	"\aAddPeer\x12\x1d.nacre.lnet.v1.AddPeerRequest\x1a\x1e.nacre.lnet.v1.AddPeerResponse\x12Q\n" +
+	"\n" +
+	"DeletePeer\x12 .nacre.lnet.v1.DeletePeerRequest\x1a!.nacre.lnet.v1.DeletePeerResponse\x12Q\n" +
 	"\n" +
 	"ShowRoutes\x12 .nacre.lnet.v1.ShowRoutesRequest\x1a!.nacre.lnet.v1.ShowRoutesResponse\x12K\n" +
 	"\bAddRoute\x12\x1e.nacre.lnet.v1.AddRouteRequest\x1a\x1f.nacre.lnet.v1.AddRouteResponse\x12T\n" +
@@ -2150,7 +2365,7 @@ func file_nacre_lnet_v1_lnet_proto_rawDescGZIP() []byte {
 	return file_nacre_lnet_v1_lnet_proto_rawDescData
 }
 
-var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*Tunables)(nil),            // 0: nacre.lnet.v1.Tunables
 	(*NIStatistics)(nil),        // 1: nacre.lnet.v1.NIStatistics
@@ -2162,27 +2377,31 @@ var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*ShowNetsResponse)(nil),    // 7: nacre.lnet.v1.ShowNetsResponse
 	(*PeerNI)(nil),              // 8: nacre.lnet.v1.PeerNI
 	(*Peer)(nil),                // 9: nacre.lnet.v1.Peer
-	(*ShowPeersRequest)(nil),    // 10: nacre.lnet.v1.ShowPeersRequest
-	(*ShowPeersResponse)(nil),   // 11: nacre.lnet.v1.ShowPeersResponse
-	(*Route)(nil),               // 12: nacre.lnet.v1.Route
-	(*ShowRoutesRequest)(nil),   // 13: nacre.lnet.v1.ShowRoutesRequest
-	(*ShowRoutesResponse)(nil),  // 14: nacre.lnet.v1.ShowRoutesResponse
-	(*AddRouteRequest)(nil),     // 15: nacre.lnet.v1.AddRouteRequest
-	(*AddRouteResponse)(nil),    // 16: nacre.lnet.v1.AddRouteResponse
-	(*DeleteRouteRequest)(nil),  // 17: nacre.lnet.v1.DeleteRouteRequest
-	(*DeleteRouteResponse)(nil), // 18: nacre.lnet.v1.DeleteRouteResponse
-	(*PingRequest)(nil),         // 19: nacre.lnet.v1.PingRequest
-	(*PingResponse)(nil),        // 20: nacre.lnet.v1.PingResponse
-	(*DiscoverRequest)(nil),     // 21: nacre.lnet.v1.DiscoverRequest
-	(*DiscoverResponse)(nil),    // 22: nacre.lnet.v1.DiscoverResponse
-	(*Statistics)(nil),          // 23: nacre.lnet.v1.Statistics
-	(*ShowStatsRequest)(nil),    // 24: nacre.lnet.v1.ShowStatsRequest
-	(*ShowStatsResponse)(nil),   // 25: nacre.lnet.v1.ShowStatsResponse
-	(*Globals)(nil),             // 26: nacre.lnet.v1.Globals
-	(*ShowGlobalsRequest)(nil),  // 27: nacre.lnet.v1.ShowGlobalsRequest
-	(*ShowGlobalsResponse)(nil), // 28: nacre.lnet.v1.ShowGlobalsResponse
-	(*SetGlobalsRequest)(nil),   // 29: nacre.lnet.v1.SetGlobalsRequest
-	(*SetGlobalsResponse)(nil),  // 30: nacre.lnet.v1.SetGlobalsResponse
+	(*AddPeerRequest)(nil),      // 10: nacre.lnet.v1.AddPeerRequest
+	(*AddPeerResponse)(nil),     // 11: nacre.lnet.v1.AddPeerResponse
+	(*DeletePeerRequest)(nil),   // 12: nacre.lnet.v1.DeletePeerRequest
+	(*DeletePeerResponse)(nil),  // 13: nacre.lnet.v1.DeletePeerResponse
+	(*ShowPeersRequest)(nil),    // 14: nacre.lnet.v1.ShowPeersRequest
+	(*ShowPeersResponse)(nil),   // 15: nacre.lnet.v1.ShowPeersResponse
+	(*Route)(nil),               // 16: nacre.lnet.v1.Route
+	(*ShowRoutesRequest)(nil),   // 17: nacre.lnet.v1.ShowRoutesRequest
+	(*ShowRoutesResponse)(nil),  // 18: nacre.lnet.v1.ShowRoutesResponse
+	(*AddRouteRequest)(nil),     // 19: nacre.lnet.v1.AddRouteRequest
+	(*AddRouteResponse)(nil),    // 20: nacre.lnet.v1.AddRouteResponse
+	(*DeleteRouteRequest)(nil),  // 21: nacre.lnet.v1.DeleteRouteRequest
+	(*DeleteRouteResponse)(nil), // 22: nacre.lnet.v1.DeleteRouteResponse
+	(*PingRequest)(nil),         // 23: nacre.lnet.v1.PingRequest
+	(*PingResponse)(nil),        // 24: nacre.lnet.v1.PingResponse
+	(*DiscoverRequest)(nil),     // 25: nacre.lnet.v1.DiscoverRequest
+	(*DiscoverResponse)(nil),    // 26: nacre.lnet.v1.DiscoverResponse
+	(*Statistics)(nil),          // 27: nacre.lnet.v1.Statistics
+	(*ShowStatsRequest)(nil),    // 28: nacre.lnet.v1.ShowStatsRequest
+	(*ShowStatsResponse)(nil),   // 29: nacre.lnet.v1.ShowStatsResponse
+	(*Globals)(nil),             // 30: nacre.lnet.v1.Globals
+	(*ShowGlobalsRequest)(nil),  // 31: nacre.lnet.v1.ShowGlobalsRequest
+	(*ShowGlobalsResponse)(nil), // 32: nacre.lnet.v1.ShowGlobalsResponse
+	(*SetGlobalsRequest)(nil),   // 33: nacre.lnet.v1.SetGlobalsRequest
+	(*SetGlobalsResponse)(nil),  // 34: nacre.lnet.v1.SetGlobalsResponse
 }
 var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	1,  // 0: nacre.lnet.v1.NI.statistics:type_name -> nacre.lnet.v1.NIStatistics
@@ -2193,34 +2412,38 @@ var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	5,  // 5: nacre.lnet.v1.ShowNetsResponse.rdma_devices:type_name -> nacre.lnet.v1.RDMADevice
 	8,  // 6: nacre.lnet.v1.Peer.peer_nis:type_name -> nacre.lnet.v1.PeerNI
 	9,  // 7: nacre.lnet.v1.ShowPeersResponse.peers:type_name -> nacre.lnet.v1.Peer
-	12, // 8: nacre.lnet.v1.ShowRoutesResponse.routes:type_name -> nacre.lnet.v1.Route
-	12, // 9: nacre.lnet.v1.AddRouteRequest.route:type_name -> nacre.lnet.v1.Route
+	16, // 8: nacre.lnet.v1.ShowRoutesResponse.routes:type_name -> nacre.lnet.v1.Route
+	16, // 9: nacre.lnet.v1.AddRouteRequest.route:type_name -> nacre.lnet.v1.Route
 	9,  // 10: nacre.lnet.v1.DiscoverResponse.peer:type_name -> nacre.lnet.v1.Peer
-	23, // 11: nacre.lnet.v1.ShowStatsResponse.statistics:type_name -> nacre.lnet.v1.Statistics
-	26, // 12: nacre.lnet.v1.ShowGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
-	26, // 13: nacre.lnet.v1.SetGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
+	27, // 11: nacre.lnet.v1.ShowStatsResponse.statistics:type_name -> nacre.lnet.v1.Statistics
+	30, // 12: nacre.lnet.v1.ShowGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
+	30, // 13: nacre.lnet.v1.SetGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
 	6,  // 14: nacre.lnet.v1.LNetControl.ShowNets:input_type -> nacre.lnet.v1.ShowNetsRequest
-	10, // 15: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
-	13, // 16: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
-	15, // 17: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
-	17, // 18: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
-	19, // 19: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
-	21, // 20: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
-	24, // 21: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
-	27, // 22: nacre.lnet.v1.LNetControl.ShowGlobals:input_type -> nacre.lnet.v1.ShowGlobalsRequest
-	29, // 23: nacre.lnet.v1.LNetControl.SetGlobals:input_type -> nacre.lnet.v1.SetGlobalsRequest
-	7,  // 24: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
-	11, // 25: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
-	14, // 26: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
-	16, // 27: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
-	18, // 28: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
-	20, // 29: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
-	22, // 30: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
-	25, // 31: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
-	28, // 32: nacre.lnet.v1.LNetControl.ShowGlobals:output_type -> nacre.lnet.v1.ShowGlobalsResponse
-	30, // 33: nacre.lnet.v1.LNetControl.SetGlobals:output_type -> nacre.lnet.v1.SetGlobalsResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
+	14, // 15: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
+	10, // 16: nacre.lnet.v1.LNetControl.AddPeer:input_type -> nacre.lnet.v1.AddPeerRequest
+	12, // 17: nacre.lnet.v1.LNetControl.DeletePeer:input_type -> nacre.lnet.v1.DeletePeerRequest
+	17, // 18: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
+	19, // 19: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
+	21, // 20: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
+	23, // 21: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
+	25, // 22: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
+	28, // 23: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
+	31, // 24: nacre.lnet.v1.LNetControl.ShowGlobals:input_type -> nacre.lnet.v1.ShowGlobalsRequest
+	33, // 25: nacre.lnet.v1.LNetControl.SetGlobals:input_type -> nacre.lnet.v1.SetGlobalsRequest
+	7,  // 26: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
+	15, // 27: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
+	11, // 28: nacre.lnet.v1.LNetControl.AddPeer:output_type -> nacre.lnet.v1.AddPeerResponse
+	13, // 29: nacre.lnet.v1.LNetControl.DeletePeer:output_type -> nacre.lnet.v1.DeletePeerResponse
+	18, // 30: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
+	20, // 31: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
+	22, // 32: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
+	24, // 33: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
+	26, // 34: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
+	29, // 35: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
+	32, // 36: nacre.lnet.v1.LNetControl.ShowGlobals:output_type -> nacre.lnet.v1.ShowGlobalsResponse
+	34, // 37: nacre.lnet.v1.LNetControl.SetGlobals:output_type -> nacre.lnet.v1.SetGlobalsResponse
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2231,14 +2454,14 @@ func file_nacre_lnet_v1_lnet_proto_init() {
 	if File_nacre_lnet_v1_lnet_proto != nil {
 		return
 	}
-	file_nacre_lnet_v1_lnet_proto_msgTypes[29].OneofWrappers = []any{}
+	file_nacre_lnet_v1_lnet_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_lnet_v1_lnet_proto_rawDesc), len(file_nacre_lnet_v1_lnet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	LNetControl_ShowNets_FullMethodName    = "/nacre.lnet.v1.LNetControl/ShowNets"
 	LNetControl_ShowPeers_FullMethodName   = "/nacre.lnet.v1.LNetControl/ShowPeers"
+	LNetControl_AddPeer_FullMethodName     = "/nacre.lnet.v1.LNetControl/AddPeer"
+	LNetControl_DeletePeer_FullMethodName  = "/nacre.lnet.v1.LNetControl/DeletePeer"
 	LNetControl_ShowRoutes_FullMethodName  = "/nacre.lnet.v1.LNetControl/ShowRoutes"
 	LNetControl_AddRoute_FullMethodName    = "/nacre.lnet.v1.LNetControl/AddRoute"
 	LNetControl_DeleteRoute_FullMethodName = "/nacre.lnet.v1.LNetControl/DeleteRoute"
@@ -43,6 +45,8 @@ const (
 type LNetControlClient interface {
 	ShowNets(ctx context.Context, in *ShowNetsRequest, opts ...grpc.CallOption) (*ShowNetsResponse, error)
 	ShowPeers(ctx context.Context, in *ShowPeersRequest, opts ...grpc.CallOption) (*ShowPeersResponse, error)
+	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*AddPeerResponse, error)
+	DeletePeer(ctx context.Context, in *DeletePeerRequest, opts ...grpc.CallOption) (*DeletePeerResponse, error)
 	ShowRoutes(ctx context.Context, in *ShowRoutesRequest, opts ...grpc.CallOption) (*ShowRoutesResponse, error)
 	AddRoute(ctx context.Context, in *AddRouteRequest, opts ...grpc.CallOption) (*AddRouteResponse, error)
 	DeleteRoute(ctx context.Context, in *DeleteRouteRequest, opts ...grpc.CallOption) (*DeleteRouteResponse, error)
@@ -75,6 +79,26 @@ func (c *lNetControlClient) ShowPeers(ctx context.Context, in *ShowPeersRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ShowPeersResponse)
 	err := c.cc.Invoke(ctx, LNetControl_ShowPeers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lNetControlClient) AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*AddPeerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddPeerResponse)
+	err := c.cc.Invoke(ctx, LNetControl_AddPeer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lNetControlClient) DeletePeer(ctx context.Context, in *DeletePeerRequest, opts ...grpc.CallOption) (*DeletePeerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletePeerResponse)
+	err := c.cc.Invoke(ctx, LNetControl_DeletePeer_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +193,8 @@ func (c *lNetControlClient) SetGlobals(ctx context.Context, in *SetGlobalsReques
 type LNetControlServer interface {
 	ShowNets(context.Context, *ShowNetsRequest) (*ShowNetsResponse, error)
 	ShowPeers(context.Context, *ShowPeersRequest) (*ShowPeersResponse, error)
+	AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error)
+	DeletePeer(context.Context, *DeletePeerRequest) (*DeletePeerResponse, error)
 	ShowRoutes(context.Context, *ShowRoutesRequest) (*ShowRoutesResponse, error)
 	AddRoute(context.Context, *AddRouteRequest) (*AddRouteResponse, error)
 	DeleteRoute(context.Context, *DeleteRouteRequest) (*DeleteRouteResponse, error)
@@ -192,6 +218,12 @@ func (UnimplementedLNetControlServer) ShowNets(context.Context, *ShowNetsRequest
 }
 func (UnimplementedLNetControlServer) ShowPeers(context.Context, *ShowPeersRequest) (*ShowPeersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShowPeers not implemented")
+}
+func (UnimplementedLNetControlServer) AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddPeer not implemented")
+}
+func (UnimplementedLNetControlServer) DeletePeer(context.Context, *DeletePeerRequest) (*DeletePeerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePeer not implemented")
 }
 func (UnimplementedLNetControlServer) ShowRoutes(context.Context, *ShowRoutesRequest) (*ShowRoutesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShowRoutes not implemented")
@@ -270,6 +302,42 @@ func _LNetControl_ShowPeers_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LNetControlServer).ShowPeers(ctx, req.(*ShowPeersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LNetControl_AddPeer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddPeerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LNetControlServer).AddPeer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LNetControl_AddPeer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LNetControlServer).AddPeer(ctx, req.(*AddPeerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LNetControl_DeletePeer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePeerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LNetControlServer).DeletePeer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LNetControl_DeletePeer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LNetControlServer).DeletePeer(ctx, req.(*DeletePeerRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -432,6 +500,14 @@ var LNetControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShowPeers",
 			Handler:    _LNetControl_ShowPeers_Handler,
+		},
+		{
+			MethodName: "AddPeer",
+			Handler:    _LNetControl_AddPeer_Handler,
+		},
+		{
+			MethodName: "DeletePeer",
+			Handler:    _LNetControl_DeletePeer_Handler,
 		},
 		{
 			MethodName: "ShowRoutes",
