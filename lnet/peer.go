@@ -295,7 +295,24 @@ func (ln *LNet) setPathLocked(m *msg, locals []*ni, lp *peerNI) error {
 	if !m.fixedSrc {
 		m.lm.Hdr.SrcNID = n.nid
 	}
+	m.lm.Deadline = ln.attemptDeadline(m)
 	return nil
+}
+
+// attemptDeadline is when the LND gives up on this try of m: the
+// transaction timeout shared among the tries retry_count allows (Lustre's
+// lnd_timeout), so that a path that never connects fails in time for the
+// message to be resent on another (health moved off the first) before
+// its own deadline. Never past m's deadline.
+func (ln *LNet) attemptDeadline(m *msg) time.Time {
+	if m.deadline.IsZero() {
+		return m.deadline
+	}
+	d := time.Now().Add(ln.TransactionTimeout() / time.Duration(ln.retries()+1))
+	if m.deadline.Before(d) {
+		return m.deadline
+	}
+	return d
 }
 
 // score is what selection weighs for n. An NI whose link is down ranks

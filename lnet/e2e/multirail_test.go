@@ -5,6 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/wire"
 )
 
 // TestMultiRailLoopback: two NIs per node on one net. The first send to B
@@ -70,5 +73,42 @@ func TestMultiRailLoopback(t *testing.T) {
 	}
 	if ps := a.Peers(); len(ps) != 1 {
 		t.Fatalf("peers %+v", ps)
+	}
+}
+
+// TestDeadPeerNIResent: over socklnd, a peer configured with a second NID
+// that nobody answers on. A send that selection puts on that NID is given
+// up by socklnd after its share of the transaction timeout (the timeout
+// over retry_count+1, Lustre's lnd_timeout) and resent on the live NID,
+// so every ping succeeds, none takes the whole timeout, and the dead NID
+// loses health.
+func TestDeadPeerNIResent(t *testing.T) {
+	port := freePort(t, "127.0.5.1", "127.0.5.2")
+	const timeout = 3 * time.Second
+	a := start(t, "a", "tcp(127.0.5.1)", port, func(c *lnet.Config) {
+		c.TransactionTimeout, c.RetryCount, c.DisableDiscovery = timeout, 2, true
+	})
+	start(t, "b", "tcp(127.0.5.2)", port, nil)
+	live, dead := nid("127.0.5.2@tcp"), nid("127.0.5.99@tcp")
+	if err := a.AddPeer(live, []wire.NID{dead}, true); err != nil {
+		t.Fatal(err)
+	}
+	var slow time.Duration
+	for i := range 6 {
+		t0 := time.Now()
+		if _, _, err := a.Ping(context.Background(), live); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
+		}
+		slow = max(slow, time.Since(t0))
+	}
+	if slow < timeout/4 || slow > timeout*2/3 {
+		t.Fatalf("slowest ping %v: want about %v, one try on the dead NID", slow, timeout/3)
+	}
+	for _, p := range a.Peers() {
+		for _, n := range p.NIs {
+			if n.NID == dead && n.Health >= 1000 {
+				t.Fatalf("the dead NID keeps full health: %+v", p)
+			}
+		}
 	}
 }
