@@ -186,29 +186,21 @@ func TestLNetServeLnetctlAndLst(t *testing.T) {
 		t.Fatalf("peer add: %v\n%s", err, out)
 	}
 	out, err = nacre(t, "lnetctl", "--socket", sock2, "peer", "show")
-	var peers struct {
-		Peer []struct {
-			Primary    string `yaml:"primary nid"`
-			MultiRail  bool   `yaml:"Multi-Rail"`
-			Configured bool   `yaml:"configured"`
-			NIs        []struct {
-				NID string `yaml:"nid"`
-			} `yaml:"peer ni"`
-		} `yaml:"peer"`
-	}
-	if err != nil || yaml.Unmarshal([]byte(out), &peers) != nil {
-		t.Fatalf("peer show after peer add: %v\n%s", err, out)
-	}
-	i := slices.IndexFunc(peers.Peer, func(p struct {
+	type shownPeer struct {
 		Primary    string `yaml:"primary nid"`
 		MultiRail  bool   `yaml:"Multi-Rail"`
 		Configured bool   `yaml:"configured"`
 		NIs        []struct {
 			NID string `yaml:"nid"`
 		} `yaml:"peer ni"`
-	}) bool {
-		return p.Primary == "127.0.0.3@tcp"
-	})
+	}
+	var peers struct {
+		Peer []shownPeer `yaml:"peer"`
+	}
+	if err != nil || yaml.Unmarshal([]byte(out), &peers) != nil {
+		t.Fatalf("peer show after peer add: %v\n%s", err, out)
+	}
+	i := slices.IndexFunc(peers.Peer, func(p shownPeer) bool { return p.Primary == "127.0.0.3@tcp" })
 	if i < 0 || !peers.Peer[i].Configured || !peers.Peer[i].MultiRail || len(peers.Peer[i].NIs) != 2 || peers.Peer[i].NIs[1].NID != "127.0.0.9@tcp" {
 		t.Fatalf("peer show after peer add:\n%s", out)
 	}

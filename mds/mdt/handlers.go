@@ -841,17 +841,12 @@ func (m *MDT) open(ctx context.Context, r *ptlrpc.Request, cred mdd.Cred, time i
 		if err := m.checkFID(o.parent); err != nil {
 			return res, err
 		}
-		if tmpfile(o.flags) {
-			a, created, l, err := m.openTmpfile(ctx, r, cred, time, o)
-			if err != nil {
-				return res, err
+		if tmpfile(o.flags) || o.flags&oCreat != 0 {
+			makeFile := m.openCreate
+			if tmpfile(o.flags) {
+				makeFile = m.openTmpfile
 			}
-			target, res.created = a.FID, created
-			if l != nil {
-				res.layout, _ = l.Marshal()
-			}
-		} else if o.flags&oCreat != 0 {
-			a, created, l, err := m.openCreate(ctx, r, cred, time, o)
+			a, created, l, err := makeFile(ctx, r, cred, time, o)
 			if err != nil {
 				return res, err
 			}
