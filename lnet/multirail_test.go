@@ -381,6 +381,7 @@ func TestConfiguredPeers(t *testing.T) {
 		{"two NIDs, not multi-rail", o1, []wire.NID{m2}, false},
 		{"a NID of another configured peer", o1, []wire.NID{m2}, true},
 		{"the other peer's NID as primary", m2, nil, true},
+		{"not multi-rail, over a peer of two NIDs", m1, nil, false},
 	} {
 		if err := a.AddPeer(bad.primary, bad.nids, bad.multiRail); !errors.Is(err, lnet.ErrInvalid) {
 			t.Fatalf("AddPeer with %s: %v, want ErrInvalid", bad.what, err)

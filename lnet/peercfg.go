@@ -46,6 +46,9 @@ func (ln *LNet) AddPeer(primary wire.NID, nids []wire.NID, multiRail bool) error
 	if target != nil && target.primary != primary {
 		target = nil // primary leaves its peer, for one of its own
 	}
+	if target != nil && !multiRail && len(target.nis) > 1 {
+		return fmt.Errorf("%w: peer %v has %d NIDs: it cannot be one that is not multi-rail", ErrInvalid, primary, len(target.nis))
+	}
 	fresh := 0
 	for _, nid := range all {
 		switch q := own(nid); {
