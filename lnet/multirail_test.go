@@ -382,6 +382,7 @@ func TestConfiguredPeers(t *testing.T) {
 		{"a NID of another configured peer", o1, []wire.NID{m2}, true},
 		{"the other peer's NID as primary", m2, nil, true},
 		{"not multi-rail, over a peer of two NIDs", m1, nil, false},
+		{"the zero NID", wire.NID{}, nil, true},
 	} {
 		if err := a.AddPeer(bad.primary, bad.nids, bad.multiRail); !errors.Is(err, lnet.ErrInvalid) {
 			t.Fatalf("AddPeer with %s: %v, want ErrInvalid", bad.what, err)

@@ -24,6 +24,9 @@ func (ln *LNet) AddPeer(primary wire.NID, nids []wire.NID, multiRail bool) error
 		}
 	}
 	for _, nid := range all {
+		if err := nid.Validate(); err != nil || nid.IsZero() {
+			return fmt.Errorf("%w: peer NID %v", ErrInvalid, nid)
+		}
 		if nid.Net.Type == wire.LO || ln.isLocal(nid) {
 			return fmt.Errorf("%w: peer NID %v is this node's", ErrInvalid, nid)
 		}
@@ -33,6 +36,9 @@ func (ln *LNet) AddPeer(primary wire.NID, nids []wire.NID, multiRail bool) error
 	}
 	ln.net.Lock()
 	defer ln.net.Unlock()
+	if ln.net.closed {
+		return ErrShutdown
+	}
 	own := func(nid wire.NID) *peer { // the peer nid belongs to, or nil
 		if lp := ln.net.peers[nid]; lp != nil {
 			return lp.peer
