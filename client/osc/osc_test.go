@@ -375,14 +375,8 @@ func TestGrantENOSPC(t *testing.T) {
 // RPCs (max_pages_per_rpc), and a sequential read comes back in full RPCs
 // too, read ahead so that most pages are there before the reader asks.
 func TestFullRPCs(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	_, a, b, _, oa, ob := twoClients(t)
 	ctx := ctxT(t, time.Minute)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 	const total, chunk = 64 << 20, 1 << 20
 	for off := 0; off < total; off += chunk {
 		if _, err := oa.WriteAt(ctx, pattern(chunk, uint64(off/chunk)), uint64(off)); err != nil {
@@ -459,14 +453,8 @@ func TestCacheBound(t *testing.T) {
 // client reading under one of them makes the first write back exactly the
 // pages of that lock: the others stay dirty in its cache.
 func TestBlockingHookFlushesItsExtent(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	_, a, _, _, oa, ob := twoClients(t)
 	ctx := ctxT(t, time.Minute)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 	const mib = 1 << 20
 	if err := oa.LockAhead(ctx, 0, mib-1); err != nil {
 		t.Fatal(err)
@@ -644,14 +632,8 @@ func TestGrantTwoClientsFill(t *testing.T) {
 // a matrix) gets the next chunks read ahead once the stride is clear,
 // several chunks to an RPC.
 func TestStridedReadAhead(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	_, _, b, _, oa, ob := twoClients(t)
 	ctx := ctxT(t, time.Minute)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 	data := pattern(32<<20, 5)
 	if _, err := oa.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
@@ -781,14 +763,8 @@ func TestLowSpaceSyncOneWriteAtATime(t *testing.T) {
 // one 128 KiB RPC per read because the state still counted the file as
 // read ahead by the first pass.
 func TestReadAheadSecondPass(t *testing.T) {
-	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
-	a := newNode(t, c, 0, osc.DefaultConfig())
-	b := newNode(t, c, 1, osc.DefaultConfig())
+	_, _, b, _, oa, ob := twoClients(t)
 	ctx := ctxT(t, time.Minute)
-	f := precreate(t, c, 0)
-	oa, ob := a.OSCs[0].Open(f), b.OSCs[0].Open(f)
-	defer oa.Close()
-	defer ob.Close()
 	const size, step = 1 << 20, 128 << 10
 	data := pattern(size, 9)
 	if _, err := oa.WriteAt(ctx, data, 0); err != nil {

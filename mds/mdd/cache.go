@@ -71,17 +71,10 @@ func (c *valueCache) shard(key []byte) *cacheShard {
 // lookup returns a copy of the cached record: hit says whether the cache
 // knows the key, found whether the record exists.
 func (c *valueCache) lookup(key []byte) (v []byte, found, hit bool) {
-	sh := c.shard(key)
-	sh.Lock()
-	e, ok := sh.m[string(key)]
-	sh.Unlock()
-	if !ok {
-		return nil, false, false
+	if v, found, hit = c.view(key); found {
+		v = append([]byte(nil), v...)
 	}
-	if !e.found {
-		return nil, false, true
-	}
-	return append([]byte(nil), e.v...), true, true
+	return v, found, hit
 }
 
 // view is lookup without the copy: v is the cache's, never changed in

@@ -59,8 +59,9 @@ type Spec struct {
 	// error fails the create with nothing changed; an invalid layout fails
 	// it with EINVAL.
 	Alloc func() (layout.Layout, error)
-	// Tmpfile makes a regular file with no name (Tmpfile).
-	Tmpfile bool
+	// Tmpfile makes a regular file with no name (Tmpfile); Linkable lets
+	// Link give it one.
+	Tmpfile, Linkable bool
 }
 
 // Create makes a regular file name in directory parent and returns its
@@ -86,26 +87,8 @@ func (s *Store) Create(r Req, parent fid.FID, name string, sp Spec) (Attr, error
 // O_EXCL) may get its first name from Link. Outcomes as Create's.
 func (s *Store) Tmpfile(r Req, dir fid.FID, sp Spec, linkable bool) (Attr, error) {
 	sp.Mode = S_IFREG | sp.Mode&PermMask
-	sp.Tmpfile = true
-	var lb []byte
-	if sp.Layout != nil {
-		var err error
-		if lb, err = sp.Layout.Marshal(); err != nil {
-			return Attr{}, fail(syscall.EINVAL, "tmpfile in %v: %v", dir, err)
-		}
-	}
-	t := s.begin(&r)
-	n, err := t.create(dir, "", sp, "", lb, CLCreate)
-	if err == nil {
-		if linkable {
-			n.iflags |= inoLinkable
-		}
-		err = t.layoutOfNew(n, sp)
-	}
-	if err = t.finish(err); err != nil {
-		return Attr{}, err
-	}
-	return n.attr(nil), nil
+	sp.Tmpfile, sp.Linkable = true, linkable
+	return s.create(&r, dir, "", sp, "", CLCreate)
 }
 
 // Mkdir makes a directory, as Create does a file; it also inherits the
@@ -159,8 +142,10 @@ func (s *Store) Symlink(r Req, parent fid.FID, name, target string, sp Spec) (At
 }
 
 func (s *Store) create(r *Req, parent fid.FID, name string, sp Spec, target string, cl ChangelogType) (Attr, error) {
-	if err := checkNewName(name); err != nil {
-		return Attr{}, err
+	if !sp.Tmpfile { // (which has no name)
+		if err := checkNewName(name); err != nil {
+			return Attr{}, err
+		}
 	}
 	var lb []byte
 	if sp.Layout != nil {
@@ -171,23 +156,12 @@ func (s *Store) create(r *Req, parent fid.FID, name string, sp Spec, target stri
 	}
 	t := s.begin(r)
 	n, err := t.create(parent, name, sp, target, lb, cl)
-	if err == nil {
-		err = t.layoutOfNew(n, sp)
-	}
-	if err = t.finish(err); err != nil {
-		return Attr{}, err
-	}
-	return n.attr(nil), nil
-}
-
-// layoutOfNew notes the objects of n's layout, just made from sp, or gives
-// it one (Spec.Alloc).
-func (t *tx) layoutOfNew(n *inode, sp Spec) error {
 	switch {
+	case err != nil:
 	case sp.Layout != nil:
 		t.noteObjects(sp.Layout)
 	case sp.Alloc != nil && n.Mode&S_IFMT == S_IFREG:
-		return t.alloc(n.FID, sp.Alloc)
+		err = t.alloc(n.FID, sp.Alloc)
 	default:
 		// Nor a layout, then (a file of a filesystem without OSTs, a
 		// directory, a special file): an unlink need not look. Noted
@@ -195,7 +169,10 @@ func (t *tx) layoutOfNew(n *inode, sp Spec) error {
 		// outlive the record in a cache shard emptied between the two.
 		t.absent = append(t.absent, fidKey(pfxLayout, n.FID))
 	}
-	return nil
+	if err = t.finish(err); err != nil {
+		return Attr{}, err
+	}
+	return n.attr(nil), nil
 }
 
 // alloc stores the layout alloc gives the new file f.
@@ -309,6 +286,9 @@ func (t *tx) create(parent fid.FID, name string, sp Spec, target string, lb []by
 		// An orphan from the start; the directory is left as it was
 		// (Linux's vfs_tmpfile changes nothing in it).
 		n.Nlink = 0
+		if sp.Linkable {
+			n.iflags |= inoLinkable
+		}
 		t.b.Set(fidKey(pfxOrphan, f), nil, nil)
 		return n, nil
 	}

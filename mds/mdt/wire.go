@@ -429,7 +429,7 @@ func openFrom(parent *mdsv1.FID, name []byte, f *mdsv1.FID, flags uint64, mode u
 		return nil, bad("open by name and by FID at once")
 	case tmpfile(flags) && (o.parent.IsZero() || len(name) > 0 || o.newFID.IsZero() || flags&oCreat != 0):
 		return nil, bad("O_TMPFILE open: want a directory, a new FID, no name and no O_CREAT")
-	case tmpfile(flags) && flags&3 == 0:
+	case tmpfile(flags) && flags&mdd.OpenAccMode == mdd.OpenReadOnly:
 		return nil, bad("O_TMPFILE open for read only")
 	}
 	return o, nil

@@ -784,11 +784,7 @@ func (o *OFD) setattr(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err := o.commit(ctx, r, tx); err != nil {
 		return nil, errno(err)
 	}
-	after, err := o.updateLVB(ctx, f)
-	if err != nil {
-		return nil, errno(err)
-	}
-	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(after)})
+	return o.lvbReply(ctx, f)
 }
 
 func (o *OFD) punch(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
@@ -814,11 +810,7 @@ func (o *OFD) punch(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
 	if err := o.commit(ctx, r, tx); err != nil {
 		return nil, errno(err)
 	}
-	after, err := o.updateLVB(ctx, f)
-	if err != nil {
-		return nil, errno(err)
-	}
-	return marshal(&ostv1.ObjectReply{Attr: AttrToWire(after)})
+	return o.lvbReply(ctx, f)
 }
 
 // fallocate serves OST_FALLOCATE (Lustre's ofd_fallocate_hdl): the
@@ -882,6 +874,12 @@ func (o *OFD) fallocate(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) 
 	}
 	o.spent(need)
 	landed = true
+	return o.lvbReply(ctx, f)
+}
+
+// lvbReply updates f's LVB after a change and answers with the object's
+// attributes as they are now.
+func (o *OFD) lvbReply(ctx context.Context, f fid.FID) ([]byte, int32) {
 	after, err := o.updateLVB(ctx, f)
 	if err != nil {
 		return nil, errno(err)

@@ -578,31 +578,24 @@ func (d *Device) undoEager(p *objPlan) {
 		p.created = false
 		return
 	}
-	for _, w := range p.written {
-		a, b := max(w[0], p.startSize), w[1]
-		if a >= b {
-			continue
-		}
-		if err := punchFile(o.mu.fd, a, b); err != nil {
-			d.log.Warn("osd-file: cannot punch out the data of a failed write", "fid", o.fid, "range", fmt.Sprintf("[%d,%d)", a, b), "err", err)
-			o.mu.staleTail = true
+	punch := func(ranges [][2]uint64, floor uint64, what string) {
+		for _, w := range ranges {
+			a, b := max(w[0], floor), w[1]
+			if a >= b {
+				continue
+			}
+			if err := punchFile(o.mu.fd, a, b); err != nil {
+				d.log.Warn("osd-file: cannot punch out the "+what, "fid", o.fid, "range", fmt.Sprintf("[%d,%d)", a, b), "err", err)
+				o.mu.staleTail = true
+			}
 		}
 	}
-	p.written = nil
+	punch(p.written, p.startSize, "data of a failed write")
 	// Blocks an allocation reserved: those past the size and past what
 	// committed allocations reserved go (the rest may be an earlier
 	// allocation's, which must stay).
-	for _, w := range p.allocated {
-		a, b := max(w[0], p.startSize, o.mu.allocEnd), w[1]
-		if a >= b {
-			continue
-		}
-		if err := punchFile(o.mu.fd, a, b); err != nil {
-			d.log.Warn("osd-file: cannot punch out the blocks of a failed allocation", "fid", o.fid, "range", fmt.Sprintf("[%d,%d)", a, b), "err", err)
-			o.mu.staleTail = true
-		}
-	}
-	p.allocated = nil
+	punch(p.allocated, max(p.startSize, o.mu.allocEnd), "blocks of a failed allocation")
+	p.written, p.allocated = nil, nil
 }
 
 // buildLocked is the commit point of t: it builds the journal record, changes
