@@ -654,6 +654,46 @@ func TestStridedReadAhead(t *testing.T) {
 	}
 }
 
+// TestStridedAfterSequential: a reader that reads the head of a file
+// and then 64 KiB every 1 MiB, its steps landing in what the head's
+// sequential read-ahead fetched, gets the stride read ahead and not the
+// whole file: the stride ends the sequential stream from its fourth read.
+func TestStridedAfterSequential(t *testing.T) {
+	_, _, b, _, oa, ob := twoClients(t)
+	ctx := ctxT(t, time.Minute)
+	const size, head, chunk = 64 << 20, 2 << 20, 64 << 10
+	data := pattern(size, 6)
+	if _, err := oa.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	read := func(off, n int) {
+		t.Helper()
+		got := make([]byte, n)
+		if _, err := ob.ReadAt(ctx, got, uint64(off)); err != nil || !bytes.Equal(got, data[off:off+n]) {
+			t.Fatalf("read at %d: %v (bytes differ: %v)", off, err, !bytes.Equal(got, data[off:off+n]))
+		}
+	}
+	for off := 0; off < head; off += 1 << 20 {
+		read(off, 1<<20)
+	}
+	before := b.OSCs[0].Stats()
+	for off := head; off < size; off += 1 << 20 {
+		read(off, chunk)
+	}
+	st := b.OSCs[0].Stats()
+	t.Logf("%+v", st)
+	// The stride's 62 chunks are 4 MiB; what the head's read-ahead and
+	// the first steps fetched, 16 MiB at most (the window doubles from
+	// 4 MiB, out to 4 MiB RPCs). Reading the rest of the file whole would
+	// be 62 MiB.
+	if got := st.ReadBytes - before.ReadBytes; got > 24<<20 {
+		t.Fatalf("64 KiB every 1 MiB after a sequential head: %d MiB read, want the stride read ahead, not the file", got>>20)
+	}
+	if hits := st.ReadAheadHits - before.ReadAheadHits; hits < 55*chunk/osc.PageSize {
+		t.Fatalf("%d pages of the stride hit read-ahead, want nearly all", hits)
+	}
+}
+
 // TestReadAheadPerFile: max_read_ahead_per_file_mb bounds how far one
 // object is read ahead of a sequential reader, and changing it at run time
 // changes that for the next reader.

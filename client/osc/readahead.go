@@ -18,7 +18,8 @@ package osc
 //   - Strided: reads of one length whose starts are a fixed distance apart
 //     (a process reading its column of a matrix). From the third read with
 //     the same length and stride on, the next chunks are read ahead, as many
-//     as fit in the window.
+//     as fit in the window. A stride that begins inside a sequential
+//     stream's read-ahead takes one read more to end the stream.
 //
 // Anything else resets the state.
 
@@ -53,8 +54,28 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 		r.reset()
 		return nil
 	}
-	if r.started && (off >= r.lastOff && off <= r.lastEnd || r.inStream(off)) {
+	// A read that leaves a gap after the one before may be a step of a
+	// stride, whether or not it lands in what is read ahead.
+	if r.started && off > r.lastEnd {
+		d := off - r.lastOff
+		if d == r.stride && n == r.chunk {
+			r.strideHits++
+		} else {
+			r.stride, r.chunk, r.strideHits = d, n, 0
+		}
+	} else {
 		r.stride, r.chunk, r.strideHits = 0, 0, 0
+	}
+	seq := r.started && (off >= r.lastOff && off <= r.lastEnd || r.inStream(off))
+	if seq && r.strideHits >= raStrideInStream && r.stride > r.chunk {
+		// A stride that began inside a sequential stream: its steps
+		// land in what is read ahead, close together, as reads
+		// overtaking each other do. Equal steps of equal reads, several
+		// in a row, end the stream, whose read-ahead would fetch the
+		// gaps too.
+		seq, r.window = false, 0
+	}
+	if seq {
 		r.seqHits++
 		if r.window == 0 {
 			r.window = max(4*n, raMinWindow)
@@ -77,15 +98,8 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 	}
 	// Not sequential: a stride?
 	r.seqHits, r.next = 0, 0
-	if r.started && off > r.lastOff {
-		d := off - r.lastOff
-		if d == r.stride && n == r.chunk {
-			r.strideHits++
-		} else {
-			r.stride, r.chunk, r.strideHits, r.window = d, n, 0, 0
-		}
-	} else {
-		r.stride, r.chunk, r.strideHits, r.window = 0, 0, 0, 0
+	if r.strideHits == 0 {
+		r.window = 0
 	}
 	if r.strideHits < 1 || r.stride <= r.chunk {
 		return nil
@@ -119,6 +133,13 @@ func (r *raState) access(off, n, maxWindow, align uint64) []extent {
 // (4 MiB at most, as llite sets it) has that much in flight, as several
 // reads served at once, which come in any order.
 const raOutOfOrder = 4 << 20
+
+// raStrideInStream is how many repeats of a step a stride that began inside
+// a sequential stream needs before it ends the stream: one more than a
+// stride needs elsewhere, since reads overtaking each other also step
+// forward inside the stream (but rarely by the same step three times in a
+// row without one coming back to fill a gap).
+const raStrideInStream = 2
 
 // inStream reports whether a read at off, though not right after the one
 // before, belongs to the sequential stream being read ahead: it starts
