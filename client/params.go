@@ -1,7 +1,9 @@
 package client
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +25,8 @@ import (
 //	llite.FS-ID.{max_read_ahead_mb,max_read_ahead_per_file_mb,max_cached_mb,read_ahead_stats,uuid}
 //	lov.FS-clilov-ID.{target_obd,numobd,activeobd}
 //	osc.FS-OSTxxxx-osc-ID.{max_rpcs_in_flight,max_dirty_mb,max_pages_per_rpc,
-//	    checksums,checksum_type,cur_grant_bytes,cur_dirty_bytes,stats,rpc_stats,import,ost_server_uuid}
+//	    checksums,checksum_type,grant_shrink,grant_shrink_interval,cur_grant_bytes,cur_dirty_bytes,
+//	    stats,rpc_stats,import,ost_server_uuid}
 //	mdc.FS-MDT0000-mdc-ID.{import,mds_server_uuid}
 //	ldlm.namespaces.{FS-OSTxxxx-osc-ID,FS-MDT0000-mdc-ID}.{lru_size,lock_count,lock_unused_count}
 //	timeout, at_min, at_max, at_history, ldlm_timeout (the node's: internal/timeouts)
@@ -236,7 +239,18 @@ func (fs *FS) registerOSC(o *osc.Client, t *mgsv1.Target) string {
 				}
 				return nil
 			}},
-		params.ReadOnly(p+"cur_grant_bytes", "grant the OST gave", func() string { return strconv.FormatUint(o.Stats().Grant, 10) }),
+		params.Bool(p+"grant_shrink", "give back unused grant after grant_shrink_interval without a write", func() bool { return o.Tunables().GrantShrink },
+			func(b bool) error { t := o.Tunables(); t.GrantShrink = b; return o.SetTunables(t) }),
+		tunable("grant_shrink_interval", "seconds without a write before unused grant goes back", 1, 1<<31,
+			func(t osc.Tunables) int64 { return int64(t.GrantShrinkInterval / time.Second) },
+			func(t *osc.Tunables, n int64) { t.GrantShrinkInterval = time.Duration(n) * time.Second }),
+		params.Int(p+"cur_grant_bytes", "grant the OST gave; a lower value gives the unused part back", func() int64 { return int64(o.Stats().Grant) },
+			func(n int64) error {
+				ctx, cancel := context.WithTimeout(context.Background(), fs.cfg.Timeout)
+				defer cancel()
+				_, err := o.ShrinkGrant(ctx, uint64(n))
+				return err
+			}, 0, math.MaxInt64, nil),
 		params.ReadOnly(p+"cur_dirty_bytes", "dirty data charged", func() string { return strconv.FormatInt(o.Stats().DirtyBytes, 10) }),
 		params.ReadOnly(p+"stats", "bulk I/O counters", func() string { return oscStats(o.Stats()) }),
 		params.Param{Name: p + "rpc_stats", Help: "RPC histograms; any write clears them",

@@ -15,7 +15,7 @@ import (
 // OST keeps serving; nothing panics.
 func FuzzOSTRequest(f *testing.F) {
 	ops := []wire.Opcode{wire.OSTCreate, wire.OSTDestroy, wire.OSTGetattr, wire.OSTSetattr, wire.OSTPunch,
-		wire.OSTWrite, wire.OSTRead, wire.OSTSync, wire.OSTStatfs, wire.OSTLadvise, wire.OSTFallocate}
+		wire.OSTWrite, wire.OSTRead, wire.OSTSync, wire.OSTStatfs, wire.OSTLadvise, wire.OSTFallocate, wire.OSTSetInfo}
 	fd := &ostv1.FID{Seq: testSeq, Oid: 1}
 	seeds := [][]byte{
 		body(f, &ostv1.CreateRequest{Seq: testSeq, Count: 3}),
@@ -24,6 +24,7 @@ func FuzzOSTRequest(f *testing.F) {
 		body(f, &ostv1.BRWRequest{Fid: fd, Niobufs: niobufs(f, []wire.Niobuf{{Offset: 7, Len: 4096}}), GrantWant: 1 << 20}),
 		body(f, &ostv1.LadviseRequest{Fid: fd, Advice: []*ostv1.Advice{{Kind: 1, End: 10}}}),
 		body(f, &ostv1.FallocateRequest{Fid: fd, Start: 3, End: 8000, KeepSize: true}),
+		body(f, &ostv1.SetInfoRequest{GrantShrink: 1 << 20, ShrinkSeq: 1}),
 		{0xff, 0xff, 0xff}, nil,
 	}
 	for i, s := range seeds {

@@ -66,6 +66,12 @@ type Config struct {
 	// DirtyExpire is how long dirty data may wait in the cache before the
 	// writeback timer sends it, full RPC or not.
 	DirtyExpire time.Duration
+	// GrantShrink lets an OSC give back grant it does not use
+	// (osc.*.grant_shrink): after GrantShrinkInterval without a write
+	// (osc.*.grant_shrink_interval) it keeps max_rpcs_in_flight+1 RPCs'
+	// worth, and after another, one RPC's (see shrink.go).
+	GrantShrink         bool
+	GrantShrinkInterval time.Duration
 	// Logger receives the data path's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -81,6 +87,8 @@ func DefaultConfig() Config {
 		MaxCachedMB:           DefaultMaxCachedMB,
 		Checksums:             true,
 		DirtyExpire:           DefaultDirtyExpire,
+		GrantShrink:           true,
+		GrantShrinkInterval:   DefaultGrantShrinkInterval,
 	}
 }
 
@@ -110,6 +118,8 @@ func (c Config) Validate() error {
 		return bad("max_cached_mb %d: want at least 1", c.MaxCachedMB)
 	case c.DirtyExpire <= 0:
 		return bad("dirty expire %v: want a positive duration", c.DirtyExpire)
+	case c.GrantShrinkInterval < time.Second:
+		return bad("grant_shrink_interval %v: want at least 1s", c.GrantShrinkInterval)
 	}
 	if err := checkChecksumType(c.ChecksumType); err != nil {
 		return err

@@ -13,14 +13,17 @@ type simRPC struct {
 	consumed bool
 	replyG   uint64
 	replied  bool
+	shrink   bool // a grant shrink: the OST takes up to n, adds nothing
 }
 
 // TestGrantNeverOvercommits drives the client's grant accounting against
 // a model of the OST's (oss/ofd: a write consumes its from-grant bytes
 // when it starts, and when it ends adds up to what the client asked for
 // and reports the total), with RPCs started, finished and answered in
-// random orders. Every from-grant write must find its bytes in the OST's
-// grant: the client never charges what the OST does not hold for it.
+// random orders, with grant shrinks among them (shrink.go: n bytes of
+// avail charged and sent; ofd shrinkGrant takes up to n). Every from-grant
+// write must find its bytes in the OST's grant: the client never charges
+// what the OST does not hold for it.
 func TestGrantNeverOvercommits(t *testing.T) {
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 1))
@@ -32,7 +35,7 @@ func TestGrantNeverOvercommits(t *testing.T) {
 		var rpcs []*simRPC
 		target := int64(r.IntN(256)+16) * pg
 		for step := range 4000 {
-			switch r.IntN(7) {
+			switch r.IntN(8) {
 			case 0, 1: // dirty some pages
 				k := int64(r.IntN(64) + 1)
 				g.charge(k * pg)
@@ -45,8 +48,22 @@ func TestGrantNeverOvercommits(t *testing.T) {
 				rp.t = g.send(n)
 				rp.want = g.want(target)
 				rpcs = append(rpcs, rp)
+			case 7: // give some grant back
+				if g.avail < pg {
+					continue
+				}
+				n := int64(r.IntN(int(g.avail/pg))+1) * pg
+				g.charge(n)
+				rp := &simRPC{n: n, shrink: true}
+				rp.t = g.send(n)
+				rpcs = append(rpcs, rp)
 			case 3: // the OST starts one: consume
 				if rp := pick(r, rpcs, func(rp *simRPC) bool { return !rp.consumed }); rp != nil {
+					if rp.shrink {
+						srv -= min(uint64(rp.n), srv)
+						rp.consumed = true
+						continue
+					}
 					if srv < uint64(rp.n) {
 						t.Fatalf("seed %d step %d: a from-grant write of %d bytes found %d of grant on the OST", seed, step, rp.n, srv)
 					}

@@ -63,6 +63,8 @@ type Client struct {
 		maxRPCs, maxDirtyMB, rpcPages atomic.Int64
 		checksums                     atomic.Bool
 		cksumType                     atomic.Uint32 // ptlrpc.ChecksumType; 0: the fastest
+		grantShrink                   atomic.Bool
+		shrinkInterval                atomic.Int64 // time.Duration
 	}
 	tunMu sync.Mutex
 
@@ -93,6 +95,12 @@ type Client struct {
 		// transno; unstableSince is when the list last moved.
 		unstable      []unstableRPC
 		unstableSince time.Time
+		// lastWrite is when a write last charged grant (or a shrink
+		// was sent): grant_shrink_interval runs from it. shrinking is
+		// set while a shrink is on its way, the shrinkSeq-th.
+		lastWrite time.Time
+		shrinking bool
+		shrinkSeq uint64
 	}
 
 	st stats
@@ -106,6 +114,7 @@ type stats struct {
 	writeErrors, grantWaits, lostPages atomic.Uint64
 	discardedLocks, discardedPages     atomic.Uint64
 	presummed, presumMisses            atomic.Uint64
+	grantShrinks                       atomic.Uint64
 	// readSize and writeSize bound the bytes of one RPC.
 	readSize, writeSize minMax
 	// rpcs are the RPCs in flight and their histograms (rpc_stats).
@@ -170,7 +179,10 @@ func New(cfg ClientConfig) (*Client, error) {
 	c.tun.rpcPages.Store(int64(cc.MaxPagesPerRPC))
 	c.tun.checksums.Store(cc.Checksums)
 	c.tun.cksumType.Store(uint32(cc.ChecksumType))
+	c.tun.grantShrink.Store(cc.GrantShrink)
+	c.tun.shrinkInterval.Store(int64(cc.GrantShrinkInterval))
 	c.st.since = time.Now()
+	c.mu.lastWrite = c.st.since
 	lg := cfg.Cache.log
 	c.log = lg.With("osc", cfg.Import.Target)
 	c.mu.objs = make(map[fid.FID]*Object)
@@ -290,6 +302,9 @@ type Stats struct {
 	AvailGrant int64
 	// GrantWaits counts the times a writer waited for grant or dirty room.
 	GrantWaits uint64
+	// GrantShrinks counts the grant given back to the OST (ShrinkGrant,
+	// or idle for grant_shrink_interval), in requests the OST answered.
+	GrantShrinks uint64
 	// DirtyBytes is the dirty data charged: cached, or sent and not yet
 	// acknowledged (Lustre's cur_dirty_bytes); it never exceeds
 	// max_dirty_mb. UnsentBytes is the part not yet in an RPC, which the
@@ -334,6 +349,7 @@ func (c *Client) Stats() Stats {
 	s.CacheHits, s.CacheMisses = c.st.hits.Load(), c.st.misses.Load()
 	s.ReadAheadPages, s.ReadAheadHits = c.st.raPages.Load(), c.st.raHits.Load()
 	s.WriteErrors, s.GrantWaits, s.LostPages = c.st.writeErrors.Load(), c.st.grantWaits.Load(), c.st.lostPages.Load()
+	s.GrantShrinks = c.st.grantShrinks.Load()
 	s.DiscardedLocks, s.DiscardedPages = c.st.discardedLocks.Load(), c.st.discardedPages.Load()
 	s.PresummedWrites, s.PresumMisses = c.st.presummed.Load(), c.st.presumMisses.Load()
 	s.MinReadRPC, s.MaxReadRPC = c.st.readSize.lo.Load(), c.st.readSize.hi.Load()
@@ -406,6 +422,7 @@ func (c *Client) charge(n int) (ok, wait bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.learnGrantLocked()
+	c.mu.lastWrite = time.Now() // rewriting dirty pages is writing too
 	if n == 0 {
 		return true, false
 	}
@@ -499,6 +516,7 @@ func (c *Client) engine() {
 			}
 			c.releaseCommitted()
 			c.pollCommit(&pinging)
+			c.idleShrink(time.Now())
 		}
 		c.writebackPass()
 	}
@@ -576,6 +594,7 @@ func (c *Client) writebackPass() {
 func (c *Client) startWrite(r *brwRPC) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.mu.lastWrite = time.Now()
 	r.ticket = c.mu.grant.send(int64(r.charged) * PageSize)
 	if r.charged > 0 {
 		r.fromGrant = true

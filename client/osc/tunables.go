@@ -2,6 +2,7 @@ package osc
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
@@ -20,13 +21,16 @@ const (
 
 // Tunables are an OSC's tunables that lctl set_param changes while the
 // OSC runs (osc.*.max_dirty_mb, max_pages_per_rpc, max_rpcs_in_flight,
-// checksums, checksum_type). They start as the Cache's Config has them.
+// checksums, checksum_type, grant_shrink, grant_shrink_interval). They
+// start as the Cache's Config has them.
 type Tunables struct {
 	MaxDirtyMB, MaxPagesPerRPC, MaxRPCsInFlight int
 	Checksums                                   bool
 	// ChecksumType is the algorithm asked for, zero for the fastest the
 	// OST agreed to (ChecksumType returns the one in use).
-	ChecksumType ptlrpc.ChecksumType
+	ChecksumType        ptlrpc.ChecksumType
+	GrantShrink         bool
+	GrantShrinkInterval time.Duration
 }
 
 func (c *Client) rpcPages() int   { return int(c.tun.rpcPages.Load()) }
@@ -39,7 +43,8 @@ func (c *Client) dirtyPages() int { return c.maxDirtyMB() << 20 / PageSize }
 // Tunables returns the OSC's tunables as they are now.
 func (c *Client) Tunables() Tunables {
 	return Tunables{MaxDirtyMB: c.maxDirtyMB(), MaxPagesPerRPC: c.rpcPages(), MaxRPCsInFlight: c.maxRPCs(),
-		Checksums: c.tun.checksums.Load(), ChecksumType: ptlrpc.ChecksumType(c.tun.cksumType.Load())}
+		Checksums: c.tun.checksums.Load(), ChecksumType: ptlrpc.ChecksumType(c.tun.cksumType.Load()),
+		GrantShrink: c.tun.grantShrink.Load(), GrantShrinkInterval: time.Duration(c.tun.shrinkInterval.Load())}
 }
 
 // ChecksumType returns the algorithm of the OSC's next checksummed RPC:
@@ -77,6 +82,8 @@ func (c *Client) CheckTunables(t Tunables) error {
 		return bad("max_rpcs_in_flight %d: want 1 to %d", t.MaxRPCsInFlight, MaxRPCsInFlightLimit)
 	case t.MaxDirtyMB < 1 || t.MaxDirtyMB > MaxDirtyMBLimit:
 		return bad("max_dirty_mb %d: want 1 to %d", t.MaxDirtyMB, MaxDirtyMBLimit)
+	case t.GrantShrinkInterval < time.Second:
+		return bad("grant_shrink_interval %v: want at least 1s", t.GrantShrinkInterval)
 	}
 	if err := checkChecksumType(t.ChecksumType); err != nil {
 		return err
@@ -108,6 +115,8 @@ func (c *Client) SetTunables(t Tunables) error {
 	c.tun.checksums.Store(t.Checksums)
 	c.tun.cksumType.Store(uint32(t.ChecksumType))
 	c.tun.maxRPCs.Store(int64(t.MaxRPCsInFlight))
+	c.tun.grantShrink.Store(t.GrantShrink)
+	c.tun.shrinkInterval.Store(int64(t.GrantShrinkInterval))
 	c.wslots.SetLimit(t.MaxRPCsInFlight)
 	c.rslots.SetLimit(t.MaxRPCsInFlight)
 	c.mu.Lock()

@@ -243,6 +243,40 @@ func TestLctl(t *testing.T) {
 		}
 	})
 
+	t.Run("grant shrink", func(t *testing.T) {
+		// cur_grant_bytes written lower gives the unused grant back (one
+		// RPC's worth stays, 4M suffix as Lustre takes it); the OST's
+		// granted total drops with it.
+		writeFile(t, fs, "grant-shrink", 8<<20)
+		granted := func() int64 {
+			t.Helper()
+			n, err := strconv.ParseInt(strings.TrimSpace(mustLctl(t, "get_param", "-n", "obdfilter.nacre-OST0000.tot_granted")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := granted()
+		mustLctl(t, "set_param", osc0+".cur_grant_bytes=4M")
+		if out := strings.TrimSpace(mustLctl(t, "get_param", "-n", osc0+".cur_grant_bytes")); out != strconv.Itoa(4<<20) {
+			t.Errorf("cur_grant_bytes after setting 4M: %s", out)
+		}
+		if after := granted(); after >= before {
+			t.Errorf("tot_granted %d after a shrink, %d before", after, before)
+		}
+		if out := mustLctl(t, "get_param", osc0+".grant_shrink", osc0+".grant_shrink_interval"); out != osc0+".grant_shrink=1\n"+osc0+".grant_shrink_interval=1200\n" {
+			t.Errorf("grant_shrink defaults:\n%s", out)
+		}
+		mustLctl(t, "set_param", "osc.*.grant_shrink=0", "osc.*.grant_shrink_interval=60")
+		if out := mustLctl(t, "get_param", "-n", osc1+".grant_shrink", osc1+".grant_shrink_interval"); out != "0\n60\n" {
+			t.Errorf("grant_shrink after setting: %q", out)
+		}
+		if _, _, err := lctl(t, "set_param", "osc.*.grant_shrink_interval=0"); err == nil {
+			t.Error("grant_shrink_interval=0 accepted")
+		}
+		mustLctl(t, "set_param", "osc.*.grant_shrink=1", "osc.*.grant_shrink_interval=1200")
+	})
+
 	t.Run("default striping", func(t *testing.T) {
 		// lod.*.stripecount and stripesize are the file system's default
 		// layout: a new file where no directory says otherwise gets them.

@@ -10,14 +10,17 @@ import (
 )
 
 // SizeUnit says whether the parameter name (its last component) holds a
-// size in MiB (a name ending in _mb: max_dirty_mb) or KiB (_kb:
-// direct_write_min_kb), and returns the unit as a power of two (20, 10).
+// size in MiB (a name ending in _mb: max_dirty_mb), KiB (_kb:
+// direct_write_min_kb) or bytes (_bytes: cur_grant_bytes), and returns the
+// unit as a power of two (20, 10, 0).
 func SizeUnit(name string) (shift uint, ok bool) {
 	switch {
 	case strings.HasSuffix(name, "_mb"):
 		return 20, true
 	case strings.HasSuffix(name, "_kb"):
 		return 10, true
+	case strings.HasSuffix(name, "_bytes"):
+		return 0, true
 	}
 	return 0, false
 }

@@ -232,7 +232,9 @@ func (b *brw) readAt(ctx context.Context, dev osd.Device, off int, dst [][]byte)
 // Grants (Lustre's tgt_grant): a client may cache dirty data up to its
 // grant, because the space for it is set aside. The target never grants
 // more than the space left over what is already granted; as it fills,
-// grants shrink.
+// grants shrink. A client that does not write gives its grant back itself
+// (OST_SET_INFO, setInfo): the target shrinks grants only on a client's
+// own RPCs.
 
 // spaceLocked returns the free space not already granted, refreshing the
 // statfs if it is old.
@@ -326,6 +328,40 @@ func (o *OFD) dropGrant(e *ptlrpc.Export) {
 	defer o.gmu.Unlock()
 	o.gmu.total -= o.gmu.byExp[e]
 	delete(o.gmu.byExp, e)
+	delete(o.gmu.shrinkSeq, e)
+}
+
+// setInfo serves OST_SET_INFO, whose one key is KEY_GRANT_SHRINK (Lustre's
+// tgt_grant_shrink): the client gives back some of its grant, and the
+// reply says what it holds from then on.
+func (o *OFD) setInfo(ctx context.Context, r *ptlrpc.Request) ([]byte, int32) {
+	var req ostv1.SetInfoRequest
+	if err := ptlrpc.Unmarshal(r.Body, &req); err != nil {
+		return o.refuse(r, "%w: set_info body: %v", errBadRequest, err)
+	}
+	if req.GrantShrink == 0 || req.ShrinkSeq == 0 {
+		return o.refuse(r, "%w: set_info: grant_shrink %d, shrink_seq %d: want both", errBadRequest, req.GrantShrink, req.ShrinkSeq)
+	}
+	return marshal(&ostv1.SetInfoReply{Grant: o.shrinkGrant(r.Export(), req.GrantShrink, req.ShrinkSeq)})
+}
+
+// shrinkGrant takes up to n bytes off e's grant, once per seq: the client
+// counts them as spent when it sends the request, as it counts a write
+// from grant, and a resend must not take them twice. It returns e's grant.
+func (o *OFD) shrinkGrant(e *ptlrpc.Export, n, seq uint64) uint64 {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	g, ok := o.gmu.byExp[e]
+	if !ok || seq <= o.gmu.shrinkSeq[e] {
+		return g
+	}
+	o.gmu.shrinkSeq[e] = seq
+	n = min(n, g)
+	g -= n
+	o.gmu.byExp[e] = g
+	o.gmu.total -= n
+	o.gmu.shrunk += n
+	return g
 }
 
 func (o *OFD) grantOf(e *ptlrpc.Export) uint64 {

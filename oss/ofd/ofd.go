@@ -95,6 +95,9 @@ type Stats struct {
 	Exports int
 	// NoSpace counts writes refused with ENOSPC.
 	NoSpace uint64
+	// GrantShrunk counts the bytes of grant clients gave back
+	// (OST_SET_INFO KEY_GRANT_SHRINK).
+	GrantShrunk uint64
 	// Precreated counts objects made by OST_CREATE.
 	Precreated uint64
 	// Ops counts the requests the OST served, by opcode (errors
@@ -140,8 +143,12 @@ type OFD struct {
 
 	gmu struct {
 		sync.Mutex
-		byExp     map[*ptlrpc.Export]uint64
-		total     uint64
+		byExp map[*ptlrpc.Export]uint64
+		total uint64
+		// shrinkSeq is the last grant shrink each export gave back
+		// (SetInfoRequest.shrink_seq); shrunk counts the bytes.
+		shrinkSeq map[*ptlrpc.Export]uint64
+		shrunk    uint64
 		sfs       osd.Statfs
 		sfsAt     time.Time
 		noSpace   uint64
@@ -202,6 +209,7 @@ func New(cfg Config) (*OFD, error) {
 	o := &OFD{cfg: cfg, jobs: jobstats.New(0), dev: cfg.Device, log: lg.With("ost", cfg.Name), lastID: make(map[uint64]uint32),
 		stop: make(chan struct{}), done: make(chan struct{}), destroyWaits: make(chan struct{}, maxDestroyWaits)}
 	o.gmu.byExp = make(map[*ptlrpc.Export]uint64)
+	o.gmu.shrinkSeq = make(map[*ptlrpc.Export]uint64)
 	o.gmu.ops = make(map[wire.Opcode]uint64)
 	o.since = time.Now()
 	var err error
@@ -322,8 +330,8 @@ func (o *OFD) LockServer() *ldlm.Server { return o.lockd }
 func (o *OFD) Stats() Stats {
 	o.gmu.Lock()
 	defer o.gmu.Unlock()
-	st := Stats{Granted: o.gmu.total, Exports: len(o.gmu.byExp), NoSpace: o.gmu.noSpace, Precreated: o.gmu.precreate,
-		Ops: make(map[wire.Opcode]uint64, len(o.gmu.ops)), ReadBytes: o.gmu.reads, WriteBytes: o.gmu.writes, Since: o.since}
+	st := Stats{Granted: o.gmu.total, Exports: len(o.gmu.byExp), NoSpace: o.gmu.noSpace, GrantShrunk: o.gmu.shrunk,
+		Precreated: o.gmu.precreate, Ops: make(map[wire.Opcode]uint64, len(o.gmu.ops)), ReadBytes: o.gmu.reads, WriteBytes: o.gmu.writes, Since: o.since}
 	for op, n := range o.gmu.ops {
 		st.Ops[op] = n
 	}
@@ -387,6 +395,7 @@ var Flags = map[wire.Opcode]ptlrpc.HandlerFlags{
 	wire.OSTCreate: ptlrpc.Modifying, wire.OSTDestroy: ptlrpc.Modifying, wire.OSTGetattr: 0,
 	wire.OSTSetattr: ptlrpc.Modifying, wire.OSTPunch: ptlrpc.Modifying, wire.OSTWrite: ptlrpc.Modifying | ptlrpc.HasBulk,
 	wire.OSTRead: ptlrpc.HasBulk, wire.OSTSync: 0, wire.OSTStatfs: 0, wire.OSTLadvise: 0, wire.OSTFallocate: ptlrpc.Modifying,
+	wire.OSTSetInfo:  0, // a resent shrink is recognised by its shrink_seq
 	wire.LDLMEnqueue: ldlm.HandlerFlags[wire.LDLMEnqueue], wire.LDLMCancel: ldlm.HandlerFlags[wire.LDLMCancel],
 	wire.LDLMConvert: ldlm.HandlerFlags[wire.LDLMConvert],
 }
@@ -398,7 +407,7 @@ func (o *OFD) Handlers() map[wire.Opcode]ptlrpc.Handler {
 	h := map[wire.Opcode]ptlrpc.Handler{
 		wire.OSTCreate: o.create, wire.OSTDestroy: o.destroy, wire.OSTGetattr: o.getattr, wire.OSTSetattr: o.setattr,
 		wire.OSTPunch: o.punch, wire.OSTWrite: o.write, wire.OSTRead: o.read, wire.OSTSync: o.sync,
-		wire.OSTStatfs: o.statfs, wire.OSTLadvise: o.ladvise, wire.OSTFallocate: o.fallocate,
+		wire.OSTStatfs: o.statfs, wire.OSTLadvise: o.ladvise, wire.OSTFallocate: o.fallocate, wire.OSTSetInfo: o.setInfo,
 	}
 	for op, spec := range o.lockd.Handlers() {
 		h[op] = spec.Fn

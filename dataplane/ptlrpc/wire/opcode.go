@@ -24,6 +24,7 @@ const (
 	OSTPunch       Opcode = 10 // OST_PUNCH: truncate or punch a hole in an object
 	OSTStatfs      Opcode = 13 // OST_STATFS: OST space and object counts
 	OSTSync        Opcode = 16 // OST_SYNC: commit an object's data to stable storage
+	OSTSetInfo     Opcode = 17 // OST_SET_INFO: a client's word about itself (KEY_GRANT_SHRINK)
 	OSTLadvise     Opcode = 21 // OST_LADVISE: advice on an object's ranges (willneed, dontneed)
 	OSTFallocate   Opcode = 22 // OST_FALLOCATE: reserve the blocks of an object's range
 	MDSGetattr     Opcode = 33 // MDS_GETATTR: file attributes by FID
@@ -72,6 +73,7 @@ var opcodeNames = map[Opcode]string{
 	OSTFallocate:      "OST_FALLOCATE",
 	OSTStatfs:         "OST_STATFS",
 	OSTSync:           "OST_SYNC",
+	OSTSetInfo:        "OST_SET_INFO",
 	OSTLadvise:        "OST_LADVISE",
 	MDSGetattr:        "MDS_GETATTR",
 	MDSGetattrName:    "MDS_GETATTR_NAME",

@@ -148,7 +148,7 @@ func (x Advice_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Advice_Kind.Descriptor instead.
 func (Advice_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{13, 0}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{15, 0}
 }
 
 // FID names an object: Lustre's lu_fid (sequence, object id, version).
@@ -1060,6 +1060,110 @@ func (x *StatfsReply) GetDegraded() bool {
 	return false
 }
 
+// SetInfoRequest is OST_SET_INFO: a client telling the OST something about
+// itself. The one thing it tells is KEY_GRANT_SHRINK: it gives back grant
+// it does not need (an OSC idle for grant_shrink_interval, or an
+// administrator lowering cur_grant_bytes).
+type SetInfoRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// GrantShrink is how many bytes of its grant the client gives back.
+	GrantShrink uint64 `protobuf:"varint,1,opt,name=grant_shrink,json=grantShrink,proto3" json:"grant_shrink,omitempty"`
+	// ShrinkSeq numbers the client's shrinks, from 1 up: the OST gives back
+	// each once, whatever the resends.
+	ShrinkSeq     uint64 `protobuf:"varint,2,opt,name=shrink_seq,json=shrinkSeq,proto3" json:"shrink_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInfoRequest) Reset() {
+	*x = SetInfoRequest{}
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInfoRequest) ProtoMessage() {}
+
+func (x *SetInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInfoRequest.ProtoReflect.Descriptor instead.
+func (*SetInfoRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetInfoRequest) GetGrantShrink() uint64 {
+	if x != nil {
+		return x.GrantShrink
+	}
+	return 0
+}
+
+func (x *SetInfoRequest) GetShrinkSeq() uint64 {
+	if x != nil {
+		return x.ShrinkSeq
+	}
+	return 0
+}
+
+// SetInfoReply answers a SetInfoRequest with the client's grant from now on.
+type SetInfoReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grant         uint64                 `protobuf:"varint,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInfoReply) Reset() {
+	*x = SetInfoReply{}
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInfoReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInfoReply) ProtoMessage() {}
+
+func (x *SetInfoReply) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInfoReply.ProtoReflect.Descriptor instead.
+func (*SetInfoReply) Descriptor() ([]byte, []int) {
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetInfoReply) GetGrant() uint64 {
+	if x != nil {
+		return x.Grant
+	}
+	return 0
+}
+
 // LadviseRequest gives advice on an object's ranges (lfs ladvise).
 type LadviseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1071,7 +1175,7 @@ type LadviseRequest struct {
 
 func (x *LadviseRequest) Reset() {
 	*x = LadviseRequest{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1187,7 @@ func (x *LadviseRequest) String() string {
 func (*LadviseRequest) ProtoMessage() {}
 
 func (x *LadviseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[12]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1200,7 @@ func (x *LadviseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LadviseRequest.ProtoReflect.Descriptor instead.
 func (*LadviseRequest) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{12}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LadviseRequest) GetFid() *FID {
@@ -1126,7 +1230,7 @@ type Advice struct {
 
 func (x *Advice) Reset() {
 	*x = Advice{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1242,7 @@ func (x *Advice) String() string {
 func (*Advice) ProtoMessage() {}
 
 func (x *Advice) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[13]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1255,7 @@ func (x *Advice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advice.ProtoReflect.Descriptor instead.
 func (*Advice) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{13}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Advice) GetKind() Advice_Kind {
@@ -1190,7 +1294,7 @@ type ConnectData struct {
 
 func (x *ConnectData) Reset() {
 	*x = ConnectData{}
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[14]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1306,7 @@ func (x *ConnectData) String() string {
 func (*ConnectData) ProtoMessage() {}
 
 func (x *ConnectData) ProtoReflect() protoreflect.Message {
-	mi := &file_nacre_ost_v1_ost_proto_msgTypes[14]
+	mi := &file_nacre_ost_v1_ost_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1319,7 @@ func (x *ConnectData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectData.ProtoReflect.Descriptor instead.
 func (*ConnectData) Descriptor() ([]byte, []int) {
-	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{14}
+	return file_nacre_ost_v1_ost_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConnectData) GetGrant() uint64 {
@@ -1301,7 +1405,13 @@ const file_nacre_ost_v1_ost_proto_rawDesc = "" +
 	"\agranted\x18\t \x01(\x04R\agranted\x12\x1a\n" +
 	"\breadonly\x18\n" +
 	" \x01(\bR\breadonly\x12\x1a\n" +
-	"\bdegraded\x18\v \x01(\bR\bdegraded\"c\n" +
+	"\bdegraded\x18\v \x01(\bR\bdegraded\"R\n" +
+	"\x0eSetInfoRequest\x12!\n" +
+	"\fgrant_shrink\x18\x01 \x01(\x04R\vgrantShrink\x12\x1d\n" +
+	"\n" +
+	"shrink_seq\x18\x02 \x01(\x04R\tshrinkSeq\"$\n" +
+	"\fSetInfoReply\x12\x14\n" +
+	"\x05grant\x18\x01 \x01(\x04R\x05grant\"c\n" +
 	"\x0eLadviseRequest\x12#\n" +
 	"\x03fid\x18\x01 \x01(\v2\x11.nacre.ost.v1.FIDR\x03fid\x12,\n" +
 	"\x06advice\x18\x02 \x03(\v2\x14.nacre.ost.v1.AdviceR\x06advice\"\xa3\x01\n" +
@@ -1341,7 +1451,7 @@ func file_nacre_ost_v1_ost_proto_rawDescGZIP() []byte {
 }
 
 var file_nacre_ost_v1_ost_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nacre_ost_v1_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_nacre_ost_v1_ost_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_nacre_ost_v1_ost_proto_goTypes = []any{
 	(AttrValid)(0),           // 0: nacre.ost.v1.AttrValid
 	(Advice_Kind)(0),         // 1: nacre.ost.v1.Advice.Kind
@@ -1357,9 +1467,11 @@ var file_nacre_ost_v1_ost_proto_goTypes = []any{
 	(*BRWReply)(nil),         // 11: nacre.ost.v1.BRWReply
 	(*SyncRequest)(nil),      // 12: nacre.ost.v1.SyncRequest
 	(*StatfsReply)(nil),      // 13: nacre.ost.v1.StatfsReply
-	(*LadviseRequest)(nil),   // 14: nacre.ost.v1.LadviseRequest
-	(*Advice)(nil),           // 15: nacre.ost.v1.Advice
-	(*ConnectData)(nil),      // 16: nacre.ost.v1.ConnectData
+	(*SetInfoRequest)(nil),   // 14: nacre.ost.v1.SetInfoRequest
+	(*SetInfoReply)(nil),     // 15: nacre.ost.v1.SetInfoReply
+	(*LadviseRequest)(nil),   // 16: nacre.ost.v1.LadviseRequest
+	(*Advice)(nil),           // 17: nacre.ost.v1.Advice
+	(*ConnectData)(nil),      // 18: nacre.ost.v1.ConnectData
 }
 var file_nacre_ost_v1_ost_proto_depIdxs = []int32{
 	2,  // 0: nacre.ost.v1.Attr.parent:type_name -> nacre.ost.v1.FID
@@ -1372,7 +1484,7 @@ var file_nacre_ost_v1_ost_proto_depIdxs = []int32{
 	3,  // 7: nacre.ost.v1.BRWReply.attr:type_name -> nacre.ost.v1.Attr
 	2,  // 8: nacre.ost.v1.SyncRequest.fid:type_name -> nacre.ost.v1.FID
 	2,  // 9: nacre.ost.v1.LadviseRequest.fid:type_name -> nacre.ost.v1.FID
-	15, // 10: nacre.ost.v1.LadviseRequest.advice:type_name -> nacre.ost.v1.Advice
+	17, // 10: nacre.ost.v1.LadviseRequest.advice:type_name -> nacre.ost.v1.Advice
 	1,  // 11: nacre.ost.v1.Advice.kind:type_name -> nacre.ost.v1.Advice.Kind
 	12, // [12:12] is the sub-list for method output_type
 	12, // [12:12] is the sub-list for method input_type
@@ -1392,7 +1504,7 @@ func file_nacre_ost_v1_ost_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_ost_v1_ost_proto_rawDesc), len(file_nacre_ost_v1_ost_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
