@@ -78,7 +78,8 @@ func TestIdleGrantShrink(t *testing.T) {
 	c := startCluster(t, clienttest.Options{OSTs: 1, Nodes: 2})
 	cfg := osc.DefaultConfig()
 	cfg.MaxPagesPerRPC, cfg.MaxRPCsInFlight = 64, 4 // 256 KiB RPCs: a pipeline is 1.25 MiB
-	cfg.GrantShrinkInterval = time.Second
+	// Two seconds between the steps: the loop below sees each grant.
+	cfg.GrantShrinkInterval = 2 * time.Second
 	idle := newNode(t, c, 0, cfg)
 	busy := newNode(t, c, 1, cfg)
 	ctx := ctxT(t, time.Minute)
@@ -97,7 +98,7 @@ func TestIdleGrantShrink(t *testing.T) {
 	defer ob.Close()
 	data := pattern(64<<10, 7)
 	var steps []uint64
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for len(steps) < 2 && time.Now().Before(deadline) {
 		// The busy client writes all along, more often than the interval.
 		if _, err := ob.WriteAt(ctx, data, 0); err != nil {
@@ -119,7 +120,7 @@ func TestIdleGrantShrink(t *testing.T) {
 	}
 	// grant_shrink off: the busy client, idle from now on, keeps its grant.
 	tun := busy.OSCs[0].Tunables()
-	tun.GrantShrink = false
+	tun.GrantShrink, tun.GrantShrinkInterval = false, time.Second
 	if err := busy.OSCs[0].SetTunables(tun); err != nil {
 		t.Fatal(err)
 	}

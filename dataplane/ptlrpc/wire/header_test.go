@@ -239,7 +239,7 @@ func TestOpcodeString(t *testing.T) {
 	for op, want := range map[Opcode]string{
 		1: "OST_GETATTR", 2: "OST_SETATTR", 3: "OST_READ", 4: "OST_WRITE", 5: "OST_CREATE",
 		6: "OST_DESTROY", 8: "OST_CONNECT", 9: "OST_DISCONNECT", 10: "OST_PUNCH", 13: "OST_STATFS",
-		16: "OST_SYNC", 21: "OST_LADVISE", 22: "OST_FALLOCATE", 33: "MDS_GETATTR", 34: "MDS_GETATTR_NAME", 35: "MDS_CLOSE", 36: "MDS_REINT",
+		16: "OST_SYNC", 17: "OST_SET_INFO", 21: "OST_LADVISE", 22: "OST_FALLOCATE", 33: "MDS_GETATTR", 34: "MDS_GETATTR_NAME", 35: "MDS_CLOSE", 36: "MDS_REINT",
 		37: "MDS_READPAGE", 38: "MDS_CONNECT", 39: "MDS_DISCONNECT", 40: "MDS_GET_ROOT", 41: "MDS_STATFS", 44: "MDS_SYNC",
 		49: "MDS_GETXATTR", 53: "MDS_GET_INFO", 54: "MDS_HSM_STATE_GET", 55: "MDS_HSM_STATE_SET",
 		57: "MDS_HSM_PROGRESS", 61: "MDS_SWAP_LAYOUTS", 502: "LLOG_ORIGIN_HANDLE_NEXT_BLOCK", 520: "MDS_CHANGELOG_CLEAR", 700: "SEQ_QUERY", 900: "FLD_QUERY", 101: "LDLM_ENQUEUE",
@@ -254,8 +254,8 @@ func TestOpcodeString(t *testing.T) {
 			t.Errorf("Opcode(%d).Known() = %v", uint32(op), got)
 		}
 	}
-	if n := len(opcodeNames); n != 41 {
-		t.Errorf("%d named opcodes, the test covers 41", n)
+	if n := len(opcodeNames); n != 42 {
+		t.Errorf("%d named opcodes, the test covers 42", n)
 	}
 }
 
