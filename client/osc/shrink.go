@@ -37,7 +37,8 @@ const DefaultGrantShrinkInterval = 1200 * time.Second
 // bytes (at least one RPC's worth is kept, as Lustre keeps it), as lctl
 // set_param osc.*.cur_grant_bytes does. Dirty pages and RPCs in flight
 // keep what they charged. It returns the grant the OST reports after it,
-// and the OST's error if a request failed.
+// and the OST's error if a request failed; while an idle shrink is on its
+// way it sends nothing and returns the grant as it is.
 func (c *Client) ShrinkGrant(ctx context.Context, target uint64) (uint64, error) {
 	if err := c.Connect(ctx); err != nil {
 		return 0, err
