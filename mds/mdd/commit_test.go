@@ -43,12 +43,33 @@ func TestCommitTransnos(t *testing.T) {
 	if next.Load() != 100 || s.LastTransno() != 100 {
 		t.Fatalf("assigned %d transnos, last %d; want 100", next.Load(), s.LastTransno())
 	}
+	// A change that writes nothing takes none either: the close of an
+	// open that changed nothing (only the open counts move, in memory).
+	// A close that brings a size writes it, and takes one.
+	a, err := s.Lookup(r, RootFID, "g0-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ci := range []CloseInfo{{}, {Write: true, LSOM: &LSOM{Size: 10, Blocks: 1}}} {
+		if _, err := s.OpenFile(r, a.FID, OpenReadWrite); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CloseFile(r, a.FID, ci); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next.Load() != 101 || s.LastTransno() != 101 {
+		t.Fatalf("after two closes, one writing nothing: assigned %d transnos, last %d; want 101", next.Load(), s.LastTransno())
+	}
+	if got, err := s.Getattr(a.FID); err != nil || got.Size != 10 {
+		t.Fatalf("the writing close's size: %+v %v", got, err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for reported.Load() != 100 && time.Now().Before(deadline) {
+	for reported.Load() != 101 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond) // the background sync reports it
 	}
-	if reported.Load() != 100 || s.LastCommitted() != 100 {
-		t.Fatalf("OnCommit reported %d, LastCommitted %d; want 100", reported.Load(), s.LastCommitted())
+	if reported.Load() != 101 || s.LastCommitted() != 101 {
+		t.Fatalf("OnCommit reported %d, LastCommitted %d; want 101", reported.Load(), s.LastCommitted())
 	}
 	check(t, s)
 }

@@ -119,17 +119,22 @@ func (t *tx) commit() error {
 	if t.inodeDelta != 0 {
 		t.b.Set(keyInodes, u64Val(inodes), nil)
 	}
+	// With nothing to write (a close that changed only the open counts,
+	// say) no transno is taken and no batch applied: a request that needs
+	// a transno gets one from its target.
 	tn := t.r.Transno
-	if tn == 0 && t.r.AssignTransno != nil {
-		tn = t.r.AssignTransno()
-	}
-	if tn > s.mu.transno {
-		t.b.Set(keyTransno, u64Val(tn), nil)
-	}
-	if err := t.b.Commit(pebble.NoSync); err != nil {
-		s.cache.reset() // the batch may or may not be in
-		s.names.reset()
-		return ioError(err, "commit")
+	if tn != 0 || !t.b.Empty() {
+		if tn == 0 && t.r.AssignTransno != nil {
+			tn = t.r.AssignTransno()
+		}
+		if tn > s.mu.transno {
+			t.b.Set(keyTransno, u64Val(tn), nil)
+		}
+		if err := t.b.Commit(pebble.NoSync); err != nil {
+			s.cache.reset() // the batch may or may not be in
+			s.names.reset()
+			return ioError(err, "commit")
+		}
 	}
 	for _, k := range t.absent {
 		s.cache.noteAbsent(k)
