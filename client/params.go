@@ -320,6 +320,7 @@ func oscStats(s osc.Stats) string {
 	st.Count("sync_write", s.SyncWrites, "reqs")
 	st.Count("write_error", s.WriteErrors, "reqs")
 	st.Count("grant_wait", s.GrantWaits, "events")
+	st.Count("grant_shrink", s.GrantShrinks, "reqs")
 	st.Count("lost_page", s.LostPages, "pages")
 	return st.String()
 }

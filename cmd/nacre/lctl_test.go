@@ -264,6 +264,12 @@ func TestLctl(t *testing.T) {
 		if after := granted(); after >= before {
 			t.Errorf("tot_granted %d after a shrink, %d before", after, before)
 		}
+		if out := mustLctl(t, "get_param", "-n", osc0+".stats"); !regexp.MustCompile(`(?m)^grant_shrink +[12] samples \[reqs\]$`).MatchString(out) {
+			t.Errorf("osc stats after a shrink:\n%s", out)
+		}
+		if out := mustLctl(t, "get_param", "-n", "obdfilter.nacre-OST0000.stats"); !regexp.MustCompile(`(?m)^set_info +[12] samples \[reqs\]$`).MatchString(out) {
+			t.Errorf("obdfilter stats after a shrink:\n%s", out)
+		}
 		if out := mustLctl(t, "get_param", osc0+".grant_shrink", osc0+".grant_shrink_interval"); out != osc0+".grant_shrink=1\n"+osc0+".grant_shrink_interval=1200\n" {
 			t.Errorf("grant_shrink defaults:\n%s", out)
 		}
