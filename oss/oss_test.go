@@ -1028,3 +1028,78 @@ func TestConnectGrantClaims(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleOrphanCleanupRefused: an orphan cleanup that waited while its
+// MDT's connection was replaced (here: the MDT connected afresh, as a
+// restarted one does, while the cleanup waited for the device) is refused
+// with ESTALE and changes nothing; the new connection's cleanup, with a
+// later last_used, is the one that counts. Run after it, the old one
+// would have destroyed objects handed out since.
+func TestStaleOrphanCleanupRefused(t *testing.T) {
+	var hold *holdBegin
+	e := newOSSEnvWrapped(t, func(d osd.Device) osd.Device { hold = &holdBegin{Device: d}; return hold }, 1, 2)
+	ctx := ctxT(t, 30*time.Second)
+	mdt := e.client(0)
+	objs := mdt.precreate(ctx, 0, 8) // LAST_ID 8
+	// A client wrote to object 5: a file has it, made after the MDT's
+	// earlier cleanup.
+	data := pattern(4096, 5)
+	if _, err := mdt.imps[0].Do(ctx, mdt.writeReq(objs[4], []wire.Niobuf{{Offset: 0, Len: 4096}}, [][]byte{data}, true)); err != nil {
+		t.Fatal(err)
+	}
+	cleanup := func(oc *ostClient, lastUsed uint32) (*ostv1.CreateReply, error) {
+		rep, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+			Body: body(t, &ostv1.CreateRequest{Seq: testSeq, DeleteOrphans: true, LastUsed: lastUsed})})
+		if err != nil {
+			return nil, err
+		}
+		var cr ostv1.CreateReply
+		return &cr, proto.Unmarshal(rep, &cr)
+	}
+	// The old connection's cleanup says objects up to 2 were used, and
+	// waits in the device.
+	hold.arm()
+	old := make(chan error, 1)
+	go func() {
+		_, err := cleanup(mdt, 2)
+		old <- err
+	}()
+	select {
+	case <-hold.held:
+	case <-ctx.Done():
+		t.Fatal("the cleanup never reached the device")
+	}
+	// The MDT comes back as a new client of the same name (a restart):
+	// its export replaces the old one, and its cleanup says 6 were used.
+	ln := lnettest.Start(t, "127.0.0.41", e.port)
+	pc := ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.OSCReplyPortal, Logger: quiet, UUID: "client-0"})
+	imp, err := pc.NewImport(ptlrpc.ImportConfig{Target: ostLabel(0), Servers: []lwire.ProcessID{e.srvID}, Portal: ptlrpc.OSTIOPortal,
+		MinTimeout: 2 * time.Second, PingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close(context.Background())
+	if err := imp.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(hold.release)
+	if err := <-old; !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("the old connection's cleanup, run after it was replaced: %v, want ESTALE", err)
+	}
+	restarted := &ostClient{t: t, c: pc, imps: []*ptlrpc.Import{imp}}
+	if cr, err := cleanup(restarted, 6); err != nil || cr.First != 7 {
+		t.Fatalf("the new connection's cleanup: %+v %v", cr, err)
+	}
+	for i, f := range objs {
+		a, err := restarted.getattr(ctx, 0, f)
+		if i < 6 && err != nil {
+			t.Fatalf("object %v, used, is gone: %v", f, err)
+		}
+		if i == 4 && a.GetSize() != 4096 {
+			t.Fatalf("object %v, written, has size %d: destroyed and made again", f, a.GetSize())
+		}
+		if i >= 6 && !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("object %v, an orphan, after the cleanup: %v", f, err)
+		}
+	}
+}

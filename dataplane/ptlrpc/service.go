@@ -139,6 +139,23 @@ func (r *Request) Export() *Export { return r.exp }
 // server (MSG_REPLAY).
 func (r *Request) Replayed() bool { return r.Header.Flags&wire.MsgReplay != 0 }
 
+// Stale reports whether the connection r came on was replaced after r
+// was let in: its export is gone (evicted, or the client connected
+// afresh, as a restarted one does) or the client reconnected since. A
+// request is checked for that when it arrives; a handler whose effect
+// depends on being its client's latest word (an orphan cleanup) checks
+// again once it holds what serializes it, since a request queued behind
+// a slow one can run after a later one of its client's next connection.
+func (r *Request) Stale() bool {
+	e := r.exp
+	if e == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gone || r.Header.ConnCount < e.connCount
+}
+
 // Transno returns the transno the request's change was given, 0 if none
 // (yet).
 func (r *Request) Transno() uint64 { return r.transno }

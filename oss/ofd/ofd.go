@@ -641,6 +641,15 @@ func (o *OFD) deleteOrphans(ctx context.Context, r *ptlrpc.Request, cr *ostv1.Cr
 		return nil, errno(err)
 	}
 	defer tx.Abort()
+	if r.Stale() {
+		// It waited (behind a slow request, for the device) while its MDT
+		// reconnected or restarted: the cleanup of the new connection
+		// may have run, and this one's last_used, older, would destroy
+		// objects handed out since.
+		o.log.Warn("ofd: orphan cleanup from a connection since replaced: refused", "seq", fmt.Sprintf("%#x", cr.Seq),
+			"last_used", cr.LastUsed, "from", r.Peer)
+		return nil, -int32(syscall.ESTALE)
+	}
 	lf := lastIDFID(cr.Seq)
 	if _, err := o.dev.GetAttr(ctx, lf); errors.Is(err, osd.ErrNotExist) {
 		if err := tx.Create(lf, osd.Attr{}); err != nil {
