@@ -1575,3 +1575,39 @@ func TestLateReplyOfEndedLifeResentPastNewCommits(t *testing.T) {
 		t.Fatalf("changes %q over the two lives, want a's in each and b's", e)
 	}
 }
+
+// TestRequestStale: a request let in on a connection that its client
+// replaced since (here a reconnect to the same export with a newer
+// connection count; oss TestStaleOrphanCleanupRefused has a fresh connect
+// that drops the export) is stale; one on the current connection is not.
+func TestRequestStale(t *testing.T) {
+	te := newTgtEnv(t, loEnv, TargetConfig{AutoCommit: true})
+	imp := te.newImport(t, te.importCfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := imp.Do(ctx, &Req{Opcode: opHold})
+		done <- err
+	}()
+	var r *Request
+	select {
+	case r = <-te.held:
+	case <-ctx.Done():
+		t.Fatal("the request never reached its handler")
+	}
+	if r.Stale() {
+		t.Fatal("a request on the current connection is stale")
+	}
+	info := imp.Info()
+	body, _ := proto.Marshal(&ptlrpcv1.ConnectRequest{Target: te.tgt.Name(), ClientUuid: te.c.UUID(), Version: wire.Version,
+		ConnCount: info.ConnCount + 1, Handle: info.Handle})
+	if _, status := te.ts.connect(&Request{Body: body, Peer: r.Peer}); status != 0 {
+		t.Fatalf("reconnect: status %d", status)
+	}
+	if !r.Stale() {
+		t.Fatalf("a request of connection %d is not stale after a reconnect with %d", r.Header.ConnCount, info.ConnCount+1)
+	}
+	close(te.release)
+	<-done // whatever its answer: its connection is gone
+}
