@@ -187,6 +187,18 @@ func (oc *ostClient) precreate(ctx context.Context, k int, n uint32) []fid.FID {
 	return out
 }
 
+// deleteOrphans sends the orphan cleanup of testSeq on OST k, objects up
+// to lastUsed used.
+func (oc *ostClient) deleteOrphans(ctx context.Context, k int, lastUsed uint32) (*ostv1.CreateReply, error) {
+	rep, err := oc.imps[k].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
+		Body: body(oc.t, &ostv1.CreateRequest{Seq: testSeq, DeleteOrphans: true, LastUsed: lastUsed})})
+	if err != nil {
+		return nil, err
+	}
+	var cr ostv1.CreateReply
+	return &cr, proto.Unmarshal(rep, &cr)
+}
+
 func (oc *ostClient) writeReq(f fid.FID, nbs []wire.Niobuf, data [][]byte, sum bool) *ptlrpc.Req {
 	return &ptlrpc.Req{Opcode: wire.OSTWrite, Body: body(oc.t, &ostv1.BRWRequest{Fid: ofdFID(f), Niobufs: niobufs(oc.t, nbs)}),
 		Bulk: &ptlrpc.Bulk{Op: ptlrpc.BulkWrite, Buffers: data, Checksum: sum}}
@@ -670,15 +682,7 @@ func TestDeleteOrphans(t *testing.T) {
 	oc := e.client(0)
 	ctx := ctxT(t, 30*time.Second)
 	objs := oc.precreate(ctx, 0, 50) // oids 1..50
-	cleanup := func(lastUsed uint32) (*ostv1.CreateReply, error) {
-		rep, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
-			Body: body(t, &ostv1.CreateRequest{Seq: testSeq, DeleteOrphans: true, LastUsed: lastUsed})})
-		if err != nil {
-			return nil, err
-		}
-		var cr ostv1.CreateReply
-		return &cr, proto.Unmarshal(rep, &cr)
-	}
+	cleanup := func(lastUsed uint32) (*ostv1.CreateReply, error) { return oc.deleteOrphans(ctx, 0, lastUsed) }
 	cr, err := cleanup(20)
 	if err != nil || cr.First != 21 || cr.Count != 0 {
 		t.Fatalf("cleanup to 20: %+v %v", cr, err)
@@ -1047,21 +1051,12 @@ func TestStaleOrphanCleanupRefused(t *testing.T) {
 	if _, err := mdt.imps[0].Do(ctx, mdt.writeReq(objs[4], []wire.Niobuf{{Offset: 0, Len: 4096}}, [][]byte{data}, true)); err != nil {
 		t.Fatal(err)
 	}
-	cleanup := func(oc *ostClient, lastUsed uint32) (*ostv1.CreateReply, error) {
-		rep, err := oc.imps[0].Do(ctx, &ptlrpc.Req{Opcode: wire.OSTCreate,
-			Body: body(t, &ostv1.CreateRequest{Seq: testSeq, DeleteOrphans: true, LastUsed: lastUsed})})
-		if err != nil {
-			return nil, err
-		}
-		var cr ostv1.CreateReply
-		return &cr, proto.Unmarshal(rep, &cr)
-	}
 	// The old connection's cleanup says objects up to 2 were used, and
 	// waits in the device.
 	hold.arm()
 	old := make(chan error, 1)
 	go func() {
-		_, err := cleanup(mdt, 2)
+		_, err := mdt.deleteOrphans(ctx, 0, 2)
 		old <- err
 	}()
 	select {
@@ -1087,7 +1082,7 @@ func TestStaleOrphanCleanupRefused(t *testing.T) {
 		t.Fatalf("the old connection's cleanup, run after it was replaced: %v, want ESTALE", err)
 	}
 	restarted := &ostClient{t: t, c: pc, imps: []*ptlrpc.Import{imp}}
-	if cr, err := cleanup(restarted, 6); err != nil || cr.First != 7 {
+	if cr, err := restarted.deleteOrphans(ctx, 0, 6); err != nil || cr.First != 7 {
 		t.Fatalf("the new connection's cleanup: %+v %v", cr, err)
 	}
 	for i, f := range objs {

@@ -115,6 +115,27 @@ func (te *tgtEnv) newImport(t *testing.T, cfg ImportConfig) *Import {
 	return imp
 }
 
+// hold sends an opHold request on imp and returns it as its handler holds
+// it, with the channel that gets the call's outcome once te.release is
+// closed.
+func (te *tgtEnv) hold(t *testing.T, ctx context.Context, imp *Import) (*Request, <-chan error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := imp.Do(ctx, &Req{Opcode: opHold})
+		done <- err
+	}()
+	select {
+	case r := <-te.held:
+		return r, done
+	case err := <-done:
+		t.Fatalf("request ended before its handler ran: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the request never reached its handler")
+	}
+	return nil, nil
+}
+
 func count(b []byte) uint64 {
 	if len(b) != 8 {
 		return 0

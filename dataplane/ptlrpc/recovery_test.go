@@ -1585,17 +1585,7 @@ func TestRequestStale(t *testing.T) {
 	imp := te.newImport(t, te.importCfg())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := imp.Do(ctx, &Req{Opcode: opHold})
-		done <- err
-	}()
-	var r *Request
-	select {
-	case r = <-te.held:
-	case <-ctx.Done():
-		t.Fatal("the request never reached its handler")
-	}
+	r, done := te.hold(t, ctx, imp)
 	if r.Stale() {
 		t.Fatal("a request on the current connection is stale")
 	}

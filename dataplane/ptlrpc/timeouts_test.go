@@ -238,17 +238,7 @@ func TestATOffClientTakesNoEarlyReplies(t *testing.T) {
 	setNodeTimeouts(t, func(t *Timeouts) { t.ATMax, t.Obd = 0, time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := imp.Do(ctx, &Req{Opcode: opHold})
-		done <- err
-	}()
-	var req *Request
-	select {
-	case req = <-te.held:
-	case err := <-done:
-		t.Fatalf("request ended before its handler ran: %v", err)
-	}
+	req, done := te.hold(t, ctx, imp)
 	if req.Header.Flags&wire.MsgATSupport != 0 {
 		t.Errorf("request flags %v: AT_SUPPORT with at_max 0", req.Header.Flags)
 	}
