@@ -298,6 +298,12 @@ func (s *Server) handleEnqueue(ctx context.Context, r *ptlrpc.Request) ([]byte, 
 	if req.Flags&Replay != 0 && !exp.Target().Recovering() {
 		return s.bad(r, fmt.Errorf("%w: lock replay outside recovery", ErrInvalid))
 	}
+	if req.Flags&Replay != 0 && er.Flags&(wireGlimpse|wireTestLock) != 0 {
+		// A replay is granted without a conflict check; a glimpse or a
+		// test is never one (a glimpse lock is replayed as the lock it
+		// is), and would take a lock over a writer's.
+		return s.bad(r, fmt.Errorf("%w: a glimpse or a lock test flagged as a replay", ErrInvalid))
+	}
 	if er.Flags&wireGlimpse != 0 {
 		if er.Flags&wireGlimpseLock != 0 {
 			if rep, ok := s.glimpseLock(exp, owner, req, er.ClientHandle, r.Header.Flags&wire.MsgResent != 0); ok {

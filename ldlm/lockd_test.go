@@ -912,6 +912,35 @@ func TestLockReplayedTwice(t *testing.T) {
 	}
 }
 
+// TestGlimpseReplayRefused: during recovery a lock replay is granted
+// without a conflict check. A glimpse (or a lock test) flagged as a replay
+// is bad input: refused with EINVAL, it takes no lock over the writer's
+// replayed one.
+func TestGlimpseReplayRefused(t *testing.T) {
+	lc := newLockClusterTarget(t, 2, 5*time.Second, nil, func(c *ptlrpc.TargetConfig) {
+		c.LastTransno, c.RecoveryWindow = 1, time.Minute
+	})
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 10*time.Second)
+	enqueue := func(n *lockNode, mode Mode, flags uint32, ch uint64) error {
+		body, _ := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(objRes), Mode: uint32(mode),
+			Policy: policyToWire(Policy{Extent: Whole}), ClientHandle: ch, Flags: flags})
+		_, err := n.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body})
+		return err
+	}
+	if err := enqueue(a, PW, wireReplay, 0x1); err != nil { // a writer's granted lock
+		t.Fatal(err)
+	}
+	for _, flags := range []uint32{wireGlimpse | wireGlimpseLock | wireReplay, wireGlimpse | wireReplay, wireTestLock | wireReplay} {
+		if err := enqueue(b, PR, flags, 0x2); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("enqueue with flags %#x during recovery: %v, want EINVAL", flags, err)
+		}
+	}
+	if locks := lc.lockd.Locks(objRes); len(locks) != 1 || locks[0].Mode != PW {
+		t.Fatalf("locks after the refused glimpses: %+v, want a's PW only", locks)
+	}
+}
+
 // newReplayCluster is a recovering lock cluster whose enqueues come as an
 // import's replays (MSG_REPLAY), as ReplayLocks sends them from OnRecover.
 func newReplayCluster(t *testing.T) *lockCluster { return newReplayClusterOf(t, 1) }
