@@ -95,9 +95,10 @@ type Client struct {
 		// transno; unstableSince is when the list last moved.
 		unstable      []unstableRPC
 		unstableSince time.Time
-		// lastWrite is when a write last charged grant (or a shrink
-		// was sent): grant_shrink_interval runs from it. shrinking is
-		// set while a shrink is on its way, the shrinkSeq-th.
+		// lastWrite is when a write RPC (or a shrink) was last sent:
+		// grant_shrink_interval runs from it, once nothing is dirty
+		// (dirty pages keep the OSC busy however old). shrinking is set
+		// while a shrink is on its way, the shrinkSeq-th.
 		lastWrite time.Time
 		shrinking bool
 		shrinkSeq uint64
@@ -422,7 +423,6 @@ func (c *Client) charge(n int) (ok, wait bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.learnGrantLocked()
-	c.mu.lastWrite = time.Now() // rewriting dirty pages is writing too
 	if n == 0 {
 		return true, false
 	}

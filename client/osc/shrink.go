@@ -63,12 +63,6 @@ func (c *Client) ShrinkGrant(ctx context.Context, target uint64) (uint64, error)
 	return total, nil
 }
 
-// charged returns the grant the OSC's dirty pages and RPCs in flight
-// hold, which stays theirs. c.mu is held.
-func (c *Client) charged() uint64 {
-	return uint64(c.mu.grant.unsent + c.mu.grant.inflight())
-}
-
 // shrinkLocked gives back n bytes (rounded down to pages) of what avail
 // holds, and waits for the reply. It is called with c.mu held and returns
 // with it released.
@@ -142,14 +136,17 @@ func (c *Client) idleShrink(now time.Time) {
 	})
 }
 
-// idleShrinkLocked says whether the OSC is idle at now (nothing written
+// idleShrinkLocked says whether the OSC is idle at now (no write RPC sent
 // for grant_shrink_interval, nothing dirty or in flight) with more than
 // one RPC's worth of grant, and what to give back: down to a pipeline of
 // RPCs, or to one RPC if it holds no more than a pipeline.
 func (c *Client) idleShrinkLocked(now time.Time) (uint64, bool) {
 	rpc := uint64(c.rpcPages()) * PageSize
 	avail := uint64(max(c.mu.grant.avail, 0))
-	idle := now.Sub(c.mu.lastWrite) >= time.Duration(c.tun.shrinkInterval.Load()) && c.charged() == 0
+	// Dirty pages, or RPCs in flight, hold grant: not idle, whenever
+	// the last RPC went.
+	busy := c.mu.grant.unsent != 0 || c.mu.grant.inflight() != 0
+	idle := !busy && now.Sub(c.mu.lastWrite) >= time.Duration(c.tun.shrinkInterval.Load())
 	if !idle || c.mu.shrinking || c.mu.closed || !c.mu.grantKnown || avail <= rpc || c.imp.State() != ptlrpc.StateFull {
 		return 0, false
 	}

@@ -383,22 +383,20 @@ func newLNetCtlCmd() *cobra.Command {
 			return &lnetv1.SetGlobalsRequest{Discovery: &b}, err
 		}},
 		{"retry_count", "retry_count N", "Resends of a send that failed on its connection (0-100)", func(v string) (*lnetv1.SetGlobalsRequest, error) {
-			n, err := strconv.ParseInt(v, 10, 32)
-			n32 := int32(n)
-			return &lnetv1.SetGlobalsRequest{RetryCount: &n32}, err
+			n, err := int32Arg(v)
+			return &lnetv1.SetGlobalsRequest{RetryCount: n}, err
 		}},
 		{"transaction_timeout", "transaction_timeout SECONDS", "The time a whole LNet operation may take", func(v string) (*lnetv1.SetGlobalsRequest, error) {
-			f, err := strconv.ParseFloat(v, 64)
-			return &lnetv1.SetGlobalsRequest{TransactionTimeout: &f}, err
+			f, err := secondsArg(v)
+			return &lnetv1.SetGlobalsRequest{TransactionTimeout: f}, err
 		}},
 		{"health_sensitivity", "health_sensitivity N", "Health lost per failed send, out of 1000 (0: health off)", func(v string) (*lnetv1.SetGlobalsRequest, error) {
-			n, err := strconv.ParseInt(v, 10, 32)
-			n32 := int32(n)
-			return &lnetv1.SetGlobalsRequest{HealthSensitivity: &n32}, err
+			n, err := int32Arg(v)
+			return &lnetv1.SetGlobalsRequest{HealthSensitivity: n}, err
 		}},
 		{"recovery_interval", "recovery_interval SECONDS", "How often unhealthy NIs and peer NIs are pinged", func(v string) (*lnetv1.SetGlobalsRequest, error) {
-			f, err := strconv.ParseFloat(v, 64)
-			return &lnetv1.SetGlobalsRequest{RecoveryInterval: &f}, err
+			f, err := secondsArg(v)
+			return &lnetv1.SetGlobalsRequest{RecoveryInterval: f}, err
 		}},
 	} {
 		set.AddCommand(&cobra.Command{
@@ -439,6 +437,18 @@ func globalsYAML(g *lnetv1.Globals) yamlGlobals {
 	}
 	return yamlGlobals{Discovery: d, RetryCount: g.GetRetryCount(), TransactionTimeout: g.GetTransactionTimeout(),
 		HealthSensitivity: g.GetHealthSensitivity(), RecoveryInterval: g.GetRecoveryInterval()}
+}
+
+// int32Arg and secondsArg read lnetctl set's integer and seconds values.
+func int32Arg(v string) (*int32, error) {
+	n, err := strconv.ParseInt(v, 10, 32)
+	n32 := int32(n)
+	return &n32, err
+}
+
+func secondsArg(v string) (*float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	return &f, err
 }
 
 // parseBit reads 0 or 1, as lnetctl set discovery takes them.

@@ -514,11 +514,7 @@ func TestTmpfile(t *testing.T) {
 	s.OpenFile(u, y.FID, OpenReadWrite|OpenTmpfile)
 	check(t, s)
 	s.Close()
-	s2, err := Open(testConfig(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := newStore2(t, dir)
 	rms, err := s2.DestroyOrphans(root)
 	if err != nil || len(rms) != 1 || rms[0].FID != y.FID {
 		t.Fatalf("DestroyOrphans = %+v, %v", rms, err)
