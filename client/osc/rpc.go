@@ -66,11 +66,8 @@ type brwRPC struct {
 	sumOK   bool
 }
 
-// pageShifters join the sums of whole pages, by each algorithm.
-var pageShifters = map[ptlrpc.ChecksumType]ptlrpc.Shifter{
-	ptlrpc.ChecksumCRC32:  ptlrpc.ChecksumCRC32.Shifter(PageSize),
-	ptlrpc.ChecksumCRC32C: ptlrpc.ChecksumCRC32C.Shifter(PageSize),
-}
+// crc32Pages and crc32cPages join the sums of whole pages.
+var crc32Pages, crc32cPages = ptlrpc.ChecksumCRC32.Shifter(PageSize), ptlrpc.ChecksumCRC32C.Shifter(PageSize)
 
 // joinSum extends r's checksum over range s of p, about to be added, with
 // the page's sum, if it has one of exactly s.
@@ -83,12 +80,14 @@ func (r *brwRPC) joinSum(p *page, s span) {
 	case !r.sumOK || p.sumType != r.sumType:
 		r.sumOK = false
 	default:
-		n := s.to - s.from
-		sh, ok := pageShifters[r.sumType]
-		if !ok || n != sh.Len() {
-			sh = r.sumType.Shifter(n)
+		switch n := s.to - s.from; {
+		case n == PageSize && r.sumType == ptlrpc.ChecksumCRC32C:
+			r.sum = crc32cPages.Combine(r.sum, p.sum)
+		case n == PageSize && r.sumType == ptlrpc.ChecksumCRC32:
+			r.sum = crc32Pages.Combine(r.sum, p.sum)
+		default: // a part of a page, at either end of the RPC
+			r.sum = r.sumType.Combine(r.sum, p.sum, n)
 		}
-		r.sum = sh.Combine(r.sum, p.sum)
 	}
 }
 
