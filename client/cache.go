@@ -304,6 +304,27 @@ func (c *cache) attr(f fid.FID) (mdc.Attr, *layout.Layout, bool) {
 	return mdc.Attr{}, nil, false
 }
 
+// permAttr returns f's cached attributes if a lock with the PERM bit
+// still covers them, valid or not: a change in a directory calls back its
+// locks' UPDATE bit (the size, times and link count go stale) but keeps
+// PERM, which a change of the mode or the owner calls back.
+func (c *cache) permAttr(f fid.FID) (mdc.Attr, bool) {
+	c.mu.Lock()
+	ino := c.inodes[f]
+	if ino == nil || ino.lock == nil {
+		c.mu.Unlock()
+		return mdc.Attr{}, false
+	}
+	a, l := ino.attr, ino.lock
+	c.mu.Unlock()
+	// (The lock's bits outside the cache's mutex: ldlm runs the hooks,
+	// which take it, without its own.)
+	if l.Gone() || l.Policy().Bits&ldlm.BitPerm == 0 {
+		return mdc.Attr{}, false
+	}
+	return a, true
+}
+
 // lookup returns the FID name in parent leads to, if cached.
 func (c *cache) lookup(parent fid.FID, name string) (fid.FID, bool) {
 	c.mu.Lock()
@@ -316,7 +337,11 @@ func (c *cache) lookup(parent fid.FID, name string) (fid.FID, bool) {
 // under l, and, when name is not empty, the entry name in parent. l may be
 // nil (nothing is cached then, only the attributes of an open inode
 // refreshed).
-func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent fid.FID, name string) {
+//
+// It returns the lock the attributes were cached under before, if l
+// replaced it and nothing else is cached under it: l may cover all it did
+// (ldlm.Client.Retire).
+func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent fid.FID, name string) (replaced *ldlm.ClientLock) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l == nil || l.Gone() { // (gone: dropped by an eviction meanwhile, its hook has run)
@@ -326,11 +351,14 @@ func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent
 				ino.lay = lay
 			}
 		}
-		return
+		return nil
 	}
 	ino := c.getLocked(a.FID)
-	if ino.lock != nil && ino.lock != l {
-		delete(c.byLock, ino.lock)
+	if prev := ino.lock; prev != nil && prev != l {
+		delete(c.byLock, prev)
+		if c.untiedLocked(prev) {
+			replaced = prev
+		}
 	}
 	if !ino.valid || ino.lock != l {
 		ino.dropXattrsLocked() // a new period of validity
@@ -348,6 +376,17 @@ func (c *cache) store(a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent
 		}
 		ino.names[k] = struct{}{}
 	}
+	return replaced
+}
+
+// untiedLocked reports whether nothing is cached under l: no attributes,
+// missing names, name set, or directory read in progress.
+func (c *cache) untiedLocked(l *ldlm.ClientLock) bool {
+	_, attrs := c.byLock[l]
+	_, negs := c.negByLock[l]
+	_, set := c.setByLock[l]
+	_, reading := c.reading[l]
+	return !attrs && !negs && !set && !reading
 }
 
 // forgetEntry drops a cached name (the client itself changes it) and

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/params"
@@ -373,6 +374,73 @@ func madeFile(t *testing.T, fs *client.FS, cred client.Cred, dir client.FID, nam
 		t.Fatal(err)
 	}
 	return f.FID()
+}
+
+// TestConvertedLocksDoNotPileUp: a change in a directory converts the
+// directory lock a client holds (UPDATE goes, LOOKUP stays) and the next
+// getattr is granted a new lock with every bit; the converted one, which
+// the new lock covers, is given back, so that a client alternating the two
+// keeps one lock on the directory, not one more per change (each was
+// scanned by every enqueue on the directory until the LRU dropped it).
+func TestConvertedLocksDoNotPileUp(t *testing.T) {
+	ctx, a, b, cred, d := twoInDir(t)
+	if _, err := a.Getattr(ctx, cred, d.FID); err != nil {
+		t.Fatal(err)
+	}
+	before := a.LockStats()
+	const n = 30
+	for i := range n {
+		madeFile(t, b, cred, d.FID, fmt.Sprint("f", i))
+		got, err := a.Getattr(ctx, cred, d.FID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Nlink != d.Nlink || got.Mtime < d.Mtime {
+			t.Fatalf("getattr after create %d: nlink %d mtime %d, made with nlink %d mtime %d", i, got.Nlink, got.Mtime, d.Nlink, d.Mtime)
+		}
+	}
+	after := a.LockStats()
+	if got := after.Enqueues - before.Enqueues; got < n {
+		t.Fatalf("%d enqueues for %d getattrs of a directory changed before each, want one each", got, n)
+	}
+	if got := after.Served - before.Served; got < n-1 {
+		t.Errorf("%d converted directory locks given back as served, want at least %d", got, n-1)
+	}
+	if after.Locks > before.Locks+1 {
+		t.Errorf("the client holds %d locks after %d getattrs of a changing directory (%d before), want at most one more", after.Locks, n, before.Locks)
+	}
+}
+
+// TestModeUnderPermLock: a directory's mode is answered from the cache
+// while a lock with the PERM bit covers it, also after a change in the
+// directory took its other attributes out of date (no RPC), and follows a
+// chmod by either client at once.
+func TestModeUnderPermLock(t *testing.T) {
+	ctx, a, b, cred, d := twoInDir(t)
+	if _, err := a.Getattr(ctx, cred, d.FID); err != nil {
+		t.Fatal(err)
+	}
+	madeFile(t, b, cred, d.FID, "f") // converts a's lock: UPDATE goes, PERM stays
+	before := a.LockStats()
+	mode, err := a.Mode(ctx, cred, d.FID)
+	if err != nil || mode != syscall.S_IFDIR|0o755 {
+		t.Fatalf("mode %#o (%v), want %#o", mode, err, syscall.S_IFDIR|0o755)
+	}
+	if got := a.LockStats().Enqueues - before.Enqueues; got != 0 {
+		t.Errorf("%d enqueues for the mode of a directory under a PERM lock, want 0", got)
+	}
+	for _, c := range []struct {
+		who  string
+		fs   *client.FS
+		mode uint32
+	}{{"the other client", b, 0o700}, {"this client", a, 0o751}} {
+		if _, err := c.fs.Setattr(ctx, cred, d.FID, client.SetAttr{Valid: mdc.AttrMode, Mode: c.mode}); err != nil {
+			t.Fatal(err)
+		}
+		if mode, err := a.Mode(ctx, cred, d.FID); err != nil || mode != syscall.S_IFDIR|c.mode {
+			t.Errorf("after a chmod %#o by %s: mode %#o (%v)", c.mode, c.who, mode, err)
+		}
+	}
 }
 
 // TestNegativeLookupsKeepOneLock: every lookup of a missing name is granted

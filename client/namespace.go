@@ -169,7 +169,7 @@ func (fs *FS) lookupOnce(ctx context.Context, cred Cred, parent FID, name string
 		}
 		return Attr{}, false, err
 	}
-	fs.cache.store(rep.Attr, rep.Layout, rep.Lock, parent, name)
+	fs.store(ctx, rep.Attr, rep.Layout, rep.Lock, parent, name)
 	if rep.Lock != nil {
 		rep.Lock.Release()
 	}
@@ -270,6 +270,27 @@ func (fs *FS) Getattr(ctx context.Context, cred Cred, f FID) (Attr, error) {
 	return fs.whileLayoutLost("getattr", func() (Attr, bool, error) { return fs.getattr(ctx, cred, f) })
 }
 
+// Mode returns f's mode (type and permission bits): from the cache while
+// a lock covering its permissions is held, even after a change in the
+// directory took the rest of its attributes out of date; otherwise as
+// Getattr does.
+func (fs *FS) Mode(ctx context.Context, cred Cred, f FID) (uint32, error) {
+	if a, ok := fs.cache.permAttr(f); ok {
+		return a.Mode, nil
+	}
+	a, err := fs.Getattr(ctx, cred, f)
+	return a.Mode, err
+}
+
+// store caches what an intent returned (cache.store) and gives back the
+// lock it replaced, if l covers all that one did: a directory's lock
+// converted by a change in it, replaced by the next getattr's.
+func (fs *FS) store(ctx context.Context, a mdc.Attr, lay *layout.Layout, l *ldlm.ClientLock, parent fid.FID, name string) {
+	if old := fs.cache.store(a, lay, l, parent, name); old != nil {
+		fs.lk.Retire(ctx, old, l)
+	}
+}
+
 // getattr is Getattr, once; lost as lookupOnce's.
 func (fs *FS) getattr(ctx context.Context, cred Cred, f FID) (_ Attr, lost bool, _ error) {
 	if a, lay, ok := fs.cache.attr(f); ok {
@@ -282,7 +303,7 @@ func (fs *FS) getattr(ctx context.Context, cred Cred, f FID) (_ Attr, lost bool,
 	if err != nil {
 		return Attr{}, false, err
 	}
-	fs.cache.store(rep.Attr, rep.Layout, rep.Lock, fid.FID{}, "")
+	fs.store(ctx, rep.Attr, rep.Layout, rep.Lock, fid.FID{}, "")
 	if rep.Lock != nil {
 		rep.Lock.Release()
 	}

@@ -93,6 +93,9 @@ type ClientStats struct {
 	// Duplicates counts intent locks given back at once because a lock
 	// the client held already served (the old one was kept).
 	Duplicates uint64
+	// Served counts unused inode bits locks given back because a lock
+	// granted since on the same resource covers all they did (Retire).
+	Served uint64
 	// CancelRPCs counts LDLM_CANCEL requests; EarlyCancels the handles
 	// carried inside enqueues instead; Converts the LDLM_CONVERTs that
 	// kept some bits of a lock a blocking AST asked for.
@@ -127,7 +130,7 @@ type Client struct {
 	}
 
 	enqueues, matches, duplicates, cancelRPCs, earlyCancels, convertRPCs, blASTs, cpASTs, glASTs atomic.Uint64
-	glimpses                                                                                     atomic.Uint64
+	glimpses, served                                                                             atomic.Uint64
 }
 
 // clientNS is a client's view of one target's namespace.
@@ -344,6 +347,7 @@ func (c *Client) Stats() ClientStats {
 	}
 	c.mu.Unlock()
 	st.Enqueues, st.Matches, st.Duplicates, st.Glimpses = c.enqueues.Load(), c.matches.Load(), c.duplicates.Load(), c.glimpses.Load()
+	st.Served = c.served.Load()
 	st.CancelRPCs, st.EarlyCancels, st.Converts = c.cancelRPCs.Load(), c.earlyCancels.Load(), c.convertRPCs.Load()
 	st.BlockingASTs, st.CompletionASTs, st.GlimpseASTs = c.blASTs.Load(), c.cpASTs.Load(), c.glASTs.Load()
 	return st
@@ -829,6 +833,42 @@ func (c *Client) keepOldLocked(l *ClientLock) *ClientLock {
 		return old
 	}
 	return nil
+}
+
+// Retire gives back old, an unused inode bits lock under which its
+// owner caches nothing any more, because by, granted since on the same
+// resource, covers all old did (same mode or stronger, a superset of its
+// bits). Its Blocking hook runs, on the caller's goroutine, for anything
+// cached under it meanwhile; its handle rides on the next request (early
+// cancel). It does nothing and returns false if old is in use, being
+// called back or given back already, or not covered by by.
+//
+// Without it such locks pile up on one resource: a directory's lock keeps
+// its LOOKUP bit when a change in the directory calls back UPDATE
+// (conversion), the next getattr of the directory is granted a new lock
+// with every bit, the next change converts that one, and so on, one lock
+// more per change until the LRU drops them, each scanned by every
+// enqueue on the resource.
+func (c *Client) Retire(ctx context.Context, old, by *ClientLock) bool {
+	if old == nil || by == nil || old == by {
+		return false
+	}
+	c.mu.Lock()
+	if old.ns != by.ns || old.Resource != by.Resource || old.Resource.Type != TypeIBits ||
+		old.state != lockGranted || old.users != 0 || old.cbPending || old.remote == 0 ||
+		by.state != lockGranted || by.cbPending || !serves(TypeIBits, by.mode, by.policy, old.mode, old.policy) {
+		c.mu.Unlock()
+		return false
+	}
+	if old.lru != nil {
+		old.ns.lru.Remove(old.lru)
+		old.lru = nil
+	}
+	old.state = lockCancelling
+	c.mu.Unlock()
+	c.served.Add(1)
+	c.giveBack(ctx, old)
+	return true
 }
 
 // takePendingLocked takes up to CancelBatch of the handles ns has given

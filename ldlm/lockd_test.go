@@ -1319,3 +1319,86 @@ func TestPendingGrantTimer(t *testing.T) {
 		t.Fatalf("server stats %+v: want two callback timeouts", st)
 	}
 }
+
+// TestRetire: an unused inode bits lock that a lock granted since on the
+// same resource covers is given back (its hook runs, the server hears of
+// it), and one that is in use, has a bit or a mode the newer lock lacks,
+// or is an extent lock is not.
+func TestRetire(t *testing.T) {
+	lc := newLockCluster(t, 1, 0)
+	a := lc.node(0, ClientConfig{CancelDelay: 10 * time.Millisecond})
+	ctx := ctxT(t, 10*time.Second)
+	var hooked atomic.Int32
+	hooks := Hooks{Blocking: func(context.Context, *ClientLock, bool) { hooked.Add(1) }}
+	take := func(res Resource, m Mode, p Policy) *ClientLock {
+		t.Helper()
+		l, _, _, err := a.lc.Enqueue(ctx, a.imp, Enqueue{Resource: res, Mode: m, Policy: p, Hooks: hooks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	all := Policy{Bits: BitLookup | BitUpdate | BitPerm}
+	for i, c := range []struct {
+		name        string
+		oldMode     Mode
+		byMode      Mode // PR if zero
+		old, by     Policy
+		inUse       bool
+		extent      bool
+		wantRetired bool
+	}{
+		{name: "covered", oldMode: PR, old: Policy{Bits: BitLookup | BitPerm}, by: all, wantRetired: true},
+		{name: "in use", oldMode: PR, old: Policy{Bits: BitLookup | BitPerm}, by: all, inUse: true},
+		{name: "a bit more", oldMode: PR, old: Policy{Bits: BitLookup | BitLayout}, by: all},
+		// CW is compatible with CR but not served by it.
+		{name: "mode not served", oldMode: CW, old: Policy{Bits: BitLookup}, byMode: CR, by: all},
+		{name: "extent", oldMode: CR, old: Policy{Extent: Extent{0, 4095}}, by: Policy{Extent: Whole}, extent: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := Resource{ID: ResID{uint64(100 + i)}, Type: TypeIBits}
+			if c.extent {
+				res.Type = TypeExtent
+			}
+			old := take(res, c.oldMode, c.old)
+			if !c.inUse {
+				old.Release()
+			}
+			byMode := c.byMode
+			if byMode == 0 {
+				byMode = PR
+			}
+			by := take(res, byMode, c.by)
+			defer by.Release()
+			if old == by {
+				t.Fatalf("the second enqueue was served by the first lock (%v)", c.old)
+			}
+			before, hooks0 := a.lc.Stats().Served, hooked.Load()
+			got := a.lc.Retire(ctx, old, by)
+			if got != c.wantRetired {
+				t.Fatalf("Retire = %v, want %v", got, c.wantRetired)
+			}
+			if c.inUse {
+				old.Release()
+			}
+			if !got {
+				if old.Gone() || a.lc.Stats().Served != before {
+					t.Errorf("a lock not retired is gone (%v) or counted", old.Gone())
+				}
+				return
+			}
+			if !old.Gone() || a.lc.Stats().Served != before+1 || hooked.Load() != hooks0+1 {
+				t.Errorf("retired: gone %v, served %d->%d, hook ran %d times", old.Gone(), before, a.lc.Stats().Served, hooked.Load()-hooks0)
+			}
+			// The server hears of it (the flusher sends the cancel when no
+			// request carries it).
+			deadline := time.Now().Add(5 * time.Second)
+			for len(lc.lockd.Locks(res)) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the server still holds %d locks on the resource, want 1", len(lc.lockd.Locks(res)))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}

@@ -91,7 +91,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, errno
 	}
 	fillEntry(a, out, true)
-	if pa, err := n.m.fs.Getattr(ctx, cred, n.fid); err != nil || pa.Mode&0o111 != 0o111 {
+	if mode, err := n.m.fs.Mode(ctx, cred, n.fid); err != nil || mode&0o111 != 0o111 {
 		out.SetEntryTimeout(0)
 	}
 	return n.child(ctx, a), 0
