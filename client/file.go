@@ -172,10 +172,18 @@ func (fs *FS) opened(ctx context.Context, cred Cred, mf *mdc.File, flags uint64,
 	fs.cache.mu.Unlock()
 	entryLocked := false
 	if mf.Lock != nil {
-		// The open lock (LOOKUP, LAYOUT) stays in the LRU; its callback
-		// says the layout changed, and that the name it was opened by
-		// may lead elsewhere now.
-		entryLocked = fs.cache.openLock(mf.FID, mf.Lock, name)
+		if mf.Created && name.name != "" && mf.Lock.Policy().Bits&ldlm.BitUpdate != 0 {
+			// A file this open made, granted with its attributes (the
+			// MDT's getattr bits): cached as a getattr's are, so that a
+			// stat that follows asks the MDT nothing.
+			fs.store(ctx, mf.Attr, mf.Layout, mf.Lock, name.parent, name.name)
+			entryLocked = !mf.Lock.Gone()
+		} else {
+			// The open lock (LOOKUP, LAYOUT) stays in the LRU; its
+			// callback says the layout changed, and that the name it was
+			// opened by may lead elsewhere now.
+			entryLocked = fs.cache.openLock(mf.FID, mf.Lock, name)
+		}
 		mf.Lock.Release()
 		mf.Lock = nil
 	} else if mf.Attr.Mode&sIFMT == sIFREG {

@@ -164,7 +164,8 @@ func (m *MDT) attrReply(f fid.FID, withLayout bool) (*mdsv1.IntentReply, error) 
 }
 
 // intentOpen serves IT_OPEN (with IT_CREAT, O_CREAT): the open, then a
-// LOOKUP lock on the file with its attributes read under it.
+// LOOKUP lock on the file (LOOKUP, UPDATE and PERM on one it made) with
+// its attributes read under it.
 func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) ldlm.IntentResult {
 	// The layout is read once the LAYOUT lock is granted: read before,
 	// it may have been swapped (lfs migrate, HSM release) meanwhile, and
@@ -190,8 +191,14 @@ func (m *MDT) intentOpen(ctx context.Context, r *ptlrpc.Request, q *intentReq) l
 		return noLock(rep)
 	}
 	bits := openBits
-	if tmpfile(q.open.flags) {
+	switch {
+	case tmpfile(q.open.flags):
 		bits = 0 // no name to cover
+	case res.created:
+		// A file this open made: nobody else can hold a lock on it yet,
+		// so its attributes come with the lock, as a mknod's do, and a
+		// stat that follows needs no getattr.
+		bits = getattrBits
 	}
 	if reg {
 		bits |= ldlm.BitLayout
