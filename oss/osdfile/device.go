@@ -392,17 +392,39 @@ func (d *Device) GetAttr(ctx context.Context, f fid.FID) (osd.Attr, error) {
 		a.Blocks = 0 // a lazy object: no file, no blocks
 		return a, nil
 	}
-	var st unix.Stat_t
+	// Punches and truncates committed but not yet applied to the file
+	// free its blocks there already, as reads see holes there already:
+	// the lock server hands these blocks out right after the change. The
+	// committer applies them without the object lock: one applied between
+	// the stat and the look at the data would count its blocks as still
+	// there, so the stat is taken again after the look, until the two
+	// agree.
+	var st, after unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return osd.Attr{}, d.errorf("getattr %v: stat: %w", f, err)
 	}
-	// Punches and truncates committed but not yet applied to the file
-	// free its blocks there already, as reads see holes there already:
-	// the lock server hands these blocks out right after the change.
-	freed := pendingFreed(fd, pend, uint64(max(st.Blksize, 512)))
-	a.Blocks = uint64(st.Blocks) - min(uint64(st.Blocks), freed/512)
-	return a, nil
+	for try := 0; ; try++ {
+		freed := pendingFreed(fd, pend, uint64(max(st.Blksize, 512)))
+		a.Blocks = uint64(st.Blocks) - min(uint64(st.Blocks), freed/512)
+		if len(pend) == 0 || try == getattrTries {
+			return a, nil
+		}
+		if err := unix.Fstat(fd, &after); err != nil {
+			return osd.Attr{}, d.errorf("getattr %v: stat: %w", f, err)
+		}
+		if after.Blocks == st.Blocks {
+			return a, nil
+		}
+		st = after
+		o.mu.Lock()
+		pend = o.mu.pend
+		o.mu.Unlock()
+	}
 }
+
+// getattrTries bounds the looks GetAttr takes again when the file's blocks
+// change under it.
+const getattrTries = 8
 
 // pendingFreed returns how many bytes of fd's allocated blocks the pending
 // punches and truncates in pend drop: the data, found with SEEK_DATA and
