@@ -69,6 +69,18 @@ type brwRPC struct {
 // crc32Pages and crc32cPages join the sums of whole pages.
 var crc32Pages, crc32cPages = ptlrpc.ChecksumCRC32.Shifter(PageSize), ptlrpc.ChecksumCRC32C.Shifter(PageSize)
 
+// pageShifter returns the Shifter joining whole pages summed by t, nil for
+// an algorithm without one.
+func pageShifter(t ptlrpc.ChecksumType) *ptlrpc.Shifter {
+	switch t {
+	case ptlrpc.ChecksumCRC32C:
+		return &crc32cPages
+	case ptlrpc.ChecksumCRC32:
+		return &crc32Pages
+	}
+	return nil
+}
+
 // joinSum extends r's checksum over range s of p, about to be added, with
 // the page's sum, if it has one of exactly s.
 func (r *brwRPC) joinSum(p *page, s span) {
@@ -80,12 +92,10 @@ func (r *brwRPC) joinSum(p *page, s span) {
 	case !r.sumOK || p.sumType != r.sumType:
 		r.sumOK = false
 	default:
-		switch n := s.to - s.from; {
-		case n == PageSize && r.sumType == ptlrpc.ChecksumCRC32C:
-			r.sum = crc32cPages.Combine(r.sum, p.sum)
-		case n == PageSize && r.sumType == ptlrpc.ChecksumCRC32:
-			r.sum = crc32Pages.Combine(r.sum, p.sum)
-		default: // a part of a page, at either end of the RPC
+		n := s.to - s.from
+		if sh := pageShifter(r.sumType); sh != nil && n == sh.Len() {
+			r.sum = sh.Combine(r.sum, p.sum)
+		} else { // a part of a page, at either end of the RPC
 			r.sum = r.sumType.Combine(r.sum, p.sum, n)
 		}
 	}

@@ -110,13 +110,6 @@ func TestKeptRepliesForgotten(t *testing.T) {
 	c := newCluster(t, 0, nil)
 	n := c.client()
 	ctx := ctxT(t, time.Minute)
-	kept := func() int {
-		k, err := c.mdt.Store().KeptReplies("client-0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
 	for _, name := range []string{"a", "b", "c"} {
 		if _, err := n.mdc.Mkdir(ctx, root, n.root, name, 0o755); err != nil {
 			t.Fatal(err)
@@ -130,11 +123,8 @@ func TestKeptRepliesForgotten(t *testing.T) {
 	if err := n.imp.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for kept() != 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("%d replies kept after the client disconnected", kept())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if k := keptReplies(ctx, t, c, 0); k != 0 {
+		t.Fatalf("%d replies kept after the client disconnected", k)
 	}
 }
 
