@@ -32,6 +32,12 @@ var (
 	// replies after a timeout); LNDs should count them and log at debug
 	// level, not tear down the connection.
 	ErrDropped = errors.New("lnet: message dropped")
+	// ErrExist: AddNet was given a NID the node has already.
+	ErrExist = errors.New("lnet: NI exists")
+	// ErrNotFound: DelNet matched no NI.
+	ErrNotFound = errors.New("lnet: no such NI")
+	// ErrBusy: DelNet would take away the net a route's gateway is on.
+	ErrBusy = errors.New("lnet: NI in use")
 	// ErrNotLoopback: PutLocal was asked to reach a process other than
 	// this LNet's own (IsSelf).
 	ErrNotLoopback = errors.New("lnet: not a loopback target")

@@ -25,11 +25,12 @@ type LNet struct {
 	glob        globals      // the other Globals
 	cfg         Config
 
-	// Immutable after New.
-	nis     []*ni // nis[0] is 0@lo
-	lo      *ni
-	niByNID map[wire.NID]*ni
-	byNet   map[wire.Net][]*ni // the NIs of each net but lo, in configuration order
+	lo *ni // 0@lo, there from New to Close
+	// nit is the NI table. AddNet and DelNet replace it whole (copy on
+	// write), so readers load it and need no lock; niMu orders the
+	// writers (and Close's shutdown of the NIs after them).
+	nit  atomic.Pointer[niTable]
+	niMu sync.Mutex
 
 	rtr rtrPool  // router buffers (router.go)
 	rec recovery // the housekeeping goroutine (recovery.go)
@@ -93,6 +94,7 @@ type ni struct {
 	ln         *LNet
 	nid        wire.NID
 	iface      string
+	opts       map[string]string // the driver's options
 	host       *niHost
 	maxWaiting int
 
@@ -100,6 +102,7 @@ type ni struct {
 
 	// Protected by LNet.net.
 	lnd        LND      // nil until the driver's Startup returns
+	gone       bool     // deleted (DelNet): no longer selected
 	tun        Tunables // after defaults
 	credits    int      // send credits left; negative: that many wait on txq
 	minCredits int      // low-water mark of credits
@@ -164,8 +167,6 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 		pid:         cfg.PID,
 		incarnation: newIncarnation(),
 		cfg:         cfg,
-		niByNID:     map[wire.NID]*ni{},
-		byNet:       map[wire.Net][]*ni{},
 	}
 	ln.rtr.max = cfg.RouterBuffers
 	ln.timeout.Store(int64(cfg.TransactionTimeout))
@@ -180,47 +181,19 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 	ln.net.routes = map[wire.Net][]*route{}
 	ln.net.gateways = map[wire.NID]*gateway{}
 
-	drivers := make([]Driver, len(specs))
-	for i, s := range specs {
-		d, ok := LookupDriver(s.nid.Net.Type)
-		if !ok {
-			return nil, fmt.Errorf("%w: no LND registered for net type %v (import its driver package, e.g. lnd/lolnd or lnd/socklnd)", ErrInvalid, s.nid.Net.Type)
-		}
-		drivers[i] = d
-		n := &ni{ln: ln, nid: s.nid, iface: s.iface, health: healthMax}
-		n.host = &niHost{ln: ln, ni: n}
-		n.setTunablesLocked(s.tun.withDefaults(), cfg.MaxWaiting)
-		ln.nis = append(ln.nis, n)
-		ln.niByNID[n.nid] = n
-		if n.nid.Net.Type != wire.LO {
-			ln.byNet[n.nid.Net] = append(ln.byNet[n.nid.Net], n)
-		}
+	drivers, nis, err := ln.newNIs(specs)
+	if err != nil {
+		return nil, err
 	}
-	ln.lo = ln.nis[0]
+	ln.lo = nis[0]
+	ln.nit.Store(newNITable(nis, cfg.Networks))
 	ln.timer.start(ln)
 
-	for i, s := range specs {
-		n := ln.nis[i]
-		lnd, err := drivers[i].Startup(ctx, NIConfig{
-			NID:         s.nid,
-			Interface:   s.iface,
-			PID:         ln.pid,
-			Incarnation: ln.incarnation,
-			Tunables:    s.tun,
-			Options:     s.opts,
-			Logger:      cfg.Logger.With("ni", s.nid.String()),
-		}, n.host)
-		if err != nil {
-			err = fmt.Errorf("lnet: start NI %v: %w", s.nid, err)
+	for i, n := range nis {
+		if err := ln.startNI(ctx, drivers[i], n, specs[i]); err != nil {
 			ln.Close(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		ln.net.Lock()
-		n.lnd = lnd
-		n.setTunablesLocked(lnd.Tunables().withDefaults(), cfg.MaxWaiting)
-		ln.net.Unlock()
-		ln.drain(n) // anything an early incoming message made us send
-		ln.log.Info("NI up", "nid", n.nid, "interface", n.iface, "credits", n.tun.Credits, "peer_credits", n.tun.PeerCredits)
 	}
 	fail := func(err error) (*LNet, error) {
 		ln.Close(context.WithoutCancel(ctx))
@@ -231,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 			return fail(fmt.Errorf("lnet: config: %w", err))
 		}
 	}
-	if len(ln.nis) > 1 {
+	if len(nis) > 1 {
 		ln.checkLinks(osLinks())
 	}
 	if err := ln.refreshPingMD(); err != nil {
@@ -277,10 +250,12 @@ func (n *ni) setTunablesLocked(t Tunables, maxWaiting int) {
 	}
 }
 
-// NIDs returns the node's NIDs, 0@lo first, in configuration order.
+// NIDs returns the node's NIDs, 0@lo first, in configuration order (NIs
+// added at run time last).
 func (ln *LNet) NIDs() []wire.NID {
-	out := make([]wire.NID, len(ln.nis))
-	for i, n := range ln.nis {
+	nis := ln.nis()
+	out := make([]wire.NID, len(nis))
+	for i, n := range nis {
 		out[i] = n.nid
 	}
 	return out
@@ -302,7 +277,7 @@ func (ln *LNet) Config() Config {
 	if c.HealthSensitivity = g.HealthSensitivity; c.HealthSensitivity == 0 {
 		c.HealthSensitivity = -1 // (0 is the default in a Config)
 	}
-	c.Networks = slices.Clone(c.Networks)
+	c.Networks = slices.Clone(ln.nit.Load().nets)
 	c.Routes = slices.Clone(c.Routes)
 	return c
 }
@@ -322,7 +297,7 @@ func (ln *LNet) SetTransactionTimeout(d time.Duration) {
 
 // isLocal reports whether nid is one of this node's NIDs.
 func (ln *LNet) isLocal(nid wire.NID) bool {
-	_, ok := ln.niByNID[nid]
+	_, ok := ln.nit.Load().byNID[nid]
 	return ok
 }
 
@@ -354,17 +329,23 @@ func (ln *LNet) close(ctx context.Context) error {
 		}()
 	}
 
+	// No NI comes or goes from here on (one being added or deleted is
+	// first done with).
+	ln.niMu.Lock()
+	defer ln.niMu.Unlock()
+	nis := ln.nis()
+
 	// Stop handing messages to the LNDs and take back every message still
 	// waiting for credits.
 	ln.net.Lock()
 	ln.net.closed = true
-	for _, n := range ln.nis {
+	for _, n := range nis {
 		for n.sending {
 			ln.net.idle.Wait()
 		}
 	}
 	var failed []*msg
-	for _, n := range ln.nis {
+	for _, n := range nis {
 		for _, m := range n.ready {
 			failed = append(failed, m)
 			ln.returnCreditsLocked(m, nil)
@@ -394,8 +375,8 @@ func (ln *LNet) close(ctx context.Context) error {
 
 	// Shut the NIs down, lo last.
 	var errs []error
-	for i := len(ln.nis) - 1; i >= 0; i-- {
-		n := ln.nis[i]
+	for i := len(nis) - 1; i >= 0; i-- {
+		n := nis[i]
 		ln.net.Lock()
 		lnd := n.lnd
 		ln.net.Unlock()

@@ -100,9 +100,8 @@ func deadNextHopLocked(n *ni, lp *peerNI, now time.Time) bool {
 func (lp *peerNI) idleLocked() bool { return lp.credits == lp.maxCredits && lp.txq.n == 0 }
 
 // netNIs returns the local NIs on net, in configuration order (nil
-// for lo and for nets this node is not on). The table is immutable after
-// New: no lock needed.
-func (ln *LNet) netNIs(net wire.Net) []*ni { return ln.byNet[net] }
+// for lo and for nets this node is not on).
+func (ln *LNet) netNIs(net wire.Net) []*ni { return ln.nit.Load().byNet[net] }
 
 // peerNILocked returns the peer NI of nid, creating it (and a peer of its
 // own) if it is new, with the peer credits of the local NI on its net (or
@@ -273,14 +272,18 @@ func (ln *LNet) selectPathLocked(m *msg) error {
 	if glp.peer.mr {
 		glp = pickPeerNI(glp.peer, gw.nid.Net)
 	}
-	return ln.setPathLocked(m, ln.netNIs(gw.nid.Net), glp)
+	locals := ln.netNIs(gw.nid.Net)
+	if len(locals) == 0 { // (DelNet keeps the nets of gateways: not expected)
+		return &routeError{dst: dst, why: "no NI on the gateway's net " + gw.nid.Net.String()}
+	}
+	return ln.setPathLocked(m, locals, glp)
 }
 
 // setPathLocked picks the local NI among locals (or takes m.forceNI), and
 // records the choice of it and of the peer NI lp in m.
 func (ln *LNet) setPathLocked(m *msg, locals []*ni, lp *peerNI) error {
 	n := m.forceNI
-	if n == nil || n.nid.Net != locals[0].nid.Net {
+	if n == nil || n.gone || n.nid.Net != locals[0].nid.Net {
 		n = locals[0]
 		for _, o := range locals[1:] {
 			if o.score().better(n.score()) {

@@ -27,10 +27,11 @@ const maxDiscoveries = 64
 
 // pingInfo returns what this node answers pings with.
 func (ln *LNet) pingInfo() wire.PingInfo {
+	nis := ln.nis()
 	info := wire.PingInfo{
 		Features: wire.PingFeatBase | wire.PingFeatNIStatus | wire.PingFeatMultiRail,
 		PID:      ln.pid,
-		NIDs:     make([]wire.NIDStatus, len(ln.nis)),
+		NIDs:     make([]wire.NIDStatus, len(nis)),
 	}
 	if ln.discoveryOn() {
 		info.Features |= wire.PingFeatDiscovery
@@ -39,7 +40,7 @@ func (ln *LNet) pingInfo() wire.PingInfo {
 		info.Features |= wire.PingFeatRoutingDisabled
 	}
 	ln.net.Lock()
-	for i, n := range ln.nis {
+	for i, n := range nis {
 		st := wire.NIStatusUp
 		if n.linkDown {
 			st = wire.NIStatusDown

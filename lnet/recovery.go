@@ -75,7 +75,7 @@ func (ln *LNet) recoveryLoop() {
 
 // recoveryTick does one round of housekeeping.
 func (ln *LNet) recoveryTick(now time.Time) {
-	if len(ln.nis) > 1 && now.Sub(ln.rec.lastLinks) >= ln.recoveryInterval() {
+	if len(ln.nis()) > 1 && now.Sub(ln.rec.lastLinks) >= ln.recoveryInterval() {
 		ln.rec.lastLinks = now
 		if ln.checkLinks(osLinks()) {
 			if err := ln.refreshPingMD(); err != nil {
@@ -107,7 +107,7 @@ func (ln *LNet) recoveryTick(now time.Time) {
 		}})
 	}
 	if ln.healthSensitivity() > 0 {
-		for _, n := range ln.nis[1:] {
+		for _, n := range ln.nis()[1:] {
 			if n.health >= healthMax || n.linkDown || n.recovering || now.Before(n.nextRecovery) {
 				continue
 			}
@@ -255,7 +255,7 @@ func (ln *LNet) checkLinks(links map[netip.Addr]bool) bool {
 		return false
 	}
 	changed := false
-	for _, n := range ln.nis[1:] {
+	for _, n := range ln.nis()[1:] {
 		if !n.nid.Addr.IsValid() {
 			continue
 		}

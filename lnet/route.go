@@ -178,6 +178,13 @@ func (ln *LNet) AddRoute(r Route) error {
 	if err := r.validate(); err != nil {
 		return err
 	}
+	ln.net.Lock()
+	defer ln.net.Unlock()
+	if ln.net.closed {
+		return ErrShutdown
+	}
+	// Under ln.net: DelNet takes a net away under it, once no route's
+	// gateway is on it.
 	if len(ln.netNIs(r.Gateway.Net)) == 0 {
 		return fmt.Errorf("%w: route to %v: gateway %v is not on a net of this node", ErrInvalid, r.Net, r.Gateway)
 	}
@@ -186,11 +193,6 @@ func (ln *LNet) AddRoute(r Route) error {
 	}
 	if ln.isLocal(r.Gateway) {
 		return fmt.Errorf("%w: route to %v: gateway %v is this node", ErrInvalid, r.Net, r.Gateway)
-	}
-	ln.net.Lock()
-	defer ln.net.Unlock()
-	if ln.net.closed {
-		return ErrShutdown
 	}
 	for _, old := range ln.net.routes[r.Net] {
 		if old.Gateway == r.Gateway {

@@ -17,31 +17,29 @@ import (
 // 0@lo) and no drivers: enough for selectPathLocked and the route table.
 func testNet(t *testing.T, nids ...string) *LNet {
 	t.Helper()
-	ln := &LNet{log: slog.New(slog.DiscardHandler), niByNID: map[wire.NID]*ni{}, byNet: map[wire.Net][]*ni{}}
+	ln := &LNet{log: slog.New(slog.DiscardHandler)}
 	ln.cfg = Config{}.withDefaults()
 	ln.glob.init(ln.cfg)
 	ln.net.peers = map[wire.NID]*peerNI{}
 	ln.net.recovery = map[*peerNI]struct{}{}
 	ln.net.routes = map[wire.Net][]*route{}
 	ln.net.gateways = map[wire.NID]*gateway{}
+	var nis []*ni
 	add := func(nid wire.NID) {
 		n := &ni{ln: ln, nid: nid, health: healthMax}
 		n.setTunablesLocked(Tunables{Credits: 8, PeerCredits: 4}, 0)
-		ln.nis = append(ln.nis, n)
-		ln.niByNID[nid] = n
-		if nid.Net.Type != wire.LO {
-			ln.byNet[nid.Net] = append(ln.byNet[nid.Net], n)
-		}
+		nis = append(nis, n)
 	}
 	add(wire.LoNID)
-	ln.lo = ln.nis[0]
+	ln.lo = nis[0]
 	for _, s := range nids {
 		add(wire.MustParseNID(s))
 	}
+	ln.nit.Store(newNITable(nis, nil))
 	return ln
 }
 
-func (ln *LNet) testNI(s string) *ni { return ln.niByNID[wire.MustParseNID(s)] }
+func (ln *LNet) testNI(s string) *ni { return ln.nit.Load().byNID[wire.MustParseNID(s)] }
 
 // testPeer makes a discovered multi-rail peer with the given NIDs.
 func (ln *LNet) testPeer(t *testing.T, nids ...string) []*peerNI {

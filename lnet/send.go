@@ -435,7 +435,7 @@ func (ln *LNet) drain(n *ni) {
 		n.ready = nil // let a burst's array go
 	}
 	n.sending = false
-	if ln.net.closed {
+	if ln.net.closed || n.gone {
 		ln.net.idle.Broadcast()
 	}
 	ln.net.Unlock()

@@ -75,7 +75,7 @@ func (ln *LNet) Stats() Stats {
 	var s Stats
 	var lnds []CountingLND // read after unlocking: an LND takes locks of its own
 	ln.net.Lock()
-	for _, n := range ln.nis {
+	for _, n := range ln.nis() {
 		c, _ := n.lnd.(CountingLND)
 		lnds = append(lnds, c)
 		st := wire.NIStatusUp

@@ -160,6 +160,48 @@ func TestLNetServeLnetctlAndLst(t *testing.T) {
 		t.Fatalf("stats show: %v\n%s", err, out)
 	}
 
+	// Nets added and deleted at run time: node 3 pings node 2 over a net
+	// both added; once node 2 deletes it, that fails, and the net is gone
+	// from net show. Refusals say why, without the hint for a dead node.
+	for _, n := range []struct{ sock, ip string }{{sock2, "127.0.0.12"}, {sock3, "127.0.0.13"}} {
+		out, err := nacre(t, "lnetctl", "--socket", n.sock, "net", "add", "--net", "tcp5", "--ip", n.ip, "--peer-credits", "16")
+		if err != nil || !strings.Contains(out, n.ip+"@tcp5") {
+			t.Fatalf("net add: %v\n%s", err, out)
+		}
+	}
+	out, err = nacre(t, "lnetctl", "--socket", sock2, "net", "show", "-v")
+	if err != nil || yaml.Unmarshal([]byte(out), &nets) != nil || len(nets.Net) != 3 || nets.Net[2].NetType != "tcp5" ||
+		nets.Net[2].NIs[0].NID != "127.0.0.12@tcp5" || nets.Net[2].NIs[0].Tunables["peer_credits"] != 16 {
+		t.Fatalf("net show after net add: %v\n%s", err, out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock3, "ping", "127.0.0.12@tcp5"); err != nil || !strings.Contains(out, "127.0.0.12@tcp5") {
+		t.Fatalf("ping over the added net: %v\n%s", err, out)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add", "--net", "tcp5", "--ip", "127.0.0.12"}, "exists"},
+		{[]string{"add", "--net", "nonet", "--ip", "127.0.0.14"}, "nonet"},
+		{[]string{"add", "--net", "tcp6", "--if", "no-such-if0"}, "no-such-if0"},
+		{[]string{"del", "--net", "lo"}, "0@lo"},
+		{[]string{"del", "--net", "tcp7"}, "not configured"},
+	} {
+		out, err := nacre(t, append([]string{"lnetctl", "--socket", sock2, "net"}, bad.args...)...)
+		if err == nil || !strings.Contains(out, bad.want) || strings.Contains(out, "is an LNet node serving") {
+			t.Fatalf("net %v: %v\n%s", bad.args, err, out)
+		}
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock2, "net", "del", "--net", "tcp5"); err != nil || !strings.Contains(out, "127.0.0.12@tcp5") {
+		t.Fatalf("net del: %v\n%s", err, out)
+	}
+	if out, _ := nacre(t, "lnetctl", "--socket", sock2, "net", "show"); strings.Contains(out, "tcp5") {
+		t.Fatalf("net show after net del:\n%s", out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock3, "--timeout", "3s", "ping", "127.0.0.12@tcp5"); err == nil {
+		t.Fatalf("ping over the deleted net:\n%s", out)
+	}
+
 	// Routes: add, show, delete.
 	if out, err := nacre(t, "lnetctl", "--socket", sock2, "route", "add", "--net", "tcp9", "--gateway", "127.0.0.3@tcp", "--hop", "1"); err != nil {
 		t.Fatalf("route add: %v\n%s", err, out)

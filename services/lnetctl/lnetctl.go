@@ -81,6 +81,53 @@ func (s *Server) ShowNets(_ context.Context, req *lnetv1.ShowNetsRequest) (*lnet
 	return out, nil
 }
 
+// AddNet implements lnetv1.LNetControlServer (lnetctl net add).
+func (s *Server) AddNet(ctx context.Context, req *lnetv1.AddNetRequest) (*lnetv1.AddNetResponse, error) {
+	n, err := wire.ParseNet(req.GetNet())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	nc := lnet.NetConfig{Net: n, Interfaces: req.GetInterfaces(), Tunables: lnet.Tunables{
+		PeerCredits: int(req.GetPeerCredits()), Credits: int(req.GetCredits()), PeerTimeout: time.Duration(req.GetPeerTimeout()) * time.Second,
+	}}
+	if req.GetPeerCredits() < 0 || req.GetCredits() < 0 || req.GetPeerTimeout() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "credits and timeouts cannot be negative")
+	}
+	for _, a := range req.GetAddresses() {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "address %q: %v", a, err)
+		}
+		nc.Addrs = append(nc.Addrs, ip)
+	}
+	nids, err := s.ln.AddNet(ctx, nc)
+	if err != nil {
+		return nil, lnetStatus(err)
+	}
+	return &lnetv1.AddNetResponse{Nids: nidStrings(nids)}, nil
+}
+
+// DeleteNet implements lnetv1.LNetControlServer (lnetctl net del).
+func (s *Server) DeleteNet(ctx context.Context, req *lnetv1.DeleteNetRequest) (*lnetv1.DeleteNetResponse, error) {
+	n, err := wire.ParseNet(req.GetNet())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	nids, err := s.ln.DelNet(ctx, n, req.GetInterfaces())
+	if err != nil {
+		return nil, lnetStatus(err)
+	}
+	return &lnetv1.DeleteNetResponse{Nids: nidStrings(nids)}, nil
+}
+
+func nidStrings(nids []wire.NID) []string {
+	out := make([]string, len(nids))
+	for i, n := range nids {
+		out[i] = n.String()
+	}
+	return out
+}
+
 // interfacesOf names the OS interfaces holding a NID's address.
 func interfacesOf(nid wire.NID) []string {
 	if nid.Net.Type == wire.LO {
@@ -355,8 +402,14 @@ func lnetStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, lnet.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, lnet.ErrNoPeer):
+	case errors.Is(err, lnet.ErrNoPeer), errors.Is(err, lnet.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, lnet.ErrExist):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, lnet.ErrBusy):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, lnet.ErrShutdown):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, lnet.ErrPeerTableFull):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}

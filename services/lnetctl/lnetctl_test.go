@@ -117,3 +117,61 @@ func TestSetGlobals(t *testing.T) {
 		}
 	}
 }
+
+// TestAddDeleteNet: net add and del through the service, and the gRPC
+// codes of their refusals, which lnetctl shows as the node's word.
+func TestAddDeleteNet(t *testing.T) {
+	port := lnettest.FreePort(t, "127.0.3.1", "127.0.3.2")
+	ln := startNode(t, "tcp(127.0.3.1)", port, func(*lnet.Config) {})
+	s := New(ln)
+	ctx := context.Background()
+	code := func(err error) codes.Code { return status.Code(err) }
+
+	r, err := s.AddNet(ctx, &lnetv1.AddNetRequest{Net: "tcp3", Addresses: []string{"127.0.3.2"}, PeerCredits: 4, Credits: 32})
+	if err != nil || len(r.GetNids()) != 1 || r.GetNids()[0] != "127.0.3.2@tcp3" {
+		t.Fatalf("add: %v %v", r, err)
+	}
+	sh, err := s.ShowNets(ctx, &lnetv1.ShowNetsRequest{Verbose: true})
+	if err != nil || len(sh.GetNets()) != 3 {
+		t.Fatalf("show after add: %v %v", sh, err)
+	}
+	if tun := sh.GetNets()[2].GetLocalNis()[0].GetTunables(); sh.GetNets()[2].GetNetType() != "tcp3" || tun.GetPeerCredits() != 4 || tun.GetCredits() != 32 {
+		t.Fatalf("the added net: %v", sh.GetNets()[2])
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"add twice", second(s.AddNet(ctx, &lnetv1.AddNetRequest{Net: "tcp3", Addresses: []string{"127.0.3.2"}})), codes.AlreadyExists},
+		{"add a bad net", second(s.AddNet(ctx, &lnetv1.AddNetRequest{Net: "tcpx", Addresses: []string{"127.0.3.2"}})), codes.InvalidArgument},
+		{"add a bad address", second(s.AddNet(ctx, &lnetv1.AddNetRequest{Net: "tcp4", Addresses: []string{"127.0.3"}})), codes.InvalidArgument},
+		{"add negative credits", second(s.AddNet(ctx, &lnetv1.AddNetRequest{Net: "tcp4", Addresses: []string{"127.0.3.2"}, Credits: -1})), codes.InvalidArgument},
+		{"add lo", second(s.AddNet(ctx, &lnetv1.AddNetRequest{Net: "lo"})), codes.InvalidArgument},
+		{"delete lo", second(s.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: "lo"})), codes.InvalidArgument},
+		{"delete a net not there", second(s.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: "tcp4"})), codes.NotFound},
+		{"delete an interface not there", second(s.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: "tcp3", Interfaces: []string{"eth9"}})), codes.NotFound},
+	} {
+		if code(c.err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
+		}
+	}
+	if err := ln.AddRoute(lnet.Route{Net: wire.Net{Type: wire.TCP, Num: 9}, Gateway: wire.MustParseNID("127.0.3.9@tcp3")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: "tcp3"}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("delete the net of a gateway: %v", err)
+	}
+	if err := ln.DelRoute(wire.Net{Type: wire.TCP, Num: 9}, wire.NID{}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: "tcp3", Interfaces: []string{"127.0.3.2"}})
+	if err != nil || len(d.GetNids()) != 1 || d.GetNids()[0] != "127.0.3.2@tcp3" {
+		t.Fatalf("delete: %v %v", d, err)
+	}
+	if sh, _ := s.ShowNets(ctx, &lnetv1.ShowNetsRequest{}); len(sh.GetNets()) != 2 {
+		t.Fatalf("show after delete: %v", sh)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }

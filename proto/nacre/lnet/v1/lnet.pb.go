@@ -2145,6 +2145,241 @@ func (x *SetGlobalsResponse) GetGlobals() *Globals {
 	return nil
 }
 
+// AddNetRequest brings up NIs on a running node (lnetctl net add).
+type AddNetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The network, e.g. tcp1.
+	Net string `protobuf:"bytes,1,opt,name=net,proto3" json:"net,omitempty"`
+	// OS interfaces: one NI on each (its first IPv4 address). Empty with no
+	// addresses: the first interface with an IPv4 address.
+	Interfaces []string `protobuf:"bytes,2,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// Addresses given literally, one NI on each.
+	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// Tunables left at 0 take the driver's defaults.
+	PeerCredits   int32 `protobuf:"varint,4,opt,name=peer_credits,json=peerCredits,proto3" json:"peer_credits,omitempty"`
+	Credits       int32 `protobuf:"varint,5,opt,name=credits,proto3" json:"credits,omitempty"`
+	PeerTimeout   int32 `protobuf:"varint,6,opt,name=peer_timeout,json=peerTimeout,proto3" json:"peer_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNetRequest) Reset() {
+	*x = AddNetRequest{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNetRequest) ProtoMessage() {}
+
+func (x *AddNetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNetRequest.ProtoReflect.Descriptor instead.
+func (*AddNetRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AddNetRequest) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+func (x *AddNetRequest) GetInterfaces() []string {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+func (x *AddNetRequest) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *AddNetRequest) GetPeerCredits() int32 {
+	if x != nil {
+		return x.PeerCredits
+	}
+	return 0
+}
+
+func (x *AddNetRequest) GetCredits() int32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+func (x *AddNetRequest) GetPeerTimeout() int32 {
+	if x != nil {
+		return x.PeerTimeout
+	}
+	return 0
+}
+
+type AddNetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The NIDs of the NIs brought up.
+	Nids          []string `protobuf:"bytes,1,rep,name=nids,proto3" json:"nids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNetResponse) Reset() {
+	*x = AddNetResponse{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNetResponse) ProtoMessage() {}
+
+func (x *AddNetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNetResponse.ProtoReflect.Descriptor instead.
+func (*AddNetResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *AddNetResponse) GetNids() []string {
+	if x != nil {
+		return x.Nids
+	}
+	return nil
+}
+
+// DeleteNetRequest shuts NIs down on a running node (lnetctl net del).
+type DeleteNetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Net   string                 `protobuf:"bytes,1,opt,name=net,proto3" json:"net,omitempty"`
+	// Only the NIs on these interfaces (or addresses); empty: every NI of
+	// the net.
+	Interfaces    []string `protobuf:"bytes,2,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteNetRequest) Reset() {
+	*x = DeleteNetRequest{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNetRequest) ProtoMessage() {}
+
+func (x *DeleteNetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNetRequest.ProtoReflect.Descriptor instead.
+func (*DeleteNetRequest) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeleteNetRequest) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+func (x *DeleteNetRequest) GetInterfaces() []string {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+type DeleteNetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The NIDs of the NIs shut down.
+	Nids          []string `protobuf:"bytes,1,rep,name=nids,proto3" json:"nids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteNetResponse) Reset() {
+	*x = DeleteNetResponse{}
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNetResponse) ProtoMessage() {}
+
+func (x *DeleteNetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nacre_lnet_v1_lnet_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNetResponse.ProtoReflect.Descriptor instead.
+func (*DeleteNetResponse) Descriptor() ([]byte, []int) {
+	return file_nacre_lnet_v1_lnet_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DeleteNetResponse) GetNids() []string {
+	if x != nil {
+		return x.Nids
+	}
+	return nil
+}
+
 var File_nacre_lnet_v1_lnet_proto protoreflect.FileDescriptor
 
 const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
@@ -2335,9 +2570,29 @@ const file_nacre_lnet_v1_lnet_proto_rawDesc = "" +
 	"\x13_health_sensitivityB\x14\n" +
 	"\x12_recovery_interval\"F\n" +
 	"\x12SetGlobalsResponse\x120\n" +
-	"\aglobals\x18\x01 \x01(\v2\x16.nacre.lnet.v1.GlobalsR\aglobals2\xc4\a\n" +
+	"\aglobals\x18\x01 \x01(\v2\x16.nacre.lnet.v1.GlobalsR\aglobals\"\xbf\x01\n" +
+	"\rAddNetRequest\x12\x10\n" +
+	"\x03net\x18\x01 \x01(\tR\x03net\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x02 \x03(\tR\n" +
+	"interfaces\x12\x1c\n" +
+	"\taddresses\x18\x03 \x03(\tR\taddresses\x12!\n" +
+	"\fpeer_credits\x18\x04 \x01(\x05R\vpeerCredits\x12\x18\n" +
+	"\acredits\x18\x05 \x01(\x05R\acredits\x12!\n" +
+	"\fpeer_timeout\x18\x06 \x01(\x05R\vpeerTimeout\"$\n" +
+	"\x0eAddNetResponse\x12\x12\n" +
+	"\x04nids\x18\x01 \x03(\tR\x04nids\"D\n" +
+	"\x10DeleteNetRequest\x12\x10\n" +
+	"\x03net\x18\x01 \x01(\tR\x03net\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x02 \x03(\tR\n" +
+	"interfaces\"'\n" +
+	"\x11DeleteNetResponse\x12\x12\n" +
+	"\x04nids\x18\x01 \x03(\tR\x04nids2\xdb\b\n" +
 	"\vLNetControl\x12K\n" +
-	"\bShowNets\x12\x1e.nacre.lnet.v1.ShowNetsRequest\x1a\x1f.nacre.lnet.v1.ShowNetsResponse\x12N\n" +
+	"\bShowNets\x12\x1e.nacre.lnet.v1.ShowNetsRequest\x1a\x1f.nacre.lnet.v1.ShowNetsResponse\x12E\n" +
+	"\x06AddNet\x12\x1c.nacre.lnet.v1.AddNetRequest\x1a\x1d.nacre.lnet.v1.AddNetResponse\x12N\n" +
+	"\tDeleteNet\x12\x1f.nacre.lnet.v1.DeleteNetRequest\x1a .nacre.lnet.v1.DeleteNetResponse\x12N\n" +
 	"\tShowPeers\x12\x1f.nacre.lnet.v1.ShowPeersRequest\x1a .nacre.lnet.v1.ShowPeersResponse\x12H\n" +
 	"\aAddPeer\x12\x1d.nacre.lnet.v1.AddPeerRequest\x1a\x1e.nacre.lnet.v1.AddPeerResponse\x12Q\n" +
 	"\n" +
@@ -2365,7 +2620,7 @@ func file_nacre_lnet_v1_lnet_proto_rawDescGZIP() []byte {
 	return file_nacre_lnet_v1_lnet_proto_rawDescData
 }
 
-var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_nacre_lnet_v1_lnet_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*Tunables)(nil),            // 0: nacre.lnet.v1.Tunables
 	(*NIStatistics)(nil),        // 1: nacre.lnet.v1.NIStatistics
@@ -2402,6 +2657,10 @@ var file_nacre_lnet_v1_lnet_proto_goTypes = []any{
 	(*ShowGlobalsResponse)(nil), // 32: nacre.lnet.v1.ShowGlobalsResponse
 	(*SetGlobalsRequest)(nil),   // 33: nacre.lnet.v1.SetGlobalsRequest
 	(*SetGlobalsResponse)(nil),  // 34: nacre.lnet.v1.SetGlobalsResponse
+	(*AddNetRequest)(nil),       // 35: nacre.lnet.v1.AddNetRequest
+	(*AddNetResponse)(nil),      // 36: nacre.lnet.v1.AddNetResponse
+	(*DeleteNetRequest)(nil),    // 37: nacre.lnet.v1.DeleteNetRequest
+	(*DeleteNetResponse)(nil),   // 38: nacre.lnet.v1.DeleteNetResponse
 }
 var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	1,  // 0: nacre.lnet.v1.NI.statistics:type_name -> nacre.lnet.v1.NIStatistics
@@ -2419,31 +2678,35 @@ var file_nacre_lnet_v1_lnet_proto_depIdxs = []int32{
 	30, // 12: nacre.lnet.v1.ShowGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
 	30, // 13: nacre.lnet.v1.SetGlobalsResponse.globals:type_name -> nacre.lnet.v1.Globals
 	6,  // 14: nacre.lnet.v1.LNetControl.ShowNets:input_type -> nacre.lnet.v1.ShowNetsRequest
-	14, // 15: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
-	10, // 16: nacre.lnet.v1.LNetControl.AddPeer:input_type -> nacre.lnet.v1.AddPeerRequest
-	12, // 17: nacre.lnet.v1.LNetControl.DeletePeer:input_type -> nacre.lnet.v1.DeletePeerRequest
-	17, // 18: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
-	19, // 19: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
-	21, // 20: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
-	23, // 21: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
-	25, // 22: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
-	28, // 23: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
-	31, // 24: nacre.lnet.v1.LNetControl.ShowGlobals:input_type -> nacre.lnet.v1.ShowGlobalsRequest
-	33, // 25: nacre.lnet.v1.LNetControl.SetGlobals:input_type -> nacre.lnet.v1.SetGlobalsRequest
-	7,  // 26: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
-	15, // 27: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
-	11, // 28: nacre.lnet.v1.LNetControl.AddPeer:output_type -> nacre.lnet.v1.AddPeerResponse
-	13, // 29: nacre.lnet.v1.LNetControl.DeletePeer:output_type -> nacre.lnet.v1.DeletePeerResponse
-	18, // 30: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
-	20, // 31: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
-	22, // 32: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
-	24, // 33: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
-	26, // 34: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
-	29, // 35: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
-	32, // 36: nacre.lnet.v1.LNetControl.ShowGlobals:output_type -> nacre.lnet.v1.ShowGlobalsResponse
-	34, // 37: nacre.lnet.v1.LNetControl.SetGlobals:output_type -> nacre.lnet.v1.SetGlobalsResponse
-	26, // [26:38] is the sub-list for method output_type
-	14, // [14:26] is the sub-list for method input_type
+	35, // 15: nacre.lnet.v1.LNetControl.AddNet:input_type -> nacre.lnet.v1.AddNetRequest
+	37, // 16: nacre.lnet.v1.LNetControl.DeleteNet:input_type -> nacre.lnet.v1.DeleteNetRequest
+	14, // 17: nacre.lnet.v1.LNetControl.ShowPeers:input_type -> nacre.lnet.v1.ShowPeersRequest
+	10, // 18: nacre.lnet.v1.LNetControl.AddPeer:input_type -> nacre.lnet.v1.AddPeerRequest
+	12, // 19: nacre.lnet.v1.LNetControl.DeletePeer:input_type -> nacre.lnet.v1.DeletePeerRequest
+	17, // 20: nacre.lnet.v1.LNetControl.ShowRoutes:input_type -> nacre.lnet.v1.ShowRoutesRequest
+	19, // 21: nacre.lnet.v1.LNetControl.AddRoute:input_type -> nacre.lnet.v1.AddRouteRequest
+	21, // 22: nacre.lnet.v1.LNetControl.DeleteRoute:input_type -> nacre.lnet.v1.DeleteRouteRequest
+	23, // 23: nacre.lnet.v1.LNetControl.Ping:input_type -> nacre.lnet.v1.PingRequest
+	25, // 24: nacre.lnet.v1.LNetControl.Discover:input_type -> nacre.lnet.v1.DiscoverRequest
+	28, // 25: nacre.lnet.v1.LNetControl.ShowStats:input_type -> nacre.lnet.v1.ShowStatsRequest
+	31, // 26: nacre.lnet.v1.LNetControl.ShowGlobals:input_type -> nacre.lnet.v1.ShowGlobalsRequest
+	33, // 27: nacre.lnet.v1.LNetControl.SetGlobals:input_type -> nacre.lnet.v1.SetGlobalsRequest
+	7,  // 28: nacre.lnet.v1.LNetControl.ShowNets:output_type -> nacre.lnet.v1.ShowNetsResponse
+	36, // 29: nacre.lnet.v1.LNetControl.AddNet:output_type -> nacre.lnet.v1.AddNetResponse
+	38, // 30: nacre.lnet.v1.LNetControl.DeleteNet:output_type -> nacre.lnet.v1.DeleteNetResponse
+	15, // 31: nacre.lnet.v1.LNetControl.ShowPeers:output_type -> nacre.lnet.v1.ShowPeersResponse
+	11, // 32: nacre.lnet.v1.LNetControl.AddPeer:output_type -> nacre.lnet.v1.AddPeerResponse
+	13, // 33: nacre.lnet.v1.LNetControl.DeletePeer:output_type -> nacre.lnet.v1.DeletePeerResponse
+	18, // 34: nacre.lnet.v1.LNetControl.ShowRoutes:output_type -> nacre.lnet.v1.ShowRoutesResponse
+	20, // 35: nacre.lnet.v1.LNetControl.AddRoute:output_type -> nacre.lnet.v1.AddRouteResponse
+	22, // 36: nacre.lnet.v1.LNetControl.DeleteRoute:output_type -> nacre.lnet.v1.DeleteRouteResponse
+	24, // 37: nacre.lnet.v1.LNetControl.Ping:output_type -> nacre.lnet.v1.PingResponse
+	26, // 38: nacre.lnet.v1.LNetControl.Discover:output_type -> nacre.lnet.v1.DiscoverResponse
+	29, // 39: nacre.lnet.v1.LNetControl.ShowStats:output_type -> nacre.lnet.v1.ShowStatsResponse
+	32, // 40: nacre.lnet.v1.LNetControl.ShowGlobals:output_type -> nacre.lnet.v1.ShowGlobalsResponse
+	34, // 41: nacre.lnet.v1.LNetControl.SetGlobals:output_type -> nacre.lnet.v1.SetGlobalsResponse
+	28, // [28:42] is the sub-list for method output_type
+	14, // [14:28] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2461,7 +2724,7 @@ func file_nacre_lnet_v1_lnet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nacre_lnet_v1_lnet_proto_rawDesc), len(file_nacre_lnet_v1_lnet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,8 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	LNetControl_ShowNets_FullMethodName    = "/nacre.lnet.v1.LNetControl/ShowNets"
+	LNetControl_AddNet_FullMethodName      = "/nacre.lnet.v1.LNetControl/AddNet"
+	LNetControl_DeleteNet_FullMethodName   = "/nacre.lnet.v1.LNetControl/DeleteNet"
 	LNetControl_ShowPeers_FullMethodName   = "/nacre.lnet.v1.LNetControl/ShowPeers"
 	LNetControl_AddPeer_FullMethodName     = "/nacre.lnet.v1.LNetControl/AddPeer"
 	LNetControl_DeletePeer_FullMethodName  = "/nacre.lnet.v1.LNetControl/DeletePeer"
@@ -44,6 +46,8 @@ const (
 // LNetControl is served by every process that runs LNet, on a unix socket.
 type LNetControlClient interface {
 	ShowNets(ctx context.Context, in *ShowNetsRequest, opts ...grpc.CallOption) (*ShowNetsResponse, error)
+	AddNet(ctx context.Context, in *AddNetRequest, opts ...grpc.CallOption) (*AddNetResponse, error)
+	DeleteNet(ctx context.Context, in *DeleteNetRequest, opts ...grpc.CallOption) (*DeleteNetResponse, error)
 	ShowPeers(ctx context.Context, in *ShowPeersRequest, opts ...grpc.CallOption) (*ShowPeersResponse, error)
 	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*AddPeerResponse, error)
 	DeletePeer(ctx context.Context, in *DeletePeerRequest, opts ...grpc.CallOption) (*DeletePeerResponse, error)
@@ -69,6 +73,26 @@ func (c *lNetControlClient) ShowNets(ctx context.Context, in *ShowNetsRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ShowNetsResponse)
 	err := c.cc.Invoke(ctx, LNetControl_ShowNets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lNetControlClient) AddNet(ctx context.Context, in *AddNetRequest, opts ...grpc.CallOption) (*AddNetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddNetResponse)
+	err := c.cc.Invoke(ctx, LNetControl_AddNet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lNetControlClient) DeleteNet(ctx context.Context, in *DeleteNetRequest, opts ...grpc.CallOption) (*DeleteNetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteNetResponse)
+	err := c.cc.Invoke(ctx, LNetControl_DeleteNet_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +216,8 @@ func (c *lNetControlClient) SetGlobals(ctx context.Context, in *SetGlobalsReques
 // LNetControl is served by every process that runs LNet, on a unix socket.
 type LNetControlServer interface {
 	ShowNets(context.Context, *ShowNetsRequest) (*ShowNetsResponse, error)
+	AddNet(context.Context, *AddNetRequest) (*AddNetResponse, error)
+	DeleteNet(context.Context, *DeleteNetRequest) (*DeleteNetResponse, error)
 	ShowPeers(context.Context, *ShowPeersRequest) (*ShowPeersResponse, error)
 	AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error)
 	DeletePeer(context.Context, *DeletePeerRequest) (*DeletePeerResponse, error)
@@ -215,6 +241,12 @@ type UnimplementedLNetControlServer struct{}
 
 func (UnimplementedLNetControlServer) ShowNets(context.Context, *ShowNetsRequest) (*ShowNetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShowNets not implemented")
+}
+func (UnimplementedLNetControlServer) AddNet(context.Context, *AddNetRequest) (*AddNetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddNet not implemented")
+}
+func (UnimplementedLNetControlServer) DeleteNet(context.Context, *DeleteNetRequest) (*DeleteNetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteNet not implemented")
 }
 func (UnimplementedLNetControlServer) ShowPeers(context.Context, *ShowPeersRequest) (*ShowPeersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShowPeers not implemented")
@@ -284,6 +316,42 @@ func _LNetControl_ShowNets_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LNetControlServer).ShowNets(ctx, req.(*ShowNetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LNetControl_AddNet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddNetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LNetControlServer).AddNet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LNetControl_AddNet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LNetControlServer).AddNet(ctx, req.(*AddNetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LNetControl_DeleteNet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteNetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LNetControlServer).DeleteNet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LNetControl_DeleteNet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LNetControlServer).DeleteNet(ctx, req.(*DeleteNetRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -496,6 +564,14 @@ var LNetControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShowNets",
 			Handler:    _LNetControl_ShowNets_Handler,
+		},
+		{
+			MethodName: "AddNet",
+			Handler:    _LNetControl_AddNet_Handler,
+		},
+		{
+			MethodName: "DeleteNet",
+			Handler:    _LNetControl_DeleteNet_Handler,
 		},
 		{
 			MethodName: "ShowPeers",

@@ -1,0 +1,258 @@
+package socklnd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+// putWait PUTs payload from ln to target's portal 50 with an ACK asked
+// for, and returns the ACK's status (or the send's, if it failed), or
+// fails the test if neither comes within 20 s.
+func putWait(t *testing.T, ln *lnet.LNet, target wire.ProcessID, payload []byte) error {
+	t.Helper()
+	done := make(chan error, 1)
+	h, err := ln.Bind(lnet.MD{Buffers: [][]byte{payload}, Threshold: 1, Handler: func(ev lnet.Event) {
+		switch {
+		case ev.Type == lnet.EventSend && ev.Status != nil:
+			done <- ev.Status
+		case ev.Type == lnet.EventAck:
+			done <- ev.Status
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ln.Put(ctx, h, lnet.AckReq, target, 50, 0, 0, 0); err != nil {
+		ln.Unlink(h)
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatalf("PUT to %v: no ACK and no error in 20 s", target)
+		return nil
+	}
+}
+
+// sink attaches n MDs on ln's portal 50, each of its own buffer of size
+// bytes for one PUT, and hands each PUT's bytes to the returned channel.
+func sink(t *testing.T, ln *lnet.LNet, n, size int) <-chan []byte {
+	t.Helper()
+	got := make(chan []byte, n)
+	for range n {
+		buf := make([]byte, size)
+		if _, err := ln.Attach(50, lnet.AnyProcess, 0, ^uint64(0), lnet.InsertLast, lnet.MD{
+			Buffers: [][]byte{buf}, Threshold: 1, Options: lnet.MDOpPut,
+			Handler: func(ev lnet.Event) {
+				if ev.Type == lnet.EventPut && ev.Status == nil {
+					got <- buf[:ev.MLength]
+				}
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
+
+// TestAddDelNet: a net added to a running node carries traffic both ways
+// at once, is in the node's ping answer, and once deleted carries none;
+// the errors of adding twice, deleting what is not there, deleting lo,
+// deleting the net of a route's gateway and an address that is not this
+// host's leave the node as it was.
+func TestAddDelNet(t *testing.T) {
+	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	tcp1 := wire.Net{Type: wire.TCP, Num: 1}
+	node := func(addr string, net wire.Net, timeout time.Duration) *lnet.LNet {
+		cfg := lnet.DefaultConfig()
+		cfg.TransactionTimeout = timeout
+		cfg.Networks = []lnet.NetConfig{{Net: net, Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Options: fastOpts(port)}}
+		ln, err := lnet.New(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ln.Close(ctx)
+		})
+		return ln
+	}
+	a := node("127.0.0.1", wire.Net{Type: wire.TCP}, 10*time.Second)
+	// (B's PUTs to a NID that went away fail when their time is up.)
+	b := node("127.0.0.3", tcp1, 2*time.Second)
+	aGot, bGot := sink(t, a, 8, 64<<10), sink(t, b, 300, 64<<10)
+	ctx := context.Background()
+	bNID, aNID := wire.MustParseNID("127.0.0.3@tcp1"), wire.MustParseNID("127.0.0.2@tcp1")
+	toB := wire.ProcessID{NID: bNID, PID: b.PID()}
+	toA := wire.ProcessID{NID: aNID, PID: a.PID()}
+
+	if err := putWait(t, a, toB, []byte("before")); !errors.Is(err, lnet.ErrNoRoute) {
+		t.Fatalf("PUT to a net the node is not on: %v, want ErrNoRoute", err)
+	}
+
+	// Errors that change nothing.
+	before := a.NIDs()
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: wire.Net{Type: wire.LO}}); !errors.Is(err, lnet.ErrInvalid) {
+		t.Errorf("add lo: %v", err)
+	}
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: wire.Net{Type: wire.TCP}, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}); !errors.Is(err, lnet.ErrExist) {
+		t.Errorf("add an NI twice: %v", err)
+	}
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.77")}}); err == nil {
+		t.Errorf("add an NI on an address not of this host: no error")
+	}
+	if _, err := a.DelNet(ctx, tcp1, nil); !errors.Is(err, lnet.ErrNotFound) {
+		t.Errorf("delete a net not there: %v", err)
+	}
+	if _, err := a.DelNet(ctx, wire.Net{Type: wire.LO}, nil); !errors.Is(err, lnet.ErrInvalid) {
+		t.Errorf("delete lo: %v", err)
+	}
+	if got := a.NIDs(); !slices.Equal(got, before) {
+		t.Fatalf("NIDs after failed changes: %v, want %v", got, before)
+	}
+	if n := len(a.Config().Networks); n != 1 {
+		t.Fatalf("networks after failed changes: %v", a.Config().Networks)
+	}
+
+	// Add: the options (the port) are the node's tcp NI's.
+	nids, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}})
+	if err != nil || len(nids) != 1 || nids[0] != aNID {
+		t.Fatalf("add: %v %v", nids, err)
+	}
+	if got := a.NIDs(); !slices.Contains(got, aNID) {
+		t.Fatalf("NIDs after add: %v", got)
+	}
+	if nets := a.Config().Networks; len(nets) != 2 || nets[1].Net != tcp1 {
+		t.Fatalf("networks after add: %+v", nets)
+	}
+	for i, p := range [][]byte{pattern(1, 3000), pattern(2, 40000)} {
+		if err := putWait(t, a, toB, p); err != nil {
+			t.Fatalf("PUT %d over the added net: %v", i, err)
+		}
+		if got := <-bGot; !bytes.Equal(got, p) {
+			t.Fatalf("PUT %d: %d bytes arrived, not those sent", i, len(got))
+		}
+	}
+	back := pattern(3, 5000)
+	if err := putWait(t, b, toA, back); err != nil {
+		t.Fatalf("PUT to the added NID: %v", err)
+	}
+	if got := <-aGot; !bytes.Equal(got, back) {
+		t.Fatal("PUT to the added NID: the bytes differ")
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, _, err := b.Ping(pctx, aNID)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(info.NIDs, func(s wire.NIDStatus) bool { return s.NID == aNID }) ||
+		!slices.ContainsFunc(info.NIDs, func(s wire.NIDStatus) bool { return s.NID == wire.MustParseNID("127.0.0.1@tcp") }) {
+		t.Fatalf("ping answer after add: %+v", info.NIDs)
+	}
+
+	// A route's gateway on the net keeps it.
+	tcp2 := wire.Net{Type: wire.TCP, Num: 2}
+	if err := a.AddRoute(lnet.Route{Net: tcp2, Gateway: bNID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DelNet(ctx, tcp1, nil); !errors.Is(err, lnet.ErrBusy) {
+		t.Fatalf("delete the net of a gateway: %v, want ErrBusy", err)
+	}
+	if err := a.DelRoute(tcp2, bNID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Delete while PUTs are on their way (once some went through): every
+	// one ends, one way or the other, and what was acknowledged arrived
+	// whole.
+	var wg sync.WaitGroup
+	acked := make(chan struct{}, 256)
+	var failed sync.Map
+	for i := range 32 {
+		wg.Go(func() {
+			for j := range 8 {
+				if err := putWait(t, a, toB, pattern(uint64(100+8*i+j), 20000)); err != nil {
+					failed.Store(err.Error(), true)
+					return
+				}
+				acked <- struct{}{}
+			}
+		})
+	}
+	for range 16 {
+		select {
+		case <-acked:
+		case <-time.After(20 * time.Second):
+			failed.Range(func(k, _ any) bool {
+				t.Log(k)
+				return true
+			})
+			t.Fatal("16 PUTs were not acknowledged")
+		}
+	}
+	nids, err = a.DelNet(ctx, tcp1, []string{"127.0.0.2"})
+	if err != nil || len(nids) != 1 || nids[0] != aNID {
+		t.Fatalf("delete: %v %v", nids, err)
+	}
+	wg.Wait()
+	close(acked)
+	ok := 16 + len(acked)
+	for range ok {
+		select {
+		case got := <-bGot:
+			if len(got) != 20000 {
+				t.Fatalf("a PUT acknowledged around the delete arrived with %d bytes", len(got))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an acknowledged PUT never arrived")
+		}
+	}
+	failed.Range(func(k, _ any) bool {
+		t.Logf("failed by the delete: %v", k)
+		return true
+	})
+	t.Logf("%d of 256 PUTs acknowledged, the rest failed", ok)
+	if ok == 256 {
+		t.Fatal("no PUT was on its way when the net went")
+	}
+
+	if got := a.NIDs(); slices.Contains(got, aNID) {
+		t.Fatalf("NIDs after delete: %v", got)
+	}
+	if nets := a.Config().Networks; len(nets) != 1 {
+		t.Fatalf("networks after delete: %+v", nets)
+	}
+	if err := putWait(t, a, toB, []byte("after")); !errors.Is(err, lnet.ErrNoRoute) {
+		t.Fatalf("PUT over the deleted net: %v, want ErrNoRoute", err)
+	}
+	if err := putWait(t, b, toA, []byte("after")); err == nil {
+		t.Fatal("PUT to the deleted NID was acknowledged")
+	}
+	if _, err := a.DelNet(ctx, tcp1, nil); !errors.Is(err, lnet.ErrNotFound) {
+		t.Fatalf("delete again: %v", err)
+	}
+	// And back: the same NID again.
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}); err != nil {
+		t.Fatalf("add after delete: %v", err)
+	}
+	if err := putWait(t, b, toA, back); err != nil {
+		t.Fatalf("PUT to the NID added again: %v", err)
+	}
+	if got := <-aGot; !bytes.Equal(got, back) {
+		t.Fatal("PUT to the NID added again: the bytes differ")
+	}
+}

@@ -1,0 +1,354 @@
+package lnet
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/nacrefs/nacre/lnet/wire"
+)
+
+// niTable is the node's NIs. It is never changed once stored: AddNet and
+// DelNet store a new one.
+type niTable struct {
+	nis   []*ni // nis[0] is 0@lo; then in configuration order, NIs added at run time last
+	byNID map[wire.NID]*ni
+	byNet map[wire.Net][]*ni // the NIs of each net but lo, in the order of nis
+	nets  []NetConfig        // what Config reports as Networks
+}
+
+func newNITable(nis []*ni, nets []NetConfig) *niTable {
+	t := &niTable{nis: nis, byNID: make(map[wire.NID]*ni, len(nis)), byNet: map[wire.Net][]*ni{}, nets: nets}
+	for _, n := range nis {
+		t.byNID[n.nid] = n
+		if n.nid.Net.Type != wire.LO {
+			t.byNet[n.nid.Net] = append(t.byNet[n.nid.Net], n)
+		}
+	}
+	return t
+}
+
+// nis returns the node's NIs, 0@lo first. The slice is shared: read it,
+// never change it.
+func (ln *LNet) nis() []*ni { return ln.nit.Load().nis }
+
+// newNIs makes the NIs of specs, not yet started, with the drivers that
+// start them.
+func (ln *LNet) newNIs(specs []niSpec) ([]Driver, []*ni, error) {
+	drivers := make([]Driver, len(specs))
+	nis := make([]*ni, len(specs))
+	for i, s := range specs {
+		d, ok := LookupDriver(s.nid.Net.Type)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: no LND registered for net type %v (import its driver package, e.g. lnd/lolnd or lnd/socklnd)", ErrInvalid, s.nid.Net.Type)
+		}
+		drivers[i] = d
+		n := &ni{ln: ln, nid: s.nid, iface: s.iface, opts: s.opts, health: healthMax}
+		n.host = &niHost{ln: ln, ni: n}
+		n.setTunablesLocked(s.tun.withDefaults(), ln.cfg.MaxWaiting)
+		nis[i] = n
+	}
+	return drivers, nis, nil
+}
+
+// startNI brings n up with its driver. n is in the NI table already: a
+// message that comes in while the driver starts may be answered (its
+// answer waits for the driver).
+func (ln *LNet) startNI(ctx context.Context, d Driver, n *ni, s niSpec) error {
+	lnd, err := d.Startup(ctx, NIConfig{
+		NID:         s.nid,
+		Interface:   s.iface,
+		PID:         ln.pid,
+		Incarnation: ln.incarnation,
+		Tunables:    s.tun,
+		Options:     s.opts,
+		Logger:      ln.cfg.Logger.With("ni", s.nid.String()),
+	}, n.host)
+	if err != nil {
+		return fmt.Errorf("lnet: start NI %v: %w", s.nid, err)
+	}
+	ln.net.Lock()
+	n.lnd = lnd
+	n.setTunablesLocked(lnd.Tunables().withDefaults(), ln.cfg.MaxWaiting)
+	ln.net.Unlock()
+	ln.drain(n) // anything an early incoming message made us send
+	ln.log.Info("NI up", "nid", n.nid, "interface", n.iface, "credits", n.tun.Credits, "peer_credits", n.tun.PeerCredits)
+	return nil
+}
+
+// AddNet brings up the NIs of nc on a running node (lnetctl net add): one
+// per interface or address, or on the first interface with an IPv4
+// address if nc names none. Options left nil are those of the node's
+// first NI of the same type (a TCP port is the node's, as Lustre's
+// socklnd port is the module's). It returns the new NIDs, and fails with
+// ErrExist if any of them is the node's already, and ErrInvalid for lo.
+// Peers learn the new NIDs from the node's next ping answer.
+func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
+	if nc.Net.Type == wire.LO {
+		return nil, fmt.Errorf("%w: 0@lo is always there", ErrInvalid)
+	}
+	ln.niMu.Lock()
+	defer ln.niMu.Unlock()
+	if ln.closing() {
+		return nil, ErrShutdown
+	}
+	old := ln.nit.Load()
+	if nc.Options == nil {
+		for _, n := range old.nis {
+			if n.nid.Net.Type == nc.Net.Type {
+				nc.Options = maps.Clone(n.opts)
+				break
+			}
+		}
+	}
+	specs, err := resolveNIs([]NetConfig{nc}, osResolver)
+	if err != nil {
+		return nil, err
+	}
+	specs = specs[1:] // (0@lo's)
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("%w: net %v: no interface or address", ErrInvalid, nc.Net)
+	}
+	for _, s := range specs {
+		if old.byNID[s.nid] != nil {
+			return nil, fmt.Errorf("%w: NI %v", ErrExist, s.nid)
+		}
+	}
+	drivers, nis, err := ln.newNIs(specs)
+	if err != nil {
+		return nil, err
+	}
+	nets := append(slices.Clone(old.nets), nc)
+	ln.publish(newNITable(append(slices.Clone(old.nis), nis...), nets))
+	var nids []wire.NID
+	for i, n := range nis {
+		if err := ln.startNI(ctx, drivers[i], n, specs[i]); err != nil {
+			// Those that started go again; the rest never ran. (No
+			// route can be on a net that was not there.)
+			_ = ln.removeNIs(ctx, nis, err)
+			ln.publishNets(old.nets)
+			return nil, err
+		}
+		nids = append(nids, n.nid)
+	}
+	ln.checkLinks(osLinks()) // (the ping info below says what it found)
+	if err := ln.refreshPingMD(); err != nil {
+		ln.log.Warn("cannot update the ping buffer", "err", err)
+	}
+	return nids, nil
+}
+
+// DelNet shuts down the NIs of net on a running node (lnetctl net del):
+// all of them, or those on the given interfaces. Messages waiting on them
+// are sent another way if the node has one (another NI on the net, or
+// another NID of a multi-rail peer), failed otherwise; the driver fails
+// what it holds. It returns the NIDs deleted, and fails with ErrNotFound
+// if none matched, ErrInvalid for lo, and ErrBusy while a route's gateway
+// is reached only through them (delete the route first).
+func (ln *LNet) DelNet(ctx context.Context, net wire.Net, ifaces []string) ([]wire.NID, error) {
+	if net.Type == wire.LO {
+		return nil, fmt.Errorf("%w: 0@lo cannot be deleted", ErrInvalid)
+	}
+	ln.niMu.Lock()
+	defer ln.niMu.Unlock()
+	if ln.closing() {
+		return nil, ErrShutdown
+	}
+	old := ln.nit.Load()
+	var del []*ni
+	for _, n := range old.byNet[net] {
+		if len(ifaces) == 0 || slices.Contains(ifaces, n.iface) || slices.Contains(ifaces, n.nid.Addr.String()) {
+			del = append(del, n)
+		}
+	}
+	if len(del) == 0 {
+		if len(ifaces) > 0 {
+			return nil, fmt.Errorf("%w: no NI of net %v on %v", ErrNotFound, net, ifaces)
+		}
+		return nil, fmt.Errorf("%w: net %v is not configured", ErrNotFound, net)
+	}
+	if err := ln.removeNIs(ctx, del, nil); err != nil {
+		return nil, err
+	}
+	ln.publishNets(netsWithout(old.nets, net, del, len(del) == len(old.byNet[net])))
+	if err := ln.refreshPingMD(); err != nil {
+		ln.log.Warn("cannot update the ping buffer", "err", err)
+	}
+	nids := make([]wire.NID, len(del))
+	for i, n := range del {
+		nids[i] = n.nid
+	}
+	return nids, nil
+}
+
+// publish stores t as the NI table; selection (under ln.net) sees either
+// the old table or t, whole.
+func (ln *LNet) publish(t *niTable) {
+	ln.net.Lock()
+	ln.nit.Store(t)
+	ln.net.Unlock()
+}
+
+// publishNets stores the table with nets as what Config reports.
+func (ln *LNet) publishNets(nets []NetConfig) {
+	old := ln.nit.Load()
+	ln.publish(newNITable(old.nis, nets))
+}
+
+// removeNIs takes del out of the NI table and shuts them down. Messages
+// that waited on them for credits go another way if they can (why, or
+// ErrLocalNI, is their error otherwise); operations that await an ACK or
+// a REPLY that was to come in on them fail at once. It fails with ErrBusy,
+// changing nothing, if a route's gateway is on a net del would leave
+// without an NI.
+func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
+	if why == nil {
+		why = ErrLocalNI
+	}
+	gone := make(map[*ni]bool, len(del))
+	for _, n := range del {
+		gone[n] = true
+	}
+	old := ln.nit.Load()
+	keep := slices.DeleteFunc(slices.Clone(old.nis), func(n *ni) bool { return gone[n] })
+
+	t := newNITable(keep, old.nets)
+	ln.net.Lock()
+	// Under ln.net, as AddRoute's check that the gateway is on a net of
+	// ours: no route can come to rely on what goes here.
+	for _, rs := range ln.net.routes {
+		for _, r := range rs {
+			if gw := r.Gateway; len(old.byNet[gw.Net]) > 0 && len(t.byNet[gw.Net]) == 0 {
+				ln.net.Unlock()
+				return fmt.Errorf("%w: the route to %v goes through gateway %v on net %v: delete it first", ErrBusy, r.Net, gw, gw.Net)
+			}
+		}
+	}
+	ln.nit.Store(t)
+	for _, n := range del {
+		n.gone = true
+		for n.sending {
+			ln.net.idle.Wait()
+		}
+	}
+	type movedMsg struct {
+		m   *msg
+		nid wire.NID // of the NI it waited on
+	}
+	var moved []movedMsg
+	var drains []*ni
+	// The waiters first, so that the credits given back below go to
+	// nobody waiting on a deleted NI.
+	for _, lp := range ln.net.peers {
+		for m := lp.txq.head; m != nil; {
+			next := m.qnext
+			if gone[m.ni] {
+				nid := m.ni.nid
+				ln.unqueueLocked(m, &drains)
+				moved = append(moved, movedMsg{m, nid})
+			}
+			m = next
+		}
+	}
+	for _, n := range del {
+		for n.txq.n > 0 {
+			m := n.txq.head
+			ln.unqueueLocked(m, &drains)
+			moved = append(moved, movedMsg{m, n.nid})
+		}
+	}
+	for _, n := range del {
+		for _, m := range n.ready {
+			ln.returnCreditsLocked(m, &drains)
+			moved = append(moved, movedMsg{m, n.nid})
+		}
+		n.ready = nil
+		if n.spaceCh != nil {
+			close(n.spaceCh)
+			n.spaceCh = nil
+		}
+	}
+	ln.net.Unlock()
+	ln.drainAll(drains)
+
+	for _, mv := range moved {
+		m := mv.m
+		err := fmt.Errorf("%w: NI %v deleted", why, mv.nid)
+		ln.net.Lock()
+		resend := ln.resendableLocked(m, err)
+		ln.net.Unlock()
+		if resend && ln.resend(m) {
+			continue
+		}
+		ln.completeSend(m, err)
+	}
+
+	// What awaits an answer sent through them: the answer would come back
+	// to their NIDs. (m.ni is read under ln.net, the map under ln.res:
+	// one lock at a time.)
+	ln.res.Lock()
+	pending := slices.Collect(maps.Values(ln.res.pending))
+	ln.res.Unlock()
+	type failMsg struct {
+		m   *msg
+		nid wire.NID
+	}
+	var fail []failMsg
+	ln.net.Lock()
+	for _, m := range pending {
+		if m.ni != nil && gone[m.ni] {
+			fail = append(fail, failMsg{m, m.ni.nid})
+		}
+	}
+	ln.net.Unlock()
+	var d dispatchList
+	ln.res.Lock()
+	for _, f := range fail {
+		ln.respFailLocked(f.m, fmt.Errorf("%w: NI %v deleted", ErrShutdown, f.nid), &d)
+	}
+	ln.res.Unlock()
+	ln.dispatch(&d, false)
+
+	for _, n := range del {
+		ln.net.Lock()
+		lnd := n.lnd
+		ln.net.Unlock()
+		if lnd == nil {
+			continue
+		}
+		if err := lnd.Shutdown(ctx); err != nil {
+			ln.log.Warn("NI shutdown", "nid", n.nid, "err", err)
+		}
+		ln.log.Info("NI down", "nid", n.nid, "interface", n.iface)
+	}
+	return nil
+}
+
+// netsWithout returns nets without the NIs del of net: every entry of the
+// net if all went, or their interfaces and addresses.
+func netsWithout(nets []NetConfig, net wire.Net, del []*ni, all bool) []NetConfig {
+	out := make([]NetConfig, 0, len(nets))
+	for _, nc := range nets {
+		if nc.Net != net {
+			out = append(out, nc)
+			continue
+		}
+		if all {
+			continue
+		}
+		named := len(nc.Interfaces) > 0 || len(nc.Addrs) > 0
+		nc.Interfaces = slices.DeleteFunc(slices.Clone(nc.Interfaces), func(name string) bool {
+			return slices.ContainsFunc(del, func(n *ni) bool { return n.iface == name })
+		})
+		nc.Addrs = slices.DeleteFunc(slices.Clone(nc.Addrs), func(a netip.Addr) bool {
+			return slices.ContainsFunc(del, func(n *ni) bool { return n.nid.Addr == a.Unmap() })
+		})
+		if named && len(nc.Interfaces) == 0 && len(nc.Addrs) == 0 {
+			continue
+		}
+		out = append(out, nc)
+	}
+	return out
+}
