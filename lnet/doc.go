@@ -18,7 +18,10 @@
 //     and every NID of the peer (multi-rail).
 //   - Ping and discovery: every node answers GETs on PingPortal with its
 //     wire.PingInfo; Ping and Discover ask for it, and the first send to a
-//     peer discovers it in the background.
+//     peer discovers it in the background. A node whose NIs change pushes
+//     the new info (a PUT on PingPortal) to the peers that discovered it.
+//   - NIs: AddNet and DelNet bring NIs up and down on a running node
+//     (lnetctl net add/del); the NI table is replaced whole, never changed.
 //   - Health: of each NI and peer NI, lowered by failures, raised by
 //     traffic, and recovered by pings (one housekeeping goroutine).
 //   - Routing: the route table and its gateways' liveness (route.go), and,

@@ -100,6 +100,18 @@ func FuzzParse(f *testing.F) {
 	seed(put, 0, []byte("abc"))
 	put.Portal, put.MatchBits, put.PayloadLen = 3, 7, 64
 	seed(put, 0, []byte{1, 2, 3})
+	// Pushes: a peer's ping info PUT on the ping portal, whole and not.
+	info := wire.PingInfo{Features: wire.PingFeatBase | wire.PingFeatMultiRail, PID: 12345,
+		NIDs: []wire.NIDStatus{{NID: from, Status: wire.NIStatusUp}, {NID: newFakeNID(), Status: wire.NIStatusUp}}}
+	pi, err := info.AppendBinary(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	push := base
+	push.Type, push.DstPID, push.Portal, push.MatchBits, push.PayloadLen = wire.MsgPut, wire.PIDAny, lnet.PingPortal, lnet.PingMatchBits, uint32(len(pi))
+	seed(push, 0, pi)
+	push.PayloadLen = 12
+	seed(push, 0, pi[:12])
 	get := base
 	get.Type, get.WMD, get.Portal, get.SinkLength, get.Offset = wire.MsgGet, wire.WireHandle{Interface: 9, Object: 9}, 0, 100, 4000
 	seed(get, 0, nil)

@@ -210,6 +210,9 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 	if err := ln.refreshPingMD(); err != nil {
 		return fail(err)
 	}
+	if err := ln.pushTarget(); err != nil {
+		return fail(err)
+	}
 	ln.startRecovery()
 	if cfg.Routing {
 		ln.log.Info("routing enabled", "router_buffers", cfg.RouterBuffers)

@@ -84,7 +84,8 @@ func (ln *LNet) startNI(ctx context.Context, d Driver, n *ni, s niSpec) error {
 // first NI of the same type (a TCP port is the node's, as Lustre's
 // socklnd port is the module's). It returns the new NIDs, and fails with
 // ErrExist if any of them is the node's already, and ErrInvalid for lo.
-// Peers learn the new NIDs from the node's next ping answer.
+// The node's ping answer lists the new NIDs, and it pushes them to the
+// peers that discovered it multi-rail.
 func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 	if nc.Net.Type == wire.LO {
 		return nil, fmt.Errorf("%w: 0@lo is always there", ErrInvalid)
@@ -134,9 +135,7 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 		nids = append(nids, n.nid)
 	}
 	ln.checkLinks(osLinks()) // (the ping info below says what it found)
-	if err := ln.refreshPingMD(); err != nil {
-		ln.log.Warn("cannot update the ping buffer", "err", err)
-	}
+	ln.niChanged()
 	return nids, nil
 }
 
@@ -173,14 +172,22 @@ func (ln *LNet) DelNet(ctx context.Context, net wire.Net, ifaces []string) ([]wi
 		return nil, err
 	}
 	ln.publishNets(netsWithout(old.nets, net, del, len(del) == len(old.byNet[net])))
-	if err := ln.refreshPingMD(); err != nil {
-		ln.log.Warn("cannot update the ping buffer", "err", err)
-	}
+	ln.niChanged()
 	nids := make([]wire.NID, len(del))
 	for i, n := range del {
 		nids[i] = n.nid
 	}
 	return nids, nil
+}
+
+// niChanged tells the world of a change of the node's NIs: the ping
+// answer, and a push to the peers that discovered the node.
+func (ln *LNet) niChanged() {
+	if err := ln.refreshPingMD(); err != nil {
+		ln.log.Warn("cannot update the ping buffer", "err", err)
+		return
+	}
+	ln.pushPeers()
 }
 
 // publish stores t as the NI table; selection (under ln.net) sees either

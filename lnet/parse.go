@@ -56,7 +56,8 @@ func (ln *LNet) parse(via *ni, hdr *wire.Header, from wire.NID, rx Rx) error {
 		}
 		return ln.forward(via, hdr, from, rx)
 	}
-	if hdr.DstPID != ln.pid && !(hdr.DstPID == wire.PIDAny && hdr.Type == wire.MsgGet && hdr.Portal == PingPortal) {
+	// A ping (GET) or a push (PUT) may name any process: they are LNet's.
+	if hdr.DstPID != ln.pid && !(hdr.DstPID == wire.PIDAny && (hdr.Type == wire.MsgGet || hdr.Type == wire.MsgPut) && hdr.Portal == PingPortal) {
 		return ln.drop(via, hdr, rx, fmt.Sprintf("destination pid %d is not ours (%d)", hdr.DstPID, ln.pid))
 	}
 	switch hdr.Type {

@@ -78,9 +78,7 @@ func (ln *LNet) recoveryTick(now time.Time) {
 	if len(ln.nis()) > 1 && now.Sub(ln.rec.lastLinks) >= ln.recoveryInterval() {
 		ln.rec.lastLinks = now
 		if ln.checkLinks(osLinks()) {
-			if err := ln.refreshPingMD(); err != nil {
-				ln.log.Warn("cannot update the ping buffer", "err", err)
-			}
+			ln.niChanged()
 		}
 	}
 	type ping struct {

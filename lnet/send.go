@@ -136,6 +136,12 @@ func (ln *LNet) Put(ctx context.Context, h MDHandle, ack Ack, target wire.Proces
 	}
 	m := &msg{kind: kindPut, heapIdx: -1, wantResp: ack == AckReq, discover: discoverOK}
 	m.deadline = ln.deadline()
+	return ln.put(ctx, m, h, target, portal, match, offset, hdrData)
+}
+
+// put is Put of a message m the caller made: a user's, or one of LNet's
+// own (a push).
+func (ln *LNet) put(ctx context.Context, m *msg, h MDHandle, target wire.ProcessID, portal uint32, match uint64, offset uint32, hdrData uint64) error {
 	if err := ln.startOp(m, h, target); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -254,5 +255,96 @@ func TestAddDelNet(t *testing.T) {
 	}
 	if got := <-aGot; !bytes.Equal(got, back) {
 		t.Fatal("PUT to the NID added again: the bytes differ")
+	}
+}
+
+// TestPushOnNetChange: a node that adds or deletes a net pushes its NIDs
+// to the peers that discovered it, which use them at once instead of at
+// their next discovery (they do not discover a peer twice).
+func TestPushOnNetChange(t *testing.T) {
+	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	tcp, tcp1 := wire.Net{Type: wire.TCP}, wire.Net{Type: wire.TCP, Num: 1}
+	start := func(nets ...lnet.NetConfig) *lnet.LNet {
+		cfg := lnet.DefaultConfig()
+		cfg.TransactionTimeout = 5 * time.Second
+		cfg.Networks = nets
+		ln, err := lnet.New(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ln.Close(ctx)
+		})
+		return ln
+	}
+	addr := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
+	a := start(lnet.NetConfig{Net: tcp, Addrs: addr("127.0.0.1"), Options: fastOpts(port)})
+	b := start(lnet.NetConfig{Net: tcp, Addrs: addr("127.0.0.3"), Options: fastOpts(port)},
+		lnet.NetConfig{Net: tcp1, Addrs: addr("127.0.0.4"), Options: fastOpts(port)})
+	sink(t, a, 32, 64)
+	sink(t, b, 32, 64)
+	aNID, bNID := wire.MustParseNID("127.0.0.1@tcp"), wire.MustParseNID("127.0.0.3@tcp")
+	added := wire.MustParseNID("127.0.0.2@tcp1")
+	// Each discovers the other with its first PUT.
+	if err := putWait(t, a, wire.ProcessID{NID: bNID, PID: b.PID()}, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := putWait(t, b, wire.ProcessID{NID: aNID, PID: a.PID()}, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	peerOf := func(ln *lnet.LNet, nid wire.NID) (lnet.PeerInfo, bool) {
+		for _, p := range ln.Peers() {
+			for _, n := range p.NIs {
+				if n.NID == nid {
+					return p, true
+				}
+			}
+		}
+		return lnet.PeerInfo{}, false
+	}
+	// waitNIDs waits until b's peer that has aNID has exactly want.
+	waitNIDs := func(what string, want ...wire.NID) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			p, ok := peerOf(b, aNID)
+			var got []wire.NID
+			for _, n := range p.NIs {
+				got = append(got, n.NID)
+			}
+			slices.SortFunc(got, func(x, y wire.NID) int { return strings.Compare(x.String(), y.String()) })
+			if ok && p.MultiRail && slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: b knows a as %v (multi-rail %v), want NIDs %v", what, got, p.MultiRail, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitNIDs("discovered", aNID)
+
+	if _, err := a.AddNet(context.Background(), lnet.NetConfig{Net: tcp1, Addrs: addr("127.0.0.2")}); err != nil {
+		t.Fatal(err)
+	}
+	waitNIDs("after net add", aNID, added)
+	// A PUT to the pushed NID goes to a, as one of a's NIDs (one peer).
+	if err := putWait(t, b, wire.ProcessID{NID: added, PID: a.PID()}, []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := peerOf(b, aNID); !slices.ContainsFunc(p.NIs, func(n lnet.PeerNIStats) bool { return n.NID == added && n.SendCount > 0 }) {
+		t.Fatalf("the PUT to the pushed NID is not counted to a: %+v", p.NIs)
+	}
+
+	if _, err := a.DelNet(context.Background(), tcp1, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitNIDs("after net del", aNID)
+	for i := range 8 {
+		if err := putWait(t, b, wire.ProcessID{NID: aNID, PID: a.PID()}, []byte{byte(i)}); err != nil {
+			t.Fatalf("PUT %d after the delete: %v", i, err)
+		}
 	}
 }
