@@ -81,8 +81,8 @@ func (ln *LNet) startNI(ctx context.Context, d Driver, n *ni, s niSpec) error {
 // AddNet brings up the NIs of nc on a running node (lnetctl net add): one
 // per interface or address, or on the first interface with an IPv4
 // address if nc names none. Options left nil are those of the node's
-// first NI of the same type (a TCP port is the node's, as Lustre's
-// socklnd port is the module's). It returns the new NIDs, and fails with
+// first NI of the same type, or of its first configured net of that type
+// (a TCP port is the node's, as Lustre's socklnd port is the module's). It returns the new NIDs, and fails with
 // ErrExist if any of them is the node's already, and ErrInvalid for lo.
 // The node's ping answer lists the new NIDs, and it pushes them to the
 // peers that discovered it multi-rail.
@@ -97,12 +97,7 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 	}
 	old := ln.nit.Load()
 	if nc.Options == nil {
-		for _, n := range old.nis {
-			if n.nid.Net.Type == nc.Net.Type {
-				nc.Options = maps.Clone(n.opts)
-				break
-			}
-		}
+		nc.Options = ln.typeOptions(old, nc.Net.Type)
 	}
 	specs, err := resolveNIs([]NetConfig{nc}, osResolver)
 	if err != nil {
@@ -137,6 +132,23 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 	ln.checkLinks(osLinks()) // (the ping info below says what it found)
 	ln.niChanged()
 	return nids, nil
+}
+
+// typeOptions returns the driver options of the node's first NI of type
+// t, or, with none left, those of the first net of type t LNet started
+// with: options such as socklnd's port are the node's, not one NI's.
+func (ln *LNet) typeOptions(t *niTable, typ wire.NetType) map[string]string {
+	for _, n := range t.nis {
+		if n.nid.Net.Type == typ {
+			return maps.Clone(n.opts)
+		}
+	}
+	for _, nc := range ln.cfg.Networks {
+		if nc.Net.Type == typ {
+			return maps.Clone(nc.Options)
+		}
+	}
+	return nil
 }
 
 // DelNet shuts down the NIs of net on a running node (lnetctl net del):

@@ -324,4 +324,78 @@ func TestLNetServeLnetctlAndLst(t *testing.T) {
 	if err == nil || !strings.Contains(out, "none.sock") {
 		t.Fatalf("lnetctl without a node: %v\n%s", err, out)
 	}
+
+	// export and import: node 3's configuration taken away (import --del)
+	// and put back from the export, an import run twice, a bad file.
+	ctl3 := func(args ...string) string {
+		t.Helper()
+		out, err := nacre(t, append([]string{"lnetctl", "--socket", sock3}, args...)...)
+		if err != nil {
+			t.Fatalf("lnetctl %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	ctl3("net", "del", "--net", "tcp5") // (added above)
+	ctl3("net", "add", "--net", "tcp6", "--ip", "127.0.0.23", "--peer-credits", "12")
+	ctl3("route", "add", "--net", "tcp9", "--gateway", "127.0.0.2@tcp", "--hop", "2")
+	ctl3("peer", "add", "--prim_nid", "127.0.0.30@tcp", "--nid", "127.0.0.31@tcp")
+	ctl3("set", "retry_count", "1")
+	export := ctl3("export")
+	var cfg struct {
+		Net []struct {
+			NetType string `yaml:"net type"`
+			NIs     []struct {
+				NID      string         `yaml:"nid"`
+				Tunables map[string]int `yaml:"tunables"`
+			} `yaml:"local NI(s)"`
+		} `yaml:"net"`
+		Route []struct {
+			Net     string `yaml:"net"`
+			Gateway string `yaml:"gateway"`
+			Hop     int    `yaml:"hop"`
+		} `yaml:"route"`
+		Peer []struct {
+			Primary string `yaml:"primary nid"`
+		} `yaml:"peer"`
+		Global map[string]float64 `yaml:"global"`
+	}
+	if err := yaml.Unmarshal([]byte(export), &cfg); err != nil || len(cfg.Net) != 2 || cfg.Net[0].NIs[0].NID != "127.0.0.3@tcp" ||
+		cfg.Net[1].NIs[0].NID != "127.0.0.23@tcp6" || cfg.Net[1].NIs[0].Tunables["peer_credits"] != 12 ||
+		len(cfg.Route) != 1 || cfg.Route[0].Hop != 2 || len(cfg.Peer) != 1 || cfg.Peer[0].Primary != "127.0.0.30@tcp" || cfg.Global["retry_count"] != 1 {
+		t.Fatalf("export: %v\n%s", err, export)
+	}
+	file := filepath.Join(dir, "lnet.yaml")
+	if err := os.WriteFile(file, []byte(export), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out = ctl3("import", "--del", file)
+	for _, gone := range []string{"net 127.0.0.3@tcp", "net 127.0.0.23@tcp6", "route tcp9 via 127.0.0.2@tcp", "peer 127.0.0.30@tcp"} {
+		if !strings.Contains(out, gone) {
+			t.Fatalf("import --del did not delete %s:\n%s", gone, out)
+		}
+	}
+	if out := ctl3("net", "show"); strings.Contains(out, "@tcp") {
+		t.Fatalf("net show after import --del:\n%s", out)
+	}
+	if out := ctl3("route", "show") + ctl3("peer", "show"); strings.Contains(out, "tcp9") || strings.Contains(out, "127.0.0.30@tcp") {
+		t.Fatalf("routes and peers after import --del:\n%s", out)
+	}
+	ctl3("set", "retry_count", "3")
+	out = ctl3("import", file)
+	if again := ctl3("export"); again != export {
+		t.Fatalf("export after import differs:\n%s\nwas:\n%s\nimport said:\n%s", again, export, out)
+	}
+	if out := ctl3("import", file); !strings.Contains(out, "already there") || !strings.Contains(out, "127.0.0.23@tcp6") {
+		t.Fatalf("import again:\n%s", out)
+	}
+	if out := ctl3("ping", "127.0.0.2@tcp"); !strings.Contains(out, "127.0.0.2@tcp") {
+		t.Fatalf("ping from the imported NI:\n%s", out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("net: [1, 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock3, "import", bad); err == nil || !strings.Contains(out, "not an lnetctl export") {
+		t.Fatalf("import of a bad file: %v\n%s", err, out)
+	}
 }

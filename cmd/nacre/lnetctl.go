@@ -298,13 +298,6 @@ func newLNetCtlCmd() *cobra.Command {
 	peerDel.Flags().StringVar(&pNIDs, "nid", "", "NIDs to delete from the peer, comma-separated (none: the whole peer)")
 	peer.AddCommand(peerAdd, peerDel)
 
-	type yamlRoute struct {
-		Net      string `yaml:"net"`
-		Gateway  string `yaml:"gateway"`
-		Hop      int32  `yaml:"hop"`
-		Priority uint32 `yaml:"priority"`
-		State    string `yaml:"state"`
-	}
 	route := &cobra.Command{Use: "route", Short: "Routes to remote networks"}
 	route.AddCommand(&cobra.Command{
 		Use: "show", Short: "List routes", Args: cobra.NoArgs,
@@ -466,6 +459,7 @@ func newLNetCtlCmd() *cobra.Command {
 		})
 	}
 	root.AddCommand(net, peer, route, ping, discover, stats, global, set)
+	root.AddCommand(exportImportCmds(call)...)
 	return root
 }
 

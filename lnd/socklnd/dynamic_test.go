@@ -304,12 +304,12 @@ func TestPushOnNetChange(t *testing.T) {
 		}
 		return lnet.PeerInfo{}, false
 	}
-	// waitNIDs waits until b's peer that has aNID has exactly want.
-	waitNIDs := func(what string, want ...wire.NID) {
+	// waitPeer waits until ln's peer that has nid has exactly want.
+	waitPeer := func(ln *lnet.LNet, nid wire.NID, what string, want ...wire.NID) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			p, ok := peerOf(b, aNID)
+			p, ok := peerOf(ln, nid)
 			var got []wire.NID
 			for _, n := range p.NIs {
 				got = append(got, n.NID)
@@ -319,12 +319,15 @@ func TestPushOnNetChange(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: b knows a as %v (multi-rail %v), want NIDs %v", what, got, p.MultiRail, want)
+				t.Fatalf("%s: the peer of %v is known as %v (multi-rail %v), want NIDs %v", what, nid, got, p.MultiRail, want)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	waitNIDs := func(what string, want ...wire.NID) { t.Helper(); waitPeer(b, aNID, what, want...) }
 	waitNIDs("discovered", aNID)
+	// (a pushes to the peers it discovered: b must be one first.)
+	waitPeer(a, bNID, "b discovered", bNID, wire.MustParseNID("127.0.0.4@tcp1"))
 
 	if _, err := a.AddNet(context.Background(), lnet.NetConfig{Net: tcp1, Addrs: addr("127.0.0.2")}); err != nil {
 		t.Fatal(err)
