@@ -379,15 +379,8 @@ func (ln *LNet) close(ctx context.Context) error {
 	// Shut the NIs down, lo last.
 	var errs []error
 	for i := len(nis) - 1; i >= 0; i-- {
-		n := nis[i]
-		ln.net.Lock()
-		lnd := n.lnd
-		ln.net.Unlock()
-		if lnd == nil {
-			continue
-		}
-		if err := lnd.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("lnet: shut down NI %v: %w", n.nid, err))
+		if err := ln.shutdownNI(ctx, nis[i]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 

@@ -331,16 +331,24 @@ func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
 	ln.dispatch(&d, false)
 
 	for _, n := range del {
-		ln.net.Lock()
-		lnd := n.lnd
-		ln.net.Unlock()
-		if lnd == nil {
-			continue
-		}
-		if err := lnd.Shutdown(ctx); err != nil {
-			ln.log.Warn("NI shutdown", "nid", n.nid, "err", err)
+		if err := ln.shutdownNI(ctx, n); err != nil {
+			ln.log.Warn("NI shutdown", "err", err)
 		}
 		ln.log.Info("NI down", "nid", n.nid, "interface", n.iface)
+	}
+	return nil
+}
+
+// shutdownNI stops n's driver, if it started.
+func (ln *LNet) shutdownNI(ctx context.Context, n *ni) error {
+	ln.net.Lock()
+	lnd := n.lnd
+	ln.net.Unlock()
+	if lnd == nil {
+		return nil
+	}
+	if err := lnd.Shutdown(ctx); err != nil {
+		return fmt.Errorf("lnet: shut down NI %v: %w", n.nid, err)
 	}
 	return nil
 }

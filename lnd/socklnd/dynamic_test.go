@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nacrefs/nacre/lnet"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	"github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -68,6 +69,17 @@ func sink(t *testing.T, ln *lnet.LNet, n, size int) <-chan []byte {
 	return got
 }
 
+// dynNode starts an LNet node on nets with the transaction timeout given.
+func dynNode(t *testing.T, timeout time.Duration, nets ...lnet.NetConfig) *lnet.LNet {
+	t.Helper()
+	cfg := lnet.DefaultConfig()
+	cfg.TransactionTimeout = timeout
+	cfg.Networks = nets
+	return lnettest.StartConfig(t, cfg)
+}
+
+func addrs(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
+
 // TestAddDelNet: a net added to a running node carries traffic both ways
 // at once, is in the node's ping answer, and once deleted carries none;
 // the errors of adding twice, deleting what is not there, deleting lo,
@@ -76,24 +88,9 @@ func sink(t *testing.T, ln *lnet.LNet, n, size int) <-chan []byte {
 func TestAddDelNet(t *testing.T) {
 	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
 	tcp1 := wire.Net{Type: wire.TCP, Num: 1}
-	node := func(addr string, net wire.Net, timeout time.Duration) *lnet.LNet {
-		cfg := lnet.DefaultConfig()
-		cfg.TransactionTimeout = timeout
-		cfg.Networks = []lnet.NetConfig{{Net: net, Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Options: fastOpts(port)}}
-		ln, err := lnet.New(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			ln.Close(ctx)
-		})
-		return ln
-	}
-	a := node("127.0.0.1", wire.Net{Type: wire.TCP}, 10*time.Second)
+	a := dynNode(t, 10*time.Second, lnet.NetConfig{Net: wire.Net{Type: wire.TCP}, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
 	// (B's PUTs to a NID that went away fail when their time is up.)
-	b := node("127.0.0.3", tcp1, 2*time.Second)
+	b := dynNode(t, 2*time.Second, lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)})
 	aGot, bGot := sink(t, a, 8, 64<<10), sink(t, b, 300, 64<<10)
 	ctx := context.Background()
 	bNID, aNID := wire.MustParseNID("127.0.0.3@tcp1"), wire.MustParseNID("127.0.0.2@tcp1")
@@ -109,10 +106,10 @@ func TestAddDelNet(t *testing.T) {
 	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: wire.Net{Type: wire.LO}}); !errors.Is(err, lnet.ErrInvalid) {
 		t.Errorf("add lo: %v", err)
 	}
-	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: wire.Net{Type: wire.TCP}, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}); !errors.Is(err, lnet.ErrExist) {
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: wire.Net{Type: wire.TCP}, Addrs: addrs("127.0.0.1")}); !errors.Is(err, lnet.ErrExist) {
 		t.Errorf("add an NI twice: %v", err)
 	}
-	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.77")}}); err == nil {
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: addrs("192.0.2.77")}); err == nil {
 		t.Errorf("add an NI on an address not of this host: no error")
 	}
 	if _, err := a.DelNet(ctx, tcp1, nil); !errors.Is(err, lnet.ErrNotFound) {
@@ -129,7 +126,7 @@ func TestAddDelNet(t *testing.T) {
 	}
 
 	// Add: the options (the port) are the node's tcp NI's.
-	nids, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}})
+	nids, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.2")})
 	if err != nil || len(nids) != 1 || nids[0] != aNID {
 		t.Fatalf("add: %v %v", nids, err)
 	}
@@ -247,7 +244,7 @@ func TestAddDelNet(t *testing.T) {
 		t.Fatalf("delete again: %v", err)
 	}
 	// And back: the same NID again.
-	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}); err != nil {
+	if _, err := a.AddNet(ctx, lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.2")}); err != nil {
 		t.Fatalf("add after delete: %v", err)
 	}
 	if err := putWait(t, b, toA, back); err != nil {
@@ -264,25 +261,9 @@ func TestAddDelNet(t *testing.T) {
 func TestPushOnNetChange(t *testing.T) {
 	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	tcp, tcp1 := wire.Net{Type: wire.TCP}, wire.Net{Type: wire.TCP, Num: 1}
-	start := func(nets ...lnet.NetConfig) *lnet.LNet {
-		cfg := lnet.DefaultConfig()
-		cfg.TransactionTimeout = 5 * time.Second
-		cfg.Networks = nets
-		ln, err := lnet.New(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			ln.Close(ctx)
-		})
-		return ln
-	}
-	addr := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
-	a := start(lnet.NetConfig{Net: tcp, Addrs: addr("127.0.0.1"), Options: fastOpts(port)})
-	b := start(lnet.NetConfig{Net: tcp, Addrs: addr("127.0.0.3"), Options: fastOpts(port)},
-		lnet.NetConfig{Net: tcp1, Addrs: addr("127.0.0.4"), Options: fastOpts(port)})
+	a := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
+	b := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)},
+		lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.4"), Options: fastOpts(port)})
 	sink(t, a, 32, 64)
 	sink(t, b, 32, 64)
 	aNID, bNID := wire.MustParseNID("127.0.0.1@tcp"), wire.MustParseNID("127.0.0.3@tcp")
@@ -329,7 +310,7 @@ func TestPushOnNetChange(t *testing.T) {
 	// (a pushes to the peers it discovered: b must be one first.)
 	waitPeer(a, bNID, "b discovered", bNID, wire.MustParseNID("127.0.0.4@tcp1"))
 
-	if _, err := a.AddNet(context.Background(), lnet.NetConfig{Net: tcp1, Addrs: addr("127.0.0.2")}); err != nil {
+	if _, err := a.AddNet(context.Background(), lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.2")}); err != nil {
 		t.Fatal(err)
 	}
 	waitNIDs("after net add", aNID, added)
