@@ -67,7 +67,7 @@ func startUp(t *testing.T, data string, ports [4]string, extra ...string) *upPro
 	_, lport, _ := strings.Cut(freeAddr(t), ":")
 	args := append([]string{"up", "--data", data,
 		"--etcd-client-url", "http://" + ports[0], "--etcd-peer-url", "http://" + ports[1],
-		"--grpc-addr", ports[2], "--http-addr", ports[3], "--port", lport}, extra...)
+		"--grpc-addr", ports[2], "--http-addr", ports[3], "--port", lport, "--socket", filepath.Join(data, "lnet.sock")}, extra...)
 	cmd := exec.Command(nacreBin, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -142,6 +142,18 @@ func TestUpEndToEnd(t *testing.T) {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("startup output lacks %q:\n%s", want, p.out)
 		}
+	}
+	// lnetctl reaches the cluster's LNet, and a net added at run time
+	// shows.
+	sock := filepath.Join(data, "lnet.sock")
+	if !strings.Contains(p.out.String(), "lnetctl --socket "+sock) {
+		t.Fatalf("startup output lacks the lnetctl socket:\n%s", p.out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock, "net", "add", "--net", "tcp7", "--ip", "127.0.0.77"); err != nil || !strings.Contains(out, "127.0.0.77@tcp7") {
+		t.Fatalf("lnetctl net add on nacre up: %v\n%s", err, out)
+	}
+	if out, err := nacre(t, "lnetctl", "--socket", sock, "net", "show"); err != nil || !strings.Contains(out, "127.0.0.77@tcp7") || !strings.Contains(out, "net type: tcp\n") {
+		t.Fatalf("lnetctl net show on nacre up: %v\n%s", err, out)
 	}
 	tokb, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nacrefs/nacre/services/hsm"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/nacrefs/nacre/client/llite"
 	"github.com/nacrefs/nacre/server"
+	"github.com/nacrefs/nacre/services/hsm"
+	"github.com/nacrefs/nacre/services/lnetctl"
 )
 
 func newUpCmd() *cobra.Command {
@@ -83,6 +84,16 @@ func newUpCmd() *cobra.Command {
 					fmt.Fprintf(out, "  ost    %s on %v\n", o.Target().Name(), n.Storage.LNet.NIDs())
 				}
 			}
+			if sock := v.GetString("socket"); sock != "" && n.Storage != nil {
+				// Not fatal: a node with one cluster's socket may run another
+				// for a test; lnetctl then takes --socket.
+				if ctl, err := lnetctl.Listen(sock, lnetctl.New(n.Storage.LNet), log); err != nil {
+					log.Warn("nacre up: no lnetctl socket", "socket", sock, "err", err)
+				} else {
+					defer ctl.Close()
+					fmt.Fprintf(out, "  lnet   %v (nacre lnetctl --socket %s)\n", n.Storage.LNet.NIDs(), sock)
+				}
+			}
 			var mnt *llite.Server
 			if mountDir != "" {
 				if mnt, err = upMount(ctx, n, cfg.FSName, v.GetInt("port"), mountDir, v.GetString("mount-options"), log); err != nil {
@@ -134,6 +145,7 @@ func newUpCmd() *cobra.Command {
 	f.String("mount-options", "", "mount options for --mount (as nacre mount -o)")
 	f.Bool("restore-replay-barrier", false, "put MDT0 and the OSTs back as they were at their replay barrier (mdt.*.replay_barrier, obdfilter.*.replay_barrier), if they set one: later changes are lost, for the clients to replay (testing recovery)")
 	addLNetFlags(f)
+	f.String("socket", lnetctl.DefaultSocket, "control socket for nacre lnetctl (empty: none)")
 	return readsConfig(cmd)
 }
 
