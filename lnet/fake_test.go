@@ -28,7 +28,16 @@ type fakeDriver struct{}
 
 func (fakeDriver) Type() wire.NetType { return wire.TCP }
 
+// fakeStartupHook, if set (by a test), runs first in each fake NI's
+// Startup; an error it returns is the Startup's.
+var fakeStartupHook func(nid wire.NID) error
+
 func (fakeDriver) Startup(_ context.Context, cfg lnet.NIConfig, host lnet.Host) (lnet.LND, error) {
+	if h := fakeStartupHook; h != nil {
+		if err := h(cfg.NID); err != nil {
+			return nil, err
+		}
+	}
 	n := &fakeNI{nid: cfg.NID, host: host, inc: cfg.Incarnation, tun: cfg.Tunables, links: map[wire.NID]*fakeLink{}}
 	if n.tun.Credits == 0 {
 		n.tun.Credits = 16

@@ -31,6 +31,14 @@ type LNet struct {
 	// writers (and Close's shutdown of the NIs after them).
 	nit  atomic.Pointer[niTable]
 	niMu sync.Mutex
+	// niDown counts the NIs DelNet (or a failed AddNet) took out of the
+	// table and has not shut down yet: Close waits for them.
+	niDown sync.WaitGroup
+	// pushMu orders the changes of the ping answer and the pushes that
+	// follow; pushSeq numbers them (in the pushes' header data), so that
+	// a peer takes the newest whatever order they arrive in.
+	pushMu  sync.Mutex
+	pushSeq uint64
 
 	rtr rtrPool  // router buffers (router.go)
 	rec recovery // the housekeeping goroutine (recovery.go)
@@ -168,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 		incarnation: newIncarnation(),
 		cfg:         cfg,
 	}
+	ln.pushSeq = uint64(time.Now().UnixNano()) // (above any of an earlier life)
 	ln.rtr.max = cfg.RouterBuffers
 	ln.timeout.Store(int64(cfg.TransactionTimeout))
 	ln.glob.init(cfg)
@@ -210,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 	if err := ln.refreshPingMD(); err != nil {
 		return fail(err)
 	}
-	if err := ln.pushTarget(); err != nil {
+	if err := ln.pushTargets(); err != nil {
 		return fail(err)
 	}
 	ln.startRecovery()
@@ -376,7 +385,8 @@ func (ln *LNet) close(ctx context.Context) error {
 		ln.completeSend(m, ErrShutdown)
 	}
 
-	// Shut the NIs down, lo last.
+	// Shut the NIs down, lo last, and wait for those deleted before.
+	ln.niDown.Wait()
 	var errs []error
 	for i := len(nis) - 1; i >= 0; i-- {
 		if err := ln.shutdownNI(ctx, nis[i]); err != nil {

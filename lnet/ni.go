@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/nacrefs/nacre/lnet/wire"
 )
@@ -82,18 +83,34 @@ func (ln *LNet) startNI(ctx context.Context, d Driver, n *ni, s niSpec) error {
 // per interface or address, or on the first interface with an IPv4
 // address if nc names none. Options left nil are those of the node's
 // first NI of the same type, or of its first configured net of that type
-// (a TCP port is the node's, as Lustre's socklnd port is the module's). It returns the new NIDs, and fails with
-// ErrExist if any of them is the node's already, and ErrInvalid for lo.
-// The node's ping answer lists the new NIDs, and it pushes them to the
-// peers that discovered it multi-rail.
+// (a TCP port is the node's, as Lustre's socklnd port is the module's).
+// It returns the new NIDs, and fails with ErrExist if any of them is the
+// node's already, ErrInvalid for lo or past wire.MaxPingNIDs NIs, and
+// with the driver's error if one does not start (the node is then as it
+// was; messages sent meanwhile go another way). The node's ping answer
+// lists the new NIDs, and it pushes them to its peers (push.go).
 func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 	if nc.Net.Type == wire.LO {
 		return nil, fmt.Errorf("%w: 0@lo is always there", ErrInvalid)
 	}
+	nids, undo, err := ln.addNet(ctx, nc)
+	if undo != nil {
+		undo.finish(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ln.niChanged()
+	return nids, nil
+}
+
+// addNet is AddNet under niMu; a removal it returns is to be finished
+// once niMu is released.
+func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]wire.NID, *niRemoval, error) {
 	ln.niMu.Lock()
 	defer ln.niMu.Unlock()
 	if ln.closing() {
-		return nil, ErrShutdown
+		return nil, nil, ErrShutdown
 	}
 	old := ln.nit.Load()
 	if nc.Options == nil {
@@ -101,37 +118,40 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 	}
 	specs, err := resolveNIs([]NetConfig{nc}, osResolver)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	specs = specs[1:] // (0@lo's)
 	if len(specs) == 0 {
-		return nil, fmt.Errorf("%w: net %v: no interface or address", ErrInvalid, nc.Net)
+		return nil, nil, fmt.Errorf("%w: net %v: no interface or address", ErrInvalid, nc.Net)
 	}
 	for _, s := range specs {
 		if old.byNID[s.nid] != nil {
-			return nil, fmt.Errorf("%w: NI %v", ErrExist, s.nid)
+			return nil, nil, fmt.Errorf("%w: NI %v", ErrExist, s.nid)
 		}
+	}
+	if n := len(old.nis) + len(specs); n > wire.MaxPingNIDs {
+		return nil, nil, fmt.Errorf("%w: %d NIs: a ping answer lists at most %d", ErrInvalid, n, wire.MaxPingNIDs)
 	}
 	drivers, nis, err := ln.newNIs(specs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	nets := append(slices.Clone(old.nets), nc)
 	ln.publish(newNITable(append(slices.Clone(old.nis), nis...), nets))
 	var nids []wire.NID
 	for i, n := range nis {
 		if err := ln.startNI(ctx, drivers[i], n, specs[i]); err != nil {
-			// Those that started go again; the rest never ran. (No
-			// route can be on a net that was not there.)
-			_ = ln.removeNIs(ctx, nis, err)
+			// Those that started go again, the rest never ran, even if
+			// a route came to rely on them meanwhile (its sends find no
+			// NI and fail).
+			undo, _ := ln.detachNIs(nis, true)
 			ln.publishNets(old.nets)
-			return nil, err
+			return nil, undo, err
 		}
 		nids = append(nids, n.nid)
 	}
-	ln.checkLinks(osLinks()) // (the ping info below says what it found)
-	ln.niChanged()
-	return nids, nil
+	ln.checkLinks(osLinks()) // (the ping info the caller posts says what it found)
+	return nids, nil, nil
 }
 
 // typeOptions returns the driver options of the node's first NI of type
@@ -152,38 +172,23 @@ func (ln *LNet) typeOptions(t *niTable, typ wire.NetType) map[string]string {
 }
 
 // DelNet shuts down the NIs of net on a running node (lnetctl net del):
-// all of them, or those on the given interfaces. Messages waiting on them
+// all of them, or those on the given OS interfaces (configured on one,
+// or holding one of its addresses) or addresses. Messages waiting on them
 // are sent another way if the node has one (another NI on the net, or
 // another NID of a multi-rail peer), failed otherwise; the driver fails
 // what it holds. It returns the NIDs deleted, and fails with ErrNotFound
 // if none matched, ErrInvalid for lo, and ErrBusy while a route's gateway
-// is reached only through them (delete the route first).
+// is reached only through them (delete the route first). The node pushes
+// its NIDs to its peers.
 func (ln *LNet) DelNet(ctx context.Context, net wire.Net, ifaces []string) ([]wire.NID, error) {
 	if net.Type == wire.LO {
 		return nil, fmt.Errorf("%w: 0@lo cannot be deleted", ErrInvalid)
 	}
-	ln.niMu.Lock()
-	defer ln.niMu.Unlock()
-	if ln.closing() {
-		return nil, ErrShutdown
-	}
-	old := ln.nit.Load()
-	var del []*ni
-	for _, n := range old.byNet[net] {
-		if len(ifaces) == 0 || slices.Contains(ifaces, n.iface) || slices.Contains(ifaces, n.nid.Addr.String()) {
-			del = append(del, n)
-		}
-	}
-	if len(del) == 0 {
-		if len(ifaces) > 0 {
-			return nil, fmt.Errorf("%w: no NI of net %v on %v", ErrNotFound, net, ifaces)
-		}
-		return nil, fmt.Errorf("%w: net %v is not configured", ErrNotFound, net)
-	}
-	if err := ln.removeNIs(ctx, del, nil); err != nil {
+	del, r, err := ln.delNet(net, ifaces)
+	if err != nil {
 		return nil, err
 	}
-	ln.publishNets(netsWithout(old.nets, net, del, len(del) == len(old.byNet[net])))
+	r.finish(ctx)
 	ln.niChanged()
 	nids := make([]wire.NID, len(del))
 	for i, n := range del {
@@ -192,14 +197,58 @@ func (ln *LNet) DelNet(ctx context.Context, net wire.Net, ifaces []string) ([]wi
 	return nids, nil
 }
 
+// delNet is DelNet under niMu; the removal it returns is to be finished
+// once niMu is released.
+func (ln *LNet) delNet(net wire.Net, ifaces []string) ([]*ni, *niRemoval, error) {
+	ln.niMu.Lock()
+	defer ln.niMu.Unlock()
+	if ln.closing() {
+		return nil, nil, ErrShutdown
+	}
+	old := ln.nit.Load()
+	var del []*ni
+	for _, n := range old.byNet[net] {
+		if len(ifaces) == 0 || slices.ContainsFunc(ifaces, func(name string) bool { return onInterface(n, name) }) {
+			del = append(del, n)
+		}
+	}
+	if len(del) == 0 {
+		if len(ifaces) > 0 {
+			return nil, nil, fmt.Errorf("%w: no NI of net %v on %v", ErrNotFound, net, ifaces)
+		}
+		return nil, nil, fmt.Errorf("%w: net %v is not configured", ErrNotFound, net)
+	}
+	r, err := ln.detachNIs(del, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln.publishNets(netsWithout(old.nets, net, del, len(del) == len(old.byNet[net])))
+	return del, r, nil
+}
+
+// onInterface reports whether n is on the OS interface (or address)
+// name: configured on it, or holding one of its addresses.
+func onInterface(n *ni, name string) bool {
+	if n.iface == name || n.nid.Addr.String() == name {
+		return true
+	}
+	addrs, err := osResolver.byName(name)
+	return err == nil && slices.Contains(addrs, n.nid.Addr)
+}
+
 // niChanged tells the world of a change of the node's NIs: the ping
 // answer, and a push to the peers that discovered the node.
 func (ln *LNet) niChanged() {
+	// One change at a time: the ping answer posted last is the newest,
+	// and so is the push numbered last.
+	ln.pushMu.Lock()
+	defer ln.pushMu.Unlock()
 	if err := ln.refreshPingMD(); err != nil {
 		ln.log.Warn("cannot update the ping buffer", "err", err)
 		return
 	}
-	ln.pushPeers()
+	ln.pushSeq = max(ln.pushSeq+1, uint64(time.Now().UnixNano()))
+	ln.pushPeers(ln.pushSeq)
 }
 
 // publish stores t as the NI table; selection (under ln.net) sees either
@@ -216,32 +265,45 @@ func (ln *LNet) publishNets(nets []NetConfig) {
 	ln.publish(newNITable(old.nis, nets))
 }
 
-// removeNIs takes del out of the NI table and shuts them down. Messages
-// that waited on them for credits go another way if they can (why, or
-// ErrLocalNI, is their error otherwise); operations that await an ACK or
-// a REPLY that was to come in on them fail at once. It fails with ErrBusy,
-// changing nothing, if a route's gateway is on a net del would leave
-// without an NI.
-func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
-	if why == nil {
-		why = ErrLocalNI
-	}
+// niRemoval is what detachNIs took out of the node, to finish once
+// niMu is released: finish completes messages, and so runs their
+// handlers, which may call AddNet, DelNet or Close.
+type niRemoval struct {
+	ln    *LNet
+	del   []*ni
+	moved []movedMsg
+	drain []*ni
+}
+
+// movedMsg is a message taken off a deleted NI, with that NI's NID.
+type movedMsg struct {
+	m   *msg
+	nid wire.NID
+}
+
+// detachNIs takes del out of the NI table, under LNet.net so that path
+// selection never sees half of it, and takes back the messages waiting on
+// them for credits. Unless force, it fails with ErrBusy, changing nothing,
+// if a route's gateway is on a net del would leave without an NI. The
+// caller holds niMu, and runs finish once it has released it.
+func (ln *LNet) detachNIs(del []*ni, force bool) (*niRemoval, error) {
 	gone := make(map[*ni]bool, len(del))
 	for _, n := range del {
 		gone[n] = true
 	}
 	old := ln.nit.Load()
 	keep := slices.DeleteFunc(slices.Clone(old.nis), func(n *ni) bool { return gone[n] })
-
 	t := newNITable(keep, old.nets)
+	r := &niRemoval{ln: ln, del: del}
+
 	ln.net.Lock()
+	defer ln.net.Unlock()
 	// Under ln.net, as AddRoute's check that the gateway is on a net of
 	// ours: no route can come to rely on what goes here.
 	for _, rs := range ln.net.routes {
-		for _, r := range rs {
-			if gw := r.Gateway; len(old.byNet[gw.Net]) > 0 && len(t.byNet[gw.Net]) == 0 {
-				ln.net.Unlock()
-				return fmt.Errorf("%w: the route to %v goes through gateway %v on net %v: delete it first", ErrBusy, r.Net, gw, gw.Net)
+		for _, rt := range rs {
+			if gw := rt.Gateway; !force && len(old.byNet[gw.Net]) > 0 && len(t.byNet[gw.Net]) == 0 {
+				return nil, fmt.Errorf("%w: the route to %v goes through gateway %v on net %v: delete it first", ErrBusy, rt.Net, gw, gw.Net)
 			}
 		}
 	}
@@ -252,21 +314,17 @@ func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
 			ln.net.idle.Wait()
 		}
 	}
-	type movedMsg struct {
-		m   *msg
-		nid wire.NID // of the NI it waited on
-	}
-	var moved []movedMsg
-	var drains []*ni
 	// The waiters first, so that the credits given back below go to
-	// nobody waiting on a deleted NI.
+	// nobody waiting on a deleted NI. (A peer NI no longer in the table
+	// that still has waiters hands them its credits later: drain sends
+	// those another way.)
 	for _, lp := range ln.net.peers {
 		for m := lp.txq.head; m != nil; {
 			next := m.qnext
 			if gone[m.ni] {
 				nid := m.ni.nid
-				ln.unqueueLocked(m, &drains)
-				moved = append(moved, movedMsg{m, nid})
+				ln.unqueueLocked(m, &r.drain)
+				r.moved = append(r.moved, movedMsg{m, nid})
 			}
 			m = next
 		}
@@ -274,14 +332,14 @@ func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
 	for _, n := range del {
 		for n.txq.n > 0 {
 			m := n.txq.head
-			ln.unqueueLocked(m, &drains)
-			moved = append(moved, movedMsg{m, n.nid})
+			ln.unqueueLocked(m, &r.drain)
+			r.moved = append(r.moved, movedMsg{m, n.nid})
 		}
 	}
 	for _, n := range del {
 		for _, m := range n.ready {
-			ln.returnCreditsLocked(m, &drains)
-			moved = append(moved, movedMsg{m, n.nid})
+			ln.returnCreditsLocked(m, &r.drain)
+			r.moved = append(r.moved, movedMsg{m, n.nid})
 		}
 		n.ready = nil
 		if n.spaceCh != nil {
@@ -289,36 +347,32 @@ func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
 			n.spaceCh = nil
 		}
 	}
-	ln.net.Unlock()
-	ln.drainAll(drains)
+	ln.niDown.Add(1)
+	return r, nil
+}
 
-	for _, mv := range moved {
-		m := mv.m
-		err := fmt.Errorf("%w: NI %v deleted", why, mv.nid)
-		ln.net.Lock()
-		resend := ln.resendableLocked(m, err)
-		ln.net.Unlock()
-		if resend && ln.resend(m) {
-			continue
-		}
-		ln.completeSend(m, err)
+// finish sends the messages taken off the NIs another way (the node's
+// path selection no longer has the NIs; a message with no other way
+// fails with ErrLocalNI), fails the operations awaiting an ACK or REPLY
+// that was to come back to their NIDs, and shuts their drivers down.
+func (r *niRemoval) finish(ctx context.Context) {
+	ln := r.ln
+	defer ln.niDown.Done()
+	ln.drainAll(r.drain)
+	for _, mv := range r.moved {
+		ln.reroute(mv.m, fmt.Errorf("%w: NI %v deleted", ErrLocalNI, mv.nid))
 	}
 
-	// What awaits an answer sent through them: the answer would come back
-	// to their NIDs. (m.ni is read under ln.net, the map under ln.res:
-	// one lock at a time.)
+	// (m.ni is read under ln.net, the map under ln.res: one lock at a
+	// time.)
 	ln.res.Lock()
 	pending := slices.Collect(maps.Values(ln.res.pending))
 	ln.res.Unlock()
-	type failMsg struct {
-		m   *msg
-		nid wire.NID
-	}
-	var fail []failMsg
+	var fail []movedMsg
 	ln.net.Lock()
 	for _, m := range pending {
-		if m.ni != nil && gone[m.ni] {
-			fail = append(fail, failMsg{m, m.ni.nid})
+		if m.ni != nil && m.ni.gone && slices.Contains(r.del, m.ni) {
+			fail = append(fail, movedMsg{m, m.ni.nid})
 		}
 	}
 	ln.net.Unlock()
@@ -330,13 +384,23 @@ func (ln *LNet) removeNIs(ctx context.Context, del []*ni, why error) error {
 	ln.res.Unlock()
 	ln.dispatch(&d, false)
 
-	for _, n := range del {
+	for _, n := range r.del {
 		if err := ln.shutdownNI(ctx, n); err != nil {
 			ln.log.Warn("NI shutdown", "err", err)
 		}
 		ln.log.Info("NI down", "nid", n.nid, "interface", n.iface)
 	}
-	return nil
+}
+
+// reroute sends m, taken off a deleted NI before the driver had it, on
+// the path selection picks now, or fails it with err if there is none.
+// A response follows its request's path where it can (another NI on the
+// net it came in on).
+func (ln *LNet) reroute(m *msg, err error) {
+	if ln.resend(m) {
+		return
+	}
+	ln.completeSend(m, err)
 }
 
 // shutdownNI stops n's driver, if it started.

@@ -36,6 +36,10 @@ type peer struct {
 	// then one node, and sends spread over them.
 	mr   bool
 	disc discState
+	// pinged: the peer discovered this node (its pushes go to it);
+	// pushSeq: the number of the last push taken from it.
+	pinged  bool
+	pushSeq uint64
 	// discRetry is when automatic discovery may try again after a failed
 	// ping.
 	discRetry time.Time
@@ -284,8 +288,16 @@ func (ln *LNet) selectPathLocked(m *msg) error {
 func (ln *LNet) setPathLocked(m *msg, locals []*ni, lp *peerNI) error {
 	n := m.forceNI
 	if n == nil || n.gone || n.nid.Net != locals[0].nid.Net {
+		// An NI whose driver is still starting (AddNet) only when there
+		// is no other: its start may fail.
 		n = locals[0]
 		for _, o := range locals[1:] {
+			if (o.lnd != nil) != (n.lnd != nil) {
+				if o.lnd != nil {
+					n = o
+				}
+				continue
+			}
 			if o.score().better(n.score()) {
 				n = o
 			}

@@ -64,6 +64,11 @@ func (ln *LNet) refreshPingMD() error {
 	h, err := ln.attach(PingPortal, AnyProcess, PingMatchBits, 0, InsertFirst, MD{
 		Buffers: [][]byte{b}, Threshold: ThresholdInfinite,
 		Options: MDOpGet | MDManageRemote | MDTruncate,
+		Handler: func(ev Event) {
+			if ev.Type == EventGet && ev.Status == nil {
+				ln.pingedBy(ev.Initiator.NID) // (it is pushed to)
+			}
+		},
 	}, true)
 	if err != nil {
 		return err
@@ -345,13 +350,19 @@ func (ln *LNet) startDiscovery(nid wire.NID) {
 // startDiscovery.
 func (ln *LNet) discovered(nid wire.NID, info wire.PingInfo, err error) {
 	ln.net.Lock()
-	defer ln.net.Unlock()
 	ln.net.discovering--
 	if err == nil {
-		if _, err = ln.mergeLocked(nid, info, false); err == nil {
+		var p *peer
+		if p, err = ln.mergeLocked(nid, info, false); err == nil {
+			push, to := p.mr && !p.configured, p.primary
+			ln.net.Unlock()
+			if push {
+				ln.pushDiscovered(to)
+			}
 			return
 		}
 	}
+	defer ln.net.Unlock()
 	ln.log.Debug("discovery failed", "peer", nid, "err", err)
 	if lp := ln.net.peers[nid]; lp != nil && lp.peer.disc == discBusy {
 		lp.peer.disc = discNone

@@ -366,6 +366,22 @@ func (ln *LNet) launchResponse(m *msg) {
 // room that only the messages queued behind it can make.
 func (ln *LNet) drain(n *ni) {
 	ln.net.Lock()
+	if n.gone && !n.sending && len(n.ready) > 0 && !ln.net.closed {
+		// Handed credits after DelNet took n away (by a peer NI that
+		// left the peer table with waiters): they go another way.
+		ms := n.ready
+		n.ready = nil
+		var drains []*ni
+		for _, m := range ms {
+			ln.returnCreditsLocked(m, &drains)
+		}
+		ln.net.Unlock()
+		ln.drainAll(drains)
+		for _, m := range ms {
+			ln.reroute(m, fmt.Errorf("%w: NI %v deleted", ErrLocalNI, n.nid))
+		}
+		return
+	}
 	if n.sending || n.lnd == nil || len(n.ready) == 0 || ln.net.closed {
 		ln.net.Unlock()
 		return

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -270,7 +272,16 @@ func exportImportCmds(call caller) []*cobra.Command {
 				return err
 			}
 			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
-				return importConfig(ctx, c, cfg, del)
+				sum, err := importConfig(ctx, c, cfg, del)
+				if err != nil && (len(sum.Added) > 0 || len(sum.Deleted) > 0) {
+					// Say what was done before the error, which stops
+					// the import there.
+					var done bytes.Buffer
+					if perr := printYAML(&done, sum); perr == nil {
+						err = status.Errorf(status.Code(err), "%s\ndone before it:\n%s", status.Convert(err).Message(), strings.TrimRight(done.String(), "\n"))
+					}
+				}
+				return sum, err
 			})
 		},
 	}

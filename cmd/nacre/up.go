@@ -84,19 +84,23 @@ func newUpCmd() *cobra.Command {
 					fmt.Fprintf(out, "  ost    %s on %v\n", o.Target().Name(), n.Storage.LNet.NIDs())
 				}
 			}
+			var lnetCtl *lnetctl.Listener // closed before the servers (and their LNet) are
 			if sock := v.GetString("socket"); sock != "" && n.Storage != nil {
 				// Not fatal: a node with one cluster's socket may run another
 				// for a test; lnetctl then takes --socket.
 				if ctl, err := lnetctl.Listen(sock, lnetctl.New(n.Storage.LNet), log); err != nil {
 					log.Warn("nacre up: no lnetctl socket", "socket", sock, "err", err)
 				} else {
-					defer ctl.Close()
+					lnetCtl = ctl
 					fmt.Fprintf(out, "  lnet   %v (nacre lnetctl --socket %s)\n", n.Storage.LNet.NIDs(), sock)
 				}
 			}
 			var mnt *llite.Server
 			if mountDir != "" {
 				if mnt, err = upMount(ctx, n, cfg.FSName, v.GetInt("port"), mountDir, v.GetString("mount-options"), log); err != nil {
+					if lnetCtl != nil {
+						lnetCtl.Close()
+					}
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
 					n.Close(ctx)
@@ -129,6 +133,9 @@ func newUpCmd() *cobra.Command {
 			}
 			if mnt != nil {
 				upUnmount(mnt, log)
+			}
+			if lnetCtl != nil {
+				lnetCtl.Close()
 			}
 			return shutdown(cmd, n.Close)
 		},

@@ -332,3 +332,64 @@ func TestPushOnNetChange(t *testing.T) {
 		}
 	}
 }
+
+// TestPushPrimaryDeleted: a node that deletes the net of the NID its
+// peers know it by pushes, and they drop that NID and know it by the one
+// left.
+func TestPushPrimaryDeleted(t *testing.T) {
+	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	tcp, tcp1 := wire.Net{Type: wire.TCP}, wire.Net{Type: wire.TCP, Num: 1}
+	a := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
+	b := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)},
+		lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.4"), Options: fastOpts(port)})
+	sink(t, a, 8, 64)
+	sink(t, b, 8, 64)
+	aNID, added := wire.MustParseNID("127.0.0.1@tcp"), wire.MustParseNID("127.0.0.2@tcp1")
+	// Only b sends: a is pushed to as a peer that pinged it.
+	if err := putWait(t, b, wire.ProcessID{NID: aNID, PID: a.PID()}, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	peerOfA := func() (lnet.PeerInfo, []wire.NID) {
+		for _, p := range b.Peers() {
+			for _, n := range p.NIs {
+				if n.NID == aNID || n.NID == added {
+					var nids []wire.NID
+					for _, n := range p.NIs {
+						nids = append(nids, n.NID)
+					}
+					return p, nids
+				}
+			}
+		}
+		return lnet.PeerInfo{}, nil
+	}
+	wait := func(what string, ok func(lnet.PeerInfo, []wire.NID) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			p, nids := peerOfA()
+			if ok(p, nids) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: b knows a as %v (primary %v, multi-rail %v)", what, nids, p.Primary, p.MultiRail)
+			}
+		}
+	}
+	wait("discovered", func(p lnet.PeerInfo, nids []wire.NID) bool {
+		return p.MultiRail && slices.Equal(nids, []wire.NID{aNID})
+	})
+	if _, err := a.AddNet(context.Background(), lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.2")}); err != nil {
+		t.Fatal(err)
+	}
+	wait("after net add", func(_ lnet.PeerInfo, nids []wire.NID) bool { return slices.Contains(nids, added) && len(nids) == 2 })
+	if _, err := a.DelNet(context.Background(), tcp, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait("after the primary's net went", func(p lnet.PeerInfo, nids []wire.NID) bool {
+		return p.Primary == added && slices.Equal(nids, []wire.NID{added})
+	})
+	// b reaches a by the NID left.
+	if err := putWait(t, b, wire.ProcessID{NID: added, PID: a.PID()}, []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+}
