@@ -108,8 +108,9 @@
 // Event handlers run without any LNet lock, on the goroutine that completed
 // the event (an LND's receive goroutine, the LND's completion goroutine,
 // the timer, or the caller of Unlink). Each MD's handler is called by one
-// goroutine at a time, in event order; a handler may call any LNet method,
-// including Unlink on its own MD. A handler that blocks stalls the
+// goroutine at a time, in event order; a handler may call any LNet method
+// but Close (which waits for the goroutines handlers run on), including
+// Unlink on its own MD. A handler that blocks stalls the
 // goroutine it runs on, and through it the connection it came from: that
 // is back-pressure, not a deadlock, unless the handler waits for traffic
 // on that same connection.

@@ -31,6 +31,9 @@ type LNet struct {
 	// writers (and Close's shutdown of the NIs after them).
 	nit  atomic.Pointer[niTable]
 	niMu sync.Mutex
+	// niClosed (under niMu): Close has taken the table; no NI comes or
+	// goes after.
+	niClosed bool
 	// niDown counts the NIs DelNet (or a failed AddNet) took out of the
 	// table and has not shut down yet: Close waits for them.
 	niDown sync.WaitGroup
@@ -203,6 +206,7 @@ func New(ctx context.Context, cfg Config) (*LNet, error) {
 			ln.Close(context.WithoutCancel(ctx))
 			return nil, err
 		}
+		ln.drain(n) // anything an early incoming message made us send
 	}
 	fail := func(err error) (*LNet, error) {
 		ln.Close(context.WithoutCancel(ctx))
@@ -342,10 +346,12 @@ func (ln *LNet) close(ctx context.Context) error {
 	}
 
 	// No NI comes or goes from here on (one being added or deleted is
-	// first done with).
+	// first done with). niMu is not held after: handlers that run below
+	// may call AddNet or DelNet (they fail with ErrShutdown).
 	ln.niMu.Lock()
-	defer ln.niMu.Unlock()
+	ln.niClosed = true
 	nis := ln.nis()
+	ln.niMu.Unlock()
 
 	// Stop handing messages to the LNDs and take back every message still
 	// waiting for credits.

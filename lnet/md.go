@@ -76,8 +76,8 @@ type MD struct {
 	// Options select which incoming operations the MD takes and how.
 	Options MDOptions
 	// Handler, if not nil, receives the MD's events. It is called without
-	// any LNet lock held, may call any LNet method, and is never called
-	// concurrently with itself for one MD; events of one MD arrive in the
+	// any LNet lock held, may call any LNet method but Close, and is never
+	// called concurrently with itself for one MD; events of one MD arrive in the
 	// order they happened (SEND before ACK or REPLY). It runs on whichever
 	// goroutine completed the event (often an LND's receive goroutine), so it
 	// must not block for long: a blocked handler stalls that connection.

@@ -56,7 +56,8 @@ func (ln *LNet) newNIs(specs []niSpec) ([]Driver, []*ni, error) {
 
 // startNI brings n up with its driver. n is in the NI table already: a
 // message that comes in while the driver starts may be answered (its
-// answer waits for the driver).
+// answer waits for the driver); the caller drains n once it holds no
+// lock (handlers may run).
 func (ln *LNet) startNI(ctx context.Context, d Driver, n *ni, s niSpec) error {
 	lnd, err := d.Startup(ctx, NIConfig{
 		NID:         s.nid,
@@ -74,7 +75,6 @@ func (ln *LNet) startNI(ctx context.Context, d Driver, n *ni, s niSpec) error {
 	n.lnd = lnd
 	n.setTunablesLocked(lnd.Tunables().withDefaults(), ln.cfg.MaxWaiting)
 	ln.net.Unlock()
-	ln.drain(n) // anything an early incoming message made us send
 	ln.log.Info("NI up", "nid", n.nid, "interface", n.iface, "credits", n.tun.Credits, "peer_credits", n.tun.PeerCredits)
 	return nil
 }
@@ -93,12 +93,17 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 	if nc.Net.Type == wire.LO {
 		return nil, fmt.Errorf("%w: 0@lo is always there", ErrInvalid)
 	}
-	nids, undo, err := ln.addNet(ctx, nc)
+	nis, undo, err := ln.addNet(ctx, nc)
 	if undo != nil {
 		undo.finish(ctx)
 	}
 	if err != nil {
 		return nil, err
+	}
+	nids := make([]wire.NID, len(nis))
+	for i, n := range nis {
+		ln.drain(n) // what was sent while the driver started
+		nids[i] = n.nid
 	}
 	ln.niChanged()
 	return nids, nil
@@ -106,10 +111,10 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 
 // addNet is AddNet under niMu; a removal it returns is to be finished
 // once niMu is released.
-func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]wire.NID, *niRemoval, error) {
+func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]*ni, *niRemoval, error) {
 	ln.niMu.Lock()
 	defer ln.niMu.Unlock()
-	if ln.closing() {
+	if ln.niClosed {
 		return nil, nil, ErrShutdown
 	}
 	old := ln.nit.Load()
@@ -138,7 +143,6 @@ func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]wire.NID, *niRemova
 	}
 	nets := append(slices.Clone(old.nets), nc)
 	ln.publish(newNITable(append(slices.Clone(old.nis), nis...), nets))
-	var nids []wire.NID
 	for i, n := range nis {
 		if err := ln.startNI(ctx, drivers[i], n, specs[i]); err != nil {
 			// Those that started go again, the rest never ran, even if
@@ -148,10 +152,9 @@ func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]wire.NID, *niRemova
 			ln.publishNets(old.nets)
 			return nil, undo, err
 		}
-		nids = append(nids, n.nid)
 	}
 	ln.checkLinks(osLinks()) // (the ping info the caller posts says what it found)
-	return nids, nil, nil
+	return nis, nil, nil
 }
 
 // typeOptions returns the driver options of the node's first NI of type
@@ -202,7 +205,7 @@ func (ln *LNet) DelNet(ctx context.Context, net wire.Net, ifaces []string) ([]wi
 func (ln *LNet) delNet(net wire.Net, ifaces []string) ([]*ni, *niRemoval, error) {
 	ln.niMu.Lock()
 	defer ln.niMu.Unlock()
-	if ln.closing() {
+	if ln.niClosed {
 		return nil, nil, ErrShutdown
 	}
 	old := ln.nit.Load()
@@ -240,15 +243,18 @@ func onInterface(n *ni, name string) bool {
 // answer, and a push to the peers that discovered the node.
 func (ln *LNet) niChanged() {
 	// One change at a time: the ping answer posted last is the newest,
-	// and so is the push numbered last.
+	// and so is the push numbered last. The pushes go out after: sending
+	// may complete other messages here, whose handlers may push.
 	ln.pushMu.Lock()
-	defer ln.pushMu.Unlock()
 	if err := ln.refreshPingMD(); err != nil {
+		ln.pushMu.Unlock()
 		ln.log.Warn("cannot update the ping buffer", "err", err)
 		return
 	}
 	ln.pushSeq = max(ln.pushSeq+1, uint64(time.Now().UnixNano()))
-	ln.pushPeers(ln.pushSeq)
+	info, seq := ln.pingInfo(), ln.pushSeq
+	ln.pushMu.Unlock()
+	ln.pushPeers(info, seq)
 }
 
 // publish stores t as the NI table; selection (under ln.net) sees either

@@ -315,6 +315,11 @@ func (ln *LNet) peerEvent(via *ni, nid wire.NID, ev PeerEvent) {
 			lp.lastAlive = time.Now()
 			delete(ln.net.recovery, lp)
 		}
+		if ev == PeerRestarted {
+			// Its pushes are numbered anew (by its clock, which may
+			// have gone back).
+			lp.peer.pushSeq = 0
+		}
 		if ev == PeerRestarted && lp.peer.disc == discDone {
 			// It may have come back with other NIDs.
 			lp.peer.disc = discNone

@@ -56,8 +56,7 @@ func (ln *LNet) pushTarget() error {
 }
 
 // pushed merges what a peer pushed: its NIDs now, all of them, numbered
-// seq. (from is the peer's primary NID, not necessarily the one the push
-// came from.)
+// seq. from, for the log, is the initiator as the event names it.
 func (ln *LNet) pushed(from wire.NID, seq uint64, b []byte) {
 	var info wire.PingInfo
 	if err := info.Unmarshal(b); err != nil {
@@ -75,11 +74,27 @@ func (ln *LNet) pushed(from wire.NID, seq uint64, b []byte) {
 	if ln.net.closed {
 		return
 	}
-	if lp := ln.net.peers[from]; lp != nil && seq <= lp.peer.pushSeq {
+	// The peer is the one the first NID the push lists (the node's own
+	// order) belongs to, whichever NID the push came from: the same on
+	// every node, and never a peer made of a NID first heard in the push.
+	// A push from a node known by none of the NIDs it lists is not taken
+	// (Lustre ignores pushes of unknown peers).
+	var lp *peerNI
+	for _, ns := range info.NIDs {
+		if q := ln.net.peers[ns.NID]; q != nil && ns.NID.Net.Type != wire.LO {
+			lp = q
+			break
+		}
+	}
+	if lp == nil {
+		ln.log.Debug("push from a node known by none of its NIDs: dropped", "from", from)
+		return
+	}
+	if seq <= lp.peer.pushSeq {
 		ln.log.Debug("stale push: dropped", "from", from, "seq", seq, "last", lp.peer.pushSeq)
 		return
 	}
-	p, err := ln.mergeLocked(from, info, false)
+	p, err := ln.mergeLocked(lp.peer.primary, info, false)
 	if err != nil || p.configured || !p.mr {
 		return
 	}
@@ -122,9 +137,8 @@ func (ln *LNet) pingedBy(nid wire.NID) {
 
 // pushPeers pushes the node's ping info, numbered seq, to every peer
 // that pinged it or that it discovered multi-rail (through the path
-// selection picks, as any PUT). The caller holds pushMu.
-func (ln *LNet) pushPeers(seq uint64) {
-	info := ln.pingInfo()
+// selection picks, as any PUT).
+func (ln *LNet) pushPeers(info wire.PingInfo, seq uint64) {
 	b, err := info.AppendBinary(nil)
 	if err != nil {
 		ln.log.Warn("cannot push the ping info", "err", err)
@@ -164,7 +178,7 @@ func (ln *LNet) pushTo(target wire.NID, b []byte, seq uint64) {
 // discovered multi-rail, so that the peer learns the node's NIDs too (and
 // can be pushed to by it later, on a net they share).
 func (ln *LNet) pushDiscovered(target wire.NID) {
-	ln.pushMu.Lock()
+	ln.pushMu.Lock() // (held only to read: a handler calls this)
 	info, seq := ln.pingInfo(), ln.pushSeq
 	ln.pushMu.Unlock()
 	b, err := info.AppendBinary(nil)

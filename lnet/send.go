@@ -366,18 +366,24 @@ func (ln *LNet) launchResponse(m *msg) {
 // room that only the messages queued behind it can make.
 func (ln *LNet) drain(n *ni) {
 	ln.net.Lock()
-	if n.gone && !n.sending && len(n.ready) > 0 && !ln.net.closed {
+	if n.gone && !n.sending && len(n.ready) > 0 {
 		// Handed credits after DelNet took n away (by a peer NI that
-		// left the peer table with waiters): they go another way.
+		// left the peer table with waiters): they go another way (or,
+		// LNet closing, fail as Close fails the others).
 		ms := n.ready
 		n.ready = nil
 		var drains []*ni
 		for _, m := range ms {
 			ln.returnCreditsLocked(m, &drains)
 		}
+		closed := ln.net.closed
 		ln.net.Unlock()
 		ln.drainAll(drains)
 		for _, m := range ms {
+			if closed {
+				ln.completeSend(m, ErrShutdown)
+				continue
+			}
 			ln.reroute(m, fmt.Errorf("%w: NI %v deleted", ErrLocalNI, n.nid))
 		}
 		return

@@ -378,6 +378,16 @@ func TestPushPrimaryDeleted(t *testing.T) {
 	wait("discovered", func(p lnet.PeerInfo, nids []wire.NID) bool {
 		return p.MultiRail && slices.Equal(nids, []wire.NID{aNID})
 	})
+	// a learns b's NIDs from b's discovery push (it pushes to b either way,
+	// as a peer that pinged it; this makes sure the ping was seen).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if slices.ContainsFunc(a.Peers(), func(p lnet.PeerInfo) bool { return p.MultiRail && len(p.NIs) == 2 }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a never learned b's NIDs: %+v", a.Peers())
+		}
+	}
 	if _, err := a.AddNet(context.Background(), lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.2")}); err != nil {
 		t.Fatal(err)
 	}
@@ -391,5 +401,65 @@ func TestPushPrimaryDeleted(t *testing.T) {
 	// b reaches a by the NID left.
 	if err := putWait(t, b, wire.ProcessID{NID: added, PID: a.PID()}, []byte("c")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPushKeepsPeerIdentity: a node with two NIDs on one net discovers a
+// peer that knows it by one; its discovery push, whichever NID it comes
+// from, joins the other NID to that peer, which keeps its primary (the
+// push does not make a second peer of the node).
+func TestPushKeepsPeerIdentity(t *testing.T) {
+	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	tcp := wire.Net{Type: wire.TCP}
+	a := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}, Options: fastOpts(port)})
+	b := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)})
+	sink(t, b, 16, 64)
+	a1, a2 := wire.MustParseNID("127.0.0.1@tcp"), wire.MustParseNID("127.0.0.2@tcp")
+	toB := wire.ProcessID{NID: wire.MustParseNID("127.0.0.3@tcp"), PID: b.PID()}
+	// First without discovery: b knows a by the NID a's PUT came from.
+	g := a.Globals()
+	g.Discovery = false
+	if err := a.SetGlobals(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := putWait(t, a, toB, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	var primary wire.NID
+	for _, p := range b.Peers() {
+		if p.Primary == a1 || p.Primary == a2 {
+			primary = p.Primary
+		}
+	}
+	if primary.IsZero() {
+		t.Fatalf("b does not know a: %+v", b.Peers())
+	}
+	g.Discovery = true
+	if err := a.SetGlobals(g); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 { // (a's sends alternate between its NIs; the first discovers b)
+		if err := putWait(t, a, toB, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var peersOfA []lnet.PeerInfo
+		for _, p := range b.Peers() {
+			if slices.ContainsFunc(p.NIs, func(n lnet.PeerNIStats) bool { return n.NID == a1 || n.NID == a2 }) {
+				peersOfA = append(peersOfA, p)
+			}
+		}
+		if len(peersOfA) == 1 && len(peersOfA[0].NIs) == 2 && peersOfA[0].MultiRail {
+			// The primary is the one b knew first, or a's first NID
+			// (the push's order), not a NID the push came from.
+			if got := peersOfA[0].Primary; got != primary && got != a1 {
+				t.Fatalf("the push made %v a's primary NID on b, was %v", got, primary)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b knows a as %+v, want one multi-rail peer with both NIDs", peersOfA)
+		}
 	}
 }
