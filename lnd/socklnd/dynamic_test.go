@@ -255,17 +255,26 @@ func TestAddDelNet(t *testing.T) {
 	}
 }
 
+// pushPair starts node a on 127.0.0.1@tcp and node b on 127.0.0.3@tcp
+// and 127.0.0.4@tcp1 (the net a adds in the push tests), each taking up to
+// 32 small PUTs on portal 50.
+func pushPair(t *testing.T) (a, b *lnet.LNet, tcp1 wire.Net) {
+	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	tcp := wire.Net{Type: wire.TCP}
+	tcp1 = wire.Net{Type: wire.TCP, Num: 1}
+	a = dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
+	b = dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)},
+		lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.4"), Options: fastOpts(port)})
+	sink(t, a, 32, 64)
+	sink(t, b, 32, 64)
+	return a, b, tcp1
+}
+
 // TestPushOnNetChange: a node that adds or deletes a net pushes its NIDs
 // to the peers that discovered it, which use them at once instead of at
 // their next discovery (they do not discover a peer twice).
 func TestPushOnNetChange(t *testing.T) {
-	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	tcp, tcp1 := wire.Net{Type: wire.TCP}, wire.Net{Type: wire.TCP, Num: 1}
-	a := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
-	b := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)},
-		lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.4"), Options: fastOpts(port)})
-	sink(t, a, 32, 64)
-	sink(t, b, 32, 64)
+	a, b, tcp1 := pushPair(t)
 	aNID, bNID := wire.MustParseNID("127.0.0.1@tcp"), wire.MustParseNID("127.0.0.3@tcp")
 	added := wire.MustParseNID("127.0.0.2@tcp1")
 	// Each discovers the other with its first PUT.
@@ -337,13 +346,8 @@ func TestPushOnNetChange(t *testing.T) {
 // peers know it by pushes, and they drop that NID and know it by the one
 // left.
 func TestPushPrimaryDeleted(t *testing.T) {
-	port := testPort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	tcp, tcp1 := wire.Net{Type: wire.TCP}, wire.Net{Type: wire.TCP, Num: 1}
-	a := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
-	b := dynNode(t, 5*time.Second, lnet.NetConfig{Net: tcp, Addrs: addrs("127.0.0.3"), Options: fastOpts(port)},
-		lnet.NetConfig{Net: tcp1, Addrs: addrs("127.0.0.4"), Options: fastOpts(port)})
-	sink(t, a, 8, 64)
-	sink(t, b, 8, 64)
+	a, b, tcp1 := pushPair(t)
+	tcp := wire.Net{Type: wire.TCP}
 	aNID, added := wire.MustParseNID("127.0.0.1@tcp"), wire.MustParseNID("127.0.0.2@tcp1")
 	// Only b sends: a is pushed to as a peer that pinged it.
 	if err := putWait(t, b, wire.ProcessID{NID: aNID, PID: a.PID()}, []byte("b")); err != nil {
