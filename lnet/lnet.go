@@ -31,9 +31,6 @@ type LNet struct {
 	// writers (and Close's shutdown of the NIs after them).
 	nit  atomic.Pointer[niTable]
 	niMu sync.Mutex
-	// niClosed (under niMu): Close has taken the table; no NI comes or
-	// goes after.
-	niClosed bool
 	// niDown counts the NIs DelNet (or a failed AddNet) took out of the
 	// table and has not shut down yet: Close waits for them.
 	niDown sync.WaitGroup
@@ -345,50 +342,21 @@ func (ln *LNet) close(ctx context.Context) error {
 		}()
 	}
 
-	// No NI comes or goes from here on (one being added or deleted is
-	// first done with). niMu is not held after: handlers that run below
-	// may call AddNet or DelNet (they fail with ErrShutdown).
+	// No NI comes or goes from here on: AddNet and DelNet see res.closed
+	// under niMu, and one that came first is done with. niMu is not held
+	// after: handlers that run below may call them (ErrShutdown).
 	ln.niMu.Lock()
-	ln.niClosed = true
 	nis := ln.nis()
 	ln.niMu.Unlock()
 
 	// Stop handing messages to the LNDs and take back every message still
-	// waiting for credits.
+	// waiting for credits (closed, no credit is handed on).
 	ln.net.Lock()
 	ln.net.closed = true
-	for _, n := range nis {
-		for n.sending {
-			ln.net.idle.Wait()
-		}
-	}
-	var failed []*msg
-	for _, n := range nis {
-		for _, m := range n.ready {
-			failed = append(failed, m)
-			ln.returnCreditsLocked(m, nil)
-		}
-		n.ready = nil
-		for n.txq.n > 0 {
-			m := n.txq.head
-			ln.unqueueLocked(m, nil)
-			failed = append(failed, m)
-		}
-		if n.spaceCh != nil {
-			close(n.spaceCh)
-			n.spaceCh = nil
-		}
-	}
-	for _, lp := range ln.net.peers {
-		for lp.txq.n > 0 {
-			m := lp.txq.head
-			ln.unqueueLocked(m, nil)
-			failed = append(failed, m)
-		}
-	}
+	failed := ln.takeBackLocked(nis, func(*ni) bool { return true }, nil)
 	ln.net.Unlock()
-	for _, m := range failed {
-		ln.completeSend(m, ErrShutdown)
+	for _, f := range failed {
+		ln.completeSend(f.m, ErrShutdown)
 	}
 
 	// Shut the NIs down, lo last, and wait for those deleted before.

@@ -114,7 +114,7 @@ func (ln *LNet) AddNet(ctx context.Context, nc NetConfig) ([]wire.NID, error) {
 func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]*ni, *niRemoval, error) {
 	ln.niMu.Lock()
 	defer ln.niMu.Unlock()
-	if ln.niClosed {
+	if ln.closing() { // (set before Close takes niMu)
 		return nil, nil, ErrShutdown
 	}
 	old := ln.nit.Load()
@@ -148,8 +148,7 @@ func (ln *LNet) addNet(ctx context.Context, nc NetConfig) ([]*ni, *niRemoval, er
 			// Those that started go again, the rest never ran, even if
 			// a route came to rely on them meanwhile (its sends find no
 			// NI and fail).
-			undo, _ := ln.detachNIs(nis, true)
-			ln.publishNets(old.nets)
+			undo, _ := ln.detachNIs(nis, old.nets, true)
 			return nil, undo, err
 		}
 	}
@@ -205,7 +204,7 @@ func (ln *LNet) DelNet(ctx context.Context, net wire.Net, ifaces []string) ([]wi
 func (ln *LNet) delNet(net wire.Net, ifaces []string) ([]*ni, *niRemoval, error) {
 	ln.niMu.Lock()
 	defer ln.niMu.Unlock()
-	if ln.niClosed {
+	if ln.closing() { // (set before Close takes niMu)
 		return nil, nil, ErrShutdown
 	}
 	old := ln.nit.Load()
@@ -221,11 +220,10 @@ func (ln *LNet) delNet(net wire.Net, ifaces []string) ([]*ni, *niRemoval, error)
 		}
 		return nil, nil, fmt.Errorf("%w: net %v is not configured", ErrNotFound, net)
 	}
-	r, err := ln.detachNIs(del, false)
+	r, err := ln.detachNIs(del, netsWithout(old.nets, net, del, len(del) == len(old.byNet[net])), false)
 	if err != nil {
 		return nil, nil, err
 	}
-	ln.publishNets(netsWithout(old.nets, net, del, len(del) == len(old.byNet[net])))
 	return del, r, nil
 }
 
@@ -265,12 +263,6 @@ func (ln *LNet) publish(t *niTable) {
 	ln.net.Unlock()
 }
 
-// publishNets stores the table with nets as what Config reports.
-func (ln *LNet) publishNets(nets []NetConfig) {
-	old := ln.nit.Load()
-	ln.publish(newNITable(old.nis, nets))
-}
-
 // niRemoval is what detachNIs took out of the node, to finish once
 // niMu is released: finish completes messages, and so runs their
 // handlers, which may call AddNet, DelNet or Close.
@@ -287,19 +279,19 @@ type movedMsg struct {
 	nid wire.NID
 }
 
-// detachNIs takes del out of the NI table, under LNet.net so that path
-// selection never sees half of it, and takes back the messages waiting on
-// them for credits. Unless force, it fails with ErrBusy, changing nothing,
+// detachNIs takes del out of the NI table, which then has nets as what
+// Config reports, under LNet.net so that path selection never sees half
+// of it, and takes back the messages waiting on them for credits. Unless force, it fails with ErrBusy, changing nothing,
 // if a route's gateway is on a net del would leave without an NI. The
 // caller holds niMu, and runs finish once it has released it.
-func (ln *LNet) detachNIs(del []*ni, force bool) (*niRemoval, error) {
+func (ln *LNet) detachNIs(del []*ni, nets []NetConfig, force bool) (*niRemoval, error) {
 	gone := make(map[*ni]bool, len(del))
 	for _, n := range del {
 		gone[n] = true
 	}
 	old := ln.nit.Load()
 	keep := slices.DeleteFunc(slices.Clone(old.nis), func(n *ni) bool { return gone[n] })
-	t := newNITable(keep, old.nets)
+	t := newNITable(keep, nets)
 	r := &niRemoval{ln: ln, del: del}
 
 	ln.net.Lock()
@@ -316,36 +308,48 @@ func (ln *LNet) detachNIs(del []*ni, force bool) (*niRemoval, error) {
 	ln.nit.Store(t)
 	for _, n := range del {
 		n.gone = true
+	}
+	r.moved = ln.takeBackLocked(del, func(n *ni) bool { return gone[n] }, &r.drain)
+	ln.niDown.Add(1)
+	return r, nil
+}
+
+// takeBackLocked waits until no goroutine hands nis' ready messages to
+// their drivers, then takes every message waiting for credits on an NI
+// that taken accepts (ready to go, or queued on one of nis or on a peer
+// NI) off its queue, giving its credits back (to drains' NIs, unless
+// LNet is closed), and returns them with the NI each waited on. Peer
+// queues first, so that credits given back go to nobody waiting on a
+// taken NI. Senders blocked on a full queue of one of nis are woken.
+func (ln *LNet) takeBackLocked(nis []*ni, taken func(*ni) bool, drains *[]*ni) []movedMsg {
+	for _, n := range nis {
 		for n.sending {
 			ln.net.idle.Wait()
 		}
 	}
-	// The waiters first, so that the credits given back below go to
-	// nobody waiting on a deleted NI. (A peer NI no longer in the table
-	// that still has waiters hands them its credits later: drain sends
-	// those another way.)
+	var out []movedMsg
 	for _, lp := range ln.net.peers {
 		for m := lp.txq.head; m != nil; {
 			next := m.qnext
-			if gone[m.ni] {
+			if taken(m.ni) {
 				nid := m.ni.nid
-				ln.unqueueLocked(m, &r.drain)
-				r.moved = append(r.moved, movedMsg{m, nid})
+				ln.unqueueLocked(m, drains)
+				out = append(out, movedMsg{m, nid})
 			}
 			m = next
 		}
 	}
-	for _, n := range del {
+	for _, n := range nis {
 		for n.txq.n > 0 {
 			m := n.txq.head
-			ln.unqueueLocked(m, &r.drain)
-			r.moved = append(r.moved, movedMsg{m, n.nid})
+			ln.unqueueLocked(m, drains)
+			out = append(out, movedMsg{m, n.nid})
 		}
 	}
-	for _, n := range del {
+	for _, n := range nis {
 		for _, m := range n.ready {
-			ln.returnCreditsLocked(m, &r.drain)
-			r.moved = append(r.moved, movedMsg{m, n.nid})
+			ln.returnCreditsLocked(m, drains)
+			out = append(out, movedMsg{m, n.nid})
 		}
 		n.ready = nil
 		if n.spaceCh != nil {
@@ -353,8 +357,7 @@ func (ln *LNet) detachNIs(del []*ni, force bool) (*niRemoval, error) {
 			n.spaceCh = nil
 		}
 	}
-	ln.niDown.Add(1)
-	return r, nil
+	return out
 }
 
 // finish sends the messages taken off the NIs another way (the node's
@@ -377,7 +380,7 @@ func (r *niRemoval) finish(ctx context.Context) {
 	var fail []movedMsg
 	ln.net.Lock()
 	for _, m := range pending {
-		if m.ni != nil && m.ni.gone && slices.Contains(r.del, m.ni) {
+		if slices.Contains(r.del, m.ni) {
 			fail = append(fail, movedMsg{m, m.ni.nid})
 		}
 	}

@@ -276,16 +276,17 @@ func (ln *LNet) selectPathLocked(m *msg) error {
 	if glp.peer.mr {
 		glp = pickPeerNI(glp.peer, gw.nid.Net)
 	}
-	locals := ln.netNIs(gw.nid.Net)
-	if len(locals) == 0 { // (DelNet keeps the nets of gateways: not expected)
-		return &routeError{dst: dst, why: "no NI on the gateway's net " + gw.nid.Net.String()}
-	}
-	return ln.setPathLocked(m, locals, glp)
+	return ln.setPathLocked(m, ln.netNIs(gw.nid.Net), glp)
 }
 
 // setPathLocked picks the local NI among locals (or takes m.forceNI), and
 // records the choice of it and of the peer NI lp in m.
 func (ln *LNet) setPathLocked(m *msg, locals []*ni, lp *peerNI) error {
+	if len(locals) == 0 {
+		// A gateway whose net a failed AddNet took back (DelNet keeps
+		// the nets of gateways).
+		return &routeError{dst: m.lm.Hdr.DstNID, why: "no NI on net " + lp.nid.Net.String()}
+	}
 	n := m.forceNI
 	if n == nil || n.gone || n.nid.Net != locals[0].nid.Net {
 		// An NI whose driver is still starting (AddNet) only when there

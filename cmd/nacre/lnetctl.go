@@ -93,6 +93,23 @@ func (b pyBool) MarshalYAML() (any, error) {
 
 func boolWord(b bool) pyBool { return pyBool(b) }
 
+// niYAML is one NI as net show and export print it: its NID, status and
+// interfaces, and its tunables if asked for.
+func niYAML(ni *lnetv1.NI, tunables bool) yamlNI {
+	y := yamlNI{NID: ni.GetNid(), Status: ni.GetStatus()}
+	if len(ni.GetInterfaces()) > 0 {
+		y.Interfaces = map[int]string{}
+		for i, name := range ni.GetInterfaces() {
+			y.Interfaces[i] = name
+		}
+	}
+	if tunables {
+		t := ni.GetTunables()
+		y.Tunables = &yamlTunables{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}
+	}
+	return y
+}
+
 func peerYAML(p *lnetv1.Peer) yamlPeer {
 	out := yamlPeer{PrimaryNID: p.GetPrimaryNid(), MultiRail: boolWord(p.GetMultiRail()), Configured: boolWord(p.GetConfigured())}
 	for _, n := range p.GetPeerNis() {
@@ -171,17 +188,10 @@ func newLNetCtlCmd() *cobra.Command {
 				for _, n := range r.GetNets() {
 					yn := yamlNet{NetType: n.GetNetType()}
 					for _, ni := range n.GetLocalNis() {
-						y := yamlNI{NID: ni.GetNid(), Status: ni.GetStatus()}
-						if len(ni.GetInterfaces()) > 0 {
-							y.Interfaces = map[int]string{}
-							for i, name := range ni.GetInterfaces() {
-								y.Interfaces[i] = name
-							}
-						}
+						y := niYAML(ni, verbose)
 						if verbose {
-							s, t := ni.GetStatistics(), ni.GetTunables()
+							s := ni.GetStatistics()
 							y.Statistics = &yamlNIStats{s.GetSendCount(), s.GetRecvCount(), s.GetDropCount()}
-							y.Tunables = &yamlTunables{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}
 							y.Health = &yamlHealth{ni.GetHealthValue()}
 							for _, c := range ni.GetLndStatistics() {
 								if y.LND == nil {
@@ -202,20 +212,15 @@ func newLNetCtlCmd() *cobra.Command {
 		},
 	}
 	netShow.Flags().BoolVarP(&verbose, "verbose", "v", false, "statistics, tunables, health and RDMA devices")
-	var nNet, nIf, nIP string
+	var nNet string
+	var nIf, nIP []string
 	var nPeerCredits, nCredits, nPeerTimeout int32
-	list := func(v string) []string {
-		if v == "" {
-			return nil
-		}
-		return strings.Split(v, ",")
-	}
 	netAdd := &cobra.Command{
 		Use: "add --net NET [--if IFACE,...] [--ip ADDR,...] [--peer-credits N] [--credits N] [--peer-timeout S]", Args: cobra.NoArgs,
 		Short: "Bring up NIs on a running node: one per interface or address (none named: the first interface with an IPv4 address)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
-				r, err := c.AddNet(ctx, &lnetv1.AddNetRequest{Net: nNet, Interfaces: list(nIf), Addresses: list(nIP),
+				r, err := c.AddNet(ctx, &lnetv1.AddNetRequest{Net: nNet, Interfaces: nIf, Addresses: nIP,
 					PeerCredits: nPeerCredits, Credits: nCredits, PeerTimeout: nPeerTimeout})
 				return struct {
 					Added []string `yaml:"added"`
@@ -224,8 +229,8 @@ func newLNetCtlCmd() *cobra.Command {
 		},
 	}
 	netAdd.Flags().StringVar(&nNet, "net", "", "the network, e.g. tcp1")
-	netAdd.Flags().StringVar(&nIf, "if", "", "OS interfaces, comma-separated")
-	netAdd.Flags().StringVar(&nIP, "ip", "", "IPv4 addresses, comma-separated")
+	netAdd.Flags().StringSliceVar(&nIf, "if", nil, "OS interfaces, comma-separated")
+	netAdd.Flags().StringSliceVar(&nIP, "ip", nil, "IPv4 addresses, comma-separated")
 	netAdd.Flags().Int32Var(&nPeerCredits, "peer-credits", 0, "sends in flight to one peer (0: the driver's default)")
 	netAdd.Flags().Int32Var(&nCredits, "credits", 0, "sends in flight on the NI (0: the driver's default)")
 	netAdd.Flags().Int32Var(&nPeerTimeout, "peer-timeout", 0, "seconds a peer may stay silent before it is dead (0: the driver's default)")
@@ -234,7 +239,7 @@ func newLNetCtlCmd() *cobra.Command {
 		Short: "Shut NIs down on a running node: every NI of the net, or those on the interfaces (or addresses) named",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
-				r, err := c.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: nNet, Interfaces: list(nIf)})
+				r, err := c.DeleteNet(ctx, &lnetv1.DeleteNetRequest{Net: nNet, Interfaces: nIf})
 				return struct {
 					Deleted []string `yaml:"deleted"`
 				}{r.GetNids()}, err
@@ -242,7 +247,7 @@ func newLNetCtlCmd() *cobra.Command {
 		},
 	}
 	netDel.Flags().StringVar(&nNet, "net", "", "the network, e.g. tcp1")
-	netDel.Flags().StringVar(&nIf, "if", "", "only the NIs on these interfaces or addresses, comma-separated")
+	netDel.Flags().StringSliceVar(&nIf, "if", nil, "only the NIs on these interfaces or addresses, comma-separated")
 	net.AddCommand(netShow, netAdd, netDel)
 
 	peer := &cobra.Command{Use: "peer", Short: "Known peers"}
@@ -265,37 +270,32 @@ func newLNetCtlCmd() *cobra.Command {
 		},
 	})
 
-	var pPrim, pNIDs string
+	var pPrim string
+	var pNIDs []string
 	var pNonMR bool
-	splitNIDs := func(v string) []string {
-		if v == "" {
-			return nil
-		}
-		return strings.Split(v, ",")
-	}
 	peerAdd := &cobra.Command{
 		Use: "add --prim_nid NID [--nid NID,...] [--non_mr]", Short: "Configure a peer: its NIDs, kept however idle", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
-				_, err := c.AddPeer(ctx, &lnetv1.AddPeerRequest{PrimaryNid: pPrim, Nids: splitNIDs(pNIDs), NonMr: pNonMR})
+				_, err := c.AddPeer(ctx, &lnetv1.AddPeerRequest{PrimaryNid: pPrim, Nids: pNIDs, NonMr: pNonMR})
 				return struct{}{}, err
 			})
 		},
 	}
 	peerAdd.Flags().StringVar(&pPrim, "prim_nid", "", "the peer's primary NID")
-	peerAdd.Flags().StringVar(&pNIDs, "nid", "", "the peer's other NIDs, comma-separated")
+	peerAdd.Flags().StringSliceVar(&pNIDs, "nid", nil, "the peer's other NIDs, comma-separated")
 	peerAdd.Flags().BoolVar(&pNonMR, "non_mr", false, "a peer that is not multi-rail (one NID)")
 	peerDel := &cobra.Command{
 		Use: "del --prim_nid NID [--nid NID,...]", Short: "Delete a peer, or some of its NIDs", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return call(cmd, func(ctx context.Context, c lnetv1.LNetControlClient) (any, error) {
-				_, err := c.DeletePeer(ctx, &lnetv1.DeletePeerRequest{PrimaryNid: pPrim, Nids: splitNIDs(pNIDs)})
+				_, err := c.DeletePeer(ctx, &lnetv1.DeletePeerRequest{PrimaryNid: pPrim, Nids: pNIDs})
 				return struct{}{}, err
 			})
 		},
 	}
 	peerDel.Flags().StringVar(&pPrim, "prim_nid", "", "the peer's primary NID")
-	peerDel.Flags().StringVar(&pNIDs, "nid", "", "NIDs to delete from the peer, comma-separated (none: the whole peer)")
+	peerDel.Flags().StringSliceVar(&pNIDs, "nid", nil, "NIDs to delete from the peer, comma-separated (none: the whole peer)")
 	peer.AddCommand(peerAdd, peerDel)
 
 	route := &cobra.Command{Use: "route", Short: "Routes to remote networks"}

@@ -62,16 +62,7 @@ func exportConfig(ctx context.Context, c lnetv1.LNetControlClient) (*lnetConfig,
 		}
 		yn := yamlNet{NetType: n.GetNetType()}
 		for _, ni := range n.GetLocalNis() {
-			t := ni.GetTunables()
-			y := yamlNI{NID: ni.GetNid(), Status: ni.GetStatus(),
-				Tunables: &yamlTunables{t.GetPeerTimeout(), t.GetPeerCredits(), t.GetPeerBufferCredits(), t.GetCredits()}}
-			if len(ni.GetInterfaces()) > 0 {
-				y.Interfaces = map[int]string{}
-				for i, name := range ni.GetInterfaces() {
-					y.Interfaces[i] = name
-				}
-			}
-			yn.NIs = append(yn.NIs, y)
+			yn.NIs = append(yn.NIs, niYAML(ni, true))
 		}
 		out.Net = append(out.Net, yn)
 	}
