@@ -12,6 +12,7 @@ import (
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
+	"github.com/nacrefs/nacre/internal/mmp"
 )
 
 // TestOSSRestartUnderWrite: the OSS is killed with SIGKILL while a client
@@ -19,6 +20,46 @@ import (
 // waits, carries on, and every byte of the file is right.
 func TestOSSRestartUnderWrite(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true})
+	ossDiesUnderWrite(t, c, func() error {
+		c.KillOSS()
+		time.Sleep(2 * time.Second)
+		return c.StartOSS()
+	})
+}
+
+// TestOSSFailoverToPartner: the OSS of a failover pair (OSTs formatted with
+// both NIDs as service nodes, and multiple-mount protection) is killed
+// while a client streams a file to it; its partner, at another NID, takes
+// the OSTs over once their MMP blocks have stood still for the wait; the
+// writer's imports fail over to it and every byte is right, read by a
+// client that mounted after (and found the partner's NID first).
+func TestOSSFailoverToPartner(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, ChildOSS: true, Failover: true})
+	ossDiesUnderWrite(t, c, func() error {
+		start := time.Now()
+		if err := c.FailOverOSS(); err != nil {
+			return err
+		}
+		// The blocks were not clean (a crash): the partner watched them
+		// for a wait, wrote its own and watched again.
+		if el, want := time.Since(start), 4*clustertest.PartnerMMPInterval; el < want {
+			t.Errorf("the partner served the OSTs after %v, before the MMP waits (%v)", el, want)
+		}
+		for _, d := range c.OSTDirs {
+			if b, err := mmp.Read(d); err != nil || b.Clean() {
+				t.Errorf("%s: MMP block %+v, %v: want the partner's heartbeat", d, b, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ossDiesUnderWrite streams a striped file from client 0 and has fail
+// take the OSS down (and bring it or a partner back) after the first
+// chunks; the write must complete, and client 1, mounted after, read back
+// every byte.
+func ossDiesUnderWrite(t *testing.T, c *clustertest.Cluster, fail func() error) {
+	t.Helper()
 	fs := c.Mount(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -53,9 +94,7 @@ func TestOSSRestartUnderWrite(t *testing.T) {
 			t.Fatalf("writer ended after %d chunks: %v", i, err)
 		}
 	}
-	c.KillOSS()
-	time.Sleep(2 * time.Second)
-	if err := c.StartOSS(); err != nil {
+	if err := fail(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

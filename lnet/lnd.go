@@ -231,6 +231,16 @@ type Msg struct {
 	priv any
 }
 
+// Canceled reports whether the sender gave the message up (unlinked its
+// MD) before it was sent: an LND still waiting to send it — for a
+// connection to a peer that may be dead — may finalize it with
+// ErrCanceled at once instead of at its deadline. A message the LND has
+// started to write goes out whole all the same.
+func (lm *Msg) Canceled() bool {
+	m, _ := lm.priv.(*msg)
+	return m != nil && m.canceled.Load()
+}
+
 // Errors an LND reports through Finalize. LNet uses them to decide whether
 // to lower the health of the local NI or of the peer NI, and whether to
 // retry the message on another rail.
@@ -252,6 +262,9 @@ var (
 	// ErrTimeout: the message could not be sent before its deadline, or
 	// its ACK or REPLY did not come within the transaction timeout.
 	ErrTimeout = errors.New("lnet: timed out")
+	// ErrCanceled: the sender gave the message up (Msg.Canceled) before
+	// the LND sent it. Lowers nothing; the message is not retried.
+	ErrCanceled = errors.New("lnet: send canceled")
 )
 
 var (

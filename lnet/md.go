@@ -148,6 +148,23 @@ type md struct {
 	// see one or two (SEND, then REPLY or UNLINK), one at a time.
 	evBuf [2]Event
 	meBuf me // an attached MD's match entry, one allocation with it
+	// sends are the PUTs and GETs sent from the MD whose send has not
+	// finished: Unlink cancels them (Msg.Canceled). sendBuf backs it for
+	// the usual one.
+	sends   []*msg
+	sendBuf [1]*msg
+}
+
+// dropSendLocked forgets s, whose send finished.
+func (m *md) dropSendLocked(s *msg) {
+	for i, x := range m.sends {
+		if x == s {
+			last := len(m.sends) - 1
+			m.sends[i], m.sends[last] = m.sends[last], nil
+			m.sends = m.sends[:last]
+			return
+		}
+	}
 }
 
 func (m *md) handle() MDHandle { return MDHandle{m.cookie} }
@@ -292,7 +309,7 @@ func (ln *LNet) newMDLocked(d *MD, length int, internal bool) *md {
 		observe:   d.Observe,
 		internal:  internal,
 	}
-	m.evq = m.evBuf[:0]
+	m.evq, m.sends = m.evBuf[:0], m.sendBuf[:0]
 	ln.res.mds[m.cookie] = m
 	if internal {
 		ln.res.internal++
@@ -374,6 +391,12 @@ func (ln *LNet) Unlink(h MDHandle) error {
 		return fmt.Errorf("%w: %v", ErrNoMD, h)
 	}
 	m.zombie = true
+	for _, s := range m.sends {
+		// Its owner gave it up: an LND that has not started to send it
+		// may fail it now instead of at its deadline (a dead peer), and
+		// LNet does not send it again.
+		s.canceled.Store(true)
+	}
 	if m.refs == 0 {
 		ln.unlinkLocked(m, &d)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nacrefs/nacre/internal/iovec"
@@ -93,6 +94,10 @@ type msg struct {
 
 	// Protected by timer.mu.
 	heapIdx int // index in the timer heap, -1 if not in it
+
+	// canceled: the MD's owner unlinked it before the send finished
+	// (Msg.Canceled).
+	canceled atomic.Bool
 }
 
 // localSrc is the NID an operation to dst leaves from, for events: the
@@ -230,6 +235,7 @@ func (ln *LNet) startOp(m *msg, h MDHandle, target wire.ProcessID) error {
 	}
 	d.commitLocked()
 	m.md = d
+	d.sends = append(d.sends, m)
 	if m.wantResp {
 		ln.res.nextCookie++
 		m.cookie = ln.res.nextCookie
@@ -253,6 +259,7 @@ func (ln *LNet) abort(m *msg) {
 	if m.cookie != 0 {
 		delete(ln.res.pending, m.cookie)
 	}
+	m.md.dropSendLocked(m)
 	ln.abortLocked(m.md, &d)
 	ln.res.Unlock()
 	ln.dispatch(&d, false)
@@ -560,7 +567,7 @@ func (ln *LNet) finalize(via *ni, lm *Msg, err error) {
 // one): a PUT, GET or forwarded message, failed on the connection or the
 // interface, with retries and time left.
 func (ln *LNet) resendableLocked(m *msg, err error) bool {
-	if m.kind == kindAck || m.kind == kindReply || ln.net.closed {
+	if m.kind == kindAck || m.kind == kindReply || ln.net.closed || m.canceled.Load() {
 		return false
 	}
 	if !errors.Is(err, ErrConnReset) && !errors.Is(err, ErrPeerUnreachable) &&
@@ -607,6 +614,7 @@ func (ln *LNet) completeSend(m *msg, err error) {
 	switch m.kind {
 	case kindPut, kindGet:
 		m.sendDone = true
+		m.md.dropSendLocked(m)
 		ev := m.ev
 		ev.Type, ev.Status = EventSend, err
 		if !m.wantResp {

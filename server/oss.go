@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nacrefs/nacre/internal/mmp"
 	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/lnet"
 	"github.com/nacrefs/nacre/lnet/selftest"
@@ -103,6 +104,11 @@ type Storage struct {
 	// unlock gives back the target locks (lockTarget), once the targets
 	// are closed.
 	unlock []func()
+	// guards are the MMP heartbeats of the targets that have MMP, stopped
+	// (their blocks marked clean) once the targets are closed; lost gets
+	// the first loss of one (Lost).
+	guards []*mmp.Guard
+	lost   chan error
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -115,7 +121,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	if lg == nil {
 		lg = slog.Default()
 	}
-	s := &Storage{log: lg, stop: make(chan struct{})}
+	s := &Storage{log: lg, stop: make(chan struct{}), lost: make(chan error, 1)}
 	s.params.reg, s.params.since = cfg.Params, time.Now()
 	if s.params.reg == nil {
 		s.params.reg = params.Default
@@ -132,8 +138,12 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if ids[i], err = ReadTarget(dir); err != nil {
 			return nil, err
 		}
+		if ids[i].Kind != mgs.KindOST && ids[i].Kind != mgs.KindMDT {
+			return nil, fmt.Errorf("server: %s is %s %s; this server runs OSTs and MDTs", dir, ids[i].Kind, ids[i].Label)
+		}
 		// Before anything touches its store (the replay barrier's restore
-		// replaces it): one process per target.
+		// replaces it): one process per target on this host, then (MMP)
+		// one node per target.
 		release, err := lockTarget(dir)
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
@@ -142,16 +152,18 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if len(cfg.MGSNodes) > 0 {
 			ids[i].MGSNodes = cfg.MGSNodes
 		}
-		if cfg.RestoreReplayBarrier {
+	}
+	if err := s.startGuards(ctx, cfg.Dirs, ids); err != nil {
+		return nil, err
+	}
+	if cfg.RestoreReplayBarrier {
+		for i, dir := range cfg.Dirs {
 			if _, err := os.Stat(filepath.Join(dir, replayBarrierDir)); err == nil {
 				if err := restoreReplayBarrier(dir); err != nil {
 					return nil, err
 				}
 				lg.Warn("replay barrier: the target is back as it was at its barrier; later changes are lost, for its clients to replay", "target", ids[i].Label, "dir", dir)
 			}
-		}
-		if ids[i].Kind != mgs.KindOST && ids[i].Kind != mgs.KindMDT {
-			return nil, fmt.Errorf("server: %s is %s %s; this server runs OSTs and MDTs", dir, ids[i].Kind, ids[i].Label)
 		}
 	}
 	cfg.LNet.Logger = lg
@@ -264,9 +276,58 @@ func (s *Storage) Close(ctx context.Context) error {
 	if s.LNet != nil {
 		err = errors.Join(err, s.LNet.Close(ctx))
 	}
+	for _, g := range s.guards {
+		err = errors.Join(err, g.Stop())
+	}
+	s.guards = nil
 	for _, release := range s.unlock {
 		release()
 	}
 	s.unlock = nil
 	return err
 }
+
+// startGuards takes the targets that have multiple-mount protection for
+// this node (mmp.Start), all at once: each may wait for a partner's
+// heartbeat. It fails if another node serves any of them.
+func (s *Storage) startGuards(ctx context.Context, dirs []string, ids []TargetIdentity) error {
+	type started struct {
+		g   *mmp.Guard
+		err error
+	}
+	var wg sync.WaitGroup
+	res := make([]started, len(dirs))
+	for i, dir := range dirs {
+		if !ids[i].MMP {
+			continue
+		}
+		label := ids[i].Label
+		wg.Go(func() {
+			g, err := mmp.Start(ctx, mmp.Config{Dir: dir, Interval: ids[i].MMPInterval, Detail: fmt.Sprintf("pid %d", os.Getpid()),
+				Logger: s.log.With("target", label), OnLost: func(err error) {
+					select {
+					case s.lost <- fmt.Errorf("server: %s: %w", label, err):
+					default:
+					}
+				}})
+			res[i] = started{g, err}
+		})
+	}
+	wg.Wait()
+	var err error
+	for i, r := range res {
+		if r.g != nil {
+			s.guards = append(s.guards, r.g)
+		}
+		if r.err != nil {
+			err = errors.Join(err, fmt.Errorf("server: %s: %w", ids[i].Label, r.err))
+		}
+	}
+	return err
+}
+
+// Lost reports the first target another node took over (an error wrapping
+// mmp.ErrLost): its store is the other node's now, and this process must
+// stop serving it at once — stop writing, not close it cleanly. nacre
+// server exits.
+func (s *Storage) Lost() <-chan error { return s.lost }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nacrefs/nacre/internal/mgsnode"
+	"github.com/nacrefs/nacre/internal/mmp"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +46,17 @@ type TargetIdentity struct {
 	// Backend names the OSD backend ("file").
 	Backend string    `json:"backend"`
 	Created time.Time `json:"created"`
+	// FailNodes are the NIDs of the servers that may serve the target
+	// (mkfs --failnode, --servicenode): a server registers those that are
+	// not its own as the target's failover NIDs, which clients try when
+	// it does not answer.
+	FailNodes []string `json:"failnodes,omitempty"`
+	// MMP turns on multiple-mount protection (internal/mmp): a server
+	// serving the target rewrites a heartbeat block in its directory
+	// every MMPInterval, and a server starting it waits to make sure no
+	// other does. On by default with FailNodes, as mkfs.lustre does.
+	MMP         bool          `json:"mmp,omitempty"`
+	MMPInterval time.Duration `json:"mmp_interval,omitempty"`
 }
 
 // ParseMGSNode turns an --mgsnode value into a gRPC address: a NID
@@ -80,6 +93,17 @@ func Mkfs(dir string, id TargetIdentity, store string, format func(store string,
 	if id.Backend == "" {
 		id.Backend = "file"
 	}
+	for _, n := range id.FailNodes {
+		if err := mgs.ValidateNID(n); err != nil {
+			return id, fmt.Errorf("mkfs: failover node: %w", err)
+		}
+	}
+	if id.MMP && id.MMPInterval <= 0 {
+		id.MMPInterval = mmp.DefaultInterval
+	}
+	if id.MMPInterval < 0 || id.MMPInterval > time.Hour {
+		return id, fmt.Errorf("mkfs: MMP interval %v: want up to an hour", id.MMPInterval)
+	}
 	id.Label = mgs.TargetLabel(id.FSName, id.Kind, id.Index)
 	id.UUID = uuid.NewString()
 	id.Created = time.Now().UTC().Truncate(time.Second)
@@ -106,6 +130,13 @@ func Mkfs(dir string, id TargetIdentity, store string, format func(store string,
 			err = errors.Join(err, fmt.Errorf("remove the store it left: %w", rerr))
 		}
 		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	if id.MMP {
+		if err := mmp.Format(dir, id.MMPInterval); err != nil {
+			// Leave dir empty for another mkfs, as a failed format does.
+			err = errors.Join(err, os.RemoveAll(storeDir), os.RemoveAll(filepath.Join(dir, mmp.FileName)))
+			return id, fmt.Errorf("mkfs %s: %w", dir, err)
+		}
 	}
 	tmp := filepath.Join(dir, TargetFile+".tmp")
 	if err := writeSync(tmp, append(b, '\n')); err != nil {
@@ -169,14 +200,15 @@ func syncDir(dir string) error {
 // each MGS node in turn. Close stops it; the lease then expires and the
 // target shows down.
 type Registrar struct {
-	id     TargetIdentity
-	nids   []string
-	path   string
-	status StatusPort // the server's status port
-	log    *slog.Logger
-	conns  []*grpc.ClientConn // one per MGS node
-	cancel context.CancelFunc
-	done   chan struct{}
+	id       TargetIdentity
+	nids     []string
+	failover []string // the identity's FailNodes that are not nids
+	path     string
+	status   StatusPort // the server's status port
+	log      *slog.Logger
+	conns    []*grpc.ClientConn // one per MGS node
+	cancel   context.CancelFunc
+	done     chan struct{}
 
 	mu     sync.Mutex // guards cur, lease, ttl, config
 	cur    int        // the MGS node that answered last
@@ -194,7 +226,8 @@ func Register(ctx context.Context, id TargetIdentity, nids []string, path string
 	if len(id.MGSNodes) == 0 {
 		return nil, fmt.Errorf("register %s: no MGS node", id.Label)
 	}
-	r := &Registrar{id: id, nids: nids, path: path, status: status, log: log.With("target", id.Label), done: make(chan struct{})}
+	r := &Registrar{id: id, nids: nids, failover: failoverNIDs(id.FailNodes, nids), path: path, status: status,
+		log: log.With("target", id.Label), done: make(chan struct{})}
 	for _, a := range id.MGSNodes {
 		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -211,6 +244,18 @@ func Register(ctx context.Context, id TargetIdentity, nids []string, path string
 	r.cancel = cancel
 	go r.heartbeat(hctx)
 	return r, nil
+}
+
+// failoverNIDs returns the failover NIDs a server at nids registers: the
+// target's service nodes but its own.
+func failoverNIDs(nodes, nids []string) []string {
+	var out []string
+	for _, n := range nodes {
+		if !slices.Contains(nids, n) && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (r *Registrar) closeConns() {
@@ -248,7 +293,7 @@ func (r *Registrar) Config() *mgsv1.ClientConfig {
 func (r *Registrar) register(ctx context.Context) error {
 	idx := r.id.Index
 	req := &mgsv1.RegisterTargetRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind),
-		Index: &idx, Nids: r.nids, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status.Addr, StatusToken: r.status.Token}
+		Index: &idx, Nids: r.nids, FailoverNids: r.failover, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status.Addr, StatusToken: r.status.Token}
 	_, start := r.client()
 	var errs []error
 	for i := range r.conns {

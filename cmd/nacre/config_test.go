@@ -5,9 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nacrefs/nacre/internal/mmp"
 	"github.com/nacrefs/nacre/server"
 )
 
@@ -78,6 +81,60 @@ func TestMkfsConfig(t *testing.T) {
 	}
 	if id := mkfs(env, "--index", "9", "--fsname", "fromflag"); id.Label != "fromflag-OST0009" {
 		t.Fatalf("from flags: %+v (want fromflag-OST0009)", id)
+	}
+	if id := mkfs(nil); id.MMP || id.FailNodes != nil {
+		t.Fatalf("a target without failover nodes: %+v (want no MMP)", id)
+	}
+}
+
+// TestMkfsFailover: service and failover nodes are recorded and turn
+// multiple-mount protection on (mkfs.lustre's default), unless --mmp=false;
+// --mmp turns it on alone; a node that is not a NID is refused.
+func TestMkfsFailover(t *testing.T) {
+	mkfs := func(env []string, args ...string) (server.TargetIdentity, string, error) {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), "tgt")
+		cmd := exec.Command(nacreBin, append([]string{"mkfs", "--ost", "--mgsnode", "10.0.0.1@tcp", dir}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return server.TargetIdentity{}, string(out), err
+		}
+		id, err := server.ReadTarget(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, mmpErr := os.Stat(filepath.Join(dir, mmp.FileName))
+		if id.MMP != (mmpErr == nil) {
+			t.Fatalf("MMP %v in the identity, MMP block: %v", id.MMP, mmpErr)
+		}
+		return id, string(out), nil
+	}
+	for _, tc := range []struct {
+		env, args []string
+		nodes     []string
+		mmp       bool
+		interval  time.Duration
+	}{
+		{nil, []string{"--failnode", "10.0.0.5@tcp,10.0.0.6@tcp"}, []string{"10.0.0.5@tcp", "10.0.0.6@tcp"}, true, 5 * time.Second},
+		{nil, []string{"--servicenode", "10.0.0.4@tcp", "--servicenode", "10.0.0.5@tcp", "--mmp-interval", "2s"}, []string{"10.0.0.4@tcp", "10.0.0.5@tcp"}, true, 2 * time.Second},
+		{nil, []string{"--failnode", "10.0.0.5@tcp", "--mmp=false"}, []string{"10.0.0.5@tcp"}, false, 0},
+		{nil, []string{"--mmp"}, nil, true, 5 * time.Second},
+		{[]string{"NACRE_FAILNODE=10.0.0.7@tcp"}, nil, []string{"10.0.0.7@tcp"}, true, 5 * time.Second},
+	} {
+		id, out, err := mkfs(tc.env, tc.args...)
+		if err != nil {
+			t.Fatalf("mkfs %v %v: %v\n%s", tc.env, tc.args, err, out)
+		}
+		if !slices.Equal(id.FailNodes, tc.nodes) || id.MMP != tc.mmp || id.MMPInterval != tc.interval {
+			t.Errorf("mkfs %v %v: nodes %v, MMP %v every %v; want %v, %v every %v", tc.env, tc.args, id.FailNodes, id.MMP, id.MMPInterval, tc.nodes, tc.mmp, tc.interval)
+		}
+		if tc.mmp != strings.Contains(out, "multiple-mount protection on") {
+			t.Errorf("mkfs %v %v said:\n%s", tc.env, tc.args, out)
+		}
+	}
+	if _, out, err := mkfs(nil, "--failnode", "oss2"); err == nil || !strings.Contains(out, "oss2") {
+		t.Fatalf("mkfs with a failover node that is not a NID: %v\n%s", err, out)
 	}
 }
 

@@ -18,9 +18,19 @@ import (
 
 func newMkfsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "mkfs --ost|--mdt --fsname NAME --index N --mgsnode NID[,NID] DIR",
+		Use:   "mkfs --ost|--mdt --fsname NAME --index N --mgsnode NID[,NID] [--failnode NID[,NID]] DIR",
 		Short: "Format a directory as a storage target (its identity, label and store)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Format a directory as a storage target (its identity, label and store).
+
+A target on storage that more than one server reaches (the shared disk of a
+failover pair) names the servers that may serve it: --servicenode lists
+them all, --failnode the partners of the one formatting it (as mkfs.lustre).
+Clients try them in turn when the server they talk to stops answering. Such
+a target gets multiple-mount protection (--mmp, on by default with failover
+nodes): the server serving it rewrites a heartbeat block in the directory
+every --mmp-interval, and a server starting it first waits twice that (and
+a second) to make sure no other node serves it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// As every command: flags, then NACRE_* variables, then the
 			// config file (NACRE_MGSNODE=a@tcp,b@tcp, mgsnode: in the file).
@@ -32,16 +42,14 @@ func newMkfsCmd() *cobra.Command {
 			if ost == mdt {
 				return fmt.Errorf("mkfs: give exactly one of --ost and --mdt")
 			}
-			var nodes []string
-			for _, n := range v.GetStringSlice("mgsnode") {
-				// A variable is split on spaces only; a flag on commas too.
-				for _, s := range strings.Split(n, ",") {
-					if s = strings.TrimSpace(s); s != "" {
-						nodes = append(nodes, s)
-					}
-				}
+			nodes := splitList(v.GetStringSlice("mgsnode"))
+			id := server.TargetIdentity{FSName: v.GetString("fsname"), Index: v.GetUint32("index"), MGSNodes: nodes, Backend: v.GetString("backend"),
+				FailNodes: append(splitList(v.GetStringSlice("servicenode")), splitList(v.GetStringSlice("failnode"))...)}
+			id.MMP = len(id.FailNodes) > 0
+			if cmd.Flags().Changed("mmp") || v.IsSet("mmp") {
+				id.MMP = v.GetBool("mmp")
 			}
-			id := server.TargetIdentity{FSName: v.GetString("fsname"), Index: v.GetUint32("index"), MGSNodes: nodes, Backend: v.GetString("backend")}
+			id.MMPInterval = v.GetDuration("mmp-interval")
 			format := server.FormatOST
 			if mdt {
 				format = server.FormatMDT
@@ -51,6 +59,12 @@ func newMkfsCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "formatted %s as %s (uuid %s, mgs %s)\n", args[0], id.Label, id.UUID, strings.Join(id.MGSNodes, ","))
+			if len(id.FailNodes) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "service nodes %s\n", strings.Join(id.FailNodes, ","))
+			}
+			if id.MMP {
+				fmt.Fprintf(cmd.OutOrStdout(), "multiple-mount protection on, update interval %v\n", id.MMPInterval)
+			}
 			return nil
 		},
 	}
@@ -61,7 +75,25 @@ func newMkfsCmd() *cobra.Command {
 	f.Uint32("index", 0, "target index")
 	f.StringSlice("mgsnode", nil, "MGS NID or host:port (repeat or comma-separate for failover partners)")
 	f.String("backend", "file", "OSD backend of an OST (an MDT's store is pebble)")
+	f.StringSlice("servicenode", nil, "NID of a server that may serve the target, this one included (repeat or comma-separate)")
+	f.StringSlice("failnode", nil, "NID of a failover partner of this server (repeat or comma-separate)")
+	f.Bool("mmp", false, "multiple-mount protection (default: on with --servicenode or --failnode)")
+	f.Duration("mmp-interval", 0, "how often the serving server rewrites the MMP block (0: 5s)")
 	return readsConfig(cmd)
+}
+
+// splitList splits list values on commas too: a variable is split on
+// spaces only, a flag on commas too.
+func splitList(vals []string) []string {
+	var out []string
+	for _, n := range vals {
+		for _, s := range strings.Split(n, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 func newServerCmd() *cobra.Command {
@@ -97,7 +129,15 @@ func newServerCmd() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "nacre server: metrics at http://%s/metrics, state at http://%s%s\n", at, at, admin.StatePath)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "nacre server: %s on %v\nready\n", strings.Join(st.Targets(), ", "), st.LNet.NIDs())
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case err := <-st.Lost():
+				// Another node serves the target now: not one more write
+				// to its store, not even a clean close's (ldiskfs aborts).
+				lcfg.Logger.Error("nacre server: a target was taken over by another node; exiting at once", "err", err)
+				fmt.Fprintf(cmd.ErrOrStderr(), "nacre server: %v\n", err)
+				os.Exit(3)
+			}
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return st.Close(cctx)

@@ -474,7 +474,17 @@ type rpc struct {
 	sends    int // sends not yet seen completed; owned by the caller's goroutine
 	nsent    int // sends in all
 	gotReply bool
-	sentAt   time.Time
+	// ownBody says the request's body is the RPC's own (a connect, a
+	// ping), which nobody reuses: finish need not wait for a send LNet
+	// still holds (to a peer that died, until its transaction timeout),
+	// and the import moves on to the next server at once.
+	ownBody bool
+	// smds are the MDs of the sends made, which finish unlinks (LNet
+	// cancels a send it has not made yet); smdBuf backs the usual one or
+	// two. Owned by the caller's goroutine.
+	smds   []lnet.MDHandle
+	smdBuf [2]lnet.MDHandle
+	sentAt time.Time
 	// atSupport: the latest send told the server the client takes early
 	// replies (MsgATSupport); owned by the caller's goroutine.
 	atSupport bool
@@ -751,11 +761,16 @@ func (r *rpc) send(ctx context.Context, target lwire.ProcessID, portal uint32, h
 		r.sends++
 		r.nsent++
 		r.sentAt = time.Now()
+		if r.smds == nil {
+			r.smds = r.smdBuf[:0]
+		}
+		r.smds = append(r.smds, smd)
 		hdrData := uint64(c.cfg.BulkPortal)<<32 | uint64(c.cfg.ReplyPortal)
 		if err = c.ln.Put(ctx, smd, lnet.NoAckReq, target, portal, r.xid, 0, hdrData); err != nil {
 			// The MD was never used: no SEND event will come.
 			r.sends--
 			r.nsent--
+			r.smds = r.smds[:len(r.smds)-1]
 			c.ln.Unlink(smd)
 		}
 	}
@@ -962,8 +977,15 @@ func (r *rpc) finish() {
 	// A reply to the only send means the server has the whole request, so
 	// nothing reads the body any more. Otherwise a send may still be in
 	// progress: LNet ends it at worst after its transaction timeout.
-	if r.gotReply && r.nsent == 1 {
+	if (r.gotReply && r.nsent == 1) || (r.ownBody && len(r.bulkMDs) == 0) {
 		return
+	}
+	// A send still queued (for a connection to a server that died, while
+	// the request went to its failover partner) is canceled: the LND ends
+	// it at its next failed connection attempt, not at the transaction
+	// timeout. One LNet already ended errs here, harmlessly.
+	for _, h := range r.smds {
+		ln.Unlink(h)
 	}
 	for {
 		for r.takeSends() != nil { // reported or not, a failure ends its send

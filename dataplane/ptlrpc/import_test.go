@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nacrefs/nacre/dataplane/ptlrpc/wire"
+	"github.com/nacrefs/nacre/lnet"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 )
 
@@ -603,5 +605,76 @@ func testMaxInFlight(t *testing.T, mk func(testing.TB) env) {
 	unlimited := te.newImport(t, te.importCfg())
 	if err := unlimited.SetMaxRPCsInFlight(4); err == nil {
 		t.Fatal("SetMaxRPCsInFlight on an import made without a limit")
+	}
+}
+
+// TestDeadServerCallEndsAtDeadline: a request to a server that is gone
+// waits in socklnd for a connection. When the caller's deadline passes the
+// call returns, its send canceled, rather than once LNet gives the send up
+// (a minute here); and an import with a failover server connects to it
+// while the first one's connect attempts are still queued.
+func TestDeadServerCallEndsAtDeadline(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	cfg := lnet.DefaultConfig()
+	cfg.Logger = quiet
+	cfg.TransactionTimeout = time.Minute
+	nc, err := lnet.ParseNetworks("tcp(127.0.0.1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc[0].Options = map[string]string{"port": strconv.Itoa(port)}
+	cfg.Networks = nc
+	cli, err := lnet.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close(context.Background()) })
+	c := NewClient(cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
+	dead := lwire.ProcessID{NID: lwire.MustParseNID("127.0.0.2@tcp"), PID: lwire.PIDLustre}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Do(ctx, dead, reqPortal, &Req{Opcode: opEcho, Body: []byte("anyone?")}); err == nil {
+		t.Fatal("a call to nobody succeeded")
+	}
+	// The deadline, then the next failed connection attempt (socklnd's
+	// backoff is at most 5 s).
+	if el := time.Since(start); el > 8*time.Second {
+		t.Fatalf("the call returned after %v: it waited for LNet to give its send up", el)
+	}
+
+	t.Logf("call to nobody returned after %v", time.Since(start))
+	srv := startLNet(t, "tcp(127.0.0.3)", port)
+	ts := NewTargetSet()
+	tgt, err := ts.NewTarget(TargetConfig{Name: "nacre-OST0000", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close(context.Background())
+	svc, err := NewService(srv, ServiceConfig{Name: "ost", RequestPortal: reqPortal, Targets: ts, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close(context.Background())
+	partner := lwire.ProcessID{NID: srv.NIDs()[len(srv.NIDs())-1], PID: srv.PID()}
+	imp, err := c.NewImport(ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{dead, partner}, Portal: reqPortal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close(context.Background())
+	start = time.Now()
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	if err := imp.Connect(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := imp.Info().Server; got != partner {
+		t.Fatalf("connected to %v, want the failover server %v", got, partner)
+	}
+	t.Logf("failed over after %v", time.Since(start))
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("failed over after %v", el)
 	}
 }

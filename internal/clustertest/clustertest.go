@@ -54,7 +54,14 @@ const (
 	ExtraOSSAddr = "127.0.0.3"
 	// ChildMDSAddr serves MDT0 when it runs in a child.
 	ChildMDSAddr = "127.0.0.4"
+	// PartnerOSSAddr is the child OSS's failover partner
+	// (Options.Failover, FailOverOSS).
+	PartnerOSSAddr = "127.0.0.5"
 )
+
+// PartnerMMPInterval is the MMP interval of the OSTs of a cluster with
+// Options.Failover: a partner takes them over within about five.
+const PartnerMMPInterval = 100 * time.Millisecond
 
 // ClientAddr is the address of client i.
 func ClientAddr(i int) string { return fmt.Sprintf("127.0.2.%d", 10+i) }
@@ -88,6 +95,11 @@ type Options struct {
 	FSName string
 	// Logger gets the in-process servers' logs; nil means Quiet.
 	Logger *slog.Logger
+	// Failover formats the OSTs for a failover pair: served by the child
+	// OSS (ChildOSSAddr) or its partner (PartnerOSSAddr), with
+	// multiple-mount protection (PartnerMMPInterval). FailOverOSS moves
+	// them to the partner.
+	Failover bool
 	// OSTTmpfs, if not 0, puts each OST on a tmpfs of its own of that
 	// many bytes (the test must run as root), so that an OST's statfs
 	// (lfs df) counts its own data, not the whole host file system's
@@ -118,6 +130,7 @@ type Cluster struct {
 	// recovery is the servers' recovery window.
 	recovery time.Duration
 	child    *exec.Cmd // the child OSS
+	ossAddr  string    // where it runs: ChildOSSAddr, or PartnerOSSAddr after FailOverOSS
 	mdsProc  *exec.Cmd // the child MDS
 	// tmpfs is the directory of the OSTs' tmpfs mounts (Options.OSTTmpfs),
 	// unmounted and removed by Close.
@@ -139,7 +152,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if lg == nil {
 		lg = Quiet
 	}
-	c := &Cluster{t: t, FSName: cmp.Or(opts.FSName, "nacre"), lg: lg, recovery: opts.RecoveryWindow}
+	c := &Cluster{t: t, FSName: cmp.Or(opts.FSName, "nacre"), lg: lg, recovery: opts.RecoveryWindow, ossAddr: ChildOSSAddr}
 	// The node's timeouts are the process's: persistent sys.* parameters a
 	// test sets reach them through the servers and mounts here, and must
 	// not outlive it (a shorter obd_timeout would have every later test's
@@ -171,7 +184,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if _, err := c.mgs.Store().CreateFilesystem(ctx, c.FSName); err != nil {
 		t.Fatal(err)
 	}
-	addrs := []string{MDSAddr, ChildOSSAddr, ExtraOSSAddr, ChildMDSAddr}
+	addrs := []string{MDSAddr, ChildOSSAddr, ExtraOSSAddr, ChildMDSAddr, PartnerOSSAddr}
 	for i := range opts.Clients + 1 { // one more for the cluster's own checks
 		addrs = append(addrs, ClientAddr(i))
 	}
@@ -193,7 +206,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 				t.Fatalf("clustertest: OST %d on a tmpfs: %v", i, err)
 			}
 		}
-		if _, err := server.FormatOST(ctx, dir, server.TargetIdentity{FSName: c.FSName, Index: uint32(i), MGSNodes: []string{c.MGS}}); err != nil {
+		id := server.TargetIdentity{FSName: c.FSName, Index: uint32(i), MGSNodes: []string{c.MGS}}
+		if opts.Failover {
+			id.FailNodes = []string{ChildOSSAddr + "@tcp", PartnerOSSAddr + "@tcp"}
+			id.MMP, id.MMPInterval = true, PartnerMMPInterval
+		}
+		if _, err := server.FormatOST(ctx, dir, id); err != nil {
 			t.Fatal(err)
 		}
 		c.OSTDirs = append(c.OSTDirs, dir)
@@ -418,20 +436,44 @@ func runChild(spec string) int {
 	fmt.Println("ready")
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	select {
+	case <-sig:
+	case err := <-st.Lost(): // as nacre server: not one more write
+		fmt.Fprintln(os.Stderr, "clustertest child:", err)
+		return 3
+	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	st.Close(cctx)
 	return 0
 }
 
-// StartOSS starts the child OSS serving every OST (again, after KillOSS).
+// StartOSS starts the child OSS serving every OST (again, after KillOSS),
+// where it ran last.
 func (c *Cluster) StartOSS() error {
-	cmd, err := c.startChild("OSS", c.OSTDirs, ChildOSSAddr)
+	cmd, err := c.startChild("OSS", c.OSTDirs, c.ossAddr)
 	if err == nil {
 		c.child = cmd
 	}
 	return err
+}
+
+// FailOverOSS kills the child OSS with SIGKILL and starts its failover
+// partner (Options.Failover) on the OSTs, as an HA manager does when a
+// server dies: the partner waits out the OSTs' multiple-mount protection,
+// then serves them at PartnerOSSAddr.
+func (c *Cluster) FailOverOSS() error {
+	c.KillOSS()
+	c.ossAddr = PartnerOSSAddr
+	return c.StartOSS()
+}
+
+// OSSProcess is the child OSS's process, nil if it is not running.
+func (c *Cluster) OSSProcess() *os.Process {
+	if c.child == nil {
+		return nil
+	}
+	return c.child.Process
 }
 
 // KillOSS kills the child OSS with SIGKILL.
