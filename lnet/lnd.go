@@ -231,6 +231,16 @@ type Msg struct {
 	priv any
 }
 
+// Canceler is an LND that can give a message back before it has started
+// to send it. When a message's sender gives it up (Msg.Canceled), LNet
+// calls Cancel for it, without holding any lock: an LND that still holds
+// it unsent — queued behind others, or for a connection to a peer that
+// may be dead — finalizes it with ErrCanceled; one that has started to
+// send it, or finalized it, does nothing.
+type Canceler interface {
+	Cancel(msg *Msg)
+}
+
 // Canceled reports whether the sender gave the message up (unlinked its
 // MD) before it was sent: an LND still waiting to send it — for a
 // connection to a peer that may be dead — may finalize it with

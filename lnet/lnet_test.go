@@ -213,6 +213,50 @@ func TestQueuedTimeout(t *testing.T) {
 	r.expect(t, lnet.EventAck, lnet.ErrTimeout)
 }
 
+// TestQueuedCanceled: messages waiting for credits whose MDs their sender
+// unlinks end at once with ErrCanceled, never reaching the LND, and give
+// their place back; the one the LND holds goes out.
+func TestQueuedCanceled(t *testing.T) {
+	fabricUsers.Lock()
+	defer fabricUsers.Unlock()
+	tun := func(c *lnet.Config) { c.Networks[0].Tunables = lnet.Tunables{Credits: 4, PeerCredits: 1} }
+	a, b := startFake(t, exact(tun)), startFake(t, exact(tun))
+	resume := fab.pause()
+	defer resume()
+	var hs []lnet.MDHandle
+	var rs []*recorder
+	for range 3 {
+		r := newRecorder()
+		h, err := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: 1, Handler: r.handler})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Put(context.Background(), h, lnet.NoAckReq, target(b), 1, 0, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		hs, rs = append(hs, h), append(rs, r)
+	}
+	for i := 1; i < 3; i++ {
+		if err := a.Unlink(hs[i]); err != nil {
+			t.Fatal(err)
+		}
+		rs[i].expect(t, lnet.EventSend, lnet.ErrCanceled)
+		rs[i].expect(t, lnet.EventUnlink, nil)
+	}
+	if n := fab.lookup(fakeNIDOf(a)).sends.Load(); n != 1 {
+		t.Fatalf("the LND got %d sends, want 1", n)
+	}
+	resume()
+	rs[0].expect(t, lnet.EventSend, nil)
+	// The credits came back: another PUT goes.
+	r := newRecorder()
+	h, _ := a.Bind(lnet.MD{Buffers: [][]byte{make([]byte, 8)}, Threshold: 1, Handler: r.handler})
+	if err := a.Put(context.Background(), h, lnet.NoAckReq, target(b), 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, lnet.EventSend, nil)
+}
+
 // TestSendBeforeAck: an ACK that arrives before the LND finalizes the PUT
 // is held back until the SEND event is out.
 func TestSendBeforeAck(t *testing.T) {

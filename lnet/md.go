@@ -391,17 +391,23 @@ func (ln *LNet) Unlink(h MDHandle) error {
 		return fmt.Errorf("%w: %v", ErrNoMD, h)
 	}
 	m.zombie = true
+	var canceled []*msg
 	for _, s := range m.sends {
-		// Its owner gave it up: an LND that has not started to send it
-		// may fail it now instead of at its deadline (a dead peer), and
-		// LNet does not send it again.
-		s.canceled.Store(true)
+		// Its owner gave it up: LNet does not send it again, and what has
+		// not started to send it (a credit queue, the LND) ends it now
+		// instead of at its deadline (a dead peer).
+		if !s.canceled.Swap(true) {
+			canceled = append(canceled, s)
+		}
 	}
 	if m.refs == 0 {
 		ln.unlinkLocked(m, &d)
 	}
 	ln.res.Unlock()
 	ln.dispatch(&d, false)
+	for _, s := range canceled {
+		ln.cancel(s)
+	}
 	return nil
 }
 

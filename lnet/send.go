@@ -702,6 +702,28 @@ func (ln *LNet) respondLocked(m *msg, ev Event, d *dispatchList) {
 	ln.timer.del(m)
 }
 
+// cancel ends m, whose sender gave it up, if it has not started to go: off
+// the credit queue it waits on, or given back by its LND (Canceler).
+func (ln *LNet) cancel(m *msg) {
+	var drains []*ni
+	var lnd LND
+	ln.net.Lock()
+	queued := ln.unqueueLocked(m, &drains)
+	if !queued && m.inLND && m.ni != nil {
+		lnd = m.ni.lnd
+	}
+	ln.net.Unlock()
+	ln.drainAll(drains)
+	switch {
+	case queued:
+		ln.completeSend(m, ErrCanceled)
+	case lnd != nil:
+		if c, ok := lnd.(Canceler); ok {
+			c.Cancel(&m.lm)
+		}
+	}
+}
+
 // expire handles a message whose transaction timed out: out of the credit
 // queue if it still waits there, and its ACK/REPLY failed.
 func (ln *LNet) expire(m *msg) {

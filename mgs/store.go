@@ -423,7 +423,19 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 		}
 	}
 
-	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: r.FailoverNIDs, Path: r.Path, UUID: r.UUID,
+	failover := r.FailoverNIDs
+	if prev != nil && len(prev.FailoverNIDs) > 0 {
+		// A failover pair's target registering from the partner: the
+		// server it left stays a failover NID (with --failnode only the
+		// partners are in the identity), so clients can go back to it.
+		failover = nil
+		for _, n := range slices.Concat(r.FailoverNIDs, prev.NIDs, prev.FailoverNIDs) {
+			if !slices.Contains(r.NIDs, n) && !slices.Contains(failover, n) {
+				failover = append(failover, n)
+			}
+		}
+	}
+	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: failover, Path: r.Path, UUID: r.UUID,
 		StatusAddr: r.StatusAddr, StatusToken: r.StatusToken}
 	if t.UUID == "" {
 		t.UUID = uuid.NewString()

@@ -3,6 +3,7 @@ package mgs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -155,6 +156,23 @@ func TestRegisterTarget(t *testing.T) {
 	}
 	if _, err := f.s.Heartbeat(ctx, "fs1", KindOST, 7, lease2.ID); err != nil {
 		t.Fatalf("heartbeat on new lease: %v", err)
+	}
+
+	// A failover pair's target: registered from the partner, it keeps the
+	// server it left as a failover NID (the partner's identity lists only
+	// the others, mkfs --failnode), and back on the first server it keeps
+	// the partner.
+	pair, _, _, err := f.s.RegisterTarget(ctx, Registration{FSName: "fs1", Kind: KindOST, Index: u32(8), NIDs: []string{"10.0.0.1@tcp"}, FailoverNIDs: []string{"10.0.0.2@tcp"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, _, _, err := f.s.RegisterTarget(ctx, Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"10.0.0.2@tcp"}, UUID: pair.UUID})
+	if err != nil || !slices.Equal(moved.NIDs, []string{"10.0.0.2@tcp"}) || !slices.Equal(moved.FailoverNIDs, []string{"10.0.0.1@tcp"}) {
+		t.Fatalf("registered from the partner: NIDs %v failover %v (%v), want [10.0.0.2@tcp] [10.0.0.1@tcp]", moved.NIDs, moved.FailoverNIDs, err)
+	}
+	back, _, _, err := f.s.RegisterTarget(ctx, Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"10.0.0.1@tcp"}, FailoverNIDs: []string{"10.0.0.2@tcp"}, UUID: pair.UUID})
+	if err != nil || !slices.Equal(back.FailoverNIDs, []string{"10.0.0.2@tcp"}) {
+		t.Fatalf("back on the first server: failover %v (%v), want [10.0.0.2@tcp]", back.FailoverNIDs, err)
 	}
 
 	before := f.snapshot(t)

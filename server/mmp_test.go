@@ -33,16 +33,24 @@ func TestTargetMMP(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "ost0")
-	id := TargetIdentity{FSName: "pair", MGSNodes: []string{m.GRPCAddr()}, FailNodes: []string{"127.0.0.1@tcp", "10.9.9.9@tcp"},
+	id := TargetIdentity{FSName: "pair", MGSNodes: []string{m.GRPCAddr()}, FailNodes: []string{"127.0.0.1@tcp0", "10.9.9.9@tcp"},
 		MMP: true, MMPInterval: 50 * time.Millisecond}
 	if _, err := FormatOST(ctx, filepath.Join(t.TempDir(), "bad"), TargetIdentity{FSName: "pair", MGSNodes: id.MGSNodes, FailNodes: []string{"nowhere"}}); err == nil {
 		t.Fatal("mkfs took a failover node that is not a NID")
+	}
+	if _, err := FormatOST(ctx, filepath.Join(t.TempDir(), "fast"), TargetIdentity{FSName: "pair", MGSNodes: id.MGSNodes, MMP: true, MMPInterval: time.Millisecond}); err == nil {
+		t.Fatal("mkfs took an MMP interval of 1ms")
+	}
+	// tcp0 is tcp: a server compares the failover nodes with its own NIDs.
+	canon, err := FormatOST(ctx, filepath.Join(t.TempDir(), "canon"), TargetIdentity{FSName: "pair", MGSNodes: id.MGSNodes, FailNodes: []string{"10.0.0.1@tcp0"}})
+	if err != nil || !slices.Equal(canon.FailNodes, []string{"10.0.0.1@tcp"}) {
+		t.Fatalf("failover node 10.0.0.1@tcp0 recorded as %v (%v)", canon.FailNodes, err)
 	}
 	if _, err := FormatOST(ctx, dir, id); err != nil {
 		t.Fatal(err)
 	}
 	read, err := ReadTarget(dir)
-	if err != nil || !read.MMP || read.MMPInterval != 50*time.Millisecond || !slices.Equal(read.FailNodes, id.FailNodes) {
+	if err != nil || !read.MMP || read.MMPInterval != 50*time.Millisecond || !slices.Equal(read.FailNodes, []string{"127.0.0.1@tcp", "10.9.9.9@tcp"}) {
 		t.Fatalf("identity %+v, %v", read, err)
 	}
 	if b, err := mmp.Read(dir); err != nil || !b.Clean() {
@@ -68,7 +76,7 @@ func TestTargetMMP(t *testing.T) {
 	if err := os.Remove(saved); err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Stop(); err != nil {
+	if err := other.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -76,7 +84,6 @@ func TestTargetMMP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close(context.Background())
 	targets, err := m.Store().ListTargets(ctx, "pair")
 	if err != nil || len(targets) != 1 {
 		t.Fatalf("targets %+v, %v", targets, err)
@@ -84,7 +91,7 @@ func TestTargetMMP(t *testing.T) {
 	if tg := targets[0]; !slices.Equal(tg.NIDs, []string{"127.0.0.1@tcp"}) || !slices.Equal(tg.FailoverNIDs, []string{"10.9.9.9@tcp"}) {
 		t.Fatalf("registered with NIDs %v and failover NIDs %v, want [127.0.0.1@tcp] and [10.9.9.9@tcp]", tg.NIDs, tg.FailoverNIDs)
 	}
-	if b, err := mmp.Read(dir); err != nil || b.Clean() || b.Interval != 50*time.Millisecond {
+	if b, err := mmp.Read(dir); err != nil || b.Clean() || b.Interval < 50*time.Millisecond { // (more if a write took long)
 		t.Fatalf("MMP block of the served target %+v, %v", b, err)
 	}
 
@@ -102,7 +109,15 @@ func TestTargetMMP(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not notice the takeover")
 	}
+	// Not one more write to the store: the OST's device is read-only,
+	// and Close says the target was lost and leaves the block alone.
+	if sfs, err := st.devs[0].Statfs(ctx); err != nil || !sfs.ReadOnly {
+		t.Fatalf("the lost OST's device: read-only %v (%v)", sfs.ReadOnly, err)
+	}
 	time.Sleep(200 * time.Millisecond)
+	if err := st.Close(ctx); !errors.Is(err, mmp.ErrLost) {
+		t.Errorf("Close after the loss: %v, want ErrLost", err)
+	}
 	if b, err := mmp.Read(dir); err != nil || !b.Clean() {
 		t.Fatalf("the server wrote the MMP block after its loss: %+v, %v", b, err)
 	}

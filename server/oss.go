@@ -109,6 +109,44 @@ type Storage struct {
 	// the first loss of one (Lost).
 	guards []*mmp.Guard
 	lost   chan error
+	// devMu guards devs and lostLabels: a loss (abortLost) may come
+	// while StartServer still opens the devices.
+	devMu      sync.Mutex
+	lostLabels map[string]error
+}
+
+// aborter is a device that can stop writing at once (osd-file's Abort).
+type aborter interface{ Abort(error) }
+
+// abortLost stops every write to the store of the target labelled label,
+// which another node serves now: an OST's device turns read-only (Close
+// then leaves it as it is). An MDT's store has no such switch: the
+// process must stop (Lost).
+func (s *Storage) abortLost(label string, err error) {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	if s.lostLabels == nil {
+		s.lostLabels = map[string]error{}
+	}
+	s.lostLabels[label] = err
+	for _, d := range s.devs {
+		if a, ok := d.(aborter); ok && d.Label() == label {
+			a.Abort(err)
+		}
+	}
+}
+
+// addDev adds an opened device, aborted at once if its target was lost
+// meanwhile.
+func (s *Storage) addDev(d osd.Device) {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	s.devs = append(s.devs, d)
+	if err := s.lostLabels[d.Label()]; err != nil {
+		if a, ok := d.(aborter); ok {
+			a.Abort(err)
+		}
+	}
 }
 
 // StartServer opens every target in cfg.Dirs, serves them on LNet and
@@ -206,7 +244,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if err != nil {
 			return nil, fmt.Errorf("server: %s: %w", dir, err)
 		}
-		s.devs = append(s.devs, dev)
+		s.addDev(dev)
 		o, err := s.OSS.AddOST(dev, ids[i].Label, ids[i].UUID)
 		if err != nil {
 			return nil, err
@@ -277,7 +315,7 @@ func (s *Storage) Close(ctx context.Context) error {
 		err = errors.Join(err, s.LNet.Close(ctx))
 	}
 	for _, g := range s.guards {
-		err = errors.Join(err, g.Stop())
+		err = errors.Join(err, g.Stop(ctx))
 	}
 	s.guards = nil
 	for _, release := range s.unlock {
@@ -295,6 +333,9 @@ func (s *Storage) startGuards(ctx context.Context, dirs []string, ids []TargetId
 		g   *mmp.Guard
 		err error
 	}
+	// One refusal is enough: the others stop waiting.
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	res := make([]started, len(dirs))
 	for i, dir := range dirs {
@@ -303,13 +344,18 @@ func (s *Storage) startGuards(ctx context.Context, dirs []string, ids []TargetId
 		}
 		label := ids[i].Label
 		wg.Go(func() {
-			g, err := mmp.Start(ctx, mmp.Config{Dir: dir, Interval: ids[i].MMPInterval, Detail: fmt.Sprintf("pid %d", os.Getpid()),
+			g, err := mmp.Start(gctx, mmp.Config{Dir: dir, Interval: ids[i].MMPInterval, Detail: fmt.Sprintf("pid %d", os.Getpid()),
 				Logger: s.log.With("target", label), OnLost: func(err error) {
+					err = fmt.Errorf("server: %s: %w", label, err)
+					s.abortLost(label, err)
 					select {
-					case s.lost <- fmt.Errorf("server: %s: %w", label, err):
+					case s.lost <- err:
 					default:
 					}
 				}})
+			if err != nil {
+				cancel()
+			}
 			res[i] = started{g, err}
 		})
 	}
@@ -319,7 +365,7 @@ func (s *Storage) startGuards(ctx context.Context, dirs []string, ids []TargetId
 		if r.g != nil {
 			s.guards = append(s.guards, r.g)
 		}
-		if r.err != nil {
+		if r.err != nil && (ctx.Err() != nil || !errors.Is(r.err, context.Canceled)) {
 			err = errors.Join(err, fmt.Errorf("server: %s: %w", ids[i].Label, r.err))
 		}
 	}

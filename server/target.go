@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mgs"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
 )
@@ -93,16 +94,21 @@ func Mkfs(dir string, id TargetIdentity, store string, format func(store string,
 	if id.Backend == "" {
 		id.Backend = "file"
 	}
-	for _, n := range id.FailNodes {
+	for i, n := range id.FailNodes {
 		if err := mgs.ValidateNID(n); err != nil {
 			return id, fmt.Errorf("mkfs: failover node: %w", err)
 		}
+		// As LNet writes it (tcp0 is tcp): what a server compares with
+		// its own NIDs, and the MGS with those it registered.
+		if nid, err := lwire.ParseNID(n); err == nil {
+			id.FailNodes[i] = nid.String()
+		}
 	}
-	if id.MMP && id.MMPInterval <= 0 {
+	if id.MMP && id.MMPInterval == 0 {
 		id.MMPInterval = mmp.DefaultInterval
 	}
-	if id.MMPInterval < 0 || id.MMPInterval > time.Hour {
-		return id, fmt.Errorf("mkfs: MMP interval %v: want up to an hour", id.MMPInterval)
+	if id.MMP && (id.MMPInterval < mmp.MinInterval || id.MMPInterval > time.Hour) {
+		return id, fmt.Errorf("mkfs: MMP interval %v: want %v to an hour", id.MMPInterval, mmp.MinInterval)
 	}
 	id.Label = mgs.TargetLabel(id.FSName, id.Kind, id.Index)
 	id.UUID = uuid.NewString()

@@ -977,15 +977,18 @@ func (r *rpc) finish() {
 	// A reply to the only send means the server has the whole request, so
 	// nothing reads the body any more. Otherwise a send may still be in
 	// progress: LNet ends it at worst after its transaction timeout.
-	if (r.gotReply && r.nsent == 1) || (r.ownBody && len(r.bulkMDs) == 0) {
+	if r.gotReply && r.nsent == 1 {
 		return
 	}
 	// A send still queued (for a connection to a server that died, while
-	// the request went to its failover partner) is canceled: the LND ends
-	// it at its next failed connection attempt, not at the transaction
-	// timeout. One LNet already ended errs here, harmlessly.
+	// the request went to its failover partner) is canceled: LNet or the
+	// LND ends it now, not at the transaction timeout, and it never
+	// reaches a server later. One already ended errs here, harmlessly.
 	for _, h := range r.smds {
 		ln.Unlink(h)
+	}
+	if r.ownBody && len(r.bulkMDs) == 0 {
+		return
 	}
 	for {
 		for r.takeSends() != nil { // reported or not, a failure ends its send

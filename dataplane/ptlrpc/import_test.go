@@ -638,9 +638,8 @@ func TestDeadServerCallEndsAtDeadline(t *testing.T) {
 	if _, err := c.Do(ctx, dead, reqPortal, &Req{Opcode: opEcho, Body: []byte("anyone?")}); err == nil {
 		t.Fatal("a call to nobody succeeded")
 	}
-	// The deadline, then the next failed connection attempt (socklnd's
-	// backoff is at most 5 s).
-	if el := time.Since(start); el > 8*time.Second {
+	// The deadline; the send, given up, is canceled at once.
+	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("the call returned after %v: it waited for LNet to give its send up", el)
 	}
 
@@ -673,8 +672,9 @@ func TestDeadServerCallEndsAtDeadline(t *testing.T) {
 	if got := imp.Info().Server; got != partner {
 		t.Fatalf("connected to %v, want the failover server %v", got, partner)
 	}
+	// The first connect's timeout (about 6 s here), then the partner.
 	t.Logf("failed over after %v", time.Since(start))
-	if el := time.Since(start); el > 10*time.Second {
+	if el := time.Since(start); el > 20*time.Second {
 		t.Fatalf("failed over after %v", el)
 	}
 }

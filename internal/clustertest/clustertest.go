@@ -468,14 +468,6 @@ func (c *Cluster) FailOverOSS() error {
 	return c.StartOSS()
 }
 
-// OSSProcess is the child OSS's process, nil if it is not running.
-func (c *Cluster) OSSProcess() *os.Process {
-	if c.child == nil {
-		return nil
-	}
-	return c.child.Process
-}
-
 // KillOSS kills the child OSS with SIGKILL.
 func (c *Cluster) KillOSS() { killChild(&c.child) }
 

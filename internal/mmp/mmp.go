@@ -157,20 +157,23 @@ func Parse(buf []byte) (Block, error) {
 // page cache where the file system allows it: on a disk two hosts share,
 // each must read what the other wrote, not its own cache.
 type file struct {
-	f   *os.File
-	buf []byte // blockSize bytes, aligned for O_DIRECT
+	f      *os.File
+	buf    []byte // blockSize bytes, aligned for O_DIRECT
+	direct bool   // opened with O_DIRECT
 }
 
 func openFile(dir string) (*file, error) {
 	p := filepath.Join(dir, FileName)
+	direct := true
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_DIRECT, 0o600)
 	if errors.Is(err, unix.EINVAL) { // no O_DIRECT here (tmpfs)
+		direct = false
 		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mmp: %w", err)
 	}
-	return &file{f: f, buf: alignedBlock()}, nil
+	return &file{f: f, buf: alignedBlock(), direct: direct}, nil
 }
 
 // alignedBlock returns blockSize bytes at a blockSize-aligned address.
@@ -234,21 +237,28 @@ func hostname() string {
 	return h
 }
 
+// MinInterval is the shortest update interval; shorter ones are raised
+// to it.
+const MinInterval = 50 * time.Millisecond
+
 // Config configures a Guard.
 type Config struct {
 	// Dir is the target directory.
 	Dir string
 	// Interval is how often the block is rewritten; 0 means
-	// DefaultInterval.
+	// DefaultInterval. The block records at least twice the time its last
+	// write took, so that a partner watches long enough for a slow disk.
 	Interval time.Duration
 	// Node and Detail name this server in the block (Node defaults to
 	// the host name): what a refused partner tells its administrator.
 	Node, Detail string
 	// Logger receives the guard's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// OnLost is called once, from the heartbeat, with an error wrapping
-	// ErrLost when another node took the target over: the caller must
-	// stop serving it at once (ldiskfs aborts the file system).
+	// OnLost is called once, after the heartbeat stopped, with an error
+	// wrapping ErrLost when another node took the target over, or when
+	// this node could not rewrite the block for so long that a partner may
+	// have: the caller must stop serving the target at once (ldiskfs
+	// aborts the file system). It may call Stop.
 	OnLost func(error)
 }
 
@@ -263,9 +273,13 @@ type Guard struct {
 
 	mu struct {
 		sync.Mutex
-		seq  uint32
-		last time.Time // the last write that succeeded
-		lost bool
+		seq uint32 // the last sequence written and synced
+		// tried is a sequence whose write failed, which the block may
+		// hold all the same (written, not synced); 0 if none.
+		tried    uint32
+		last     time.Time     // when seq was written
+		writeDur time.Duration // how long that write took
+		lost     bool
 	}
 	// pause, in tests, holds the heartbeat as a stalled node's would be.
 	pause chan chan struct{}
@@ -278,15 +292,21 @@ func waitFor(interval time.Duration) time.Duration {
 	return min(2*interval+min(interval, time.Second), interval+time.Minute)
 }
 
+// errNotOurs is a block another node wrote, seen by a beat.
+var errNotOurs = errors.New("mmp: the block holds another node's sequence")
+
 // Start takes the target in cfg.Dir for this node, or says who has it:
 // it returns an error wrapping ErrInUse if another node rewrote the block
 // while it watched. Unless the last server stopped cleanly it first
 // watches for a whole waitFor of the block's interval; then it writes its
-// own sequence and watches again. ctx bounds the waits.
+// own sequence and goes on rewriting it for another waitFor, checking each
+// time that the block is still its own (two nodes starting at once: the
+// one that finds the other's sequence gives way). ctx bounds the waits.
 func Start(ctx context.Context, cfg Config) (*Guard, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
+	cfg.Interval = max(cfg.Interval, MinInterval)
 	if cfg.Node == "" {
 		cfg.Node = hostname()
 	}
@@ -299,12 +319,21 @@ func Start(ctx context.Context, cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !f.direct {
+		lg.Warn("mmp: the file system takes no O_DIRECT: on storage another host shares, this node may read the MMP block from its own cache and miss the other's writes")
+	}
 	g := &Guard{cfg: cfg, f: f, log: lg, stop: make(chan struct{}), done: make(chan struct{}), pause: make(chan chan struct{})}
 	if err := g.take(ctx); err != nil {
 		f.f.Close()
 		return nil, err
 	}
-	go g.heartbeat()
+	go func() {
+		err := g.heartbeat()
+		close(g.done)
+		if err != nil && g.cfg.OnLost != nil {
+			g.cfg.OnLost(err)
+		}
+	}()
 	return g, nil
 }
 
@@ -328,18 +357,33 @@ func (g *Guard) take(ctx context.Context) error {
 	default:
 		return err
 	}
-	seq := rand.Uint32N(seqMax) + 1
-	if err := g.write(seq); err != nil {
+	if err := g.write(rand.Uint32N(seqMax) + 1); err != nil {
 		return err
 	}
-	w := waitFor(watch)
-	if err := sleep(ctx, w); err != nil {
-		return fmt.Errorf("mmp: %s: %w", g.cfg.Dir, err)
+	deadline := time.Now().Add(waitFor(watch))
+	for {
+		wait := min(g.cfg.Interval, time.Until(deadline))
+		if err := sleep(ctx, max(wait, 0)); err != nil {
+			return fmt.Errorf("mmp: %s: %w", g.cfg.Dir, err)
+		}
+		if time.Now().Before(deadline) {
+			if b, err := g.beat(); err != nil {
+				return g.inUse(b, err)
+			}
+			continue
+		}
+		g.mu.Lock()
+		seq := g.mu.seq
+		g.mu.Unlock()
+		_, b, err := g.f.read()
+		if err == nil && b.Seq != seq {
+			err = errNotOurs
+		}
+		if err != nil {
+			return g.inUse(b, err)
+		}
+		return nil
 	}
-	if _, b, err := g.f.read(); err != nil || b.Seq != seq {
-		return g.inUse(b, err)
-	}
-	return nil
 }
 
 // watch waits waitFor(interval) and fails with ErrInUse if the block is no
@@ -351,19 +395,29 @@ func (g *Guard) watch(ctx context.Context, raw []byte, interval time.Duration, w
 		return fmt.Errorf("mmp: %s: %w", g.cfg.Dir, err)
 	}
 	now, b, err := g.f.read()
-	if !bytes.Equal(now, raw) {
+	switch {
+	case err != nil && !errors.Is(err, ErrMalformed):
+		return err // the store's error, not another node's doing
+	case !bytes.Equal(now, raw):
+		if err == nil {
+			err = errNotOurs
+		}
 		return g.inUse(b, err)
 	}
 	return nil
 }
 
-// inUse is the error of a block another node rewrote (b, or err if it
-// does not decode now).
+// inUse is the error of a start that found another node's block (b, or
+// err: errNotOurs, or why the block does not decode now); an I/O error
+// comes back as it is.
 func (g *Guard) inUse(b Block, err error) error {
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotOurs):
+		return fmt.Errorf("mmp: %s: %w: %s wrote the MMP block %v ago", g.cfg.Dir, ErrInUse, b.who(), time.Since(b.Time).Round(time.Millisecond))
+	case errors.Is(err, ErrMalformed):
 		return fmt.Errorf("mmp: %s: %w: the MMP block changed while this node watched it (%v)", g.cfg.Dir, ErrInUse, err)
 	}
-	return fmt.Errorf("mmp: %s: %w: %s wrote the MMP block %v ago", g.cfg.Dir, ErrInUse, b.who(), time.Since(b.Time).Round(time.Millisecond))
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -377,73 +431,92 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// write writes seq as this node's and syncs it. The block records the
+// interval, raised to twice the time the last write took.
 func (g *Guard) write(seq uint32) error {
-	if err := g.f.write(Block{Seq: seq, Time: time.Now(), Interval: g.cfg.Interval, Node: g.cfg.Node, Detail: g.cfg.Detail}); err != nil {
+	g.mu.Lock()
+	g.mu.tried = seq
+	recorded := max(g.cfg.Interval, 2*g.mu.writeDur)
+	g.mu.Unlock()
+	start := time.Now()
+	if err := g.f.write(Block{Seq: seq, Time: start, Interval: recorded, Node: g.cfg.Node, Detail: g.cfg.Detail}); err != nil {
 		return err
 	}
 	g.mu.Lock()
-	g.mu.seq, g.mu.last = seq, time.Now()
+	g.mu.seq, g.mu.tried, g.mu.last, g.mu.writeDur = seq, 0, start, time.Since(start)
 	g.mu.Unlock()
 	return nil
 }
 
-// heartbeat rewrites the block every interval with the next sequence,
-// after checking that the block still holds this node's last one.
-func (g *Guard) heartbeat() {
-	defer close(g.done)
+// beat checks that the block still holds this node's sequence (the last
+// written, or one whose write failed but may have reached the store) and
+// writes the next. It fails with errNotOurs (and the block), ErrMalformed
+// (the block was overwritten), or the store's error.
+func (g *Guard) beat() (Block, error) {
+	g.mu.Lock()
+	seq, tried := g.mu.seq, g.mu.tried
+	g.mu.Unlock()
+	_, b, err := g.f.read()
+	if err != nil {
+		return b, err
+	}
+	if b.Seq != seq && (tried == 0 || b.Seq != tried) {
+		return b, errNotOurs
+	}
+	next := b.Seq + 1
+	if next > seqMax {
+		next = 1
+	}
+	return b, g.write(next)
+}
+
+// heartbeat rewrites the block every interval until Stop, or until the
+// target is lost: it returns the loss.
+func (g *Guard) heartbeat() error {
 	t := time.NewTicker(g.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-g.stop:
-			return
+			return nil
 		case resume := <-g.pause:
 			select {
 			case <-resume:
 			case <-g.stop:
-				return
+				return nil
 			}
 			continue
 		case <-t.C:
 		}
-		g.mu.Lock()
-		seq, last := g.mu.seq, g.mu.last
-		g.mu.Unlock()
-		_, b, err := g.f.read()
+		b, err := g.beat()
 		switch {
-		case err == nil && b.Seq != seq, errors.Is(err, ErrMalformed):
-			g.lose(b, err)
-			return
-		case err != nil:
-			// An I/O error: the next beat tries again; a partner takes the
-			// target only after a whole wait without a beat.
-			g.log.Warn("mmp: read of the MMP block failed", "err", err, "last_write", time.Since(last).Round(time.Millisecond))
-			continue
-		}
-		next := seq + 1
-		if next > seqMax {
-			next = 1
-		}
-		if err := g.write(next); err != nil {
-			g.log.Warn("mmp: write of the MMP block failed", "err", err, "last_write", time.Since(last).Round(time.Millisecond))
+		case err == nil:
+		case errors.Is(err, errNotOurs):
+			return g.lose(fmt.Errorf("mmp: %s: %w: %s wrote the MMP block %v ago", g.cfg.Dir, ErrLost, b.who(), time.Since(b.Time).Round(time.Millisecond)))
+		case errors.Is(err, ErrMalformed):
+			return g.lose(fmt.Errorf("mmp: %s: %w: the MMP block was overwritten (%v)", g.cfg.Dir, ErrLost, err))
+		default:
+			// The store's error. The next beat tries again, unless a
+			// partner may already have watched the block stand still for
+			// its whole wait: then this node must stop as if it had lost.
+			g.mu.Lock()
+			since := time.Since(g.mu.last)
+			g.mu.Unlock()
+			if since >= waitFor(g.cfg.Interval)-g.cfg.Interval {
+				return g.lose(fmt.Errorf("mmp: %s: %w: no heartbeat written for %v, long enough for a partner to take the target (%w)",
+					g.cfg.Dir, ErrLost, since.Round(time.Millisecond), err))
+			}
+			g.log.Warn("mmp: heartbeat failed; trying again", "err", err, "last_write", since.Round(time.Millisecond))
 		}
 	}
 }
 
-func (g *Guard) lose(b Block, err error) {
+func (g *Guard) lose(err error) error {
 	g.mu.Lock()
 	g.mu.lost = true
 	g.mu.Unlock()
-	var lost error
-	if err != nil {
-		lost = fmt.Errorf("mmp: %s: %w: the MMP block was overwritten (%v)", g.cfg.Dir, ErrLost, err)
-	} else {
-		lost = fmt.Errorf("mmp: %s: %w: %s wrote the MMP block %v ago", g.cfg.Dir, ErrLost, b.who(), time.Since(b.Time).Round(time.Millisecond))
-	}
-	g.log.Error("mmp: another node serves the target now; this node must stop serving it", "err", lost)
-	if g.cfg.OnLost != nil {
-		g.cfg.OnLost(lost)
-	}
+	g.log.Error("mmp: this node must stop serving the target", "err", err)
+	return err
 }
 
 // Status is a Guard's state, for a person.
@@ -460,26 +533,41 @@ func (g *Guard) Status() Status {
 	return Status{Seq: g.mu.seq, LastWrite: g.mu.last, Lost: g.mu.lost}
 }
 
-// Stop ends the heartbeat and marks the block clean, unless another node
-// has it now: the next server then starts without the first wait. Calls
-// after the first do nothing.
-func (g *Guard) Stop() (err error) {
-	g.once.Do(func() { err = g.stopOnce() })
+// Stop ends the heartbeat and marks the block clean, so that the next
+// server starts without the first wait; unless the target was lost (an
+// error wrapping ErrLost) or the block is no longer this node's (left as
+// it is). A heartbeat stuck in the store's I/O past ctx is left to end by
+// itself, the block as it is. Calls after the first do nothing.
+func (g *Guard) Stop(ctx context.Context) (err error) {
+	g.once.Do(func() { err = g.stopOnce(ctx) })
 	return err
 }
 
-func (g *Guard) stopOnce() error {
+func (g *Guard) stopOnce(ctx context.Context) error {
 	close(g.stop)
-	<-g.done
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+		go func() {
+			<-g.done
+			g.f.f.Close()
+		}()
+		return fmt.Errorf("mmp: %s: stop: %w", g.cfg.Dir, ctx.Err())
+	}
 	defer g.f.f.Close()
 	g.mu.Lock()
 	seq, lost := g.mu.seq, g.mu.lost
 	g.mu.Unlock()
 	if lost {
-		return nil
+		return fmt.Errorf("mmp: %s: %w", g.cfg.Dir, ErrLost)
 	}
-	if _, b, err := g.f.read(); err != nil || b.Seq != seq {
-		return nil // not ours to mark
+	_, b, err := g.f.read()
+	if err == nil && b.Seq != seq {
+		err = fmt.Errorf("%w: %w (%s's), left as it is", ErrLost, errNotOurs, b.Node)
+	}
+	if err != nil {
+		g.log.Warn("mmp: the MMP block is not marked clean", "err", err)
+		return fmt.Errorf("mmp: %s: stop: %w", g.cfg.Dir, err)
 	}
 	return g.f.write(Block{Seq: seqClean, Time: time.Now(), Interval: g.cfg.Interval, Node: g.cfg.Node, Detail: g.cfg.Detail})
 }

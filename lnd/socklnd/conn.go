@@ -591,6 +591,26 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 	}
 }
 
+// Cancel is lnet.Canceler: a message still queued for p (behind others,
+// or for want of a connection) is finalized with lnet.ErrCanceled; one
+// taken for writing goes out.
+func (ni *NI) Cancel(lm *lnet.Msg) {
+	ni.mu.Lock()
+	p := ni.mu.peers[lm.NextHop]
+	ni.mu.Unlock()
+	if p == nil {
+		return
+	}
+	var d deferred
+	p.mu.Lock()
+	for t := range p.mu.txq {
+		d.fail(&p.mu.txq[t], fmt.Errorf("socklnd: message to %v given up by its sender before it left: %w", p.nid, lnet.ErrCanceled),
+			func(it *txItem) bool { return it.msg == lm })
+	}
+	p.mu.Unlock()
+	ni.run(p, &d)
+}
+
 // failExpired finalizes the messages a dialer expired, logging once.
 func (ni *NI) failExpired(p *peer, t wire.ConnType, d *deferred, lastErr error) {
 	if len(d.fins) > 0 {

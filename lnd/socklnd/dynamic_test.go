@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -468,55 +470,80 @@ func TestPushKeepsPeerIdentity(t *testing.T) {
 	}
 }
 
-// TestUnlinkCancelsQueuedSend: a PUT to a NID nobody serves waits in the
-// LND for a connection; once its sender unlinks the MD (a client that
-// moved on to a failover server), it ends at the next failed connection
-// attempt with ErrCanceled and is not sent again, instead of at its
-// deadline. A PUT to the same NID that was not given up keeps waiting.
+// TestUnlinkCancelsQueuedSend: a PUT waiting in the LND for a connection
+// — to a NID nobody serves (refused), or to a host that accepts and never
+// answers the handshake (a hung node) — ends with ErrCanceled as soon as
+// its sender unlinks the MD (a client that moved on to a failover
+// server), and is not sent again, instead of at its deadline a minute
+// later. A PUT to the same NID that was not given up keeps waiting.
 func TestUnlinkCancelsQueuedSend(t *testing.T) {
-	port := testPort(t, "127.0.0.1", "127.0.0.3")
+	port := testPort(t, "127.0.0.1", "127.0.0.3", "127.0.0.4")
 	a := dynNode(t, time.Minute, lnet.NetConfig{Net: wire.Net{Type: wire.TCP}, Addrs: addrs("127.0.0.1"), Options: fastOpts(port)})
-	nobody := wire.ProcessID{NID: wire.MustParseNID("127.0.0.3@tcp"), PID: wire.PIDLustre}
-	put := func() (lnet.MDHandle, <-chan lnet.Event) {
-		evs := make(chan lnet.Event, 4)
-		h, err := a.Bind(lnet.MD{Buffers: [][]byte{[]byte("given up")}, Threshold: 1, Handler: func(ev lnet.Event) { evs <- ev }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Put(context.Background(), h, lnet.NoAckReq, nobody, 50, 0, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		return h, evs
-	}
-	h, evs := put()
-	_, keptEvs := put()
-	time.Sleep(100 * time.Millisecond) // queued, failed attempts going on
-	start := time.Now()
-	if err := a.Unlink(h); err != nil {
+	hung, err := net.Listen("tcp", net.JoinHostPort("127.0.0.4", strconv.Itoa(port)))
+	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ev := <-evs:
-		if ev.Type != lnet.EventSend || !errors.Is(ev.Status, lnet.ErrCanceled) {
-			t.Fatalf("event %v %v, want SEND with ErrCanceled", ev.Type, ev.Status)
+	defer hung.Close()
+	go func() {
+		var held []net.Conn // never answered; closed with the listener
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
 		}
-		if el := time.Since(start); el > 2*time.Second {
-			t.Errorf("canceled after %v: more than a connection attempt and a backoff", el)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the unlinked PUT's send did not end within 10 s (its deadline is a minute away)")
-	}
-	select {
-	case ev := <-evs:
-		if ev.Type != lnet.EventUnlink {
-			t.Fatalf("after the canceled SEND: %v %v, want UNLINK", ev.Type, ev.Status)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no UNLINK after the canceled SEND")
-	}
-	select {
-	case ev := <-keptEvs:
-		t.Fatalf("the PUT that was not given up ended: %v %v", ev.Type, ev.Status)
-	case <-time.After(500 * time.Millisecond):
+	}()
+	for _, to := range []string{"127.0.0.3@tcp", "127.0.0.4@tcp"} {
+		t.Run(to, func(t *testing.T) {
+			target := wire.ProcessID{NID: wire.MustParseNID(to), PID: wire.PIDLustre}
+			put := func() (lnet.MDHandle, <-chan lnet.Event) {
+				evs := make(chan lnet.Event, 4)
+				h, err := a.Bind(lnet.MD{Buffers: [][]byte{[]byte("given up")}, Threshold: 1, Handler: func(ev lnet.Event) { evs <- ev }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Put(context.Background(), h, lnet.NoAckReq, target, 50, 0, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				return h, evs
+			}
+			h, evs := put()
+			_, keptEvs := put()
+			time.Sleep(100 * time.Millisecond) // queued; connection attempts going on
+			start := time.Now()
+			if err := a.Unlink(h); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ev := <-evs:
+				if ev.Type != lnet.EventSend || !errors.Is(ev.Status, lnet.ErrCanceled) {
+					t.Fatalf("event %v %v, want SEND with ErrCanceled", ev.Type, ev.Status)
+				}
+				if el := time.Since(start); el > time.Second {
+					t.Errorf("canceled after %v", el)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the unlinked PUT's send did not end within 10 s (its deadline is a minute away)")
+			}
+			select {
+			case ev := <-evs:
+				if ev.Type != lnet.EventUnlink {
+					t.Fatalf("after the canceled SEND: %v %v, want UNLINK", ev.Type, ev.Status)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no UNLINK after the canceled SEND")
+			}
+			select {
+			case ev := <-keptEvs:
+				t.Fatalf("the PUT that was not given up ended: %v %v", ev.Type, ev.Status)
+			case <-time.After(500 * time.Millisecond):
+			}
+		})
 	}
 }

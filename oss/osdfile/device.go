@@ -241,6 +241,11 @@ func (d *Device) writable() error {
 	return d.jmu.failErr
 }
 
+// Abort turns the device read-only at once, for err: another node serves
+// its store now (multiple-mount protection found the target taken over),
+// so not one more write may reach it, not even Close's checkpoint.
+func (d *Device) Abort(err error) { d.fail(err) }
+
 // fail turns the device read-only after an error it cannot recover from
 // without a restart (the journal replay repairs the store then).
 func (d *Device) fail(err error) {
