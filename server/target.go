@@ -94,21 +94,8 @@ func Mkfs(dir string, id TargetIdentity, store string, format func(store string,
 	if id.Backend == "" {
 		id.Backend = "file"
 	}
-	for i, n := range id.FailNodes {
-		if err := mgs.ValidateNID(n); err != nil {
-			return id, fmt.Errorf("mkfs: failover node: %w", err)
-		}
-		// As LNet writes it (tcp0 is tcp): what a server compares with
-		// its own NIDs, and the MGS with those it registered.
-		if nid, err := lwire.ParseNID(n); err == nil {
-			id.FailNodes[i] = nid.String()
-		}
-	}
-	if id.MMP && id.MMPInterval == 0 {
-		id.MMPInterval = mmp.DefaultInterval
-	}
-	if id.MMP && (id.MMPInterval < mmp.MinInterval || id.MMPInterval > time.Hour) {
-		return id, fmt.Errorf("mkfs: MMP interval %v: want %v to an hour", id.MMPInterval, mmp.MinInterval)
+	if err := checkFailover(&id); err != nil {
+		return id, fmt.Errorf("mkfs: %w", err)
 	}
 	id.Label = mgs.TargetLabel(id.FSName, id.Kind, id.Index)
 	id.UUID = uuid.NewString()
@@ -144,14 +131,106 @@ func Mkfs(dir string, id TargetIdentity, store string, format func(store string,
 			return id, fmt.Errorf("mkfs %s: %w", dir, err)
 		}
 	}
+	if err := writeIdentity(dir, b); err != nil {
+		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+	}
+	return id, nil
+}
+
+// writeIdentity replaces dir's identity file with b, durably.
+func writeIdentity(dir string, b []byte) error {
 	tmp := filepath.Join(dir, TargetFile+".tmp")
 	if err := writeSync(tmp, append(b, '\n')); err != nil {
-		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, TargetFile)); err != nil {
-		return id, fmt.Errorf("mkfs %s: %w", dir, err)
+		return err
 	}
-	return id, syncDir(dir)
+	return syncDir(dir)
+}
+
+// checkFailover checks id's service nodes and MMP settings, writing the
+// NIDs as LNet does (tcp0 is tcp: what a server compares with its own
+// NIDs, and the MGS with those it registered) and giving MMP its default
+// interval.
+func checkFailover(id *TargetIdentity) error {
+	var nodes []string
+	for _, n := range id.FailNodes {
+		if err := mgs.ValidateNID(n); err != nil {
+			return fmt.Errorf("failover node: %w", err)
+		}
+		if nid, err := lwire.ParseNID(n); err == nil {
+			n = nid.String()
+		}
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	id.FailNodes = nodes
+	if !id.MMP {
+		id.MMPInterval = 0
+		return nil
+	}
+	if id.MMPInterval == 0 {
+		id.MMPInterval = mmp.DefaultInterval
+	}
+	if id.MMPInterval < mmp.MinInterval || id.MMPInterval > time.Hour {
+		return fmt.Errorf("MMP interval %v: want %v to an hour", id.MMPInterval, mmp.MinInterval)
+	}
+	return nil
+}
+
+// Tunefs changes the failover settings of the stopped target in dir
+// (Lustre's tunefs.lustre): change edits its identity (service nodes,
+// MMP), which is checked as mkfs checks it and written back; MMP's block
+// is written or removed to match. A target this host serves is refused
+// (EBUSY); one with MMP is first taken as a server would take it, so one
+// another node serves is refused too (mmp.ErrInUse), after the wait.
+func Tunefs(ctx context.Context, dir string, change func(*TargetIdentity)) (TargetIdentity, error) {
+	old, err := ReadTarget(dir)
+	if err != nil {
+		return old, err
+	}
+	release, err := lockTarget(dir)
+	if err != nil {
+		return old, fmt.Errorf("tunefs: %w", err)
+	}
+	defer release()
+	var g *mmp.Guard
+	if old.MMP {
+		if g, err = mmp.Start(ctx, mmp.Config{Dir: dir, Interval: old.MMPInterval, Detail: fmt.Sprintf("tunefs, pid %d", os.Getpid())}); err != nil {
+			return old, fmt.Errorf("tunefs %s: %w", dir, err)
+		}
+		defer g.Stop(ctx)
+	}
+	id := old
+	id.FailNodes = slices.Clone(old.FailNodes)
+	change(&id)
+	if err := checkFailover(&id); err != nil {
+		return old, fmt.Errorf("tunefs %s: %w", dir, err)
+	}
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return old, err
+	}
+	if err := writeIdentity(dir, b); err != nil {
+		return old, fmt.Errorf("tunefs %s: %w", dir, err)
+	}
+	if g != nil {
+		if err := g.Stop(ctx); err != nil {
+			return id, fmt.Errorf("tunefs %s: %w", dir, err)
+		}
+	}
+	switch {
+	case id.MMP && (!old.MMP || id.MMPInterval != old.MMPInterval):
+		err = mmp.Format(dir, id.MMPInterval)
+	case !id.MMP && old.MMP:
+		err = os.Remove(filepath.Join(dir, mmp.FileName))
+	}
+	if err != nil {
+		return id, fmt.Errorf("tunefs %s: %w", dir, err)
+	}
+	return id, nil
 }
 
 // ReadTarget reads a formatted target's identity.

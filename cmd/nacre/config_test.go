@@ -185,3 +185,47 @@ func TestConfigToolFlagRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTunefs: tunefs makes a target a failover target (service nodes,
+// MMP on with them), shows the MMP block, drops them again with
+// --erase-params, and refuses a target another node's heartbeat holds.
+func TestTunefs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ost0")
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(nacreBin, append([]string{"tunefs"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := exec.Command(nacreBin, "mkfs", "--ost", "--mgsnode", "10.0.0.1@tcp", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs: %v\n%s", err, out)
+	}
+	if out, err := run("--servicenode", "10.0.0.5@tcp0,10.0.0.6@tcp", "--mmp-interval", "100ms", dir); err != nil || !strings.Contains(out, "MMP block: clean") {
+		t.Fatalf("tunefs --servicenode: %v\n%s", err, out)
+	}
+	id, err := server.ReadTarget(dir)
+	if err != nil || !id.MMP || id.MMPInterval != 100*time.Millisecond || !slices.Equal(id.FailNodes, []string{"10.0.0.5@tcp", "10.0.0.6@tcp"}) {
+		t.Fatalf("identity after tunefs: %+v %v", id, err)
+	}
+
+	other, err := mmp.Start(t.Context(), mmp.Config{Dir: dir, Interval: 100 * time.Millisecond, Node: "oss9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("--print", dir); err != nil || !strings.Contains(out, "written by node oss9") {
+		t.Fatalf("tunefs --print of a served target: %v\n%s", err, out)
+	}
+	if out, err := run("--erase-params", dir); err == nil || !strings.Contains(out, `node "oss9"`) {
+		t.Fatalf("tunefs of a target another node serves: %v\n%s", err, out)
+	}
+	if err := other.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("--erase-params", "--mmp=false", dir); err != nil || !strings.Contains(out, "no failover") {
+		t.Fatalf("tunefs --erase-params: %v\n%s", err, out)
+	}
+	if id, err := server.ReadTarget(dir); err != nil || id.MMP || id.FailNodes != nil {
+		t.Fatalf("identity after --erase-params --mmp=false: %+v %v", id, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, mmp.FileName)); !os.IsNotExist(err) {
+		t.Fatalf("MMP block left: %v", err)
+	}
+}

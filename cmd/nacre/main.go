@@ -61,7 +61,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("config", "", "YAML config file (flags win over NACRE_* environment variables, which win over the file)")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format: text or json")
-	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd(), newMkfsCmd(), newServerCmd(), newMountCmd(), newBenchCmd(), newCopytoolCmd(), newLctlCmd(), newLfsCmd(), newPolicyCmd())
+	root.AddCommand(newUpCmd(), newMGSCmd(), newVersionCmd(), newLNetCmd(), newLNetCtlCmd(), newLstCmd(), newMkfsCmd(), newTunefsCmd(), newServerCmd(), newMountCmd(), newBenchCmd(), newCopytoolCmd(), newLctlCmd(), newLfsCmd(), newPolicyCmd())
 	return root
 }
 

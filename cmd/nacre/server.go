@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nacrefs/nacre/internal/mmp"
 	"github.com/nacrefs/nacre/server"
 	"github.com/nacrefs/nacre/services/admin"
 	"github.com/nacrefs/nacre/services/lnetctl"
@@ -79,6 +80,87 @@ a second) to make sure no other node serves it.`,
 	f.StringSlice("failnode", nil, "NID of a failover partner of this server (repeat or comma-separate)")
 	f.Bool("mmp", false, "multiple-mount protection (default: on with --servicenode or --failnode)")
 	f.Duration("mmp-interval", 0, "how often the serving server rewrites the MMP block (0: 5s)")
+	return readsConfig(cmd)
+}
+
+func newTunefsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tunefs [--servicenode NID]... [--failnode NID]... [--erase-params] [--mmp[=false]] [--mmp-interval D] [--print] DIR",
+		Short: "Show or change the failover settings of a stopped target (tunefs.lustre)",
+		Long: `Show or change the failover settings of a stopped target (tunefs.lustre).
+
+--servicenode and --failnode add NIDs to the servers that may serve the
+target (--erase-params drops those it had first); a target that gets some
+gets multiple-mount protection too, unless --mmp=false. A target this host
+serves is refused; one with MMP is first watched as a server starting it
+would watch it, so one another node serves is refused after the wait.
+--print (or no change) shows the settings and the MMP block and changes
+nothing.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := loadConfig(cmd, nil)
+			if err != nil {
+				return err
+			}
+			dir, f := args[0], cmd.Flags()
+			nodes := append(splitList(v.GetStringSlice("servicenode")), splitList(v.GetStringSlice("failnode"))...)
+			changes := len(nodes) > 0 || f.Changed("erase-params") || f.Changed("mmp") || f.Changed("mmp-interval")
+			id, err := server.ReadTarget(dir)
+			if err != nil {
+				return err
+			}
+			if changes && !v.GetBool("print") {
+				id, err = server.Tunefs(cmd.Context(), dir, func(id *server.TargetIdentity) {
+					if v.GetBool("erase-params") {
+						id.FailNodes = nil
+					}
+					hadNodes := len(id.FailNodes) > 0
+					id.FailNodes = append(id.FailNodes, nodes...)
+					switch {
+					case f.Changed("mmp"):
+						id.MMP = v.GetBool("mmp")
+					case len(id.FailNodes) > 0 && !hadNodes:
+						id.MMP = true // as mkfs with failover nodes
+					}
+					if f.Changed("mmp-interval") {
+						id.MMPInterval = v.GetDuration("mmp-interval")
+					}
+				})
+				if err != nil {
+					return err
+				}
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "target %s (uuid %s) in %s\n", id.Label, id.UUID, dir)
+			if len(id.FailNodes) > 0 {
+				fmt.Fprintf(out, "service nodes %s\n", strings.Join(id.FailNodes, ","))
+			} else {
+				fmt.Fprintln(out, "service nodes: none (no failover)")
+			}
+			if !id.MMP {
+				fmt.Fprintln(out, "multiple-mount protection off")
+				return nil
+			}
+			fmt.Fprintf(out, "multiple-mount protection on, update interval %v\n", id.MMPInterval)
+			switch b, err := mmp.Read(dir); {
+			case err != nil:
+				fmt.Fprintf(out, "MMP block: %v\n", err)
+			case b.Clean():
+				fmt.Fprintf(out, "MMP block: clean (last written by %s at %s)\n", b.Node, b.Time.UTC().Format(time.RFC3339))
+			default:
+				fmt.Fprintf(out, "MMP block: written by node %s (%s) %v ago, every %v: served there unless that node died\n",
+					b.Node, b.Detail, time.Since(b.Time).Round(time.Millisecond), b.Interval)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSlice("servicenode", nil, "add the NID of a server that may serve the target (repeat or comma-separate)")
+	f.StringSlice("failnode", nil, "add the NID of a failover partner (repeat or comma-separate)")
+	f.Bool("erase-params", false, "drop the target's service nodes before adding those given")
+	f.Bool("mmp", false, "multiple-mount protection (default: on when service nodes are added to a target that had none)")
+	f.Duration("mmp-interval", 0, "how often the serving server rewrites the MMP block (0: 5s)")
+	f.Bool("print", false, "show the settings; change nothing")
 	return readsConfig(cmd)
 }
 
