@@ -233,12 +233,15 @@ type Msg struct {
 
 // Canceler is an LND that can give a message back before it has started
 // to send it. When a message's sender gives it up (Msg.Canceled), LNet
-// calls Cancel for it, without holding any lock: an LND that still holds
-// it unsent — queued behind others, or for a connection to a peer that
-// may be dead — finalizes it with ErrCanceled; one that has started to
-// send it, or finalized it, does nothing.
+// calls Cancel for it with the next hop it was handed for (msg.NextHop
+// may change once the LND has finalized it), holding none of its locks,
+// possibly from an event handler: an LND that still holds it unsent —
+// queued behind others, or for a connection to a peer that may be dead —
+// finalizes it with ErrCanceled; one that has started to send it, or
+// finalized it, does nothing. An LND also finalizes with ErrCanceled a
+// message handed to it already canceled (it may have missed the Cancel).
 type Canceler interface {
-	Cancel(msg *Msg)
+	Cancel(msg *Msg, nextHop wire.NID)
 }
 
 // Canceled reports whether the sender gave the message up (unlinked its

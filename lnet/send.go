@@ -310,6 +310,14 @@ func (ln *LNet) launch(ctx context.Context, m *msg) error {
 				return ctx.Err()
 			}
 		}
+		if m.canceled.Load() {
+			// Given up (Unlink) before it was posted: cancel found it on
+			// no queue.
+			ln.net.Unlock()
+			ln.startMarked(disc, m)
+			ln.completeSend(m, ErrCanceled)
+			return nil
+		}
 		ln.timer.add(m)
 		ready := ln.postLocked(m)
 		ln.net.Unlock()
@@ -591,6 +599,10 @@ func (ln *LNet) resend(m *msg) bool {
 		ln.net.Unlock()
 		return false
 	}
+	if m.canceled.Load() { // given up since resendableLocked looked
+		ln.net.Unlock()
+		return false
+	}
 	m.retries++
 	if err := ln.selectPathLocked(m); err != nil {
 		ln.net.Unlock()
@@ -707,10 +719,11 @@ func (ln *LNet) respondLocked(m *msg, ev Event, d *dispatchList) {
 func (ln *LNet) cancel(m *msg) {
 	var drains []*ni
 	var lnd LND
+	var hop wire.NID
 	ln.net.Lock()
 	queued := ln.unqueueLocked(m, &drains)
 	if !queued && m.inLND && m.ni != nil {
-		lnd = m.ni.lnd
+		lnd, hop = m.ni.lnd, m.lm.NextHop
 	}
 	ln.net.Unlock()
 	ln.drainAll(drains)
@@ -719,7 +732,7 @@ func (ln *LNet) cancel(m *msg) {
 		ln.completeSend(m, ErrCanceled)
 	case lnd != nil:
 		if c, ok := lnd.(Canceler); ok {
-			c.Cancel(&m.lm)
+			c.Cancel(&m.lm, hop)
 		}
 	}
 }

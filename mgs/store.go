@@ -424,12 +424,13 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 	}
 
 	failover := r.FailoverNIDs
-	if prev != nil && len(prev.FailoverNIDs) > 0 {
-		// A failover pair's target registering from the partner: the
-		// server it left stays a failover NID (with --failnode only the
-		// partners are in the identity), so clients can go back to it.
+	if prev != nil && slices.ContainsFunc(r.NIDs, func(n string) bool { return slices.Contains(prev.FailoverNIDs, n) }) {
+		// A failover target moving to a partner: the server it left stays
+		// a failover NID (with --failnode only the partners are in the
+		// identity), so clients can go back to it. Only that one: what it
+		// had before is dropped, so the list stays what the pair is.
 		failover = nil
-		for _, n := range slices.Concat(r.FailoverNIDs, prev.NIDs, prev.FailoverNIDs) {
+		for _, n := range slices.Concat(r.FailoverNIDs, prev.NIDs) {
 			if !slices.Contains(r.NIDs, n) && !slices.Contains(failover, n) {
 				failover = append(failover, n)
 			}

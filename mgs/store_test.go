@@ -174,6 +174,11 @@ func TestRegisterTarget(t *testing.T) {
 	if err != nil || !slices.Equal(back.FailoverNIDs, []string{"10.0.0.2@tcp"}) {
 		t.Fatalf("back on the first server: failover %v (%v), want [10.0.0.2@tcp]", back.FailoverNIDs, err)
 	}
+	// Its failover nodes erased (tunefs --erase-params): none are kept.
+	alone, _, _, err := f.s.RegisterTarget(ctx, Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"10.0.0.1@tcp"}, UUID: pair.UUID})
+	if err != nil || len(alone.FailoverNIDs) != 0 {
+		t.Fatalf("without failover nodes: failover %v (%v), want none", alone.FailoverNIDs, err)
+	}
 
 	before := f.snapshot(t)
 	cases := []struct {

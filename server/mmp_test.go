@@ -34,7 +34,7 @@ func TestTargetMMP(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "ost0")
 	id := TargetIdentity{FSName: "pair", MGSNodes: []string{m.GRPCAddr()}, FailNodes: []string{"127.0.0.1@tcp0", "10.9.9.9@tcp"},
-		MMP: true, MMPInterval: 50 * time.Millisecond}
+		MMP: true, MMPInterval: 100 * time.Millisecond}
 	if _, err := FormatOST(ctx, filepath.Join(t.TempDir(), "bad"), TargetIdentity{FSName: "pair", MGSNodes: id.MGSNodes, FailNodes: []string{"nowhere"}}); err == nil {
 		t.Fatal("mkfs took a failover node that is not a NID")
 	}
@@ -50,7 +50,7 @@ func TestTargetMMP(t *testing.T) {
 		t.Fatal(err)
 	}
 	read, err := ReadTarget(dir)
-	if err != nil || !read.MMP || read.MMPInterval != 50*time.Millisecond || !slices.Equal(read.FailNodes, []string{"127.0.0.1@tcp", "10.9.9.9@tcp"}) {
+	if err != nil || !read.MMP || read.MMPInterval != 100*time.Millisecond || !slices.Equal(read.FailNodes, []string{"127.0.0.1@tcp", "10.9.9.9@tcp"}) {
 		t.Fatalf("identity %+v, %v", read, err)
 	}
 	if b, err := mmp.Read(dir); err != nil || !b.Clean() {
@@ -58,7 +58,7 @@ func TestTargetMMP(t *testing.T) {
 	}
 
 	// Another node serves it: its heartbeat runs.
-	other, err := mmp.Start(ctx, mmp.Config{Dir: dir, Interval: 50 * time.Millisecond, Node: "partner", Logger: quiet})
+	other, err := mmp.Start(ctx, mmp.Config{Dir: dir, Interval: 100 * time.Millisecond, Node: "partner", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +91,14 @@ func TestTargetMMP(t *testing.T) {
 	if tg := targets[0]; !slices.Equal(tg.NIDs, []string{"127.0.0.1@tcp"}) || !slices.Equal(tg.FailoverNIDs, []string{"10.9.9.9@tcp"}) {
 		t.Fatalf("registered with NIDs %v and failover NIDs %v, want [127.0.0.1@tcp] and [10.9.9.9@tcp]", tg.NIDs, tg.FailoverNIDs)
 	}
-	if b, err := mmp.Read(dir); err != nil || b.Clean() || b.Interval < 50*time.Millisecond { // (more if a write took long)
+	if b, err := mmp.Read(dir); err != nil || b.Clean() || b.Interval < 100*time.Millisecond { // (more if a write took long)
 		t.Fatalf("MMP block of the served target %+v, %v", b, err)
 	}
 
 	// A partner takes it over (as after a stall of this server longer
 	// than its wait): the block is no longer this server's (here a
 	// clean one).
-	if err := mmp.Format(dir, 50*time.Millisecond); err != nil {
+	if err := mmp.Format(dir, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	select {

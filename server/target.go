@@ -213,6 +213,12 @@ func Tunefs(ctx context.Context, dir string, change func(*TargetIdentity)) (Targ
 	if err != nil {
 		return old, err
 	}
+	if g != nil {
+		// Not a word written to a target a partner took meanwhile.
+		if err := g.Held(); err != nil {
+			return old, fmt.Errorf("tunefs %s: %w", dir, err)
+		}
+	}
 	if err := writeIdentity(dir, b); err != nil {
 		return old, fmt.Errorf("tunefs %s: %w", dir, err)
 	}
@@ -221,8 +227,10 @@ func Tunefs(ctx context.Context, dir string, change func(*TargetIdentity)) (Targ
 			return id, fmt.Errorf("tunefs %s: %w", dir, err)
 		}
 	}
+	// (A clean block records no interval a server uses: one that changes
+	// needs no new block.)
 	switch {
-	case id.MMP && (!old.MMP || id.MMPInterval != old.MMPInterval):
+	case id.MMP && !old.MMP:
 		err = mmp.Format(dir, id.MMPInterval)
 	case !id.MMP && old.MMP:
 		err = os.Remove(filepath.Join(dir, mmp.FileName))

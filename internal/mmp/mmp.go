@@ -279,6 +279,7 @@ type Guard struct {
 		tried    uint32
 		last     time.Time     // when seq was written
 		writeDur time.Duration // how long that write took
+		recorded time.Duration // the interval that write recorded
 		lost     bool
 	}
 	// pause, in tests, holds the heartbeat as a stalled node's would be.
@@ -324,6 +325,13 @@ func Start(ctx context.Context, cfg Config) (*Guard, error) {
 	}
 	g := &Guard{cfg: cfg, f: f, log: lg, stop: make(chan struct{}), done: make(chan struct{}), pause: make(chan chan struct{})}
 	if err := g.take(ctx); err != nil {
+		// A sequence this node wrote would keep a partner starting now
+		// waiting, or refused: mark the block clean, if it is still ours.
+		if g.held() == nil {
+			if cerr := g.writeClean(); cerr != nil {
+				lg.Warn("mmp: the MMP block is not marked clean after a failed start", "err", cerr)
+			}
+		}
 		f.f.Close()
 		return nil, err
 	}
@@ -366,23 +374,14 @@ func (g *Guard) take(ctx context.Context) error {
 		if err := sleep(ctx, max(wait, 0)); err != nil {
 			return fmt.Errorf("mmp: %s: %w", g.cfg.Dir, err)
 		}
-		if time.Now().Before(deadline) {
-			if b, err := g.beat(); err != nil {
-				return g.inUse(b, err)
-			}
-			continue
-		}
-		g.mu.Lock()
-		seq := g.mu.seq
-		g.mu.Unlock()
-		_, b, err := g.f.read()
-		if err == nil && b.Seq != seq {
-			err = errNotOurs
-		}
-		if err != nil {
+		// Beats, the last at the deadline: the heartbeat's first comes an
+		// interval after it, as every other.
+		if b, err := g.beat(); err != nil {
 			return g.inUse(b, err)
 		}
-		return nil
+		if !time.Now().Before(deadline) {
+			return nil
+		}
 	}
 }
 
@@ -443,32 +442,81 @@ func (g *Guard) write(seq uint32) error {
 		return err
 	}
 	g.mu.Lock()
-	g.mu.seq, g.mu.tried, g.mu.last, g.mu.writeDur = seq, 0, start, time.Since(start)
+	g.mu.seq, g.mu.tried, g.mu.last, g.mu.writeDur, g.mu.recorded = seq, 0, start, time.Since(start), recorded
 	g.mu.Unlock()
 	return nil
 }
 
-// beat checks that the block still holds this node's sequence (the last
-// written, or one whose write failed but may have reached the store) and
-// writes the next. It fails with errNotOurs (and the block), ErrMalformed
-// (the block was overwritten), or the store's error.
+// ours reports whether seq, read from the block, is this node's: the last
+// written, or one whose write failed but may have reached the store.
+func (g *Guard) ours(seq uint32) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return seq != 0 && seq != seqClean && (seq == g.mu.seq || seq == g.mu.tried)
+}
+
+// held checks that the block holds this node's sequence: nil, or
+// errNotOurs, ErrMalformed or the store's error.
+func (g *Guard) held() error {
+	_, b, err := g.f.read()
+	if err == nil && !g.ours(b.Seq) {
+		err = errNotOurs
+	}
+	return err
+}
+
+// Held reports whether the target is still this node's, reading the block
+// now: nil, or an error wrapping ErrLost (another node wrote it) or the
+// store's error. For a change that must not reach a target a partner took
+// (tunefs).
+func (g *Guard) Held() error {
+	err := g.held()
+	if errors.Is(err, errNotOurs) || errors.Is(err, ErrMalformed) {
+		return fmt.Errorf("mmp: %s: %w: %w", g.cfg.Dir, ErrLost, err)
+	}
+	return err
+}
+
+func (g *Guard) writeClean() error {
+	return g.f.write(Block{Seq: seqClean, Time: time.Now(), Interval: g.cfg.Interval, Node: g.cfg.Node, Detail: g.cfg.Detail})
+}
+
+// beat checks that the block still holds this node's sequence and writes
+// the next. It fails with errNotOurs (and the block), ErrMalformed (the
+// block was overwritten), or the store's error.
 func (g *Guard) beat() (Block, error) {
 	g.mu.Lock()
-	seq, tried := g.mu.seq, g.mu.tried
+	recorded := g.mu.recorded
 	g.mu.Unlock()
+	readAt := time.Now()
 	_, b, err := g.f.read()
 	if err != nil {
 		return b, err
 	}
-	if b.Seq != seq && (tried == 0 || b.Seq != tried) {
+	if !g.ours(b.Seq) {
 		return b, errNotOurs
 	}
 	next := b.Seq + 1
 	if next > seqMax {
 		next = 1
 	}
-	return b, g.write(next)
+	if err := g.write(next); err != nil {
+		return b, err
+	}
+	// The block was ours when read; but a partner watching it sees it
+	// stand still once this node stalls for a whole wait of the interval
+	// it records between that read and this write landing (a hung disk, a
+	// frozen node): it may have taken the target meanwhile, and this write
+	// overwritten its sequence. (A stall before the read is what the read
+	// is for.)
+	if el := time.Since(readAt); el >= waitFor(recorded)-g.cfg.Interval {
+		return b, fmt.Errorf("%w: %v between reading the block and writing it", errStalled, el.Round(time.Millisecond))
+	}
+	return b, nil
 }
+
+// errStalled is a beat whose write landed too long after its read.
+var errStalled = errors.New("mmp: heartbeat stalled long enough for a partner to take the target")
 
 // heartbeat rewrites the block every interval until Stop, or until the
 // target is lost: it returns the loss.
@@ -491,6 +539,8 @@ func (g *Guard) heartbeat() error {
 		b, err := g.beat()
 		switch {
 		case err == nil:
+		case errors.Is(err, errStalled):
+			return g.lose(fmt.Errorf("mmp: %s: %w: %w", g.cfg.Dir, ErrLost, err))
 		case errors.Is(err, errNotOurs):
 			return g.lose(fmt.Errorf("mmp: %s: %w: %s wrote the MMP block %v ago", g.cfg.Dir, ErrLost, b.who(), time.Since(b.Time).Round(time.Millisecond)))
 		case errors.Is(err, ErrMalformed):
@@ -547,27 +597,31 @@ func (g *Guard) stopOnce(ctx context.Context) error {
 	close(g.stop)
 	select {
 	case <-g.done:
-	case <-ctx.Done():
-		go func() {
-			<-g.done
-			g.f.f.Close()
-		}()
-		return fmt.Errorf("mmp: %s: stop: %w", g.cfg.Dir, ctx.Err())
+	default:
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+			go func() {
+				<-g.done
+				g.f.f.Close()
+			}()
+			return fmt.Errorf("mmp: %s: stop: %w", g.cfg.Dir, ctx.Err())
+		}
 	}
 	defer g.f.f.Close()
 	g.mu.Lock()
-	seq, lost := g.mu.seq, g.mu.lost
+	lost := g.mu.lost
 	g.mu.Unlock()
 	if lost {
 		return fmt.Errorf("mmp: %s: %w", g.cfg.Dir, ErrLost)
 	}
 	_, b, err := g.f.read()
-	if err == nil && b.Seq != seq {
+	if err == nil && !g.ours(b.Seq) {
 		err = fmt.Errorf("%w: %w (%s's), left as it is", ErrLost, errNotOurs, b.Node)
 	}
 	if err != nil {
 		g.log.Warn("mmp: the MMP block is not marked clean", "err", err)
 		return fmt.Errorf("mmp: %s: stop: %w", g.cfg.Dir, err)
 	}
-	return g.f.write(Block{Seq: seqClean, Time: time.Now(), Interval: g.cfg.Interval, Node: g.cfg.Node, Detail: g.cfg.Detail})
+	return g.writeClean()
 }

@@ -17,7 +17,7 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-const iv = 50 * time.Millisecond
+const iv = 100 * time.Millisecond
 
 // node starts a guard for dir as node name; lost gets its loss.
 func node(t *testing.T, dir, name string) (*Guard, chan error, error) {
@@ -321,6 +321,17 @@ func TestStartCanceled(t *testing.T) {
 	defer cancel()
 	if _, err := Start(ctx, Config{Dir: dir, Interval: iv, Logger: quiet}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Start past its context: %v", err)
+	}
+	// Past its context after it wrote its own sequence (a clean block: no
+	// first watch): it leaves the block clean, not holding a partner back.
+	clean := formatted(t)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), iv/2)
+	defer cancel2()
+	if _, err := Start(ctx2, Config{Dir: clean, Interval: iv, Logger: quiet}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start past its context: %v", err)
+	}
+	if b, err := Read(clean); err != nil || !b.Clean() {
+		t.Fatalf("block after a canceled start %+v, %v: want clean", b, err)
 	}
 }
 

@@ -591,12 +591,13 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 	}
 }
 
-// Cancel is lnet.Canceler: a message still queued for p (behind others,
-// or for want of a connection) is finalized with lnet.ErrCanceled; one
-// taken for writing goes out.
-func (ni *NI) Cancel(lm *lnet.Msg) {
+// Cancel is lnet.Canceler: a message still queued for nextHop (behind
+// others, or for want of a connection) is finalized with
+// lnet.ErrCanceled; one taken for writing goes out. It delivers no peer
+// events (its caller may be an event handler running under them).
+func (ni *NI) Cancel(lm *lnet.Msg, nextHop wire.NID) {
 	ni.mu.Lock()
-	p := ni.mu.peers[lm.NextHop]
+	p := ni.mu.peers[nextHop]
 	ni.mu.Unlock()
 	if p == nil {
 		return
@@ -608,7 +609,9 @@ func (ni *NI) Cancel(lm *lnet.Msg) {
 			func(it *txItem) bool { return it.msg == lm })
 	}
 	p.mu.Unlock()
-	ni.run(p, &d)
+	for _, f := range d.fins {
+		ni.finalize(f.msg, f.err)
+	}
 }
 
 // failExpired finalizes the messages a dialer expired, logging once.

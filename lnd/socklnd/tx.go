@@ -234,6 +234,13 @@ func (ni *NI) send(msg *lnet.Msg, hold bool) *conn {
 		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: %w", msg.NextHop, lnet.ErrShutdown))
 		return nil
 	}
+	if msg.Canceled() {
+		// Given up while LNet handed it over (Cancel looked before it was
+		// queued): checked under p.mu, which Cancel takes.
+		p.mu.Unlock()
+		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: given up by its sender: %w", msg.NextHop, lnet.ErrCanceled))
+		return nil
+	}
 	p.mu.sends++
 	q := &p.mu.txq[t]
 	q.reserve(ni.qcap)
