@@ -14,6 +14,7 @@ import (
 
 	"github.com/nacrefs/nacre/internal/etcdserver/etcdtest"
 	"github.com/nacrefs/nacre/internal/mmp"
+	"github.com/nacrefs/nacre/internal/params"
 )
 
 // TestTargetMMP: an OST formatted for a failover pair (service nodes,
@@ -80,9 +81,24 @@ func TestTargetMMP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := StartServer(ctx, ServerConfig{Dirs: []string{dir}, LNet: testLNet(t), Logger: quiet})
+	reg := params.New()
+	st, err := StartServer(ctx, ServerConfig{Dirs: []string{dir}, LNet: testLNet(t), Logger: quiet, Params: reg})
 	if err != nil {
 		t.Fatal(err)
+	}
+	get := func(name string) string {
+		t.Helper()
+		v, err := reg.Get(false, name)
+		if err != nil || len(v) != 1 {
+			t.Fatalf("get %s: %v %v", name, v, err)
+		}
+		return v[0].Value
+	}
+	if v := get("obdfilter.pair-OST0000.mmp"); !strings.Contains(v, "lost: false") || !strings.Contains(v, "interval: 100ms") {
+		t.Errorf("obdfilter.pair-OST0000.mmp = %q", v)
+	}
+	if v := get("obdfilter.pair-OST0000.failover_nids"); strings.TrimSpace(v) != "10.9.9.9@tcp" {
+		t.Errorf("obdfilter.pair-OST0000.failover_nids = %q", v)
 	}
 	targets, err := m.Store().ListTargets(ctx, "pair")
 	if err != nil || len(targets) != 1 {
@@ -113,6 +129,9 @@ func TestTargetMMP(t *testing.T) {
 	// and Close says the target was lost and leaves the block alone.
 	if sfs, err := st.devs[0].Statfs(ctx); err != nil || !sfs.ReadOnly {
 		t.Fatalf("the lost OST's device: read-only %v (%v)", sfs.ReadOnly, err)
+	}
+	if v := get("obdfilter.pair-OST0000.mmp"); !strings.Contains(v, "lost: true") {
+		t.Errorf("obdfilter.pair-OST0000.mmp after the loss = %q", v)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if err := st.Close(ctx); !errors.Is(err, mmp.ErrLost) {

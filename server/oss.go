@@ -107,8 +107,11 @@ type Storage struct {
 	// guards are the MMP heartbeats of the targets that have MMP, stopped
 	// (their blocks marked clean) once the targets are closed; lost gets
 	// the first loss of one (Lost).
-	guards []*mmp.Guard
-	lost   chan error
+	guards  []*mmp.Guard
+	guardBy map[string]*mmp.Guard // by target label
+	lost    chan error
+	// nids are the NIDs the targets registered with.
+	nids []string
 	// devMu guards devs and lostLabels: a loss (abortLost) may come
 	// while StartServer still opens the devices.
 	devMu      sync.Mutex
@@ -234,6 +237,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 			nids = append(nids, n.String())
 		}
 	}
+	s.nids = nids
 	// OSTs first, so that an MDT's registration finds them in the
 	// configuration.
 	for i, dir := range cfg.Dirs {
@@ -364,6 +368,10 @@ func (s *Storage) startGuards(ctx context.Context, dirs []string, ids []TargetId
 	for i, r := range res {
 		if r.g != nil {
 			s.guards = append(s.guards, r.g)
+			if s.guardBy == nil {
+				s.guardBy = map[string]*mmp.Guard{}
+			}
+			s.guardBy[ids[i].Label] = r.g
 		}
 		if r.err != nil && (ctx.Err() != nil || !errors.Is(r.err, context.Canceled)) {
 			err = errors.Join(err, fmt.Errorf("server: %s: %w", ids[i].Label, r.err))

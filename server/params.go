@@ -237,6 +237,7 @@ func (s *Storage) registerOST(o *ofd.OFD, id TargetIdentity, dir string) {
 			func(on bool) error { o.SetDegraded(on); return nil }),
 	)
 	s.addParams(false, exportParams(p, tgt)...)
+	s.addParams(false, s.mmpParams(p, id)...)
 	s.addParams(false, lockServerParams("filter-"+name+"_UUID", o.LockServer(), s.params.since)...)
 	if dw, ok := o.Device().(directWriter); ok {
 		s.addParams(false, params.Int("osd-file."+name+".direct_write_min_kb",
@@ -274,6 +275,7 @@ func (s *Storage) registerMDT(m *mdt.MDT, id TargetIdentity, dir string) {
 	name := id.Label
 	p := "mdt." + name + "."
 	tgt := m.Target()
+	s.addParams(false, s.mmpParams(p, id)...)
 	s.params.keep(s.params.reg.RegisterDevice(params.Device{Type: "mdt", Name: name, UUID: id.UUID,
 		Refs: func() int { return 1 + len(tgt.Exports()) }}))
 	s.addParams(false,
@@ -652,4 +654,20 @@ func exportParams(prefix string, tgt *ptlrpc.Target) []params.Param {
 				return nil
 			}},
 	}
+}
+
+// mmpParams are a target's TARGET.mmp (its multiple-mount protection, if
+// it has any) and failover_nids (the other servers that may serve it).
+func (s *Storage) mmpParams(p string, id TargetIdentity) []params.Param {
+	out := []params.Param{params.ReadOnly(p+"failover_nids", "the other servers that may serve the target (mkfs/tunefs --servicenode, --failnode)",
+		func() string { return strings.Join(failoverNIDs(id.FailNodes, s.nids), ",") })}
+	g := s.guardBy[id.Label]
+	if g == nil {
+		return out
+	}
+	return append(out, params.ReadOnly(p+"mmp", "multiple-mount protection: this server's heartbeat in the target's MMP block", func() string {
+		st := g.Status()
+		return fmt.Sprintf("seq: %#x\nlast_write: %s (%v ago)\ninterval: %v\nrecorded_interval: %v\nlost: %v\n",
+			st.Seq, st.LastWrite.UTC().Format(time.RFC3339Nano), time.Since(st.LastWrite).Round(time.Millisecond), id.MMPInterval, st.Recorded, st.Lost)
+	}))
 }

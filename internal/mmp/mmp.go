@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -197,15 +198,23 @@ func (f *file) read() ([]byte, Block, error) {
 
 // write writes b and makes it durable.
 func (f *file) write(b Block) error {
+	_, err := f.writeAt(b)
+	return err
+}
+
+// writeAt is write, also returning when the block became what other
+// readers see (the write, before the sync).
+func (f *file) writeAt(b Block) (time.Time, error) {
 	clear(f.buf)
 	b.marshal(f.buf)
 	if _, err := f.f.WriteAt(f.buf, 0); err != nil {
-		return fmt.Errorf("mmp: write %s: %w", f.f.Name(), err)
+		return time.Time{}, fmt.Errorf("mmp: write %s: %w", f.f.Name(), err)
 	}
+	landed := time.Now()
 	if err := unix.Fdatasync(int(f.f.Fd())); err != nil {
-		return fmt.Errorf("mmp: sync %s: %w", f.f.Name(), err)
+		return landed, fmt.Errorf("mmp: sync %s: %w", f.f.Name(), err)
 	}
-	return nil
+	return landed, nil
 }
 
 // Format writes a clean block into dir (mkfs, or turning MMP on).
@@ -278,12 +287,15 @@ type Guard struct {
 		// hold all the same (written, not synced); 0 if none.
 		tried    uint32
 		last     time.Time     // when seq was written
+		landed   time.Time     // when other readers could see it
 		writeDur time.Duration // how long that write took
 		recorded time.Duration // the interval that write recorded
 		lost     bool
 	}
-	// pause, in tests, holds the heartbeat as a stalled node's would be.
-	pause chan chan struct{}
+	// pause, in tests, holds the heartbeat as a stalled node's would be;
+	// beforeWrite, in tests, runs between a beat's read and its write.
+	pause       chan chan struct{}
+	beforeWrite atomic.Pointer[func()]
 }
 
 // waitFor is how long a starting server watches a block written every
@@ -438,11 +450,12 @@ func (g *Guard) write(seq uint32) error {
 	recorded := max(g.cfg.Interval, 2*g.mu.writeDur)
 	g.mu.Unlock()
 	start := time.Now()
-	if err := g.f.write(Block{Seq: seq, Time: start, Interval: recorded, Node: g.cfg.Node, Detail: g.cfg.Detail}); err != nil {
+	landed, err := g.f.writeAt(Block{Seq: seq, Time: start, Interval: recorded, Node: g.cfg.Node, Detail: g.cfg.Detail})
+	if err != nil {
 		return err
 	}
 	g.mu.Lock()
-	g.mu.seq, g.mu.tried, g.mu.last, g.mu.writeDur, g.mu.recorded = seq, 0, start, time.Since(start), recorded
+	g.mu.seq, g.mu.tried, g.mu.last, g.mu.landed, g.mu.writeDur, g.mu.recorded = seq, 0, start, landed, time.Since(start), recorded
 	g.mu.Unlock()
 	return nil
 }
@@ -486,9 +499,8 @@ func (g *Guard) writeClean() error {
 // block was overwritten), or the store's error.
 func (g *Guard) beat() (Block, error) {
 	g.mu.Lock()
-	recorded := g.mu.recorded
+	prev, recorded := g.mu.landed, g.mu.recorded
 	g.mu.Unlock()
-	readAt := time.Now()
 	_, b, err := g.f.read()
 	if err != nil {
 		return b, err
@@ -500,17 +512,33 @@ func (g *Guard) beat() (Block, error) {
 	if next > seqMax {
 		next = 1
 	}
+	if f := g.beforeWrite.Load(); f != nil {
+		(*f)()
+	}
 	if err := g.write(next); err != nil {
 		return b, err
 	}
-	// The block was ours when read; but a partner watching it sees it
-	// stand still once this node stalls for a whole wait of the interval
-	// it records between that read and this write landing (a hung disk, a
-	// frozen node): it may have taken the target meanwhile, and this write
-	// overwritten its sequence. (A stall before the read is what the read
-	// is for.)
-	if el := time.Since(readAt); el >= waitFor(recorded)-g.cfg.Interval {
-		return b, fmt.Errorf("%w: %v between reading the block and writing it", errStalled, el.Round(time.Millisecond))
+	// A partner watching the block saw it stand still if this write
+	// landed a whole wait of the interval the last one recorded after it
+	// (a hung disk, a frozen node between the read and the write): it may
+	// have written its own sequence, which this write overwrote. Then the
+	// block must hold ours when read again, the partner having given way
+	// (its start beats, and finds ours); past two such waits the partner
+	// may have finished starting and served meanwhile: this node gives
+	// the target up. (ext4's kmmpd reads the block again after a late
+	// update too.)
+	g.mu.Lock()
+	gap := g.mu.landed.Sub(prev)
+	g.mu.Unlock()
+	w := waitFor(recorded)
+	switch {
+	case prev.IsZero() || gap < w:
+	case gap >= 2*w:
+		return b, fmt.Errorf("%w: %v between two heartbeats", errStalled, gap.Round(time.Millisecond))
+	default:
+		if err := g.held(); err != nil {
+			return b, fmt.Errorf("%w: %v between two heartbeats, then: %w", errStalled, gap.Round(time.Millisecond), err)
+		}
 	}
 	return b, nil
 }
@@ -550,9 +578,9 @@ func (g *Guard) heartbeat() error {
 			// partner may already have watched the block stand still for
 			// its whole wait: then this node must stop as if it had lost.
 			g.mu.Lock()
-			since := time.Since(g.mu.last)
+			since, recorded := time.Since(g.mu.landed), g.mu.recorded
 			g.mu.Unlock()
-			if since >= waitFor(g.cfg.Interval)-g.cfg.Interval {
+			if since >= waitFor(recorded)-g.cfg.Interval {
 				return g.lose(fmt.Errorf("mmp: %s: %w: no heartbeat written for %v, long enough for a partner to take the target (%w)",
 					g.cfg.Dir, ErrLost, since.Round(time.Millisecond), err))
 			}
@@ -573,14 +601,17 @@ func (g *Guard) lose(err error) error {
 type Status struct {
 	Seq       uint32
 	LastWrite time.Time
-	Lost      bool
+	// Recorded is the interval the last write recorded: the configured
+	// one, or twice that write's time when longer.
+	Recorded time.Duration
+	Lost     bool
 }
 
 // Status returns the guard's state.
 func (g *Guard) Status() Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return Status{Seq: g.mu.seq, LastWrite: g.mu.last, Lost: g.mu.lost}
+	return Status{Seq: g.mu.seq, LastWrite: g.mu.last, Recorded: g.mu.recorded, Lost: g.mu.lost}
 }
 
 // Stop ends the heartbeat and marks the block clean, so that the next

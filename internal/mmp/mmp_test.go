@@ -268,6 +268,79 @@ func TestStalledNodeLosesTarget(t *testing.T) {
 	}
 }
 
+// stallNextWrite has g's next beat stall for d between its read and its
+// write, as a hung disk would; done is closed once that write is made.
+func (g *Guard) stallNextWrite(d time.Duration) (done chan struct{}) {
+	done = make(chan struct{})
+	var once atomic.Bool
+	f := func() {
+		if once.CompareAndSwap(false, true) {
+			time.Sleep(d)
+			go func() { time.Sleep(10 * time.Millisecond); close(done) }()
+		}
+	}
+	g.beforeWrite.Store(&f)
+	return done
+}
+
+// TestStalledWrite: a beat that reads its own sequence, then stalls before
+// its write lands, while a partner starts. Shorter than two of the
+// partner's waits: the partner gives way (it finds the late write), and
+// the node keeps the target. Longer: the partner may have served
+// meanwhile; the node gives the target up, and the partner, finding the
+// late write over its own, does not keep it either.
+func TestStalledWrite(t *testing.T) {
+	w := waitFor(iv)
+	for _, tc := range []struct {
+		name  string
+		stall time.Duration
+		keeps bool
+	}{
+		{"short", w * 6 / 5, true},
+		{"long", w * 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := formatted(t)
+			a, lostA, err := node(t, dir, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Stop(context.Background())
+			landed := a.stallNextWrite(tc.stall)
+			time.Sleep(iv * 3 / 2) // the stalled beat has read
+			b, lostB, errB := node(t, dir, "b")
+			if errB == nil {
+				defer b.Stop(context.Background())
+			}
+			<-landed
+			select {
+			case err := <-lostA:
+				if tc.keeps {
+					t.Fatalf("a lost the target after a stall of %v: %v", tc.stall, err)
+				}
+			case <-time.After(3 * w):
+				if !tc.keeps {
+					t.Fatalf("a kept the target after a stall of %v", tc.stall)
+				}
+			}
+			switch {
+			case errB != nil:
+				if !errors.Is(errB, ErrInUse) {
+					t.Fatalf("b: %v", errB)
+				}
+			case tc.keeps:
+				t.Fatalf("b started on a target a kept")
+			default:
+				select {
+				case <-lostB:
+				case <-time.After(3 * w):
+					t.Fatal("b kept the target a's late write overwrote")
+				}
+			}
+		})
+	}
+}
+
 func TestMalformedBlock(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
