@@ -139,6 +139,13 @@ func (s *Storage) abortLost(label string, err error) {
 	}
 }
 
+// lostErr returns the loss of the target labelled label, if it was lost.
+func (s *Storage) lostErr(label string) error {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	return s.lostLabels[label]
+}
+
 // addDev adds an opened device, aborted at once if its target was lost
 // meanwhile.
 func (s *Storage) addDev(d osd.Device) {
@@ -244,6 +251,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		if ids[i].Kind != mgs.KindOST {
 			continue
 		}
+		if err := s.lostErr(ids[i].Label); err != nil { // lost while the others started
+			return nil, err
+		}
 		dev, err := osd.Open(ctx, ids[i].Backend, filepath.Join(dir, osdDir), osd.OpenOptions{Logger: lg})
 		if err != nil {
 			return nil, fmt.Errorf("server: %s: %w", dir, err)
@@ -265,6 +275,9 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	for i, dir := range cfg.Dirs {
 		if ids[i].Kind != mgs.KindMDT {
 			continue
+		}
+		if err := s.lostErr(ids[i].Label); err != nil {
+			return nil, err
 		}
 		if err := s.startMDT(ctx, cfg, dir, ids[i], nids, lg); err != nil {
 			return nil, err
@@ -380,8 +393,13 @@ func (s *Storage) startGuards(ctx context.Context, dirs []string, ids []TargetId
 	return err
 }
 
-// Lost reports the first target another node took over (an error wrapping
-// mmp.ErrLost): its store is the other node's now, and this process must
-// stop serving it at once — stop writing, not close it cleanly. nacre
-// server exits.
+// Lost reports the first target this server lost (an error wrapping
+// mmp.ErrLost): another node wrote its MMP block, or this server's own
+// heartbeat landed so late that a partner may have taken the target (then
+// the late write also made the partner give up, and nobody serves it
+// until one is started again). Its store may be another node's now: this
+// process must stop serving it at once. A lost OST's device is read-only
+// already (Close leaves it as it is); an MDT's store has no such switch,
+// and Close would still close it, writing to it: nacre server exits
+// without closing.
 func (s *Storage) Lost() <-chan error { return s.lost }

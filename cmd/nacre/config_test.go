@@ -198,15 +198,15 @@ func TestTunefs(t *testing.T) {
 	if out, err := exec.Command(nacreBin, "mkfs", "--ost", "--mgsnode", "10.0.0.1@tcp", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs: %v\n%s", err, out)
 	}
-	if out, err := run("--servicenode", "10.0.0.5@tcp0,10.0.0.6@tcp", "--mmp-interval", "100ms", dir); err != nil || !strings.Contains(out, "MMP block: clean") {
+	if out, err := run("--servicenode", "10.0.0.5@tcp0,10.0.0.6@tcp", "--mmp-interval", "250ms", dir); err != nil || !strings.Contains(out, "MMP block: clean") {
 		t.Fatalf("tunefs --servicenode: %v\n%s", err, out)
 	}
 	id, err := server.ReadTarget(dir)
-	if err != nil || !id.MMP || id.MMPInterval != 100*time.Millisecond || !slices.Equal(id.FailNodes, []string{"10.0.0.5@tcp", "10.0.0.6@tcp"}) {
+	if err != nil || !id.MMP || id.MMPInterval != 250*time.Millisecond || !slices.Equal(id.FailNodes, []string{"10.0.0.5@tcp", "10.0.0.6@tcp"}) {
 		t.Fatalf("identity after tunefs: %+v %v", id, err)
 	}
 
-	other, err := mmp.Start(t.Context(), mmp.Config{Dir: dir, Interval: 100 * time.Millisecond, Node: "oss9"})
+	other, err := mmp.Start(t.Context(), mmp.Config{Dir: dir, Interval: 250 * time.Millisecond, Node: "oss9"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,9 @@ them all, --failnode the partners of the one formatting it (as mkfs.lustre).
 Clients try them in turn when the server they talk to stops answering. Such
 a target gets multiple-mount protection (--mmp, on by default with failover
 nodes): the server serving it rewrites a heartbeat block in the directory
-every --mmp-interval, and a server starting it first waits twice that (and
-a second) to make sure no other node serves it.`,
+every --mmp-interval, and a server starting it writes a sequence of its own
+and watches the block for twice that and a second to make sure no other
+node serves it (after a crash it first watches the old block as long).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// As every command: flags, then NACRE_* variables, then the

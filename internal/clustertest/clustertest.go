@@ -60,8 +60,9 @@ const (
 )
 
 // PartnerMMPInterval is the MMP interval of the OSTs of a cluster with
-// Options.Failover: a partner takes them over within about five.
-const PartnerMMPInterval = 100 * time.Millisecond
+// Options.Failover: a partner takes them over in two waits of three
+// intervals each (after a crash), then starts serving.
+const PartnerMMPInterval = 250 * time.Millisecond
 
 // ClientAddr is the address of client i.
 func ClientAddr(i int) string { return fmt.Sprintf("127.0.2.%d", 10+i) }

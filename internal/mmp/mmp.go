@@ -447,7 +447,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (g *Guard) write(seq uint32) error {
 	g.mu.Lock()
 	g.mu.tried = seq
-	recorded := max(g.cfg.Interval, 2*g.mu.writeDur)
+	// (In whole ms, as the block holds it: a partner's wait is this one.)
+	recorded := max(g.cfg.Interval, 2*g.mu.writeDur).Truncate(time.Millisecond)
 	g.mu.Unlock()
 	start := time.Now()
 	landed, err := g.f.writeAt(Block{Seq: seq, Time: start, Interval: recorded, Node: g.cfg.Node, Detail: g.cfg.Detail})
@@ -496,11 +497,14 @@ func (g *Guard) writeClean() error {
 
 // beat checks that the block still holds this node's sequence and writes
 // the next. It fails with errNotOurs (and the block), ErrMalformed (the
-// block was overwritten), or the store's error.
+// block was overwritten), errStalled (the write landed so late that a
+// partner may have taken the target and served meanwhile), or the
+// store's error.
 func (g *Guard) beat() (Block, error) {
 	g.mu.Lock()
 	prev, recorded := g.mu.landed, g.mu.recorded
 	g.mu.Unlock()
+	readAt := time.Now()
 	_, b, err := g.f.read()
 	if err != nil {
 		return b, err
@@ -519,22 +523,24 @@ func (g *Guard) beat() (Block, error) {
 		return b, err
 	}
 	// A partner watching the block saw it stand still if this write
-	// landed a whole wait of the interval the last one recorded after it
-	// (a hung disk, a frozen node between the read and the write): it may
-	// have written its own sequence, which this write overwrote. Then the
-	// block must hold ours when read again, the partner having given way
-	// (its start beats, and finds ours); past two such waits the partner
-	// may have finished starting and served meanwhile: this node gives
-	// the target up. (ext4's kmmpd reads the block again after a late
-	// update too.)
+	// landed a whole wait (w) of the interval the last one recorded after
+	// it (a slow sync, a hung disk, a frozen node): it may have written
+	// its own sequence, after that wait and after this beat's read (which
+	// found ours), and this write overwritten it. A partner only serves a
+	// wait after its write: if this write landed before both readAt+w and
+	// prev+2w, the partner, still starting, finds it and gives way — the
+	// block must just hold ours when read again. Later than both, the
+	// partner may have served meanwhile: this node gives the target up.
+	// (ext4's kmmpd reads the block again after a late update too.)
 	g.mu.Lock()
-	gap := g.mu.landed.Sub(prev)
+	landed := g.mu.landed
 	g.mu.Unlock()
 	w := waitFor(recorded)
-	switch {
+	switch gap := landed.Sub(prev); {
 	case prev.IsZero() || gap < w:
-	case gap >= 2*w:
-		return b, fmt.Errorf("%w: %v between two heartbeats", errStalled, gap.Round(time.Millisecond))
+	case landed.Sub(readAt) >= w && gap >= 2*w:
+		return b, fmt.Errorf("%w: %v between two heartbeats, %v after its read", errStalled,
+			gap.Round(time.Millisecond), landed.Sub(readAt).Round(time.Millisecond))
 	default:
 		if err := g.held(); err != nil {
 			return b, fmt.Errorf("%w: %v between two heartbeats, then: %w", errStalled, gap.Round(time.Millisecond), err)
@@ -543,7 +549,8 @@ func (g *Guard) beat() (Block, error) {
 	return b, nil
 }
 
-// errStalled is a beat whose write landed too long after its read.
+// errStalled is a beat whose write landed so late that a partner may have
+// taken the target meanwhile.
 var errStalled = errors.New("mmp: heartbeat stalled long enough for a partner to take the target")
 
 // heartbeat rewrites the block every interval until Stop, or until the

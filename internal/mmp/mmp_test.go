@@ -17,7 +17,7 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-const iv = 100 * time.Millisecond
+const iv = 200 * time.Millisecond
 
 // node starts a guard for dir as node name; lost gets its loss.
 func node(t *testing.T, dir, name string) (*Guard, chan error, error) {
@@ -269,12 +269,16 @@ func TestStalledNodeLosesTarget(t *testing.T) {
 }
 
 // stallNextWrite has g's next beat stall for d between its read and its
-// write, as a hung disk would; done is closed once that write is made.
-func (g *Guard) stallNextWrite(d time.Duration) (done chan struct{}) {
+// write, as a slow sync or a hung disk would, running during() in the
+// stall; done is closed once that write is made.
+func (g *Guard) stallNextWrite(d time.Duration, during func()) (done chan struct{}) {
 	done = make(chan struct{})
 	var once atomic.Bool
 	f := func() {
 		if once.CompareAndSwap(false, true) {
+			if during != nil {
+				go during()
+			}
 			time.Sleep(d)
 			go func() { time.Sleep(10 * time.Millisecond); close(done) }()
 		}
@@ -283,21 +287,23 @@ func (g *Guard) stallNextWrite(d time.Duration) (done chan struct{}) {
 	return done
 }
 
-// TestStalledWrite: a beat that reads its own sequence, then stalls before
-// its write lands, while a partner starts. Shorter than two of the
-// partner's waits: the partner gives way (it finds the late write), and
-// the node keeps the target. Longer: the partner may have served
-// meanwhile; the node gives the target up, and the partner, finding the
-// late write over its own, does not keep it either.
+// TestStalledWrite: a beat reads its own sequence, then its write lands
+// late. Past one wait of the recorded interval but short of two, it reads
+// the block again and, finding its own, keeps the target — also when a
+// partner wrote meanwhile and the late write overwrote that (the partner,
+// still starting, finds it and gives way). Past two waits a partner may
+// have served meanwhile: the node gives the target up.
 func TestStalledWrite(t *testing.T) {
 	w := waitFor(iv)
 	for _, tc := range []struct {
-		name  string
-		stall time.Duration
-		keeps bool
+		name    string
+		stall   time.Duration
+		partner bool // another node's sequence lands during the stall
+		keeps   bool
 	}{
-		{"short", w * 6 / 5, true},
-		{"long", w * 3, false},
+		{"late", w * 13 / 10, false, true},
+		{"late over a partner's", w * 13 / 10, true, true},
+		{"too late", w * 5 / 2, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := formatted(t)
@@ -306,35 +312,32 @@ func TestStalledWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Stop(context.Background())
-			landed := a.stallNextWrite(tc.stall)
-			time.Sleep(iv * 3 / 2) // the stalled beat has read
-			b, lostB, errB := node(t, dir, "b")
-			if errB == nil {
-				defer b.Stop(context.Background())
+			var during func()
+			if tc.partner {
+				during = func() {
+					time.Sleep(w / 2)
+					f, err := openFile(dir)
+					if err == nil {
+						f.write(Block{Seq: 7, Time: time.Now(), Interval: iv, Node: "b"})
+						f.f.Close()
+					}
+				}
 			}
-			<-landed
+			<-a.stallNextWrite(tc.stall, during)
 			select {
 			case err := <-lostA:
 				if tc.keeps {
 					t.Fatalf("a lost the target after a stall of %v: %v", tc.stall, err)
 				}
-			case <-time.After(3 * w):
+				if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "stalled") {
+					t.Fatalf("a's loss: %v", err)
+				}
+			case <-time.After(3 * iv):
 				if !tc.keeps {
 					t.Fatalf("a kept the target after a stall of %v", tc.stall)
 				}
-			}
-			switch {
-			case errB != nil:
-				if !errors.Is(errB, ErrInUse) {
-					t.Fatalf("b: %v", errB)
-				}
-			case tc.keeps:
-				t.Fatalf("b started on a target a kept")
-			default:
-				select {
-				case <-lostB:
-				case <-time.After(3 * w):
-					t.Fatal("b kept the target a's late write overwrote")
+				if b, err := Read(dir); err != nil || b.Node != "a" {
+					t.Fatalf("block %+v, %v: want a's", b, err)
 				}
 			}
 		})
