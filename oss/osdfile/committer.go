@@ -333,8 +333,13 @@ func (d *Device) checkpoint() error {
 		return fmt.Errorf("syncfs: %w", err)
 	}
 	d.jmu.Lock()
-	bound := d.jmu.persistedBound
+	bound, failed := d.jmu.persistedBound, d.jmu.failErr
 	d.jmu.Unlock()
+	if failed != nil {
+		// Turned read-only meanwhile (Abort: another node serves the
+		// store now): the journal header is not written.
+		return failed
+	}
 	h := jheader{gen: d.gen + 1, startLSN: d.jnext, lastCommitted: bound, size: uint64(d.jsize)}
 	if err := pwriteFull(d.jfd, h.encode(), int64(h.gen%2)*slotSize); err != nil {
 		return fmt.Errorf("write journal header: %w", err)
