@@ -39,6 +39,9 @@ type LNet struct {
 	// a peer takes the newest whatever order they arrive in.
 	pushMu  sync.Mutex
 	pushSeq uint64
+	// changed is closed, and replaced, at each change of the node's NIs
+	// (NIChanges); guarded by pushMu.
+	changed chan struct{}
 
 	rtr rtrPool  // router buffers (router.go)
 	rec recovery // the housekeeping goroutine (recovery.go)
@@ -272,6 +275,18 @@ func (ln *LNet) NIDs() []wire.NID {
 		out[i] = n.nid
 	}
 	return out
+}
+
+// NIChanges returns a channel closed at the next change of the node's
+// NIs (a net added or deleted, an interface's link gone or back): a
+// server that registers its NIDs with the MGS reads NIDs again then.
+func (ln *LNet) NIChanges() <-chan struct{} {
+	ln.pushMu.Lock()
+	defer ln.pushMu.Unlock()
+	if ln.changed == nil {
+		ln.changed = make(chan struct{})
+	}
+	return ln.changed
 }
 
 // PID returns the node's LNet process id.

@@ -244,6 +244,10 @@ func (ln *LNet) niChanged() {
 	// and so is the push numbered last. The pushes go out after: sending
 	// may complete other messages here, whose handlers may push.
 	ln.pushMu.Lock()
+	if ln.changed != nil { // (NIChanges)
+		close(ln.changed)
+		ln.changed = nil
+	}
 	if err := ln.refreshPingMD(); err != nil {
 		ln.pushMu.Unlock()
 		ln.log.Warn("cannot update the ping buffer", "err", err)

@@ -110,8 +110,9 @@ type Storage struct {
 	guards  []*mmp.Guard
 	guardBy map[string]*mmp.Guard // by target label
 	lost    chan error
-	// nids are the NIDs the targets registered with.
-	nids []string
+	// nids are the NIDs the targets registered with (followNIDs).
+	nidMu sync.Mutex
+	nids  []string
 	// devMu guards devs and lostLabels: a loss (abortLost) may come
 	// while StartServer still opens the devices.
 	devMu      sync.Mutex
@@ -238,13 +239,8 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 	if err := s.startStatus(cfg.StatusAddr, cfg.Registry); err != nil {
 		return nil, err
 	}
-	var nids []string
-	for _, n := range s.LNet.NIDs() {
-		if n.Net.Type != lwire.LO {
-			nids = append(nids, n.String())
-		}
-	}
-	s.nids = nids
+	nids := serverNIDs(s.LNet)
+	s.setNIDs(nids)
 	// OSTs first, so that an MDT's registration finds them in the
 	// configuration.
 	for i, dir := range cfg.Dirs {
@@ -285,7 +281,62 @@ func StartServer(ctx context.Context, cfg ServerConfig) (_ *Storage, err error) 
 		lg.Info("serving", "target", ids[i].Label, "dir", dir, "nids", nids)
 	}
 	s.startParams(ids)
+	s.wg.Go(s.followNIDs)
 	return s, nil
+}
+
+func (s *Storage) setNIDs(nids []string) {
+	s.nidMu.Lock()
+	s.nids = nids
+	s.nidMu.Unlock()
+}
+
+func (s *Storage) curNIDs() []string {
+	s.nidMu.Lock()
+	defer s.nidMu.Unlock()
+	return s.nids
+}
+
+// serverNIDs are the NIDs the node's targets are served at: its NIs but
+// 0@lo.
+func serverNIDs(ln *lnet.LNet) []string {
+	var nids []string
+	for _, n := range ln.NIDs() {
+		if n.Net.Type != lwire.LO {
+			nids = append(nids, n.String())
+		}
+	}
+	return nids
+}
+
+// followNIDs registers the targets again whenever the node's NIDs change
+// (lnetctl net add/del), until Close: a NID added is where clients mounting
+// later find them, one deleted is not handed out any more. (Lustre needs
+// lctl replace_nids for that.)
+func (s *Storage) followNIDs() {
+	stop := s.stop
+	for {
+		ch := s.LNet.NIChanges()
+		select {
+		case <-stop:
+			return
+		case <-ch:
+		}
+		nids := serverNIDs(s.LNet)
+		if slices.Equal(nids, s.curNIDs()) || len(nids) == 0 {
+			continue // a link that went and came back; or nothing to serve at
+		}
+		s.setNIDs(nids)
+		for _, r := range s.regs {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := r.SetNIDs(ctx, nids); err != nil {
+				s.log.Warn("register again with the node's new NIDs", "target", r.id.Label, "nids", nids, "err", err)
+			} else {
+				s.log.Info("registered again with the node's new NIDs", "target", r.id.Label, "nids", nids)
+			}
+			cancel()
+		}
+	}
 }
 
 // Targets returns the names of the targets served: MDTs, then OSTs.

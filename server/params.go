@@ -660,7 +660,7 @@ func exportParams(prefix string, tgt *ptlrpc.Target) []params.Param {
 // it has any) and failover_nids (the other servers that may serve it).
 func (s *Storage) mmpParams(p string, id TargetIdentity) []params.Param {
 	out := []params.Param{params.ReadOnly(p+"failover_nids", "the other servers that may serve the target (mkfs/tunefs --servicenode, --failnode)",
-		func() string { return strings.Join(failoverNIDs(id.FailNodes, s.nids), ",") })}
+		func() string { return strings.Join(failoverNIDs(id.FailNodes, s.curNIDs()), ",") })}
 	g := s.guardBy[id.Label]
 	if g == nil {
 		return out

@@ -303,7 +303,8 @@ type Registrar struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	mu     sync.Mutex // guards cur, lease, ttl, config
+	regMu  sync.Mutex // one registration at a time
+	mu     sync.Mutex // guards nids, failover, cur, lease, ttl, config
 	cur    int        // the MGS node that answered last
 	lease  int64
 	ttl    time.Duration
@@ -383,10 +384,28 @@ func (r *Registrar) Config() *mgsv1.ClientConfig {
 	return r.config
 }
 
+// SetNIDs registers the target again with nids, the server's NIDs now
+// (a net added or deleted with lnetctl): clients that mount from then on,
+// and the MDT's, find it there; those connected learn of them from
+// LNet's push.
+func (r *Registrar) SetNIDs(ctx context.Context, nids []string) error {
+	r.mu.Lock()
+	r.nids, r.failover = nids, failoverNIDs(r.id.FailNodes, nids)
+	r.mu.Unlock()
+	return r.register(ctx)
+}
+
 func (r *Registrar) register(ctx context.Context) error {
+	// One at a time (the heartbeat's, SetNIDs'): the lease kept is the
+	// one the MGS holds the target by.
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
 	idx := r.id.Index
+	r.mu.Lock()
+	nids, failover := r.nids, r.failover
+	r.mu.Unlock()
 	req := &mgsv1.RegisterTargetRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind),
-		Index: &idx, Nids: r.nids, FailoverNids: r.failover, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status.Addr, StatusToken: r.status.Token}
+		Index: &idx, Nids: nids, FailoverNids: failover, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status.Addr, StatusToken: r.status.Token}
 	_, start := r.client()
 	var errs []error
 	for i := range r.conns {
@@ -401,10 +420,11 @@ func (r *Registrar) register(ctx context.Context) error {
 			}
 			continue
 		}
+		ttl := time.Duration(resp.LeaseTtlSeconds) * time.Second
 		r.mu.Lock()
-		r.cur, r.lease, r.ttl, r.config = n, resp.LeaseId, time.Duration(resp.LeaseTtlSeconds)*time.Second, resp.Config
+		r.cur, r.lease, r.ttl, r.config = n, resp.LeaseId, ttl, resp.Config
 		r.mu.Unlock()
-		r.log.Info("registered with the MGS", "mgs", r.id.MGSNodes[n], "nids", r.nids, "lease_ttl", r.ttl)
+		r.log.Info("registered with the MGS", "mgs", r.id.MGSNodes[n], "nids", nids, "lease_ttl", ttl)
 		return nil
 	}
 	return fmt.Errorf("register %s with the MGS: %w", r.id.Label, errors.Join(errs...))
