@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/services/auth"
 )
 
@@ -216,4 +217,15 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// paramValue reads one parameter from reg, failing the test unless it
+// exists alone.
+func paramValue(t *testing.T, reg *params.Registry, name string) string {
+	t.Helper()
+	v, err := reg.Get(false, name)
+	if err != nil || len(v) != 1 {
+		t.Fatalf("get %s: %v %v", name, v, err)
+	}
+	return v[0].Value
 }

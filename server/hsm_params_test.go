@@ -27,14 +27,7 @@ func TestHSMControlParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.RegisterHSMParams("hsmfs")
-	get := func(name string) string {
-		t.Helper()
-		v, err := reg.Get(false, name)
-		if err != nil || len(v) != 1 {
-			t.Fatalf("get %s: %v %v", name, v, err)
-		}
-		return v[0].Value
-	}
+	get := func(name string) string { t.Helper(); return paramValue(t, reg, name) }
 	set := func(name, value string) error {
 		_, err := reg.Set(params.SetOptions{}, params.Assignment{Pattern: name, Value: value})
 		return err

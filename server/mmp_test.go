@@ -86,14 +86,7 @@ func TestTargetMMP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(name string) string {
-		t.Helper()
-		v, err := reg.Get(false, name)
-		if err != nil || len(v) != 1 {
-			t.Fatalf("get %s: %v %v", name, v, err)
-		}
-		return v[0].Value
-	}
+	get := func(name string) string { t.Helper(); return paramValue(t, reg, name) }
 	if v := get("obdfilter.pair-OST0000.mmp"); !strings.Contains(v, "lost: false") || !strings.Contains(v, "interval: 200ms") {
 		t.Errorf("obdfilter.pair-OST0000.mmp = %q", v)
 	}
