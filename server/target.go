@@ -293,18 +293,17 @@ func syncDir(dir string) error {
 // each MGS node in turn. Close stops it; the lease then expires and the
 // target shows down.
 type Registrar struct {
-	id       TargetIdentity
-	nids     []string
-	failover []string // the identity's FailNodes that are not nids
-	path     string
-	status   StatusPort // the server's status port
-	log      *slog.Logger
-	conns    []*grpc.ClientConn // one per MGS node
-	cancel   context.CancelFunc
-	done     chan struct{}
+	id     TargetIdentity
+	nids   []string
+	path   string
+	status StatusPort // the server's status port
+	log    *slog.Logger
+	conns  []*grpc.ClientConn // one per MGS node
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	regMu  sync.Mutex // one registration at a time
-	mu     sync.Mutex // guards nids, failover, cur, lease, ttl, config
+	mu     sync.Mutex // guards nids, cur, lease, ttl, config
 	cur    int        // the MGS node that answered last
 	lease  int64
 	ttl    time.Duration
@@ -320,7 +319,7 @@ func Register(ctx context.Context, id TargetIdentity, nids []string, path string
 	if len(id.MGSNodes) == 0 {
 		return nil, fmt.Errorf("register %s: no MGS node", id.Label)
 	}
-	r := &Registrar{id: id, nids: nids, failover: failoverNIDs(id.FailNodes, nids), path: path, status: status,
+	r := &Registrar{id: id, nids: nids, path: path, status: status,
 		log: log.With("target", id.Label), done: make(chan struct{})}
 	for _, a := range id.MGSNodes {
 		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -390,7 +389,7 @@ func (r *Registrar) Config() *mgsv1.ClientConfig {
 // LNet's push.
 func (r *Registrar) SetNIDs(ctx context.Context, nids []string) error {
 	r.mu.Lock()
-	r.nids, r.failover = nids, failoverNIDs(r.id.FailNodes, nids)
+	r.nids = nids
 	r.mu.Unlock()
 	return r.register(ctx)
 }
@@ -402,8 +401,9 @@ func (r *Registrar) register(ctx context.Context) error {
 	defer r.regMu.Unlock()
 	idx := r.id.Index
 	r.mu.Lock()
-	nids, failover := r.nids, r.failover
+	nids := r.nids
 	r.mu.Unlock()
+	failover := failoverNIDs(r.id.FailNodes, nids)
 	req := &mgsv1.RegisterTargetRequest{Fsname: r.id.FSName, Kind: mgsv1.TargetKind(r.id.Kind),
 		Index: &idx, Nids: nids, FailoverNids: failover, Path: r.path, Uuid: r.id.UUID, StatusAddr: r.status.Addr, StatusToken: r.status.Token}
 	_, start := r.client()

@@ -474,11 +474,6 @@ type rpc struct {
 	sends    int // sends not yet seen completed; owned by the caller's goroutine
 	nsent    int // sends in all
 	gotReply bool
-	// ownBody says the request's body is the RPC's own (a connect, a
-	// ping), which nobody reuses: finish need not wait for a send LNet
-	// still holds (to a peer that died, until its transaction timeout),
-	// and the import moves on to the next server at once.
-	ownBody bool
 	// smds are the MDs of the sends made, which finish unlinks (LNet
 	// cancels a send it has not made yet); smdBuf backs the usual one or
 	// two. Owned by the caller's goroutine.
@@ -976,7 +971,8 @@ func (r *rpc) finish() {
 	}
 	// A reply to the only send means the server has the whole request, so
 	// nothing reads the body any more. Otherwise a send may still be in
-	// progress: LNet ends it at worst after its transaction timeout.
+	// progress; one not started is canceled below, one started ends with
+	// its connection at worst.
 	if r.gotReply && r.nsent == 1 {
 		return
 	}
@@ -986,9 +982,6 @@ func (r *rpc) finish() {
 	// reaches a server later. One already ended errs here, harmlessly.
 	for _, h := range r.smds {
 		ln.Unlink(h)
-	}
-	if r.ownBody && len(r.bulkMDs) == 0 {
-		return
 	}
 	for {
 		for r.takeSends() != nil { // reported or not, a failure ends its send

@@ -873,7 +873,6 @@ func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectReques
 	if err != nil {
 		return nil, err
 	}
-	r.ownBody = true
 	defer r.finish()
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
 	defer cancel()
@@ -912,7 +911,6 @@ func (imp *Import) pingOnce() {
 		imp.log.Warn("ptlrpc: ping", "err", err)
 		return
 	}
-	r.ownBody = true
 	defer r.finish()
 	timeout := imp.timeout()
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)

@@ -286,8 +286,7 @@ type Guard struct {
 		// tried is a sequence whose write failed, which the block may
 		// hold all the same (written, not synced); 0 if none.
 		tried    uint32
-		last     time.Time     // when seq was written
-		landed   time.Time     // when other readers could see it
+		landed   time.Time     // when other readers could see seq (Status's LastWrite)
 		writeDur time.Duration // how long that write took
 		recorded time.Duration // the interval that write recorded
 		lost     bool
@@ -456,7 +455,7 @@ func (g *Guard) write(seq uint32) error {
 		return err
 	}
 	g.mu.Lock()
-	g.mu.seq, g.mu.tried, g.mu.last, g.mu.landed, g.mu.writeDur, g.mu.recorded = seq, 0, start, landed, time.Since(start), recorded
+	g.mu.seq, g.mu.tried, g.mu.landed, g.mu.writeDur, g.mu.recorded = seq, 0, landed, time.Since(start), recorded
 	g.mu.Unlock()
 	return nil
 }
@@ -618,7 +617,7 @@ type Status struct {
 func (g *Guard) Status() Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return Status{Seq: g.mu.seq, LastWrite: g.mu.last, Recorded: g.mu.recorded, Lost: g.mu.lost}
+	return Status{Seq: g.mu.seq, LastWrite: g.mu.landed, Recorded: g.mu.recorded, Lost: g.mu.lost}
 }
 
 // Stop ends the heartbeat and marks the block clean, so that the next

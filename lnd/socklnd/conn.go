@@ -539,30 +539,24 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 	backoff := ni.conf.BackoffMin
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		var d, canceled deferred
+		var d deferred
 		p.mu.Lock()
 		q := &p.mu.txq[t]
 		if lastErr != nil {
 			now := time.Now()
 			d.fail(q, fmt.Errorf("socklnd: no connection to %v before the message's deadline: %w (last attempt: %v)",
 				p.nid, lnet.ErrPeerUnreachable, lastErr), func(it *txItem) bool { return !it.deadline.After(now) })
-			// Given up by their senders (a client that moved on to a
-			// failover server): not kept waiting for their deadline.
-			canceled.fail(q, fmt.Errorf("socklnd: no connection to %v, and the sender gave the message up: %w (last attempt: %v)",
-				p.nid, lnet.ErrCanceled, lastErr), func(it *txItem) bool { return it.msg.Canceled() })
 		}
 		if ni.closed.Load() || p.mu.conns[t] != nil || q.n == 0 {
 			p.mu.dialing[t] = false
 			p.mu.Unlock()
 			ni.failExpired(p, t, &d, lastErr)
-			ni.run(p, &canceled)
 			return
 		}
 		p.mu.connecting[t] = true
 		pid, inc, deadline := p.mu.pid, p.mu.incarnation, q.earliest()
 		p.mu.Unlock()
 		ni.failExpired(p, t, &d, lastErr)
-		ni.run(p, &canceled)
 
 		err := ni.connect(p, t, pid, inc, deadline)
 		if err == nil {
