@@ -13,6 +13,7 @@ import (
 	"github.com/nacrefs/nacre/internal/clustertest"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/internal/mmp"
+	"github.com/nacrefs/nacre/internal/params"
 )
 
 // TestOSSRestartUnderWrite: the OSS is killed with SIGKILL while a client
@@ -387,4 +388,117 @@ func readBack(ctx context.Context, t *testing.T, c *clustertest.Cluster, f *clie
 		i++
 	}
 	t.Fatalf("another client reads %d bytes (%v), want %d; the first difference at %d", n, err, len(want), i)
+}
+
+// TestMountFollowsMovedOSS: OSTs that had one server are made a failover
+// pair's and served by the partner while a client is mounted. The
+// client's imports and the MDT's learn of the partner from the
+// configuration it registers there (they knew only the first server):
+// the client reads what it wrote before, overwrites it, and makes a new
+// file, whose objects the MDT precreates on the partner; a second client
+// reads every byte.
+func TestMountFollowsMovedOSS(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 2, Clients: 2, ChildOSS: true})
+	fs, other := c.Mount(0), c.Mount(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lay := layout.Plain(layout.RAID0{StripeCount: 2, StripeSize: 1 << 16, StripeOffset: -1})
+	rng := rand.New(rand.NewPCG(5, 6))
+	data := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	write := func(name string, b []byte) *client.File {
+		t.Helper()
+		f, _, err := fs.Create(ctx, client.Root(), fs.Root(), name, syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &lay})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.WriteAt(ctx, b, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	stored := c.OSTObjectBytes() // (the OSTs' own records: their clients')
+	before := data(1 << 20)
+	f := write("before", before)
+	for _, o := range fs.OSTs() {
+		osc, _ := fs.OSC(o)
+		if got := osc.Import().Info().Servers; len(got) != 1 || got[0].NID.String() != clustertest.ChildOSSAddr+"@tcp" {
+			t.Fatalf("OST%04x: servers %v before the move", o, got)
+		}
+	}
+
+	if err := c.MoveOSS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The overwrite's sync reaches the OSTs where they are served now.
+	over := data(1 << 20)
+	if _, _, err := f.WriteAt(ctx, over, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range fs.OSTs() {
+		osc, _ := fs.OSC(o)
+		if got := osc.Import().Info().Server.NID.String(); got != clustertest.PartnerOSSAddr+"@tcp" {
+			t.Fatalf("OST%04x served by %s after the move, want the partner", o, got)
+		}
+	}
+	// lctl get_param osc.*.import shows the servers, as Lustre's
+	// failover_nids.
+	vs, err := params.Default.Get(false, "osc.*-osc-"+fs.Instance()+".import")
+	if err != nil || len(vs) != 2 {
+		t.Fatalf("osc.*.import: %v, %v", vs, err)
+	}
+	for _, v := range vs {
+		want := "failover_nids: [" + clustertest.PartnerOSSAddr + "@tcp, " + clustertest.ChildOSSAddr + "@tcp]"
+		if !strings.Contains(v.Value, want) || !strings.Contains(v.Value, "current_connection: "+clustertest.PartnerOSSAddr+"@tcp") {
+			t.Errorf("%s:\n%s\nwant %q and the partner current", v.Name, v.Value, want)
+		}
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := data(1 << 20)
+	g := write("after", after)
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, want := range map[string][]byte{"before": over, "after": after} {
+		a, err := other.Lookup(ctx, client.Root(), other.Root(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := other.Open(ctx, client.Root(), a.FID, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		if n, err := h.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got, want) {
+			t.Fatalf("%s: read back %d bytes (%v), equal %v", name, n, err, bytes.Equal(got[:n], want[:n]))
+		}
+		h.Close(ctx)
+	}
+	// The MDT destroys the objects of unlinked files on the OSTs where
+	// they are served now.
+	for _, name := range []string{"before", "after"} {
+		if err := other.Unlink(ctx, client.Root(), other.Root(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for c.OSTObjectBytes() > stored {
+		if ctx.Err() != nil {
+			t.Fatalf("%d bytes of objects on the OSTs, %d before the files: the MDT's destroys never reached the partner", c.OSTObjectBytes(), stored)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -289,17 +289,21 @@ func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
 	var added []string
 	var wg sync.WaitGroup
 	for _, t := range c.GetTargets() {
+		srv := servers(t)
+		if len(srv) == 0 {
+			continue
+		}
+		if t.GetKind() == mgsv1.TargetKind_TARGET_KIND_MDT && t.GetIndex() == 0 && fs.mdc != nil {
+			fs.follow(fs.mdc.Import(), srv)
+		}
 		if t.GetKind() != mgsv1.TargetKind_TARGET_KIND_OST {
 			continue
 		}
 		fs.tmu.RLock()
-		have := fs.osts[t.GetIndex()] != nil
+		have := fs.osts[t.GetIndex()]
 		fs.tmu.RUnlock()
-		if have {
-			continue
-		}
-		srv := servers(t)
-		if len(srv) == 0 {
+		if have != nil {
+			fs.follow(have.Import(), srv)
 			continue
 		}
 		o, err := osc.New(osc.ClientConfig{Index: t.GetIndex(), RPC: fs.rpc, Locks: fs.lk, Cache: fs.data,
@@ -337,6 +341,16 @@ func (fs *FS) applyConfig(ctx context.Context, c *mgsv1.ClientConfig) {
 	fs.rev = max(fs.rev, c.GetRevision())
 	fs.tmu.Unlock()
 	fs.applyParams(c, added...)
+}
+
+// follow has imp connect to the servers the configuration now names
+// for its target (a failover node added, a server's NIDs changed) from
+// its next connect on, as Lustre's client adds and drops the import's
+// connections when its configuration log changes.
+func (fs *FS) follow(imp *ptlrpc.Import, srv []lwire.ProcessID) {
+	if err := imp.SetServers(srv); err != nil {
+		fs.log.Warn("client: the configuration's servers", "target", imp.Target(), "err", err)
+	}
 }
 
 // watch follows the MGS's configuration stream; each change re-reads the

@@ -303,7 +303,12 @@ func importText(dev, target string, imp *ptlrpc.Import) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "import:\n    name: %s\n    target: %s\n    state: %s\n", dev, target, ci.State)
 	fmt.Fprintf(&b, "    connect_flags: %#x\n    instance: %d\n", ci.Features, ci.Instance)
-	fmt.Fprintf(&b, "    connection:\n       current_connection: %s\n       generation: %d\n", ci.Server.NID, ci.ConnCount)
+	nids := make([]string, len(ci.Servers))
+	for i, s := range ci.Servers {
+		nids[i] = s.NID.String()
+	}
+	fmt.Fprintf(&b, "    connection:\n       failover_nids: [%s]\n       current_connection: %s\n       generation: %d\n",
+		strings.Join(nids, ", "), ci.Server.NID, ci.ConnCount)
 	fmt.Fprintf(&b, "    service_estimates:\n       services: %d usec\n       network: %d usec\n       timeout: %d usec\n",
 		ci.ServiceEstimate.Microseconds(), ci.NetLatency.Microseconds(), ci.Timeout.Microseconds())
 	fmt.Fprintf(&b, "    transactions:\n       last_committed: %d\n       uncommitted: %d", ci.LastCommitted, ci.Uncommitted)

@@ -165,27 +165,29 @@ type connInfo struct {
 // timeouts from the server's service times, and keeps modifying requests
 // until the server reports them committed. Safe for concurrent use.
 type Import struct {
-	c        *Client
-	cfg      ImportConfig
-	log      *slog.Logger
-	replySrc lwire.ProcessID // reply and bulk MDs accept this process
-	svcAT    *estimator      // service time, from replies
-	netAT    *estimator      // network latency: round trip minus service time
-	kick     chan struct{}   // wakes run (capacity 1)
-	pingNow  atomic.Bool     // PingNow asked run for a ping
-	ctx      context.Context // ends at Close: stops run and its RPCs
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when run returns
-	lastUse  atomic.Int64  // unix nanoseconds of the last reply
+	c       *Client
+	cfg     ImportConfig
+	log     *slog.Logger
+	svcAT   *estimator      // service time, from replies
+	netAT   *estimator      // network latency: round trip minus service time
+	kick    chan struct{}   // wakes run (capacity 1)
+	pingNow atomic.Bool     // PingNow asked run for a ping
+	ctx     context.Context // ends at Close: stops run and its RPCs
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run returns
+	lastUse atomic.Int64  // unix nanoseconds of the last reply
 	// slots is MaxRPCsInFlight (nil: no limit).
 	slots *slots.Slots
 
 	mu struct {
 		sync.Mutex
-		state    ImportState
-		closed   bool
-		conn     *connInfo // current or last connection; nil before the first
-		server   int       // index into cfg.Servers to connect to
+		state  ImportState
+		closed bool
+		conn   *connInfo // current or last connection; nil before the first
+		// servers are the processes that serve the target (cfg.Servers,
+		// then SetServers'); server indexes the one to connect to.
+		servers  []lwire.ProcessID
+		server   int
 		features uint64
 		instance uint64
 		// targetData is what the target sent with the last CONNECT.
@@ -221,6 +223,12 @@ type Import struct {
 		committed chan struct{}
 	}
 }
+
+// replySrc is whom an import's reply and bulk MDs take operations from:
+// any process. The server may change while a request is in flight (a
+// failover, SetServers), and a resend reuses the request's MDs; the XID
+// in the match bits and in the reply's header picks the request.
+var replySrc = lnet.AnyProcess
 
 // icall is an import request between begin and end.
 type icall struct {
@@ -284,7 +292,7 @@ func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
 		cfg.MaxUncommitted = DefaultMaxUncommitted
 	}
 	imp := &Import{
-		c: c, cfg: cfg, log: c.log.With("import", cfg.Target), replySrc: cfg.Servers[0],
+		c: c, cfg: cfg, log: c.log.With("import", cfg.Target),
 		svcAT: newEstimator(cfg.InitialTimeout, 0), netAT: newEstimator(0, 0),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -292,9 +300,7 @@ func (c *Client) NewImport(cfg ImportConfig) (*Import, error) {
 		imp.slots = slots.New(cfg.MaxRPCsInFlight)
 	}
 	imp.ctx, imp.cancel = context.WithCancel(context.Background())
-	if len(cfg.Servers) > 1 {
-		imp.replySrc = lnet.AnyProcess
-	}
+	imp.mu.servers = slices.Clone(cfg.Servers)
 	imp.mu.state = StateDisconn
 	imp.mu.changed = make(chan struct{})
 	imp.mu.committed = make(chan struct{})
@@ -322,7 +328,10 @@ func (imp *Import) State() ImportState {
 
 // ConnInfo describes an import's connection, for administration.
 type ConnInfo struct {
-	State     ImportState
+	State ImportState
+	// Servers are the processes that may serve the target, Server the
+	// one of the current (or last) connection.
+	Servers   []lwire.ProcessID
 	Server    lwire.ProcessID
 	Handle    uint64
 	ConnCount uint32
@@ -363,11 +372,37 @@ func (imp *Import) Info() ConnInfo {
 	defer imp.mu.Unlock()
 	ci := ConnInfo{State: imp.mu.state, Features: imp.mu.features, Instance: imp.mu.instance, TargetData: imp.mu.targetData,
 		Uncommitted: len(imp.mu.replay), LastCommitted: imp.mu.lastCommitted,
-		Timeout: imp.timeout(), ServiceEstimate: imp.svcAT.current(), NetLatency: imp.netAT.current()}
+		Timeout: imp.timeout(), ServiceEstimate: imp.svcAT.current(), NetLatency: imp.netAT.current(),
+		Servers: slices.Clone(imp.mu.servers)}
 	if cn := imp.mu.conn; cn != nil {
 		ci.Server, ci.Handle, ci.ConnCount = cn.server, cn.handle, cn.count
 	}
 	return ci
+}
+
+// SetServers makes servers the processes that serve the target, the
+// primary first, as the configuration says now (a failover node added
+// with tunefs, a server that moved to another NID): the next connect
+// goes to them. A connection in place stays until it fails (Lustre's
+// client keeps its active connection too); if its server is in the new
+// list, a failure moves on from there, as it would have.
+func (imp *Import) SetServers(servers []lwire.ProcessID) error {
+	if len(servers) == 0 {
+		return fmt.Errorf("ptlrpc: import %s: no servers", imp.cfg.Target)
+	}
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	if slices.Equal(servers, imp.mu.servers) {
+		return nil
+	}
+	cur := imp.mu.servers[imp.mu.server%len(imp.mu.servers)]
+	if cn := imp.mu.conn; cn != nil && (imp.mu.state == StateFull || imp.mu.state == StateRecover) {
+		cur = cn.server
+	}
+	imp.log.Info("ptlrpc: servers changed", "from", imp.mu.servers, "to", servers)
+	imp.mu.servers = slices.Clone(servers)
+	imp.mu.server = max(slices.Index(servers, cur), 0)
+	return nil
 }
 
 // setStateLocked moves the import to st.
@@ -557,7 +592,7 @@ func (imp *Import) connect() error {
 		return ErrClosed
 	}
 	imp.setStateLocked(StateConnecting)
-	server := imp.cfg.Servers[imp.mu.server%len(imp.cfg.Servers)]
+	server := imp.mu.servers[imp.mu.server%len(imp.mu.servers)]
 	var prev *connInfo = imp.mu.conn
 	cr := &ptlrpcv1.ConnectRequest{Target: imp.cfg.Target, ClientUuid: imp.c.uuid, Features: imp.cfg.Features,
 		Version: wire.Version, ConnCount: 1, CksumTypes: uint32(ChecksumTypes)}
@@ -819,9 +854,9 @@ func (imp *Import) replayOne(ctx context.Context, cn *connInfo, req *Req, flags 
 	var r *rpc
 	var err error
 	if resend {
-		r, err = imp.c.newRPCAs(req, imp.replySrc, *xid)
+		r, err = imp.c.newRPCAs(req, replySrc, *xid)
 	} else {
-		r, err = imp.c.newRPC(req, imp.replySrc)
+		r, err = imp.c.newRPC(req, replySrc)
 	}
 	if err != nil {
 		return nil, err
@@ -869,7 +904,7 @@ func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectReques
 	if err != nil {
 		return nil, err
 	}
-	r, err := imp.c.newRPC(&Req{Opcode: imp.cfg.ConnectOp, Body: body}, imp.replySrc)
+	r, err := imp.c.newRPC(&Req{Opcode: imp.cfg.ConnectOp, Body: body}, replySrc)
 	if err != nil {
 		return nil, err
 	}
@@ -906,7 +941,7 @@ func (imp *Import) pingOnce() {
 	if !ok {
 		return
 	}
-	r, err := imp.c.newRPC(&Req{Opcode: wire.OBDPing}, imp.replySrc)
+	r, err := imp.c.newRPC(&Req{Opcode: wire.OBDPing}, replySrc)
 	if err != nil {
 		imp.log.Warn("ptlrpc: ping", "err", err)
 		return
@@ -1136,7 +1171,7 @@ func (imp *Import) begin(ctx context.Context, req *Req) (*icall, error) {
 	*ic = icall{r: r, gen: imp.mu.gen, needSend: true}
 	heap.Push(&imp.mu.inflight, ic)
 	imp.mu.Unlock()
-	if err := r.post(imp.replySrc); err != nil {
+	if err := r.post(replySrc); err != nil {
 		imp.mu.Lock()
 		heap.Remove(&imp.mu.inflight, ic.hidx)
 		ic.hidx = -1
@@ -1443,7 +1478,7 @@ func (imp *Import) abort() {
 
 // disconnect sends one DISCONNECT on cn.
 func (imp *Import) disconnect(ctx context.Context, cn *connInfo) error {
-	r, err := imp.c.newRPC(&Req{Opcode: imp.cfg.DisconnectOp}, imp.replySrc)
+	r, err := imp.c.newRPC(&Req{Opcode: imp.cfg.DisconnectOp}, replySrc)
 	if err != nil {
 		return err
 	}

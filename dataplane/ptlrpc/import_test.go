@@ -678,3 +678,89 @@ func TestDeadServerCallEndsAtDeadline(t *testing.T) {
 		t.Fatalf("failed over after %v", el)
 	}
 }
+
+// TestSetServers: an import told of a second server (the configuration
+// changed while it was connected) keeps its connection, and moves to the
+// new server when the first one dies; a list without the server it is
+// connected to is taken for the next connect.
+func TestSetServers(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	cli := startLNet(t, "tcp(127.0.0.1)", port)
+	serve := func(addr string) (*lnet.LNet, lwire.ProcessID) {
+		srv := startLNet(t, "tcp("+addr+")", port)
+		ts := NewTargetSet()
+		tgt, err := ts.NewTarget(TargetConfig{Name: "nacre-OST0000", Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tgt.Close(context.Background()) })
+		svc, err := NewService(srv, ServiceConfig{Name: "ost", RequestPortal: reqPortal, Targets: ts, Logger: quiet,
+			Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Close(context.Background()) })
+		return srv, lwire.ProcessID{NID: srv.NIDs()[len(srv.NIDs())-1], PID: srv.PID()}
+	}
+	srvA, a := serve("127.0.0.2")
+	_, b := serve("127.0.0.3")
+	c := NewClient(cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
+	imp, err := c.NewImport(ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{a}, Portal: reqPortal,
+		MinTimeout: 200 * time.Millisecond, InitialTimeout: 200 * time.Millisecond, PingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	echoVia := func(want lwire.ProcessID) {
+		t.Helper()
+		body := []byte("to " + want.NID.String())
+		got, err := imp.Do(ctx, &Req{Opcode: opEcho, Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, body) {
+			t.Fatalf("echo %q, want %q", got, body)
+		}
+		if srv := imp.Info().Server; srv != want {
+			t.Fatalf("served by %v, want %v", srv, want)
+		}
+	}
+	echoVia(a)
+
+	if err := imp.SetServers(nil); err == nil {
+		t.Fatal("SetServers took an empty list")
+	}
+	if err := imp.SetServers([]lwire.ProcessID{b, a}); err != nil {
+		t.Fatal(err)
+	}
+	if got := imp.Info().Servers; !slices.Equal(got, []lwire.ProcessID{b, a}) {
+		t.Fatalf("servers %v, want [%v %v]", got, b, a)
+	}
+	// The connection in place stays, although a is no longer first.
+	echoVia(a)
+
+	// a dies: the import goes on to the server after it in the new list
+	// (b, wrapping around), not back to a.
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srvA.Close(closeCtx)
+	closeCancel()
+	// b's target is not a's on shared storage: it knows nothing of the
+	// client, which the reconnect finds evicted, failing the request it
+	// was resending.
+	if _, err := imp.Do(ctx, &Req{Opcode: opEcho}); !errors.Is(err, ErrEvicted) {
+		t.Fatalf("the first request after a died: %v, want eviction by b", err)
+	}
+	echoVia(b)
+
+	// A list without the server of the connection (b moved to another
+	// NID, say): kept for the next connect, the connection stays.
+	if err := imp.SetServers([]lwire.ProcessID{a}); err != nil {
+		t.Fatal(err)
+	}
+	echoVia(b)
+	if got := imp.Info().Servers; !slices.Equal(got, []lwire.ProcessID{a}) {
+		t.Fatalf("servers %v, want [%v]", got, a)
+	}
+}

@@ -469,6 +469,24 @@ func (c *Cluster) FailOverOSS() error {
 	return c.StartOSS()
 }
 
+// MoveOSS kills the child OSS with SIGKILL, makes its OSTs a failover
+// pair's (tunefs --servicenode ChildOSSAddr,PartnerOSSAddr, without MMP)
+// and starts it at PartnerOSSAddr: OSTs put behind a pair and failed
+// over while clients are mounted, which learn of the partner only from
+// the configuration the OSS registers there.
+func (c *Cluster) MoveOSS(ctx context.Context) error {
+	c.KillOSS()
+	for _, d := range c.OSTDirs {
+		if _, err := server.Tunefs(ctx, d, func(id *server.TargetIdentity) {
+			id.FailNodes = []string{ChildOSSAddr + "@tcp", PartnerOSSAddr + "@tcp"}
+		}); err != nil {
+			return err
+		}
+	}
+	c.ossAddr = PartnerOSSAddr
+	return c.StartOSS()
+}
+
 // KillOSS kills the child OSS with SIGKILL.
 func (c *Cluster) KillOSS() { killChild(&c.child) }
 

@@ -37,8 +37,9 @@ func (m *MDT) OSTUp(idx uint32) {
 }
 
 // SetOSTs makes osts the MDT's OST list (from its configuration, later
-// from the MGS's): new OSTs get an import and a pool, OSTs that left stop
-// getting objects (their imports stay for destroys). Safe for concurrent
+// from the MGS's): new OSTs get an import and a pool, known ones their
+// servers, OSTs that left stop getting objects (their imports stay for
+// destroys). Safe for concurrent
 // use.
 func (m *MDT) SetOSTs(osts []OST) error {
 	m.ospMu.Lock()
@@ -54,6 +55,11 @@ func (m *MDT) SetOSTs(osts []OST) error {
 		keep[o.Index] = true
 		if p := m.osps[o.Index]; p != nil {
 			p.setActive(true)
+			// Its servers as the configuration says now (a failover
+			// node added, a server's NIDs changed).
+			if err := p.imp.SetServers(o.Servers); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		p, err := newOSP(m, o)
