@@ -226,6 +226,10 @@ type Msg struct {
 	// Deadline is when LNet gives up on the message; an LND may use it to
 	// bound a connection attempt. Zero means no deadline.
 	Deadline time.Time
+	// FailUnreachable asks the LND to fail the message (ErrPeerUnreachable)
+	// at the first failed attempt to connect to NextHop, rather than
+	// keep it for another attempt (its MD has MDFailUnreachable).
+	FailUnreachable bool
 
 	// LNet's bookkeeping; LNDs never touch it.
 	priv any

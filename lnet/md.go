@@ -32,6 +32,13 @@ const (
 	// MDAckDisable: never send an ACK for a PUT into this MD, even if the
 	// initiator asked for one (its ACK event will then time out).
 	MDAckDisable
+	// MDFailUnreachable: a Put or Get from this MD fails with
+	// ErrPeerUnreachable as soon as an attempt to connect to its next
+	// hop fails, instead of waiting in the LND for a connection until its
+	// deadline (LNet's resends each try once more). For a request whose
+	// sender has somewhere else to go: a CONNECT to a target that has a
+	// failover server (Lustre's ksocklnd fails every waiting message so).
+	MDFailUnreachable
 )
 
 // String returns the options as "PUT|GET|...", for logs.
@@ -39,7 +46,7 @@ func (o MDOptions) String() string {
 	if o == 0 {
 		return "0"
 	}
-	names := [...]string{"PUT", "GET", "MANAGE_REMOTE", "TRUNCATE", "ACK_DISABLE"}
+	names := [...]string{"PUT", "GET", "MANAGE_REMOTE", "TRUNCATE", "ACK_DISABLE", "FAIL_UNREACHABLE"}
 	var b []byte
 	for i, n := range names {
 		if o&(1<<i) != 0 {
@@ -279,7 +286,7 @@ func checkMD(d *MD, attach bool) (int, error) {
 	if d.Threshold == 0 || d.Threshold < ThresholdInfinite {
 		return 0, fmt.Errorf("%w: MD threshold %d (positive or ThresholdInfinite)", ErrInvalid, d.Threshold)
 	}
-	if d.Options&^(MDOpPut|MDOpGet|MDManageRemote|MDTruncate|MDAckDisable) != 0 {
+	if d.Options&^(MDOpPut|MDOpGet|MDManageRemote|MDTruncate|MDAckDisable|MDFailUnreachable) != 0 {
 		return 0, fmt.Errorf("%w: MD options %v", ErrInvalid, d.Options)
 	}
 	if attach && d.Options&(MDOpPut|MDOpGet) == 0 {

@@ -161,9 +161,10 @@ func (ln *LNet) put(ctx context.Context, m *msg, h MDHandle, target wire.Process
 			PayloadLen: uint32(d.length), WMD: wmd, MatchBits: match, HdrData: hdrData,
 			Portal: portal, Offset: offset,
 		},
-		Payload:  iovec.Slice(d.bufs, 0, d.length),
-		Deadline: m.deadline,
-		priv:     m,
+		Payload:         iovec.Slice(d.bufs, 0, d.length),
+		Deadline:        m.deadline,
+		FailUnreachable: d.options&MDFailUnreachable != 0,
+		priv:            m,
 	}
 	m.ev = Event{
 		Initiator: wire.ProcessID{NID: ln.localSrc(target.NID), PID: ln.pid},
@@ -201,9 +202,10 @@ func (ln *LNet) get(ctx context.Context, m *msg, h MDHandle, target wire.Process
 			WMD:       wire.WireHandle{Interface: ln.incarnation, Object: m.cookie},
 			MatchBits: match, Portal: portal, Offset: offset, SinkLength: uint32(d.length),
 		},
-		Sink:     iovec.Slice(d.bufs, 0, d.length),
-		Deadline: m.deadline,
-		priv:     m,
+		Sink:            iovec.Slice(d.bufs, 0, d.length),
+		Deadline:        m.deadline,
+		FailUnreachable: d.options&MDFailUnreachable != 0,
+		priv:            m,
 	}
 	m.ev = Event{
 		Initiator: wire.ProcessID{NID: ln.localSrc(target.NID), PID: ln.pid},

@@ -454,6 +454,10 @@ type rpc struct {
 	jobID  [wire.JobIDSize]byte
 	hasJob bool
 
+	// sendOpts are the options of its send MDs: MDFailUnreachable for a
+	// CONNECT that has another server to go to.
+	sendOpts lnet.MDOptions
+
 	rmd     lnet.MDHandle
 	bp      *[]byte
 	pool    *sync.Pool
@@ -751,7 +755,7 @@ func (r *rpc) send(ctx context.Context, target lwire.ProcessID, portal uint32, h
 		return fmt.Errorf("ptlrpc: %v xid %d: %w", h.Opcode, h.XID, err)
 	}
 	c := r.c
-	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Handler: sendHandler, User: r})
+	smd, err := c.ln.Bind(lnet.MD{Buffers: msg, Threshold: 1, Options: r.sendOpts, Handler: sendHandler, User: r})
 	if err == nil {
 		r.sends++
 		r.nsent++

@@ -592,7 +592,7 @@ func (imp *Import) connect() error {
 		return ErrClosed
 	}
 	imp.setStateLocked(StateConnecting)
-	server := imp.mu.servers[imp.mu.server%len(imp.mu.servers)]
+	server, others := imp.mu.servers[imp.mu.server%len(imp.mu.servers)], len(imp.mu.servers) > 1
 	var prev *connInfo = imp.mu.conn
 	cr := &ptlrpcv1.ConnectRequest{Target: imp.cfg.Target, ClientUuid: imp.c.uuid, Features: imp.cfg.Features,
 		Version: wire.Version, ConnCount: 1, CksumTypes: uint32(ChecksumTypes)}
@@ -605,7 +605,7 @@ func (imp *Import) connect() error {
 		cr.ClientData = imp.cfg.ConnectData()
 	}
 
-	rep, err := imp.connectRPC(server, cr, timeout)
+	rep, err := imp.connectRPC(server, cr, timeout, others)
 	if err != nil {
 		imp.mu.Lock()
 		if !isBusy(err) {
@@ -899,7 +899,7 @@ func isBusy(err error) bool {
 }
 
 // connectRPC sends one CONNECT.
-func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectRequest, timeout time.Duration) (*ptlrpcv1.ConnectReply, error) {
+func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectRequest, timeout time.Duration, others bool) (*ptlrpcv1.ConnectReply, error) {
 	body, err := Marshal(cr)
 	if err != nil {
 		return nil, err
@@ -909,6 +909,12 @@ func (imp *Import) connectRPC(server lwire.ProcessID, cr *ptlrpcv1.ConnectReques
 		return nil, err
 	}
 	defer r.finish()
+	if others {
+		// A server nobody answers for (refused, unreachable) is left for
+		// the next at once, as Lustre's ksocklnd fails the CONNECT, not
+		// after the whole connect timeout.
+		r.sendOpts = lnet.MDFailUnreachable
+	}
 	ctx, cancel := context.WithTimeout(imp.ctx, timeout+time.Second)
 	defer cancel()
 	h := r.header(0, 0, 0, false, 0)

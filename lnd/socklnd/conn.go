@@ -56,6 +56,11 @@ type peer struct {
 		// connecting marks a dial attempt (connect and hello) in progress,
 		// for race resolution; false while the dialer backs off.
 		connecting [nTypes]bool
+		// backingOff marks a dialer waiting to try again after a failed
+		// attempt: a message that must not wait for it (FailUnreachable)
+		// fails at once, as Lustre's ksocklnd fails a tx to a peer with
+		// no connection and none being made.
+		backingOff [nTypes]bool
 		// up is true from the PeerUp event until the PeerDown one.
 		up bool
 		// events are peer events decided but not yet delivered.
@@ -547,6 +552,7 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 			d.fail(q, fmt.Errorf("socklnd: no connection to %v before the message's deadline: %w (last attempt: %v)",
 				p.nid, lnet.ErrPeerUnreachable, lastErr), func(it *txItem) bool { return !it.deadline.After(now) })
 		}
+		p.mu.backingOff[t] = false
 		if ni.closed.Load() || p.mu.conns[t] != nil || q.n == 0 {
 			p.mu.dialing[t] = false
 			p.mu.Unlock()
@@ -567,10 +573,22 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 			"attempt", attempt, "err", err)
 		lastErr = err
 
+		// A message whose sender has somewhere else to go
+		// (lnet.MDFailUnreachable: a CONNECT with a failover server)
+		// fails now instead of waiting for the next attempt.
+		var ff deferred
 		p.mu.Lock()
 		p.mu.connecting[t] = false
-		deadline = p.mu.txq[t].earliest()
+		q = &p.mu.txq[t]
+		ff.fail(q, fmt.Errorf("socklnd: no connection to %v: %w: %v", p.nid, lnet.ErrPeerUnreachable, err),
+			func(it *txItem) bool { return it.msg.FailUnreachable })
+		deadline, empty := q.earliest(), q.n == 0
+		p.mu.backingOff[t] = !empty
 		p.mu.Unlock()
+		ni.run(p, &ff)
+		if empty {
+			continue // which ends the loop, unless a message came meanwhile
+		}
 		wait := backoff
 		if until := time.Until(deadline); until < wait {
 			wait = max(until, 0)
@@ -578,7 +596,7 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 		backoff = min(2*backoff, ni.conf.BackoffMax)
 		if !sleep(ni.ctx, wait) {
 			p.mu.Lock()
-			p.mu.dialing[t] = false
+			p.mu.dialing[t], p.mu.backingOff[t] = false, false
 			p.mu.Unlock()
 			return // Shutdown fails what is queued
 		}

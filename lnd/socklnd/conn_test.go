@@ -184,6 +184,51 @@ func TestUnreachable(t *testing.T) {
 	a.log.waitLine(t, "peer unreachable", "peer=127.0.0.3@tcp")
 }
 
+// TestFailUnreachable: a message marked FailUnreachable fails at the first
+// refused connect, and one sent while the dialer backs off fails at once,
+// while a plain message beside them waits for its deadline, and is
+// delivered when the peer comes up.
+func TestFailUnreachable(t *testing.T) {
+	port := testPort(t, "127.0.0.1", "127.0.0.3")
+	a := startNode(t, "127.0.0.1", port, map[string]string{"backoff_min": "2s", "backoff_max": "2s"})
+	peer := wire.MustParseNID("127.0.0.3@tcp")
+	deadline := time.Now().Add(time.Minute)
+
+	waits := put(a.nid, peer, 1, pattern(1, 10))
+	waits.Deadline = deadline
+	fast := put(a.nid, peer, 2, pattern(2, 10))
+	fast.Deadline, fast.FailUnreachable = deadline, true
+	start := time.Now()
+	a.h.send(t, a.ni, waits)
+	a.h.send(t, a.ni, fast)
+	f := a.h.nextFin(t)
+	if f.msg != fast || !errors.Is(f.err, lnet.ErrPeerUnreachable) {
+		t.Fatalf("first finalized: message %d, %v; want the FailUnreachable one, ErrPeerUnreachable", f.msg.Hdr.MatchBits, f.err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("failed after %v", el)
+	}
+	// The dialer backs off (waits is still queued): another fails at
+	// once, with no attempt of its own.
+	failures := a.ni.Stats().ConnectFailures
+	again := put(a.nid, peer, 3, pattern(3, 10))
+	again.Deadline, again.FailUnreachable = deadline, true
+	a.h.send(t, a.ni, again)
+	if f := a.h.nextFin(t); f.msg != again || !errors.Is(f.err, lnet.ErrPeerUnreachable) {
+		t.Fatalf("finalized: message %d, %v; want the second FailUnreachable one, ErrPeerUnreachable", f.msg.Hdr.MatchBits, f.err)
+	}
+	if n := a.ni.Stats().ConnectFailures; n != failures {
+		t.Errorf("%d connect attempts for a message sent while the dialer backed off", n-failures)
+	}
+	b := startNode(t, "127.0.0.3", port, nil)
+	if r := b.h.nextRx(t); r.hdr.MatchBits != 1 || !bytes.Equal(joined(r.dst, r.mlen), pattern(1, 10)) {
+		t.Fatalf("the peer got message %d, want the one that waited", r.hdr.MatchBits)
+	}
+	if f := a.h.nextFin(t); f.msg != waits || f.err != nil {
+		t.Fatalf("finalized: message %d, %v; want the one that waited, sent", f.msg.Hdr.MatchBits, f.err)
+	}
+}
+
 // Both nodes dial each other at once, repeatedly: every message arrives in
 // order and each pair ends with one control connection that both ends
 // agree on.

@@ -170,7 +170,9 @@ const (
 //   - lnet.ErrPeerUnreachable: no connection could be made before
 //     msg.Deadline (Config.ConnectTimeout after Send if zero), NextHop
 //     is not a peer on this net, or NextHop is a new peer and the peer
-//     table is full (Config.MaxPeers);
+//     table is full (Config.MaxPeers); for a msg.FailUnreachable, as
+//     soon as an attempt to connect fails (or at once, while the dialer
+//     waits to try again after one that did);
 //   - lnet.ErrConnReset: the connection broke while it was being written;
 //   - lnet.ErrPeerRestarted: the message was queued behind a connection to
 //     the peer, and the peer turned out to have restarted before it was
@@ -239,6 +241,11 @@ func (ni *NI) send(msg *lnet.Msg, hold bool) *conn {
 		// queued): checked under p.mu, which Cancel takes.
 		p.mu.Unlock()
 		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: given up by its sender: %w", msg.NextHop, lnet.ErrCanceled))
+		return nil
+	}
+	if msg.FailUnreachable && p.mu.conns[t] == nil && p.mu.backingOff[t] {
+		p.mu.Unlock()
+		ni.finalize(msg, fmt.Errorf("socklnd: send to %v: the last attempt to connect failed: %w", msg.NextHop, lnet.ErrPeerUnreachable))
 		return nil
 	}
 	p.mu.sends++
