@@ -401,7 +401,16 @@ func (imp *Import) SetServers(servers []lwire.ProcessID) error {
 	}
 	imp.log.Info("ptlrpc: servers changed", "from", imp.mu.servers, "to", servers)
 	imp.mu.servers = slices.Clone(servers)
-	imp.mu.server = max(slices.Index(servers, cur), 0)
+	switch i := slices.Index(servers, cur); {
+	case i >= 0:
+		imp.mu.server = i
+	case imp.mu.state == StateConnecting:
+		// A connect to a server no longer listed is under way: should
+		// it fail, the step to the next server lands on the first.
+		imp.mu.server = len(servers) - 1
+	default:
+		imp.mu.server = 0
+	}
 	return nil
 }
 

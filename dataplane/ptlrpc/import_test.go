@@ -681,12 +681,12 @@ func TestDeadServerCallEndsAtDeadline(t *testing.T) {
 	}
 }
 
-// TestSetServers: an import told of a second server (the configuration
-// changed while it was connected) keeps its connection, and moves to the
-// new server when the first one dies; a list without the server it is
-// connected to is taken for the next connect.
+// TestSetServers: an import told of more servers (the configuration
+// changed while it was connected) keeps its connection, and when its
+// server dies moves on to the one after it in the new list; a list
+// without the server it is connected to is taken for the next connect.
 func TestSetServers(t *testing.T) {
-	port := freePort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	port := freePort(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	cli := startLNet(t, "tcp(127.0.0.1)", port)
 	serve := func(addr string) (*lnet.LNet, lwire.ProcessID) {
 		srv := startLNet(t, "tcp("+addr+")", port)
@@ -706,6 +706,7 @@ func TestSetServers(t *testing.T) {
 	}
 	srvA, a := serve("127.0.0.2")
 	_, b := serve("127.0.0.3")
+	_, c3 := serve("127.0.0.4")
 	c := NewClient(cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
 	imp, err := c.NewImport(ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{a}, Portal: reqPortal,
 		MinTimeout: 200 * time.Millisecond, InitialTimeout: 200 * time.Millisecond, PingInterval: -1})
@@ -734,17 +735,17 @@ func TestSetServers(t *testing.T) {
 	if err := imp.SetServers(nil); err == nil {
 		t.Fatal("SetServers took an empty list")
 	}
-	if err := imp.SetServers([]lwire.ProcessID{b, a}); err != nil {
+	if err := imp.SetServers([]lwire.ProcessID{c3, a, b}); err != nil {
 		t.Fatal(err)
 	}
-	if got := imp.Info().Servers; !slices.Equal(got, []lwire.ProcessID{b, a}) {
-		t.Fatalf("servers %v, want [%v %v]", got, b, a)
+	if got := imp.Info().Servers; !slices.Equal(got, []lwire.ProcessID{c3, a, b}) {
+		t.Fatalf("servers %v, want [%v %v %v]", got, c3, a, b)
 	}
 	// The connection in place stays, although a is no longer first.
 	echoVia(a)
 
-	// a dies: the import goes on to the server after it in the new list
-	// (b, wrapping around), not back to a.
+	// a dies: the import goes on to the server after it in the new list,
+	// b, not to the first.
 	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srvA.Close(closeCtx)
 	closeCancel()

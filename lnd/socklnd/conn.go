@@ -439,6 +439,7 @@ func (ni *NI) installLocked(p *peer, c *conn, h *wire.Hello, d *deferred) (ok bo
 		d.shut(old, lnet.ErrConnReset, "replaced by a newer connection")
 	}
 	p.mu.conns[t] = c
+	p.mu.backingOff[t] = false // the peer is reachable after all
 	p.mu.lastUsed = time.Now()
 	ni.stats.connsMade.Add(1)
 	if !p.mu.up {
@@ -576,17 +577,22 @@ func (ni *NI) dialLoop(p *peer, t wire.ConnType) {
 		// A message whose sender has somewhere else to go
 		// (lnet.MDFailUnreachable: a CONNECT with a failover server)
 		// fails now instead of waiting for the next attempt.
+		// (Not if the peer's own dial made a connection meanwhile: this
+		// attempt lost a race, and the queue goes out on that one.)
 		var ff deferred
 		p.mu.Lock()
 		p.mu.connecting[t] = false
 		q = &p.mu.txq[t]
-		ff.fail(q, fmt.Errorf("socklnd: no connection to %v: %w: %v", p.nid, lnet.ErrPeerUnreachable, err),
-			func(it *txItem) bool { return it.msg.FailUnreachable })
+		connected := p.mu.conns[t] != nil
+		if !connected {
+			ff.fail(q, fmt.Errorf("socklnd: no connection to %v: %w: %v", p.nid, lnet.ErrPeerUnreachable, err),
+				func(it *txItem) bool { return it.msg.FailUnreachable })
+		}
 		deadline, empty := q.earliest(), q.n == 0
-		p.mu.backingOff[t] = !empty
+		p.mu.backingOff[t] = !empty && !connected
 		p.mu.Unlock()
 		ni.run(p, &ff)
-		if empty {
+		if empty || connected {
 			continue // which ends the loop, unless a message came meanwhile
 		}
 		wait := backoff

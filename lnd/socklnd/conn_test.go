@@ -187,10 +187,11 @@ func TestUnreachable(t *testing.T) {
 // TestFailUnreachable: a message marked FailUnreachable fails at the first
 // refused connect, and one sent while the dialer backs off fails at once,
 // while a plain message beside them waits for its deadline, and is
-// delivered when the peer comes up.
+// delivered when the peer comes up (and dials in).
 func TestFailUnreachable(t *testing.T) {
 	port := testPort(t, "127.0.0.1", "127.0.0.3")
-	a := startNode(t, "127.0.0.1", port, map[string]string{"backoff_min": "2s", "backoff_max": "2s"})
+	// A backoff no stall of the test outlasts.
+	a := startNode(t, "127.0.0.1", port, map[string]string{"backoff_min": "1m", "backoff_max": "1m"})
 	peer := wire.MustParseNID("127.0.0.3@tcp")
 	deadline := time.Now().Add(time.Minute)
 
@@ -220,12 +221,28 @@ func TestFailUnreachable(t *testing.T) {
 	if n := a.ni.Stats().ConnectFailures; n != failures {
 		t.Errorf("%d connect attempts for a message sent while the dialer backed off", n-failures)
 	}
+	// The peer comes up and dials in: the message that waited goes out on
+	// that connection, and FailUnreachable ones go too.
 	b := startNode(t, "127.0.0.3", port, nil)
+	b.h.send(t, b.ni, put(b.nid, a.nid, 4, pattern(4, 10)))
+	if r := a.h.nextRx(t); r.hdr.MatchBits != 4 {
+		t.Fatalf("a got message %d", r.hdr.MatchBits)
+	}
+	b.h.nextFin(t)
 	if r := b.h.nextRx(t); r.hdr.MatchBits != 1 || !bytes.Equal(joined(r.dst, r.mlen), pattern(1, 10)) {
 		t.Fatalf("the peer got message %d, want the one that waited", r.hdr.MatchBits)
 	}
 	if f := a.h.nextFin(t); f.msg != waits || f.err != nil {
 		t.Fatalf("finalized: message %d, %v; want the one that waited, sent", f.msg.Hdr.MatchBits, f.err)
+	}
+	now := put(a.nid, peer, 5, pattern(5, 10))
+	now.Deadline, now.FailUnreachable = deadline, true
+	a.h.send(t, a.ni, now)
+	if r := b.h.nextRx(t); r.hdr.MatchBits != 5 {
+		t.Fatalf("the peer got message %d, want the FailUnreachable one sent once connected", r.hdr.MatchBits)
+	}
+	if f := a.h.nextFin(t); f.msg != now || f.err != nil {
+		t.Fatalf("finalized: message %d, %v; want the FailUnreachable one, sent", f.msg.Hdr.MatchBits, f.err)
 	}
 }
 
