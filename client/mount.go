@@ -181,6 +181,10 @@ func (fs *FS) Config() Config { return fs.cfg }
 // NID returns this client's NID.
 func (fs *FS) NID() lwire.NID { n := fs.ln.NIDs(); return n[len(n)-1] }
 
+// LNet returns the LNet the mount runs on (its own, or Config.LNet), for
+// its lnetctl socket.
+func (fs *FS) LNet() *lnet.LNet { return fs.ln }
+
 // startLNet brings up the client's LNet on its NID.
 func (fs *FS) startLNet(ctx context.Context) error {
 	nid := fs.cfg.NID

@@ -22,6 +22,7 @@ import (
 	"github.com/nacrefs/nacre/client/llite"
 	"github.com/nacrefs/nacre/internal/params"
 	"github.com/nacrefs/nacre/services/hsm"
+	"github.com/nacrefs/nacre/services/lnetctl"
 )
 
 // mountHelper is where mount(8) looks for the helper of type nacre.
@@ -55,7 +56,8 @@ after a NID when it is not the default), then ':/' and the file system name:
 Options (-o, comma-separated): Lustre's (ro, rw, flock, noflock, user_xattr,
 nouser_xattr, lazystatfs, max_read_ahead_mb=N, max_read_ahead_per_file_mb=N, max_dirty_mb=N, max_cached_mb=N,
 max_pages_per_rpc=N, max_rpcs_in_flight=N, checksums, lru_size=N, timeout=SECS,
-nid=ADDR@NET, port=SOCKLND_PORT) and FUSE's (allow_other, on by default for
+nid=ADDR@NET, port=SOCKLND_PORT), lnet_socket=PATH (serve the mount's LNet to
+nacre lnetctl --socket PATH; none by default) and FUSE's (allow_other, on by default for
 root; debug; nosuid, nodev, noexec, default_permissions, sync, dirsync).
 
 With --background (what mount.nacre does) it returns once the mount is live,
@@ -84,12 +86,36 @@ leaving a server process behind. "nacre mount --install-helper" links
 	return readsConfig(cmd, "install-helper", "ready-fd")
 }
 
+// lnetSocketOption takes lnet_socket=PATH out of a mount's options: the
+// control socket the mount serves its LNet on (nacre lnetctl --socket
+// PATH), as a client node's lnetctl reaches its LNet. None by default:
+// the node's default socket is its server's.
+func lnetSocketOption(opts string) (rest, socket string, err error) {
+	var kept []string
+	for _, o := range strings.Split(opts, ",") {
+		k, v, hasV := strings.Cut(o, "=")
+		if k != "lnet_socket" {
+			kept = append(kept, o)
+			continue
+		}
+		if !hasV || v == "" || !filepath.IsAbs(v) {
+			return "", "", fmt.Errorf("mount option %q: want lnet_socket=/ABSOLUTE/PATH", o)
+		}
+		socket = v
+	}
+	return strings.Join(kept, ","), socket, nil
+}
+
 // mountConfig parses the source and options into the library's and the
 // FUSE layer's configurations.
 func mountConfig(src, opts string, sloppy bool, log *slog.Logger) (client.Config, llite.Options, error) {
 	cfg := client.DefaultConfig()
 	if err := cfg.ParseSource(src); err != nil {
 		return cfg, llite.Options{}, fmt.Errorf("mount: source %q: %w (want MGSNID[:MGSNID]:/FSNAME)", src, err)
+	}
+	opts, _, err := lnetSocketOption(opts)
+	if err != nil {
+		return cfg, llite.Options{}, fmt.Errorf("mount: %w", err)
 	}
 	rest, err := cfg.ParseOptions(opts)
 	if err != nil {
@@ -190,6 +216,15 @@ func runMount(cmd *cobra.Command, args []string) error {
 		log.Warn("parameters not served to lctl", "err", err)
 	} else {
 		defer stop()
+	}
+	// lnetctl reaches its LNet here (lnet_socket=PATH): not fatal, the
+	// file system works without it.
+	if _, sock, _ := lnetSocketOption(opts); sock != "" {
+		if ctl, err := lnetctl.Listen(sock, lnetctl.New(srv.FS().LNet()), log); err != nil {
+			log.Warn("mount: no lnetctl socket", "socket", sock, "err", err)
+		} else {
+			defer ctl.Close()
+		}
 	}
 	if ready != nil {
 		fmt.Fprintln(ready, "ok")

@@ -35,6 +35,8 @@ func TestMountArgumentErrors(t *testing.T) {
 		{[]string{"mount", "127.0.0.1@tcp:/fs", dir, "-o", "frobnicate"}, `"frobnicate": unknown`},
 		{[]string{"mount", "127.0.0.1@tcp:/fs", dir, "-o", "max_dirty_mb=lots"}, "max_dirty_mb"},
 		{[]string{"mount", "127.0.0.1@tcp:/fs", dir, "-o", "port=0"}, "port"},
+		{[]string{"mount", "127.0.0.1@tcp:/fs", dir, "-o", "lnet_socket=lnet.sock"}, "want lnet_socket=/ABSOLUTE/PATH"},
+		{[]string{"mount", "127.0.0.1@tcp:/fs", dir, "-o", "rw,lnet_socket"}, "want lnet_socket=/ABSOLUTE/PATH"},
 		{[]string{"mount", "--install-helper", "x"}, "unknown command"},
 	} {
 		out, err := nacre(t, tc.args...)
@@ -159,7 +161,8 @@ func TestUpMountAndMountHelper(t *testing.T) {
 	}
 	_, grpcPort, _ := strings.Cut(ports[2], ":")
 	src := "127.0.0.1@tcp:" + grpcPort + ":/nacre"
-	out, err := exec.Command(bin, src, mnt2, "-o", "rw,port="+lport).CombinedOutput()
+	sock := filepath.Join(t.TempDir(), "mount-lnet.sock")
+	out, err := exec.Command(bin, src, mnt2, "-o", "rw,port="+lport+",lnet_socket="+sock).CombinedOutput()
 	if err != nil {
 		t.Fatalf("mount.nacre: %v\n%s", err, out)
 	}
@@ -171,6 +174,16 @@ func TestUpMountAndMountHelper(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(mnt2, "hello")); err != nil || string(b) != "world" {
 		t.Fatalf("second mount reads %q %v", b, err)
 	}
+	// lnet_socket: lnetctl reaches the mount's own LNet (the client's
+	// NID, on 127.0.1.0/24), and pings the server through it.
+	out, err = exec.Command(nacreBin, "lnetctl", "--socket", sock, "net", "show").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`nid: 127\.0\.1\.\d+@tcp`).Match(out) {
+		t.Fatalf("lnetctl net show on the mount's socket: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(nacreBin, "lnetctl", "--socket", sock, "ping", "127.0.0.1@tcp").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "127.0.0.1@tcp") {
+		t.Fatalf("lnetctl ping through the mount's LNet: %v\n%s", err, out)
+	}
 	if out, err := exec.Command("umount", mnt2).CombinedOutput(); err != nil {
 		t.Fatalf("umount: %v %s", err, out)
 	}
@@ -180,6 +193,9 @@ func TestUpMountAndMountHelper(t *testing.T) {
 			t.Fatalf("the mount server %d still runs 30s after umount", pid)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Errorf("the mount's lnetctl socket %s outlived it", sock)
 	}
 
 	p.stop(t)
