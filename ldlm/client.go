@@ -660,6 +660,9 @@ func (c *Client) enqueue(ctx context.Context, imp *ptlrpc.Import, e Enqueue, wir
 		r, err := resourceFromWire(rep.Resource)
 		if err != nil || r.Type != e.Resource.Type {
 			c.forget(l)
+			// The server holds the lock for us: give it back, or it
+			// stays until a callback finds us not knowing it.
+			c.requeueCancels(ns, []uint64{rep.Handle})
 			return nil, true, fmt.Errorf("ldlm: enqueue reply from %s: granted resource %v: %w", imp.Target(), rep.Resource, ErrInvalid)
 		}
 		moved = &r

@@ -111,8 +111,9 @@ func (ns *Namespace) fixup(l *lock, ex Extent, conflicting int) Extent {
 	mask--
 	// Round the start up and the end down to the alignment; 0 and EOF
 	// stay put. An unaligned request can leave nothing to round to: keep
-	// the request's own bound then.
-	if s := ((ex.Start - 1) | mask) + 1; s <= want.Start {
+	// the request's own bound then (also for a start in the last
+	// alignment unit, which rounds up past EOF, to 0).
+	if s := ((ex.Start - 1) | mask) + 1; s <= want.Start && (s != 0 || ex.Start == 0) {
 		ex.Start = s
 	} else {
 		ex.Start = want.Start

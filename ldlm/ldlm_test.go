@@ -188,6 +188,9 @@ func TestFixup(t *testing.T) {
 		{name: "contended PR not capped", mode: PR, req: Extent{0, 4095}, ex: Extent{0, EOF}, conflicts: 33, want: Whole},
 		{name: "32 conflicts not capped", mode: CW, req: Extent{0, 4095}, ex: Extent{0, EOF}, conflicts: 32, want: Whole},
 		{name: "cap near EOF", mode: PW, req: Extent{EOF - 4095, EOF}, ex: Extent{0, EOF}, conflicts: 40, want: Whole},
+		// Rounding a start in the last page up would wrap to 0.
+		{name: "start in the last page", mode: PW, req: Extent{EOF - 50, EOF}, ex: Extent{EOF - 99, EOF}, want: Extent{EOF - 50, EOF}},
+		{name: "start in the last page, request aligned", mode: PW, req: Extent{EOF - 4095, EOF}, ex: Extent{EOF - 4095, EOF}, want: Extent{EOF - 4095, EOF}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -222,6 +225,24 @@ func TestGrowthCapContended(t *testing.T) {
 	}
 	if want := (Extent{start, start + 32<<20 - 1}); r.Lock.Policy.Extent != want || r.Lock.State != Granted {
 		t.Fatalf("got %v %v, want granted %v", r.Lock.State, r.Lock.Policy.Extent, want)
+	}
+}
+
+// TestGrowthNearEOF: a lock grown up to another's end in the last page of
+// the offset range does not wrap around over it.
+func TestGrowthNearEOF(t *testing.T) {
+	ns := mustNew(t, DefaultConfig())
+	res := Resource{ResID{1}, TypeExtent}
+	a, err := ns.Enqueue(Request{Resource: res, Mode: PW, Owner: "a", Policy: Policy{Extent: Extent{0, EOF - 100}}, Flags: NoExpansion})
+	if err != nil || a.Lock.State != Granted {
+		t.Fatalf("a: %v %v", a.Lock.State, err)
+	}
+	b, err := ns.Enqueue(Request{Resource: res, Mode: PW, Owner: "b", Policy: Policy{Extent: Extent{EOF - 50, EOF}}})
+	if err != nil || b.Lock.State != Granted {
+		t.Fatalf("b: %v %v", b.Lock.State, err)
+	}
+	if ea, eb := a.Lock.Policy.Extent, b.Lock.Policy.Extent; eb.Start <= ea.End {
+		t.Fatalf("two PW locks overlap: a %v, b %v", ea, eb)
 	}
 }
 

@@ -124,6 +124,17 @@ type Server struct {
 	// stop ends the AST workers and the context.
 	stop func()
 	wg   sync.WaitGroup
+	// handoff is what the AST workers leave to handoffLoop: the cancels
+	// and evictions their callbacks' answers call for queue callbacks of
+	// their own, and dispatch waits for room in a queue only the workers
+	// drain (with every worker waiting there, nothing would). Its entries
+	// are locks and exports the server has, deduplicated: bounded by them.
+	handoff struct {
+		sync.Mutex
+		cancels map[Owner]map[uint64]struct{}
+		evicts  map[*ptlrpc.Export]struct{}
+		kick    chan struct{} // capacity 1
+	}
 
 	mu struct {
 		sync.Mutex
@@ -210,9 +221,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.ctx = ctx
 	s.stop = cancel
+	s.handoff.kick = make(chan struct{}, 1)
 	for range cfg.ASTWorkers {
 		s.wg.Go(s.astWorker)
 	}
+	s.wg.Go(s.handoffLoop)
 	return s, nil
 }
 
@@ -906,14 +919,70 @@ func (s *Server) sendASTs(work []astWork) {
 		switch {
 		case err == nil || s.ctx.Err() != nil:
 		case errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.EINVAL):
-			if w.op == wire.LDLMBlCallback {
-				s.log.Info("ldlm: holder does not know the lock, cancelling it", "lock", w.lock, "client", w.exp.ClientUUID())
-				s.cancelHandles(ownerOf(w.exp), []uint64{uint64(w.lock)}, false)
+			// A completion too: a client that gave up its enqueue while
+			// the request was in flight never learned the handle, and
+			// would never give the lock back (with a waiter behind it,
+			// granted callback-pending, no blocking AST follows: its
+			// timer would evict a client that holds nothing).
+			if w.op == wire.LDLMBlCallback || w.op == wire.LDLMCpCallback {
+				s.log.Info("ldlm: holder does not know the lock, cancelling it", "op", w.op, "lock", w.lock, "client", w.exp.ClientUUID())
+				s.handOff(ownerOf(w.exp), uint64(w.lock), nil)
 			}
 		default:
 			s.astErrs.Add(1)
 			s.log.Warn("ldlm: callback failed, evicting the client", "op", w.op, "lock", w.lock, "client", w.exp.ClientUUID(), "peer", w.exp.Peer(), "err", err)
-			s.evict(w.exp)
+			s.handOff("", 0, w.exp)
+		}
+	}
+}
+
+// handOff leaves the cancel of lock h of owner, or the eviction of exp if
+// not nil, to handoffLoop (see Server.handoff).
+func (s *Server) handOff(owner Owner, h uint64, exp *ptlrpc.Export) {
+	s.handoff.Lock()
+	if exp != nil {
+		if s.handoff.evicts == nil {
+			s.handoff.evicts = map[*ptlrpc.Export]struct{}{}
+		}
+		s.handoff.evicts[exp] = struct{}{}
+	} else {
+		if s.handoff.cancels == nil {
+			s.handoff.cancels = map[Owner]map[uint64]struct{}{}
+		}
+		if s.handoff.cancels[owner] == nil {
+			s.handoff.cancels[owner] = map[uint64]struct{}{}
+		}
+		s.handoff.cancels[owner][h] = struct{}{}
+	}
+	s.handoff.Unlock()
+	select {
+	case s.handoff.kick <- struct{}{}:
+	default:
+	}
+}
+
+// handoffLoop makes the cancels and evictions the AST workers handed off,
+// until Close.
+func (s *Server) handoffLoop() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.handoff.kick:
+		}
+		s.handoff.Lock()
+		cancels, evicts := s.handoff.cancels, s.handoff.evicts
+		s.handoff.cancels, s.handoff.evicts = nil, nil
+		s.handoff.Unlock()
+		for owner, hs := range cancels {
+			handles := make([]uint64, 0, len(hs))
+			for h := range hs {
+				handles = append(handles, h)
+			}
+			s.cancelHandles(owner, handles, false)
+		}
+		for exp := range evicts {
+			s.evict(exp)
 		}
 	}
 }

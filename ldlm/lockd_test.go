@@ -65,6 +65,12 @@ func newLockClusterWith(t testing.TB, nclients int, cbTimeout time.Duration, adj
 // newLockClusterTarget is newLockClusterWith whose target configuration
 // target changes, if not nil.
 func newLockClusterTarget(t testing.TB, nclients int, cbTimeout time.Duration, adjust func(*lockCluster, *ptlrpc.ServiceConfig), target func(*ptlrpc.TargetConfig)) *lockCluster {
+	return newLockClusterServer(t, nclients, cbTimeout, adjust, target, nil)
+}
+
+// newLockClusterServer is newLockClusterTarget whose lock server's
+// configuration server changes, if not nil.
+func newLockClusterServer(t testing.TB, nclients int, cbTimeout time.Duration, adjust func(*lockCluster, *ptlrpc.ServiceConfig), target func(*ptlrpc.TargetConfig), server func(*ServerConfig)) *lockCluster {
 	addrs := []string{"127.0.0.2"}
 	for i := range nclients {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d", 10+i))
@@ -74,7 +80,7 @@ func newLockClusterTarget(t testing.TB, nclients int, cbTimeout time.Duration, a
 	lc.srvID = lwire.ProcessID{NID: lc.srv.NIDs()[len(lc.srv.NIDs())-1], PID: lc.srv.PID()}
 	ts := ptlrpc.NewTargetSet()
 	var err error
-	lc.lockd, err = NewServer(ServerConfig{Namespace: Config{Name: "nacre-OST0000"}, Client: ptlrpc.NewClient(lc.srv, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.LDLMCBReplyPortal, Logger: quiet}),
+	scfg := ServerConfig{Namespace: Config{Name: "nacre-OST0000"}, Client: ptlrpc.NewClient(lc.srv, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.LDLMCBReplyPortal, Logger: quiet}),
 		CallbackTimeout: cbTimeout, Logger: quiet,
 		Evict: func(exp *ptlrpc.Export) { lc.tgt.Evict(exp.ClientUUID()) },
 		LVBInit: func(Resource) (LVB, error) {
@@ -84,7 +90,11 @@ func newLockClusterTarget(t testing.TB, nclients int, cbTimeout time.Duration, a
 			lc.mu.Lock()
 			defer lc.mu.Unlock()
 			return LVB{Size: uint64(binary.LittleEndian.Uint64(lc.data[objSize-8:]))}, nil
-		}})
+		}}
+	if server != nil {
+		server(&scfg)
+	}
+	lc.lockd, err = NewServer(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -993,11 +1003,13 @@ func TestWaitingLockReplayedTwice(t *testing.T) {
 	if locks := lc.lockd.Locks(objRes); len(locks) != 1 {
 		t.Fatalf("%d locks after the same replay three times, want 1: %+v", len(locks), locks)
 	}
-	// Granted once recovery is over.
+	// Granted once recovery is over: the completion AST finds the client
+	// not knowing the lock (the test enqueued it by hand), which is
+	// cancelled for it then.
 	lc.tgt.EndRecovery()
-	for lc.lockd.Locks(objRes)[0].State != Granted {
+	for lc.lockd.Stats().CompletionASTs == 0 || len(lc.lockd.Locks(objRes)) != 0 {
 		if ctx.Err() != nil {
-			t.Fatalf("not granted after recovery: %+v", lc.lockd.Locks(objRes))
+			t.Fatalf("not granted and given back after recovery: %+v, %+v", lc.lockd.Locks(objRes), lc.lockd.Stats())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -1221,7 +1233,9 @@ func TestReplayWaitingThenGranted(t *testing.T) {
 		t.Fatalf("two conflicting PW locks granted: %+v", lc.lockd.Locks(objRes))
 	}
 	// Once recovery is over, a's lock is called back (a's client does not
-	// know it, and it is cancelled) and b's is granted.
+	// know it, and it is cancelled) and b's is granted: its completion
+	// AST goes to b's client, which does not know it either (the test
+	// enqueued by hand), and it is cancelled too.
 	lc.tgt.EndRecovery()
 	for {
 		ls := lc.lockd.Locks(objRes)
@@ -1232,12 +1246,15 @@ func TestReplayWaitingThenGranted(t *testing.T) {
 			if ch != 0x2 {
 				t.Fatalf("the lock left is not b's: %+v", ls)
 			}
+		}
+		st := lc.lockd.Stats()
+		if len(ls) == 0 && st.BlockingASTs > 0 && st.CompletionASTs > 0 {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("b not granted after recovery: %+v", ls)
+			t.Fatalf("b not granted and given back after recovery: %+v, %+v", ls, st)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -1400,5 +1417,41 @@ func TestRetire(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestASTWorkersHandOff: the callbacks that the answers to callbacks call
+// for (a holder not knowing its lock: cancelled, and the waiter behind
+// it granted) do not wait for room in the callback queue on the one
+// worker that drains it. Here one worker and a queue of one: a's locks,
+// enqueued by hand, are unknown to a's client, and b's conflicting
+// enqueues need the worker to cancel them and grant b's.
+func TestASTWorkersHandOff(t *testing.T) {
+	lc := newLockClusterServer(t, 2, 5*time.Second, nil, nil, func(c *ServerConfig) { c.ASTWorkers, c.ASTQueue = 1, 1 })
+	a, b := lc.node(0, ClientConfig{}), lc.node(1, ClientConfig{})
+	ctx := ctxT(t, 20*time.Second)
+	const n = 6
+	res := func(i int) Resource { return Resource{ResID{0x100 + uint64(i)}, TypeExtent} }
+	for i := range n {
+		body, _ := proto.Marshal(&ldlmv1.EnqueueRequest{Resource: resourceToWire(res(i)), Mode: uint32(PW),
+			Policy: policyToWire(Policy{Extent: Whole}), ClientHandle: uint64(0x70 + i)})
+		if _, err := a.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.LDLMEnqueue, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			l, _, _, err := b.lc.Enqueue(ctx, b.imp, Enqueue{Resource: res(i), Mode: PW, Policy: Policy{Extent: Whole}, Hooks: b.hooks()})
+			if err == nil {
+				l.Release()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("b's enqueue behind a lock a's client does not know: %v (the callback worker stuck?)", err)
+		}
 	}
 }
