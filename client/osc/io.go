@@ -210,10 +210,24 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 		}
 		c.st.syncWrites.Add(1)
 		c.startWrite(sync)
-		if err := c.finishWrite(ctx, sync); err != nil {
-			return n, err
+		// The RPC goes on if ctx ends: it may carry pages of earlier
+		// writes, already reported written (detach). This write then
+		// reports the bytes before the RPC's.
+		wctx, release := c.detach(ctx)
+		done := make(chan error, 1)
+		go func() {
+			defer release()
+			done <- c.finishWrite(wctx, sync)
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				return n, err
+			}
+			return len(buf), nil
+		case <-ctx.Done():
+			return n, ctx.Err()
 		}
-		return len(buf), nil
 	}
 }
 

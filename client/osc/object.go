@@ -331,11 +331,21 @@ type Lock struct {
 // client already holds that covers the range serves without an RPC;
 // otherwise the OST's lock server grants one (calling back conflicting
 // locks of other clients, which flush and drop their caches first),
-// possibly larger than asked.
+// possibly larger than asked. The range is taken in whole pages, as
+// Lustre's locks are of page indexes: the I/O of a page needs the lock
+// from its start (a lock on [size, EOF] that the server could not grow
+// down, past locks of other clients, would not cover the page holding
+// size otherwise).
 func (o *Object) Lock(ctx context.Context, write bool, start, end uint64) (*Lock, error) {
 	mode := ldlm.PR
 	if write {
 		mode = ldlm.PW
+	}
+	start = pageFloor(start)
+	if end > ldlm.EOF-PageSize {
+		end = ldlm.EOF
+	} else {
+		end = pageCeil(end+1) - 1
 	}
 	l, info, err := o.enqueue(ctx, mode, ldlm.Extent{Start: start, End: end}, 0)
 	if err != nil {
@@ -755,8 +765,6 @@ func (o *Object) fillDone(r *brwRPC, err error) {
 // Sync; flushPages itself fails only when ctx ends.
 func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 	c := o.c
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		if err := c.wslots.Acquire(ctx); err != nil {
 			return err
@@ -808,10 +816,13 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		}
 		o.mu.Unlock()
 		c.startWrite(r)
-		wg.Go(func() {
-			defer func() { c.wslots.Release(); c.kickWriteback(false) }()
-			c.finishWrite(ctx, r)
-		})
+		// Its slot bounds these goroutines; the loop waits for the RPC
+		// through its pages (in writeback until it ends), within ctx.
+		wctx, release := c.detach(ctx)
+		go func() {
+			defer func() { release(); c.wslots.Release(); c.kickWriteback(false) }()
+			c.finishWrite(wctx, r)
+		}()
 	}
 }
 

@@ -605,6 +605,18 @@ func (c *Client) startWrite(r *brwRPC) {
 
 // finishWrite sends a write RPC and records its outcome in the object and
 // the grant.
+// detach returns a context for a write RPC that a caller's ctx gathered:
+// with ctx's values (its job ID), ending with the client rather than with
+// ctx. The caller may stop waiting (fsync's deadline, an interrupted
+// request), but the RPC's pages are the only copy of their data, some of
+// it written by others: a write canceled would drop them (writeDone).
+// release frees the context once the RPC is done.
+func (c *Client) detach(ctx context.Context) (_ context.Context, release func()) {
+	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(c.ctx, cancel)
+	return d, func() { stop(); cancel() }
+}
+
 func (c *Client) finishWrite(ctx context.Context, r *brwRPC) error {
 	rep, err := c.brw(ctx, r)
 	if err == nil {

@@ -836,3 +836,66 @@ func TestReadAheadSecondPass(t *testing.T) {
 		t.Fatalf("second pass: %d read RPCs for %d reads of %d KiB, want it read ahead", n, size/step, step>>10)
 	}
 }
+
+// TestCanceledSyncKeepsData: an fsync that gives up (its deadline passes
+// while the dirty pages are being written) leaves their write RPCs going:
+// nothing is lost, a later fsync succeeds, and the other client reads
+// every byte.
+func TestCanceledSyncKeepsData(t *testing.T) {
+	_, a, _, _, oa, ob := twoClients(t)
+	ctx := ctxT(t, 60*time.Second)
+	data := pattern(16<<20, 7)
+	if n, err := oa.WriteAt(ctx, data, 0); err != nil || n != len(data) {
+		t.Fatalf("write: %d %v", n, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 3*time.Millisecond)
+	err := oa.Sync(short)
+	cancel()
+	t.Logf("fsync with a 3 ms deadline: %v", err)
+	if err := oa.Sync(ctx); err != nil {
+		t.Fatalf("fsync after one that gave up: %v", err)
+	}
+	if st := a.OSCs[0].Stats(); st.LostPages != 0 {
+		t.Fatalf("%d pages lost to a canceled fsync", st.LostPages)
+	}
+	got := make([]byte, len(data))
+	if n, err := ob.ReadAt(ctx, got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("read on the other client: %d %v, equal %v", n, err, bytes.Equal(got, data))
+	}
+}
+
+// TestUnalignedTailLock: a write lock asked from a size inside a page to
+// EOF, which the server cannot grow down past other clients' locks, still
+// covers the page holding the size: a truncate and a write there work.
+func TestUnalignedTailLock(t *testing.T) {
+	_, _, _, _, oa, ob := twoClients(t)
+	ctx := ctxT(t, 30*time.Second)
+	for i := range uint64(5) {
+		if err := ob.LockAhead(ctx, i<<20, (i+1)<<20-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := uint64(5<<20 + 6000)
+	lk, err := oa.Lock(ctx, true, size, ldlm.EOF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := pattern(3000, 9)
+	if n, err := lk.WriteAt(ctx, data, size); err != nil || n != len(data) {
+		t.Fatalf("write at %d under the tail lock: %d %v", size, n, err)
+	}
+	if err := lk.Truncate(ctx, size+1000); err != nil {
+		t.Fatalf("truncate to %d under the tail lock: %v", size+1000, err)
+	}
+	lk.Release()
+	if err := oa.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1000)
+	if n, err := ob.ReadAt(ctx, got, size); n != 1000 || !bytes.Equal(got, data[:1000]) {
+		t.Fatalf("read back on the other client: %d %v, equal %v", n, err, bytes.Equal(got, data[:1000]))
+	}
+	if sz, err := ob.Size(ctx); err != nil || sz != size+1000 {
+		t.Fatalf("size %d %v, want %d", sz, err, size+1000)
+	}
+}
