@@ -133,6 +133,11 @@ type OFD struct {
 	log   *slog.Logger
 	stop  chan struct{}
 	done  chan struct{}
+	// lvbMu serializes updateLVB per object (striped by FID), as Lustre's
+	// lr_lvb_mutex: two changes' reads of the attributes and settings of
+	// the LVB must not interleave, or an older size replaces a newer one
+	// (a file that looks shorter than what the OST acknowledged).
+	lvbMu [64]sync.Mutex
 	// destroyWaits holds a token for each destroy waiting for clients to
 	// give their locks back (maxDestroyWaits).
 	destroyWaits chan struct{}
@@ -524,6 +529,9 @@ func lvbOf(a osd.Attr) ldlm.LVB {
 // updateLVB refreshes the LVB of f's lock resource after a change, if the
 // resource has locks.
 func (o *OFD) updateLVB(ctx context.Context, f fid.FID) (osd.Attr, error) {
+	mu := &o.lvbMu[(f.Seq*31+uint64(f.Oid))%uint64(len(o.lvbMu))]
+	mu.Lock()
+	defer mu.Unlock()
 	a, err := o.dev.GetAttr(ctx, f)
 	if err != nil {
 		return a, err
