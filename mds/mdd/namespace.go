@@ -93,10 +93,17 @@ func (s *Store) Tmpfile(r Req, dir fid.FID, sp Spec, linkable bool) (Attr, error
 
 // Mkdir makes a directory, as Create does a file; it also inherits the
 // parent's default ACL as its own default ACL, and the setgid bit of a
-// setgid parent. The parent's link count goes up by one.
+// setgid parent. The parent's link count goes up by one. Spec.Layout, if
+// set, is the new directory's default layout (the one it inherits from
+// its parent), in the same transaction; it may name no objects.
 func (s *Store) Mkdir(r Req, parent fid.FID, name string, sp Spec) (Attr, error) {
 	if sp.Layout != nil {
-		return Attr{}, fail(syscall.EINVAL, "mkdir %q: a layout (set a default layout with SetLayout)", clampName(name))
+		if hasObjects(sp.Layout) {
+			return Attr{}, fail(syscall.EINVAL, "mkdir %q: a default layout naming objects", clampName(name))
+		}
+		l := sp.Layout.Clone()
+		l.Gen = 0
+		sp.Layout = &l
 	}
 	sp.Mode = S_IFDIR | sp.Mode&(0o777|S_ISVTX)
 	return s.create(&r, parent, name, sp, "", CLMkdir)

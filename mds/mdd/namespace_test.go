@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
 )
 
 func TestFormatAndRoot(t *testing.T) {
@@ -520,4 +521,25 @@ func TestTmpfile(t *testing.T) {
 		t.Fatalf("DestroyOrphans = %+v, %v", rms, err)
 	}
 	check(t, s2)
+}
+
+// TestMkdirDefaultLayout: a directory made with a default layout (the one
+// it inherits) has it from its creation, generation 0; a layout naming
+// objects is refused, and no directory made.
+func TestMkdirDefaultLayout(t *testing.T) {
+	s := newStore(t)
+	def := layout.Plain(layout.RAID0{StripeCount: 3, StripeSize: 4 << 20, StripeOffset: layout.AnyOffset})
+	def.Gen = 7
+	d, err := s.Mkdir(root, RootFID, "striped", Spec{Mode: 0o755, Layout: &def})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetLayout(d.FID)
+	if err != nil || got.Gen != 0 || len(got.Components) != 1 || got.Components[0].StripeCount != 3 || got.Components[0].StripeSize != 4<<20 {
+		t.Fatalf("the new directory's layout: %+v, %v", got, err)
+	}
+	_, err = s.Mkdir(root, RootFID, "objects", Spec{Mode: 0o755, Layout: striped(9)})
+	wantErrno(t, "mkdir with a layout naming objects", err, syscall.EINVAL)
+	_, err = s.Lookup(root, RootFID, "objects")
+	wantErrno(t, "the refused directory", err, syscall.ENOENT)
 }

@@ -329,20 +329,16 @@ func (m *MDT) create(ctx context.Context, req mdd.Req, o *createOp) (mdd.Attr, *
 	}
 	switch typ {
 	case sIFDIR:
-		a, err := m.store.Mkdir(req, o.parent, o.name, sp)
-		if err != nil || o.parent == mdd.RootFID {
-			return a, nil, err
-		}
 		// A new directory inherits its parent's default layout (the
-		// root's applies everywhere anyway).
-		if def, lerr := m.store.GetLayout(o.parent); lerr == nil {
-			inherit := req
-			inherit.Cred = mdd.Root() // the MDT's doing, whatever the new mode allows
-			if _, lerr := m.store.SetLayout(inherit, a.FID, def); lerr != nil {
-				m.log.Warn("mdt: inherit the default layout", "dir", a.FID, "err", lerr)
+		// root's applies everywhere anyway), in the mkdir's transaction:
+		// one transno, one commit, nothing between them.
+		if o.parent != mdd.RootFID {
+			if def, err := m.store.LayoutIfAny(o.parent); err == nil && def != nil {
+				sp.Layout = def
 			}
 		}
-		return a, nil, nil
+		a, err := m.store.Mkdir(req, o.parent, o.name, sp)
+		return a, nil, err
 	case sIFLNK:
 		a, err := m.store.Symlink(req, o.parent, o.name, o.target, sp)
 		return a, nil, err
@@ -1281,5 +1277,9 @@ func (m *MDT) swapLayouts(ctx context.Context, r *ptlrpc.Request) ([]byte, int32
 	if err := m.store.SwapLayouts(m.req(r, cred, w.Time), a, b, dv); err != nil {
 		return m.fail(r, fmt.Errorf("mdt: swap layouts of %v and %v: %w", a, b, err))
 	}
+	// Not idempotent: a resend after a restart that lost the reply must
+	// get it, not swap the layouts back (lfs migrate would then destroy
+	// the objects the file had just been given).
+	r.KeepReply()
 	return nil, 0
 }

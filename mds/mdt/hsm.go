@@ -129,6 +129,7 @@ func (m *MDT) hsmStateSet(ctx context.Context, r *ptlrpc.Request) ([]byte, int32
 	if err != nil {
 		return m.fail(r, err)
 	}
+	r.KeepReply() // (a release resent after a restart would fail: released already)
 	return marshal(hsmTo(h))
 }
 
@@ -171,5 +172,8 @@ func (m *MDT) hsmProgress(ctx context.Context, r *ptlrpc.Request) ([]byte, int32
 	if err != nil {
 		return m.fail(r, fmt.Errorf("mdt: hsm progress %d on %v: %w", q.action, q.fid, err))
 	}
+	// A restore's completion resent after a restart would fail (not
+	// released any more): it gets the reply kept.
+	r.KeepReply()
 	return marshal(hsmTo(h))
 }

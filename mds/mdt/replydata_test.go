@@ -10,6 +10,7 @@ import (
 	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/dataplane/ptlrpc"
 	"github.com/nacrefs/nacre/internal/fid"
+	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
 	"github.com/nacrefs/nacre/mds/mdd"
 )
@@ -36,7 +37,14 @@ func TestResendAfterRestartGetsKeptReply(t *testing.T) {
 		_, err := c.mdt.Store().Lookup(mdd.Req{Cred: mdd.Cred{}}, n.root, name)
 		return err
 	}
-	var target fid.FID
+	var target, swapA, swapB fid.FID
+	stripe := func(f fid.FID) uint32 {
+		l, err := c.mdt.Store().GetLayout(f)
+		if err != nil || len(l.Components) == 0 {
+			return 0
+		}
+		return l.Components[0].StripeSize
+	}
 	tests := []struct {
 		name  string
 		setup func()
@@ -53,6 +61,17 @@ func TestResendAfterRestartGetsKeptReply(t *testing.T) {
 			_, err := n.mdc.Link(ctx, root, target, n.root, "second")
 			return err
 		}, func() bool { return lookup("second") == nil }},
+		// Not idempotent: run again, it would swap the layouts back.
+		{"swap layouts", func() {
+			swapA, swapB = file("swap-a"), file("swap-b")
+			for f, size := range map[fid.FID]uint32{swapA: 1 << 20, swapB: 4 << 20} {
+				if _, err := c.mdt.Store().SetLayout(mdd.Req{Cred: mdd.Root()}, f,
+					layout.Plain(layout.RAID0{StripeCount: 1, StripeSize: size, StripeOffset: -1})); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, func() error { return n.mdc.SwapLayouts(ctx, root, swapA, swapB, nil) },
+			func() bool { return stripe(swapA) == 4<<20 && stripe(swapB) == 1<<20 }},
 	}
 	for _, tt := range tests {
 		tt.setup()
@@ -83,6 +102,9 @@ func TestResendAfterRestartGetsKeptReply(t *testing.T) {
 	}
 	if _, err := n.mdc.Lookup(ctx, root, n.root, "from"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("the renamed file's old name: %v", err)
+	}
+	if a, b := stripe(swapA), stripe(swapB); a != 4<<20 || b != 1<<20 {
+		t.Fatalf("after the swap's resend: stripe sizes %d and %d, want 4 MiB and 1 MiB (swapped once)", a, b)
 	}
 	c.check()
 }
