@@ -289,16 +289,17 @@ func (r *Request) transfer(ctx context.Context, bufs [][]byte, n int, put bool, 
 	for i := range frags {
 		off := i * bulkFragment
 		view := iovec.Slice(bufs, off, min(bulkFragment, n-off))
+		// One value per fragment, at its ACK or REPLY: LNet raises it
+		// for every operation, after the SEND, with the send's error if
+		// that failed (a failed SEND counted too would end the wait below
+		// a fragment early, while LNet may still write into bufs).
 		md, err := s.ln.Bind(lnet.MD{Buffers: view, Threshold: 1, Observe: sums.observer(i), Handler: func(ev lnet.Event) {
-			switch {
-			case put && ev.Type == lnet.EventAck, !put && ev.Type == lnet.EventReply:
+			if put && ev.Type == lnet.EventAck || !put && ev.Type == lnet.EventReply {
 				err := ev.Status
 				if err == nil && int(ev.MLength) != iovec.Len(view) {
 					err = fmt.Errorf("%w: fragment %d moved %d of %d bytes", ErrBulkRange, i, ev.MLength, iovec.Len(view))
 				}
 				done <- err
-			case ev.Type == lnet.EventSend && ev.Status != nil:
-				done <- ev.Status
 			}
 		}})
 		if err == nil {

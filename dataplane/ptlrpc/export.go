@@ -968,6 +968,15 @@ func (t *Target) connect(req *Request, cr *ptlrpcv1.ConnectRequest, reply *ptlrp
 	ts.byHandle[e.handle] = e
 	ts.mu.Unlock()
 	t.mu.Lock()
+	if t.closed {
+		// Closed while the client was recorded: Close did not see the
+		// export, which must not outlive the target.
+		t.mu.Unlock()
+		ts.mu.Lock()
+		delete(ts.byHandle, e.handle)
+		ts.mu.Unlock()
+		return nil, -errnoENODEV, false
+	}
 	t.exports[e.uuid] = e
 	_, awaited := t.waiting[e.uuid]
 	t.mu.Unlock()

@@ -767,3 +767,49 @@ func TestSetServers(t *testing.T) {
 		t.Fatalf("servers %v, want [%v]", got, a)
 	}
 }
+
+// TestConnectRacingClose: a CONNECT whose client record is being made
+// (OnNewClient) when the target closes gets ENODEV, and leaves no export
+// behind: Close, which did not see it, would never drop it.
+func TestConnectRacingClose(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	te := newTgtEnv(t, loEnv, TargetConfig{OnNewClient: func(string) error {
+		close(entered)
+		<-release
+		return nil
+	}})
+	imp, err := te.c.NewImport(te.importCfg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close(context.Background())
+	<-entered
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- te.tgt.Close(ctx)
+	}()
+	waitFor(t, "the target closed", func() bool {
+		te.tgt.mu.Lock()
+		defer te.tgt.mu.Unlock()
+		return te.tgt.closed
+	})
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	waitFor(t, "the connect's answer", func() bool { return imp.State() != StateConnecting })
+	if st := imp.State(); st == StateFull {
+		t.Fatalf("connected to a closed target")
+	}
+	if n := len(te.tgt.Exports()); n != 0 {
+		t.Fatalf("%d exports on the closed target", n)
+	}
+	te.ts.mu.Lock()
+	handles := len(te.ts.byHandle)
+	te.ts.mu.Unlock()
+	if handles != 0 {
+		t.Fatalf("%d export handles live in the target set after its one target closed", handles)
+	}
+}

@@ -321,6 +321,9 @@ type rqbd struct {
 	refs     int  // requests landed and not yet done
 	full     bool // Unlink called
 	unlinked bool // EventUnlink seen
+	// reposting: a maybeRepost took it to post again (its last release
+	// and its EventUnlink may both see it unlinked and unused).
+	reposting bool
 }
 
 // Service serves requests on one portal. Its methods are safe for
@@ -536,7 +539,7 @@ func (s *Service) post(b *rqbd) error {
 		s.mu.Unlock()
 		return nil
 	}
-	b.refs, b.full, b.unlinked = 0, false, false
+	b.refs, b.full, b.unlinked, b.reposting = 0, false, false, false
 	s.mu.Unlock()
 	h, err := s.ln.Attach(s.cfg.RequestPortal, lnet.AnyProcess, 0, ^uint64(0), lnet.InsertLast, lnet.MD{
 		Buffers:   [][]byte{b.mem},
@@ -639,7 +642,7 @@ func (s *Service) release(b *rqbd) {
 // done, or, after Close, reports when every buffer is gone.
 func (s *Service) maybeRepost(b *rqbd) {
 	s.mu.Lock()
-	if !b.unlinked || b.refs > 0 {
+	if !b.unlinked || b.refs > 0 || b.reposting {
 		s.mu.Unlock()
 		return
 	}
@@ -648,6 +651,7 @@ func (s *Service) maybeRepost(b *rqbd) {
 		s.mu.Unlock()
 		return
 	}
+	b.reposting = true
 	s.mu.Unlock()
 	s.reposts.Add(1)
 	if err := s.post(b); err != nil {
