@@ -29,7 +29,8 @@ func asNobody(t *testing.T, args ...string) (string, bool) {
 // directory not everyone may search are not cached, whichever way they
 // got there: a rename into it from a public directory (the kernel moves
 // the entry it had), a chmod here that takes search from the group only,
-// or a chmod on another mount.
+// a create in one whose group may not search, or a chmod on another
+// mount.
 func TestKernelEntriesFollowSearchPermission(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("running as another user needs root")
@@ -77,6 +78,19 @@ func TestKernelEntriesFollowSearchPermission(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 		denied(t, filepath.Join(d, "f"), "after a chmod 0705 of a directory of nobody's group")
+	})
+	t.Run("create-in-group-denied", func(t *testing.T) {
+		// A file created in a directory whose group (nobody's) may not
+		// search, where others may: its new entry is not cached either.
+		d := mkdir(t, filepath.Join(a.Dir(), "grp-create"), 0o755)
+		if err := os.Chown(d, 0, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o705); err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join(d, "f"))
+		denied(t, filepath.Join(d, "f"), "a file created in a 0705 directory of nobody's group")
 	})
 	t.Run("chmod-other-mount", func(t *testing.T) {
 		d := mkdir(t, filepath.Join(a.Dir(), "other"), 0o755)

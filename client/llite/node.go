@@ -190,7 +190,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if err != nil {
 		return n.m.errno(err, "setattr", n.fid, "valid", in.Valid)
 	}
-	if sa.Valid&mdc.AttrMode != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFDIR && a.Mode&0o001 == 0 {
+	if sa.Valid&mdc.AttrMode != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFDIR && a.Mode&0o111 != 0o111 {
 		// Who may search the directory changed: the kernel's entries in
 		// it must go (see Lookup).
 		for name := range n.Children() {
@@ -248,7 +248,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	// LOOKUP; as in Lookup, not in a directory not everyone may search
 	// (by the mode last seen: the create just changed the directory, and
 	// asking for its attributes again would cost an RPC).
-	fillEntry(a, out, f.EntryLocked() && n.mode.Load()&0o001 != 0)
+	fillEntry(a, out, f.EntryLocked() && n.mode.Load()&0o111 == 0o111)
 	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		// Another mount's file found in place (a fifo, say): the open's
 		// lock covers its name, not its attributes.
