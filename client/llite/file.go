@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nacrefs/nacre/client"
+	"github.com/nacrefs/nacre/client/mdc"
 	"github.com/nacrefs/nacre/client/osc"
 )
 
@@ -123,7 +124,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 		return uint32(n), 0
 	}
-	ctx, _, done := h.m.req(ctx)
+	kill := h.m.writeFlagsOf(ctx)&fuse.WRITE_KILL_SUIDGID != 0
+	ctx, cred, done := h.m.req(ctx)
 	defer done()
 	n, at, err := h.f.WriteAt(ctx, data, off)
 	if h.append && n > 0 && at != off {
@@ -134,7 +136,31 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil && n == 0 {
 		return 0, h.m.errno(err, "write", fid, "off", off, "len", len(data))
 	}
+	if kill && n > 0 {
+		h.killSetID(ctx, cred)
+	}
 	return uint32(n), 0
+}
+
+// killSetID clears the file's set-user-ID bit, and its set-group-ID bit
+// if group-executable, after a write that asks so (should_remove_suid):
+// the store lets a writer who is not the owner do that much.
+func (h *handle) killSetID(ctx context.Context, cred client.Cred) {
+	fid := h.f.FID()
+	a, err := h.m.fs.Getattr(ctx, cred, fid)
+	if err != nil {
+		return
+	}
+	kill := a.Mode & syscall.S_ISUID
+	if a.Mode&(syscall.S_ISGID|0o010) == syscall.S_ISGID|0o010 {
+		kill |= syscall.S_ISGID
+	}
+	if kill == 0 {
+		return
+	}
+	if _, err := h.m.fs.Setattr(ctx, cred, fid, client.SetAttr{Valid: mdc.AttrMode, Mode: a.Mode &^ kill & 0o7777}); err != nil {
+		h.m.log.Warn("llite: clear the set-ID bits after a write", "fid", fid, "err", err)
+	}
 }
 
 // Allocate is fallocate(2): blocks reserved on the OSTs (mode 0,

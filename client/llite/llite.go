@@ -342,13 +342,14 @@ type mount struct {
 		sync.Mutex
 		m map[<-chan struct{}]uint32
 	}
-	// writeBacks are the WRITEs in flight that write back cached pages
-	// (FUSE_WRITE_CACHE: a shared mapping's), by request as umasks: they
-	// go where the pages are even through an O_APPEND open (see
-	// handle.Write).
-	writeBacks struct {
+	// writeFlags are the flags of the WRITEs in flight that have any the
+	// handles look at, by request as umasks: FUSE_WRITE_CACHE (a write
+	// back of cached pages, a shared mapping's, which goes where the
+	// pages are even through an O_APPEND open) and FUSE_WRITE_KILL_SUIDGID
+	// (the file's set-ID bits go); see handle.Write.
+	writeFlags struct {
 		sync.Mutex
-		m map[<-chan struct{}]struct{}
+		m map[<-chan struct{}]uint32
 	}
 	// statAhead holds a token per lookup-ahead worker running (at most
 	// statAheadMax), saWG the workers, saCtx ends them at unmount;
@@ -374,7 +375,7 @@ func newMount(fsys *client.FS, n *notifier, lg *slog.Logger) *mount {
 	m.lk.owners = make(map[uint64]*lockOwners)
 	m.noCap.at = make(map[client.FID]time.Time)
 	m.umasks.m = make(map[<-chan struct{}]uint32)
-	m.writeBacks.m = make(map[<-chan struct{}]struct{})
+	m.writeFlags.m = make(map[<-chan struct{}]uint32)
 	return m
 }
 
@@ -600,48 +601,57 @@ func (m *mount) umaskOf(ctx context.Context) uint32 {
 	return m.umasks.m[cancel]
 }
 
-// Write and Writev note the writes that are the kernel's write-back of
-// cached pages (FUSE_WRITE_CACHE) for handle.Write: the kernel sends a
-// shared mapping's dirty pages through any open of the file that may
-// write, which may be an O_APPEND one, whose other writes are appends.
+// Write and Writev note the flags of a write that handle.Write looks
+// at: FUSE_WRITE_CACHE, the kernel's write-back of cached pages (it sends
+// a shared mapping's dirty pages through any open of the file that may
+// write, which may be an O_APPEND one, whose other writes are appends),
+// and FUSE_WRITE_KILL_SUIDGID, which the kernel sets on a direct write by
+// a caller without CAP_FSETID (an O_APPEND open's: the write must clear
+// the file's set-ID bits, as a buffered one's SETATTR does).
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
-		defer r.m.withWriteBack(cancel)()
+	if f := in.WriteFlags & writeFlagsNoted; f != 0 {
+		defer r.m.withWriteFlags(cancel, f)()
 	}
 	return r.RawFileSystem.Write(cancel, in, data)
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
-		defer r.m.withWriteBack(cancel)()
+	if f := in.WriteFlags & writeFlagsNoted; f != 0 {
+		defer r.m.withWriteFlags(cancel, f)()
 	}
 	return r.RawFileSystem.Writev(cancel, in, data)
 }
 
-// withWriteBack records that the request with cancel channel cancel
-// writes back cached pages, and returns the function that forgets it.
-func (m *mount) withWriteBack(cancel <-chan struct{}) func() {
-	m.writeBacks.Lock()
-	defer m.writeBacks.Unlock()
-	m.writeBacks.m[cancel] = struct{}{}
+// writeFlagsNoted are the write flags rawFS.Write records.
+const writeFlagsNoted = fuse.WRITE_CACHE | fuse.WRITE_KILL_SUIDGID
+
+// withWriteFlags records flags for the request with cancel channel
+// cancel, and returns the function that forgets them.
+func (m *mount) withWriteFlags(cancel <-chan struct{}, flags uint32) func() {
+	m.writeFlags.Lock()
+	defer m.writeFlags.Unlock()
+	m.writeFlags.m[cancel] = flags
 	return func() {
-		m.writeBacks.Lock()
-		defer m.writeBacks.Unlock()
-		delete(m.writeBacks.m, cancel)
+		m.writeFlags.Lock()
+		defer m.writeFlags.Unlock()
+		delete(m.writeFlags.m, cancel)
 	}
 }
 
-// isWriteBack says whether the WRITE whose request ctx is writes back
-// cached pages (see rawFS.Write).
-func (m *mount) isWriteBack(ctx context.Context) bool {
+// writeFlagsOf returns the noted write flags of the request of ctx.
+func (m *mount) writeFlagsOf(ctx context.Context) uint32 {
 	cancel := ctx.Done()
 	if cancel == nil {
-		return false
+		return 0
 	}
-	m.writeBacks.Lock()
-	defer m.writeBacks.Unlock()
-	_, ok := m.writeBacks.m[cancel]
-	return ok
+	m.writeFlags.Lock()
+	defer m.writeFlags.Unlock()
+	return m.writeFlags.m[cancel]
+}
+
+// isWriteBack reports whether ctx's request writes back cached pages.
+func (m *mount) isWriteBack(ctx context.Context) bool {
+	return m.writeFlagsOf(ctx)&fuse.WRITE_CACHE != 0
 }
 
 // releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: the file being

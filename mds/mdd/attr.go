@@ -155,7 +155,14 @@ func (t *tx) setattr(f fid.FID, sa SetAttr) (Attr, error) {
 		n.UID, n.GID = uid, gid
 	}
 	if sa.Valid&AttrMode != 0 {
-		if !t.owner(n) {
+		// A writer may clear a file's set-ID bits without owning it: its
+		// write clears them (the kernel's file_remove_privs asks the file
+		// system to, with the writer's credentials, when it does not
+		// handle that itself, as a FUSE mount does not).
+		was, now := n.Mode&PermMask, sa.Mode&PermMask
+		kill := now&^was == 0 && was&^now != 0 && (was&^now)&^(S_ISUID|S_ISGID) == 0 &&
+			n.Mode&S_IFMT == S_IFREG && sa.Valid&(AttrUID|AttrGID) == 0
+		if !t.owner(n) && !(kill && t.may(n, MayWrite) == nil) {
 			return Attr{}, fail(syscall.EPERM, "chmod %v by uid %d: not the owner", f, c.UID)
 		}
 		mode = mode&S_IFMT | sa.Mode&PermMask

@@ -1,6 +1,7 @@
 package mdd
 
 import (
+	"errors"
 	"reflect"
 	"syscall"
 	"testing"
@@ -300,5 +301,37 @@ func TestDefaultACLInheritance(t *testing.T) {
 	h, _ := s.Create(u, d, "h", Spec{Mode: 0o666})
 	if h.Mode&0o777 != 0o600 {
 		t.Fatalf("after removing the default ACL: mode %#o", h.Mode&0o777)
+	}
+}
+
+// TestWriterKillsSetID: a caller who may write a file but does not own it
+// may clear its set-ID bits (and nothing else), as its write would; one
+// who may not write it may not.
+func TestWriterKillsSetID(t *testing.T) {
+	s := newStore(t)
+	pub := mkdir(t, s, root, RootFID, "pub", 0o777)
+	owner, writer, reader := user(1000, 1000), user(1001, 1001), user(1002, 1002)
+	f := create(t, s, owner, pub, "f", 0o644)
+	if _, err := s.Setattr(owner, f, SetAttr{Valid: AttrMode, Mode: 0o6777}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Setattr(writer, f, SetAttr{Valid: AttrMode, Mode: 0o777 | S_ISGID})
+	if err != nil {
+		t.Fatalf("a writer clears setuid: %v", err)
+	}
+	_, err = s.Setattr(writer, f, SetAttr{Valid: AttrMode, Mode: 0o776})
+	wantErrno(t, "a writer clears setgid and another bit", err, syscall.EPERM)
+	_, err = s.Setattr(writer, f, SetAttr{Valid: AttrMode, Mode: 0o777 | S_ISGID})
+	wantErrno(t, "a writer's chmod that clears nothing", err, syscall.EPERM)
+	if _, err := s.Setattr(owner, f, SetAttr{Valid: AttrMode, Mode: 0o6755}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Setattr(reader, f, SetAttr{Valid: AttrMode, Mode: 0o755})
+	wantErrno(t, "a non-writer clears the set-ID bits", err, syscall.EPERM)
+	if a, err := s.Setattr(writer, f, SetAttr{Valid: AttrMode, Mode: 0o755}); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("a writer without write permission (0755) clears them: %#o, %v", a.Mode, err)
+	}
+	if a := getattr(t, s, f); a.Mode&PermMask != 0o6755 {
+		t.Fatalf("mode %#o after the refusals, want 06755", a.Mode&PermMask)
 	}
 }
