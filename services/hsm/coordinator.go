@@ -171,6 +171,12 @@ type agent struct {
 	out      chan *hsmv1.AgentResponse // bounded: max actions + acks
 	stop     context.CancelFunc
 	actions  map[uint64]bool // started actions given to it (guarded by Coordinator.mu)
+	// canceled are the actions taken back from it (timed out) whose
+	// cancel it has not answered yet, with when to stop waiting for that
+	// (guarded by Coordinator.mu): not given back to it until then, as
+	// the attempt it still runs would take the new one for itself, and
+	// its report of the cancel end it.
+	canceled map[uint64]int64
 	// ok and errors count the actions it finished in this session, well
 	// and not (guarded by Coordinator.mu).
 	ok, errors uint64
@@ -444,6 +450,7 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 		old := proto.Clone(a).(*hsmv1.Action)
 		if ag := c.mu.agents[a.Agent]; ag != nil {
 			delete(ag.actions, a.Id)
+			ag.canceled[a.Id] = now + c.activeTimeout.Load()
 			c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
 		}
 		if int(a.Attempts) >= c.cfg.MaxAttempts {
@@ -497,9 +504,16 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 // archive, nil if none.
 func (c *Coordinator) pickLocked(a *hsmv1.Action) *agent {
 	var best *agent
+	now := time.Now().UnixNano()
 	for _, ag := range c.mu.agents {
 		if !ag.serves(a.ArchiveId) || len(ag.actions) >= ag.max {
 			continue
+		}
+		if until, ok := ag.canceled[a.Id]; ok {
+			if now < until {
+				continue
+			}
+			delete(ag.canceled, a.Id)
 		}
 		if best == nil || len(ag.actions) < len(best.actions) || (len(ag.actions) == len(best.actions) && ag.uuid < best.uuid) {
 			best = ag
@@ -996,7 +1010,8 @@ func (c *Coordinator) Agent(stream grpc.BidiStreamingServer[hsmv1.AgentRequest, 
 		mx = int(c.maxReq.Load())
 	}
 	mx = min(mx, 1024)
-	ag := &agent{uuid: reg.Uuid, archives: reg.ArchiveIds, max: mx, out: make(chan *hsmv1.AgentResponse, 2*mx+16), stop: cancel, actions: map[uint64]bool{}}
+	ag := &agent{uuid: reg.Uuid, archives: reg.ArchiveIds, max: mx, out: make(chan *hsmv1.AgentResponse, 2*mx+16), stop: cancel,
+		actions: map[uint64]bool{}, canceled: map[uint64]int64{}}
 	c.mu.Lock()
 	if err := c.leaderLocked(); err != nil {
 		c.mu.Unlock()
@@ -1044,12 +1059,37 @@ func (c *Coordinator) Agent(stream grpc.BidiStreamingServer[hsmv1.AgentRequest, 
 			}
 		}
 	}()
+	// Received on a goroutine of its own: the session also ends when the
+	// coordinator ends it (stepped down, the agent replaced or not
+	// reading), and an idle agent sends nothing that would wake a Recv.
+	// Returning ends the stream, whose Recv then returns too.
+	recvd, recvErr := make(chan *hsmv1.AgentRequest), make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case recvd <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	for {
-		m, err := stream.Recv()
-		if err != nil {
+		var m *hsmv1.AgentRequest
+		select {
+		case m = <-recvd:
+		case <-recvErr:
 			cancel()
 			<-errc
 			return nil
+		case <-ctx.Done():
+			<-errc
+			// The agent reconnects, to the coordinator that leads now.
+			return status.Error(codes.Unavailable, "hsm: the coordinator ended this agent session")
 		}
 		var ack *hsmv1.Ack
 		switch x := m.Msg.(type) {
@@ -1083,6 +1123,11 @@ func (c *Coordinator) progress(ctx context.Context, ag *agent, id uint64, p *hsm
 	if !c.mu.leader {
 		ack.Errno, ack.Error = int32(syscall.EAGAIN), "hsm: not the active coordinator"
 		return ack
+	}
+	if _, ok := ag.canceled[id]; ok && d != nil {
+		// Its canceled attempt ended: the action may go to it again.
+		delete(ag.canceled, id)
+		c.wake()
 	}
 	a := c.mu.actions[id]
 	switch {

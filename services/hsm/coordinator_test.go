@@ -486,3 +486,114 @@ func TestCoordinatorActiveTimeoutSetAtRunTime(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentsFollowLeaderChange: a coordinator that loses its etcd session
+// steps down and ends its agents' sessions, idle ones too; they register
+// again with the coordinator that leads next (here the same one, elected
+// again), which can then hand them work.
+func TestAgentsFollowLeaderChange(t *testing.T) {
+	coords, addrs := hsmtest.StartCoordinators(t, 1, 20*time.Second)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runAgent(t, addrs, "idle-agent", 1)
+	registered := func() bool {
+		ags, err := hc.Agents(ctx)
+		return err == nil && len(ags) == 1 && ags[0].Uuid == "idle-agent"
+	}
+	waitUntil(t, ctx, "the agent registered", registered)
+	// The leader's session lapses (etcd lost it): every lease revoked.
+	leases, err := coords[0].Etcd.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Leases {
+		if _, err := coords[0].Etcd.Revoke(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, ctx, "the coordinator stepped down", func() bool {
+		_, err := hc.Agents(ctx)
+		return status.Code(err) == codes.Unavailable || !registered()
+	})
+	waitUntil(t, ctx, "the agent registered with the new leader", registered)
+	ids, err := hc.SubmitRequest(ctx, &hsmv1.SubmitRequest{Kind: hsmv1.ActionKind_ACTION_KIND_ARCHIVE, ArchiveId: 1,
+		Fids: []*hsmv1.FID{hsm.FIDTo(fid.FID{Seq: 0x200000400, Oid: 2})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.Wait(ctx, ids[0]); err != nil {
+		t.Fatalf("an archive after the leader change: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// hangOnce hangs its first action until it is canceled, and does the
+// others at once.
+type hangOnce struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (h *hangOnce) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	h.mu.Lock()
+	h.calls++
+	first := h.calls == 1
+	h.mu.Unlock()
+	if first {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "sum", nil
+}
+
+// TestTimedOutActionRetriedOnSameAgent: an action that times out on the
+// only agent is tried again there once its canceled attempt ends, and
+// that attempt's report of the cancel does not fail the new one.
+func TestTimedOutActionRetriedOnSameAgent(t *testing.T) {
+	_, addrs := hsmtest.StartCoordinators(t, 1, time.Second)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := &hangOnce{}
+	actx, acancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hsm.RunAgent(actx, hsm.AgentConfig{Client: hc, UUID: "only", ArchiveIDs: []uint32{1}, MaxRequests: 2, Handler: h, Logger: clustertest.Quiet})
+	}()
+	defer func() { acancel(); <-done }()
+	ids, err := hc.SubmitRequest(ctx, &hsmv1.SubmitRequest{Kind: hsmv1.ActionKind_ACTION_KIND_ARCHIVE, ArchiveId: 1,
+		Fids: []*hsmv1.FID{hsm.FIDTo(fid.FID{Seq: 0x200000400, Oid: 8})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.Wait(ctx, ids[0]); err != nil {
+		a, _ := hc.Action(ctx, ids[0])
+		t.Fatalf("the action after its first attempt timed out: %v (%v)", err, a)
+	}
+	a, err := hc.Action(ctx, ids[0])
+	h.mu.Lock()
+	calls := h.calls
+	h.mu.Unlock()
+	if err != nil || a.Attempts != 2 || calls != 2 {
+		t.Fatalf("action %v, %v; handler ran %d times: want 2 attempts, 2 runs", a, err, calls)
+	}
+}

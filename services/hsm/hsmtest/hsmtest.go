@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/nacrefs/nacre/client"
@@ -23,6 +24,8 @@ type Coord struct {
 	C    *hsm.Coordinator
 	Addr string
 	Stop func()
+	// Etcd is the etcd client the coordinators share.
+	Etcd *clientv3.Client
 }
 
 // StartCoordinators starts n coordinators sharing one etcd (one leads, the
@@ -55,7 +58,7 @@ func StartCoordinators(t testing.TB, n int, timeout time.Duration) ([]*Coord, []
 			c.Run(ctx)
 		}()
 		var once sync.Once
-		co := &Coord{C: c, Addr: lis.Addr().String(), Stop: func() {
+		co := &Coord{C: c, Addr: lis.Addr().String(), Etcd: ec.Client(), Stop: func() {
 			once.Do(func() {
 				cancel()
 				<-done
