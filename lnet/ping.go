@@ -89,6 +89,9 @@ type pingOpts struct {
 	forceNI  *ni       // send from this NI
 	exact    bool      // to exactly the target NID, not another NID of its peer
 	noBlock  bool      // fail rather than wait for room in a credit queue
+	// ctx, if not nil, bounds the wait for room in a credit queue (a
+	// caller's ping gives up with its deadline, not a slot's freeing).
+	ctx context.Context
 }
 
 // pingDone receives a ping's outcome, on the goroutine that completed it,
@@ -125,7 +128,11 @@ func (ln *LNet) pingAsync(target wire.NID, o pingOpts, done pingDone) error {
 	if m.deadline.IsZero() {
 		m.deadline = ln.deadline()
 	}
-	err = ln.get(context.Background(), m, h, wire.ProcessID{NID: target, PID: wire.PIDAny}, PingPortal, PingMatchBits, 0)
+	ctx := o.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	err = ln.get(ctx, m, h, wire.ProcessID{NID: target, PID: wire.PIDAny}, PingPortal, PingMatchBits, 0)
 	if err != nil {
 		ln.Unlink(h)
 		return err
@@ -153,7 +160,7 @@ func (ln *LNet) Ping(ctx context.Context, target wire.NID) (wire.PingInfo, time.
 		err  error
 	}
 	ch := make(chan result, 1)
-	o := pingOpts{deadline: ln.deadline()}
+	o := pingOpts{deadline: ln.deadline(), ctx: ctx}
 	if d, ok := ctx.Deadline(); ok && d.Before(o.deadline) {
 		o.deadline = d
 	}

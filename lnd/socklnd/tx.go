@@ -453,12 +453,15 @@ func (c *conn) writeNow(batch []txItem) {
 			failed = left[0].msg
 			c.requeueLocked(left[1:], &d)
 		}
+	// What the socket did not take goes back through requeueLocked, as
+	// everywhere: a Shutdown or a peer restart while the lock was out
+	// fails it instead of leaving it queued where nothing would send it.
 	case len(left) > 0 && n > 0:
 		left[0].sent += n
 		c.rest = left[0]
-		q.unpop(left[1:])
+		c.requeueLocked(left[1:], &d)
 	default:
-		q.unpop(left)
+		c.requeueLocked(left, &d)
 	}
 	clear(batch) // do not keep the messages alive
 	wake := err != nil || q.n > 0 || c.rest.msg != nil || c.exiting
@@ -474,6 +477,8 @@ func (c *conn) writeNow(batch []txItem) {
 		if failed != nil {
 			ni.finalize(failed, fmt.Errorf("socklnd: send to %v on %v connection: %w (%v)", p.nid, c.typ, c.err, err))
 		}
+	}
+	if err != nil || len(d.fins) > 0 {
 		ni.run(p, &d)
 	}
 }
