@@ -311,7 +311,13 @@ const layoutRetries = 3
 // instantiate has the MDT instantiate the components covering [off,
 // off+n) and returns the objects of the new layout.
 func (f *File) instantiate(ctx context.Context, off, n uint64) (*lov.File, error) {
-	lay, err := f.fs.mdc.LayoutIntent(ctx, f.cred, f.mf.FID, off, off+max(n, 1))
+	return f.instantiateTo(ctx, off, off+max(n, 1))
+}
+
+// instantiateTo is instantiate of [start, end) (end layout.EOF: to the
+// end of the file).
+func (f *File) instantiateTo(ctx context.Context, start, end uint64) (*lov.File, error) {
+	lay, err := f.fs.mdc.LayoutIntent(ctx, f.cred, f.mf.FID, start, end)
 	if err != nil {
 		return nil, err
 	}
@@ -439,7 +445,14 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64, appending bool)
 			if serr != nil {
 				return 0, 0, serr
 			}
-			at = size
+			// An append locks the file from its size to the end, and
+			// goes wherever other appenders leave the end: every
+			// component past the size gets its objects, as Lustre's
+			// append intent asks for them to EOF.
+			if d, err = f.instantiateTo(ctx, uint64(size), layout.EOF); err != nil {
+				return 0, 0, err
+			}
+			continue
 		}
 		if d, err = f.instantiate(ctx, uint64(at), uint64(len(p))); err != nil {
 			return 0, 0, err

@@ -481,6 +481,17 @@ func (fs *FS) setattr(ctx context.Context, cred Cred, f FID, sa SetAttr) (Attr, 
 			if most := lay.MaxFileSize(osc.MaxObjectSize); sa.Size > most {
 				return Attr{}, fmt.Errorf("truncate %v to %d: the layout stores at most %d bytes: %w", f, sa.Size, most, syscall.EFBIG)
 			}
+			// The size's last byte must have an object to be cut at (a
+			// component of a progressive layout not written yet has
+			// none): instantiated first, as Lustre's truncate layout
+			// intent does, before the MDT records the size.
+			if ci := lay.ComponentAt(sa.Size - 1); sa.Size > 0 && ci >= 0 && !lay.Components[ci].Instantiated() && anyObjects(lay) {
+				l, err := fs.mdc.LayoutIntent(ctx, cred, f, sa.Size-1, sa.Size)
+				if err != nil {
+					return Attr{}, fmt.Errorf("truncate %v to %d: %w", f, sa.Size, err)
+				}
+				lay = l
+			}
 		}
 		if sa.Valid&(mdc.AttrMtime|mdc.AttrMtimeNow) == 0 {
 			sa.Valid |= mdc.AttrMtimeNow

@@ -93,3 +93,72 @@ func TestPFLInstantiation(t *testing.T) {
 	}
 	h.Close(ctx)
 }
+
+// TestPFLAppendAndTruncate: on a file whose later components have no
+// objects yet, an O_APPEND write (which locks the file from its size to
+// the end) and a truncate into a component not written yet work: the
+// components get their objects first. The bytes and the size are right.
+func TestPFLAppendAndTruncate(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 4})
+	a := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cred := client.Root()
+	tmpl := pfl()
+	f, _, err := a.Create(ctx, cred, a.Root(), "pfl-append", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := bytes.Repeat([]byte("h"), 4096)
+	if _, _, err := f.WriteAt(ctx, head, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := a.Open(ctx, cred, f.FID(), syscall.O_WRONLY|syscall.O_APPEND)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, at, err := g.WriteAt(ctx, []byte("abc"), 0); err != nil || n != 3 || at != 4096 {
+		t.Fatalf("append to a file whose later components have no objects: %d bytes at %d, %v", n, at, err)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The truncate on a file of its own: the append gave every component
+	// its objects.
+	h, _, err := a.Create(ctx, cred, a.Root(), "pfl-truncate", syscall.O_RDWR|syscall.O_CREAT, 0o644, &client.CreateOptions{Layout: &tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.WriteAt(ctx, append(bytes.Clone(head), "abc"...), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Truncate(ctx, 2<<20); err != nil {
+		t.Fatalf("truncate into the second component, not written yet: %v", err)
+	}
+	if l := h.Layout(); l == nil {
+		t.Fatal("no layout")
+	}
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for fid, want := range map[client.FID][]byte{
+		f.FID(): append(bytes.Clone(head), "abc"...),
+		h.FID(): append(append(bytes.Clone(head), "abc"...), make([]byte, 2<<20-4099)...),
+	} {
+		r, attr, err := a.Open(ctx, cred, fid, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attr.Size != uint64(len(want)) {
+			t.Fatalf("%v: size %d, want %d", fid, attr.Size, len(want))
+		}
+		got := make([]byte, len(want))
+		if n, err := r.ReadAt(ctx, got, 0); n != len(want) || !bytes.Equal(got, want) {
+			t.Fatalf("%v: read back %d bytes (%v), equal %v", fid, n, err, bytes.Equal(got[:n], want[:n]))
+		}
+		r.Close(ctx)
+	}
+}

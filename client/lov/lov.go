@@ -66,6 +66,7 @@ func Open(l layout.Layout, t Targets) (*File, error) {
 			continue
 		}
 		objs := make([]*osc.Object, len(c.Objects))
+		f.objs[ci] = objs // (so that Close on an error closes those opened)
 		for k, ob := range c.Objects {
 			cl, err := t.OSC(ob.OSTIndex)
 			if err != nil {
@@ -75,7 +76,6 @@ func Open(l layout.Layout, t Targets) (*File, error) {
 			objs[k] = cl.Open(ob.Object)
 			objs[k].SetReadAheadShare(len(c.Objects), c.StripeSize)
 		}
-		f.objs[ci] = objs
 	}
 	return f, nil
 }
