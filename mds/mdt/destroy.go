@@ -99,7 +99,9 @@ func (m *MDT) destroyRecords(base context.Context, recs []mdd.DestroyRecord) {
 	for idx, objs := range byOST {
 		p := m.ospOf(idx)
 		if p == nil {
+			mu.Lock() // (the goroutines of OSTs before it write failed too)
 			failed[idx] = true
+			mu.Unlock()
 			m.log.Warn("mdt: destroy log names objects on an unknown OST", "ost", idx, "objects", len(objs))
 			continue
 		}

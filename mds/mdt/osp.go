@@ -537,14 +537,20 @@ func (p *osp) destroy(ctx context.Context, objs []fid.FID) error {
 	if _, err := p.imp.Do(ctx, &ptlrpc.Req{Opcode: wire.OSTSync}); err != nil {
 		return fmt.Errorf("sync of %s after destroys: %w", p.ost.Name, err)
 	}
-	if missing > 0 {
-		p.mu.Lock()
-		ok := settled && p.settledLocked() && p.mu.evictions == evictions
-		p.mu.Unlock()
-		if !ok {
-			return fmt.Errorf("%d objects missing on %s before its orphan cleanup, which may make them again: %w",
-				missing, p.ost.Name, syscall.EAGAIN)
-		}
+	p.mu.Lock()
+	evicted := p.mu.evictions != evictions
+	ok := settled && p.settledLocked() && !evicted
+	p.mu.Unlock()
+	switch {
+	case evicted:
+		// The OST restarted and lost the MDT's export meanwhile: destroys
+		// it took before, not committed, were dropped with the replay
+		// list, and their objects are back (below the last used, where
+		// no orphan cleanup looks). The record stays, for all again.
+		return fmt.Errorf("%s evicted the MDT during the destroys, which may be undone: %w", p.ost.Name, syscall.EAGAIN)
+	case missing > 0 && !ok:
+		return fmt.Errorf("%d objects missing on %s before its orphan cleanup, which may make them again: %w",
+			missing, p.ost.Name, syscall.EAGAIN)
 	}
 	return nil
 }
