@@ -38,6 +38,12 @@ func (sizedHandler) Handle(ctx context.Context, a *hsmv1.Action, progress func(d
 
 func runAgent(t *testing.T, addrs []string, uuid string, archives ...uint32) {
 	t.Helper()
+	runAgentWith(t, addrs, uuid, sizedHandler{}, archives...)
+}
+
+// runAgentWith is runAgent with handler h.
+func runAgentWith(t *testing.T, addrs []string, uuid string, h hsm.Handler, archives ...uint32) {
+	t.Helper()
 	hc, err := hsm.NewClient(addrs)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +52,7 @@ func runAgent(t *testing.T, addrs []string, uuid string, archives ...uint32) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		hsm.RunAgent(ctx, hsm.AgentConfig{Client: hc, UUID: uuid, ArchiveIDs: archives, MaxRequests: 2, Handler: sizedHandler{}, Logger: clustertest.Quiet})
+		hsm.RunAgent(ctx, hsm.AgentConfig{Client: hc, UUID: uuid, ArchiveIDs: archives, MaxRequests: 2, Handler: h, Logger: clustertest.Quiet})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -487,17 +493,25 @@ func TestCoordinatorActiveTimeoutSetAtRunTime(t *testing.T) {
 	}
 }
 
+// startWithClient starts n coordinators (as StartCoordinators) and a
+// client of theirs, closed at the test's end.
+func startWithClient(t *testing.T, n int, timeout time.Duration) ([]*hsmtest.Coord, []string, *hsm.Client) {
+	t.Helper()
+	coords, addrs := hsmtest.StartCoordinators(t, n, timeout)
+	hc, err := hsm.NewClient(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Close() })
+	return coords, addrs, hc
+}
+
 // TestAgentsFollowLeaderChange: a coordinator that loses its etcd session
 // steps down and ends its agents' sessions, idle ones too; they register
 // again with the coordinator that leads next (here the same one, elected
 // again), which can then hand them work.
 func TestAgentsFollowLeaderChange(t *testing.T) {
-	coords, addrs := hsmtest.StartCoordinators(t, 1, 20*time.Second)
-	hc, err := hsm.NewClient(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
+	coords, addrs, hc := startWithClient(t, 1, 20*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	runAgent(t, addrs, "idle-agent", 1)
@@ -564,22 +578,11 @@ func (h *hangOnce) Handle(ctx context.Context, a *hsmv1.Action, progress func(do
 // only agent is tried again there once its canceled attempt ends, and
 // that attempt's report of the cancel does not fail the new one.
 func TestTimedOutActionRetriedOnSameAgent(t *testing.T) {
-	_, addrs := hsmtest.StartCoordinators(t, 1, time.Second)
-	hc, err := hsm.NewClient(addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
+	_, addrs, hc := startWithClient(t, 1, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	h := &hangOnce{}
-	actx, acancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hsm.RunAgent(actx, hsm.AgentConfig{Client: hc, UUID: "only", ArchiveIDs: []uint32{1}, MaxRequests: 2, Handler: h, Logger: clustertest.Quiet})
-	}()
-	defer func() { acancel(); <-done }()
+	runAgentWith(t, addrs, "only", h, 1)
 	ids, err := hc.SubmitRequest(ctx, &hsmv1.SubmitRequest{Kind: hsmv1.ActionKind_ACTION_KIND_ARCHIVE, ArchiveId: 1,
 		Fids: []*hsmv1.FID{hsm.FIDTo(fid.FID{Seq: 0x200000400, Oid: 8})}})
 	if err != nil {
