@@ -147,18 +147,20 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // the store lets a writer who is not the owner do that much.
 func (h *handle) killSetID(ctx context.Context, cred client.Cred) {
 	fid := h.f.FID()
-	a, err := h.m.fs.Getattr(ctx, cred, fid)
+	// The mode the client caches (under its lock): the kernel flags
+	// every append of a caller without CAP_FSETID, set-ID file or not.
+	mode, err := h.m.fs.Mode(ctx, cred, fid)
 	if err != nil {
 		return
 	}
-	kill := a.Mode & syscall.S_ISUID
-	if a.Mode&(syscall.S_ISGID|0o010) == syscall.S_ISGID|0o010 {
+	kill := mode & syscall.S_ISUID
+	if mode&(syscall.S_ISGID|0o010) == syscall.S_ISGID|0o010 {
 		kill |= syscall.S_ISGID
 	}
 	if kill == 0 {
 		return
 	}
-	if _, err := h.m.fs.Setattr(ctx, cred, fid, client.SetAttr{Valid: mdc.AttrMode, Mode: a.Mode &^ kill & 0o7777}); err != nil {
+	if _, err := h.m.fs.Setattr(ctx, cred, fid, client.SetAttr{Valid: mdc.AttrMode, Mode: mode &^ kill & 0o7777}); err != nil {
 		h.m.log.Warn("llite: clear the set-ID bits after a write", "fid", fid, "err", err)
 	}
 }

@@ -215,10 +215,10 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 		// reports the bytes before the RPC's.
 		wctx, release := c.detach(ctx)
 		done := make(chan error, 1)
-		go func() {
+		c.wg.Go(func() {
 			defer release()
 			done <- c.finishWrite(wctx, sync)
-		}()
+		})
 		select {
 		case err := <-done:
 			if err != nil {

@@ -816,13 +816,14 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		}
 		o.mu.Unlock()
 		c.startWrite(r)
-		// Its slot bounds these goroutines; the loop waits for the RPC
-		// through its pages (in writeback until it ends), within ctx.
+		// Its slot bounds these goroutines (Close waits for them, in
+		// c.wg); the loop waits for the RPC through its pages (in
+		// writeback until it ends), within ctx.
 		wctx, release := c.detach(ctx)
-		go func() {
+		c.wg.Go(func() {
 			defer func() { release(); c.wslots.Release(); c.kickWriteback(false) }()
 			c.finishWrite(wctx, r)
-		}()
+		})
 	}
 }
 

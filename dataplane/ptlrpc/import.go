@@ -794,15 +794,19 @@ func (imp *Import) replay(cn *connInfo) error {
 		imp.mu.replayConn = nil
 		imp.mu.Unlock()
 		if err != nil {
-			if !refused(err) {
-				return err // (replayDue: OnRecover runs again after the reconnect)
+			if refused(err) {
+				// The server's answer, which every reconnect to this
+				// instance would get again (replayDue runs OnRecover
+				// again): not tried again, as before replayDue. No
+				// replay-done either: what OnRecover did not replay
+				// (locks, opens, rewrites) the client still counts on,
+				// so the server evicts it at the window's end, which
+				// drops all that cleanly (OnEvict).
+				imp.mu.Lock()
+				imp.mu.replayDue = false
+				imp.mu.Unlock()
 			}
-			// The server's answer, which every reconnect to this instance
-			// would get again: not tried again. The recovery goes on to
-			// its end all the same, or the server would wait for this
-			// client's replay-done until its window ran out, holding
-			// every other client, and then evict it.
-			imp.log.Warn("ptlrpc: recovery refused in part; going on", "err", err)
+			return err
 		}
 	}
 	imp.mu.Lock()

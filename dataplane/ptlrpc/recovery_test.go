@@ -1601,24 +1601,3 @@ func TestRequestStale(t *testing.T) {
 	close(te.release)
 	<-done // whatever its answer: its connection is gone
 }
-
-// TestRecoverRefusedEndsRecovery: a restarted target that knows its one
-// client waits for its replay-done; an OnRecover the server refused
-// (a lock replay it will not take) does not keep the client from sending
-// it, so recovery ends then, not when its window runs out.
-func TestRecoverRefusedEndsRecovery(t *testing.T) {
-	re := newRecoveryEnv(t, nil)
-	a := re.newImp(t, "a", rplPortal, true, func(c *ImportConfig) {
-		c.OnRecover = func(context.Context, *Import) error { return &RemoteError{Status: -22} }
-	})
-	if err := <-do(a); err != nil {
-		t.Fatal(err)
-	}
-	re.restart(t, time.Minute, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := a.Do(ctx, &Req{Opcode: opInc}); err != nil {
-		t.Fatalf("a's request after the restart: %v (import %v)", err, a.State())
-	}
-	waitFor(t, "recovery over", func() bool { return !re.tgt.Recovering() })
-}

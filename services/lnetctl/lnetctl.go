@@ -433,6 +433,10 @@ func Listen(path string, srv *Server, log *slog.Logger) (*Listener, error) {
 		c.Close()
 		return nil, fmt.Errorf("lnetctl: %s is in use by another LNet process", path)
 	}
+	// A stale socket goes; anything else (a path mistyped) stays.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("lnetctl: %s exists and is not a socket", path)
+	}
 	os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {

@@ -2,7 +2,11 @@ package lnetctl
 
 import (
 	"context"
+	"log/slog"
 	"math"
+	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -175,3 +179,32 @@ func TestAddDeleteNet(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestListenKeepsOtherFiles: Listen replaces a stale socket but refuses a
+// path that holds anything else (a mistyped path must not lose a file).
+func TestListenKeepsOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(file, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen(file, New(nil), slog.New(slog.DiscardHandler)); err == nil {
+		l.Close()
+		t.Fatal("Listen took a regular file's path")
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep me" {
+		t.Fatalf("the file after Listen: %q, %v", b, err)
+	}
+	stale := filepath.Join(dir, "stale.sock")
+	ul, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul.(*net.UnixListener).SetUnlinkOnClose(false)
+	ul.Close() // the socket file stays, nobody listening
+	l, err := Listen(stale, New(nil), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	l.Close()
+}
