@@ -211,16 +211,10 @@ func (o *Object) writeWindow(ctx context.Context, l *ldlm.ClientLock, buf []byte
 		c.st.syncWrites.Add(1)
 		c.startWrite(sync)
 		// The RPC goes on if ctx ends: it may carry pages of earlier
-		// writes, already reported written (detach). This write then
+		// writes, already reported written (goWrite). This write then
 		// reports the bytes before the RPC's.
-		wctx, release := c.detach(ctx)
-		done := make(chan error, 1)
-		c.wg.Go(func() {
-			defer release()
-			done <- c.finishWrite(wctx, sync)
-		})
 		select {
-		case err := <-done:
+		case err := <-c.goWrite(ctx, sync, nil):
 			if err != nil {
 				return n, err
 			}

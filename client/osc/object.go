@@ -816,14 +816,9 @@ func (o *Object) flushPages(ctx context.Context, first, last uint64) error {
 		}
 		o.mu.Unlock()
 		c.startWrite(r)
-		// Its slot bounds these goroutines (Close waits for them, in
-		// c.wg); the loop waits for the RPC through its pages (in
-		// writeback until it ends), within ctx.
-		wctx, release := c.detach(ctx)
-		c.wg.Go(func() {
-			defer func() { release(); c.wslots.Release(); c.kickWriteback(false) }()
-			c.finishWrite(wctx, r)
-		})
+		// Its slot bounds these RPCs; the loop waits for each through its
+		// pages (in writeback until it ends), within ctx.
+		c.goWrite(ctx, r, func() { c.wslots.Release(); c.kickWriteback(false) })
 	}
 }
 

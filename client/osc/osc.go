@@ -603,20 +603,32 @@ func (c *Client) startWrite(r *brwRPC) {
 	r.want = c.mu.grant.want(c.grantTarget())
 }
 
-// finishWrite sends a write RPC and records its outcome in the object and
-// the grant.
-// detach returns a context for a write RPC that a caller's ctx gathered:
-// with ctx's values (its job ID), ending with the client rather than with
-// ctx. The caller may stop waiting (fsync's deadline, an interrupted
-// request), but the RPC's pages are the only copy of their data, some of
-// it written by others: a write canceled would drop them (writeDone).
-// release frees the context once the RPC is done.
-func (c *Client) detach(ctx context.Context) (_ context.Context, release func()) {
-	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// goWrite sends write RPC r, which a caller's ctx gathered, on a goroutine
+// of c.wg (Close waits for it), and returns the channel that gets its
+// outcome; after, if not nil, runs once it is done. The RPC keeps ctx's
+// values (its job ID) but ends with the client, not with ctx: the caller
+// may stop waiting (fsync's deadline, an interrupted request), while the
+// RPC's pages are the only copy of their data, some of it written by
+// others, which a canceled write would drop (writeDone).
+func (c *Client) goWrite(ctx context.Context, r *brwRPC, after func()) <-chan error {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(c.ctx, cancel)
-	return d, func() { stop(); cancel() }
+	done := make(chan error, 1)
+	c.wg.Go(func() {
+		defer func() {
+			stop()
+			cancel()
+			if after != nil {
+				after()
+			}
+		}()
+		done <- c.finishWrite(wctx, r)
+	})
+	return done
 }
 
+// finishWrite sends a write RPC and records its outcome in the object and
+// the grant.
 func (c *Client) finishWrite(ctx context.Context, r *brwRPC) error {
 	rep, err := c.brw(ctx, r)
 	if err == nil {
