@@ -450,6 +450,20 @@ type CloseInfo struct {
 	Departed bool
 }
 
+// olderThan says the close's times are older than n's ctime: a change
+// since the writes (utime, chmod) made after them, whose times stand. A
+// client's close reaches the MDT after its release, which the kernel
+// sends after close(2) returns, so a utime right after the close can
+// come first. Lustre's mdd_fix_attr drops such a setattr's mtime and
+// ctime the same way.
+func (ci CloseInfo) olderThan(n *inode) bool {
+	c := ci.Ctime
+	if c == 0 {
+		c = ci.Mtime
+	}
+	return c < n.Ctime
+}
+
 // CloseFile ends one OpenFile of f. When it was the last open of an orphan, the
 // orphan is destroyed (and its objects queued in the destroy log): the
 // Removal says so. EBADF if f has no open.
@@ -490,7 +504,7 @@ func (t *tx) close(f fid.FID, ci CloseInfo) (Removal, error) {
 	} else if err := t.closeAttrs(n, ci); err != nil {
 		return Removal{}, err
 	}
-	if ci.Write && !rm.Last && n.Mode&S_IFMT == S_IFREG && (ci.Mtime != 0 || ci.Ctime != 0) {
+	if ci.Write && !rm.Last && n.Mode&S_IFMT == S_IFREG && (ci.Mtime != 0 || ci.Ctime != 0) && !ci.olderThan(n) {
 		if ci.Mtime != 0 {
 			n.Mtime = ci.Mtime
 		}

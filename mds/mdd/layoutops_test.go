@@ -322,3 +322,38 @@ func TestRecoveryKeepsOrphans(t *testing.T) {
 	}
 	check(t, s)
 }
+
+// TestCloseTimesOlderThanChange: the times a writer's close brings (its
+// writes') do not overwrite a change made after the writes, such as an
+// explicit mtime in the past, which the close can reach the MDT after
+// (the kernel releases a file after close(2) returns); a close with
+// times newer than the inode's ctime sets them.
+func TestCloseTimesOlderThanChange(t *testing.T) {
+	s := newStore(t)
+	f := create(t, s, root, RootFID, "f", 0o644)
+	for _, c := range []struct {
+		name                string
+		utimeMtime, utimeAt int64 // the utime's mtime and ctime
+		closeAt, wantMtime  int64
+	}{
+		{"close after a later utime", -5, 2500, 2000, -5},
+		{"close newer than the utime", 3000, 3000, 4000, 4000},
+	} {
+		if _, err := s.OpenFile(root, f, OpenWriteOnly); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Setattr(root, f, SetAttr{Valid: AttrMtime | AttrCtime, Mtime: c.utimeMtime, Ctime: c.utimeAt}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CloseFile(root, f, CloseInfo{Write: true, Written: true, Mtime: c.closeAt, Ctime: c.closeAt}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Getattr(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Mtime != c.wantMtime {
+			t.Errorf("%s: mtime %d, want %d", c.name, a.Mtime, c.wantMtime)
+		}
+	}
+}

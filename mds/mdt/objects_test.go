@@ -557,8 +557,10 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("size after close: %+v %v", a0, err)
 	}
 	// A writer's close carries the times of its writes (one RPC, no
-	// setattr); a reader's, or a writer's without them, leaves the times.
-	wrote := time.Date(2020, 1, 2, 3, 4, 5, 6, time.UTC).UnixNano()
+	// setattr); a reader's, or a writer's without them, leaves the times,
+	// and so does a writer's with times older than the file's last change
+	// (a utime that came first though made after the writes).
+	wrote := time.Now().Add(time.Hour).UnixNano()
 	for _, tc := range []struct {
 		name         string
 		flags        uint64
@@ -568,6 +570,7 @@ func TestOpen(t *testing.T) {
 		{"writer without times", syscall.O_WRONLY, 0, 0, a0},
 		{"reader with times", syscall.O_RDONLY, wrote, wrote, a0},
 		{"writer with times", syscall.O_RDWR, wrote, wrote + 1, mdc.Attr{Mtime: wrote, Ctime: wrote + 1}},
+		{"writer with older times", syscall.O_RDWR, wrote - 10, wrote - 10, mdc.Attr{Mtime: wrote, Ctime: wrote + 1}},
 	} {
 		h, err := m.OpenFID(ctx, root, f.FID, tc.flags)
 		if err != nil {
