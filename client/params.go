@@ -307,8 +307,8 @@ func importText(dev, target string, imp *ptlrpc.Import) string {
 	for i, s := range ci.Servers {
 		nids[i] = s.NID.String()
 	}
-	fmt.Fprintf(&b, "    connection:\n       failover_nids: [%s]\n       current_connection: %s\n       generation: %d\n",
-		strings.Join(nids, ", "), ci.Server.NID, ci.ConnCount)
+	fmt.Fprintf(&b, "    connection:\n       failover_nids: [%s]\n       current_connection: %s\n       generation: %d\n       failed_connects: %d\n",
+		strings.Join(nids, ", "), ci.Server.NID, ci.ConnCount, ci.FailedConnects)
 	fmt.Fprintf(&b, "    service_estimates:\n       services: %d usec\n       network: %d usec\n       timeout: %d usec\n",
 		ci.ServiceEstimate.Microseconds(), ci.NetLatency.Microseconds(), ci.Timeout.Microseconds())
 	fmt.Fprintf(&b, "    transactions:\n       last_committed: %d\n       uncommitted: %d", ci.LastCommitted, ci.Uncommitted)

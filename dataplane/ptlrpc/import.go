@@ -192,6 +192,9 @@ type Import struct {
 		instance uint64
 		// targetData is what the target sent with the last CONNECT.
 		targetData []byte
+		// failedConnects counts the CONNECTs that failed since the last
+		// that succeeded.
+		failedConnects int
 		// gen counts evictions; a request of an older generation fails
 		// with ErrEvicted.
 		gen uint64
@@ -335,8 +338,11 @@ type ConnInfo struct {
 	Server    lwire.ProcessID
 	Handle    uint64
 	ConnCount uint32
-	Features  uint64
-	Instance  uint64
+	// FailedConnects counts the CONNECTs that failed since the last that
+	// succeeded (the target is out of reach while it grows).
+	FailedConnects int
+	Features       uint64
+	Instance       uint64
 	// TargetData is what the target sent with the last CONNECT.
 	TargetData    []byte
 	Uncommitted   int
@@ -373,7 +379,7 @@ func (imp *Import) Info() ConnInfo {
 	ci := ConnInfo{State: imp.mu.state, Features: imp.mu.features, Instance: imp.mu.instance, TargetData: imp.mu.targetData,
 		Uncommitted: len(imp.mu.replay), LastCommitted: imp.mu.lastCommitted,
 		Timeout: imp.timeout(), ServiceEstimate: imp.svcAT.current(), NetLatency: imp.netAT.current(),
-		Servers: slices.Clone(imp.mu.servers)}
+		Servers: slices.Clone(imp.mu.servers), FailedConnects: imp.mu.failedConnects}
 	if cn := imp.mu.conn; cn != nil {
 		ci.Server, ci.Handle, ci.ConnCount = cn.server, cn.handle, cn.count
 	}
@@ -617,6 +623,7 @@ func (imp *Import) connect() error {
 	rep, err := imp.connectRPC(server, cr, timeout, others)
 	if err != nil {
 		imp.mu.Lock()
+		imp.mu.failedConnects++
 		if !isBusy(err) {
 			imp.mu.server++ // fail over to the next server
 		}
@@ -628,6 +635,7 @@ func (imp *Import) connect() error {
 	}
 
 	imp.mu.Lock()
+	imp.mu.failedConnects = 0
 	if imp.mu.closed {
 		imp.mu.Unlock()
 		return ErrClosed

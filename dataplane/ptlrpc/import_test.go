@@ -813,3 +813,43 @@ func TestConnectRacingClose(t *testing.T) {
 		t.Fatalf("%d export handles live in the target set after its one target closed", handles)
 	}
 }
+
+// TestFailedConnects: an import counts the CONNECTs that failed since the
+// last that succeeded (the MDT's allocator takes an OST whose import has
+// some for out of reach), and starts over once one succeeds.
+func TestFailedConnects(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	cli := startLNet(t, "tcp(127.0.0.1)", port)
+	c := NewClient(cli, ClientConfig{ReplyPortal: rplPortal, Logger: quiet})
+	srv := lwire.ProcessID{NID: lwire.MustParseNID("127.0.0.2@tcp"), PID: lwire.PIDLustre}
+	imp, err := c.NewImport(ImportConfig{Target: "nacre-OST0000", Servers: []lwire.ProcessID{srv}, Portal: reqPortal,
+		MinTimeout: 200 * time.Millisecond, InitialTimeout: 200 * time.Millisecond, PingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close(context.Background())
+	waitUntil := func(what string, cond func(ConnInfo) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(imp.Info()); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v", what, imp.Info())
+			}
+		}
+	}
+	waitUntil("no failed connect counted with nobody at the server", func(ci ConnInfo) bool { return ci.FailedConnects >= 2 && ci.State != StateFull })
+
+	ln := startLNet(t, "tcp(127.0.0.2)", port)
+	ts := NewTargetSet()
+	tgt, err := ts.NewTarget(TargetConfig{Name: "nacre-OST0000", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close(context.Background())
+	svc, err := NewService(ln, ServiceConfig{Name: "ost", RequestPortal: reqPortal, Targets: ts, Logger: quiet,
+		Handlers: map[wire.Opcode]HandlerSpec{opEcho: {Fn: echo}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close(context.Background())
+	waitUntil("the count did not start over at the connect", func(ci ConnInfo) bool { return ci.State == StateFull && ci.FailedConnects == 0 })
+}

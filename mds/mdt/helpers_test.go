@@ -85,36 +85,38 @@ func openOST(t testing.TB, dir string, i int) osd.Device {
 
 // ossEnv is a real OSS with osd-file OSTs on ossAddr.
 type ossEnv struct {
-	ln   *lnet.LNet
-	oss  *oss.OSS
-	id   lwire.ProcessID
-	devs []osd.Device
-	dirs []string
+	ln    *lnet.LNet
+	oss   *oss.OSS
+	id    lwire.ProcessID
+	devs  []osd.Device
+	dirs  []string
+	first int // the index of devs[0]
 }
 
 // startOSS starts an OSS with n OSTs on a new LNet on ossAddr; the OSTs
 // use dirs where given (a restart), fresh directories otherwise.
 func startOSS(t testing.TB, port, n int, dirs []string) *ossEnv {
-	return serveOSS(t, lnettest.Start(t, ossAddr, port), n, dirs)
+	return serveOSS(t, lnettest.Start(t, ossAddr, port), 0, n, dirs)
 }
 
 // restart serves the OSS's devices again on the same LNet, as a new
 // instance: clients' exports are gone.
 func (e *ossEnv) restart(t testing.TB) *ossEnv {
 	e.close()
-	return serveOSS(t, e.ln, len(e.dirs), e.dirs)
+	return serveOSS(t, e.ln, e.first, len(e.dirs), e.dirs)
 }
 
-func serveOSS(t testing.TB, ln *lnet.LNet, n int, dirs []string) *ossEnv {
+// serveOSS serves, on ln, n OSTs with indexes from first on.
+func serveOSS(t testing.TB, ln *lnet.LNet, first, n int, dirs []string) *ossEnv {
 	s, err := oss.New(oss.Config{LNet: ln, Logger: testLogger(), EvictTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &ossEnv{oss: s, id: procID(ln), ln: ln}
-	for i := range n {
+	e := &ossEnv{oss: s, id: procID(ln), ln: ln, first: first}
+	for i := first; i < first+n; i++ {
 		dir := t.TempDir()
-		if i < len(dirs) {
-			dir = dirs[i]
+		if i-first < len(dirs) {
+			dir = dirs[i-first]
 		}
 		dev := openOST(t, dir, i)
 		e.devs, e.dirs = append(e.devs, dev), append(e.dirs, dir)
@@ -142,7 +144,7 @@ func (e *ossEnv) close() {
 // osts lists the OSS's OSTs for an MDT config.
 func (e *ossEnv) osts() []OST {
 	var out []OST
-	for i := range e.devs {
+	for i := e.first; i < e.first+len(e.devs); i++ {
 		out = append(out, OST{Index: uint32(i), Name: ostLabel(i), Servers: []lwire.ProcessID{e.id}})
 	}
 	return out
@@ -150,7 +152,7 @@ func (e *ossEnv) osts() []OST {
 
 // objectExists asks OST i (in process) whether object f exists.
 func (e *ossEnv) objectExists(t testing.TB, i uint32, f fid.FID) bool {
-	_, err := e.devs[i].GetAttr(context.Background(), f)
+	_, err := e.devs[int(i)-e.first].GetAttr(context.Background(), f)
 	if errors.Is(err, osd.ErrNotExist) {
 		return false
 	}

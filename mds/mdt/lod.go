@@ -216,6 +216,14 @@ func (m *MDT) allocateComp(ctx context.Context, tmpl layout.Layout, comp int) (*
 	if c == layout.AllStripes || c > n {
 		c = n
 	}
+	// OSTs out of reach get no objects while others can take them: a
+	// count past the OSTs in reach is cut to them, as Lustre's
+	// lod_get_stripecnt cuts it to the active targets (a file over every
+	// OST, -1, is over those in reach). With none in reach the create
+	// waits for them as for empty pools.
+	if up := slices.DeleteFunc(slices.Clone(cands), (*osp).isDown); len(up) > 0 && len(up) < n {
+		cands, n, c = up, len(up), min(c, len(up))
+	}
 	order := m.orderOSTs(cands, r.StripeOffset)
 	if r.StripeOffset == layout.AnyOffset {
 		// Prefer healthy OSTs (a degraded or read-only one takes new

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
+	"github.com/nacrefs/nacre/lnet/lnettest"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mds/mdd"
 )
@@ -930,7 +932,7 @@ func TestDestroyAfterLostPrecreate(t *testing.T) {
 	}
 	c.stop()
 	loseObjects(t, c.oss.dirs[0], 0, obj)
-	c.oss = serveOSS(t, c.oss.ln, 1, c.oss.dirs)
+	c.oss = serveOSS(t, c.oss.ln, 0, 1, c.oss.dirs)
 	c.start() // recovers, for n, which does not come back
 	p := c.mdt.ospOf(0)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -981,5 +983,76 @@ func TestPlanFillFailsWithoutTaking(t *testing.T) {
 	p.mu.Unlock()
 	if reserved != 0 {
 		t.Fatalf("%d objects still reserved after the plan's release", reserved)
+	}
+}
+
+// TestStripesSkipDownOSTs: an OST out of reach gets no new objects while
+// others can take them: a file over every OST (-1) is made at once over
+// those left, a count the others can hold goes to them, a larger count is
+// cut to them (as Lustre cuts it to the active OSTs). Back in reach, the
+// OST gets objects again.
+func TestStripesSkipDownOSTs(t *testing.T) {
+	c := newCluster(t, 2, func(cfg *Config) {
+		cfg.StatfsInterval, cfg.OSTTimeout, cfg.AllocTimeout = 100*time.Millisecond, 2*time.Second, 3*time.Second
+	})
+	n := c.client()
+	ctx := ctxT(t, 2*time.Minute)
+	third := serveOSS(t, lnettest.Start(t, fmt.Sprintf("127.0.0.%d", clientBase+7), c.port), 2, 1, nil)
+	if err := c.mdt.SetOSTs(append(c.oss.osts(), third.osts()...)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three OSTs with objects", func() bool { return c.mdt.ReadyOSTs() == 3 })
+	all := &mdc.CreateOptions{Layout: stripes(-1, 1<<20, -1, "")}
+	osts := func(name string, opts *mdc.CreateOptions) ([]uint32, error) {
+		_, l, err := n.mdc.Create(ctx, root, n.root, name, 0o644, opts)
+		var idx []uint32
+		for _, o := range objectsOf(l) {
+			idx = append(idx, o.OSTIndex)
+		}
+		slices.Sort(idx)
+		return idx, err
+	}
+	if idx, err := osts("all-up", all); err != nil || len(idx) != 3 {
+		t.Fatalf("over every OST, all up: %v %v", idx, err)
+	}
+
+	third.close()
+	down := c.mdt.ospOf(2)
+	waitFor(t, "OST2 seen down", down.isDown)
+	start := time.Now()
+	if idx, err := osts("all-but-one", all); err != nil || !slices.Equal(idx, []uint32{0, 1}) {
+		t.Fatalf("over every OST, OST2 down: %v %v", idx, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a create over every OST with one down took %v", d)
+	}
+	for i := range 3 {
+		if idx, err := osts(fmt.Sprint("two-", i), &mdc.CreateOptions{Layout: stripes(2, 1<<20, -1, "")}); err != nil || !slices.Equal(idx, []uint32{0, 1}) {
+			t.Fatalf("two stripes, OST2 down: %v %v", idx, err)
+		}
+	}
+	if idx, err := osts("three", &mdc.CreateOptions{Layout: stripes(3, 1<<20, -1, "")}); err != nil || !slices.Equal(idx, []uint32{0, 1}) {
+		t.Fatalf("three stripes, OST2 down: %v %v", idx, err)
+	}
+	if idx, err := osts("from-two", &mdc.CreateOptions{Layout: stripes(1, 1<<20, 2, "")}); err != nil || !slices.Equal(idx, []uint32{0}) {
+		t.Fatalf("one stripe from OST2, OST2 down: %v %v", idx, err)
+	}
+
+	third = third.restart(t)
+	waitFor(t, "OST2 back", func() bool { return !down.isDown() && c.mdt.ReadyOSTs() == 3 })
+	if idx, err := osts("all-again", all); err != nil || len(idx) != 3 {
+		t.Fatalf("over every OST, OST2 back: %v %v", idx, err)
+	}
+	c.check()
+}
+
+// waitFor polls cond for up to 30 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 30 s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

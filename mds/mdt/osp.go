@@ -63,6 +63,7 @@ type osp struct {
 		free        uint64 // bytes available on the OST (statfs)
 		freeKnown   bool
 		degraded    bool          // the OST said degraded or read-only (statfs)
+		unreachable bool          // the last statfs failed
 		changed     chan struct{} // closed and replaced when the pool or state changes
 	}
 }
@@ -465,6 +466,12 @@ func (p *osp) statfs(ctx context.Context) error {
 		err = ptlrpc.Unmarshal(rep, &sr)
 	}
 	if err != nil {
+		p.mu.Lock()
+		if !p.mu.unreachable {
+			p.mu.unreachable = true
+			p.log.Warn("mdt: OST out of reach: new files get no objects on it", "err", err)
+		}
+		p.mu.Unlock()
 		return fmt.Errorf("statfs of %s: %w", p.ost.Name, err)
 	}
 	free := sr.Bavail * uint64(sr.Bsize)
@@ -473,12 +480,30 @@ func (p *osp) statfs(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	p.mu.free, p.mu.freeKnown = free, true
+	if p.mu.unreachable {
+		p.mu.unreachable = false
+		p.log.Info("mdt: OST back in reach for new objects")
+	}
 	if d := sr.Degraded || sr.Readonly; d != p.mu.degraded {
 		p.mu.degraded = d
 		p.log.Info("mdt: OST state for new objects", "degraded", sr.Degraded, "readonly", sr.Readonly)
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+// isDown reports whether the OST is out of reach (Lustre's LOD skips an
+// OSP whose import is inactive): its last statfs failed, or its import
+// lost the connection it had, or has failed to make its first.
+func (p *osp) isDown() bool {
+	p.mu.Lock()
+	unreachable := p.mu.unreachable
+	p.mu.Unlock()
+	if unreachable {
+		return true
+	}
+	ci := p.imp.Info()
+	return ci.State != ptlrpc.StateFull && (ci.ConnCount > 0 || ci.FailedConnects > 0)
 }
 
 // isDegraded reports whether the OST asked, at its last statfs, to be
