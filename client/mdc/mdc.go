@@ -695,6 +695,12 @@ func (c *Client) Close(ctx context.Context, cred Cred, f *File, lsom *LSOM) erro
 // RPC and transaction; written says the open changed the data, which
 // moves the data version even without lsom (a size the client could not
 // read).
+//
+// A close the MDT has not answered when ctx ends goes on by itself, as
+// Lustre's close RPC is not given up: the open stays open on the MDT until
+// it arrives (an unlinked file's objects, a writer's count that refuses
+// swaps and releases), and a restarted MDT gets the open replayed until
+// then; what it says of the writes (written, the size) must reach it.
 func (c *Client) CloseWritten(ctx context.Context, cred Cred, f *File, lsom *LSOM, written bool, mtime, ctime int64) error {
 	req := &mdsv1.CloseRequest{Cred: credTo(cred), Handle: f.Handle, Fid: fidTo(f.FID), Mtime: mtime, Ctime: ctime, Written: written}
 	if lsom != nil {
@@ -704,16 +710,44 @@ func (c *Client) CloseWritten(ctx context.Context, cred Cred, f *File, lsom *LSO
 		f.Lock.Release()
 		f.Lock = nil
 	}
-	err := c.call(ctx, wire.MDSClose, req, nil, 0)
-	// Forgotten only now: a close cut by an MDT restart is resent after
-	// the open is replayed.
-	c.opensMu.Lock()
-	delete(c.opens, f.Handle)
-	c.opensMu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- c.closeUntilAnswered(ctx, req) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("%w (the close goes on)", ctx.Err())
+	}
 	if err != nil {
 		return fmt.Errorf("mdc: close %v: %w", f.FID, err)
 	}
 	return nil
+}
+
+// closeUntilAnswered sends MDS_CLOSE req until the MDT answers it, or the
+// import ends (closed, or evicted: the MDT ended the client's opens), and
+// then forgets the open: a close cut by an MDT restart is resent after the
+// open is replayed. Each try gets closeTimeout; it keeps ctx's values,
+// not its end.
+func (c *Client) closeUntilAnswered(ctx context.Context, req *mdsv1.CloseRequest) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	for try := 0; ; try++ {
+		if try > 0 {
+			// (A closed import fails the next try at once.)
+			time.Sleep(time.Second)
+		}
+		cctx, cancel := context.WithTimeout(ctx, closeTimeout)
+		err = c.call(cctx, wire.MDSClose, req, nil, 0)
+		cancel()
+		if replied(err) || errors.Is(err, ptlrpc.ErrClosed) || errors.Is(err, ptlrpc.ErrEvicted) {
+			break
+		}
+	}
+	c.opensMu.Lock()
+	delete(c.opens, req.Handle)
+	c.opensMu.Unlock()
+	return err
 }
 
 // readdirReply decodes a page.

@@ -33,6 +33,12 @@ func loopback(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlrpc.Cli
 
 // loopbackServer is loopback, with the MDT's server (to stop it).
 func loopbackServer(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlrpc.Client, *mdt.Server) {
+	return loopbackFaults(t, seqWidth, nil)
+}
+
+// loopbackFaults is loopbackServer whose MDT service has faults armed,
+// and whose import resends after 500 ms at most.
+func loopbackFaults(t *testing.T, seqWidth uint32, faults *ptlrpc.Faults) (*mdc.Client, *mdt.MDT, *ptlrpc.Client, *mdt.Server) {
 	ctx := context.Background()
 	lcfg := lnet.DefaultConfig()
 	lcfg.Logger = quiet
@@ -41,7 +47,7 @@ func loopbackServer(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close(ctx) })
-	srv, err := mdt.NewServer(mdt.ServerConfig{LNet: ln, Logger: quiet})
+	srv, err := mdt.NewServer(mdt.ServerConfig{LNet: ln, Logger: quiet, Faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +59,9 @@ func loopbackServer(t *testing.T, seqWidth uint32) (*mdc.Client, *mdt.MDT, *ptlr
 	c := ptlrpc.NewClient(ln, ptlrpc.ClientConfig{ReplyPortal: ptlrpc.MDCReplyPortal, Logger: quiet})
 	icfg := mdc.ImportConfig("nacre-MDT0000", lwire.ProcessID{NID: lwire.LoNID, PID: ln.PID()})
 	icfg.PingInterval = -1
+	if faults != nil {
+		icfg.MinTimeout, icfg.InitialTimeout, icfg.MaxTimeout = 200*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
+	}
 	imp, err := c.NewImport(icfg)
 	if err != nil {
 		t.Fatal(err)
@@ -139,5 +148,42 @@ func TestFlushClosesWithinDeadline(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d put-off closes not sent", n)) || !strings.Contains(err.Error(), root.String()) {
 		t.Fatalf("flush past its deadline: %v, want the %d closes left named", err, n)
+	}
+}
+
+// TestCloseGoesOn: a close the MDT has not answered when its caller gives
+// up goes on by itself: the MDT ends the open (with what the close says of
+// the writes), and only then does the client forget it (it would be
+// replayed to a restarted MDT meanwhile).
+func TestCloseGoesOn(t *testing.T) {
+	faults := &ptlrpc.Faults{}
+	c, m, _, _ := loopbackFaults(t, 0, faults)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root, err := c.GetRoot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Open(ctx, mdc.Root(), root, "f", syscall.O_CREAT|syscall.O_WRONLY, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.Arm(ptlrpc.FailDropRequest, 1)
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if err := c.CloseWritten(short, mdc.Root(), f, &mdc.LSOM{Size: 12345, Blocks: 32}, true, 0, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close whose request was lost, within 100 ms: %v", err)
+	}
+	if n := c.OpenHandles(); n != 1 {
+		t.Errorf("the open was forgotten before the MDT ended it: %d opens kept", n)
+	}
+	for m.Store().OpenCount(f.FID) != 0 || c.OpenHandles() != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("the close did not go on: the MDT counts %d opens, the client keeps %d", m.Store().OpenCount(f.FID), c.OpenHandles())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a, err := m.Store().Getattr(f.FID); err != nil || a.Size != 12345 {
+		t.Fatalf("after the close: size %d (%v), want the close's 12345", a.Size, err)
 	}
 }
