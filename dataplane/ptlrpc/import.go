@@ -386,6 +386,15 @@ func (imp *Import) Info() ConnInfo {
 	return ci
 }
 
+// OutOfReach reports whether the import has lost the connection it had,
+// or has failed to make its first: not FULL, and not merely connecting
+// for the first time (as a fresh import does).
+func (imp *Import) OutOfReach() bool {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	return imp.mu.state != StateFull && (imp.mu.conn != nil || imp.mu.failedConnects > 0)
+}
+
 // SetServers makes servers the processes that serve the target, the
 // primary first, as the configuration says now (a failover node added
 // with tunefs, a server that moved to another NID): the next connect

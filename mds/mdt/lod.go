@@ -221,8 +221,10 @@ func (m *MDT) allocateComp(ctx context.Context, tmpl layout.Layout, comp int) (*
 	// lod_get_stripecnt cuts it to the active targets (a file over every
 	// OST, -1, is over those in reach). With none in reach the create
 	// waits for them as for empty pools.
-	if up := slices.DeleteFunc(slices.Clone(cands), (*osp).isDown); len(up) > 0 && len(up) < n {
-		cands, n, c = up, len(up), min(c, len(up))
+	if slices.ContainsFunc(cands, (*osp).isDown) {
+		if up := slices.DeleteFunc(slices.Clone(cands), (*osp).isDown); len(up) > 0 {
+			cands, n, c = up, len(up), min(c, len(up))
+		}
 	}
 	order := m.orderOSTs(cands, r.StripeOffset)
 	if r.StripeOffset == layout.AnyOffset {

@@ -499,11 +499,7 @@ func (p *osp) isDown() bool {
 	p.mu.Lock()
 	unreachable := p.mu.unreachable
 	p.mu.Unlock()
-	if unreachable {
-		return true
-	}
-	ci := p.imp.Info()
-	return ci.State != ptlrpc.StateFull && (ci.ConnCount > 0 || ci.FailedConnects > 0)
+	return unreachable || p.imp.OutOfReach()
 }
 
 // isDegraded reports whether the OST asked, at its last statfs, to be
