@@ -606,6 +606,11 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	}
 	targets := make([]objectEnd, len(objs))
 	for i, os := range objs {
+		// Checked before any object is cut: one refused after others
+		// were would leave the file half truncated.
+		if os.Size > osc.MaxObjectSize {
+			return fmt.Errorf("lov: truncate to %d: object %v would hold %d bytes: %w", size, os.Object, os.Size, syscall.EFBIG)
+		}
 		targets[i] = objectEnd{f.objs[os.Component][os.Stripe], os.Size}
 	}
 	return underWriteLocks(ctx, targets, func(l *osc.Lock, from uint64) error { return l.Truncate(ctx, from) })

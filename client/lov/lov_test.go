@@ -769,3 +769,40 @@ func TestStripedReadAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncateLaterComponentFewerStripes: a truncate into a progressive
+// layout's first component empties the objects of a later one rather than
+// extending them to where the size would fall in their own geometry: with
+// one stripe there, that lay past what an object may hold, the truncate
+// failed EFBIG, and the other objects were cut already.
+func TestTruncateLaterComponentFewerStripes(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 1})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	wide, err := c.Striping(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := c.Striping(ctx, 1, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const TiB = 1 << 40
+	f := openFile(t, layout.Layout{Composite: true, Components: []layout.Component{
+		{ID: 1, Pattern: layout.PatternRAID0, Start: 0, End: 32 * TiB, RAID0: wide},
+		{ID: 2, Pattern: layout.PatternRAID0, Start: 32 * TiB, End: layout.EOF, RAID0: one},
+	}}, a)
+	if _, err := f.WriteAt(ctx, []byte("hello"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(ctx, 20*TiB); err != nil {
+		t.Fatalf("truncate to 20 TiB (the layout holds %d bytes): %v", f.MaxBytes(), err)
+	}
+	if size, err := f.Size(ctx); err != nil || size != 20*TiB {
+		t.Fatalf("size after the truncate: %d %v", size, err)
+	}
+	got := make([]byte, 5)
+	if _, err := f.ReadAt(ctx, got, 0); err != nil || string(got) != "hello" {
+		t.Fatalf("data after the truncate: %q %v", got, err)
+	}
+}

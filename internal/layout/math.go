@@ -152,8 +152,15 @@ func (l Layout) Truncate(size uint64) ([]ObjectSize, error) {
 			continue
 		}
 		for si, o := range c.Objects {
-			out = append(out, ObjectSize{Component: ci, Stripe: si, OSTIndex: o.OSTIndex, Object: o.Object,
-				Size: c.StripeObjectSize(si, size)})
+			// A component starting at or past size holds nothing below it:
+			// its objects are emptied, not extended to where size would
+			// fall in them (sparse for nothing, and past what an object
+			// may hold when the component has fewer stripes).
+			end := uint64(0)
+			if c.Start < size {
+				end = c.StripeObjectSize(si, size)
+			}
+			out = append(out, ObjectSize{Component: ci, Stripe: si, OSTIndex: o.OSTIndex, Object: o.Object, Size: end})
 		}
 	}
 	return out, nil

@@ -152,14 +152,15 @@ func TestTruncate(t *testing.T) {
 		{"to 7M", plain(3, MiB), 7 * MiB, map[[2]int]uint64{{0, 0}: 3 * MiB, {0, 1}: 2 * MiB, {0, 2}: 2 * MiB}},
 		{"to 1 byte", plain(3, MiB), 1, map[[2]int]uint64{{0, 0}: 1, {0, 1}: 0, {0, 2}: 0}},
 		// 1.5M lies in component 1; component 0 ([0,1M)) is wholly below
-		// and left alone; component 2 gets sizes in its own geometry.
+		// and left alone; component 2, which starts past it, is emptied
+		// (not extended to where 1.5M falls in its own geometry).
 		{"pfl to 1.5M", pfl(), MiB + MiB/2, map[[2]int]uint64{
 			{1, 0}: MiB, {1, 1}: MiB / 2, // stripe 0 is sparse below 1M
-			{2, 0}: MiB, {2, 1}: MiB / 2, {2, 2}: 0, {2, 3}: 0}},
+			{2, 0}: 0, {2, 1}: 0, {2, 2}: 0, {2, 3}: 0}},
 		// 4M is the end of component 1: it holds byte 4M-1 and so the size.
 		{"pfl to a boundary", pfl(), 4 * MiB, map[[2]int]uint64{
 			{1, 0}: 2 * MiB, {1, 1}: 2 * MiB,
-			{2, 0}: MiB, {2, 1}: MiB, {2, 2}: MiB, {2, 3}: MiB}},
+			{2, 0}: 0, {2, 1}: 0, {2, 2}: 0, {2, 3}: 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
