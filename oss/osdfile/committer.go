@@ -3,6 +3,7 @@ package osdfile
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -261,6 +262,14 @@ func parallel(workers int, jobs []func() error) error {
 // changes from the objects' pending lists (appliedThrough).
 func (d *Device) apply(r *txRecord, unlinked map[string]bool) error {
 	lma := make([]byte, lmaSize)
+	// overwritten are the files this record's journaled writes went to.
+	// Their data reaches the disk before the attributes saying the record
+	// is applied (opAttr, after every other op of the record): the lma is
+	// metadata, which the file system's journal may commit first (ext4
+	// orders data only of newly allocated blocks), and replay skips a
+	// record the lma covers, so a power loss would keep the old bytes of
+	// a write acknowledged durable (LAST_ID, a client's slot).
+	var overwritten []int
 	for _, op := range r.ops {
 		o := op.o
 		o.mu.Lock()
@@ -297,7 +306,16 @@ func (d *Device) apply(r *txRecord, unlinked map[string]bool) error {
 			err = punchFile(fd, op.a, op.b)
 		case opRecord:
 			err = pwriteFull(fd, op.data, int64(op.a))
+			if err == nil && !slices.Contains(overwritten, fd) {
+				overwritten = append(overwritten, fd)
+			}
 		case opAttr:
+			if i := slices.Index(overwritten, fd); i >= 0 {
+				overwritten = slices.Delete(overwritten, i, i+1)
+				if err = ignoreEINTR(func() error { return unix.Fdatasync(fd) }); err != nil {
+					break
+				}
+			}
 			err = ignoreEINTR(func() error { return unix.Fsetxattr(fd, d.xattr, encodeLMA(lma, o.fid, r.lsn, &op.attr), 0) })
 		case opDestroy:
 			err = unix.Unlink(o.path)

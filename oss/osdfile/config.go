@@ -258,8 +258,11 @@ func createJournal(path string, size int64) error {
 			}
 		}
 	}
+	// Generation g's header lives in slot g%2: the first checkpoint
+	// writes generation 2 into the other slot, so a torn write of it
+	// leaves this one in force.
 	h := jheader{gen: 1, startLSN: 1, size: uint64(size)}
-	if err := pwriteFull(fd, h.encode(), 0); err != nil {
+	if err := pwriteFull(fd, h.encode(), int64(h.gen%2)*slotSize); err != nil {
 		return err
 	}
 	return f.Sync()
