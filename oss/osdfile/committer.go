@@ -35,12 +35,19 @@ func (d *Device) commitOnce() bool {
 	if len(batch) == 0 {
 		return false
 	}
+	d.wmu.Lock()
 	err := d.writable()
 	if err == nil {
 		if err = d.commitBatch(batch, bounds); err != nil {
 			d.fail(err)
 		}
 	}
+	if err == nil {
+		// Aborted while it was written (another node serves the store
+		// now, which does not have it): durable for nobody.
+		err = d.writable()
+	}
+	d.wmu.Unlock()
 	// On failure the batch is dropped: it never becomes durable, and its
 	// waiters see the device's error.
 	for _, rec := range batch {
@@ -112,6 +119,12 @@ func (d *Device) commitBatch(batch []*txRecord, bounds []uint64) error {
 	if err := d.syncData(batch); err != nil {
 		return err
 	}
+	if testHookSynced != nil {
+		testHookSynced(d)
+	}
+	if err := d.writable(); err != nil { // aborted meanwhile
+		return err
+	}
 	bytes := 0
 	for _, r := range batch {
 		bytes += len(r.buf)
@@ -143,6 +156,9 @@ func (d *Device) commitBatch(batch []*txRecord, bounds []uint64) error {
 	// references to their objects.
 	unlinked := map[string]bool{}
 	for _, r := range batch {
+		if err := d.writable(); err != nil { // aborted meanwhile
+			return err
+		}
 		if err := d.apply(r, unlinked); err != nil {
 			return err
 		}
@@ -163,6 +179,10 @@ func (d *Device) commitBatch(batch []*txRecord, bounds []uint64) error {
 	}
 	return nil
 }
+
+// testHookSynced, if set (by tests), runs when a batch's data is synced,
+// before its journal record is written.
+var testHookSynced func(d *Device)
 
 // markDurable records that batch is durable and applied, and wakes Sync.
 func (d *Device) markDurable(batch []*txRecord, bounds []uint64) {
@@ -344,6 +364,9 @@ func (d *Device) apply(r *txRecord, unlinked map[string]bool) error {
 // longer needed. Only the committer calls it, or Open and Close while the
 // committer is not running.
 func (d *Device) checkpoint() error {
+	if err := d.writable(); err != nil {
+		return err
+	}
 	if err := d.materializeDurable(); err != nil {
 		return fmt.Errorf("make the files of lazy objects: %w", err)
 	}

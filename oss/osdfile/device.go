@@ -32,6 +32,12 @@ type Device struct {
 	dirfd int // the target directory, for syncfs
 	jfd   int // the journal; its flock marks the target in use
 
+	// wmu is held by the committer while it writes a batch (journal,
+	// store) or checkpoints, each step checking first that the device
+	// is writable; Abort takes it after turning the device read-only, so
+	// it returns only once nothing writes to the store any more.
+	wmu sync.Mutex
+
 	// maxRecord bounds one transaction's journal record.
 	maxRecord int
 
@@ -243,8 +249,14 @@ func (d *Device) writable() error {
 
 // Abort turns the device read-only at once, for err: another node serves
 // its store now (multiple-mount protection found the target taken over),
-// so not one more write may reach it, not even Close's checkpoint.
-func (d *Device) Abort(err error) { d.fail(err) }
+// so not one more write may reach it, not even Close's checkpoint. It
+// returns once the committer's write in progress, if any, has stopped: a
+// batch taken before is dropped at its next step, not made durable.
+func (d *Device) Abort(err error) {
+	d.fail(err)
+	d.wmu.Lock()
+	d.wmu.Unlock()
+}
 
 // fail turns the device read-only after an error it cannot recover from
 // without a restart (the journal replay repairs the store then).

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -636,5 +638,71 @@ func TestLazyObjectsNeedInodes(t *testing.T) {
 		if _, err := os.Stat(objPath(d.dir, fidN(i))); err != nil {
 			t.Fatalf("object %d has no file after close: %v", i, err)
 		}
+	}
+}
+
+// TestAbortStopsTheBatchInFlight: a batch the committer took before Abort
+// is not written after it (multiple-mount protection: another node serves
+// the store now): neither its journal record nor its changes (an unlink)
+// reach the store, and it is durable for nobody. Before, only the next
+// batch checked, so Abort's promise that no write would follow was false.
+func TestAbortStopsTheBatchInFlight(t *testing.T) {
+	d, dir := newTarget(t, 8<<20)
+	keep, victim := fidN(1), fidN(2)
+	mustDo(t, d, func(tx osd.Tx) error {
+		return errors.Join(tx.Create(keep, osd.Attr{}), tx.Create(victim, osd.Attr{}),
+			tx.WriteAt(victim, [][]byte{[]byte("victim")}, 0))
+	})
+	if err := d.Sync(bg); err != nil {
+		t.Fatal(err)
+	}
+	d.jmu.Lock()
+	before := d.jmu.durableLSN
+	d.jmu.Unlock()
+	aborted := make(chan struct{})
+	var early atomic.Bool
+	testHookSynced = func(d *Device) {
+		// The batch's data is synced; Abort comes now, and must wait
+		// for this step rather than return while it goes on.
+		go func() {
+			d.Abort(errors.New("multiple-mount protection: another node serves the target"))
+			close(aborted)
+		}()
+		for d.writable() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		select {
+		case <-aborted:
+			early.Store(true)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { testHookSynced = nil })
+	tx, err := d.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(tx.WriteAt(keep, [][]byte{[]byte("data")}, 0), tx.Destroy(victim)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(bg); err == nil {
+		t.Error("the batch in flight at Abort was made durable")
+	}
+	<-aborted
+	d.Close() // the committer is done with the batch
+	if early.Load() {
+		t.Error("Abort returned while the committer was writing a batch")
+	}
+	if _, err := os.Stat(objPath(dir, victim)); err != nil {
+		t.Errorf("the batch in flight at Abort reached the store: the destroyed object's file: %v", err)
+	}
+	d.jmu.Lock()
+	after := d.jmu.durableLSN
+	d.jmu.Unlock()
+	if after != before {
+		t.Errorf("durable LSN moved from %d to %d after Abort", before, after)
 	}
 }
