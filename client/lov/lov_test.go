@@ -806,3 +806,45 @@ func TestTruncateLaterComponentFewerStripes(t *testing.T) {
 		t.Fatalf("data after the truncate: %q %v", got, err)
 	}
 }
+
+// TestPunchOverDirtyTail: a hole punched (KEEP_SIZE) over the end of a
+// file whose last bytes are still dirty in the writer's cache keeps the
+// size the writer made. The punch dropped those pages unsent, so the OST
+// never learnt the size: once the writer's lock went, the file was cut to
+// the punch's start.
+func TestPunchOverDirtyTail(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 2, Nodes: 2})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	b := newNode(t, c, 1, osc.DefaultConfig())
+	ctx := ctxT(t, time.Minute)
+	l, err := c.PlainLayout(ctx, 1, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, g := openFile(t, l, a), openFile(t, l, b)
+	const size = 100000
+	if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{1}, size), 0); err != nil { // dirty in a's cache
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ctx, 50000, 150000, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b's write calls a's lock back: the size is the OST's from now on.
+	if _, err := g.WriteAt(ctx, []byte{2}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]*lov.File{"writer": f, "other": g} {
+		got := make([]byte, size+10)
+		n, err := h.ReadAt(ctx, got, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		want := append(append([]byte{2}, bytes.Repeat([]byte{1}, 50000-1)...), make([]byte, size-50000)...)
+		if n != size || !bytes.Equal(got[:n], want) {
+			t.Fatalf("%s reads %d bytes after the punch (want %d: ones to 50000, zeros to %d)", name, n, size, size)
+		}
+	}
+}

@@ -64,6 +64,14 @@ func (l *Lock) PunchHole(ctx context.Context, start, end uint64) error {
 			return err
 		}
 	}
+	// The range's last dirty page may hold the object's end, which the
+	// OST has not seen: dropped unsent, it would take the size with it
+	// (the OST keeps its own size, short of what this client wrote).
+	if hi, ok := o.lastDirtyIn(first, last); ok {
+		if err := o.flushPages(ctx, hi, hi); err != nil {
+			return err
+		}
+	}
 	if o.hasUnstable(first, last) {
 		// Written and not committed, those pages would be written again
 		// after an OST restart, and over the hole if it were replayed

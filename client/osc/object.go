@@ -624,6 +624,19 @@ func (o *Object) addDirtyLocked(p *page) {
 	o.mu.dirtyIdx = slices.Insert(idx, i, p.idx)
 }
 
+// lastDirtyIn returns the highest index in [first, last] of an unsent
+// dirty page of o, if there is one.
+func (o *Object) lastDirtyIn(first, last uint64) (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	idx := o.mu.dirtyIdx
+	i := sort.Search(len(idx), func(k int) bool { return idx[k] > last })
+	if i == 0 || idx[i-1] < first {
+		return 0, false
+	}
+	return idx[i-1], true
+}
+
 // undirtyLocked takes an unsent charged page off the dirty list; the
 // caller gives its charge back.
 func (o *Object) undirtyLocked(p *page) {
