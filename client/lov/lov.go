@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/nacrefs/nacre/client/osc"
 	"github.com/nacrefs/nacre/internal/layout"
 	"github.com/nacrefs/nacre/ldlm"
@@ -49,6 +51,32 @@ type File struct {
 	// of it.
 	maxBytes uint64
 	once     sync.Once
+	// io orders the calls of this client's goroutines as the kernel's
+	// inode lock and Lustre's lli_trunc_sem do: reads and writes share
+	// it, a truncate, an append or a punch hold it alone. Extent locks
+	// do not: the lock client lends a lock it holds to every goroutine,
+	// so two appenders took the same offset, and a read that decided the
+	// size before a truncate's cut read zeros from objects cut after.
+	io *semaphore.Weighted
+}
+
+// ioAlone is the weight of io that a call holding it alone takes.
+const ioAlone = 1 << 30
+
+// shared takes f.io along with other readers and writers.
+func (f *File) shared(ctx context.Context) (release func(), err error) {
+	if err := f.io.Acquire(ctx, 1); err != nil {
+		return nil, fmt.Errorf("lov: %w", err)
+	}
+	return func() { f.io.Release(1) }, nil
+}
+
+// alone takes f.io for the caller alone.
+func (f *File) alone(ctx context.Context) (release func(), err error) {
+	if err := f.io.Acquire(ctx, ioAlone); err != nil {
+		return nil, fmt.Errorf("lov: %w", err)
+	}
+	return func() { f.io.Release(ioAlone) }, nil
 }
 
 // Open returns the file with layout l, opening its objects on the OSCs t
@@ -59,7 +87,8 @@ func Open(l layout.Layout, t Targets) (*File, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("lov: open: %w", err)
 	}
-	f := &File{l: l.Clone(), objs: make([][]*osc.Object, len(l.Components)), maxBytes: l.MaxFileSize(osc.MaxObjectSize)}
+	f := &File{l: l.Clone(), objs: make([][]*osc.Object, len(l.Components)), maxBytes: l.MaxFileSize(osc.MaxObjectSize),
+		io: semaphore.NewWeighted(ioAlone)}
 	for ci := range f.l.Components {
 		c := &f.l.Components[ci]
 		if !c.Instantiated() {
@@ -316,6 +345,11 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	done, err := f.shared(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	locks, err := lockPieces(ctx, pieces, true)
 	if err != nil {
 		return 0, err
@@ -353,6 +387,11 @@ func (f *File) read(ctx context.Context, v *osc.Vec, p []byte, off int64) (int, 
 	if err != nil {
 		return 0, err
 	}
+	done, err := f.shared(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	locks, err := lockPieces(ctx, pieces, false)
 	if err != nil {
 		return 0, err
@@ -486,6 +525,15 @@ func (f *File) Fallocate(ctx context.Context, off, n int64, keepSize, punch bool
 	if err != nil || len(pieces) == 0 {
 		return err
 	}
+	take := f.shared
+	if punch { // a reader sees all of the hole or none of it
+		take = f.alone
+	}
+	done, err := take(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	locks, err := lockPieces(ctx, pieces, true)
 	if err != nil {
 		return err
@@ -604,6 +652,11 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err != nil {
 		return fmt.Errorf("lov: truncate to %d: %w", size, err)
 	}
+	done, err := f.alone(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	targets := make([]objectEnd, len(objs))
 	for i, os := range objs {
 		// Checked before any object is cut: one refused after others
@@ -680,6 +733,11 @@ func (f *File) Flush(ctx context.Context) error {
 // came in between: start over from the new size). Then p is written at the
 // size under the held locks, and the locks are released.
 func (f *File) Append(ctx context.Context, p []byte) (int, int64, error) {
+	done, err := f.alone(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer done()
 	size, err := f.Size(ctx)
 	if err != nil {
 		return 0, 0, err

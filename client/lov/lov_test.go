@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -847,4 +848,93 @@ func TestPunchOverDirtyTail(t *testing.T) {
 			t.Fatalf("%s reads %d bytes after the punch (want %d: ones to 50000, zeros to %d)", name, n, size, size)
 		}
 	}
+}
+
+// TestOneClientAppendsAndTruncates: the goroutines of one client are
+// ordered as the kernel's inode lock orders a local file's callers: two
+// appenders never take the same offset, and a read that races a truncate
+// returns the file before it or after it, never zeros from objects cut
+// after the read decided the size. Extent locks alone did not order
+// them: the lock client lends a lock it holds to every goroutine.
+func TestOneClientAppendsAndTruncates(t *testing.T) {
+	c := startCluster(t, clienttest.Options{OSTs: 4, Nodes: 1})
+	a := newNode(t, c, 0, osc.DefaultConfig())
+	ctx := ctxT(t, 2*time.Minute)
+	l, err := c.PlainLayout(ctx, 4, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("appends", func(t *testing.T) {
+		f := openFile(t, l, a)
+		const workers, per = 4, 100
+		type rec struct {
+			at   int64
+			data []byte
+		}
+		recs := make([][]rec, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range per {
+					p := bytes.Repeat([]byte(fmt.Sprintf("<%d:%03d>", w, i)), 1+(w*per+i)%40)
+					_, at, err := f.Append(ctx, p)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					recs[w] = append(recs[w], rec{at, p})
+				}
+			})
+		}
+		wg.Wait()
+		size, err := f.Size(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		content := make([]byte, size)
+		if _, err := f.ReadAt(ctx, content, 0); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		total := int64(0)
+		for w := range recs {
+			for i, r := range recs[w] {
+				total += int64(len(r.data))
+				if end := r.at + int64(len(r.data)); end > size || !bytes.Equal(content[r.at:end], r.data) {
+					t.Fatalf("append %d of goroutine %d at %d: overwritten", i, w, r.at)
+				}
+			}
+		}
+		if total != size {
+			t.Fatalf("appends of %d bytes made a file of %d", total, size)
+		}
+	})
+	t.Run("read-races-truncate", func(t *testing.T) {
+		f := openFile(t, l, a)
+		const full = 1 << 20
+		content := make([]byte, full)
+		for i := range content {
+			content[i] = byte(i*7 + 1) // never 0
+		}
+		buf := make([]byte, full+4096)
+		for round := range 50 {
+			if _, err := f.WriteAt(ctx, content, 0); err != nil {
+				t.Fatal(err)
+			}
+			cut := (round*7919 + 1) % (full / 2)
+			var wg sync.WaitGroup
+			var terr error
+			wg.Go(func() { terr = f.Truncate(ctx, int64(cut)) })
+			n, err := f.ReadAt(ctx, buf, 0)
+			wg.Wait()
+			if terr != nil {
+				t.Fatal(terr)
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			if (n != full && n != cut) || !bytes.Equal(buf[:n], content[:n]) {
+				t.Fatalf("round %d: a read racing a truncate to %d of %d bytes read %d, not the file before or after it", round, cut, full, n)
+			}
+		}
+	})
 }
