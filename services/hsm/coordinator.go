@@ -171,12 +171,13 @@ type agent struct {
 	out      chan *hsmv1.AgentResponse // bounded: max actions + acks
 	stop     context.CancelFunc
 	actions  map[uint64]bool // started actions given to it (guarded by Coordinator.mu)
-	// canceled are the actions taken back from it (timed out) whose
-	// cancel it has not answered yet, with when to stop waiting for that
-	// (guarded by Coordinator.mu): not given back to it until then, as
-	// the attempt it still runs would take the new one for itself, and
-	// its report of the cancel end it.
-	canceled map[uint64]int64
+	// canceled are the actions taken back from it (timed out, or
+	// canceled) whose cancel it has not answered yet (guarded by
+	// Coordinator.mu): not given back to it until then, as the attempt it
+	// still runs would take the new one for itself, and its report of the
+	// cancel end it; and their files take no other action meanwhile, as
+	// the attempt may still write the archive.
+	canceled map[uint64]canceledAttempt
 	// ok and errors count the actions it finished in this session, well
 	// and not (guarded by Coordinator.mu).
 	ok, errors uint64
@@ -449,9 +450,7 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 		}
 		old := proto.Clone(a).(*hsmv1.Action)
 		if ag := c.mu.agents[a.Agent]; ag != nil {
-			delete(ag.actions, a.Id)
-			ag.canceled[a.Id] = now + c.activeTimeout.Load()
-			c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
+			c.takeBackLocked(ag, a, now)
 		}
 		if int(a.Attempts) >= c.cfg.MaxAttempts {
 			a.State, a.Error = hsmv1.ActionState_ACTION_STATE_FAILED, fmt.Sprintf("timed out %d times", a.Attempts)
@@ -468,11 +467,21 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 	// One action at a time per file: a remove of the archive copy beside
 	// an archive of the file could delete the copy the archive then
 	// records as current, or a release beside a remove leave the file
-	// with no data anywhere. The others wait their turn.
+	// with no data anywhere. The others wait their turn, also for an
+	// attempt canceled but not ended yet.
 	busy := map[string]bool{}
 	for _, id := range ids {
 		if a := c.mu.actions[id]; a.State == hsmv1.ActionState_ACTION_STATE_STARTED {
 			busy[fidKey(a.Fid)] = true
+		}
+	}
+	for _, ag := range c.mu.agents {
+		for id, ca := range ag.canceled {
+			if now >= ca.until {
+				delete(ag.canceled, id)
+				continue
+			}
+			busy[ca.file] = true
 		}
 	}
 	for _, id := range ids {
@@ -500,6 +509,22 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 	return nil
 }
 
+// canceledAttempt is an attempt an agent was told to cancel: the file it
+// is on (fidKey) and until when the coordinator waits for its end.
+type canceledAttempt struct {
+	file  string
+	until int64
+}
+
+// takeBackLocked takes action a from agent ag and tells it to cancel the
+// attempt, which counts as running on a's file until the agent reports
+// its end, its session ends, or an active request timeout passes.
+func (c *Coordinator) takeBackLocked(ag *agent, a *hsmv1.Action, now int64) {
+	delete(ag.actions, a.Id)
+	ag.canceled[a.Id] = canceledAttempt{file: fidKey(a.Fid), until: now + c.activeTimeout.Load()}
+	c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
+}
+
 // pickLocked returns the least loaded agent with room that serves a's
 // archive, nil if none.
 func (c *Coordinator) pickLocked(a *hsmv1.Action) *agent {
@@ -509,8 +534,8 @@ func (c *Coordinator) pickLocked(a *hsmv1.Action) *agent {
 		if !ag.serves(a.ArchiveId) || len(ag.actions) >= ag.max {
 			continue
 		}
-		if until, ok := ag.canceled[a.Id]; ok {
-			if now < until {
+		if ca, ok := ag.canceled[a.Id]; ok {
+			if now < ca.until {
 				continue
 			}
 			delete(ag.canceled, a.Id)
@@ -665,8 +690,7 @@ func (c *Coordinator) cancelOneLocked(ctx context.Context, a *hsmv1.Action, now 
 		return err
 	}
 	if ag := c.mu.agents[a.Agent]; ag != nil && ag.actions[a.Id] {
-		delete(ag.actions, a.Id)
-		c.sendLocked(ag, &hsmv1.AgentResponse{Msg: &hsmv1.AgentResponse_Cancel{Cancel: &hsmv1.Cancel{Id: a.Id}}})
+		c.takeBackLocked(ag, a, now)
 	}
 	return nil
 }
@@ -1011,7 +1035,7 @@ func (c *Coordinator) Agent(stream grpc.BidiStreamingServer[hsmv1.AgentRequest, 
 	}
 	mx = min(mx, 1024)
 	ag := &agent{uuid: reg.Uuid, archives: reg.ArchiveIds, max: mx, out: make(chan *hsmv1.AgentResponse, 2*mx+16), stop: cancel,
-		actions: map[uint64]bool{}, canceled: map[uint64]int64{}}
+		actions: map[uint64]bool{}, canceled: map[uint64]canceledAttempt{}}
 	c.mu.Lock()
 	if err := c.leaderLocked(); err != nil {
 		c.mu.Unlock()

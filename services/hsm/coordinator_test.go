@@ -600,3 +600,75 @@ func TestTimedOutActionRetriedOnSameAgent(t *testing.T) {
 		t.Fatalf("action %v, %v; handler ran %d times: want 2 attempts, 2 runs", a, err, calls)
 	}
 }
+
+// heldFirst holds its first action until release (whatever its context
+// says: a copytool slow to notice the cancel), does the others at once,
+// and counts the actions it runs at once.
+type heldFirst struct {
+	started, release chan struct{}
+	mu               sync.Mutex
+	calls, running   int
+	most             int
+}
+
+func (h *heldFirst) Handle(ctx context.Context, a *hsmv1.Action, progress func(done, total uint64)) (string, error) {
+	h.mu.Lock()
+	h.calls++
+	h.running++
+	h.most = max(h.most, h.running)
+	first := h.calls == 1
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.running--
+		h.mu.Unlock()
+	}()
+	if first {
+		close(h.started)
+		<-h.release
+		return "", ctx.Err()
+	}
+	return "sum", nil
+}
+
+// TestCanceledAttemptHoldsItsFile: a canceled action's file takes no other
+// action until the agent has ended the canceled attempt, which may still
+// write the archive: a remove canceled after it told the MDT could delete
+// the copy a new archive made, or an archive canceled late rename a stale
+// copy over the current one. The action was CANCELED at once, and the
+// file free for the next.
+func TestCanceledAttemptHoldsItsFile(t *testing.T) {
+	_, addrs, hc := startWithClient(t, 1, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := &heldFirst{started: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(h.release) }) }
+	defer release()
+	runAgentWith(t, addrs, "only", h, 1)
+	f := fid.FID{Seq: 0x200000400, Oid: 12}
+	if _, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, f); err != nil {
+		t.Fatal(err)
+	}
+	<-h.started
+	if _, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_CANCEL, 1, f); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // dispatch had its chances
+	if a, err := hc.Action(ctx, ids[0]); err != nil || a.State != hsmv1.ActionState_ACTION_STATE_WAITING {
+		t.Fatalf("the next action on the file while the canceled one still runs: %v %v, want WAITING", a, err)
+	}
+	release()
+	if err := hc.Wait(ctx, ids[0]); err != nil {
+		t.Fatalf("the next action once the canceled attempt ended: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.most != 1 || h.calls != 2 {
+		t.Fatalf("the agent ran %d actions, %d at once: want 2, one at a time", h.calls, h.most)
+	}
+}
