@@ -79,7 +79,7 @@ func New(cfg Config) (*Copytool, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Copytool{fs: cfg.FS, root: cfg.Root, log: cfg.Logger}, nil
+	return &Copytool{fs: cfg.FS, root: filepath.Clean(cfg.Root), log: cfg.Logger}, nil
 }
 
 // Path returns where f's archive copy lives.
@@ -170,11 +170,23 @@ func (ct *Copytool) Archive(ctx context.Context, f fid.FID, archiveID uint32, pr
 		return "", fmt.Errorf("posix: archive %v: changed while copied (data version %d → %d): %w", f, st.DataVersion, after.DataVersion, syscall.EBUSY)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	if err := os.WriteFile(dst+".sha256", []byte(sum+"\n"), 0o644); err != nil {
+	// Canceled (the coordinator may give the file to another action once
+	// this attempt ends), nothing goes under the final names.
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if err := writeFileSync(dst+".sha256", []byte(sum+"\n")); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
+	}
+	// The copy's name, and the directories made for it, are durable
+	// before the MDT hears of the copy: a release may destroy the file's
+	// objects right after, and a power loss of the archive's host would
+	// then leave the file's data nowhere.
+	if err := ct.syncDirs(filepath.Dir(dst)); err != nil {
+		return "", fmt.Errorf("posix: archive %v: %w", f, err)
 	}
 	ct.linkShadow(ctx, f)
 	if _, err := ct.fs.HSMProgress(ctx, f, client.HSMActionArchive, archiveID, st.DataVersion); err != nil {
@@ -287,6 +299,9 @@ func (ct *Copytool) Remove(ctx context.Context, f fid.FID) error {
 			return fmt.Errorf("posix: remove the archive copy of %v: %w", f, err)
 		}
 	}
+	if err := ctx.Err(); err != nil { // canceled: the copy may be another action's now
+		return err
+	}
 	p := ct.Path(f)
 	ct.unlinkShadow(f)
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -294,6 +309,44 @@ func (ct *Copytool) Remove(ctx context.Context, f fid.FID) error {
 	}
 	os.Remove(p + ".sha256")
 	return nil
+}
+
+// writeFileSync writes data to path durably: into a temporary file that
+// is synced and then renamed over path (whose directory the caller syncs).
+func writeFileSync(path string, data []byte) error {
+	t, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(t.Name())
+	defer t.Close()
+	if _, err := t.Write(data); err != nil {
+		return err
+	}
+	if err := t.Sync(); err != nil {
+		return err
+	}
+	return os.Rename(t.Name(), path)
+}
+
+// syncDirs syncs dir and each directory above it up to the archive's
+// root: entries made or renamed there, and directories MkdirAll made.
+func (ct *Copytool) syncDirs(dir string) error {
+	for {
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", dir, err)
+		}
+		if dir == ct.root || !strings.HasPrefix(dir, ct.root+string(filepath.Separator)) {
+			return nil
+		}
+		dir = filepath.Dir(dir)
+	}
 }
 
 // testHookRemoving, if set (by tests), runs when Remove has found f not
