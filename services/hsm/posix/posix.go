@@ -210,7 +210,13 @@ func (ct *Copytool) Restore(ctx context.Context, f fid.FID, progress func(done, 
 	if err != nil {
 		return "", err
 	}
-	want, _ := os.ReadFile(p + ".sha256")
+	// A copy without a checksum file (archived by another tool) is not
+	// checked; one whose checksum cannot be read is not restored
+	// unchecked.
+	want, err := os.ReadFile(p + ".sha256")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("posix: restore %v: checksum: %w", f, err)
+	}
 	a, err := ct.fs.Getattr(ctx, client.Root(), f)
 	if err != nil {
 		return "", err

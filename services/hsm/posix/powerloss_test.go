@@ -106,3 +106,43 @@ func mountExt4(t *testing.T, img, mnt string) (umount func()) {
 	t.Cleanup(umount)
 	return umount
 }
+
+// TestRestoreRefusesUnreadableChecksum: a restore whose checksum file
+// cannot be read fails rather than restore the copy unchecked: a damaged
+// copy came back as the file's data. (A copy without a checksum file is
+// restored unchecked, as another tool's copies are.)
+func TestRestoreRefusesUnreadableChecksum(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
+	user := c.Mount(0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ct, err := posixNew(c.Mount(1), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := makeFiles(t, ctx, user, "u", 1, 5000)[0]
+	if _, err := ct.Archive(ctx, f, 1, func(uint64, uint64) {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
+		t.Fatal(err)
+	}
+	p := ct.Path(f)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1 // the copy damaged
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p + ".sha256"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(p+".sha256", 0o755); err != nil { // and its checksum unreadable
+		t.Fatal(err)
+	}
+	if _, err := ct.Restore(ctx, f, func(uint64, uint64) {}); err == nil {
+		t.Fatal("a damaged copy whose checksum could not be read was restored")
+	}
+}
