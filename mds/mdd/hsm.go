@@ -207,6 +207,7 @@ func (t *tx) hsmRelease(f fid.FID, size uint64) (HSM, bool, error) {
 //
 //   - HSMActionArchive: EXISTS|ARCHIVED in archiveID, ArchivedVersion dv;
 //     DIRTY unless dv is the file's DataVersion; EPERM on NOARCHIVE;
+//     ESTALE for dv older than the ArchivedVersion recorded;
 //   - HSMActionRestore: RELEASED and DIRTY cleared, DataVersion back to
 //     the archive's (the copytool's writes were the archive's data);
 //     EINVAL if f is not released or its layout has no objects;
@@ -242,6 +243,11 @@ func (t *tx) progress(f fid.FID, action, archiveID uint32, dv uint64) (HSM, erro
 		}
 		if archiveID == 0 {
 			return HSM{}, fail(syscall.EINVAL, "archive of %v: archive id 0", f)
+		}
+		if h.Flags&HSMArchived != 0 && dv < h.ArchivedVersion {
+			// A late report of an older copy (an attempt canceled and
+			// then overtaken) does not pass for the current one.
+			return HSM{}, fail(syscall.ESTALE, "archive of %v: data version %d, older than the archived %d", f, dv, h.ArchivedVersion)
 		}
 		h.Flags |= HSMExists | HSMArchived
 		h.Flags &^= HSMLost

@@ -60,6 +60,13 @@ func TestHSMRules(t *testing.T) {
 	if h, err := s.HSMProgress(root, f, HSMActionArchive, 1, 2); err != nil || h.Flags != HSMExists|HSMArchived {
 		t.Fatalf("current archive: %+v %v", h, err)
 	}
+	// A late report of a copy older than the one recorded (an attempt
+	// canceled, then overtaken) is refused and changes nothing.
+	_, err = s.HSMProgress(root, f, HSMActionArchive, 1, 1)
+	wantErrno(t, "archive report older than the recorded copy", err, syscall.ESTALE)
+	if h := state(); h.Flags != HSMExists|HSMArchived || h.ArchivedVersion != 2 {
+		t.Fatalf("after a stale archive report: %+v", h)
+	}
 	if _, err := s.OpenFile(root, f, OpenReadOnly); err != nil {
 		t.Fatal(err)
 	}
