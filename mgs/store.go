@@ -313,6 +313,10 @@ type Lease struct {
 // maxRegisterAttempts bounds the retries of an index race.
 const maxRegisterAttempts = 64
 
+// MaxTargetNIDs bounds a target's NIDs, and its failover NIDs (Lustre's
+// MTI_NIDS_MAX).
+const MaxTargetNIDs = 32
+
 func (s *Store) validateRegistration(r *Registration) error {
 	if err := ValidateFSName(r.FSName); err != nil {
 		return err
@@ -330,6 +334,12 @@ func (s *Store) validateRegistration(r *Registration) error {
 	}
 	if len(r.NIDs) == 0 {
 		return errs.Errorf(errs.Invalid, "target of %s has no NIDs", r.FSName)
+	}
+	// Every client's configuration carries every target's NIDs: without a
+	// bound, one server's list could make it too large to fetch, for
+	// every mount and registration.
+	if len(r.NIDs) > MaxTargetNIDs || len(r.FailoverNIDs) > MaxTargetNIDs {
+		return errs.Errorf(errs.Invalid, "target of %s: %d NIDs and %d failover NIDs; the limit is %d each", r.FSName, len(r.NIDs), len(r.FailoverNIDs), MaxTargetNIDs)
 	}
 	for _, list := range [][]string{r.NIDs, r.FailoverNIDs} {
 		for _, n := range list {

@@ -195,6 +195,8 @@ func TestRegisterTarget(t *testing.T) {
 		{"no nids", Registration{FSName: "fs1", Kind: KindOST}, errs.Invalid},
 		{"bad nid", ost("fs1", nil, "1.2.3.4"), errs.Invalid},
 		{"bad nid net", ost("fs1", nil, "1.2.3.4@ethernet"), errs.Invalid},
+		{"too many nids", Registration{FSName: "fs1", Kind: KindOST, NIDs: manyNIDs(MaxTargetNIDs + 1)}, errs.Invalid},
+		{"too many failover nids", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, FailoverNIDs: manyNIDs(MaxTargetNIDs + 1)}, errs.Invalid},
 		{"bad kind", Registration{FSName: "fs1", Kind: 9, NIDs: []string{"0@lo"}}, errs.Invalid},
 		{"bad uuid", Registration{FSName: "fs1", Kind: KindOST, NIDs: []string{"0@lo"}, UUID: "not-a-uuid"}, errs.Invalid},
 		// The admin API and the gateway put the status address in URLs
@@ -293,6 +295,20 @@ func TestParams(t *testing.T) {
 	cfg, err := f.s.GetConfig(ctx, "fs1")
 	if err != nil || len(cfg.Params) != len(good) {
 		t.Fatalf("config params %d, want %d (%v)", len(cfg.Params), len(good), err)
+	}
+	// A target spelled otherwise than targets name themselves (hex case,
+	// padding) is stored as they do: else no target would ever match it.
+	for _, spelled := range []string{"fs1.OSTa.osc.max_dirty_mb", "fs1.OST000A.osc.max_dirty_mb", "fs1.OST00000a.osc.max_dirty_mb"} {
+		p, err := f.s.SetParam(ctx, spelled, "256")
+		if err != nil || p.Name != "fs1.OST000a.osc.max_dirty_mb" {
+			t.Fatalf("set %s: stored as %q (%v), want fs1.OST000a.osc.max_dirty_mb", spelled, p.Name, err)
+		}
+		if p, err := f.s.GetParam(ctx, spelled); err != nil || p.Value != "256" {
+			t.Fatalf("get %s: %+v %v", spelled, p, err)
+		}
+	}
+	if err := f.s.DeleteParam(ctx, "fs1.OST000A.osc.max_dirty_mb"); err != nil {
+		t.Fatal(err)
 	}
 
 	before := f.snapshot(t)
@@ -572,4 +588,13 @@ func TestConcurrentRegistration(t *testing.T) {
 			t.Fatalf("param of goroutine %d: %+v %v", i, p, err)
 		}
 	}
+}
+
+// manyNIDs returns n distinct NIDs.
+func manyNIDs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.1.%d.%d@tcp", i/250, i%250+1)
+	}
+	return out
 }
