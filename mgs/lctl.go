@@ -51,7 +51,7 @@ import (
 // are errs.Invalid and say what was expected.
 func PersistentName(name string) (string, error) {
 	if n, err := ParseParamName(name); err == nil {
-		return n.FS + "." + n.Target + "." + n.Param, nil
+		return n.String(), nil
 	}
 	comps := strings.Split(strings.ReplaceAll(name, "/", "."), ".")
 	var out string
@@ -80,7 +80,7 @@ func PersistentName(name string) (string, error) {
 	if err != nil {
 		return "", errs.Errorf(errs.Invalid, "%s (stored as %s): %w", name, out, err)
 	}
-	return n.FS + "." + n.Target + "." + n.Param, nil
+	return n.String(), nil
 }
 
 // splitDevice returns the filesystem and target of a device name as
@@ -152,5 +152,5 @@ func ConfParamName(name string) (string, error) {
 	if err != nil {
 		return "", errs.Errorf(errs.Invalid, "%s (stored as %s): %w", name, out, err)
 	}
-	return n.FS + "." + n.Target + "." + n.Param, nil
+	return n.String(), nil
 }

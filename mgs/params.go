@@ -128,6 +128,9 @@ type ParamName struct {
 	Spec              ParamSpec
 }
 
+// String is the name as stored: FSNAME.TARGET.PARAM.
+func (p ParamName) String() string { return p.FS + "." + p.Target + "." + p.Param }
+
 // MatchesFS reports whether the name's filesystem pattern covers fsname.
 func (p ParamName) MatchesFS(fsname string) bool {
 	ok, _ := path.Match(p.FS, fsname)
@@ -153,37 +156,42 @@ func ParseParamName(name string) (ParamName, error) {
 	if !ok {
 		return ParamName{}, errs.Errorf(errs.Invalid, "parameter %q: unknown parameter %q", name, param)
 	}
-	if err := checkTarget(target, spec); err != nil {
+	target, err := checkTarget(target, spec)
+	if err != nil {
 		return ParamName{}, errs.Errorf(errs.Invalid, "parameter %q: %w", name, err)
 	}
 	return ParamName{FS: fs, Target: target, Param: param, Spec: spec}, nil
 }
 
-func checkTarget(target string, spec ParamSpec) error {
+// checkTarget checks a parameter's target against its scope and returns
+// it as targets name themselves: OST000a for OSTa, OST000A or OST00000a,
+// which no target would match (servers and clients compare names).
+func checkTarget(target string, spec ParamSpec) (string, error) {
 	if err := checkGlob(target, "target"); err != nil {
-		return err
+		return "", err
 	}
 	switch spec.Scope {
 	case ScopeOST, ScopeMDT:
 		if target == "*" {
-			return nil
+			return target, nil
 		}
 		prefix := spec.Scope.String()
 		if !strings.HasPrefix(target, prefix) {
-			return errs.Errorf(errs.Invalid, "%s applies to %s targets; target %q should be %s0000, %s* or *", spec.Name, prefix, target, prefix, prefix)
+			return "", errs.Errorf(errs.Invalid, "%s applies to %s targets; target %q should be %s0000, %s* or *", spec.Name, prefix, target, prefix, prefix)
 		}
 		if !hasMeta(target) {
-			k, _, err := ParseTargetName("", target)
+			k, idx, err := ParseTargetName("", target)
 			if err != nil || k.String() != prefix {
-				return errs.Errorf(errs.Invalid, "bad target %q for %s (want e.g. %s0003)", target, spec.Name, prefix)
+				return "", errs.Errorf(errs.Invalid, "bad target %q for %s (want e.g. %s0003)", target, spec.Name, prefix)
 			}
+			return TargetName(k, idx), nil
 		}
 	case ScopeClient, ScopeSys:
 		if target != "*" && target != spec.Scope.String() {
-			return errs.Errorf(errs.Invalid, "%s applies to %s; target %q should be %q", spec.Name, spec.Scope, target, spec.Scope.String())
+			return "", errs.Errorf(errs.Invalid, "%s applies to %s; target %q should be %q", spec.Name, spec.Scope, target, spec.Scope.String())
 		}
 	}
-	return nil
+	return target, nil
 }
 
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }

@@ -200,6 +200,7 @@ func (s *Store) SetParam(ctx context.Context, name, value string) (Param, error)
 	if err != nil {
 		return Param{}, err
 	}
+	name = pn.String() // as targets name themselves
 	v, err := pn.Spec.NormalizeValue(value)
 	if err != nil {
 		return Param{}, errs.Errorf(errs.Invalid, "set_param %s: %w", name, err)
@@ -225,9 +226,11 @@ func (s *Store) SetParam(ctx context.Context, name, value string) (Param, error)
 
 // GetParam returns one stored parameter by its exact name (globs included).
 func (s *Store) GetParam(ctx context.Context, name string) (Param, error) {
-	if _, err := ParseParamName(name); err != nil {
+	pn, err := ParseParamName(name)
+	if err != nil {
 		return Param{}, err
 	}
+	name = pn.String()
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(ctx, s.paramKey(name))
@@ -242,9 +245,11 @@ func (s *Store) GetParam(ctx context.Context, name string) (Param, error) {
 
 // DeleteParam removes a stored parameter (lctl set_param -P -d).
 func (s *Store) DeleteParam(ctx context.Context, name string) error {
-	if _, err := ParseParamName(name); err != nil {
+	pn, err := ParseParamName(name)
+	if err != nil {
 		return err
 	}
+	name = pn.String()
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Delete(ctx, s.paramKey(name))
