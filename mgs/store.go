@@ -108,8 +108,13 @@ type Target struct {
 	Index        uint32   `json:"index"`
 	NIDs         []string `json:"nids"`
 	FailoverNIDs []string `json:"failover_nids,omitempty"`
-	Path         string   `json:"path,omitempty"`
-	UUID         string   `json:"uuid"`
+	// MovedFrom are the NIDs of the server the target last moved from,
+	// when the server serving it does not list them itself (a partner of
+	// mkfs --failnode knows only the other partners): kept among the
+	// failover NIDs as long as that server registers it.
+	MovedFrom []string `json:"moved_from,omitempty"`
+	Path      string   `json:"path,omitempty"`
+	UUID      string   `json:"uuid"`
 	// StatusAddr is the HTTP status port (HOST:PORT) of the server
 	// process serving the target, where its live state and metrics are.
 	StatusAddr string `json:"status_addr,omitempty"`
@@ -398,6 +403,11 @@ func (s *Store) RegisterTarget(ctx context.Context, r Registration) (Target, Lea
 	return Target{}, Lease{}, FSConfig{}, errs.Errorf(errs.Unavailable, "register %s %s: gave up after %d index races", r.FSName, r.Kind, maxRegisterAttempts)
 }
 
+// sameNIDs reports whether a and b hold the same NIDs.
+func sameNIDs(a, b []string) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(n string) bool { return !slices.Contains(b, n) })
+}
+
 func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease, error) {
 	existing, _, err := s.listTargets(ctx, r.FSName)
 	if err != nil {
@@ -433,20 +443,30 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 		}
 	}
 
-	failover := r.FailoverNIDs
-	if prev != nil && slices.ContainsFunc(r.NIDs, func(n string) bool { return slices.Contains(prev.FailoverNIDs, n) }) {
+	var movedFrom []string
+	switch {
+	case prev != nil && slices.ContainsFunc(r.NIDs, func(n string) bool { return slices.Contains(prev.FailoverNIDs, n) }):
 		// A failover target moving to a partner: the server it left stays
 		// a failover NID (with --failnode only the partners are in the
 		// identity), so clients can go back to it. Only that one: what it
 		// had before is dropped, so the list stays what the pair is.
-		failover = nil
-		for _, n := range slices.Concat(r.FailoverNIDs, prev.NIDs) {
-			if !slices.Contains(r.NIDs, n) && !slices.Contains(failover, n) {
-				failover = append(failover, n)
+		for _, n := range prev.NIDs {
+			if !slices.Contains(r.FailoverNIDs, n) && !slices.Contains(r.NIDs, n) {
+				movedFrom = append(movedFrom, n)
 			}
 		}
+	case prev != nil && sameNIDs(r.NIDs, prev.NIDs):
+		// The same server again (a lost lease, a restart): the server it
+		// moved from stays, which its identity does not list.
+		movedFrom = prev.MovedFrom
 	}
-	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: failover, Path: r.Path, UUID: r.UUID,
+	var failover []string
+	for _, n := range slices.Concat(r.FailoverNIDs, movedFrom) {
+		if !slices.Contains(r.NIDs, n) && !slices.Contains(failover, n) {
+			failover = append(failover, n)
+		}
+	}
+	t := Target{FSName: r.FSName, Kind: r.Kind, Index: idx, NIDs: r.NIDs, FailoverNIDs: failover, MovedFrom: movedFrom, Path: r.Path, UUID: r.UUID,
 		StatusAddr: r.StatusAddr, StatusToken: r.StatusToken}
 	if t.UUID == "" {
 		t.UUID = uuid.NewString()
