@@ -249,10 +249,14 @@ func (s *Store) DeleteParam(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	name = pn.String()
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	resp, err := s.cli.Delete(ctx, s.paramKey(name))
+	resp, err := s.cli.Delete(ctx, s.paramKey(pn.String()))
+	if err == nil && resp.Deleted == 0 && name != pn.String() {
+		// Stored as spelled, before names were stored as targets name
+		// themselves: it goes too.
+		resp, err = s.cli.Delete(ctx, s.paramKey(name))
+	}
 	if err != nil {
 		return s.etcdErr("delete param "+name, err)
 	}

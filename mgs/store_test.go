@@ -312,6 +312,17 @@ func TestParams(t *testing.T) {
 	if err := f.s.DeleteParam(ctx, "fs1.OST000A.osc.max_dirty_mb"); err != nil {
 		t.Fatal(err)
 	}
+	// One stored as spelled before that can still be deleted.
+	legacy := "fs1.OSTb.osc.max_dirty_mb"
+	if _, err := f.s.cli.Put(ctx, f.s.paramKey(legacy), "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.DeleteParam(ctx, legacy); err != nil {
+		t.Fatalf("delete %s stored as spelled: %v", legacy, err)
+	}
+	if resp, err := f.s.cli.Get(ctx, f.s.paramKey(legacy)); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("%s after its delete: %v %v", legacy, resp, err)
+	}
 
 	before := f.snapshot(t)
 	bad := []struct {
