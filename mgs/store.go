@@ -167,6 +167,11 @@ func (s *Store) liveKey(fs, name string) string   { return s.livePrefix(fs) + na
 func (s *Store) poolKey(fs, pool string) string   { return s.poolsPrefix(fs) + pool }
 func (s *Store) paramKey(name string) string      { return s.paramsPrefix() + name }
 
+// uuidKey names the target a UUID is registered as, so that a UUID is
+// under one index only (two first registrations racing are told apart
+// in the same transaction as their targets' keys).
+func (s *Store) uuidKey(fs, uuid string) string { return s.prefix + "uuids/" + fs + "/" + uuid }
+
 // call bounds one etcd round trip by the request timeout.
 func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
@@ -472,12 +477,13 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 		t.UUID = uuid.NewString()
 	}
 	t.RegisterTime = time.Now().UTC().Truncate(time.Millisecond)
-	key := s.targetKey(r.FSName, t.Name())
-	var guard clientv3.Cmp
+	key, ukey := s.targetKey(r.FSName, t.Name()), s.uuidKey(r.FSName, t.UUID)
+	var guard []clientv3.Cmp
 	if prev != nil {
-		guard = clientv3.Compare(clientv3.ModRevision(key), "=", prev.Revision)
+		guard = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", prev.Revision)}
 	} else {
-		guard = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(ukey), "=", 0)}
 	}
 
 	cctx, cancel := s.call(ctx)
@@ -488,16 +494,17 @@ func (s *Store) tryRegister(ctx context.Context, r Registration) (Target, Lease,
 	}
 	live := mustJSON(liveRecord{Lease: int64(grant.ID), NIDs: t.NIDs})
 	resp, err := s.cli.Txn(cctx).
-		If(guard).
-		Then(clientv3.OpPut(key, mustJSON(t)), clientv3.OpPut(s.liveKey(r.FSName, t.Name()), live, clientv3.WithLease(grant.ID))).
+		If(guard...).
+		Then(clientv3.OpPut(key, mustJSON(t)), clientv3.OpPut(ukey, t.Name()), clientv3.OpPut(s.liveKey(r.FSName, t.Name()), live, clientv3.WithLease(grant.ID))).
 		Commit()
 	if err != nil || !resp.Succeeded {
 		s.revoke(grant.ID)
 		if err != nil {
 			return Target{}, Lease{}, s.etcdErr("register "+t.Label(), err)
 		}
-		// Another registrant wrote the key between our read and our write.
-		// Read again: an explicit index then reports Exist with the winner.
+		// Another registrant wrote the key (or took the UUID) between our
+		// read and our write. Read again: an explicit index or the UUID
+		// then reports Exist with the winner.
 		return Target{}, Lease{}, errs.Errorf(errs.Conflict, "index %d raced", idx)
 	}
 	t.Up = true

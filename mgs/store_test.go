@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nacrefs/nacre/internal/errs"
@@ -610,4 +611,32 @@ func manyNIDs(n int) []string {
 		out[i] = fmt.Sprintf("10.1.%d.%d@tcp", i/250, i%250+1)
 	}
 	return out
+}
+
+// TestUUIDUnderOneIndex: two first registrations of one UUID under two
+// indexes, at once: one wins, the other is told the UUID is taken. The
+// check was a read before the transaction, which guarded only the index's
+// key: both won, and the target could never register again (its UUID was
+// always found under the other index).
+func TestUUIDUnderOneIndex(t *testing.T) {
+	f := newStore(t)
+	ctx := context.Background()
+	if _, err := f.s.CreateFilesystem(ctx, "fs1"); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		id := uuid.NewString()
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				_, _, _, errs[i] = f.s.RegisterTarget(ctx, Registration{FSName: "fs1", Kind: KindOST,
+					Index: u32(uint32(100 + 2*round + i)), NIDs: []string{"10.0.0.1@tcp"}, UUID: id})
+			})
+		}
+		wg.Wait()
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("round %d: two registrations of one UUID under two indexes: %v, %v; want one refused", round, errs[0], errs[1])
+		}
+	}
 }
