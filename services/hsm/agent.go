@@ -166,20 +166,40 @@ func (r *agentRun) session(ctx context.Context) error {
 			}
 			r.mu.Unlock()
 		case *hsmv1.AgentResponse_Ack:
+			var again *hsmv1.Done
 			r.mu.Lock()
 			if d := r.pending[x.Ack.Id]; d != nil && x.Ack.Done {
 				// Acknowledged, or refused for good (not ours any more).
 				if x.Ack.Errno != int32(syscall.EAGAIN) {
 					delete(r.pending, x.Ack.Id)
+				} else {
+					again = d
 				}
 			}
 			r.mu.Unlock()
+			if again != nil {
+				// Refused for now (the coordinator could not save it):
+				// sent again shortly, not only after a reconnect, or the
+				// action would wait for its timeout with its file busy.
+				time.AfterFunc(doneRetry, func() {
+					r.mu.Lock()
+					still := r.pending[again.Id] == again
+					r.mu.Unlock()
+					if still {
+						r.send(&hsmv1.AgentRequest{Msg: &hsmv1.AgentRequest_Done{Done: again}})
+					}
+				})
+			}
 			if x.Ack.Errno != 0 {
 				r.log.Info("hsm: coordinator refused a report", "action", x.Ack.Id, "err", x.Ack.Error)
 			}
 		}
 	}
 }
+
+// doneRetry is how long an agent waits to report again a completion the
+// coordinator refused for now (EAGAIN).
+const doneRetry = time.Second
 
 // start runs action a in its own goroutine (the coordinator bounds how
 // many it sends).

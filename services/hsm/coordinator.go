@@ -384,6 +384,11 @@ func (c *Coordinator) txnLocked(ctx context.Context, ops []clientv3.Op) error {
 // saveFinishedLocked saves a, which was active: if it has finished, with
 // its archive's statistics counting it, in the same transaction.
 func (c *Coordinator) saveFinishedLocked(ctx context.Context, a *hsmv1.Action) error {
+	if testHookSaveFinished != nil {
+		if err := testHookSaveFinished(a); err != nil {
+			return err
+		}
+	}
 	if active(a) {
 		return c.saveLocked(ctx, a)
 	}
@@ -508,6 +513,10 @@ func (c *Coordinator) dispatch(ctx context.Context) error {
 	}
 	return nil
 }
+
+// testHookSaveFinished, if set (by tests), runs before an action's change
+// is saved; an error it returns fails the save (etcd out of reach).
+var testHookSaveFinished func(a *hsmv1.Action) error
 
 // canceledAttempt is an attempt an agent was told to cancel: the file it
 // is on (fidKey) and until when the coordinator waits for its end.

@@ -2,9 +2,11 @@ package hsm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -670,5 +672,35 @@ func TestCanceledAttemptHoldsItsFile(t *testing.T) {
 	defer h.mu.Unlock()
 	if h.most != 1 || h.calls != 2 {
 		t.Fatalf("the agent ran %d actions, %d at once: want 2, one at a time", h.calls, h.most)
+	}
+}
+
+// TestRefusedDoneSentAgain: a completion the coordinator refused for now
+// (EAGAIN: it could not save it) is reported again while the session
+// lasts. It was sent again only after a reconnect, so the action stayed
+// STARTED, its file busy, until its timeout.
+func TestRefusedDoneSentAgain(t *testing.T) {
+	_, addrs, hc := startWithClient(t, 1, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var refused atomic.Int32
+	hsm.SetTestHookSaveFinished(func(a *hsmv1.Action) error {
+		if a.State == hsmv1.ActionState_ACTION_STATE_SUCCEED && refused.Add(1) == 1 {
+			return errors.New("etcd out of reach")
+		}
+		return nil
+	})
+	t.Cleanup(func() { hsm.SetTestHookSaveFinished(nil) })
+	runAgent(t, addrs, "only", 1)
+	ids, err := hc.Submit(ctx, hsmv1.ActionKind_ACTION_KIND_ARCHIVE, 1, fid.FID{Seq: 0x200000400, Oid: 14})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.Wait(ctx, ids[0]); err != nil {
+		a, _ := hc.Action(ctx, ids[0])
+		t.Fatalf("the action whose first report was refused: %v (%v)", err, a)
+	}
+	if n := refused.Load(); n < 2 {
+		t.Fatalf("the completion was saved %d times, want the refused one and the next", n)
 	}
 }
