@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/internal/clustertest"
+	"github.com/nacrefs/nacre/internal/ext4img"
 )
 
 // TestArchiveSurvivesPowerLoss: an archive copy the MDT was told of (so
@@ -20,27 +20,14 @@ import (
 // host next. The copy was synced but not the rename, the checksum file,
 // nor the directories made for it: after a power loss within ext4's
 // commit interval the archive held only the temporary copy, and the
-// released file's data was nowhere.
-//
-// The archive is on an ext4 image on a loop device; the power loss is a
-// copy of the image taken while mounted, which ext4 recovers at the next
-// mount.
+// released file's data was nowhere. The archive is on an ext4 image.
 func TestArchiveSurvivesPowerLoss(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: it mounts an ext4 image on a loop device")
-	}
-	work := t.TempDir()
-	img, crash := filepath.Join(work, "disk.img"), filepath.Join(work, "crash.img")
-	run(t, "truncate", "-s", "64M", img)
-	run(t, "mkfs.ext4", "-q", "-F", img)
-	mnt := filepath.Join(work, "mnt")
-	umount := mountExt4(t, img, mnt)
-
+	disk := ext4img.New(t, "64M")
 	c := clustertest.Start(t, clustertest.Options{OSTs: 1})
 	user := c.Mount(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ct, err := posixNew(c.Mount(1), filepath.Join(mnt, "archive"))
+	ct, err := posixNew(c.Mount(1), filepath.Join(disk.Dir(), "archive"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,58 +40,21 @@ func TestArchiveSurvivesPowerLoss(t *testing.T) {
 	if _, err := user.HSMRelease(ctx, client.Root(), f); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "cp", "--sparse=always", img, crash) // the archive's host loses power
-	rel, err := filepath.Rel(mnt, ct.Path(f))
+	crash := disk.Crash() // the archive's host loses power
+	rel, err := filepath.Rel(disk.Dir(), ct.Path(f))
 	if err != nil {
 		t.Fatal(err)
 	}
-	umount()
+	disk.Unmount()
 
-	mnt2 := filepath.Join(work, "mnt2")
-	mountExt4(t, crash, mnt2)
-	got, err := os.ReadFile(filepath.Join(mnt2, rel))
+	after := ext4img.Mount(t, crash)
+	got, err := os.ReadFile(filepath.Join(after.Dir(), rel))
 	if err != nil || !bytes.Equal(got, fileBytes(size)) {
 		t.Errorf("the archive copy of released file %v after a power loss: %d bytes, %v", f, len(got), err)
 	}
-	if s, err := os.ReadFile(filepath.Join(mnt2, rel+".sha256")); err != nil || strings.TrimSpace(string(s)) != sum {
+	if s, err := os.ReadFile(filepath.Join(after.Dir(), rel+".sha256")); err != nil || strings.TrimSpace(string(s)) != sum {
 		t.Errorf("its checksum after a power loss: %q, %v; want %s", s, err, sum)
 	}
-}
-
-// run runs a command, failing the test if it fails.
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v: %s", name, args, err, out)
-	}
-}
-
-// mountExt4 mounts the ext4 image img at mnt through a loop device, until
-// the test ends or the returned function unmounts it.
-func mountExt4(t *testing.T, img, mnt string) (umount func()) {
-	t.Helper()
-	out, err := exec.Command("losetup", "-f", "--show", img).Output()
-	if err != nil {
-		t.Fatalf("losetup %s: %v", img, err)
-	}
-	dev := strings.TrimSpace(string(out))
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "ext4", dev, mnt).CombinedOutput(); err != nil {
-		exec.Command("losetup", "-d", dev).Run()
-		t.Fatalf("mount %s: %v: %s", dev, err, out)
-	}
-	done := false
-	umount = func() {
-		if !done {
-			done = true
-			exec.Command("umount", mnt).Run()
-			exec.Command("losetup", "-d", dev).Run()
-		}
-	}
-	t.Cleanup(umount)
-	return umount
 }
 
 // TestRestoreRefusesUnreadableChecksum: a restore whose checksum file
