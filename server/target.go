@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nacrefs/nacre/internal/mgsnode"
-	"github.com/nacrefs/nacre/internal/mmp"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,6 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/nacrefs/nacre/internal/durable"
+	"github.com/nacrefs/nacre/internal/mgsnode"
+	"github.com/nacrefs/nacre/internal/mmp"
 	lwire "github.com/nacrefs/nacre/lnet/wire"
 	"github.com/nacrefs/nacre/mgs"
 	mgsv1 "github.com/nacrefs/nacre/proto/nacre/mgs/v1"
@@ -146,7 +147,7 @@ func writeIdentity(dir string, b []byte) error {
 	if err := os.Rename(tmp, filepath.Join(dir, TargetFile)); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return durable.SyncDir(dir)
 }
 
 // checkFailover checks id's service nodes and MMP settings, writing the
@@ -276,15 +277,6 @@ func writeSync(path string, b []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Registrar keeps one target registered with the MGS: it registers at

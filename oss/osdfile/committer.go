@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nacrefs/nacre/internal/durable"
 )
 
 // committer is the device's one goroutine: it takes committed records off the
@@ -168,7 +170,7 @@ func (d *Device) commitBatch(batch []*txRecord, bounds []uint64) error {
 	// by then, or a crash could bring the old file back under the new
 	// object (replay skips a destroy that a create of the FID follows).
 	for dir := range unlinked {
-		if err := fsyncDir(dir); err != nil {
+		if err := durable.SyncDir(dir); err != nil {
 			return fmt.Errorf("sync directory %s: %w", dir, err)
 		}
 	}
@@ -237,7 +239,7 @@ func (d *Device) syncData(batch []*txRecord) error {
 	}
 	for dir := range dirs {
 		jobs = append(jobs, func() error {
-			if err := fsyncDir(dir); err != nil {
+			if err := durable.SyncDir(dir); err != nil {
 				return fmt.Errorf("sync directory %s: %w", dir, err)
 			}
 			return nil

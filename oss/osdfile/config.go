@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nacrefs/nacre/internal/durable"
 	"github.com/nacrefs/nacre/oss/osd"
 )
 
@@ -210,10 +211,10 @@ func Format(ctx context.Context, dir string, cfg FormatConfig) error {
 	if err != nil {
 		return wrap("encode identity", err)
 	}
-	if err := writeFileSync(filepath.Join(dir, confName), append(conf, '\n')); err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, confName), append(conf, '\n'), 0o644); err != nil {
 		return wrap("write identity", err)
 	}
-	if err := fsyncDir(dir); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return wrap("sync directory", err)
 	}
 	return nil
@@ -266,35 +267,6 @@ func createJournal(path string, size int64) error {
 		return err
 	}
 	return f.Sync()
-}
-
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func fsyncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return ignoreEINTR(func() error { return unix.Fsync(fd) })
 }
 
 func readConf(dir string) (targetConf, error) {

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nacrefs/nacre/internal/durable"
 	"github.com/nacrefs/nacre/internal/fid"
 	"github.com/nacrefs/nacre/internal/iovec"
 	"github.com/nacrefs/nacre/oss/osd"
@@ -717,7 +718,7 @@ func mkdirSync(dir, parent string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return fsyncDir(parent)
+	return durable.SyncDir(parent)
 }
 
 // Advise passes an ladvise hint for f's bytes [start, end) to the kernel's

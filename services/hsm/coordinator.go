@@ -538,16 +538,12 @@ func (c *Coordinator) takeBackLocked(ag *agent, a *hsmv1.Action, now int64) {
 // archive, nil if none.
 func (c *Coordinator) pickLocked(a *hsmv1.Action) *agent {
 	var best *agent
-	now := time.Now().UnixNano()
 	for _, ag := range c.mu.agents {
 		if !ag.serves(a.ArchiveId) || len(ag.actions) >= ag.max {
 			continue
 		}
-		if ca, ok := ag.canceled[a.Id]; ok {
-			if now < ca.until {
-				continue
-			}
-			delete(ag.canceled, a.Id)
+		if _, ok := ag.canceled[a.Id]; ok {
+			continue // (dispatch dropped those it waited for long enough)
 		}
 		if best == nil || len(ag.actions) < len(best.actions) || (len(ag.actions) == len(best.actions) && ag.uuid < best.uuid) {
 			best = ag

@@ -37,6 +37,7 @@ import (
 
 	"github.com/nacrefs/nacre/client"
 	"github.com/nacrefs/nacre/client/mdc"
+	"github.com/nacrefs/nacre/internal/durable"
 	"github.com/nacrefs/nacre/internal/fid"
 	hsmv1 "github.com/nacrefs/nacre/proto/nacre/hsm/v1"
 	"github.com/nacrefs/nacre/services/hsm"
@@ -175,7 +176,7 @@ func (ct *Copytool) Archive(ctx context.Context, f fid.FID, archiveID uint32, pr
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	if err := writeFileSync(dst+".sha256", []byte(sum+"\n")); err != nil {
+	if err := durable.WriteFile(dst+".sha256", []byte(sum+"\n"), 0o644); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
@@ -317,35 +318,11 @@ func (ct *Copytool) Remove(ctx context.Context, f fid.FID) error {
 	return nil
 }
 
-// writeFileSync writes data to path durably: into a temporary file that
-// is synced and then renamed over path (whose directory the caller syncs).
-func writeFileSync(path string, data []byte) error {
-	t, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(t.Name())
-	defer t.Close()
-	if _, err := t.Write(data); err != nil {
-		return err
-	}
-	if err := t.Sync(); err != nil {
-		return err
-	}
-	return os.Rename(t.Name(), path)
-}
-
 // syncDirs syncs dir and each directory above it up to the archive's
 // root: entries made or renamed there, and directories MkdirAll made.
 func (ct *Copytool) syncDirs(dir string) error {
 	for {
-		d, err := os.Open(dir)
-		if err != nil {
-			return err
-		}
-		err = d.Sync()
-		d.Close()
-		if err != nil {
+		if err := durable.SyncDir(dir); err != nil {
 			return fmt.Errorf("sync %s: %w", dir, err)
 		}
 		if dir == ct.root || !strings.HasPrefix(dir, ct.root+string(filepath.Separator)) {
