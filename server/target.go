@@ -140,11 +140,7 @@ func Mkfs(dir string, id TargetIdentity, store string, format func(store string,
 
 // writeIdentity replaces dir's identity file with b, durably.
 func writeIdentity(dir string, b []byte) error {
-	tmp := filepath.Join(dir, TargetFile+".tmp")
-	if err := writeSync(tmp, append(b, '\n')); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, TargetFile)); err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, TargetFile), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
 	return durable.SyncDir(dir)
@@ -261,22 +257,6 @@ func ReadTarget(dir string) (TargetIdentity, error) {
 		return id, fmt.Errorf("target %s: %s is damaged (fsname %q, label %q, uuid %q)", dir, TargetFile, id.FSName, id.Label, id.UUID)
 	}
 	return id, nil
-}
-
-func writeSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // Registrar keeps one target registered with the MGS: it registers at
